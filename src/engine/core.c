@@ -1,0 +1,51 @@
+/* luaopen_switchboard_core: assembles the engine's module table. The binary registers it in
+ * package.preload; the same object code is built as core.so for busted specs. */
+#include "engine.h"
+
+#include <stdlib.h>
+
+bool sb_engine_init(lua_State *L);
+
+static int (*const openers[])(lua_State *) = {
+    sb_tasks_open,  sb_timer_open,       sb_abort_open,       sb_bounded_open,
+    sb_os_signals_open, sb_proc_open,    sb_http_client_open, sb_http_server_open,
+    sb_crypto_open, sb_fs_open,          sb_log_open,         sb_build_open,
+};
+
+static char finalizer_key;
+
+/* When a plain `lua` (busted) closes its state, reap what the engine still owns. */
+static int engine_finalizer(lua_State *L) {
+  (void)L;
+  sb_engine_shutdown();
+  return 0;
+}
+
+static void install_finalizer(lua_State *L) {
+  lua_newuserdatauv(L, 1, 0);
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, engine_finalizer);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &finalizer_key);
+}
+
+int luaopen_switchboard_core(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
+  if (lua_istable(L, -1))
+    return 1;
+  lua_pop(L, 1);
+  lua_State *main = L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+  main = lua_tothread(L, -1);
+  lua_pop(L, 1);
+  if (!sb_engine_init(main))
+    return luaL_error(L, "switchboard.core is already bound to another Lua state");
+  install_finalizer(L);
+  lua_newtable(L);
+  for (size_t i = 0; i < sizeof openers / sizeof openers[0]; i++)
+    openers[i](L);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "switchboard.core");
+  return 1;
+}

@@ -1,0 +1,356 @@
+/* The task scheduler: tasks, the ready queue, resumption and the protected-call path. */
+#include "engine.h"
+#include "../log/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Registry keys (addresses are unique). */
+static char tasks_key;     /* table: coroutine → true while the task is alive */
+static char suspended_key; /* table: coroutine → true while it waits in core.suspend */
+
+typedef struct {
+  lua_State *task;
+  int nargs;
+} ready_entry;
+
+static struct {
+  uv_loop_t *loop;
+  lua_State *L;           /* the main state */
+  int lua_depth;          /* > 0 while Lua code runs on the C stack */
+  ready_entry *ready;     /* tasks to resume on the next turn (owned) */
+  size_t ready_len, ready_cap;
+  uv_idle_t ready_idle;   /* runs while the ready queue is not empty */
+  lua_State *main_task;   /* the task core.run waits for */
+  bool main_done;
+  int main_result_ref;    /* table {ok, ...} once the main task ends */
+  bool stop_requested;
+} E;
+
+uv_loop_t *sb_loop(void) { return E.loop; }
+lua_State *sb_main_state(void) { return E.L; }
+
+double sb_now_ms(void) { return (double)uv_hrtime() / 1e6; }
+
+int sb_push_fail(lua_State *L, const char *kind, const char *message) {
+  lua_pushnil(L);
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, kind);
+  lua_setfield(L, -2, "kind");
+  lua_pushstring(L, message);
+  lua_setfield(L, -2, "message");
+  return 2;
+}
+
+static int traceback_handler(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+bool sb_pcall(lua_State *L, int nargs, const char *where) {
+  int base = lua_gettop(L) - nargs;
+  lua_pushcfunction(L, traceback_handler);
+  lua_insert(L, base);
+  E.lua_depth++;
+  int status = lua_pcall(L, nargs, 0, base);
+  E.lua_depth--;
+  if (status != LUA_OK) {
+    sb_log_error_text(where, lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  lua_remove(L, base);
+  return status == LUA_OK;
+}
+
+/* ---- task bookkeeping --------------------------------------------------------------------- */
+
+static void registry_table(lua_State *L, void *key) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, key);
+}
+
+static bool task_is_alive(lua_State *L, lua_State *task) {
+  registry_table(L, &tasks_key);
+  lua_pushthread(task);
+  lua_xmove(task, L, 1);
+  lua_rawget(L, -2);
+  bool alive = lua_toboolean(L, -1);
+  lua_pop(L, 2);
+  return alive;
+}
+
+static void task_forget(lua_State *L, lua_State *task) {
+  registry_table(L, &tasks_key);
+  lua_pushthread(task);
+  lua_xmove(task, L, 1);
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+void sb_task_check(lua_State *L, const char *primitive) {
+  if (!lua_isyieldable(L) || !task_is_alive(L, L))
+    luaL_error(L, "%s must be called from an engine task (core.go or core.run), "
+                  "not from the main chunk, a callback or a plain coroutine", primitive);
+}
+
+int sb_task_yield(lua_State *L) { return lua_yield(L, 0); }
+
+/* Stores {ok, values...} for core.run; the `nres` values are on top of L's stack. */
+static void record_main_result(lua_State *L, bool ok, int nres) {
+  lua_createtable(L, nres + 1, 0);
+  lua_insert(L, -(nres + 1));
+  int t = lua_gettop(L) - nres;
+  for (int i = nres; i >= 1; i--)
+    lua_rawseti(L, t, i + 1);
+  lua_pushboolean(L, ok);
+  lua_rawseti(L, t, 1);
+  E.main_result_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  E.main_done = true;
+}
+
+/* Resumes `task` with the `nargs` values on its stack and settles what it did. */
+static void task_resume(lua_State *task, int nargs) {
+  lua_State *L = E.L;
+  int nres = 0;
+  E.lua_depth++;
+  int status = lua_resume(task, L, nargs, &nres);
+  E.lua_depth--;
+  if (status == LUA_YIELD) {
+    lua_pop(task, nres); /* a primitive yielded; it will complete the task later */
+    return;
+  }
+  bool is_main = task == E.main_task;
+  if (status == LUA_OK) {
+    if (is_main) {
+      lua_xmove(task, L, nres);
+      record_main_result(L, true, nres);
+    } else {
+      lua_pop(task, nres);
+    }
+  } else {
+    lua_xmove(task, L, 1); /* the error value */
+    const char *text = luaL_tolstring(L, -1, NULL);
+    luaL_traceback(L, task, text, 0);
+    lua_remove(L, -2);
+    if (is_main) {
+      /* core.run re-raises: a string error gains the traceback, an error object stays itself
+       * so callers can still read its fields. */
+      if (lua_type(L, -2) == LUA_TSTRING)
+        lua_remove(L, -2);
+      else
+        lua_pop(L, 1);
+      record_main_result(L, false, 1);
+    } else {
+      sb_log_error_text("task", lua_tostring(L, -1));
+      lua_pop(L, 2);
+    }
+  }
+  task_forget(L, task);
+  lua_resetthread(task); /* closes to-be-closed variables of a failed task */
+  if (is_main)
+    E.main_task = NULL;
+}
+
+static void ready_drain(uv_idle_t *idle);
+
+static void ready_push(lua_State *task, int nargs) {
+  if (E.ready_len == E.ready_cap) {
+    size_t cap = E.ready_cap ? E.ready_cap * 2 : 64;
+    ready_entry *grown = realloc(E.ready, cap * sizeof *grown);
+    if (grown == NULL)
+      abort(); /* out of memory with a task in hand: nothing sane to do */
+    E.ready = grown;
+    E.ready_cap = cap;
+  }
+  E.ready[E.ready_len++] = (ready_entry){task, nargs};
+  if (!uv_is_active((uv_handle_t *)&E.ready_idle))
+    uv_idle_start(&E.ready_idle, ready_drain);
+}
+
+static void ready_drain(uv_idle_t *idle) {
+  /* Entries added while draining run on the next turn, so a task that wakes itself in a loop
+   * cannot starve I/O. */
+  size_t n = E.ready_len;
+  ready_entry *batch = malloc(n * sizeof *batch);
+  if (batch == NULL)
+    abort();
+  memcpy(batch, E.ready, n * sizeof *batch);
+  memmove(E.ready, E.ready + n, (E.ready_len - n) * sizeof *batch);
+  E.ready_len -= n;
+  for (size_t i = 0; i < n; i++)
+    task_resume(batch[i].task, batch[i].nargs);
+  free(batch);
+  if (E.ready_len == 0)
+    uv_idle_stop(idle);
+  if (E.main_done || E.stop_requested)
+    uv_stop(E.loop);
+}
+
+void sb_task_complete(lua_State *task, int nargs) {
+  if (E.lua_depth > 0) {
+    ready_push(task, nargs);
+    return;
+  }
+  task_resume(task, nargs);
+  if (E.main_done || E.stop_requested)
+    uv_stop(E.loop);
+}
+
+/* Creates a task running the function at `fidx` with the `nargs` values after it; the task
+ * is queued for the next turn. Leaves the coroutine on L's stack. */
+static lua_State *task_create(lua_State *L, int fidx, int nargs) {
+  luaL_checktype(L, fidx, LUA_TFUNCTION);
+  lua_State *task = lua_newthread(L);
+  lua_pushvalue(L, fidx);
+  for (int i = 1; i <= nargs; i++)
+    lua_pushvalue(L, fidx + i);
+  lua_xmove(L, task, nargs + 1);
+  registry_table(L, &tasks_key);
+  lua_pushvalue(L, -2);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  ready_push(task, nargs);
+  return task;
+}
+
+/* ---- Lua API -------------------------------------------------------------------------------- */
+
+static int l_go(lua_State *L) {
+  task_create(L, 1, lua_gettop(L) - 1);
+  return 1;
+}
+
+static int l_current(lua_State *L) {
+  if (lua_isyieldable(L) && task_is_alive(L, L))
+    lua_pushthread(L);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
+static int l_suspend(lua_State *L) {
+  sb_task_check(L, "core.suspend");
+  registry_table(L, &suspended_key);
+  lua_pushthread(L);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  return sb_task_yield(L);
+}
+
+static int l_wake(lua_State *L) {
+  lua_State *task = lua_tothread(L, 1);
+  luaL_argcheck(L, task != NULL, 1, "a task expected");
+  registry_table(L, &suspended_key);
+  lua_pushvalue(L, 1);
+  lua_rawget(L, -2);
+  if (!lua_toboolean(L, -1))
+    return luaL_error(L, "core.wake: the task is not suspended in core.suspend");
+  lua_pop(L, 1);
+  lua_pushvalue(L, 1);
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  int nargs = lua_gettop(L) - 1;
+  lua_xmove(L, task, nargs);
+  ready_push(task, nargs);
+  return 0;
+}
+
+static int l_stop(lua_State *L) {
+  (void)L;
+  E.stop_requested = true;
+  uv_stop(E.loop);
+  return 0;
+}
+
+static int l_run(lua_State *L) {
+  if (E.main_task != NULL)
+    return luaL_error(L, "core.run cannot be nested");
+  E.main_done = false;
+  E.stop_requested = false;
+  E.main_task = task_create(L, 1, lua_gettop(L) - 1);
+  while (!E.main_done && !E.stop_requested) {
+    if (uv_run(E.loop, UV_RUN_DEFAULT) == 0 && !E.main_done && E.ready_len == 0)
+      break; /* nothing left that could ever wake the main task */
+  }
+  if (!E.main_done) {
+    lua_State *stuck = E.main_task;
+    E.main_task = NULL;
+    if (E.stop_requested)
+      return 0;
+    (void)stuck;
+    return luaL_error(L, "core.run: the main task is waiting on something that can never "
+                         "complete (a core.suspend with no wake?)");
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, E.main_result_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, E.main_result_ref);
+  int t = lua_gettop(L);
+  lua_Integer n = luaL_len(L, t);
+  lua_rawgeti(L, t, 1);
+  bool ok = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (!ok) {
+    lua_rawgeti(L, t, 2);
+    return lua_error(L);
+  }
+  for (lua_Integer i = 2; i <= n; i++)
+    lua_rawgeti(L, t, i);
+  return (int)(n - 1);
+}
+
+int sb_tasks_open(lua_State *L) {
+  static const luaL_Reg fns[] = {
+      {"run", l_run},         {"go", l_go},     {"current", l_current},
+      {"suspend", l_suspend}, {"wake", l_wake}, {"stop", l_stop},
+      {NULL, NULL},
+  };
+  luaL_setfuncs(L, fns, 0);
+  return 0;
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------- */
+
+bool sb_engine_init(lua_State *L) {
+  if (E.L != NULL)
+    return E.L == L;
+  E.L = L;
+  E.loop = uv_default_loop();
+  uv_idle_init(E.loop, &E.ready_idle); /* active (and so keeping the loop alive) only while
+                                          tasks wait in the ready queue */
+  lua_newtable(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &tasks_key);
+  lua_newtable(L);
+  lua_newtable(L);
+  lua_pushstring(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &suspended_key);
+  return true;
+}
+
+static void close_walk(uv_handle_t *handle, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(handle))
+    uv_close(handle, NULL);
+}
+
+void sb_engine_shutdown(void) {
+  if (E.loop == NULL)
+    return;
+  sb_proc_kill_all(SIGKILL);
+  uv_run(E.loop, UV_RUN_NOWAIT); /* let exit callbacks of killed children run */
+  uv_walk(E.loop, close_walk, NULL);
+  uv_run(E.loop, UV_RUN_DEFAULT);
+  uv_loop_close(E.loop);
+  free(E.ready);
+  E.ready = NULL;
+  E.loop = NULL;
+}

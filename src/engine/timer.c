@@ -1,0 +1,83 @@
+/* core.sleep, core.now_ms, core.wall_ms. */
+#include "engine.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/time.h>
+
+typedef struct {
+  uv_timer_t timer;
+  lua_State *task;
+  sb_abort_listener on_abort;
+  sb_abort *fired_by; /* the signal that ended the sleep, or NULL */
+  int signal_ref; /* keeps the signal alive while we listen to it */
+} sleeper;
+
+static void sleeper_closed(uv_handle_t *h) { free(h->data); }
+
+static void sleeper_finish(sleeper *s) {
+  lua_State *task = s->task;
+  sb_abort *sig = s->fired_by;
+  sb_abort_unlisten(&s->on_abort);
+  uv_timer_stop(&s->timer);
+  int nargs;
+  if (sig != NULL) {
+    nargs = sb_abort_push_fail(task, sig);
+  } else {
+    lua_pushboolean(task, 1);
+    nargs = 1;
+  }
+  luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, s->signal_ref);
+  uv_close((uv_handle_t *)&s->timer, sleeper_closed);
+  sb_task_complete(task, nargs);
+}
+
+static void sleeper_fired(uv_timer_t *t) { sleeper_finish(t->data); }
+
+static void sleeper_aborted(sb_abort_listener *l, sb_abort *sig) {
+  sleeper *s = (sleeper *)((char *)l - offsetof(sleeper, on_abort));
+  s->fired_by = sig;
+  sleeper_finish(s);
+}
+
+static int l_sleep(lua_State *L) {
+  lua_Number ms = luaL_checknumber(L, 1);
+  luaL_argcheck(L, ms >= 0 && ms < 1e12, 1, "a duration in milliseconds expected");
+  sb_abort *sig = sb_abort_opt(L, 2);
+  sb_task_check(L, "core.sleep");
+  if (sig != NULL && sb_abort_fired(sig))
+    return sb_abort_push_fail(L, sig);
+  sleeper *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return luaL_error(L, "out of memory");
+  s->task = L;
+  s->signal_ref = LUA_NOREF;
+  uv_timer_init(sb_loop(), &s->timer);
+  s->timer.data = s;
+  uv_timer_start(&s->timer, sleeper_fired, (uint64_t)ms, 0);
+  if (sig != NULL) {
+    lua_pushvalue(L, 2);
+    s->signal_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    sb_abort_listen(sig, &s->on_abort, sleeper_aborted);
+  }
+  return sb_task_yield(L);
+}
+
+static int l_now_ms(lua_State *L) {
+  lua_pushnumber(L, sb_now_ms());
+  return 1;
+}
+
+static int l_wall_ms(lua_State *L) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  lua_pushnumber(L, (lua_Number)tv.tv_sec * 1000.0 + (lua_Number)tv.tv_usec / 1000.0);
+  return 1;
+}
+
+int sb_timer_open(lua_State *L) {
+  static const luaL_Reg fns[] = {
+      {"sleep", l_sleep}, {"now_ms", l_now_ms}, {"wall_ms", l_wall_ms}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
+  return 0;
+}

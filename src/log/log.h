@@ -1,0 +1,23 @@
+/* Structured logging: one line per event on stderr, as `key=value` text or as JSON lines.
+ * Secrets never reach a log call by construction; as a second line of defence every line is
+ * scrubbed of the strings registered with sb_log_redact() before it is written. */
+#ifndef SB_LOG_H
+#define SB_LOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct {
+  const char *key;
+  const char *value; /* a string; numbers are formatted by the caller */
+  bool raw;          /* value is a JSON number/boolean literal (unquoted in JSON) */
+} sb_log_field;
+
+void sb_log_set_json(bool json);
+void sb_log_set_min_level(const char *level); /* "debug" | "info" | "warn" | "error" */
+void sb_log_redact(const char *secret);        /* copies it; empty and short strings ignored */
+void sb_log_write(const char *level, const char *event, const sb_log_field *fields, size_t n);
+/* An error with a location/traceback text, from the protected-call path. */
+void sb_log_error_text(const char *where, const char *text);
+
+#endif
