@@ -1,0 +1,634 @@
+/* The process supervisor: core.spawn{...} and proc:wait().
+ *
+ * Every child runs in its own session and process group (libuv's DETACHED flag calls setsid),
+ * so signals go to the whole group: a deadline sends TERM and, after the grace, KILL; an abort
+ * sends KILL at once; and when the leader exits, whatever it left behind in its group is
+ * killed, so no background job outlives its command. stdout and stderr are captured up to a
+ * per-stream cap; past it the bytes are drained and dropped, so memory stays at the cap however
+ * much a child writes. The environment is exactly the table given, through envp. */
+#include "../engine/engine.h"
+#include "../log/log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROC_MT "switchboard.process"
+
+enum {
+  DEFAULT_KILL_GRACE_MS = 10000,
+  DEFAULT_MAX_OUTPUT = 1 << 20,
+  /* After the leader exits and its group is killed, a descendant that escaped the group (its
+   * own setsid) may still hold our pipes; stop waiting for EOF after this long. */
+  PIPE_LINGER_MS = 250,
+  READ_SCRATCH = 64 * 1024,
+  EXIT_TIMED_OUT = 124,
+};
+
+typedef struct {
+  uv_pipe_t pipe;
+  const char *name; /* "stdout" | "stderr" */
+  char *data;       /* owned; grows up to limit */
+  size_t len, cap, limit, dropped;
+  bool open;
+} capture;
+
+typedef struct sb_proc {
+  uv_process_t process;
+  capture out, err;
+  uv_pipe_t in;
+  uv_write_t in_write;
+  uv_shutdown_t in_shutdown;
+  bool has_stdin;
+  uv_timer_t deadline, grace, linger;
+  sb_abort_listener on_abort;
+  int signal_ref, on_output_ref, stdin_ref, result_ref, self_ref;
+  lua_State *waiter;
+  uint64_t kill_grace_ms;
+  int pid;
+  bool exited, timed_out, aborted, finished;
+  int64_t exit_status;
+  int term_signal;
+  double started_ms, ended_ms;
+  int open_handles;
+  struct sb_proc *prev, *next; /* the live list */
+} sb_proc;
+
+static sb_proc *live_head;
+static int live_count;
+static char read_scratch[READ_SCRATCH]; /* libuv reads synchronously: alloc, read, callback */
+
+/* ---- the live list ------------------------------------------------------------------------ */
+
+static void live_add(sb_proc *p) {
+  p->next = live_head;
+  p->prev = NULL;
+  if (live_head)
+    live_head->prev = p;
+  live_head = p;
+  live_count++;
+}
+
+static void live_remove(sb_proc *p) {
+  if (p->prev)
+    p->prev->next = p->next;
+  else if (live_head == p)
+    live_head = p->next;
+  else
+    return; /* not listed */
+  if (p->next)
+    p->next->prev = p->prev;
+  p->prev = p->next = NULL;
+  live_count--;
+}
+
+static void signal_group(sb_proc *p, int signo) {
+  if (p->pid > 0)
+    kill(-p->pid, signo); /* ESRCH once the group is empty: nothing to do */
+}
+
+void sb_proc_kill_all(int signo) {
+  for (sb_proc *p = live_head; p; p = p->next)
+    signal_group(p, signo);
+}
+
+int sb_proc_live_count(void) { return live_count; }
+
+/* ---- completion ----------------------------------------------------------------------------- */
+
+static void handle_closed(uv_handle_t *h) {
+  sb_proc *p = h->data;
+  if (--p->open_handles == 0) {
+    lua_State *L = sb_main_state();
+    luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref); /* the userdata may now be collected */
+    p->self_ref = LUA_NOREF;
+  }
+}
+
+static void close_handle(sb_proc *p, uv_handle_t *h) {
+  if (h->data == p && !uv_is_closing(h)) {
+    uv_close(h, handle_closed);
+  }
+}
+
+static void push_capture(lua_State *L, const capture *c) { lua_pushlstring(L, c->data ? c->data : "", c->len); }
+
+static void build_result(lua_State *L, sb_proc *p) {
+  lua_createtable(L, 0, 12);
+  int64_t code = p->exit_status;
+  if (p->term_signal != 0)
+    code = 128 + p->term_signal;
+  if (p->timed_out)
+    code = EXIT_TIMED_OUT; /* 137/143 from our own signal is the deadline, not a crash */
+  lua_pushinteger(L, code);
+  lua_setfield(L, -2, "exit");
+  if (p->term_signal != 0) {
+    lua_pushinteger(L, p->term_signal);
+    lua_setfield(L, -2, "signal");
+  }
+  lua_pushboolean(L, p->timed_out);
+  lua_setfield(L, -2, "timed_out");
+  lua_pushboolean(L, p->aborted);
+  lua_setfield(L, -2, "aborted");
+  push_capture(L, &p->out);
+  lua_setfield(L, -2, "stdout");
+  push_capture(L, &p->err);
+  lua_setfield(L, -2, "stderr");
+  lua_createtable(L, 0, 2);
+  lua_pushboolean(L, p->out.dropped > 0);
+  lua_setfield(L, -2, "stdout");
+  lua_pushboolean(L, p->err.dropped > 0);
+  lua_setfield(L, -2, "stderr");
+  lua_setfield(L, -2, "truncated");
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)p->out.dropped);
+  lua_setfield(L, -2, "stdout");
+  lua_pushinteger(L, (lua_Integer)p->err.dropped);
+  lua_setfield(L, -2, "stderr");
+  lua_setfield(L, -2, "dropped");
+  lua_pushnumber(L, p->ended_ms - p->started_ms);
+  lua_setfield(L, -2, "duration_ms");
+  lua_pushinteger(L, p->pid);
+  lua_setfield(L, -2, "pid");
+}
+
+static void release_refs(lua_State *L, sb_proc *p) {
+  luaL_unref(L, LUA_REGISTRYINDEX, p->signal_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, p->on_output_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, p->stdin_ref);
+  p->signal_ref = p->on_output_ref = p->stdin_ref = LUA_NOREF;
+}
+
+/* Settles once the leader is reaped and both pipes are closed (or the linger ran out). */
+static void maybe_finish(sb_proc *p) {
+  if (p->finished || !p->exited || p->out.open || p->err.open)
+    return;
+  p->finished = true;
+  lua_State *L = sb_main_state();
+  sb_abort_unlisten(&p->on_abort);
+  live_remove(p);
+  build_result(L, p);
+  p->result_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  free(p->out.data);
+  free(p->err.data);
+  p->out.data = p->err.data = NULL;
+  release_refs(L, p);
+  close_handle(p, (uv_handle_t *)&p->deadline);
+  close_handle(p, (uv_handle_t *)&p->grace);
+  close_handle(p, (uv_handle_t *)&p->linger);
+  close_handle(p, (uv_handle_t *)&p->process);
+  if (p->waiter != NULL) {
+    lua_State *task = p->waiter;
+    p->waiter = NULL;
+    lua_rawgeti(task, LUA_REGISTRYINDEX, p->result_ref);
+    sb_task_complete(task, 1);
+  }
+}
+
+static void capture_close(sb_proc *p, capture *c) {
+  if (!c->open)
+    return;
+  c->open = false;
+  uv_read_stop((uv_stream_t *)&c->pipe);
+  close_handle(p, (uv_handle_t *)&c->pipe);
+}
+
+static void linger_expired(uv_timer_t *t) {
+  sb_proc *p = t->data;
+  capture_close(p, &p->out);
+  capture_close(p, &p->err);
+  maybe_finish(p);
+}
+
+static void process_exited(uv_process_t *h, int64_t exit_status, int term_signal) {
+  sb_proc *p = h->data;
+  p->exited = true;
+  p->exit_status = exit_status;
+  p->term_signal = term_signal;
+  p->ended_ms = sb_now_ms();
+  uv_timer_stop(&p->deadline);
+  uv_timer_stop(&p->grace);
+  signal_group(p, SIGKILL); /* what the leader left running dies with it */
+  if (p->out.open || p->err.open)
+    uv_timer_start(&p->linger, linger_expired, PIPE_LINGER_MS, 0);
+  maybe_finish(p);
+}
+
+/* ---- output -------------------------------------------------------------------------------- */
+
+static void alloc_scratch(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  (void)suggested;
+  *buf = uv_buf_init(read_scratch, sizeof read_scratch);
+}
+
+static void capture_append(capture *c, const char *bytes, size_t n) {
+  size_t room = c->limit - c->len;
+  size_t keep = n < room ? n : room;
+  if (keep > 0 && c->len + keep > c->cap) {
+    size_t cap = c->cap ? c->cap : 4096;
+    while (cap < c->len + keep)
+      cap *= 2;
+    if (cap > c->limit)
+      cap = c->limit;
+    char *grown = realloc(c->data, cap);
+    if (grown == NULL) {
+      keep = 0; /* out of memory: account the bytes as dropped rather than abort */
+    } else {
+      c->data = grown;
+      c->cap = cap;
+    }
+  }
+  memcpy(c->data + c->len, bytes, keep);
+  c->len += keep;
+  c->dropped += n - keep;
+}
+
+static void stream_to_lua(sb_proc *p, const capture *c, const char *bytes, size_t n) {
+  lua_State *L = sb_main_state();
+  lua_rawgeti(L, LUA_REGISTRYINDEX, p->on_output_ref);
+  lua_pushstring(L, c->name);
+  lua_pushlstring(L, bytes, n);
+  sb_pcall(L, 2, "spawn.on_output");
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  sb_proc *p = s->data;
+  capture *c = (uv_pipe_t *)s == &p->out.pipe ? &p->out : &p->err;
+  if (nread > 0) {
+    capture_append(c, buf->base, (size_t)nread);
+    if (p->on_output_ref != LUA_NOREF)
+      stream_to_lua(p, c, buf->base, (size_t)nread);
+    return;
+  }
+  if (nread < 0) { /* EOF or an error: either way this stream is done */
+    capture_close(p, c);
+    maybe_finish(p);
+  }
+}
+
+/* ---- deadline and abort ------------------------------------------------------------------- */
+
+static void grace_expired(uv_timer_t *t) { signal_group(t->data, SIGKILL); }
+
+static void deadline_expired(uv_timer_t *t) {
+  sb_proc *p = t->data;
+  p->timed_out = true;
+  signal_group(p, SIGTERM);
+  uv_timer_start(&p->grace, grace_expired, p->kill_grace_ms, 0);
+}
+
+static void abort_fired(sb_abort_listener *l, sb_abort *sig) {
+  (void)sig;
+  sb_proc *p = (sb_proc *)((char *)l - offsetof(sb_proc, on_abort));
+  if (p->exited)
+    return;
+  p->aborted = true;
+  signal_group(p, SIGKILL);
+}
+
+/* ---- stdin --------------------------------------------------------------------------------- */
+
+static void stdin_shut(uv_shutdown_t *req, int status) {
+  (void)status;
+  sb_proc *p = req->data;
+  close_handle(p, (uv_handle_t *)&p->in);
+}
+
+static void stdin_written(uv_write_t *req, int status) {
+  sb_proc *p = req->data;
+  if (status < 0) { /* the child closed its stdin early: not our failure */
+    close_handle(p, (uv_handle_t *)&p->in);
+    return;
+  }
+  p->in_shutdown.data = p;
+  if (uv_shutdown(&p->in_shutdown, (uv_stream_t *)&p->in, stdin_shut) != 0)
+    close_handle(p, (uv_handle_t *)&p->in);
+}
+
+/* ---- spawn --------------------------------------------------------------------------------- */
+
+typedef struct {
+  char **argv, **envp; /* argv strings point into Lua strings on the stack; envp entries owned */
+  size_t n_env;
+} spawn_args;
+
+static void spawn_args_free(spawn_args *a) {
+  if (a->envp)
+    for (size_t i = 0; i < a->n_env; i++)
+      free(a->envp[i]);
+  free(a->envp);
+  free(a->argv);
+}
+
+/* Reads opts.argv (a non-empty array of strings). Raises on a malformed table. */
+static void read_argv(lua_State *L, int opts, spawn_args *a) {
+  lua_getfield(L, opts, "argv");
+  luaL_argcheck(L, lua_istable(L, -1), 1, "opts.argv must be an array of strings");
+  lua_Integer n = luaL_len(L, -1);
+  luaL_argcheck(L, n >= 1 && n < 100000, 1, "opts.argv must not be empty");
+  a->argv = calloc((size_t)n + 1, sizeof *a->argv);
+  if (a->argv == NULL)
+    luaL_error(L, "out of memory");
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_rawgeti(L, -1, i);
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    if (s == NULL || strlen(s) != len) {
+      spawn_args_free(a);
+      luaL_error(L, "opts.argv[%d] must be a string without NUL bytes", (int)i);
+    }
+    a->argv[i - 1] = (char *)s; /* anchored by the argv table */
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+/* Reads opts.env into an owned envp ("K=V"). nil means an empty environment. */
+static void read_env(lua_State *L, int opts, spawn_args *a) {
+  lua_getfield(L, opts, "env");
+  int t = lua_gettop(L);
+  size_t n = 0;
+  if (!lua_isnil(L, t)) {
+    if (!lua_istable(L, t)) {
+      spawn_args_free(a);
+      luaL_error(L, "opts.env must be a table of NAME = value strings");
+    }
+    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1))
+      n++;
+  }
+  a->envp = calloc(n + 1, sizeof *a->envp);
+  if (a->envp == NULL) {
+    spawn_args_free(a);
+    luaL_error(L, "out of memory");
+  }
+  if (n > 0) {
+    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
+      size_t kl, vl;
+      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &kl) : NULL;
+      const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &vl) : NULL;
+      if (k == NULL || v == NULL || kl == 0 || strlen(k) != kl || strchr(k, '=') ||
+          strlen(v) != vl) {
+        lua_pop(L, 2);
+        spawn_args_free(a);
+        luaL_error(L, "opts.env: every entry must be NAME = value (strings, no '=' in the "
+                      "name, no NUL bytes)");
+      }
+      char *kv = malloc(kl + vl + 2);
+      if (kv == NULL) {
+        lua_pop(L, 2);
+        spawn_args_free(a);
+        luaL_error(L, "out of memory");
+      }
+      memcpy(kv, k, kl);
+      kv[kl] = '=';
+      memcpy(kv + kl + 1, v, vl + 1);
+      a->envp[a->n_env++] = kv;
+    }
+  }
+  lua_pop(L, 1);
+}
+
+static lua_Integer opt_ms(lua_State *L, int opts, const char *field, lua_Integer dflt) {
+  lua_getfield(L, opts, field);
+  lua_Integer v = dflt;
+  if (!lua_isnil(L, -1)) {
+    lua_Number n = lua_tonumber(L, -1);
+    if (!lua_isnumber(L, -1) || n < 0 || n > 1e12)
+      luaL_error(L, "opts.%s must be a non-negative number", field);
+    v = (lua_Integer)n;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static int field_ref(lua_State *L, int opts, const char *field, int type, const char *what) {
+  lua_getfield(L, opts, field);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return LUA_NOREF;
+  }
+  if (lua_type(L, -1) != type)
+    luaL_error(L, "opts.%s must be %s", field, what);
+  return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+static void capture_init(sb_proc *p, capture *c, const char *name, size_t limit) {
+  uv_pipe_init(sb_loop(), &c->pipe, 0);
+  c->pipe.data = p;
+  c->name = name;
+  c->limit = limit;
+  c->open = true;
+  p->open_handles++;
+}
+
+static void timer_init(sb_proc *p, uv_timer_t *t) {
+  uv_timer_init(sb_loop(), t);
+  t->data = p;
+  p->open_handles++;
+}
+
+/* A failed uv_spawn leaves our pipes and timers initialized: close them, report the error. */
+static int spawn_failed(lua_State *L, sb_proc *p, const spawn_args *a, const char *cwd, int rc) {
+  p->exited = p->finished = true;
+  capture_close(p, &p->out);
+  capture_close(p, &p->err);
+  close_handle(p, (uv_handle_t *)&p->deadline);
+  close_handle(p, (uv_handle_t *)&p->grace);
+  close_handle(p, (uv_handle_t *)&p->linger);
+  if (p->has_stdin)
+    close_handle(p, (uv_handle_t *)&p->in);
+  /* libuv initializes the process handle even when the spawn fails: it must be closed. */
+  close_handle(p, (uv_handle_t *)&p->process);
+  release_refs(L, p);
+  const char *why = rc == UV_ENOENT && cwd != NULL
+                        ? "no such program, or the working directory does not exist"
+                        : uv_strerror(rc);
+  lua_pushnil(L);
+  lua_createtable(L, 0, 2);
+  lua_pushliteral(L, "spawn");
+  lua_setfield(L, -2, "kind");
+  lua_pushfstring(L, "cannot start '%s': %s", a->argv[0], why);
+  lua_setfield(L, -2, "message");
+  return 2;
+}
+
+static int l_spawn(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  spawn_args a = {0};
+  read_argv(L, 1, &a);
+  read_env(L, 1, &a);
+  lua_getfield(L, 1, "cwd");
+  const char *cwd = luaL_optstring(L, -1, NULL); /* anchored by opts */
+  lua_pop(L, 1);
+  lua_Integer deadline_ms = opt_ms(L, 1, "deadline_ms", 0);
+  lua_Integer grace_ms = opt_ms(L, 1, "kill_grace_ms", DEFAULT_KILL_GRACE_MS);
+  lua_Integer max_output = opt_ms(L, 1, "max_output", DEFAULT_MAX_OUTPUT);
+  sb_abort *sig = sb_abort_opt(L, (lua_getfield(L, 1, "signal"), -1));
+  int sig_idx = lua_gettop(L);
+  lua_getfield(L, 1, "stdin");
+  bool has_stdin = !lua_isnil(L, -1);
+  if (has_stdin && lua_type(L, -1) != LUA_TSTRING) {
+    spawn_args_free(&a);
+    return luaL_error(L, "opts.stdin must be a string");
+  }
+  lua_pop(L, 1);
+
+  sb_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
+  memset(p, 0, sizeof *p);
+  luaL_setmetatable(L, PROC_MT);
+  p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = LUA_NOREF;
+  lua_pushvalue(L, -1);
+  p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
+  p->on_output_ref = field_ref(L, 1, "on_output", LUA_TFUNCTION, "a function");
+  p->stdin_ref = field_ref(L, 1, "stdin", LUA_TSTRING, "a string");
+  p->kill_grace_ms = (uint64_t)grace_ms;
+  p->has_stdin = has_stdin;
+  capture_init(p, &p->out, "stdout", (size_t)max_output);
+  capture_init(p, &p->err, "stderr", (size_t)max_output);
+  timer_init(p, &p->deadline);
+  timer_init(p, &p->grace);
+  timer_init(p, &p->linger);
+  uv_stdio_container_t stdio[3];
+  if (has_stdin) {
+    uv_pipe_init(sb_loop(), &p->in, 0);
+    p->in.data = p;
+    p->open_handles++;
+    stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
+    stdio[0].data.stream = (uv_stream_t *)&p->in;
+  } else {
+    stdio[0].flags = UV_IGNORE; /* /dev/null: bash on a socket stdin would source ~/.bashrc */
+  }
+  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[1].data.stream = (uv_stream_t *)&p->out.pipe;
+  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[2].data.stream = (uv_stream_t *)&p->err.pipe;
+
+  uv_process_options_t options = {
+      .exit_cb = process_exited,
+      .file = a.argv[0],
+      .args = a.argv,
+      .env = a.envp,
+      .cwd = cwd,
+      .flags = UV_PROCESS_DETACHED, /* setsid: its own session and process group */
+      .stdio_count = 3,
+      .stdio = stdio,
+  };
+  p->process.data = p;
+  p->open_handles++;
+  p->started_ms = sb_now_ms();
+  int rc = uv_spawn(sb_loop(), &p->process, &options);
+  if (rc != 0) {
+    int n = spawn_failed(L, p, &a, cwd, rc);
+    spawn_args_free(&a);
+    return n;
+  }
+  spawn_args_free(&a);
+  p->pid = p->process.pid;
+  live_add(p);
+  uv_read_start((uv_stream_t *)&p->out.pipe, alloc_scratch, on_read);
+  uv_read_start((uv_stream_t *)&p->err.pipe, alloc_scratch, on_read);
+  if (has_stdin) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, p->stdin_ref);
+    size_t len;
+    const char *bytes = lua_tolstring(L, -1, &len); /* anchored by stdin_ref */
+    lua_pop(L, 1);
+    uv_buf_t buf = uv_buf_init((char *)bytes, (unsigned)len);
+    p->in_write.data = p;
+    if (uv_write(&p->in_write, (uv_stream_t *)&p->in, &buf, 1, stdin_written) != 0)
+      close_handle(p, (uv_handle_t *)&p->in);
+  }
+  if (deadline_ms > 0)
+    uv_timer_start(&p->deadline, deadline_expired, (uint64_t)deadline_ms, 0);
+  if (sig != NULL) {
+    lua_pushvalue(L, sig_idx);
+    p->signal_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    sb_abort_listen(sig, &p->on_abort, abort_fired);
+  }
+  return 1;
+}
+
+/* ---- methods ------------------------------------------------------------------------------- */
+
+static int l_wait(lua_State *L) {
+  sb_proc *p = luaL_checkudata(L, 1, PROC_MT);
+  if (p->finished) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, p->result_ref);
+    return 1;
+  }
+  sb_task_check(L, "proc:wait");
+  if (p->waiter != NULL)
+    return luaL_error(L, "proc:wait: another task is already waiting for this process");
+  p->waiter = L;
+  return sb_task_yield(L);
+}
+
+static const struct {
+  const char *name;
+  int signo;
+} signal_names[] = {{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},
+                    {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"USR1", SIGUSR1},
+                    {"USR2", SIGUSR2}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}};
+
+static int l_kill(lua_State *L) {
+  sb_proc *p = luaL_checkudata(L, 1, PROC_MT);
+  const char *name = luaL_optstring(L, 2, "TERM");
+  for (size_t i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++) {
+    if (strcmp(name, signal_names[i].name) == 0) {
+      if (!p->finished)
+        signal_group(p, signal_names[i].signo);
+      return 0;
+    }
+  }
+  return luaL_argerror(L, 2, "a signal name such as \"TERM\" or \"KILL\" expected");
+}
+
+static int l_index(lua_State *L) {
+  sb_proc *p = luaL_checkudata(L, 1, PROC_MT);
+  const char *key = luaL_checkstring(L, 2);
+  if (strcmp(key, "pid") == 0) {
+    lua_pushinteger(L, p->pid);
+  } else if (strcmp(key, "done") == 0) {
+    lua_pushboolean(L, p->finished);
+  } else {
+    luaL_getmetatable(L, PROC_MT);
+    lua_getfield(L, -1, key);
+  }
+  return 1;
+}
+
+static int l_gc(lua_State *L) {
+  sb_proc *p = luaL_checkudata(L, 1, PROC_MT);
+  /* Only reached once every handle is closed (self_ref anchors it until then). */
+  luaL_unref(L, LUA_REGISTRYINDEX, p->result_ref);
+  p->result_ref = LUA_NOREF;
+  free(p->out.data);
+  free(p->err.data);
+  p->out.data = p->err.data = NULL;
+  return 0;
+}
+
+static int l_proc_count(lua_State *L) {
+  lua_pushinteger(L, live_count);
+  return 1;
+}
+
+static int l_kill_all(lua_State *L) {
+  (void)L;
+  sb_proc_kill_all(SIGKILL);
+  return 0;
+}
+
+int sb_proc_open(lua_State *L) {
+  if (luaL_newmetatable(L, PROC_MT)) {
+    static const luaL_Reg methods[] = {
+        {"wait", l_wait}, {"kill", l_kill}, {"__index", l_index}, {"__gc", l_gc}, {NULL, NULL}};
+    luaL_setfuncs(L, methods, 0);
+  }
+  lua_pop(L, 1);
+  static const luaL_Reg fns[] = {
+      {"spawn", l_spawn}, {"proc_count", l_proc_count}, {"kill_all", l_kill_all}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
+  return 0;
+}
