@@ -1,6 +1,7 @@
 /* The process supervisor: core.spawn{...} and proc:wait().
  *
- * Every child runs in its own session and process group (libuv's DETACHED flag calls setsid),
+ * Every child is started with posix_spawn (vfork-fast) in its own session and process group,
+ * watched through a pidfd on the loop,
  * so signals go to the whole group: a deadline sends TERM and, after the grace, KILL; an abort
  * sends KILL at once; and when the leader exits, whatever it left behind in its group is
  * killed, so no background job outlives its command. stdout and stderr are captured up to a
@@ -12,7 +13,12 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define PROC_MT "switchboard.process"
 
@@ -35,7 +41,8 @@ typedef struct {
 } capture;
 
 typedef struct sb_proc {
-  uv_process_t process;
+  uv_poll_t exit_poll; /* on the pidfd: readable once the child has exited */
+  int pidfd;
   capture out, err;
   uv_pipe_t in;
   uv_write_t in_write;
@@ -99,6 +106,10 @@ int sb_proc_live_count(void) { return live_count; }
 
 static void handle_closed(uv_handle_t *h) {
   sb_proc *p = h->data;
+  if (h == (uv_handle_t *)&p->exit_poll && p->pidfd >= 0) {
+    close(p->pidfd);
+    p->pidfd = -1;
+  }
   if (--p->open_handles == 0) {
     lua_State *L = sb_main_state();
     luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref); /* the userdata may now be collected */
@@ -177,7 +188,7 @@ static void maybe_finish(sb_proc *p) {
   close_handle(p, (uv_handle_t *)&p->deadline);
   close_handle(p, (uv_handle_t *)&p->grace);
   close_handle(p, (uv_handle_t *)&p->linger);
-  close_handle(p, (uv_handle_t *)&p->process);
+  close_handle(p, (uv_handle_t *)&p->exit_poll);
   if (p->waiter != NULL) {
     lua_State *task = p->waiter;
     p->waiter = NULL;
@@ -201,11 +212,10 @@ static void linger_expired(uv_timer_t *t) {
   maybe_finish(p);
 }
 
-static void process_exited(uv_process_t *h, int64_t exit_status, int term_signal) {
-  sb_proc *p = h->data;
+static void record_exit(sb_proc *p, int status) {
   p->exited = true;
-  p->exit_status = exit_status;
-  p->term_signal = term_signal;
+  p->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+  p->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   p->ended_ms = sb_now_ms();
   uv_timer_stop(&p->deadline);
   uv_timer_stop(&p->grace);
@@ -213,6 +223,20 @@ static void process_exited(uv_process_t *h, int64_t exit_status, int term_signal
   if (p->out.open || p->err.open)
     uv_timer_start(&p->linger, linger_expired, PIPE_LINGER_MS, 0);
   maybe_finish(p);
+}
+
+static void child_exited(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  sb_proc *p = h->data;
+  int wstatus = 0;
+  pid_t got = waitpid(p->pid, &wstatus, WNOHANG);
+  if (got == 0)
+    return; /* spurious wakeup: not reaped yet */
+  uv_poll_stop(h);
+  if (got < 0)
+    wstatus = 0; /* reaped by someone else: nothing more to learn */
+  record_exit(p, wstatus);
 }
 
 /* ---- output -------------------------------------------------------------------------------- */
@@ -414,13 +438,109 @@ static int field_ref(lua_State *L, int opts, const char *field, int type, const 
   return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
-static void capture_init(sb_proc *p, capture *c, const char *name, size_t limit) {
+/* Finds `name` in the PATH of the child's environment (not ours), as execvp would. Returns
+ * an owned path, or NULL with errno set. */
+static char *resolve_program(const char *name, char *const *envp) {
+  if (strchr(name, '/') != NULL)
+    return strdup(name);
+  const char *path = "/usr/local/bin:/usr/bin:/bin";
+  for (char *const *e = envp; *e; e++)
+    if (strncmp(*e, "PATH=", 5) == 0)
+      path = *e + 5;
+  size_t nl = strlen(name);
+  int err = ENOENT;
+  for (const char *dir = path;; dir++) {
+    const char *end = strchr(dir, ':');
+    size_t dl = end ? (size_t)(end - dir) : strlen(dir);
+    char *candidate = malloc(dl + nl + 3);
+    if (candidate == NULL)
+      return NULL;
+    memcpy(candidate, dl ? dir : ".", dl ? dl : 1);
+    size_t at = dl ? dl : 1;
+    candidate[at] = '/';
+    memcpy(candidate + at + 1, name, nl + 1);
+    if (access(candidate, X_OK) == 0)
+      return candidate;
+    if (errno == EACCES)
+      err = EACCES;
+    free(candidate);
+    if (end == NULL)
+      break;
+    dir = end;
+  }
+  errno = err;
+  return NULL;
+}
+
+typedef struct {
+  int in[2], out[2], err[2]; /* -1 when unused */
+} child_pipes;
+
+static void close_fd(int *fd) {
+  if (*fd >= 0)
+    close(*fd);
+  *fd = -1;
+}
+
+static void pipes_close(child_pipes *cp) {
+  for (int i = 0; i < 2; i++) {
+    close_fd(&cp->in[i]);
+    close_fd(&cp->out[i]);
+    close_fd(&cp->err[i]);
+  }
+}
+
+/* posix_spawn (vfork-fast) in a new session, with signals reset to their defaults (we ignore
+ * SIGPIPE; a child must not inherit that). Returns 0 or an errno value. */
+static int spawn_child(const char *program, const spawn_args *a, const char *cwd,
+                       child_pipes *cp, pid_t *pid) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  if (cp->in[0] >= 0)
+    posix_spawn_file_actions_adddup2(&fa, cp->in[0], 0);
+  else
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, cp->out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, cp->err[1], 2);
+  if (cwd != NULL)
+    posix_spawn_file_actions_addchdir_np(&fa, cwd);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETSIGMASK);
+  int rc = posix_spawn(pid, program, &fa, &attr, a->argv, a->envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  return rc;
+}
+
+static int push_spawn_fail(lua_State *L, const char *program, const char *cwd, int err) {
+  lua_pushnil(L);
+  lua_createtable(L, 0, 2);
+  lua_pushliteral(L, "spawn");
+  lua_setfield(L, -2, "kind");
+  if (err == ENOENT && cwd != NULL)
+    lua_pushfstring(L, "cannot start '%s' in '%s': no such program or directory", program, cwd);
+  else
+    lua_pushfstring(L, "cannot start '%s': %s", program, strerror(err));
+  lua_setfield(L, -2, "message");
+  return 2;
+}
+
+static void capture_open(sb_proc *p, capture *c, const char *name, size_t limit, int fd) {
   uv_pipe_init(sb_loop(), &c->pipe, 0);
+  uv_pipe_open(&c->pipe, fd);
   c->pipe.data = p;
   c->name = name;
   c->limit = limit;
   c->open = true;
   p->open_handles++;
+  uv_read_start((uv_stream_t *)&c->pipe, alloc_scratch, on_read);
 }
 
 static void timer_init(sb_proc *p, uv_timer_t *t) {
@@ -429,29 +549,19 @@ static void timer_init(sb_proc *p, uv_timer_t *t) {
   p->open_handles++;
 }
 
-/* A failed uv_spawn leaves our pipes and timers initialized: close them, report the error. */
-static int spawn_failed(lua_State *L, sb_proc *p, const spawn_args *a, const char *cwd, int rc) {
-  p->exited = p->finished = true;
-  capture_close(p, &p->out);
-  capture_close(p, &p->err);
-  close_handle(p, (uv_handle_t *)&p->deadline);
-  close_handle(p, (uv_handle_t *)&p->grace);
-  close_handle(p, (uv_handle_t *)&p->linger);
-  if (p->has_stdin)
+static void feed_stdin(lua_State *L, sb_proc *p, int fd) {
+  uv_pipe_init(sb_loop(), &p->in, 0);
+  uv_pipe_open(&p->in, fd);
+  p->in.data = p;
+  p->open_handles++;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, p->stdin_ref);
+  size_t len;
+  const char *bytes = lua_tolstring(L, -1, &len); /* anchored by stdin_ref */
+  lua_pop(L, 1);
+  uv_buf_t buf = uv_buf_init((char *)bytes, (unsigned)len);
+  p->in_write.data = p;
+  if (uv_write(&p->in_write, (uv_stream_t *)&p->in, &buf, 1, stdin_written) != 0)
     close_handle(p, (uv_handle_t *)&p->in);
-  /* libuv initializes the process handle even when the spawn fails: it must be closed. */
-  close_handle(p, (uv_handle_t *)&p->process);
-  release_refs(L, p);
-  const char *why = rc == UV_ENOENT && cwd != NULL
-                        ? "no such program, or the working directory does not exist"
-                        : uv_strerror(rc);
-  lua_pushnil(L);
-  lua_createtable(L, 0, 2);
-  lua_pushliteral(L, "spawn");
-  lua_setfield(L, -2, "kind");
-  lua_pushfstring(L, "cannot start '%s': %s", a->argv[0], why);
-  lua_setfield(L, -2, "message");
-  return 2;
 }
 
 static int l_spawn(lua_State *L) {
@@ -460,20 +570,59 @@ static int l_spawn(lua_State *L) {
   read_argv(L, 1, &a);
   read_env(L, 1, &a);
   lua_getfield(L, 1, "cwd");
-  const char *cwd = luaL_optstring(L, -1, NULL); /* anchored by opts */
+  const char *cwd = lua_isnil(L, -1) ? NULL : lua_tostring(L, -1); /* anchored by opts */
   lua_pop(L, 1);
   lua_Integer deadline_ms = opt_ms(L, 1, "deadline_ms", 0);
   lua_Integer grace_ms = opt_ms(L, 1, "kill_grace_ms", DEFAULT_KILL_GRACE_MS);
   lua_Integer max_output = opt_ms(L, 1, "max_output", DEFAULT_MAX_OUTPUT);
-  sb_abort *sig = sb_abort_opt(L, (lua_getfield(L, 1, "signal"), -1));
+  lua_getfield(L, 1, "signal");
+  sb_abort *sig = sb_abort_opt(L, -1);
   int sig_idx = lua_gettop(L);
   lua_getfield(L, 1, "stdin");
   bool has_stdin = !lua_isnil(L, -1);
-  if (has_stdin && lua_type(L, -1) != LUA_TSTRING) {
-    spawn_args_free(&a);
-    return luaL_error(L, "opts.stdin must be a string");
-  }
   lua_pop(L, 1);
+  lua_getfield(L, 1, "on_output");
+  bool streams = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if ((has_stdin && (lua_getfield(L, 1, "stdin"), lua_type(L, -1)) != LUA_TSTRING) ||
+      (streams && (lua_getfield(L, 1, "on_output"), lua_type(L, -1)) != LUA_TFUNCTION)) {
+    spawn_args_free(&a);
+    return luaL_error(L, "opts.stdin must be a string and opts.on_output a function");
+  }
+  lua_settop(L, sig_idx);
+
+  char *program = resolve_program(a.argv[0], a.envp);
+  if (program == NULL) {
+    int n = push_spawn_fail(L, a.argv[0], NULL, errno);
+    spawn_args_free(&a);
+    return n;
+  }
+  child_pipes cp = {{-1, -1}, {-1, -1}, {-1, -1}};
+  int rc = 0;
+  if ((has_stdin && pipe2(cp.in, O_CLOEXEC) != 0) || pipe2(cp.out, O_CLOEXEC) != 0 ||
+      pipe2(cp.err, O_CLOEXEC) != 0)
+    rc = errno;
+  pid_t pid = -1;
+  if (rc == 0)
+    rc = spawn_child(program, &a, cwd, &cp, &pid);
+  int pidfd = rc == 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+  if (rc == 0 && pidfd < 0) {
+    rc = errno;
+    kill(-pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  close_fd(&cp.in[0]);
+  close_fd(&cp.out[1]);
+  close_fd(&cp.err[1]);
+  if (rc != 0) {
+    pipes_close(&cp);
+    int n = push_spawn_fail(L, a.argv[0], cwd, rc);
+    free(program);
+    spawn_args_free(&a);
+    return n;
+  }
+  free(program);
+  spawn_args_free(&a);
 
   sb_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
   memset(p, 0, sizeof *p);
@@ -484,61 +633,21 @@ static int l_spawn(lua_State *L) {
   p->on_output_ref = field_ref(L, 1, "on_output", LUA_TFUNCTION, "a function");
   p->stdin_ref = field_ref(L, 1, "stdin", LUA_TSTRING, "a string");
   p->kill_grace_ms = (uint64_t)grace_ms;
-  p->has_stdin = has_stdin;
-  capture_init(p, &p->out, "stdout", (size_t)max_output);
-  capture_init(p, &p->err, "stderr", (size_t)max_output);
+  p->pid = pid;
+  p->pidfd = pidfd;
+  p->started_ms = sb_now_ms();
+  live_add(p);
+  capture_open(p, &p->out, "stdout", (size_t)max_output, cp.out[0]);
+  capture_open(p, &p->err, "stderr", (size_t)max_output, cp.err[0]);
   timer_init(p, &p->deadline);
   timer_init(p, &p->grace);
   timer_init(p, &p->linger);
-  uv_stdio_container_t stdio[3];
-  if (has_stdin) {
-    uv_pipe_init(sb_loop(), &p->in, 0);
-    p->in.data = p;
-    p->open_handles++;
-    stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
-    stdio[0].data.stream = (uv_stream_t *)&p->in;
-  } else {
-    stdio[0].flags = UV_IGNORE; /* /dev/null: bash on a socket stdin would source ~/.bashrc */
-  }
-  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[1].data.stream = (uv_stream_t *)&p->out.pipe;
-  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[2].data.stream = (uv_stream_t *)&p->err.pipe;
-
-  uv_process_options_t options = {
-      .exit_cb = process_exited,
-      .file = a.argv[0],
-      .args = a.argv,
-      .env = a.envp,
-      .cwd = cwd,
-      .flags = UV_PROCESS_DETACHED, /* setsid: its own session and process group */
-      .stdio_count = 3,
-      .stdio = stdio,
-  };
-  p->process.data = p;
+  uv_poll_init(sb_loop(), &p->exit_poll, pidfd);
+  p->exit_poll.data = p;
   p->open_handles++;
-  p->started_ms = sb_now_ms();
-  int rc = uv_spawn(sb_loop(), &p->process, &options);
-  if (rc != 0) {
-    int n = spawn_failed(L, p, &a, cwd, rc);
-    spawn_args_free(&a);
-    return n;
-  }
-  spawn_args_free(&a);
-  p->pid = p->process.pid;
-  live_add(p);
-  uv_read_start((uv_stream_t *)&p->out.pipe, alloc_scratch, on_read);
-  uv_read_start((uv_stream_t *)&p->err.pipe, alloc_scratch, on_read);
-  if (has_stdin) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, p->stdin_ref);
-    size_t len;
-    const char *bytes = lua_tolstring(L, -1, &len); /* anchored by stdin_ref */
-    lua_pop(L, 1);
-    uv_buf_t buf = uv_buf_init((char *)bytes, (unsigned)len);
-    p->in_write.data = p;
-    if (uv_write(&p->in_write, (uv_stream_t *)&p->in, &buf, 1, stdin_written) != 0)
-      close_handle(p, (uv_handle_t *)&p->in);
-  }
+  uv_poll_start(&p->exit_poll, UV_READABLE, child_exited);
+  if (has_stdin)
+    feed_stdin(L, p, cp.in[1]);
   if (deadline_ms > 0)
     uv_timer_start(&p->deadline, deadline_expired, (uint64_t)deadline_ms, 0);
   if (sig != NULL) {
