@@ -312,7 +312,7 @@ local function load_one(dir, name, opts, errs)
   local short = "policies/" .. name .. ".lua"
   local src, rerr = (opts.read or read_file)(path)
   if not src then
-    errs[#errs + 1] = string.format("%s:1: cannot read %s: %s", short, path, tostring(rerr))
+    errs[#errs + 1] = string.format("%s:1: cannot read the file: %s", short, tostring(rerr))
     return nil
   end
   local ctl = new_env(name, schema.files[name], split_lines(src))
@@ -383,7 +383,7 @@ local function check_hooks(snap, ctls, opts, errs, counts)
       local ok, res = bounded(opts.hook_instructions or M.limits.hook_instructions, fn, ctx, snap[h.file])
       local why
       if not ok then
-        why = tostring(res):match("^[^\n]*"):gsub("^policies/[%w_]+%.lua:%d+: ", "")
+        why = "failed: " .. tostring(res):match("^[^\n]*"):gsub("^policies/[%w_]+%.lua:%d+: ", "")
       else
         local valid, vwhy = schema.hook_validate[hook](res, snap)
         if not valid then why = vwhy end
