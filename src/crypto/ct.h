@@ -1,0 +1,13 @@
+/* Constant-time equality for secrets (bearer tokens, HMAC signatures). */
+#ifndef SB_CT_H
+#define SB_CT_H
+
+#include <stddef.h>
+
+/* 1 when a[0..alen) equals b[0..blen), 0 otherwise, -1 when OpenSSL failed (out of memory).
+ * Both sides are hashed with SHA-256 and the digests compared with CRYPTO_memcmp, so the time
+ * depends on the two lengths only: never on the contents, never on where they first differ,
+ * and inputs of different lengths take the same path as inputs of the same length. */
+int sb_ct_equal(const void *a, size_t alen, const void *b, size_t blen);
+
+#endif

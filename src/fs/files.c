@@ -1,0 +1,220 @@
+/* core.fs: the unconfined helpers for the program's own trusted files (policies, state, the
+ * workspace roots themselves), and the module opener. Paths here are followed as given — use
+ * core.fs.root for anything an agent can write to. All functions are synchronous: the files are
+ * small and these are a few system calls each; nothing here yields.
+ *
+ * read_file(path [, max_bytes]) → bytes | nil, err
+ * write_file(path, bytes [, mode]) → true | nil, err     atomic (temp file, fsync, rename); the
+ *                                                        parent must exist; a symlink at path is
+ *                                                        replaced, not written through
+ * mkdir_p(path [, mode = 0755]) → true | nil, err
+ * list(dir) → sorted names | nil, err
+ * exists(path) → boolean                                 follows symlinks (a dangling one: false)
+ * remove_tree(path) → true | nil, err                    never follows a symlink; missing: true
+ * realpath(path) → absolute path | nil, err
+ *
+ * err.kind: "not_found", "not_a_file", "too_large" or "io"; messages name the path. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* O_PATH */
+#endif
+#include "../engine/engine.h"
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_READ_LIMIT ((lua_Integer)1 << 53)
+
+static int fail(lua_State *L, const char *op, const char *path, int code, long long size,
+                size_t max) {
+  char shown[512], msg[1024];
+  sb_fs_display(shown, sizeof shown, path, strlen(path));
+  const char *kind = "io";
+  switch (code) {
+  case ENOENT:
+    kind = "not_found";
+    snprintf(msg, sizeof msg, "%s %s: no such file or directory", op, shown);
+    break;
+  case EISDIR:
+  case SB_FS_E_NOT_FILE:
+    kind = "not_a_file";
+    snprintf(msg, sizeof msg, "%s %s: not a regular file", op, shown);
+    break;
+  case SB_FS_E_TOO_LARGE:
+    kind = "too_large";
+    snprintf(msg, sizeof msg, "%s %s: %lld bytes, over the limit of %zu bytes", op, shown, size,
+             max);
+    break;
+  case SB_FS_E_TOO_DEEP:
+    snprintf(msg, sizeof msg, "%s %s: the tree is deeper than %d levels", op, shown,
+             SB_FS_MAX_TREE_DEPTH);
+    break;
+  default:
+    snprintf(msg, sizeof msg, "%s %s: %s", op, shown, strerror(code));
+    break;
+  }
+  return sb_push_fail(L, kind, msg);
+}
+
+/* A path argument; NUL bytes are a programmer error here (these paths are the program's own). */
+static const char *check_path(lua_State *L, int idx) {
+  size_t len;
+  const char *path = luaL_checklstring(L, idx, &len);
+  luaL_argcheck(L, strlen(path) == len, idx, "path contains a NUL byte");
+  luaL_argcheck(L, len > 0, idx, "empty path");
+  luaL_argcheck(L, len < PATH_MAX, idx, "path too long");
+  return path;
+}
+
+static mode_t check_mode(lua_State *L, int idx, mode_t dflt) {
+  lua_Integer m = luaL_optinteger(L, idx, (lua_Integer)dflt);
+  luaL_argcheck(L, m >= 0 && m <= 07777, idx, "mode must be permission bits");
+  return (mode_t)m;
+}
+
+static int l_read_file(lua_State *L) {
+  const char *path = check_path(L, 1);
+  lua_Integer max = luaL_optinteger(L, 2, (lua_Integer)SB_FS_DEFAULT_MAX_READ);
+  luaL_argcheck(L, max >= 0 && max <= MAX_READ_LIMIT, 2, "max_bytes must be a count of bytes");
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0)
+    return fail(L, "read_file", path, errno, 0, 0);
+  long long size = 0;
+  int rc = sb_fs_read_fd(L, fd, (size_t)max, &size);
+  close(fd);
+  if (rc != 0)
+    return fail(L, "read_file", path, rc, size, (size_t)max);
+  return 1;
+}
+
+static int l_write_file(lua_State *L) {
+  const char *path = check_path(L, 1);
+  size_t n;
+  const char *data = luaL_checklstring(L, 2, &n);
+  bool explicit_mode = !lua_isnoneornil(L, 3);
+  mode_t mode = check_mode(L, 3, 0644);
+  char dir[PATH_MAX];
+  const char *slash = strrchr(path, '/');
+  const char *base = slash != NULL ? slash + 1 : path;
+  if (slash == NULL)
+    strcpy(dir, ".");
+  else if (slash == path)
+    strcpy(dir, "/");
+  else {
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+  }
+  if (base[0] == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+    return fail(L, "write_file", path, EISDIR, 0, 0);
+  int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return fail(L, "write_file", path, errno, 0, 0);
+  struct stat st;
+  int rc = 0;
+  if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISDIR(st.st_mode))
+      rc = EISDIR;
+    else if (!explicit_mode && S_ISREG(st.st_mode))
+      mode = st.st_mode & 07777; /* keep an existing file's mode */
+  }
+  if (rc == 0)
+    rc = sb_fs_write_atomic_at(dfd, base, data, n, mode, true);
+  close(dfd);
+  if (rc != 0)
+    return fail(L, "write_file", path, rc, 0, 0);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_mkdir_p(lua_State *L) {
+  const char *path = check_path(L, 1);
+  mode_t mode = check_mode(L, 2, 0755);
+  char buf[PATH_MAX];
+  size_t len = strlen(path);
+  memcpy(buf, path, len + 1);
+  /* Make each prefix in turn; one that exists must be a directory (or a link to one). */
+  for (size_t i = 1; i <= len; i++) {
+    if (buf[i] != '/' && buf[i] != '\0')
+      continue;
+    if (buf[i - 1] == '/')
+      continue; /* "a//b" */
+    char saved = buf[i];
+    buf[i] = '\0';
+    if (mkdir(buf, mode) < 0) {
+      int err = errno;
+      struct stat st;
+      if (err != EEXIST || stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+        return fail(L, "mkdir_p", path, err == EEXIST ? ENOTDIR : err, 0, 0);
+    }
+    buf[i] = saved;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_list(lua_State *L) {
+  const char *path = check_path(L, 1);
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return fail(L, "list", path, errno, 0, 0);
+  int rc = sb_fs_push_sorted_names(L, fd);
+  if (rc != 0)
+    return fail(L, "list", path, rc, 0, 0);
+  return 1;
+}
+
+static int l_exists(lua_State *L) {
+  const char *path = check_path(L, 1);
+  struct stat st;
+  lua_pushboolean(L, stat(path, &st) == 0);
+  return 1;
+}
+
+static int l_remove_tree(lua_State *L) {
+  const char *path = check_path(L, 1);
+  char buf[PATH_MAX];
+  size_t len = strlen(path);
+  memcpy(buf, path, len + 1);
+  /* "link/" would resolve through the link: strip trailing slashes so the final component is
+   * the link itself, which is unlinked, never followed. */
+  while (len > 1 && buf[len - 1] == '/')
+    buf[--len] = '\0';
+  const char *slash = strrchr(buf, '/');
+  const char *base = slash != NULL ? slash + 1 : buf;
+  luaL_argcheck(L, strcmp(buf, "/") != 0, 1, "refusing to remove /");
+  luaL_argcheck(L, strcmp(base, ".") != 0 && strcmp(base, "..") != 0, 1,
+                "path must not end in . or ..");
+  int rc = sb_fs_remove_tree_at(AT_FDCWD, buf);
+  if (rc != 0)
+    return fail(L, "remove_tree", path, rc, 0, 0);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_realpath(lua_State *L) {
+  const char *path = check_path(L, 1);
+  char *resolved = realpath(path, NULL);
+  if (resolved == NULL)
+    return fail(L, "realpath", path, errno, 0, 0);
+  lua_pushstring(L, resolved);
+  free(resolved);
+  return 1;
+}
+
+int sb_fs_open(lua_State *L) {
+  static const luaL_Reg fns[] = {
+      {"read_file", l_read_file},     {"write_file", l_write_file}, {"mkdir_p", l_mkdir_p},
+      {"list", l_list},               {"exists", l_exists},         {"remove_tree", l_remove_tree},
+      {"realpath", l_realpath},       {NULL, NULL},
+  };
+  luaL_newlib(L, fns);
+  sb_fs_root_fields(L);
+  lua_setfield(L, -2, "fs");
+  return 0;
+}
