@@ -86,6 +86,9 @@ function M.main(...)
     io.stderr:write(("switchboard: unknown command %q\n\n"):format(name), usage())
     return 2
   end
+  if not opts.log_level and cmd.quiet_logs then
+    core.log_format(opts.log_format or "text", "warn") -- one-shot commands: only problems
+  end
   local ctx = { policies_dir = opts.policies or os.getenv("SWITCHBOARD_POLICIES") }
   if ctx.policies_dir == "" then ctx.policies_dir = nil end
   io.stdout:setvbuf("line")

@@ -11,6 +11,7 @@ local state = require("switchboard.state")
 local M = {
   name = "exec",
   summary = "run one shell command through an agent's executor and print the tool result",
+  quiet_logs = true,
 }
 
 -- Exit statuses besides the command's own (0-255, 124 when the deadline killed it).
