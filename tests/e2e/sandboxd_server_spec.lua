@@ -208,6 +208,36 @@ sandbox.max_file_bytes = 16 * KiB
   end)
 end)
 
+describe("sandboxd: connections", function()
+  it("refuses connections past server.max_connections, keeps the ones it has, and serves again once they end", function()
+    core.run(function()
+      local few = S.policy_dir(S.FAST .. "\nserver.max_connections = 3\n")
+      local h = S.start_sandboxd{ policies = few }
+      local held, results = 0, {}
+      for i = 1, 3 do
+        core.go(function()
+          held = held + 1
+          local status, _, body = S.call(h.url, "/exec", { thread = "hold" .. i, body = { command = "sleep 1; echo held" } })
+          results[i] = status == 200 and cjson.decode(body).stdout or status
+        end)
+      end
+      S.wait_for(function() return held == 3 end, 2000)
+      core.sleep(300)
+      local extra = probe(h.port, { auth_head("/exec", nil, '{"command":"echo extra"}'), "read" }, 3000)
+      local out = extra.wait()
+      assert.is_nil(out:find("extra", 1, true))
+      assert.truthy(out == "" or status_of(out) == 503, out)
+      S.wait_for(function() return results[1] and results[2] and results[3] end, 5000)
+      assert.same({ "held\n", "held\n", "held\n" }, results)
+      core.sleep(200)
+      local status, _, body = S.call(h.url, "/exec", { body = { command = "echo again" } })
+      assert.equal(200, status)
+      assert.equal("again\n", cjson.decode(body).stdout)
+      h:stop(); h:wait()
+    end)
+  end)
+end)
+
 describe("sandboxd: signals", function()
   it("HUP reloads the policies; a request in flight keeps its own; a broken policy leaves the old one answering", function()
     core.run(function()

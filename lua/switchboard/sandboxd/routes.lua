@@ -111,13 +111,26 @@ local function heartbeat(res, interval_ms, done, stop)
   end
 end
 
+-- The environment every command starts from (policies/execution.lua child_env), built once per
+-- policy snapshot: the server's own environment does not change while it runs.
+local base_cache = setmetatable({}, { __mode = "k" })
+local function base_env(ctx, snap)
+  local env = base_cache[snap]
+  if env == nil then
+    env = child_env.base(snap, ctx.getenv)
+    base_cache[snap] = env
+  end
+  return env
+end
+
 local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
   res:start(200, JSON)
   state.started = true
   local stop = core.signal(ctx.stopping)
   local done = state.done
   core.go(heartbeat, res, snap.timeouts.sandbox.heartbeat_ms, done, stop)
-  local full_env = child_env.base(snap, ctx.getenv)
+  local full_env = {}
+  for name, value in pairs(base_env(ctx, snap)) do full_env[name] = value end
   for name, value in pairs(env) do full_env[name] = value end
   local max_output = snap.timeouts.process.max_output_bytes
   local r, err = inst.runner:exec{

@@ -31,12 +31,16 @@ function M.factory(root)
   return function(thread_key) return M.new(root, thread_key) end
 end
 
+-- The workspace exists from the instance's first operation until it sleeps; a command may
+-- still remove its own directory, so one stat per operation checks before the cwd is used.
 local function ensure(self)
-  local dir, err = workspace.ensure(self.root, self.key)
-  if not dir then
+  if self.ready and core.fs.exists(self.dir) then return self.dir end
+  local ok, err = core.fs.mkdir_p(self.dir, tonumber("700", 8))
+  if not ok then
     return nil, { kind = "workspace", message = "the workspace could not be created: " .. tostring(err and err.message) }
   end
-  return dir
+  self.ready = true
+  return self.dir
 end
 
 function Runner:exec(spec)
