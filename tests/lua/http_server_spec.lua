@@ -41,7 +41,8 @@ local function background(cmd)
   n_clients = n_clients + 1
   local base = dir .. "/c" .. n_clients
   local c = {out_path = base .. ".out", err_path = base .. ".err", done_path = base .. ".done"}
-  assert(os.execute(string.format("(%s > %s 2> %s; echo $? > %s) &", cmd, q(c.out_path),
+  -- children must not inherit a sanitizer runtime preloaded into the interpreter
+  assert(os.execute(string.format("(env -u LD_PRELOAD %s > %s 2> %s; echo $? > %s) &", cmd, q(c.out_path),
                                   q(c.err_path), q(c.done_path))))
   function c.output() return read_file(c.out_path) end
   function c.status() return read_file(c.err_path) end
