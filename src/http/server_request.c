@@ -276,7 +276,7 @@ size_t sb_http_request_feed(sb_http_request *r, const char *data, size_t len) {
     return 0;
   llhttp_errno_t err = llhttp_execute(&r->parser, data, len);
   size_t consumed = len;
-  if (err == HPE_PAUSED) {
+  if (err == HPE_PAUSED || (err == HPE_PAUSED_UPGRADE && r->state == SB_HTTP_REQ_DONE)) {
     consumed = (size_t)(llhttp_get_error_pos(&r->parser) - data);
   } else if (err != HPE_OK && r->state != SB_HTTP_REQ_ERROR) {
     fail(r, 400, parse_error_text(err)); /* else a callback failed and set the status */
