@@ -152,6 +152,12 @@ describe("TracingExecutor", function()
     assert.equal("error", lines[2].status)
   end)
 
+  it("the backend may be named by the factory's selection", function()
+    local t = tracing.new(fake("sandbox"), { sink = sink, clock = clock, backend = "resident" })
+    t:exec("ls", {})
+    assert.equal("resident", sink.records[1].attributes.backend)
+  end)
+
   it("a sink may be a plain function", function()
     local got = {}
     local t = tracing.new(fake(), { sink = function(rec) got[#got + 1] = rec end, clock = clock })
