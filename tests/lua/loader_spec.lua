@@ -275,6 +275,18 @@ for _, n in ipairs({ "CI", "NO_COLOR" }) do child_env.set[n] = "1" end]]),
       assert.equal("1", snap.execution.child_env.set.CI)
     end)
 
+    it("a rule refined after it was built is compiled and checked again", function()
+      local snap = assert(P.load(P.dir({
+        errors = append([[
+table.insert(recycle.texts, "The container was evicted")
+table.insert(recycle.matches, "The container was evicted while the command ran")]]),
+      })))
+      assert.is_true(snap.errors.recycle:match("THE CONTAINER WAS EVICTED"))
+      expect_refused({ errors = append("table.insert(recycle.texts, 42)") }, "rule recycle: texts[5] must be a non-empty string")
+      expect_refused({ errors = append('table.insert(recycle.rejects, "Evicted")\ntable.insert(recycle.texts, "evicted")') },
+        "rule recycle: example rejects[", "\"Evicted\" is matched")
+    end)
+
     it("policy functions read the frozen, validated values after load", function()
       local snap = assert(P.load(P.dir({
         execution = append("function choose_backend(ctx) return backend.default end"),
