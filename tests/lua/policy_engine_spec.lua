@@ -9,7 +9,7 @@ local core = loader.core()
 describe("policy layer on the engine", function()
   if not core then
     it("needs build/lua/switchboard/core.so", function()
-      pending("switchboard.core is not built; set SWITCHBOARD_BUILD to a build directory")
+      pending("switchboard.core is not built; set SB_BUILD_DIR to a build directory")
     end)
     return
   end
