@@ -1,9 +1,10 @@
 local P = require("support.policies")
 local command = require("switchboard.commands.policy")
 
-local function run(args)
+local function run(args, policies_dir)
   local out, err = {}, {}
   local code = command.run(args, {
+    policies_dir = policies_dir,
     out = function(l) out[#out + 1] = l end,
     err = function(l) err[#err + 1] = l end,
     load = { hash = P.hash },
@@ -46,8 +47,11 @@ describe("switchboard policy check", function()
     assert.truthy(err:find("rule empty_error: example matches[1]", 1, true))
   end)
 
-  it("--policies DIR works like the positional DIR", function()
+  it("--policies DIR (the CLI's global flag, or its own) works like the positional DIR", function()
     assert.equal(0, (run({ "--policies", "policies", "check" })))
+    local broken = P.dir({ timeouts = function(s) return s .. "\nbash.max_ms = true\n" end })
+    assert.equal(1, (run({ "check" }, broken)))
+    assert.equal(0, (run({ "check", "policies" }, broken))) -- the positional DIR wins
   end)
 
   it("--help shows examples; bad usage exits 2", function()
