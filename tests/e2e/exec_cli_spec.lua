@@ -60,7 +60,7 @@ describe("switchboard exec", function()
     async(function()
       local r = exec({ "--agent", "general", "--", "ls" })
       assert.are.equal(126, r.exit)
-      assert.truthy(r.stderr:find("declared no repository", 1, true))
+      assert.truthy(r.stderr:find("declares no repository", 1, true))
     end))
 
   it("an infrastructure failure has its own status", async(function()
