@@ -3,6 +3,7 @@ local core = require("switchboard.core")
 local async = require("support.async")
 local tmp = require("support.tmp")
 local bin = require("support.bin")
+local procs = require("support.procs")
 local cjson = require("cjson")
 
 describe("switchboard exec", function()
@@ -53,7 +54,7 @@ describe("switchboard exec", function()
     assert.are.equal(130, r.exit)
     local pid = r.stdout:match("(%d+)")
     core.sleep(200)
-    assert.is_false(os.execute("kill -0 " .. pid .. " 2>/dev/null") == true)
+    assert.is_false(procs.alive(pid))
   end))
 
   it("a no-repository agent is refused with its own status and a legible reason",
