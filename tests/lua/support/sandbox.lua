@@ -160,12 +160,20 @@ function M.start_sandboxd(opts)
   local h = { proc = proc, root = root, pid = proc.pid }
   M.servers[#M.servers + 1] = h
   function h.log() return table.concat(chunks) end
-  local port = M.wait_for(function() return h.log():match("sandboxd%.listening[^\n]*port=(%d+)") end,
-    opts.start_timeout_ms or 10000)
+  core.go(function() h.result = proc:wait() end)
+  local port = M.wait_for(function()
+    return h.log():match("sandboxd%.listening[^\n]*port=(%d+)") or h.result
+  end, opts.start_timeout_ms or 10000)
+  if type(port) ~= "string" and opts.may_fail ~= true then
+    error("sandboxd did not start:\n" .. h.log(), 2)
+  end
   h.port = tonumber(port)
-  h.url = port and ("http://127.0.0.1:" .. port) or nil
-  function h.stop(_, sig) proc:kill(sig or "TERM") end
-  function h.wait() if not h.result then h.result = proc:wait() end return h.result end
+  h.url = h.port and ("http://127.0.0.1:" .. port) or nil
+  function h.stop(_, sig) if not h.result then proc:kill(sig or "TERM") end end
+  function h.wait()
+    M.wait_for(function() return h.result end, 60000)
+    return h.result
+  end
   return h
 end
 
