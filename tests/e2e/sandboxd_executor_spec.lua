@@ -153,6 +153,22 @@ describe("sandbox executor → sandboxd", function()
     end)
   end)
 
+  it("the hard stop drops the send at once, and sandboxd then kills the command it was running", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local stop = core.signal()
+      core.go(function() core.sleep(400); stop:abort("operator stop") end)
+      local t0 = core.now_ms()
+      local r = assert(executor(h, "stopped"):exec("sleep 2; touch marker", { timeout_ms = 60000, signal = stop }))
+      assert.is_true(core.now_ms() - t0 < 1500)
+      assert.is_true(r.aborted)
+      assert.truthy(r.text:find("[stopped: operator stop", 1, true), r.text)
+      core.sleep(2500)
+      assert.is_false(core.fs.exists(workspace.path(h.root, "stopped") .. "/marker"))
+      h:stop(); h:wait()
+    end)
+  end)
+
   it("a server that is gone is infra at once", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = dir }
