@@ -2,8 +2,13 @@
 #include "engine.h"
 #include "../log/log.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* Registry keys (addresses are unique). */
 static char tasks_key;     /* table: coroutine → true while the task is alive */
@@ -318,9 +323,26 @@ int sb_tasks_open(lua_State *L) {
 
 /* ---- lifetime ------------------------------------------------------------------------------- */
 
+/* Descriptors inherited from whoever started us must not reach our children either: libuv
+ * opens its own with O_CLOEXEC, and everything already open is marked here. */
+static void mark_inherited_cloexec(void) {
+  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+    return;
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL)
+    return;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    int fd = atoi(e->d_name);
+    if (fd > 2 && fd != dirfd(d))
+      fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+  }
+  closedir(d);
+}
+
 bool sb_engine_init(lua_State *L) {
   if (E.L != NULL)
     return E.L == L;
+  mark_inherited_cloexec();
   E.L = L;
   E.loop = uv_default_loop();
   uv_idle_init(E.loop, &E.ready_idle); /* active (and so keeping the loop alive) only while

@@ -178,12 +178,13 @@ fail:;
 static int fail(lua_State *L, const char *op, const char *path, size_t len, int code,
                 long long size, size_t max) {
   char shown[512], msg[1024];
-  /* "a/../../x" with no "a": the kernel stops at "a" (ENOENT) before reaching the "..", but
-   * the path is an escape attempt and is reported as one. */
-  if ((code == ENOENT || code == ENOTDIR) && lexically_escapes(path))
-    code = EXDEV;
   sb_fs_display(shown, sizeof shown, path, len);
   const char *kind = "io";
+  /* A path that climbs out lexically is an escape even when a component is missing (the
+   * kernel stops at the missing component before it sees the climb). */
+  if ((code == ENOENT || code == ENOTDIR) && memchr(path, '\0', len) == NULL &&
+      lexically_escapes(path))
+    code = EXDEV;
   switch (code) {
   case EXDEV:
   case ELOOP:

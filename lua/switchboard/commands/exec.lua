@@ -1,0 +1,140 @@
+-- `switchboard exec`: one command through an agent's executor, from the command line.
+local core = require("switchboard.core")
+local args = require("switchboard.args")
+local policy = require("switchboard.policy")
+local errors = require("switchboard.exec.errors")
+local render = require("switchboard.exec.render")
+local stack = require("switchboard.exec.stack")
+local tracing = require("switchboard.exec.tracing")
+local state = require("switchboard.state")
+
+local M = {
+  name = "exec",
+  summary = "run one shell command through an agent's executor and print the tool result",
+  quiet_logs = true,
+}
+
+-- Exit statuses besides the command's own (0-255, 124 when the deadline killed it).
+M.EXIT = {
+  usage = 2,          -- bad arguments
+  capacity = 75,      -- the sandbox fleet stayed full for the whole wait (EX_TEMPFAIL)
+  config = 78,        -- the policies do not load, or the backend is not configured
+  infra = 125,        -- the executor's transport failed (sandbox unreachable, no shell)
+  refused = 126,      -- refused before running: the agent has no workspace, a bad path
+  stopped = 130,      -- stopped by SIGINT/SIGTERM (the process group was killed)
+}
+
+M.help = [[
+Usage: switchboard exec [OPTIONS] -- COMMAND...
+
+Joins the words after `--` into one shell command, runs it with `bash -c` in the thread's
+workspace through the agent's executor, prints the tool-result text a model would read and
+exits with the command's own status.
+
+Options:
+  --thread KEY            the conversation thread; its workspace is reused (default: cli)
+  --workspace-root DIR    where local workspaces live
+                          (default: $SWITCHBOARD_STATE_DIR/workspaces, see docs/cli.md)
+  --timeout-ms N          the command's budget; clamped by policy into [1 s, 20 min],
+                          5 min when absent
+  --agent NAME            the agent whose resources and backend apply (default: policy's
+                          default agent)
+  --repo OWNER/NAME       the repository the agent works on
+  --backend NAME          override policy's backend: local or sandbox
+  --sandbox-url URL       the sandboxd to use with --backend sandbox (token: $SANDBOX_TOKEN)
+  --trace FILE            write exec.* spans as JSON lines to FILE (`-` for stderr)
+
+Exit status:
+  the command's own; 124 when its deadline killed it (the text names the limit and the
+  timeoutMs knob); 2 bad arguments; 75 the sandbox fleet stayed full; 78 policies or
+  backend configuration broken; 125 infrastructure failure (the executor could not run it);
+  126 refused (the agent has no workspace, a path outside it); 130 stopped by a signal.
+
+Examples:
+  switchboard exec -- echo hello
+  switchboard exec --timeout-ms 1000 -- sleep 5          # exit 124 after about 1 s
+  switchboard exec --thread t1 -- 'echo hi > marker.txt'
+  switchboard exec --thread t1 -- cat marker.txt         # same workspace: prints hi
+  SANDBOX_TOKEN=… switchboard exec --backend sandbox --sandbox-url http://127.0.0.1:8080 -- uname -a
+]]
+
+local SPEC = {
+  thread = "string", ["workspace-root"] = "string", ["timeout-ms"] = "number",
+  agent = "string", repo = "string", backend = "string", ["sandbox-url"] = "string",
+  trace = "string",
+}
+
+local function fail(status, message)
+  io.stderr:write("switchboard exec: ", message, "\n")
+  return status
+end
+
+local function sink_for(path)
+  if path == nil then return nil end
+  if path == "-" then return tracing.stderr_sink() end
+  return tracing.file_sink(path)
+end
+
+local function status_of(err)
+  if errors.is_capacity(err) then return M.EXIT.capacity end
+  if errors.is_infra(err) then return M.EXIT.infra end
+  return M.EXIT.refused
+end
+
+-- TERM/INT stop the command (its process group dies) and exit 130.
+local function stop_on_signals(stop)
+  local function handler(name) stop:abort("stopped by SIG" .. name) end
+  core.on_signal("TERM", handler)
+  core.on_signal("INT", handler)
+end
+
+function M.run(argv, ctx)
+  local opts, words, rest = args.parse(argv, SPEC)
+  if not opts then return fail(M.EXIT.usage, words) end
+  if opts.help then
+    io.stdout:write(M.help)
+    return 0
+  end
+  if #words > 0 then
+    return fail(M.EXIT.usage, ("unexpected %q: put the command after `--`"):format(words[1]))
+  end
+  if rest == nil or #rest == 0 then
+    return fail(M.EXIT.usage, "no command given; usage: switchboard exec [OPTIONS] -- COMMAND...")
+  end
+  if opts.backend and opts.backend ~= "local" and opts.backend ~= "sandbox" then
+    return fail(M.EXIT.usage, "--backend must be local or sandbox")
+  end
+  local snap, errs = policy.load_initial(ctx.policies_dir)
+  if not snap then
+    return fail(M.EXIT.config, "the policies do not load:\n  " .. table.concat(errs, "\n  "))
+  end
+  local agent = opts.agent or snap.agents.default_agent
+  local built, err = stack.build({
+    policy = policy.current,
+    workspace_root = opts.workspace_root or state.workspaces(),
+    sandbox_url = opts.sandbox_url,
+    credentials = ctx.credentials,
+    force_backend = opts.backend,
+    sink = sink_for(opts.trace),
+  }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo })
+  if not built then return fail(M.EXIT.config, tostring(err)) end
+  if built.note then io.stderr:write("note: ", built.note, "\n") end
+
+  local stop = core.signal()
+  stop_on_signals(stop)
+  local result, exec_err = built.executor:exec(table.concat(rest, " "), {
+    timeout_ms = opts.timeout_ms, signal = stop,
+  })
+  if result == nil then
+    if errors.is_refused(exec_err) then
+      io.stdout:write(render.refused(exec_err), "\n")
+      return exec_err.exit_code or 124
+    end
+    return fail(status_of(exec_err), tostring(exec_err))
+  end
+  io.stdout:write(result.text, "\n")
+  if result.aborted then return M.EXIT.stopped end
+  return result.exit_code
+end
+
+return M

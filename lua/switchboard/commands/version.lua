@@ -1,0 +1,45 @@
+-- `switchboard version`: the build stamp (seed item 13), taken from the tree at build time.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local args = require("switchboard.args")
+
+local M = {
+  name = "version",
+  summary = "print the build stamp (commit, build time)",
+  help = [[
+Usage: switchboard version [--json]
+
+Prints the commit the binary was built from ("-dirty" when the tree had uncommitted
+changes) and when it was built. A build made outside a git checkout says "unknown" and
+carries no build time.
+
+Options:
+  --json    one JSON document: {"commit": "...", "builtAt": "..."}
+
+Examples:
+  switchboard version
+  switchboard version --json | jq -r .commit
+]],
+}
+
+function M.run(argv)
+  local opts, words = args.parse(argv, { json = "flag" })
+  if not opts then
+    io.stderr:write("switchboard version: ", words, "\n")
+    return 2
+  end
+  if opts.help then
+    io.stdout:write(M.help)
+    return 0
+  end
+  local build = core.build
+  if opts.json then
+    io.stdout:write(cjson.encode({ commit = build.commit, builtAt = build.built_at }), "\n")
+  else
+    io.stdout:write("switchboard ", build.commit,
+      build.built_at and (" built " .. build.built_at) or "", "\n")
+  end
+  return 0
+end
+
+return M

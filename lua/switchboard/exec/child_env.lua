@@ -1,0 +1,26 @@
+-- The environment a command starts from (policies/execution.lua child_env): the names in
+-- `pass` copied from the bot's environment when set, then the fixed `set` values. A name that
+-- looks like a credential is never copied from the bot, even if a policy lists it (the
+-- loader already refuses such a policy; this is the second line). Per-command credentials
+-- (GH_TOKEN) are added by the executor from resolve_envs, not here.
+
+local schema = require("switchboard.policy.schema")
+
+local M = {}
+
+-- getenv(name) → value | nil (default os.getenv). Returns a fresh name → value table.
+function M.base(snap, getenv)
+  getenv = getenv or os.getenv
+  local spec = snap.execution.child_env
+  local env = {}
+  for _, name in ipairs(spec.pass) do
+    if not schema.is_secret_name(name) then
+      local v = getenv(name)
+      if type(v) == "string" then env[name] = v end
+    end
+  end
+  for name, v in pairs(spec.set) do env[name] = v end
+  return env
+end
+
+return M

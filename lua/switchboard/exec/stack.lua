@@ -1,0 +1,26 @@
+-- The executor a front hands its tools: the factory's choice, wrapped in the health tracker
+-- (fail-fast's seam) and, outermost, the tracing decorator (one exec.* span per operation).
+local factory = require("switchboard.exec.factory")
+local health = require("switchboard.exec.health")
+local tracing = require("switchboard.exec.tracing")
+
+local M = {}
+
+local function discard() end
+
+-- opts: the factory's opts plus sink (a tracing sink; spans are dropped without one)
+-- ctx:  the factory's ctx
+-- Returns {executor (traced), tracker, backend, note} or nil, err.
+function M.build(opts, ctx)
+  local selection, err = factory.make_executor(opts, ctx)
+  if not selection then return nil, err end
+  local tracker = health.new(selection.executor, opts.policy())
+  return {
+    executor = tracing.new(tracker, { sink = opts.sink or discard, backend = selection.backend }),
+    tracker = tracker,
+    backend = selection.backend,
+    note = selection.note,
+  }
+end
+
+return M

@@ -1,0 +1,203 @@
+-- TracingExecutor (seed item 15): every executor operation is an exec.* span.
+--   exec → exec.exec, read_file → exec.read_file, write_file → exec.write_file,
+--   release → exec.release and move_to → exec.move_to only when the inner executor has them.
+-- A span carries the backend and the per-call timeout_ms (and an exec's exit code) — never
+-- the command, a path, file bytes or output. A `nil, err` return or a raise ends the span as
+-- an error (its kind and code only) and reaches the caller unchanged. The span is handed to
+-- the inner executor as opts.span, so its HTTP calls can be children of it.
+--
+--   local sink = tracing.file_sink("/var/log/switchboard/spans.jsonl")  -- or stderr_sink()
+--   local ex = tracing.new(inner, {sink = sink})
+--   ex:exec("npm test", {timeout_ms = 600000, span = tool_span})
+--
+-- A sink is a function(record) or a table with :write(record); records go out as one JSON
+-- document per line: {type="span", name, trace_id, span_id, parent_id?, start_ms,
+-- duration_ms, status="ok"|"error", attributes={backend, timeout_ms?, exit_code?},
+-- error={kind, code?}?}
+
+local cjson = require("cjson")
+
+local M = {}
+
+---------------------------------------------------------------------------------------------
+-- Engine hooks (random ids, clocks) with stand-ins when the engine is not loaded.
+
+local core_cache
+local function core()
+  if core_cache == nil then
+    local ok, mod = pcall(require, "switchboard.core")
+    core_cache = ok and mod or false
+  end
+  return core_cache or nil
+end
+
+local function hex(bytes)
+  return (bytes:gsub(".", function(c) return string.format("%02x", c:byte()) end))
+end
+
+local seeded = false
+function M.random_id(nbytes)
+  local c = core()
+  if c and c.crypto and c.crypto.random_bytes then return hex(c.crypto.random_bytes(nbytes)) end
+  if not seeded then math.randomseed(os.time(), math.floor(os.clock() * 1e6)); seeded = true end
+  local out = {}
+  for i = 1, nbytes do out[i] = string.char(math.random(0, 255)) end
+  return hex(table.concat(out))
+end
+
+local default_clock = {
+  wall_ms = function()
+    local c = core()
+    if c and c.wall_ms then return c.wall_ms() end
+    return os.time() * 1000
+  end,
+  now_ms = function()
+    local c = core()
+    if c and c.now_ms then return c.now_ms() end
+    return os.clock() * 1000
+  end,
+}
+
+---------------------------------------------------------------------------------------------
+-- Sinks
+
+local function encode(record)
+  return cjson.encode(record)
+end
+M.encode = encode
+
+-- Append JSON lines to a file (created when missing).
+function M.file_sink(path)
+  local f, err = io.open(path, "a")
+  if not f then return nil, err end
+  f:setvbuf("line")
+  return {
+    write = function(_, record) f:write(encode(record), "\n") end,
+    close = function() f:close() end,
+  }
+end
+
+function M.stderr_sink()
+  return { write = function(_, record) io.stderr:write(encode(record), "\n") end }
+end
+
+-- Keeps records in .records (specs, the console).
+function M.memory_sink()
+  local sink = { records = {} }
+  function sink:write(record) self.records[#self.records + 1] = record end
+  return sink
+end
+
+local function emit(sink, record)
+  if type(sink) == "function" then return sink(record) end
+  if sink then return sink:write(record) end
+end
+
+---------------------------------------------------------------------------------------------
+-- Spans
+
+local Span = {}
+Span.__index = Span
+
+-- parent: a span of this module or any table with trace_id / span_id.
+function M.start_span(name, parent, attributes, opts)
+  opts = opts or {}
+  local clock = opts.clock or default_clock
+  local ids = opts.ids or M.random_id
+  local self = setmetatable({
+    name = name,
+    trace_id = type(parent) == "table" and parent.trace_id or ids(16),
+    span_id = ids(8),
+    parent_id = type(parent) == "table" and parent.span_id or nil,
+    attributes = attributes or {},
+    start_ms = clock.wall_ms(),
+    t0 = clock.now_ms(),
+    clock = clock,
+    sink = opts.sink,
+  }, Span)
+  return self
+end
+
+local function error_fields(err)
+  if type(err) == "table" then
+    local kind = type(err.kind) == "string" and err.kind or "error"
+    local code = type(err.code) == "string" and err.code or nil
+    return { kind = kind, code = code }
+  end
+  return { kind = "raise" }
+end
+
+-- status "ok" | "error"; err: what ended it (only its kind and code are kept).
+function Span:finish(status, err)
+  if self.status then return end
+  self.status = status
+  local record = {
+    type = "span", name = self.name, trace_id = self.trace_id, span_id = self.span_id,
+    parent_id = self.parent_id, start_ms = self.start_ms,
+    duration_ms = self.clock.now_ms() - self.t0, status = status,
+    attributes = self.attributes,
+  }
+  if status == "error" then record.error = error_fields(err) end
+  emit(self.sink, record)
+end
+
+---------------------------------------------------------------------------------------------
+-- The wrapper
+
+local function with_span(opts, span)
+  local out = {}
+  if type(opts) == "table" then
+    for k, v in pairs(opts) do out[k] = v end
+  end
+  out.span = span
+  return out
+end
+
+-- Run inner[method] with args, the opts argument (at opts_at) replaced by a copy carrying
+-- the span; end the span by the outcome and hand the outcome back unchanged.
+local function traced(self, op, method, opts_at, ...)
+  local args = table.pack(...)
+  local opts = opts_at and args[opts_at] or nil
+  local attrs = { backend = self.backend }
+  if type(opts) == "table" and type(opts.timeout_ms) == "number" then attrs.timeout_ms = opts.timeout_ms end
+  local parent = type(opts) == "table" and opts.span or nil
+  local span = M.start_span("exec." .. op, parent, attrs, { sink = self.sink, clock = self.clock, ids = self.ids })
+  if opts_at then
+    args[opts_at] = with_span(opts, span)
+    if args.n < opts_at then args.n = opts_at end
+  end
+  local res = table.pack(pcall(self.inner[method], self.inner, table.unpack(args, 1, args.n)))
+  if not res[1] then
+    span:finish("error", res[2])
+    error(res[2], 0)
+  end
+  if res[2] == nil and res.n >= 3 then
+    span:finish("error", res[3])
+  else
+    if op == "exec" and type(res[2]) == "table" and type(res[2].exit_code) == "number" then
+      attrs.exit_code = res[2].exit_code
+    end
+    span:finish("ok")
+  end
+  return table.unpack(res, 2, res.n)
+end
+
+-- opts: sink (required for output), clock {wall_ms, now_ms}, ids(nbytes) → hex.
+function M.new(inner, opts)
+  opts = opts or {}
+  local self = {
+    inner = inner, backend = inner.backend, sink = opts.sink, clock = opts.clock, ids = opts.ids,
+  }
+  function self.exec(s, command, o) return traced(s, "exec", "exec", 2, command, o) end
+  function self.read_file(s, path, o) return traced(s, "read_file", "read_file", 2, path, o) end
+  function self.write_file(s, path, bytes, o) return traced(s, "write_file", "write_file", 3, path, bytes, o) end
+  if type(inner.release) == "function" then
+    function self.release(s, ...) return traced(s, "release", "release", nil, ...) end
+  end
+  if type(inner.move_to) == "function" then
+    function self.move_to(s, ...) return traced(s, "move_to", "move_to", nil, ...) end
+  end
+  return self
+end
+
+return M

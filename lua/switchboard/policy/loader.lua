@@ -1,0 +1,483 @@
+-- Load a policy directory into one frozen snapshot, or refuse it with file:line messages.
+--
+-- Each policies/<name>.lua runs as load(src, "@policies/<name>.lua", "t", env) in a fresh
+-- environment holding copies of string, table, math and utf8, a few base functions and the
+-- policy helpers (second, minute, hour, KiB, MiB, rule). Reading a name that is neither a
+-- helper nor a setting of that file, or writing a name that is not a setting of that file,
+-- is an error naming file:line. The chunk runs under an instruction budget.
+--
+-- loader.load(dir, opts) → snapshot | nil, {"policies/x.lua:LINE: message", ...}
+-- The snapshot: {version = <sha256 hex of the files>, dir, checked = {...},
+--                agents = …, timeouts = …, errors = …, execution = …, github = …}
+-- where each file's part holds the settings it set (plus a few derived values such as
+-- timeouts.sandbox.sleep_after_ms). Every table in it is read-only.
+
+local rule = require("switchboard.policy.rule")
+local schema = require("switchboard.policy.schema")
+
+local M = {}
+
+-- The one place instruction budgets are set (count-hook instructions).
+M.limits = {
+  load_instructions = 10 * 1000 * 1000, -- running one policy file
+  hook_instructions = 100 * 1000,       -- one decision (policy.decide)
+  max_file_bytes = 1024 * 1024,
+  max_string_rep_bytes = 1024 * 1024,   -- string.rep inside a policy
+}
+
+M.FILES = schema.order
+
+---------------------------------------------------------------------------------------------
+-- The engine, when it is there.
+
+local core_cache
+local function core()
+  if core_cache == nil then
+    local ok, mod = pcall(require, "switchboard.core")
+    core_cache = ok and mod or false
+  end
+  return core_cache or nil
+end
+M.core = core
+
+function M.default_hash(bytes)
+  local c = core()
+  if not c then
+    error("switchboard.core is not available: cannot hash the policy set (pass opts.hash)", 2)
+  end
+  return c.crypto.hex(c.crypto.sha256(bytes))
+end
+
+-- Run fn(...) under an instruction budget; never lets it yield or loop forever.
+-- Returns true, ... or false, message. Uses core.call_bounded when the engine is loaded.
+local function lua_bounded(budget, fn, ...)
+  local co = coroutine.create(fn)
+  debug.sethook(co, function()
+    local info = debug.getinfo(2, "Sl")
+    local where = info and info.currentline and info.currentline > 0
+      and string.format("%s:%d: ", info.short_src, info.currentline) or ""
+    error(where .. "instruction budget exhausted", 0)
+  end, "", budget)
+  local res = table.pack(coroutine.resume(co, ...))
+  if res[1] and coroutine.status(co) ~= "dead" then
+    return false, "policy code tried to yield"
+  end
+  if not res[1] then
+    local msg = res[2]
+    if type(msg) ~= "string" then msg = tostring(msg) end
+    return false, debug.traceback(co, msg)
+  end
+  return table.unpack(res, 1, res.n)
+end
+M.lua_bounded = lua_bounded
+
+function M.bounded(budget, fn, ...)
+  local c = core()
+  if c and c.call_bounded then return c.call_bounded(budget, fn, ...) end
+  return lua_bounded(budget, fn, ...)
+end
+
+---------------------------------------------------------------------------------------------
+-- Small helpers
+
+local function show(v)
+  if type(v) == "string" then return string.format("%q", v) end
+  return tostring(v)
+end
+
+local function copy_lib(lib, omit)
+  local out = {}
+  for k, v in pairs(lib) do
+    if not (omit and omit[k]) then out[k] = v end
+  end
+  return out
+end
+
+local function read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local data = f:read(M.limits.max_file_bytes + 1)
+  f:close()
+  if data == nil then data = "" end
+  if #data > M.limits.max_file_bytes then
+    return nil, string.format("larger than %d bytes", M.limits.max_file_bytes)
+  end
+  return data
+end
+
+-- The first "policies/x.lua:N: message" in an error text, else nil.
+local function located(err, short)
+  local first = err:match("^[^\n]*")
+  local pos, msg = first:match("^(" .. short:gsub("%p", "%%%0") .. ":%d+): (.*)$")
+  if pos then return pos .. ": " .. msg end
+  local line = err:match(short:gsub("%p", "%%%0") .. ":(%d+):")
+  local text = first:gsub("^[^:]*:%d+: ", "")
+  return string.format("%s:%s: %s", short, line or "1", text)
+end
+
+---------------------------------------------------------------------------------------------
+-- One file's environment: known settings, proxies that remember the line of each assignment.
+
+local function new_env(name, fields, src_lines)
+  local short = "policies/" .. name .. ".lua"
+  local chunkname = "@" .. short
+  local lines = {}                                   -- path → line of its last assignment
+  local rule_lines = setmetatable({}, { __mode = "k" }) -- rule → line of rule{...}
+  local proxies = setmetatable({}, { __mode = "k" })    -- proxy → its data table
+  local settings = {}
+  local frozen = nil
+
+  local function here()
+    for level = 2, 40 do
+      local info = debug.getinfo(level, "Sl")
+      if not info then break end
+      if info.source == chunkname then return info.currentline end
+    end
+    return nil
+  end
+
+  local function fail(msg)
+    local line = here()
+    error(string.format("%s:%s: %s", short, line or "1", msg), 0)
+  end
+
+  local function child(path, k)
+    return schema.child(path, k)
+  end
+
+  local wrap
+  wrap = function(v, path, line, visiting)
+    lines[path] = line
+    if type(v) ~= "table" or proxies[v] or rule.is_rule(v) then return v end
+    if getmetatable(v) ~= nil then fail(path .. ": a setting cannot hold a table with a metatable") end
+    if visiting[v] then fail(path .. ": a setting cannot contain itself") end
+    visiting[v] = true
+    local data = {}
+    for k, x in pairs(v) do data[k] = wrap(x, child(path, k), line, visiting) end
+    visiting[v] = nil
+    local proxy = setmetatable({}, {
+      __index = data,
+      __newindex = function(_, k, x) data[k] = wrap(x, child(path, k), here(), {}) end,
+      __pairs = function() return next, data, nil end,
+      __len = function() return #data end,
+    })
+    proxies[proxy] = data
+    return proxy
+  end
+
+  local function unwrap(v, seen)
+    local data = proxies[v]
+    if data == nil then return v end
+    if seen[v] then return nil, true end
+    seen[v] = true
+    local out = {}
+    for k, x in pairs(data) do
+      local u, cyclic = unwrap(x, seen)
+      if cyclic then return nil, true end
+      out[k] = u
+    end
+    seen[v] = nil
+    return out
+  end
+
+  local helpers = {
+    string = copy_lib(string, { dump = true }),
+    table = copy_lib(table),
+    math = copy_lib(math, { random = true, randomseed = true }),
+    utf8 = copy_lib(utf8),
+    assert = assert, error = error, ipairs = ipairs, pairs = pairs, select = select,
+    tonumber = tonumber, tostring = tostring, type = type,
+    next = function(t, k)
+      local data = proxies[t]
+      return next(data or t, k)
+    end,
+    second = schema.SECOND, minute = schema.MINUTE, hour = schema.HOUR,
+    KiB = schema.KIB, MiB = schema.MIB,
+  }
+  helpers.string.rep = function(s, n, sep)
+    local size = #tostring(s) * (tonumber(n) or 0) + #(sep or "") * math.max((tonumber(n) or 0) - 1, 0)
+    if size > M.limits.max_string_rep_bytes then
+      fail(string.format("string.rep would build %d bytes (limit %d)", size, M.limits.max_string_rep_bytes))
+    end
+    return string.rep(s, n, sep)
+  end
+  helpers.rule = function(spec)
+    local r, errs = rule.new(spec)
+    if not r then fail("rule{...}: " .. table.concat(errs, "; ")) end
+    rule_lines[r] = here()
+    return r
+  end
+
+  local function known_settings()
+    return table.concat(schema.sorted_keys(fields), ", ")
+  end
+
+  local env = setmetatable({}, {
+    __index = function(_, k)
+      local v = helpers[k]
+      if v ~= nil then return v end
+      if fields[k] then
+        if frozen then return frozen[k] end
+        return settings[k]
+      end
+      fail(string.format("unknown name %s (this file's settings: %s; helpers: second, minute, hour, KiB, MiB, rule, string, table, math, utf8)",
+        show(k), known_settings()))
+    end,
+    __newindex = function(_, k, v)
+      if frozen then fail(string.format("policy settings are read-only once loaded (tried to set %s)", show(k))) end
+      if helpers[k] ~= nil then fail(string.format("%s is a helper and cannot be assigned", show(k))) end
+      if not fields[k] then
+        fail(string.format("unknown setting %s (this file sets: %s)", show(k), known_settings()))
+      end
+      settings[k] = wrap(v, k, here(), {})
+    end,
+  })
+
+  local ctl = { env = env, short = short, chunkname = chunkname, lines = lines, rule_lines = rule_lines }
+
+  -- Settings as plain tables, or nil, message on a cycle.
+  function ctl.values()
+    local out = {}
+    for k, v in pairs(settings) do
+      local u, cyclic = unwrap(v, {})
+      if cyclic then return nil, string.format("%s:%s: %s contains itself", short, lines[k] or 1, k) end
+      out[k] = u
+    end
+    return out
+  end
+
+  function ctl.freeze(values) frozen = values end
+
+  -- The line for a path: the last assignment of it or of its nearest recorded parent, moved
+  -- back to the line that names the key when that assignment was a multi-line constructor.
+  function ctl.line_for(path)
+    local p = path
+    while p and p ~= "" do
+      local l = lines[p]
+      if l then
+        local key = p:match("([%a_][%w_]*)$")
+        if key and not p:find("%]$") then
+          for i = l, math.max(1, l - 60), -1 do
+            local text = src_lines[i]
+            if text and text:find("%f[%w_]" .. key .. "%s*=[^=]") then return i end
+          end
+        end
+        return l
+      end
+      p = p:match("^(.*)%.[%a_][%w_]*$") or p:match("^(.*)%[[^%]]*%]$")
+    end
+    return 1
+  end
+
+  return ctl
+end
+
+---------------------------------------------------------------------------------------------
+-- Freezing
+
+local FROZEN = setmetatable({}, { __mode = "k" })
+
+local function freeze(v)
+  if type(v) ~= "table" or FROZEN[v] then return v end
+  local data = {}
+  for k, x in pairs(v) do data[k] = freeze(x) end
+  local mt = getmetatable(v)
+  if mt ~= nil then setmetatable(data, mt) end
+  local proxy = setmetatable({}, {
+    __index = data,
+    __newindex = function(_, k)
+      error("the policy snapshot is read-only (tried to set " .. tostring(k) .. ")", 2)
+    end,
+    __pairs = function() return next, data, nil end,
+    __len = function() return #data end,
+    __metatable = "frozen policy",
+  })
+  FROZEN[proxy] = true
+  return proxy
+end
+M.freeze = freeze
+function M.is_frozen(v) return FROZEN[v] == true end
+
+---------------------------------------------------------------------------------------------
+-- Load
+
+local function split_lines(src)
+  local out = {}
+  for line in (src .. "\n"):gmatch("([^\n]*)\n") do out[#out + 1] = line end
+  return out
+end
+
+local function load_one(dir, name, opts, errs)
+  local path = dir .. "/" .. name .. ".lua"
+  local short = "policies/" .. name .. ".lua"
+  local src, rerr = (opts.read or read_file)(path)
+  if not src then
+    errs[#errs + 1] = string.format("%s:1: cannot read the file: %s", short, tostring(rerr))
+    return nil
+  end
+  local ctl = new_env(name, schema.files[name], split_lines(src))
+  local fn, perr = load(src, ctl.chunkname, "t", ctl.env)
+  if not fn then
+    errs[#errs + 1] = located(perr, short)
+    return nil, src
+  end
+  local bounded = opts.bounded or M.bounded
+  local ok, berr = bounded(opts.load_instructions or M.limits.load_instructions, fn)
+  if not ok then
+    errs[#errs + 1] = located(tostring(berr), short)
+    return nil, src
+  end
+  local values, cerr = ctl.values()
+  if not values then
+    errs[#errs + 1] = cerr
+    return nil, src
+  end
+  ctl.settings = values
+  return ctl, src
+end
+
+local function validate_file(name, ctl, errs)
+  local n0 = #errs
+  local function report(path, msg)
+    errs[#errs + 1] = string.format("%s:%d: %s %s", ctl.short, ctl.line_for(path), path, msg)
+  end
+  local fields = schema.files[name]
+  for _, k in ipairs(schema.sorted_keys(fields)) do
+    local v = ctl.settings[k]
+    if v == nil then
+      report(k, "is required")
+    else
+      fields[k](v, k, report)
+    end
+  end
+  if #errs == n0 and schema.cross[name] then schema.cross[name](ctl.settings, report) end
+  return #errs == n0
+end
+
+local function check_rules(ctl, errs, counts)
+  for _, k in ipairs(schema.sorted_keys(ctl.settings)) do
+    local r = ctl.settings[k]
+    if rule.is_rule(r) then
+      counts.rules = counts.rules + 1
+      local failures, n = r:check_examples()
+      counts.examples = counts.examples + n
+      for _, f in ipairs(failures) do
+        errs[#errs + 1] = string.format("%s:%d: rule %s: example %s", ctl.short,
+          ctl.rule_lines[r] or ctl.line_for(k), k, f)
+      end
+    end
+  end
+end
+
+local function check_hooks(snap, ctls, opts, errs, counts)
+  local samples = schema.hook_samples(snap)
+  local bounded = opts.bounded or M.bounded
+  for _, hook in ipairs(schema.sorted_keys(schema.hooks)) do
+    local h = schema.hooks[hook]
+    local ctl = ctls[h.file]
+    local fn = snap[h.file][h.name]
+    local line = debug.getinfo(fn, "S").linedefined
+    if line == nil or line < 1 then line = ctl.line_for(h.name) end
+    for _, ctx in ipairs(samples[hook]) do
+      counts.hook_calls = counts.hook_calls + 1
+      local ok, res = bounded(opts.hook_instructions or M.limits.hook_instructions, fn, ctx, snap[h.file])
+      local why
+      if not ok then
+        why = "failed: " .. tostring(res):match("^[^\n]*"):gsub("^policies/[%w_]+%.lua:%d+: ", "")
+      else
+        local valid, vwhy = schema.hook_validate[hook](res, snap)
+        if not valid then why = vwhy end
+      end
+      if why then
+        local args = {}
+        for _, k in ipairs(schema.sorted_keys(ctx)) do args[#args + 1] = k .. "=" .. show(ctx[k]) end
+        errs[#errs + 1] = string.format("%s:%d: hook %s({%s}) %s", ctl.short, line, h.name,
+          table.concat(args, ", "), why)
+        break
+      end
+    end
+  end
+end
+
+-- The policy set's version: sha256 over every file's name, length and bytes, in name order.
+local function version_of(sources, hash)
+  local names = schema.sorted_keys(sources)
+  local parts = {}
+  for _, name in ipairs(names) do
+    local src = sources[name]
+    parts[#parts + 1] = string.format("%s.lua\0%d\0%s", name, #src, src)
+  end
+  return hash(table.concat(parts))
+end
+
+-- opts: hash(bytes) → hex (default core sha256), bounded(budget, fn, ...), read(path),
+--       list(dir) → names (default core.fs.list when the engine is loaded),
+--       load_instructions, hook_instructions.
+function M.load(dir, opts)
+  opts = opts or {}
+  local errs = {}
+  dir = (dir or "policies"):gsub("/+$", "")
+  if dir == "" then dir = "/" end
+
+  local list = opts.list
+  if list == nil then
+    local c = core()
+    if c and c.fs and c.fs.list then list = c.fs.list end
+  end
+  if list then
+    local names, lerr = list(dir)
+    if not names then
+      return nil, { string.format("%s: cannot list the policy directory: %s", dir, tostring(lerr)) }
+    end
+    local known = {}
+    for _, n in ipairs(M.FILES) do known[n .. ".lua"] = true end
+    for _, n in ipairs(names) do
+      if type(n) == "table" then n = n.name end
+      if type(n) == "string" and n:find("%.lua$") and not known[n] then
+        errs[#errs + 1] = string.format("policies/%s:1: not a known policy file (known: %s.lua)", n,
+          table.concat(M.FILES, ".lua, "))
+      end
+    end
+  end
+
+  local ctls, sources, valid = {}, {}, true
+  for _, name in ipairs(M.FILES) do
+    local ctl, src = load_one(dir, name, opts, errs)
+    sources[name] = src
+    if ctl then
+      ctls[name] = ctl
+      if not validate_file(name, ctl, errs) then valid = false end
+    else
+      valid = false
+    end
+  end
+
+  local counts = { files = #M.FILES, rules = 0, examples = 0, hook_calls = 0 }
+  if ctls.errors then check_rules(ctls.errors, errs, counts) end
+  if not valid or #errs > 0 then return nil, errs end
+
+  local snap = {}
+  for _, name in ipairs(M.FILES) do snap[name] = ctls[name].settings end
+  schema.derive_timeouts(snap.timeouts)
+  schema.derive_agents(snap.agents)
+  schema.cross_files(snap, function(file, path, msg)
+    errs[#errs + 1] = string.format("%s:%d: %s %s", ctls[file].short, ctls[file].line_for(path), path, msg)
+  end)
+  if #errs > 0 then return nil, errs end
+
+  for _, name in ipairs(M.FILES) do snap[name] = freeze(snap[name]) end
+  check_hooks(snap, ctls, opts, errs, counts)
+  if #errs > 0 then return nil, errs end
+
+  -- From here on the policy code reads the frozen, validated values.
+  for _, name in ipairs(M.FILES) do ctls[name].freeze(snap[name]) end
+
+  local ok, version = pcall(version_of, sources, opts.hash or M.default_hash)
+  if not ok then return nil, { tostring(version) } end
+  snap.version = version
+  snap.dir = dir
+  snap.checked = counts
+  return freeze(snap)
+end
+
+return M

@@ -1,0 +1,561 @@
+-- The shape of every policy file: which globals it may set, their types and ranges, and the
+-- cross-field rules. A spec is a function(value, path, report) that calls report(path, msg)
+-- for each problem. Units: *_ms are milliseconds, *_bytes are bytes.
+
+local rule = require("switchboard.policy.rule")
+local template = require("switchboard.policy.template")
+
+local M = {}
+
+local SECOND, MINUTE, HOUR = 1000, 60 * 1000, 3600 * 1000
+M.SECOND, M.MINUTE, M.HOUR = SECOND, MINUTE, HOUR
+M.KIB, M.MIB = 1024, 1024 * 1024
+
+-- GitHub installation tokens live one hour; a reuse margin at or past it never reuses.
+M.TOKEN_LIFETIME_MS = HOUR
+
+M.BACKENDS = { ["local"] = true, sandbox = true, resident = true, e2b = true }
+M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b" }
+
+-- Tools that run through an executor, so an agent offering one must declare a repository.
+M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true }
+
+---------------------------------------------------------------------------------------------
+-- Formatting helpers
+
+local function typename(v)
+  if type(v) == "number" then
+    if v ~= v then return "NaN" end
+    return math.type(v) == "integer" and "integer" or "number"
+  end
+  return type(v)
+end
+
+local function show(v)
+  if type(v) == "string" then return string.format("%q", v) end
+  return tostring(v)
+end
+
+function M.human_ms(ms)
+  if ms >= HOUR and ms % HOUR == 0 then return string.format("%d ms (%d h)", ms, ms // HOUR) end
+  if ms >= MINUTE and ms % MINUTE == 0 then return string.format("%d ms (%d min)", ms, ms // MINUTE) end
+  if ms >= SECOND and ms % SECOND == 0 then return string.format("%d ms (%d s)", ms, ms // SECOND) end
+  return string.format("%s ms", show(ms))
+end
+
+local function show_unit(v, unit)
+  if unit == "ms" and math.type(v) == "integer" then return M.human_ms(v) end
+  if unit == "bytes" then return show(v) .. " bytes" end
+  return show(v)
+end
+
+---------------------------------------------------------------------------------------------
+-- Spec combinators
+
+local S = {}
+M.S = S
+
+-- A whole number in [min, max]. unit: "ms" | "bytes" | nil (for messages only).
+function S.int(opts)
+  return function(v, path, report)
+    if type(v) ~= "number" then
+      return report(path, "must be a number, got " .. typename(v))
+    end
+    if v ~= v or v == math.huge or v == -math.huge then
+      return report(path, "must be a finite number, got " .. show(v))
+    end
+    if math.type(v) == "float" and v ~= math.floor(v) then
+      return report(path, "must be a whole number, got " .. show(v))
+    end
+    if v < opts.min or v > opts.max then
+      return report(path, string.format("must be between %s and %s, got %s",
+        show_unit(opts.min, opts.unit), show_unit(opts.max, opts.unit),
+        show_unit(math.tointeger(v) or v, opts.unit)))
+    end
+  end
+end
+
+function S.ms(min, max) return S.int { min = min, max = max, unit = "ms" } end
+
+function S.bool(v, path, report)
+  if type(v) ~= "boolean" then report(path, "must be true or false, got " .. typename(v)) end
+end
+
+function S.func(v, path, report)
+  if type(v) ~= "function" then report(path, "must be a function, got " .. typename(v)) end
+end
+
+-- A string; opts: pattern (with a human description), max_len, one_line.
+function S.string(opts)
+  opts = opts or {}
+  return function(v, path, report)
+    if type(v) ~= "string" then return report(path, "must be a string, got " .. typename(v)) end
+    if v:find("^%s*$") then return report(path, "must not be empty") end
+    if opts.one_line and v:find("[\r\n]") then return report(path, "must be one line") end
+    if opts.max_len and #v > opts.max_len then
+      return report(path, string.format("must be at most %d bytes, got %d", opts.max_len, #v))
+    end
+    if opts.pattern and not v:find(opts.pattern) then
+      return report(path, string.format("must be %s, got %s", opts.what or ("like " .. opts.pattern), show(v)))
+    end
+  end
+end
+
+function S.enum(values)
+  local set, list = {}, {}
+  for _, x in ipairs(values) do set[x] = true; list[#list + 1] = show(x) end
+  return function(v, path, report)
+    if not set[v] then
+      report(path, string.format("must be one of %s, got %s", table.concat(list, ", "), show(v)))
+    end
+  end
+end
+
+local OPTIONAL = setmetatable({}, { __mode = "k" })
+
+function S.optional(spec)
+  local f = function(v, path, report)
+    if v ~= nil then return spec(v, path, report) end
+  end
+  OPTIONAL[f] = true
+  return f
+end
+
+local function is_list(t)
+  local n = #t
+  for k in pairs(t) do
+    if math.type(k) ~= "integer" or k < 1 or k > n then return false end
+  end
+  return true
+end
+
+local function sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do ks[#ks + 1] = k end
+  table.sort(ks, function(a, b) return tostring(a) < tostring(b) end)
+  return ks
+end
+M.sorted_keys = sorted_keys
+
+local function child(path, k)
+  if type(k) == "string" and k:find("^[%a_][%w_]*$") then
+    return path == "" and k or (path .. "." .. k)
+  end
+  return string.format("%s[%s]", path, show(k))
+end
+M.child = child
+
+-- A table with known fields; every field is required unless wrapped in S.optional.
+function S.record(fields)
+  return function(v, path, report)
+    if type(v) ~= "table" then return report(path, "must be a table, got " .. typename(v)) end
+    for _, k in ipairs(sorted_keys(v)) do
+      if fields[k] == nil then
+        local known = sorted_keys(fields)
+        report(child(path, k), "is not a known field (known: " .. table.concat(known, ", ") .. ")")
+      end
+    end
+    for _, k in ipairs(sorted_keys(fields)) do
+      local x = v[k]
+      if x ~= nil then
+        fields[k](x, child(path, k), report)
+      elseif not OPTIONAL[fields[k]] then
+        report(child(path, k), "is required")
+      end
+    end
+  end
+end
+
+-- A list of items; opts: min, max, unique.
+function S.list(item, opts)
+  opts = opts or {}
+  return function(v, path, report)
+    if type(v) ~= "table" or not is_list(v) then
+      return report(path, "must be a list, got " .. typename(v))
+    end
+    if opts.min and #v < opts.min then
+      return report(path, string.format("must have at least %d entries", opts.min))
+    end
+    if opts.max and #v > opts.max then
+      return report(path, string.format("must have at most %d entries", opts.max))
+    end
+    local seen = {}
+    for i = 1, #v do
+      item(v[i], child(path, i), report)
+      if opts.unique then
+        if seen[v[i]] then report(child(path, i), "repeats " .. show(v[i])) end
+        seen[v[i]] = true
+      end
+    end
+  end
+end
+
+-- A table of key → value; keys are strings matching key_pattern.
+function S.map(key_pattern, what, value, opts)
+  opts = opts or {}
+  return function(v, path, report)
+    if type(v) ~= "table" then return report(path, "must be a table, got " .. typename(v)) end
+    local n = 0
+    for _, k in ipairs(sorted_keys(v)) do
+      n = n + 1
+      if type(k) ~= "string" or not k:find(key_pattern) then
+        report(child(path, k), "is not a valid name: " .. what)
+      else
+        value(v[k], child(path, k), report)
+      end
+    end
+    if opts.min and n < opts.min then
+      report(path, string.format("must have at least %d entries", opts.min))
+    end
+  end
+end
+
+function S.template(allowed_list, requires)
+  local allowed = {}
+  for _, a in ipairs(allowed_list) do allowed[a] = true end
+  return function(v, path, report)
+    local why = template.check(v, allowed, requires)
+    if why then report(path, why) end
+  end
+end
+
+function S.rule(v, path, report)
+  if not rule.is_rule(v) then
+    report(path, "must be built with rule{...}, got " .. typename(v))
+  end
+end
+
+---------------------------------------------------------------------------------------------
+-- Grammar shared with the sandbox's sleepAfter: <n>[smh], n > 0.
+
+local UNIT_MS = { s = SECOND, m = MINUTE, h = HOUR }
+
+function M.parse_sleep_after(text)
+  if type(text) ~= "string" then return nil, "must be a string like \"5m\"" end
+  local n, unit = text:match("^(%d+)([smh])$")
+  if not n or #n > 9 or tonumber(n) == 0 then
+    return nil, "must be <n>s, <n>m or <n>h with n > 0 (like \"5m\"), got " .. show(text)
+  end
+  return math.tointeger(tonumber(n)) * UNIT_MS[unit]
+end
+
+function S.sleep_after(v, path, report)
+  local _, why = M.parse_sleep_after(v)
+  if why then report(path, why) end
+end
+
+---------------------------------------------------------------------------------------------
+-- Names
+
+local ENV_NAME = "^[A-Z_][A-Z0-9_]*$"
+local env_name = S.string { pattern = ENV_NAME, what = "an environment variable name (A-Z, 0-9, _)" }
+local AGENT_NAME = "^[a-z][a-z0-9_-]*$"
+local agent_name = S.string { pattern = AGENT_NAME, what = "an agent name (a-z, 0-9, _ and -)" }
+
+-- Names a child process must never inherit from the bot: its own credentials.
+local SECRET_PARTS = { "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PRIVATE", "CREDENTIAL", "COOKIE" }
+local SECRET_PREFIXES = { "SLACK_", "ANTHROPIC_", "GITHUB_APP_", "E2B_", "SANDBOX_", "RESIDENT_", "SWITCHBOARD_" }
+
+function M.is_secret_name(name)
+  for _, part in ipairs(SECRET_PARTS) do
+    if name:find(part, 1, true) then return true end
+  end
+  for _, prefix in ipairs(SECRET_PREFIXES) do
+    if name:sub(1, #prefix) == prefix then return true end
+  end
+  -- KEY as a whole _-delimited word: API_KEY, KEY, SSH_KEY_PATH; not KEYBOARD or MONKEY.
+  local padded = "_" .. name .. "_"
+  return padded:find("_KEY_", 1, true) ~= nil
+end
+
+---------------------------------------------------------------------------------------------
+-- The files
+
+local ms = S.ms
+
+M.files = {}
+M.order = { "timeouts", "github", "agents", "errors", "execution" }
+
+M.files.timeouts = {
+  bash = S.record {
+    default_ms = ms(SECOND, 24 * HOUR),
+    max_ms = ms(SECOND, 24 * HOUR),
+    floor_ms = ms(1, 10 * MINUTE),
+    kill_grace_ms = ms(0, 10 * MINUTE),
+  },
+  run = S.record { reserve_ms = ms(0, HOUR) },
+  call = S.record { margin_ms = ms(SECOND, 10 * MINUTE) },
+  fleet_busy = S.record {
+    waits_ms = S.list(ms(SECOND, 10 * MINUTE), { max = 20 }),
+    every_ms = ms(SECOND, 10 * MINUTE),
+    max_wait_ms = ms(0, HOUR),
+  },
+  container_starting = S.record {
+    retry_after_ms = ms(100, MINUTE),
+    retries = S.int { min = 0, max = 5 },
+  },
+  recycle = S.record { threshold_ms = ms(0, HOUR) },
+  sandbox = S.record {
+    heartbeat_ms = ms(100, 5 * MINUTE),
+    default_budget_ms = ms(SECOND, 24 * HOUR),
+    keepalive_ms = ms(SECOND, HOUR),
+    sleep_after = S.sleep_after,
+  },
+  server = S.record { drain_ms = ms(0, 10 * MINUTE) },
+  file_op = S.record { budget_ms = ms(SECOND, HOUR) },
+  token = S.record { reuse_slack_ms = ms(0, HOUR) },
+  resident = S.record {
+    negative_cache_ms = ms(0, HOUR),
+    probe_timeout_ms = ms(100, MINUTE),
+  },
+  health = S.record { max_consecutive_infra_failures = S.int { min = 1, max = 100 } },
+  process = S.record { max_output_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" } },
+  console = S.record { refresh_ms = ms(100, MINUTE) },
+}
+
+M.files.github = {
+  scopes = S.map("^[a-z][a-z0-9_]*$", "a scope name (a-z, 0-9, _)", S.record {
+    permissions = S.optional(S.map("^[a-z][a-z_]*$", "a GitHub permission name",
+      S.enum { "read", "write" })),
+  }),
+}
+
+M.files.agents = {
+  agents = S.map(AGENT_NAME, "a-z, 0-9, _ and -", S.record {
+    name = S.optional(agent_name),
+    description = S.string { one_line = true, max_len = 160 },
+    resources = S.record { repository = S.optional(S.bool) },
+    readonly = S.bool,
+    token_scope = S.optional(S.string { pattern = "^[a-z][a-z0-9_]*$", what = "a scope from policies/github.lua" }),
+    max_run_minutes = S.int { min = 1, max = 24 * 60 },
+    tools = S.list(S.string { pattern = "^[a-z][a-z0-9_]*$", what = "a tool name" }, { unique = true }),
+  }, { min = 1 }),
+  default_agent = agent_name,
+  choose_agent = S.func,
+}
+
+local message_specs = {
+  no_output = S.template({}),
+  thrown_no_message = S.template({ "detail" }, { "{detail}" }),
+  thrown_no_name = S.template({}),
+  empty_error = S.template({}),
+  recycled_mid_command = S.template({ "seconds", "original" }, { "{seconds}", "{original}" }),
+  fleet_busy_answer = S.template({ "cause" }, { "{cause}" }),
+  capacity = S.template({ "seconds" }, { "{seconds}" }),
+  fleet_busy_tool = S.template({ "message" }, { "{message}" }),
+  timeout = S.template({ "where", "seconds", "limit_ms", "max_ms" }, { "{seconds}", "timeoutMs", "{max_ms}" }),
+  clipped = S.template({ "seconds", "remaining_s", "reserve_s" }, { "{seconds}" }),
+  run_exhausted = S.template({ "remaining_s", "reserve_s" }, { "run budget exhausted" }),
+  no_answer = S.template({ "who", "route", "total_s", "budget_s", "margin_s" },
+    { "{total_s}", "{budget_s}", "{margin_s}" }),
+  stopped = S.template({ "reason" }, { "{reason}" }),
+  truncated = S.template({ "stream", "limit" }, { "{stream}" }),
+  null_executor = S.template({ "tool", "agent" }, { "{tool}" }),
+}
+
+local function span_code(allowed)
+  local t = S.template(allowed)
+  local s = S.string { pattern = "^[a-z][a-z0-9/ {}-]*$", what = "a span code (a-z, 0-9, /, -, space)" }
+  return function(v, path, report)
+    local before = 0
+    local function count(...) before = before + 1; report(...) end
+    t(v, path, count)
+    if before == 0 then s(v, path, report) end
+  end
+end
+
+M.files.errors = {
+  fleet_busy = S.rule,
+  recycle = S.rule,
+  container_starting = S.rule,
+  empty_error = S.rule,
+  runtime_replaced = S.rule,
+  runtime_replaced_infra_after = S.int { min = 1, max = 10 },
+  messages = S.record(message_specs),
+  span_codes = S.record {
+    timeout = span_code({}),
+    http = (function()
+      local inner = span_code({ "status" })
+      return function(v, path, report)
+        inner(v, path, report)
+        if type(v) == "string" and not v:find("{status}", 1, true) then report(path, "must contain {status}") end
+      end
+    end)(),
+    inbody = span_code({}),
+    attach = span_code({}),
+    runtime_replaced = span_code({}),
+  },
+}
+
+M.files.execution = {
+  backend = S.map("^[a-z][a-z0-9_-]*$", "\"default\" or an agent name", S.enum(M.BACKEND_LIST)),
+  sandbox = S.record { url_env = env_name, token_env = env_name },
+  resident = S.record { url_env = env_name, token_env = env_name },
+  e2b = S.record { api_key_env = env_name, template = S.optional(S.string { one_line = true }) },
+  child_env = S.record {
+    pass = S.list(env_name, { unique = true }),
+    set = S.map(ENV_NAME, "an environment variable name (A-Z, 0-9, _)", S.string { max_len = 4096 }),
+  },
+  missing = S.template({ "agent", "backend", "setting" }, { "{setting}" }),
+  choose_backend = S.func,
+}
+
+-- Hooks: policy functions called through policy.decide. ctx samples are run at load.
+M.hooks = {
+  ["agents.choose_agent"] = { file = "agents", name = "choose_agent" },
+  ["execution.choose_backend"] = { file = "execution", name = "choose_backend" },
+}
+
+---------------------------------------------------------------------------------------------
+-- Cross-field rules (within one file) and derived values. report(path, msg).
+
+M.cross = {}
+
+function M.cross.timeouts(t, report)
+  local b = t.bash
+  if b.floor_ms > b.default_ms then
+    report("bash.floor_ms", string.format("must not exceed bash.default_ms (%s > %s)",
+      M.human_ms(b.floor_ms), M.human_ms(b.default_ms)))
+  end
+  if b.default_ms > b.max_ms then
+    report("bash.default_ms", string.format("must not exceed bash.max_ms (%s > %s)",
+      M.human_ms(b.default_ms), M.human_ms(b.max_ms)))
+  end
+  local sb = t.sandbox
+  if sb.default_budget_ms < b.floor_ms or sb.default_budget_ms > b.max_ms then
+    report("sandbox.default_budget_ms", string.format("must lie within [bash.floor_ms, bash.max_ms] = [%s, %s], got %s",
+      M.human_ms(b.floor_ms), M.human_ms(b.max_ms), M.human_ms(sb.default_budget_ms)))
+  end
+  local sleep_ms = M.parse_sleep_after(sb.sleep_after)
+  if sleep_ms and sb.keepalive_ms >= sleep_ms then
+    report("sandbox.keepalive_ms", string.format(
+      "must be shorter than sandbox.sleep_after (%s = %s), or the instance sleeps under a running command; got %s",
+      sb.sleep_after, M.human_ms(sleep_ms), M.human_ms(sb.keepalive_ms)))
+  end
+  local margin = b.max_ms + t.token.reuse_slack_ms
+  if margin >= M.TOKEN_LIFETIME_MS then
+    report("token.reuse_slack_ms", string.format(
+      "bash.max_ms + token.reuse_slack_ms = %s reaches the token's 1 h lifetime, so no token would ever be reused",
+      M.human_ms(margin)))
+  end
+end
+
+function M.derive_timeouts(t)
+  t.sandbox.sleep_after_ms = M.parse_sleep_after(t.sandbox.sleep_after)
+  -- A cached token is reused only while it outlives the longest single command plus slack.
+  t.token.reuse_margin_ms = t.bash.max_ms + t.token.reuse_slack_ms
+end
+
+function M.cross.github(g, report)
+  local read = g.scopes.read
+  if read == nil then
+    report("scopes.read", "is required (the scope readonly agents get)")
+  elseif read.permissions == nil then
+    report("scopes.read.permissions", "is required: the read scope must list exactly what it may read")
+  else
+    for _, k in ipairs(sorted_keys(read.permissions)) do
+      if read.permissions[k] ~= "read" then
+        report("scopes.read.permissions." .. k, "must be \"read\" in the read scope, got " .. show(read.permissions[k]))
+      end
+    end
+  end
+  if g.scopes.write == nil then report("scopes.write", "is required (the scope full agents get)") end
+end
+
+function M.cross.agents(a, report)
+  for _, key in ipairs(sorted_keys(a.agents)) do
+    local def = a.agents[key]
+    local p = "agents." .. key
+    if def.name ~= nil and def.name ~= key then
+      report(p .. ".name", string.format("must equal its key %s, got %s", show(key), show(def.name)))
+    end
+    local repo = def.resources.repository == true
+    for i, tool in ipairs(def.tools) do
+      if M.EXECUTOR_TOOLS[tool] and not repo then
+        report(string.format("%s.tools[%d]", p, i), string.format(
+          "%s runs in a workspace, so agent %s must declare resources = { repository = true }", tool, key))
+      end
+      if def.readonly and tool == "write_file" then
+        report(string.format("%s.tools[%d]", p, i), "a readonly agent cannot have write_file")
+      end
+    end
+    if def.token_scope ~= nil and not repo then
+      report(p .. ".token_scope", "an agent without a repository gets no credential; remove token_scope or declare resources.repository")
+    end
+    if def.readonly and def.token_scope == "write" then
+      report(p .. ".token_scope", "a readonly agent must not get the write token")
+    end
+  end
+  if type(a.default_agent) == "string" and a.agents[a.default_agent] == nil then
+    report("default_agent", "names no agent defined in agents: " .. show(a.default_agent))
+  end
+end
+
+function M.derive_agents(a)
+  for key, def in pairs(a.agents) do
+    def.name = def.name or key
+    def.resources.repository = def.resources.repository == true
+  end
+end
+
+function M.cross.execution(e, report)
+  if e.backend.default == nil then
+    report("backend.default", "is required (the backend of every agent not named here)")
+  end
+  for i, name in ipairs(e.child_env.pass) do
+    if M.is_secret_name(name) then
+      report(string.format("child_env.pass[%d]", i), string.format(
+        "%s looks like a credential; the bot's own secrets never reach a command (credentials come from the GitHub identity per command)", name))
+    end
+  end
+end
+
+-- Across files. snap has every file's settings. report(file, path, msg).
+function M.cross_files(snap, report)
+  local scopes = snap.github.scopes
+  local reserve = snap.timeouts.run.reserve_ms
+  for _, key in ipairs(sorted_keys(snap.agents.agents)) do
+    local def = snap.agents.agents[key]
+    if def.token_scope ~= nil and scopes[def.token_scope] == nil then
+      report("agents", "agents." .. key .. ".token_scope", string.format(
+        "names no scope defined in policies/github.lua: %s", show(def.token_scope)))
+    end
+    if def.max_run_minutes * MINUTE <= reserve then
+      report("agents", "agents." .. key .. ".max_run_minutes", string.format(
+        "%d min leaves nothing after the run reserve (timeouts run.reserve_ms = %s)",
+        def.max_run_minutes, M.human_ms(reserve)))
+    end
+  end
+  for _, key in ipairs(sorted_keys(snap.execution.backend)) do
+    if key ~= "default" and snap.agents.agents[key] == nil then
+      report("execution", "backend." .. key, "names no agent defined in policies/agents.lua")
+    end
+  end
+end
+
+-- Sample contexts each hook is called with at load: it must answer them under budget.
+function M.hook_samples(snap)
+  local out = {}
+  local names = sorted_keys(snap.agents.agents)
+  out["execution.choose_backend"] = {}
+  for _, name in ipairs(names) do
+    table.insert(out["execution.choose_backend"], { agent = name, repo = "owner/name" })
+    table.insert(out["execution.choose_backend"], { agent = name })
+  end
+  out["agents.choose_agent"] = { { text = "run the tests" }, { text = "" } }
+  return out
+end
+
+-- Is a hook's answer in range? Returns true or false, why.
+M.hook_validate = {
+  ["execution.choose_backend"] = function(v)
+    if type(v) == "string" and M.BACKENDS[v] then return true end
+    return false, "returned " .. show(v) .. " (expected one of " .. table.concat(M.BACKEND_LIST, ", ") .. ")"
+  end,
+  ["agents.choose_agent"] = function(v, snap)
+    if type(v) == "string" and snap.agents.agents[v] ~= nil then return true end
+    return false, "returned " .. show(v) .. " (expected an agent name from policies/agents.lua)"
+  end,
+}
+
+return M

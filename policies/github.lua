@@ -1,0 +1,21 @@
+-- GitHub credential scopes. An agent's token_scope (policies/agents.lua) names one of these.
+-- Tokens are minted per scope and cached in separate slots.
+scopes = {}
+
+-- The read scope: exactly what a readonly agent needs to clone, read PRs, issues and CI, and
+-- nothing it could write with. Every value must be "read". GitHub refuses a mint that asks for
+-- a permission the App does not hold, so every name here must be in the App's grant.
+-- Not requested on purpose: statuses (Actions reports through check-runs) and workflows.
+scopes.read = {
+  permissions = {
+    contents = "read",
+    pull_requests = "read",
+    issues = "read",
+    actions = "read",
+    checks = "read",
+    metadata = "read",
+  },
+}
+
+-- The write scope: no permissions restriction — the installation's full grant.
+scopes.write = {}

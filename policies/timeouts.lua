@@ -1,0 +1,62 @@
+-- Timeouts and limits. Operator-edited; reloaded on SIGHUP (`switchboard policy check` first).
+-- Units: milliseconds (use second, minute, hour) and bytes (KiB, MiB).
+-- A later line may refine an earlier one:  bash.max_ms = 30 * minute
+
+-- The bash tool's per-call budget (timeoutMs). A finite number is truncated and clamped into
+-- [floor_ms, max_ms]; absent, NaN or not a number → default_ms. Servers clamp with the same
+-- numbers and never trust the client's.
+bash = {
+  default_ms = 5 * minute,
+  max_ms = 20 * minute,
+  floor_ms = 1 * second,
+  kill_grace_ms = 10 * second,  -- TERM at the deadline, KILL this much later
+}
+
+-- A command's budget is capped at the run's remaining wall clock minus this reserve, so a
+-- run keeps time to answer; inside the reserve a command is refused (exit 124).
+run = { reserve_ms = 60 * second }
+
+-- Every remote send waits budget + margin (headers and the streamed body) before it gives up.
+call = { margin_ms = 30 * second }
+
+-- A full sandbox fleet: re-send after these waits, then every every_ms, until the total wait
+-- reaches min(the command's budget, max_wait_ms); then the command fails as capacity.
+fleet_busy = {
+  waits_ms = { 10 * second, 20 * second },
+  every_ms = 30 * second,
+  max_wait_ms = 5 * minute,
+}
+
+-- A booting container ("Container is starting"): nothing ran, so re-send once after a pause.
+container_starting = { retry_after_ms = 3 * second, retries = 1 }
+
+-- A recycle-shaped failure text only counts as a recycle this far into the attempt
+-- (a typed recycle error counts at any time).
+recycle = { threshold_ms = 60 * second }
+
+sandbox = {
+  heartbeat_ms = 15 * second,         -- one space on /exec while the command runs
+  default_budget_ms = 280 * second,   -- the server's budget when the request names none
+  keepalive_ms = 60 * second,         -- renew the instance's activity clock while a command runs
+  sleep_after = "5m",                 -- an idle instance sleeps after this (<n>s, <n>m or <n>h)
+}
+
+server = { drain_ms = 30 * second }   -- on TERM, in-flight requests get this long to finish
+
+file_op = { budget_ms = 5 * minute }  -- /read and /write (plus the call margin)
+
+-- A cached GitHub token is reused only while it has bash.max_ms + reuse_slack_ms left, so the
+-- longest command cannot outlive the token it started with.
+token = { reuse_slack_ms = 5 * minute }
+
+resident = {
+  negative_cache_ms = 30 * second,    -- a failed /status probe is remembered this long
+  probe_timeout_ms = 5 * second,
+}
+
+-- Fail fast when the executor's transport failed this many times in a row.
+health = { max_consecutive_infra_failures = 2 }
+
+process = { max_output_bytes = 1 * MiB }  -- per stream; the rest is dropped and marked
+
+console = { refresh_ms = 1 * second }     -- the console's status card

@@ -1,0 +1,745 @@
+/* The process supervisor: core.spawn{...} and proc:wait().
+ *
+ * Every child is started with posix_spawn (vfork-fast) in its own session and process group,
+ * watched through a pidfd on the loop,
+ * so signals go to the whole group: a deadline sends TERM and, after the grace, KILL; an abort
+ * sends KILL at once; and when the leader exits, whatever it left behind in its group is
+ * killed, so no background job outlives its command. stdout and stderr are captured up to a
+ * per-stream cap; past it the bytes are drained and dropped, so memory stays at the cap however
+ * much a child writes. The environment is exactly the table given, through envp. */
+#include "../engine/engine.h"
+#include "../log/log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PROC_MT "switchboard.process"
+
+enum {
+  DEFAULT_KILL_GRACE_MS = 10000,
+  DEFAULT_MAX_OUTPUT = 1 << 20,
+  /* After the leader exits and its group is killed, a descendant that escaped the group (its
+   * own setsid) may still hold our pipes; stop waiting for EOF after this long. */
+  PIPE_LINGER_MS = 250,
+  READ_SCRATCH = 64 * 1024,
+  EXIT_TIMED_OUT = 124,
+};
+
+typedef struct {
+  uv_pipe_t pipe;
+  const char *name; /* "stdout" | "stderr" */
+  char *data;       /* owned; grows up to limit */
+  size_t len, cap, limit, dropped;
+  bool open;
+} capture;
+
+typedef struct sb_proc {
+  uv_poll_t exit_poll; /* on the pidfd: readable once the child has exited */
+  int pidfd;
+  capture out, err;
+  uv_pipe_t in;
+  uv_write_t in_write;
+  uv_shutdown_t in_shutdown;
+  bool has_stdin;
+  uv_timer_t deadline, grace, linger;
+  sb_abort_listener on_abort;
+  int signal_ref, on_output_ref, stdin_ref, result_ref, self_ref;
+  lua_State *waiter;
+  uint64_t kill_grace_ms;
+  int pid;
+  bool exited, timed_out, aborted, finished;
+  int64_t exit_status;
+  int term_signal;
+  double started_ms, ended_ms;
+  int open_handles;
+  struct sb_proc *prev, *next; /* the live list */
+} sb_proc;
+
+static sb_proc *live_head;
+static int live_count;
+static char read_scratch[READ_SCRATCH]; /* libuv reads synchronously: alloc, read, callback */
+
+/* ---- the live list ------------------------------------------------------------------------ */
+
+static void live_add(sb_proc *p) {
+  p->next = live_head;
+  p->prev = NULL;
+  if (live_head)
+    live_head->prev = p;
+  live_head = p;
+  live_count++;
+}
+
+static void live_remove(sb_proc *p) {
+  if (p->prev)
+    p->prev->next = p->next;
+  else if (live_head == p)
+    live_head = p->next;
+  else
+    return; /* not listed */
+  if (p->next)
+    p->next->prev = p->prev;
+  p->prev = p->next = NULL;
+  live_count--;
+}
+
+static void signal_group(sb_proc *p, int signo) {
+  if (p->pid > 0)
+    kill(-p->pid, signo); /* ESRCH once the group is empty: nothing to do */
+}
+
+void sb_proc_kill_all(int signo) {
+  for (sb_proc *p = live_head; p; p = p->next)
+    signal_group(p, signo);
+}
+
+int sb_proc_live_count(void) { return live_count; }
+
+/* ---- completion ----------------------------------------------------------------------------- */
+
+static void handle_closed(uv_handle_t *h) {
+  sb_proc *p = h->data;
+  if (h == (uv_handle_t *)&p->exit_poll && p->pidfd >= 0) {
+    close(p->pidfd);
+    p->pidfd = -1;
+  }
+  if (--p->open_handles == 0) {
+    lua_State *L = sb_main_state();
+    luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref); /* the userdata may now be collected */
+    p->self_ref = LUA_NOREF;
+  }
+}
+
+static void close_handle(sb_proc *p, uv_handle_t *h) {
+  if (h->data == p && !uv_is_closing(h)) {
+    uv_close(h, handle_closed);
+  }
+}
+
+static void push_capture(lua_State *L, const capture *c) { lua_pushlstring(L, c->data ? c->data : "", c->len); }
+
+static void build_result(lua_State *L, sb_proc *p) {
+  lua_createtable(L, 0, 12);
+  int64_t code = p->exit_status;
+  if (p->term_signal != 0)
+    code = 128 + p->term_signal;
+  if (p->timed_out)
+    code = EXIT_TIMED_OUT; /* 137/143 from our own signal is the deadline, not a crash */
+  lua_pushinteger(L, code);
+  lua_setfield(L, -2, "exit");
+  if (p->term_signal != 0) {
+    lua_pushinteger(L, p->term_signal);
+    lua_setfield(L, -2, "signal");
+  }
+  lua_pushboolean(L, p->timed_out);
+  lua_setfield(L, -2, "timed_out");
+  lua_pushboolean(L, p->aborted);
+  lua_setfield(L, -2, "aborted");
+  push_capture(L, &p->out);
+  lua_setfield(L, -2, "stdout");
+  push_capture(L, &p->err);
+  lua_setfield(L, -2, "stderr");
+  lua_createtable(L, 0, 2);
+  lua_pushboolean(L, p->out.dropped > 0);
+  lua_setfield(L, -2, "stdout");
+  lua_pushboolean(L, p->err.dropped > 0);
+  lua_setfield(L, -2, "stderr");
+  lua_setfield(L, -2, "truncated");
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)p->out.dropped);
+  lua_setfield(L, -2, "stdout");
+  lua_pushinteger(L, (lua_Integer)p->err.dropped);
+  lua_setfield(L, -2, "stderr");
+  lua_setfield(L, -2, "dropped");
+  lua_pushnumber(L, p->ended_ms - p->started_ms);
+  lua_setfield(L, -2, "duration_ms");
+  lua_pushinteger(L, p->pid);
+  lua_setfield(L, -2, "pid");
+}
+
+static void release_refs(lua_State *L, sb_proc *p) {
+  luaL_unref(L, LUA_REGISTRYINDEX, p->signal_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, p->on_output_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, p->stdin_ref);
+  p->signal_ref = p->on_output_ref = p->stdin_ref = LUA_NOREF;
+}
+
+/* Settles once the leader is reaped and both pipes are closed (or the linger ran out). */
+static void maybe_finish(sb_proc *p) {
+  if (p->finished || !p->exited || p->out.open || p->err.open)
+    return;
+  p->finished = true;
+  lua_State *L = sb_main_state();
+  sb_abort_unlisten(&p->on_abort);
+  live_remove(p);
+  build_result(L, p);
+  p->result_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  free(p->out.data);
+  free(p->err.data);
+  p->out.data = p->err.data = NULL;
+  release_refs(L, p);
+  close_handle(p, (uv_handle_t *)&p->deadline);
+  close_handle(p, (uv_handle_t *)&p->grace);
+  close_handle(p, (uv_handle_t *)&p->linger);
+  close_handle(p, (uv_handle_t *)&p->exit_poll);
+  if (p->waiter != NULL) {
+    lua_State *task = p->waiter;
+    p->waiter = NULL;
+    lua_rawgeti(task, LUA_REGISTRYINDEX, p->result_ref);
+    sb_task_complete(task, 1);
+  }
+}
+
+static void capture_close(sb_proc *p, capture *c) {
+  if (!c->open)
+    return;
+  c->open = false;
+  uv_read_stop((uv_stream_t *)&c->pipe);
+  close_handle(p, (uv_handle_t *)&c->pipe);
+}
+
+static void linger_expired(uv_timer_t *t) {
+  sb_proc *p = t->data;
+  capture_close(p, &p->out);
+  capture_close(p, &p->err);
+  maybe_finish(p);
+}
+
+static void record_exit(sb_proc *p, int status) {
+  p->exited = true;
+  p->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+  p->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  p->ended_ms = sb_now_ms();
+  uv_timer_stop(&p->deadline);
+  uv_timer_stop(&p->grace);
+  signal_group(p, SIGKILL); /* what the leader left running dies with it */
+  if (p->out.open || p->err.open)
+    uv_timer_start(&p->linger, linger_expired, PIPE_LINGER_MS, 0);
+  maybe_finish(p);
+}
+
+static void child_exited(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  sb_proc *p = h->data;
+  int wstatus = 0;
+  pid_t got = waitpid(p->pid, &wstatus, WNOHANG);
+  if (got == 0)
+    return; /* spurious wakeup: not reaped yet */
+  uv_poll_stop(h);
+  if (got < 0)
+    wstatus = 0; /* reaped by someone else: nothing more to learn */
+  record_exit(p, wstatus);
+}
+
+/* ---- output -------------------------------------------------------------------------------- */
+
+static void alloc_scratch(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  (void)suggested;
+  *buf = uv_buf_init(read_scratch, sizeof read_scratch);
+}
+
+static void capture_append(capture *c, const char *bytes, size_t n) {
+  size_t room = c->limit - c->len;
+  size_t keep = n < room ? n : room;
+  if (keep > 0 && c->len + keep > c->cap) {
+    size_t cap = c->cap ? c->cap : 4096;
+    while (cap < c->len + keep)
+      cap *= 2;
+    if (cap > c->limit)
+      cap = c->limit;
+    char *grown = realloc(c->data, cap);
+    if (grown == NULL) {
+      keep = 0; /* out of memory: account the bytes as dropped rather than abort */
+    } else {
+      c->data = grown;
+      c->cap = cap;
+    }
+  }
+  memcpy(c->data + c->len, bytes, keep);
+  c->len += keep;
+  c->dropped += n - keep;
+}
+
+static void stream_to_lua(sb_proc *p, const capture *c, const char *bytes, size_t n) {
+  lua_State *L = sb_main_state();
+  lua_rawgeti(L, LUA_REGISTRYINDEX, p->on_output_ref);
+  lua_pushstring(L, c->name);
+  lua_pushlstring(L, bytes, n);
+  sb_pcall(L, 2, "spawn.on_output");
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  sb_proc *p = s->data;
+  capture *c = (uv_pipe_t *)s == &p->out.pipe ? &p->out : &p->err;
+  if (nread > 0) {
+    capture_append(c, buf->base, (size_t)nread);
+    if (p->on_output_ref != LUA_NOREF)
+      stream_to_lua(p, c, buf->base, (size_t)nread);
+    return;
+  }
+  if (nread < 0) { /* EOF or an error: either way this stream is done */
+    capture_close(p, c);
+    maybe_finish(p);
+  }
+}
+
+/* ---- deadline and abort ------------------------------------------------------------------- */
+
+static void grace_expired(uv_timer_t *t) { signal_group(t->data, SIGKILL); }
+
+static void deadline_expired(uv_timer_t *t) {
+  sb_proc *p = t->data;
+  p->timed_out = true;
+  signal_group(p, SIGTERM);
+  uv_timer_start(&p->grace, grace_expired, p->kill_grace_ms, 0);
+}
+
+static void abort_fired(sb_abort_listener *l, sb_abort *sig) {
+  (void)sig;
+  sb_proc *p = (sb_proc *)((char *)l - offsetof(sb_proc, on_abort));
+  if (p->exited)
+    return;
+  p->aborted = true;
+  signal_group(p, SIGKILL);
+}
+
+/* ---- stdin --------------------------------------------------------------------------------- */
+
+static void stdin_shut(uv_shutdown_t *req, int status) {
+  (void)status;
+  sb_proc *p = req->data;
+  close_handle(p, (uv_handle_t *)&p->in);
+}
+
+static void stdin_written(uv_write_t *req, int status) {
+  sb_proc *p = req->data;
+  if (status < 0) { /* the child closed its stdin early: not our failure */
+    close_handle(p, (uv_handle_t *)&p->in);
+    return;
+  }
+  p->in_shutdown.data = p;
+  if (uv_shutdown(&p->in_shutdown, (uv_stream_t *)&p->in, stdin_shut) != 0)
+    close_handle(p, (uv_handle_t *)&p->in);
+}
+
+/* ---- spawn --------------------------------------------------------------------------------- */
+
+typedef struct {
+  char **argv, **envp; /* argv strings point into Lua strings on the stack; envp entries owned */
+  size_t n_env;
+} spawn_args;
+
+static void spawn_args_free(spawn_args *a) {
+  if (a->envp)
+    for (size_t i = 0; i < a->n_env; i++)
+      free(a->envp[i]);
+  free(a->envp);
+  free(a->argv);
+}
+
+/* Reads opts.argv (a non-empty array of strings). Raises on a malformed table. */
+static void read_argv(lua_State *L, int opts, spawn_args *a) {
+  lua_getfield(L, opts, "argv");
+  luaL_argcheck(L, lua_istable(L, -1), 1, "opts.argv must be an array of strings");
+  lua_Integer n = luaL_len(L, -1);
+  luaL_argcheck(L, n >= 1 && n < 100000, 1, "opts.argv must not be empty");
+  a->argv = calloc((size_t)n + 1, sizeof *a->argv);
+  if (a->argv == NULL)
+    luaL_error(L, "out of memory");
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_rawgeti(L, -1, i);
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    if (s == NULL || strlen(s) != len) {
+      spawn_args_free(a);
+      luaL_error(L, "opts.argv[%d] must be a string without NUL bytes", (int)i);
+    }
+    a->argv[i - 1] = (char *)s; /* anchored by the argv table */
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+/* Reads opts.env into an owned envp ("K=V"). nil means an empty environment. */
+static void read_env(lua_State *L, int opts, spawn_args *a) {
+  lua_getfield(L, opts, "env");
+  int t = lua_gettop(L);
+  size_t n = 0;
+  if (!lua_isnil(L, t)) {
+    if (!lua_istable(L, t)) {
+      spawn_args_free(a);
+      luaL_error(L, "opts.env must be a table of NAME = value strings");
+    }
+    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1))
+      n++;
+  }
+  a->envp = calloc(n + 1, sizeof *a->envp);
+  if (a->envp == NULL) {
+    spawn_args_free(a);
+    luaL_error(L, "out of memory");
+  }
+  if (n > 0) {
+    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
+      size_t kl, vl;
+      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &kl) : NULL;
+      const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &vl) : NULL;
+      if (k == NULL || v == NULL || kl == 0 || strlen(k) != kl || strchr(k, '=') ||
+          strlen(v) != vl) {
+        lua_pop(L, 2);
+        spawn_args_free(a);
+        luaL_error(L, "opts.env: every entry must be NAME = value (strings, no '=' in the "
+                      "name, no NUL bytes)");
+      }
+      char *kv = malloc(kl + vl + 2);
+      if (kv == NULL) {
+        lua_pop(L, 2);
+        spawn_args_free(a);
+        luaL_error(L, "out of memory");
+      }
+      memcpy(kv, k, kl);
+      kv[kl] = '=';
+      memcpy(kv + kl + 1, v, vl + 1);
+      a->envp[a->n_env++] = kv;
+    }
+  }
+  lua_pop(L, 1);
+}
+
+static lua_Integer opt_ms(lua_State *L, int opts, const char *field, lua_Integer dflt) {
+  lua_getfield(L, opts, field);
+  lua_Integer v = dflt;
+  if (!lua_isnil(L, -1)) {
+    lua_Number n = lua_tonumber(L, -1);
+    if (!lua_isnumber(L, -1) || n < 0 || n > 1e12)
+      luaL_error(L, "opts.%s must be a non-negative number", field);
+    v = (lua_Integer)n;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static int field_ref(lua_State *L, int opts, const char *field, int type, const char *what) {
+  lua_getfield(L, opts, field);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return LUA_NOREF;
+  }
+  if (lua_type(L, -1) != type)
+    luaL_error(L, "opts.%s must be %s", field, what);
+  return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+/* Finds `name` in the PATH of the child's environment (not ours), as execvp would. Returns
+ * an owned path, or NULL with errno set. */
+static char *resolve_program(const char *name, char *const *envp) {
+  if (strchr(name, '/') != NULL)
+    return strdup(name);
+  const char *path = "/usr/local/bin:/usr/bin:/bin";
+  for (char *const *e = envp; *e; e++)
+    if (strncmp(*e, "PATH=", 5) == 0)
+      path = *e + 5;
+  size_t nl = strlen(name);
+  int err = ENOENT;
+  for (const char *dir = path;; dir++) {
+    const char *end = strchr(dir, ':');
+    size_t dl = end ? (size_t)(end - dir) : strlen(dir);
+    char *candidate = malloc(dl + nl + 3);
+    if (candidate == NULL)
+      return NULL;
+    memcpy(candidate, dl ? dir : ".", dl ? dl : 1);
+    size_t at = dl ? dl : 1;
+    candidate[at] = '/';
+    memcpy(candidate + at + 1, name, nl + 1);
+    if (access(candidate, X_OK) == 0)
+      return candidate;
+    if (errno == EACCES)
+      err = EACCES;
+    free(candidate);
+    if (end == NULL)
+      break;
+    dir = end;
+  }
+  errno = err;
+  return NULL;
+}
+
+typedef struct {
+  int in[2], out[2], err[2]; /* -1 when unused */
+} child_pipes;
+
+static void close_fd(int *fd) {
+  if (*fd >= 0)
+    close(*fd);
+  *fd = -1;
+}
+
+static void pipes_close(child_pipes *cp) {
+  for (int i = 0; i < 2; i++) {
+    close_fd(&cp->in[i]);
+    close_fd(&cp->out[i]);
+    close_fd(&cp->err[i]);
+  }
+}
+
+/* posix_spawn (vfork-fast) in a new session, with signals reset to their defaults (we ignore
+ * SIGPIPE; a child must not inherit that). Returns 0 or an errno value. */
+static int spawn_child(const char *program, const spawn_args *a, const char *cwd,
+                       child_pipes *cp, pid_t *pid) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  if (cp->in[0] >= 0)
+    posix_spawn_file_actions_adddup2(&fa, cp->in[0], 0);
+  else
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, cp->out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, cp->err[1], 2);
+  if (cwd != NULL)
+    posix_spawn_file_actions_addchdir_np(&fa, cwd);
+  /* Whatever the host program opened without O_CLOEXEC stays ours. */
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETSIGMASK);
+  int rc = posix_spawn(pid, program, &fa, &attr, a->argv, a->envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  return rc;
+}
+
+static int push_spawn_fail(lua_State *L, const char *program, const char *cwd, int err) {
+  lua_pushnil(L);
+  lua_createtable(L, 0, 2);
+  lua_pushliteral(L, "spawn");
+  lua_setfield(L, -2, "kind");
+  if (err == ENOENT && cwd != NULL)
+    lua_pushfstring(L, "cannot start '%s' in '%s': no such program or directory", program, cwd);
+  else
+    lua_pushfstring(L, "cannot start '%s': %s", program, strerror(err));
+  lua_setfield(L, -2, "message");
+  return 2;
+}
+
+static void capture_open(sb_proc *p, capture *c, const char *name, size_t limit, int fd) {
+  uv_pipe_init(sb_loop(), &c->pipe, 0);
+  uv_pipe_open(&c->pipe, fd);
+  c->pipe.data = p;
+  c->name = name;
+  c->limit = limit;
+  c->open = true;
+  p->open_handles++;
+  uv_read_start((uv_stream_t *)&c->pipe, alloc_scratch, on_read);
+}
+
+static void timer_init(sb_proc *p, uv_timer_t *t) {
+  uv_timer_init(sb_loop(), t);
+  t->data = p;
+  p->open_handles++;
+}
+
+static void feed_stdin(lua_State *L, sb_proc *p, int fd) {
+  uv_pipe_init(sb_loop(), &p->in, 0);
+  uv_pipe_open(&p->in, fd);
+  p->in.data = p;
+  p->open_handles++;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, p->stdin_ref);
+  size_t len;
+  const char *bytes = lua_tolstring(L, -1, &len); /* anchored by stdin_ref */
+  lua_pop(L, 1);
+  uv_buf_t buf = uv_buf_init((char *)bytes, (unsigned)len);
+  p->in_write.data = p;
+  if (uv_write(&p->in_write, (uv_stream_t *)&p->in, &buf, 1, stdin_written) != 0)
+    close_handle(p, (uv_handle_t *)&p->in);
+}
+
+static int l_spawn(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  spawn_args a = {0};
+  read_argv(L, 1, &a);
+  read_env(L, 1, &a);
+  lua_getfield(L, 1, "cwd");
+  const char *cwd = lua_isnil(L, -1) ? NULL : lua_tostring(L, -1); /* anchored by opts */
+  lua_pop(L, 1);
+  lua_Integer deadline_ms = opt_ms(L, 1, "deadline_ms", 0);
+  lua_Integer grace_ms = opt_ms(L, 1, "kill_grace_ms", DEFAULT_KILL_GRACE_MS);
+  lua_Integer max_output = opt_ms(L, 1, "max_output", DEFAULT_MAX_OUTPUT);
+  lua_getfield(L, 1, "signal");
+  sb_abort *sig = sb_abort_opt(L, -1);
+  int sig_idx = lua_gettop(L);
+  lua_getfield(L, 1, "stdin");
+  bool has_stdin = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "on_output");
+  bool streams = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if ((has_stdin && (lua_getfield(L, 1, "stdin"), lua_type(L, -1)) != LUA_TSTRING) ||
+      (streams && (lua_getfield(L, 1, "on_output"), lua_type(L, -1)) != LUA_TFUNCTION)) {
+    spawn_args_free(&a);
+    return luaL_error(L, "opts.stdin must be a string and opts.on_output a function");
+  }
+  lua_settop(L, sig_idx);
+
+  char *program = resolve_program(a.argv[0], a.envp);
+  if (program == NULL) {
+    int n = push_spawn_fail(L, a.argv[0], NULL, errno);
+    spawn_args_free(&a);
+    return n;
+  }
+  child_pipes cp = {{-1, -1}, {-1, -1}, {-1, -1}};
+  int rc = 0;
+  if ((has_stdin && pipe2(cp.in, O_CLOEXEC) != 0) || pipe2(cp.out, O_CLOEXEC) != 0 ||
+      pipe2(cp.err, O_CLOEXEC) != 0)
+    rc = errno;
+  pid_t pid = -1;
+  if (rc == 0)
+    rc = spawn_child(program, &a, cwd, &cp, &pid);
+  int pidfd = rc == 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+  if (rc == 0 && pidfd < 0) {
+    rc = errno;
+    kill(-pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  close_fd(&cp.in[0]);
+  close_fd(&cp.out[1]);
+  close_fd(&cp.err[1]);
+  if (rc != 0) {
+    pipes_close(&cp);
+    int n = push_spawn_fail(L, a.argv[0], cwd, rc);
+    free(program);
+    spawn_args_free(&a);
+    return n;
+  }
+  free(program);
+  spawn_args_free(&a);
+
+  sb_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
+  memset(p, 0, sizeof *p);
+  luaL_setmetatable(L, PROC_MT);
+  p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = LUA_NOREF;
+  lua_pushvalue(L, -1);
+  p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
+  p->on_output_ref = field_ref(L, 1, "on_output", LUA_TFUNCTION, "a function");
+  p->stdin_ref = field_ref(L, 1, "stdin", LUA_TSTRING, "a string");
+  p->kill_grace_ms = (uint64_t)grace_ms;
+  p->pid = pid;
+  p->pidfd = pidfd;
+  p->started_ms = sb_now_ms();
+  live_add(p);
+  capture_open(p, &p->out, "stdout", (size_t)max_output, cp.out[0]);
+  capture_open(p, &p->err, "stderr", (size_t)max_output, cp.err[0]);
+  timer_init(p, &p->deadline);
+  timer_init(p, &p->grace);
+  timer_init(p, &p->linger);
+  uv_poll_init(sb_loop(), &p->exit_poll, pidfd);
+  p->exit_poll.data = p;
+  p->open_handles++;
+  uv_poll_start(&p->exit_poll, UV_READABLE, child_exited);
+  if (has_stdin)
+    feed_stdin(L, p, cp.in[1]);
+  if (deadline_ms > 0)
+    uv_timer_start(&p->deadline, deadline_expired, (uint64_t)deadline_ms, 0);
+  if (sig != NULL) {
+    lua_pushvalue(L, sig_idx);
+    p->signal_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    sb_abort_listen(sig, &p->on_abort, abort_fired);
+  }
+  return 1;
+}
+
+/* ---- methods ------------------------------------------------------------------------------- */
+
+static int l_wait(lua_State *L) {
+  sb_proc *p = luaL_checkudata(L, 1, PROC_MT);
+  if (p->finished) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, p->result_ref);
+    return 1;
+  }
+  sb_task_check(L, "proc:wait");
+  if (p->waiter != NULL)
+    return luaL_error(L, "proc:wait: another task is already waiting for this process");
+  p->waiter = L;
+  return sb_task_yield(L);
+}
+
+static const struct {
+  const char *name;
+  int signo;
+} signal_names[] = {{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},
+                    {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"USR1", SIGUSR1},
+                    {"USR2", SIGUSR2}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}};
+
+static int l_kill(lua_State *L) {
+  sb_proc *p = luaL_checkudata(L, 1, PROC_MT);
+  const char *name = luaL_optstring(L, 2, "TERM");
+  for (size_t i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++) {
+    if (strcmp(name, signal_names[i].name) == 0) {
+      if (!p->finished)
+        signal_group(p, signal_names[i].signo);
+      return 0;
+    }
+  }
+  return luaL_argerror(L, 2, "a signal name such as \"TERM\" or \"KILL\" expected");
+}
+
+static int l_index(lua_State *L) {
+  sb_proc *p = luaL_checkudata(L, 1, PROC_MT);
+  const char *key = luaL_checkstring(L, 2);
+  if (strcmp(key, "pid") == 0) {
+    lua_pushinteger(L, p->pid);
+  } else if (strcmp(key, "done") == 0) {
+    lua_pushboolean(L, p->finished);
+  } else {
+    luaL_getmetatable(L, PROC_MT);
+    lua_getfield(L, -1, key);
+  }
+  return 1;
+}
+
+static int l_gc(lua_State *L) {
+  sb_proc *p = luaL_checkudata(L, 1, PROC_MT);
+  /* Only reached once every handle is closed (self_ref anchors it until then). */
+  luaL_unref(L, LUA_REGISTRYINDEX, p->result_ref);
+  p->result_ref = LUA_NOREF;
+  free(p->out.data);
+  free(p->err.data);
+  p->out.data = p->err.data = NULL;
+  return 0;
+}
+
+static int l_proc_count(lua_State *L) {
+  lua_pushinteger(L, live_count);
+  return 1;
+}
+
+static int l_kill_all(lua_State *L) {
+  (void)L;
+  sb_proc_kill_all(SIGKILL);
+  return 0;
+}
+
+int sb_proc_open(lua_State *L) {
+  if (luaL_newmetatable(L, PROC_MT)) {
+    static const luaL_Reg methods[] = {
+        {"wait", l_wait}, {"kill", l_kill}, {"__index", l_index}, {"__gc", l_gc}, {NULL, NULL}};
+    luaL_setfuncs(L, methods, 0);
+  }
+  lua_pop(L, 1);
+  static const luaL_Reg fns[] = {
+      {"spawn", l_spawn}, {"proc_count", l_proc_count}, {"kill_all", l_kill_all}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
+  return 0;
+}
