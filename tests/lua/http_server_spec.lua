@@ -187,6 +187,28 @@ describe("core.http.serve", function()
     end)
   end)
 
+  it("serves 200 clients at once, each handler in its own task", function()
+    core.run(function()
+      local N, inside, peak = 200, 0, 0
+      local srv = serve(function(req, res)
+        inside = inside + 1
+        peak = math.max(peak, inside)
+        -- a barrier: nobody answers before all N are inside a handler at the same time
+        local deadline = core.now_ms() + 8000
+        while peak < N and core.now_ms() < deadline do core.sleep(5) end
+        inside = inside - 1
+        res:send(peak >= N and 200 or 503, nil, "")
+      end)
+      local c = background(string.format(
+        "curl -s --max-time 15 --parallel --parallel-immediate --parallel-max %d " ..
+        "-w '%%{http_code}\\n' 'http://127.0.0.1:%d/r[1-%d]'", N, srv.port, N))
+      local out = c.wait(20000)
+      assert.equal(N, peak)
+      assert.equal(N, select(2, out:gsub("200\n", "")))
+      srv:close()
+    end)
+  end)
+
   it("answers pipelined requests one at a time, in order", function()
     core.run(function()
       local srv = serve(function(req, res)
