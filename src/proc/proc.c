@@ -389,7 +389,7 @@ static void read_env(lua_State *L, int opts, spawn_args *a) {
   }
   if (n > 0) {
     for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
-      size_t kl, vl;
+      size_t kl = 0, vl = 0; /* set only for strings; clang cannot see the NULL checks */
       const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &kl) : NULL;
       const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &vl) : NULL;
       if (k == NULL || v == NULL || kl == 0 || strlen(k) != kl || strchr(k, '=') ||

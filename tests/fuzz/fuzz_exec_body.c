@@ -19,9 +19,7 @@
  *          tests/fuzz/corpus/exec_body
  * -len_control=0 matters: with no coverage signal from the Lua side, libFuzzer would otherwise
  * keep inputs a few bytes long. (A planted bug — env values with a NUL kept — is found within
- * seconds this way, and not at all without it.) The engine does not build under clang with
- * -Werror yet (proc.c -Wsometimes-uninitialized): configure with
- * -DCMAKE_C_FLAGS=-Wno-error=sometimes-uninitialized. */
+ * seconds this way, and not at all without it.) */
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
