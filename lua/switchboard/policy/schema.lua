@@ -314,6 +314,7 @@ M.files.timeouts = {
 }
 
 M.files.github = {
+  request_timeout_ms = ms(SECOND, 5 * MINUTE),
   scopes = S.map("^[a-z][a-z0-9_]*$", "a scope name (a-z, 0-9, _)", S.record {
     permissions = S.optional(S.map("^[a-z][a-z_]*$", "a GitHub permission name",
       S.enum { "read", "write" })),
