@@ -219,7 +219,7 @@ function Standin:mint(id, req)
   self.tokens[token] = { installation = id, permissions = perms, expires_s = expires_s, scope = scope }
   self.mints[#self.mints + 1] = {
     installation = id, scope = scope, token = token, asked = asked and copy(asked) or nil,
-    body = req.body, expires_at = iso(expires_s),
+    body = (req.body ~= "" and req.body) or nil, expires_at = iso(expires_s),
   }
   return json(201, {
     token = token, expires_at = iso(expires_s), permissions = perms,
