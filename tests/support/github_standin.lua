@@ -18,8 +18,7 @@
 -- .requests, .jwts, .tokens, .mints, .violations (header or claim problems it answered).
 --
 -- Transport: start() serves on 127.0.0.1 through core.http.serve and hands out
--- core.http.request, so the identity's real HTTP path is exercised; {in_process = true} (or
--- an engine without core.http.serve) calls the same handler in the caller's task instead.
+-- core.http.request, so the identity's real HTTP path (libcurl, sockets) is exercised.
 local core = require("switchboard.core")
 local cjson = require("cjson")
 
@@ -294,41 +293,9 @@ function Standin:handle(req)
   return answer(gh_error(404, "Not Found"))
 end
 
-local function lower_keys(t)
-  local out = {}
-  for k, v in pairs(t or {}) do out[k:lower()] = v end
-  return out
-end
-
--- core.http.request's shape, answered by handle() in the caller's task.
-function Standin:in_process_request()
-  return function(args)
-    local path = args.url:match("^https?://[^/]+(/[^?]*)")
-    if path == nil or args.url:sub(1, #self.api_url) ~= self.api_url then
-      return nil, { kind = "transport", message = "stand-in: no route to " .. tostring(args.url) }
-    end
-    local forced = self.forced[(args.method or "GET") .. " " .. path]
-    if forced and forced[1] and forced[1].status == 0 then
-      table.remove(forced, 1)
-      core.sleep(args.deadline_ms or 0)
-      return nil, { kind = "timeout", message = "deadline reached" }
-    end
-    local status, headers, body = self:handle{
-      method = args.method or "GET", path = path, headers = lower_keys(args.headers), body = args.body,
-    }
-    return status, headers, body
-  end
-end
-
--- opts: as for new(), plus in_process (skip the loopback server).
+-- Serves on 127.0.0.1 (an ephemeral port) inside the running core.run; close() when done.
 function M.start(opts)
   local self = M.new(opts)
-  if core.http.serve == nil or opts.in_process then
-    self.api_url = "http://github.standin.invalid"
-    self.request = self:in_process_request()
-    self.transport = "in-process"
-    return self
-  end
   self.server = core.http.serve{
     host = "127.0.0.1", port = 0,
     handler = function(req, res)
@@ -340,7 +307,6 @@ function M.start(opts)
   }
   self.api_url = "http://127.0.0.1:" .. self.server.port
   self.request = core.http.request
-  self.transport = "loopback"
   return self
 end
 
@@ -370,7 +336,7 @@ end
 -- A world for one spec, inside core.run: a fake wall clock shared by the identity and the
 -- stand-in, the stand-in, the bot's environment, and the identity with its log and redaction
 -- captured. opts: policy (function → snapshot, required), env (extra or replaced variables;
--- false removes one), installations, mint_delay_ms, in_process, identity_opts.
+-- false removes one), installations, mint_delay_ms, identity_opts.
 function M.world(opts)
   local identity = require("switchboard.github.identity")
   local w = { clock = { ms = (core.wall_ms() // 1000) * 1000 }, logs = {}, redacted = {} }
@@ -380,7 +346,7 @@ function M.world(opts)
   w.gh = M.start{
     public_key = w.pub, app_id = "12345", client_id = opts.client_id,
     installations = opts.installations or M.default_installations(),
-    wall_ms = w.wall_ms, mint_delay_ms = opts.mint_delay_ms, in_process = opts.in_process,
+    wall_ms = w.wall_ms, mint_delay_ms = opts.mint_delay_ms,
   }
   w.env = { GITHUB_APP_ID = "12345", GITHUB_APP_PRIVATE_KEY = w.priv, GITHUB_API_URL = w.gh.api_url }
   for k, v in pairs(opts.env or {}) do w.env[k] = v or nil end
