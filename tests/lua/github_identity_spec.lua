@@ -276,31 +276,28 @@ describe("github identity: secrets stay out of logs and errors", function()
 end)
 
 describe("switchboard exec and the identity", function()
-  local bin = os.getenv("SWITCHBOARD_BIN") or ((os.getenv("SB_BUILD_DIR") or "./build") .. "/switchboard")
+  local bin = require("support.bin")
 
   local function run_exec(args, env)
     local r
-    core.run(function()
-      local p = assert(core.spawn{ argv = args, env = env, deadline_ms = 30000 })
-      r = p:wait()
-    end)
+    core.run(function() r = bin.run(args, { env = env, deadline_ms = 30000 }) end)
     return r
   end
 
   it("says 'no token' once on stderr when the agent has a token scope and no credential exists", function()
     local state = tmpdir()
-    local env = { PATH = os.getenv("PATH"), SWITCHBOARD_STATE_DIR = state }
-    local r = run_exec({ bin, "exec", "--agent", "review", "--", "echo ${GH_TOKEN-none}" }, env)
+    local env = { SWITCHBOARD_STATE_DIR = state }
+    local r = run_exec({ "exec", "--agent", "review", "--", "echo ${GH_TOKEN-none}" }, env)
     assert.equal(0, r.exit, r.stderr)
     assert.equal("none\n", r.stdout)
     local _, count = r.stderr:gsub("note: no GitHub credential: commands get no token\n", "")
     assert.equal(1, count)
     -- An agent without a token scope has nothing to be told.
-    r = run_exec({ bin, "exec", "--agent", "general", "--", "true" }, env)
+    r = run_exec({ "exec", "--agent", "general", "--", "true" }, env)
     assert.is_nil(r.stderr:find("no GitHub credential", 1, true))
     -- A plain GH_TOKEN reaches the command through its environment.
     env.GH_TOKEN = "ghp_from_the_bot_env"
-    r = run_exec({ bin, "exec", "--agent", "review", "--", "echo ${#GH_TOKEN}" }, env)
+    r = run_exec({ "exec", "--agent", "review", "--", "echo ${#GH_TOKEN}" }, env)
     assert.equal("20\n", r.stdout)
     assert.is_nil(r.stderr:find("no GitHub credential", 1, true))
     os.execute("rm -rf '" .. state .. "'")

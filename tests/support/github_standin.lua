@@ -336,11 +336,13 @@ end
 -- A world for one spec, inside core.run: a fake wall clock shared by the identity and the
 -- stand-in, the stand-in, the bot's environment, and the identity with its log and redaction
 -- captured. opts: policy (function → snapshot, required), env (extra or replaced variables;
--- false removes one), installations, mint_delay_ms, identity_opts.
+-- false removes one), installations, mint_delay_ms, identity_opts, real_clock (the stand-in
+-- reads the real wall clock: a switchboard process under test signs JWTs with it).
 function M.world(opts)
   local identity = require("switchboard.github.identity")
   local w = { clock = { ms = (core.wall_ms() // 1000) * 1000 }, logs = {}, redacted = {} }
   w.wall_ms = function() return w.clock.ms end
+  if opts.real_clock then w.wall_ms = core.wall_ms end -- another process signs with its own
   function w.advance(ms) w.clock.ms = w.clock.ms + ms end
   w.priv, w.pub = M.keys()
   w.gh = M.start{
