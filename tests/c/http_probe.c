@@ -18,7 +18,9 @@
  * line to stderr: "probe: eof", "probe: reset", "probe: timeout", "probe: closed",
  * "probe: connect-failed", optionally preceded by "probe: send-failed" when the server hung up
  * while we were sending. The whole run is bounded by --timeout (default 10000 ms). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
