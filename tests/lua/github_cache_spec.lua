@@ -80,6 +80,22 @@ describe("github token cache (minting through the stand-in)", function()
     end)
   end)
 
+  it("measures the margin on our clock: with GitHub's clock 7 min ahead (its Date header), expires_at is read 7 min earlier", function()
+    core.run(function()
+      local w = world()
+      w.gh.skew_ms = 7 * MIN -- still inside the JWT's tolerance (iat is 1 min back, exp 9 min ahead)
+      local first = assert(w.identity:resolve_envs("read", { repo = "acme/api" })).GH_TOKEN
+      -- expires_at is GitHub's now + 60 min = our now + 67 min, yet the token lives 60 of our
+      -- minutes. After 35 min + 1 s it has 24 min 59 s left for real: re-minted, although
+      -- expires_at taken on our clock would say 31 min 59 s.
+      w.advance(35 * MIN + 1000)
+      local second = assert(w.identity:resolve_envs("read", { repo = "acme/api" })).GH_TOKEN
+      assert.are_not.equal(first, second)
+      assert.equal(2, w.gh:mints_for("read"))
+      w.close()
+    end)
+  end)
+
   it("reads the margin from the current policy at every request (a reload applies to the next one)", function()
     local snap = P.shipped()
     local wider = assert(P.load(P.dir({ timeouts = append("token.reuse_slack_ms = 30 * minute") })))

@@ -69,6 +69,7 @@ function M.new(opts)
     wall_ms = opts.wall_ms or core.wall_ms,
     token_ttl_ms = opts.token_ttl_ms or 3600 * 1000,
     mint_delay_ms = opts.mint_delay_ms or 0,
+    skew_ms = 0,
     requests = {}, jwts = {}, tokens = {}, mints = {}, violations = {},
     forced = {}, -- route → list of {status, body} to answer instead, in order
     stop = core.signal(),
@@ -76,7 +77,8 @@ function M.new(opts)
   return self
 end
 
-function Standin:now_s() return self.wall_ms() // 1000 end
+-- GitHub's clock: the shared one plus skew_ms (a GitHub whose clock is ahead of the bot's).
+function Standin:now_s() return (self.wall_ms() + self.skew_ms) // 1000 end
 
 -- Answer the next call to route (status 0: never answer) ("POST /app/installations/{id}/access_tokens" style: method
 -- and path with ids) with status and body instead of the real answer.
@@ -98,6 +100,8 @@ end
 local function json(status, doc)
   return status, { ["content-type"] = "application/json; charset=utf-8" }, cjson.encode(doc)
 end
+
+local function http_date(secs) return os.date("!%a, %d %b %Y %H:%M:%S GMT", secs) end
 
 local function gh_error(status, message)
   return json(status, { message = message, documentation_url = M.DOCS, status = tostring(status) })
@@ -247,6 +251,7 @@ function Standin:handle(req)
   self.requests[#self.requests + 1] = entry
   local function answer(status, headers, body)
     entry.status = status
+    if headers then headers["date"] = http_date(self:now_s()) end
     return status, headers, body
   end
   local bad = { self:check_headers(req) }

@@ -220,7 +220,7 @@ function App:call(method, path, body)
       .. "GITHUB_API_URL and this host's network", endpoint, self:scrub(why) or "no detail"),
       { endpoint = endpoint })
   end
-  return status, decode(resp), endpoint
+  return status, decode(resp), endpoint, answer_headers
 end
 
 -- GitHub's message and documentation link from an error document, quoted safely.
@@ -299,6 +299,17 @@ function M.parse_time(s)
   return t * 1000
 end
 
+local MONTHS = { Jan = 1, Feb = 2, Mar = 3, Apr = 4, May = 5, Jun = 6, Jul = 7, Aug = 8,
+                 Sep = 9, Oct = 10, Nov = 11, Dec = 12 }
+
+-- An HTTP Date header ("Sun, 06 Nov 1994 08:49:37 GMT") → epoch ms | nil
+function M.parse_http_date(s)
+  if type(s) ~= "string" then return nil end
+  local d, mon, y, h, mi, sec = s:match("^%a+, (%d%d) (%a%a%a) (%d%d%d%d) (%d%d):(%d%d):(%d%d) GMT$")
+  if not d or not MONTHS[mon] then return nil end
+  return M.parse_time(string.format("%s-%02d-%sT%s:%s:%sZ", y, MONTHS[mon], d, h, mi, sec))
+end
+
 local RANK = { read = 1, write = 2, admin = 3 }
 
 -- Which of the requested permissions the installation does not grant (at that level).
@@ -332,14 +343,24 @@ function App:mint(installation_id, scope_name, scope, found_for)
   end
   local body = perms and cjson.encode({ permissions = perms }) or nil
   local path = string.format("/app/installations/%s/access_tokens", tostring(installation_id))
-  local status, doc, endpoint = self:call("POST", path, body)
+  local asked_ms = self.wall_ms()
+  local status, doc, endpoint, headers = self:call("POST", path, body)
   if status == nil then return nil, doc end
   if status == 201 then
     if type(doc) ~= "table" or type(doc.token) ~= "string" or doc.token == "" then
       return fail("http 201", "GitHub's answer to " .. endpoint .. " carries no token")
     end
     self:secret(doc.token)
-    return { token = doc.token, expires_at = doc.expires_at, expires_ms = M.parse_time(doc.expires_at) }
+    local expires_ms = M.parse_time(doc.expires_at)
+    -- expires_at is GitHub's clock; the reuse margin is measured on ours. When the answer's
+    -- Date says GitHub's clock is ahead of ours, the token ends that much earlier for us (a
+    -- skew inside the 1-s resolution of Date is noise). Never later than GitHub says.
+    local their_ms = M.parse_http_date(headers and headers["date"])
+    if expires_ms and their_ms then
+      local skew_ms = their_ms - asked_ms
+      if skew_ms > 1000 then expires_ms = expires_ms - skew_ms end
+    end
+    return { token = doc.token, expires_at = doc.expires_at, expires_ms = expires_ms }
   end
   if status == 422 and perms then
     local names
