@@ -1,6 +1,14 @@
 /* core.crypto: SHA-256, HMAC-SHA256, hex, constant-time equality, randomness and base64.
  * Every function is synchronous and CPU-bound on small inputs; nothing here yields.
- * OpenSSL 3 EVP interfaces only (no deprecated low-level calls). */
+ * OpenSSL 3 EVP interfaces only (no deprecated low-level calls).
+ *
+ * sha256(bytes) → 32 raw bytes            hmac_sha256(key, bytes) → 32 raw bytes
+ * hex(bytes) → lowercase hex              ct_equal(a, b) → boolean (time independent of contents)
+ * random_bytes(n) → n bytes (raises if the CSPRNG fails; n ≤ 1 MiB)
+ * base64_encode(bytes) / base64url_encode(bytes) (no padding) → text
+ * base64_decode(text) / base64url_decode(text) → bytes | nil, {kind="invalid", message}
+ * rs256_sign, rs256_verify, rsa_generate: see rs256.c
+ * Wrong argument types raise (programmer errors). */
 #include "../engine/engine.h"
 #include "base64.h"
 #include "crypto.h"

@@ -11,7 +11,20 @@
  *
  * All methods are synchronous: workspace files are small and a read or write is a handful of
  * system calls; nothing here yields. Error messages name the path as the caller gave it and say
- * what to do, and never contain the host path of the root. */
+ * what to do, and never contain the host path of the root.
+ *
+ * core.fs.root(dir) → root | nil, err
+ * root:read(path [, max_bytes = 64 MiB]) → bytes | nil, err
+ * root:write(path, bytes [, {mode = 0644}]) → true | nil, err   parents created; atomic rename;
+ *                                          an existing file keeps its mode unless one is given;
+ *                                          a final symlink that stays inside is written through
+ * root:stat(path) → {type, size, mode, mtime_ms} | nil, err     a final symlink is "link"
+ * root:list([path = "."]) → sorted names | nil, err
+ * root:remove(path [, {recursive = false}]) → true | nil, err   never follows a symlink
+ * root:close() (also __gc and __close)
+ *
+ * err.kind: "escape" (a .. above the root, an absolute path, a symlink out, a magic link, a
+ * symlink loop, a NUL byte), "not_found", "not_a_file", "too_large", "io". */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* strchrnul */
 #endif
@@ -495,8 +508,9 @@ static int l_root(lua_State *L) {
   if (fd < 0) {
     int err = errno;
     const char *kind = err == ENOENT ? "not_found" : err == ENOTDIR ? "not_a_file" : "io";
-    return sb_push_fail(L, kind, lua_pushfstring(L, "fs.root %s: %s; create the directory "
-                                                    "first", dir, strerror(err)));
+    return sb_push_fail(L, kind, lua_pushfstring(L, "fs.root %s: %s%s", dir, strerror(err),
+                                                 err == ENOENT ? "; create the directory first"
+                                                               : ""));
   }
   r->fd = fd;
   /* Probe openat2 once: confinement without it would be a silent hole, so refuse instead. */

@@ -33,6 +33,7 @@ typedef struct {
 } server_ud;
 
 enum { RES_FRESH, RES_STARTED, RES_FINISHED };
+enum { MAX_WRITE_BYTES = 1 << 30 }; /* per call; libuv buffers carry an unsigned length */
 /* How the body is delimited on the wire. */
 enum { FRAME_NONE, FRAME_LENGTH, FRAME_CHUNKED, FRAME_CLOSE };
 
@@ -337,12 +338,14 @@ static void push_head(lua_State *L, res_ud *r, int status, int hidx, lua_Integer
   if (hidx != 0)
     header_pass(L, hidx, &h, &f);
   enum { FIXED_MAX = 160 }; /* framing and connection lines */
-  size_t cap = SB_HTTP_STATUS_LINE_MAX + h.len + FIXED_MAX;
+  size_t cap = SB_HTTP_STATUS_LINE_MAX + SB_HTTP_DATE_LINE_MAX + h.len + FIXED_MAX;
   char *buf = lua_newuserdatauv(L, cap, 0);
   int buf_idx = lua_gettop(L);
   h = (head_out){buf, 0};
   char line[SB_HTTP_STATUS_LINE_MAX];
   put(&h, line, sb_http_status_line(line, status));
+  char date[SB_HTTP_DATE_LINE_MAX];
+  put(&h, date, sb_http_date_line(date));
   if (hidx != 0) {
     head_flags again = {false, false, 0};
     header_pass(L, hidx, &h, &again);
@@ -356,7 +359,9 @@ static void push_head(lua_State *L, res_ud *r, int status, int hidx, lua_Integer
   if (has_length) {
     r->framing = bodyless ? FRAME_NONE : FRAME_LENGTH;
     r->remaining = length;
-    if (status != 204) { /* 204 carries no content-length (RFC 9110 8.6) */
+    /* 204 never carries content-length (RFC 9110 8.6); a 304's would describe the cached
+     * representation, which only the handler knows. */
+    if (status != 204 && (status != 304 || body_len < 0)) {
       n = snprintf(fixed, sizeof fixed, "content-length: %llu\r\n", (unsigned long long)length);
       put(&h, fixed, (size_t)n);
     }
@@ -384,6 +389,8 @@ static void push_head(lua_State *L, res_ud *r, int status, int hidx, lua_Integer
 /* Sends body bytes in the response's framing. Returns false when they were dropped because
  * the peer is gone. */
 static bool body_bytes(lua_State *L, res_ud *r, const char *data, size_t n) {
+  if (n > MAX_WRITE_BYTES)
+    luaL_error(L, "res:write: at most %d bytes per call", MAX_WRITE_BYTES);
   if (r->c == NULL)
     return false;
   switch (r->framing) {
@@ -510,6 +517,7 @@ static int l_res_send(lua_State *L) {
   int hidx = opt_headers(L, 3);
   size_t n = 0;
   const char *body = luaL_optlstring(L, 4, "", &n);
+  luaL_argcheck(L, n <= MAX_WRITE_BYTES, 4, "body too large for one call");
   if (r->phase != RES_FRESH)
     return luaL_error(L, "res:send: the response was already started");
   lua_pushboolean(L, send_whole(L, r, status, hidx, body, n));

@@ -394,8 +394,17 @@ static void reject(sb_http_server *s) {
     (void)uv_try_write((uv_stream_t *)tcp, &buf, 1);
   }
   uv_close((uv_handle_t *)tcp, free_handle);
-  sb_log_field f[] = {{"reason", "max_connections", false}};
-  sb_log_write("warn", "http.rejected", f, 1);
+  /* This happens under a flood by definition: one line per second, with the count. */
+  s->rejected++;
+  uint64_t now = uv_now(sb_loop());
+  if (s->rejected_logged_at == 0 || now - s->rejected_logged_at >= 1000) {
+    char count[24];
+    snprintf(count, sizeof count, "%llu", (unsigned long long)s->rejected);
+    sb_log_field f[] = {{"reason", "max_connections", false}, {"count", count, true}};
+    sb_log_write("warn", "http.rejected", f, 2);
+    s->rejected = 0;
+    s->rejected_logged_at = now;
+  }
 }
 
 static void peer_name(sb_http_conn *c) {

@@ -41,6 +41,8 @@ struct sb_http_server {
   sb_http_conn *conns; /* open connections (including those closing), doubly linked */
   size_t n_conns;
   int port;             /* the bound port */
+  uint64_t rejected;    /* connections refused over max_connections since the last log line */
+  uint64_t rejected_logged_at; /* loop time (ms) of that line */
   bool closing;         /* no more accepting; connections end after their current response */
   bool listener_closed; /* the listener's close callback ran */
   bool orphaned;        /* the Lua object is gone: the last close callback frees this */

@@ -104,11 +104,30 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   return 0;
 }
 
+/* RFC 9110 tchar. llhttp 8.1 lets a blank inside a name through ("Bad Header: x"); a name
+ * that a proxy in front of us might read differently is refused here. */
+static bool is_token(const char *s, size_t n) {
+  static const char extra[] = "!#$%&'*+-.^_`|~";
+  if (n == 0)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+          (c != '\0' && memchr(extra, c, sizeof extra - 1) != NULL)))
+      return false; /* names are already lower-cased */
+  }
+  return true;
+}
+
 static int on_header_field_complete(llhttp_t *p) {
   sb_http_request *r = of(p);
   r->in_field = false;
-  if (!r->headers_done)
-    r->headers[r->n_headers].value_off = (uint32_t)r->head_len;
+  if (r->headers_done)
+    return 0;
+  sb_http_header *h = &r->headers[r->n_headers];
+  if (!is_token(r->head + h->name_off, h->name_len))
+    return fail(r, 400, "bad request: invalid header name");
+  h->value_off = (uint32_t)r->head_len;
   return 0;
 }
 
@@ -257,14 +276,10 @@ size_t sb_http_request_feed(sb_http_request *r, const char *data, size_t len) {
     return 0;
   llhttp_errno_t err = llhttp_execute(&r->parser, data, len);
   size_t consumed = len;
-  if (err == HPE_PAUSED) {
+  if (err == HPE_PAUSED || (err == HPE_PAUSED_UPGRADE && r->state == SB_HTTP_REQ_DONE)) {
     consumed = (size_t)(llhttp_get_error_pos(&r->parser) - data);
-  } else if (err == HPE_USER) {
-    /* the callback that failed already set the status */
-    if (r->state != SB_HTTP_REQ_ERROR)
-      fail(r, 400, "bad request: malformed HTTP");
-  } else if (err != HPE_OK) {
-    fail(r, 400, parse_error_text(err));
+  } else if (err != HPE_OK && r->state != SB_HTTP_REQ_ERROR) {
+    fail(r, 400, parse_error_text(err)); /* else a callback failed and set the status */
   }
   /* Bytes llhttp consumed in the head without a data callback (blank lines before a request,
    * blanks around values) are charged too, so an endless head of whitespace still ends at the

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 const char *sb_http_reason(int status) {
   switch (status) {
@@ -76,6 +77,27 @@ bool sb_http_name_is(const char *s, size_t n, const char *lower) {
   return true;
 }
 
+size_t sb_http_date_line(char out[SB_HTTP_DATE_LINE_MAX]) {
+  static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  static time_t cached_at = (time_t)-1; /* formatted once per second */
+  static char cached[SB_HTTP_DATE_LINE_MAX];
+  static size_t cached_len;
+  time_t now = time(NULL);
+  if (now != cached_at) {
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    int n = snprintf(cached, sizeof cached, "date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
+                     days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec);
+    cached_len = n > 0 && (size_t)n < sizeof cached ? (size_t)n : 0;
+    cached_at = now;
+  }
+  memcpy(out, cached, cached_len);
+  return cached_len;
+}
+
 size_t sb_http_status_line(char out[SB_HTTP_STATUS_LINE_MAX], int status) {
   int n = snprintf(out, SB_HTTP_STATUS_LINE_MAX, "HTTP/1.1 %03d %s\r\n", status,
                    sb_http_reason(status));
@@ -88,10 +110,12 @@ size_t sb_http_chunk_prefix(char out[SB_HTTP_CHUNK_PREFIX_MAX], size_t n) {
 }
 
 size_t sb_http_engine_answer(char *out, size_t cap, int status, const char *text) {
+  char date[SB_HTTP_DATE_LINE_MAX];
+  size_t date_len = sb_http_date_line(date);
   int n = snprintf(out, cap,
-                   "HTTP/1.1 %03d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                   "HTTP/1.1 %03d %s\r\n%.*scontent-type: text/plain; charset=utf-8\r\n"
                    "content-length: %zu\r\nconnection: close\r\n\r\n%s\n",
-                   status, sb_http_reason(status), strlen(text) + 1, text);
+                   status, sb_http_reason(status), (int)date_len, date, strlen(text) + 1, text);
   if (n < 0)
     return 0;
   return (size_t)n < cap ? (size_t)n : cap > 0 ? cap - 1 : 0;

@@ -17,13 +17,16 @@ bool sb_http_value_valid(const char *s, size_t n);
 /* Case-insensitive comparison with a lower-case literal. */
 bool sb_http_name_is(const char *s, size_t n, const char *lower);
 
-enum { SB_HTTP_STATUS_LINE_MAX = 64, SB_HTTP_CHUNK_PREFIX_MAX = 20 };
+enum { SB_HTTP_STATUS_LINE_MAX = 64, SB_HTTP_CHUNK_PREFIX_MAX = 20, SB_HTTP_DATE_LINE_MAX = 48 };
+/* Writes "date: <IMF-fixdate>\r\n" for the current second (RFC 9110 6.6.1: an origin server
+ * with a clock sends Date), independent of the C locale; returns its length. */
+size_t sb_http_date_line(char out[SB_HTTP_DATE_LINE_MAX]);
 /* Writes "HTTP/1.1 <status> <reason>\r\n" into `out`; returns its length. */
 size_t sb_http_status_line(char out[SB_HTTP_STATUS_LINE_MAX], int status);
 /* Writes the chunk-size line "<hex>\r\n" for an `n`-byte chunk; returns its length. */
 size_t sb_http_chunk_prefix(char out[SB_HTTP_CHUNK_PREFIX_MAX], size_t n);
 
-/* A complete engine answer with a text/plain body "`text`\n", content-length and
+/* A complete engine answer with a date, a text/plain body "`text`\n", content-length and
  * `connection: close`. Returns the length written, at most `cap` (texts are short and
  * static; the answer is cut, never overrun, when `cap` is too small). */
 size_t sb_http_engine_answer(char *out, size_t cap, int status, const char *text);

@@ -245,13 +245,20 @@ static void test_response_helpers(void) {
   CHECK(!sb_http_value_valid("a\0b", 3));
   CHECK(sb_http_name_is("Content-Length", 14, "content-length"));
   CHECK(!sb_http_name_is("content-lengthx", 15, "content-length"));
+  char date[SB_HTTP_DATE_LINE_MAX];
+  size_t dn = sb_http_date_line(date);
+  /* "date: Sun, 06 Nov 1994 08:49:37 GMT\r\n" */
+  CHECK(dn == 37 && memcmp(date, "date: ", 6) == 0 && memcmp(date + 9, ", ", 2) == 0 &&
+        memcmp(date + dn - 6, " GMT\r\n", 6) == 0);
   char answer[256];
   size_t n = sb_http_engine_answer(answer, sizeof answer, 413, "request body too large");
-  static const char want[] = "HTTP/1.1 413 Content Too Large\r\n"
-                             "content-type: text/plain; charset=utf-8\r\n"
+  static const char status[] = "HTTP/1.1 413 Content Too Large\r\ndate: ";
+  static const char rest[] = "content-type: text/plain; charset=utf-8\r\n"
                              "content-length: 23\r\nconnection: close\r\n\r\n"
                              "request body too large\n";
-  CHECK(n == sizeof want - 1 && memcmp(answer, want, n) == 0);
+  CHECK(n == sizeof status - 1 + dn - 6 + sizeof rest - 1);
+  CHECK(memcmp(answer, status, sizeof status - 1) == 0);
+  CHECK(memcmp(answer + n - (sizeof rest - 1), rest, sizeof rest - 1) == 0);
   CHECK(sb_http_engine_answer(answer, 10, 400, "x") == 9); /* cut, never overrun */
 }
 

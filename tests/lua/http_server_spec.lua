@@ -41,7 +41,8 @@ local function background(cmd)
   n_clients = n_clients + 1
   local base = dir .. "/c" .. n_clients
   local c = {out_path = base .. ".out", err_path = base .. ".err", done_path = base .. ".done"}
-  assert(os.execute(string.format("(%s > %s 2> %s; echo $? > %s) &", cmd, q(c.out_path),
+  -- children must not inherit a sanitizer runtime preloaded into the interpreter
+  assert(os.execute(string.format("(env -u LD_PRELOAD %s > %s 2> %s; echo $? > %s) &", cmd, q(c.out_path),
                                   q(c.err_path), q(c.done_path))))
   function c.output() return read_file(c.out_path) end
   function c.status() return read_file(c.err_path) end
@@ -120,6 +121,7 @@ describe("core.http.serve", function()
       assert.equal(200, status_of(out))
       assert.truthy(out:find("content-length: ", 1, true))
       assert.truthy(out:find("connection: close\r\n", 1, true))
+      assert.truthy(out:find("\r\ndate: %a%a%a, %d%d %a%a%a %d%d%d%d %d%d:%d%d:%d%d GMT\r\n"))
       local body = body_of(out)
       assert.truthy(body:find("POST /a/b ?x=1&y=%20\n", 1, true))
       assert.truthy(body:find("body=hello\n", 1, true))
@@ -181,6 +183,28 @@ describe("core.http.serve", function()
       assert.equal(ports[1], ports[2])
       assert.equal(2, select(2, out:gsub("HTTP/1%.1 200 OK", "")))
       assert.is_nil(out:find("connection: close", 1, true))
+      srv:close()
+    end)
+  end)
+
+  it("serves 200 clients at once, each handler in its own task", function()
+    core.run(function()
+      local N, inside, peak = 200, 0, 0
+      local srv = serve(function(req, res)
+        inside = inside + 1
+        peak = math.max(peak, inside)
+        -- a barrier: nobody answers before all N are inside a handler at the same time
+        local deadline = core.now_ms() + 8000
+        while peak < N and core.now_ms() < deadline do core.sleep(5) end
+        inside = inside - 1
+        res:send(peak >= N and 200 or 503, nil, "")
+      end)
+      local c = background(string.format(
+        "curl -s --max-time 15 --parallel --parallel-immediate --parallel-max %d " ..
+        "-w '%%{http_code}\\n' 'http://127.0.0.1:%d/r[1-%d]'", N, srv.port, N))
+      local out = c.wait(20000)
+      assert.equal(N, peak)
+      assert.equal(N, select(2, out:gsub("200\n", "")))
       srv:close()
     end)
   end)
@@ -404,7 +428,7 @@ describe("core.http.serve", function()
       local c = probe(srv.port, {get("/nothing"), "wait:\\r\\n\\r\\n", get("/started"),
                                  "wait:0\\r\\n\\r\\n", "close"})
       local out = c.wait()
-      assert.truthy(out:find("^HTTP/1%.1 204 No Content\r\n\r\nHTTP/1%.1 200 OK"))
+      assert.truthy(out:find("^HTTP/1%.1 204 No Content\r\ndate: [^\r]+ GMT\r\n\r\nHTTP/1%.1 200 OK"))
       local second = out:match("HTTP/1%.1 200 OK.-\r\n\r\n(.*)$")
       local body, ended = dechunk(second)
       assert.equal("abc", body)

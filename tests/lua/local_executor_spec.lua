@@ -167,7 +167,7 @@ end)
 
 describe("the null executor", function()
   it("answers every call with a legible tool error naming the missing repository", function()
-    local ex = null_executor.new{ agent = "agent general" }
+    local ex = null_executor.new{ agent = "general", policy = policy.shipped }
     for _, call in ipairs({
       function() return ex:exec("ls") end,
       function() return ex:read_file("README.md") end,
@@ -176,7 +176,7 @@ describe("the null executor", function()
       local r, err = call()
       assert.is_nil(r)
       assert.is_true(errors.is_tool(err))
-      assert.truthy(tostring(err):find("agent general declared no repository", 1, true))
+      assert.truthy(tostring(err):find("agent general declares no repository", 1, true))
     end
   end)
 end)
