@@ -196,7 +196,7 @@ int sb_fs_push_sorted_names(lua_State *L, int fd) {
     rc = errno;
     goto done;
   }
-  if (len > 1) /* qsort of an empty directory would get names == NULL (UB, UBSan) */
+  if (len > 1) /* names is NULL for an empty directory, and qsort's base must not be */
     qsort(names, len, sizeof *names, compare_names);
   lua_createtable(L, (int)len, 0);
   for (size_t i = 0; i < len; i++) {

@@ -361,6 +361,22 @@ describe("sandboxd routes: the fleet", function()
   end)
 end)
 
+describe("sandboxd routes: a workspace a command removed", function()
+  it("is made again for the next operation", function()
+    run(function()
+      local h = setup()
+      h.call("/exec", { body = { command = "echo x > f" } })
+      h.call("/exec", { body = { command = "rm -rf \"$PWD\"" } })
+      local doc = h.call("/exec", { body = { command = "ls -A | wc -l" } }):json()
+      assert.equal(0, doc.exitCode)
+      assert.equal("0\n", doc.stdout)
+      h.call("/exec", { body = { command = "rm -rf \"$PWD\"" } })
+      assert.equal(200, h.call("/write", { body = { path = "g", content = "y" } }).status)
+      h.done()
+    end)
+  end)
+end)
+
 describe("sandboxd routes: /read and /write", function()
   local all_bytes = {}
   for i = 0, 255 do all_bytes[#all_bytes + 1] = string.char(i) end

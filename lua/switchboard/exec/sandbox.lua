@@ -26,6 +26,11 @@ M.__index = M
 
 M.WHO = "sandboxd"
 
+-- How much of a server's error text, or of a body that is not the protocol's, an error message
+-- quotes: enough to recognize it, never a whole page (like policy.rule's MAX_MATCH_BYTES).
+M.QUOTE_ERROR_BYTES = 300
+M.QUOTE_BODY_BYTES = 120
+
 local json = cjson.new()
 json.decode_invalid_numbers(false)
 json.encode_invalid_numbers(false)
@@ -79,11 +84,11 @@ end
 -- excerpt of the body (never the whole of it).
 local function detail_of(doc, raw)
   if type(doc) == "table" and type(doc.error) == "string" and doc.error:find("%S") then
-    return first_line(doc.error):sub(1, 300)
+    return first_line(doc.error):sub(1, M.QUOTE_ERROR_BYTES)
   end
   raw = tostring(raw or ""):gsub("%s+", " "):gsub("^ ", "")
   if raw == "" then return "no body" end
-  return raw:sub(1, 120)
+  return raw:sub(1, M.QUOTE_BODY_BYTES)
 end
 
 local function decode(raw)

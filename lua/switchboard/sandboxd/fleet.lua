@@ -1,7 +1,7 @@
 -- The thread → instance bookkeeping of sandboxd (issue item 6, 7): which threads have an awake
 -- instance, how many are awake against the ceiling, when an idle one is put to sleep. It knows
 -- nothing about HOW an instance runs commands: that is the runner the fleet is given
--- (new_runner(thread_key) → runner with :stop()), so a later runner that puts each instance
+-- (new_runner(thread_key) → runner with :stop(reason)), so a later runner that puts each instance
 -- in its own namespaces changes nothing here.
 --
 --   local fleet = fleet.new{max_instances = fn → n, sleep_after_ms = fn → ms,
@@ -89,7 +89,7 @@ function Fleet:sleep(inst, reason)
   self.instances[inst.key] = nil
   self.awake = self.awake - 1
   inst.asleep = true
-  local ok, err = pcall(inst.runner.stop, inst.runner)
+  local ok, err = pcall(inst.runner.stop, inst.runner, reason)
   self.log(ok and "info" or "error", "sandboxd.instance_slept", {
     instance = inst.label, reason = reason, awake = self.awake,
     awake_ms = math.floor(core.now_ms() - inst.woke_ms),

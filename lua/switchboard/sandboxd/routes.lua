@@ -60,6 +60,10 @@ local function decode_object(body, route)
     return nil, ("the %s body must be a JSON object, got a JSON %s"):format(route,
       doc == json.null and "null" or type(doc))
   end
+  -- lua-cjson 2.1 decodes [] and {} alike; a non-empty array is told apart by its items.
+  if rawget(doc, 1) ~= nil then
+    return nil, ("the %s body must be a JSON object, got a JSON array"):format(route)
+  end
   return doc
 end
 
@@ -107,13 +111,26 @@ local function heartbeat(res, interval_ms, done, stop)
   end
 end
 
+-- The environment every command starts from (policies/execution.lua child_env), built once per
+-- policy snapshot: the server's own environment does not change while it runs.
+local base_cache = setmetatable({}, { __mode = "k" })
+local function base_env(ctx, snap)
+  local env = base_cache[snap]
+  if env == nil then
+    env = child_env.base(snap, ctx.getenv)
+    base_cache[snap] = env
+  end
+  return env
+end
+
 local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
   res:start(200, JSON)
   state.started = true
   local stop = core.signal(ctx.stopping)
   local done = state.done
   core.go(heartbeat, res, snap.timeouts.sandbox.heartbeat_ms, done, stop)
-  local full_env = child_env.base(snap, ctx.getenv)
+  local full_env = {}
+  for name, value in pairs(base_env(ctx, snap)) do full_env[name] = value end
   for name, value in pairs(env) do full_env[name] = value end
   local max_output = snap.timeouts.process.max_output_bytes
   local r, err = inst.runner:exec{
@@ -148,16 +165,8 @@ local function closed_text()
   return "sandboxd is shutting down and takes no new work; send the request again once it is back"
 end
 
-local function exec_route(ctx, snap, key, body, res)
-  local command = body.command
-  if type(command) ~= "string" or command:find("^%s*$") then
-    return refuse(res, "/exec", 400, "the /exec body needs command: a non-empty string")
-  end
-  if command:find("\0", 1, true) then
-    return refuse(res, "/exec", 400, "the command contains a NUL byte, which a shell command cannot carry")
-  end
-  local env = envmod.from_request(body)
-  local limit_ms = budget.server_budget(snap, body.timeoutMs)
+local function exec_route(ctx, snap, key, call, res)
+  local command, env, limit_ms = call.command, call.env, call.limit_ms
   local inst, why = ctx.fleet:acquire(key)
   if not inst then
     if why == "fleet-busy" then
@@ -198,22 +207,8 @@ local function file_instance(ctx, snap, key, res)
   return nil
 end
 
-local function path_of(body, route, res)
-  local path = body.path
-  if type(path) ~= "string" or path == "" then
-    refuse(res, route, 400, ("the %s body needs path: a non-empty string"):format(route))
-    return nil
-  end
-  if path:find("\0", 1, true) then
-    refuse(res, route, 400, "the path contains a NUL byte")
-    return nil
-  end
-  return path
-end
-
-local function read_route(ctx, snap, key, body, res)
-  local path = path_of(body, "/read", res)
-  if not path then return end
+local function read_route(ctx, snap, key, call, res)
+  local path = call.path
   local inst = file_instance(ctx, snap, key, res)
   if not inst then return end
   local ok, bytes, err = pcall(inst.runner.read, inst.runner, path, snap.timeouts.sandbox.max_file_bytes)
@@ -223,27 +218,8 @@ local function read_route(ctx, snap, key, body, res)
   send_json(res, 200, { content = core.crypto.base64_encode(bytes), encoding = "base64", size = #bytes })
 end
 
-local function write_route(ctx, snap, key, body, res)
-  local path = path_of(body, "/write", res)
-  if not path then return end
-  local content, encoding = body.content, body.encoding
-  if type(content) ~= "string" then
-    return refuse(res, "/write", 400, "the /write body needs content: a string (base64 with encoding \"base64\")")
-  end
-  local bytes = content
-  if encoding == "base64" then
-    local decoded, derr = core.crypto.base64_decode(content)
-    if decoded == nil then
-      return refuse(res, "/write", 400, "content is not valid base64: " .. tostring(derr and derr.message or derr))
-    end
-    bytes = decoded
-  elseif encoding ~= nil and encoding ~= "utf8" and encoding ~= "utf-8" then
-    return refuse(res, "/write", 400, "encoding must be \"base64\" or \"utf8\" (the default)")
-  end
-  local max = snap.timeouts.sandbox.max_file_bytes
-  if #bytes > max then
-    return refuse(res, "/write", 413, ("the file is %d bytes; at most %d are accepted"):format(#bytes, max), "too_large")
-  end
+local function write_route(ctx, snap, key, call, res)
+  local path, bytes = call.path, call.bytes
   local inst = file_instance(ctx, snap, key, res)
   if not inst then return end
   local ok, done, err = pcall(inst.runner.write, inst.runner, path, bytes)
@@ -259,6 +235,74 @@ local function healthz(ctx, res)
     build = { commit = ctx.build.commit, builtAt = ctx.build.built_at },
     instances = { awake = ctx.fleet.awake, max = ctx.fleet:max() },
   })
+end
+
+---------------------------------------------------------------------------------------------
+-- Request bodies: parse(snap, route, raw) is pure (nothing waits, nothing runs) and never
+-- raises, whatever the bytes — tests/fuzz/fuzz_exec_body.c holds it to that. It returns
+--   /exec  → {command, env, limit_ms}   (env through envFromRequest, limit clamped by policy)
+--   /read  → {path}
+--   /write → {path, bytes}
+-- or nil, status, why (why is never empty).
+
+local function path_of(body, route)
+  local path = body.path
+  if type(path) ~= "string" or path == "" then
+    return nil, 400, ("the %s body needs path: a non-empty string"):format(route)
+  end
+  if path:find("\0", 1, true) then return nil, 400, "the path contains a NUL byte" end
+  return path
+end
+
+local PARSE = {}
+
+function PARSE.exec(snap, body)
+  local command = body.command
+  if type(command) ~= "string" or command:find("^%s*$") then
+    return nil, 400, "the /exec body needs command: a non-empty string"
+  end
+  if command:find("\0", 1, true) then
+    return nil, 400, "the command contains a NUL byte, which a shell command cannot carry"
+  end
+  return { command = command, env = envmod.from_request(body), limit_ms = budget.server_budget(snap, body.timeoutMs) }
+end
+
+function PARSE.read(snap, body)
+  local path, status, why = path_of(body, "/read")
+  if not path then return nil, status, why end
+  return { path = path }
+end
+
+function PARSE.write(snap, body)
+  local path, status, why = path_of(body, "/write")
+  if not path then return nil, status, why end
+  local content, encoding = body.content, body.encoding
+  if type(content) ~= "string" then
+    return nil, 400, "the /write body needs content: a string (base64 with encoding \"base64\")"
+  end
+  local bytes = content
+  if encoding == "base64" then
+    local decoded, derr = core.crypto.base64_decode(content)
+    if decoded == nil then
+      return nil, 400, "content is not valid base64: " .. tostring(type(derr) == "table" and derr.message or derr)
+    end
+    bytes = decoded
+  elseif encoding ~= nil and encoding ~= "utf8" and encoding ~= "utf-8" then
+    return nil, 400, "encoding must be \"base64\" or \"utf8\" (the default)"
+  end
+  local max = snap.timeouts.sandbox.max_file_bytes
+  if #bytes > max then
+    return nil, 413, ("the file is %d bytes; at most %d are accepted"):format(#bytes, max), "too_large"
+  end
+  return { path = path, bytes = bytes }
+end
+
+function M.parse(snap, route, raw)
+  local parse = PARSE[route:sub(2)]
+  if route:sub(1, 1) ~= "/" or parse == nil then return nil, 404, "no route " .. tostring(route) end
+  local body, why = decode_object(raw, route)
+  if body == nil then return nil, 400, why end
+  return parse(snap, body)
 end
 
 local ROUTES = { ["/exec"] = exec_route, ["/read"] = read_route, ["/write"] = write_route }
@@ -285,9 +329,9 @@ function M.handler(ctx)
     local key = req.headers[protocol.THREAD_HEADER]
     local ok, why = protocol.check_thread_key(key, snap.timeouts.sandbox.max_thread_key_bytes)
     if not ok then return refuse(res, req.path, 400, why) end
-    local body, berr = decode_object(req.body, req.path)
-    if body == nil then return refuse(res, req.path, 400, berr) end
-    return ROUTES[req.path](ctx, snap, key, body, res)
+    local call, status, why, reason = M.parse(snap, req.path, req.body)
+    if call == nil then return refuse(res, req.path, status, why, reason) end
+    return ROUTES[req.path](ctx, snap, key, call, res)
   end
 end
 

@@ -8,7 +8,8 @@
 --   runner:exec{command, env, deadline_ms, kill_grace_ms, max_output, signal} → proc result | nil, err
 --   runner:read(path, max_bytes)  → bytes | nil, err (kind escape | not_found | not_a_file | too_large | io)
 --   runner:write(path, bytes)     → true | nil, err
---   runner:stop()                 → kill what still runs, delete the workspace (sleep)
+--   runner:stop(reason)           → kill what still runs, delete the workspace (sleep; reason
+--                                   "idle" | "shutdown")
 local core = require("switchboard.core")
 local workspace = require("switchboard.exec.workspace")
 
@@ -31,12 +32,16 @@ function M.factory(root)
   return function(thread_key) return M.new(root, thread_key) end
 end
 
+-- The workspace exists from the instance's first operation until it sleeps; a command may
+-- still remove its own directory, so one stat per operation checks before the cwd is used.
 local function ensure(self)
-  local dir, err = workspace.ensure(self.root, self.key)
-  if not dir then
+  if self.ready and core.fs.exists(self.dir) then return self.dir end
+  local ok, err = core.fs.mkdir_p(self.dir, tonumber("700", 8))
+  if not ok then
     return nil, { kind = "workspace", message = "the workspace could not be created: " .. tostring(err and err.message) }
   end
-  return dir
+  self.ready = true
+  return self.dir
 end
 
 function Runner:exec(spec)
@@ -74,23 +79,46 @@ function Runner:write(path, bytes)
   return with_root(self, function(root) return root:write(path, bytes) end)
 end
 
-function Runner:stop()
-  self.stopped:abort("instance asleep")
-  if core.fs.exists(self.dir) then
-    local ok, err = core.fs.remove_tree(self.dir)
-    if not ok then error("the workspace could not be removed: " .. tostring(err and err.message), 0) end
+local TRASH = ".trash-"
+
+local function remove_now(dir)
+  local ok, err = core.fs.remove_tree(dir)
+  if not ok and core.fs.exists(dir) then
+    error("the workspace could not be removed: " .. tostring(err and err.message), 0)
   end
 end
 
+-- Sleep: kill what still runs and delete the workspace. Deleting a large tree (a node_modules
+-- has 10⁵ files) takes seconds, and the loop must not stall for it — every heartbeat and every
+-- accept would wait. So the workspace is renamed out of the way at once (the thread's next
+-- instance can start on a fresh directory immediately) and removed by an `rm -rf` child. On
+-- shutdown (reason "shutdown") it is removed before returning; a trash directory an exit
+-- interrupted is removed by the next start's sweep.
+function Runner:stop(reason)
+  self.stopped:abort("instance asleep")
+  if not core.fs.exists(self.dir) then return end
+  if reason == "shutdown" then return remove_now(self.dir) end
+  local trash = ("%s/%s%s-%s"):format(self.root, TRASH, workspace.dir_name(self.key),
+    core.crypto.hex(core.crypto.random_bytes(4)))
+  if not os.rename(self.dir, trash) then return remove_now(self.dir) end
+  local proc = core.spawn{ argv = { "rm", "-rf", "--", trash }, env = { PATH = os.getenv("PATH") } }
+  if not proc then return remove_now(trash) end
+  core.go(function()
+    local r = proc:wait()
+    if r.exit ~= 0 and core.fs.exists(trash) then pcall(core.fs.remove_tree, trash) end
+  end)
+end
+
 -- At start: workspaces left in root by a server that did not shut down cleanly belong to no
--- instance; they are removed like a slept instance's. Only names this module creates
--- (<prefix>-<16 hex digits>) are touched, nothing else in root. Returns the count removed.
+-- instance; they are removed like a slept instance's, and so is any trash a removal left. Only
+-- names this module creates (<prefix>-<16 hex digits>, .trash-…) are touched, nothing else in
+-- root. Returns the count removed.
 function M.sweep(root)
   local names = core.fs.list(root)
   if not names then return 0 end
   local n = 0
   for _, name in ipairs(names) do
-    if name:find("%-%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$") then
+    if name:find("%-%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$") or name:sub(1, #TRASH) == TRASH then
       if core.fs.remove_tree(root .. "/" .. name) then n = n + 1 end
     end
   end

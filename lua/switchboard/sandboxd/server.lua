@@ -8,7 +8,7 @@
 --                             the recycle-shaped server_stopped failure) and give them
 --                             timeouts.server.flush_ms to send it; then every instance sleeps,
 --                             core.kill_all(), and srv:wait() returns. A second signal during the
---                             drain skips what is left of it.
+--                             drain skips what is left of it (the flush still happens).
 --   srv:wait()                yields until the shutdown is over
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
@@ -67,10 +67,11 @@ function M.start(opts)
   return self
 end
 
--- Waits until nothing is in flight or ms pass (or a second signal forces the way on).
-local function wait_idle(self, ms)
+-- Waits until nothing is in flight or ms pass (or, when forceable, a second signal forces the
+-- way on).
+local function wait_idle(self, ms, forceable)
   if self.inflight == 0 then return true end
-  self.quiet = core.signal(self.force)
+  self.quiet = forceable and core.signal(self.force) or core.signal()
   core.sleep(ms, self.quiet)
   self.quiet = nil
   return self.inflight == 0
@@ -90,13 +91,13 @@ function Server:shutdown(signal_name)
     signal = signal_name, in_flight = self.inflight, drain_ms = t.drain_ms,
   })
   self.server:close()
-  local clean = wait_idle(self, t.drain_ms)
+  local clean = wait_idle(self, t.drain_ms, true)
   local killed = 0
   if not clean then
     killed = self.inflight
     self.ctx.drain_ms = t.drain_ms
     self.ctx.stopping:abort("shutdown")
-    wait_idle(self, t.flush_ms)
+    wait_idle(self, t.flush_ms, false) -- the killed commands' answers still go out
   end
   self.fleet:close()
   core.kill_all()
