@@ -18,7 +18,8 @@
 -- .requests, .jwts, .tokens, .mints, .violations (header or claim problems it answered).
 --
 -- Transport: start() serves on 127.0.0.1 through core.http.serve and hands out
--- core.http.request, so the identity's real HTTP path (libcurl, sockets) is exercised.
+-- core.http.request (answers' Date restamped from the stand-in's clock), so the identity's
+-- real HTTP path (libcurl, sockets) is exercised.
 local core = require("switchboard.core")
 local cjson = require("cjson")
 
@@ -251,7 +252,6 @@ function Standin:handle(req)
   self.requests[#self.requests + 1] = entry
   local function answer(status, headers, body)
     entry.status = status
-    if headers then headers["date"] = http_date(self:now_s()) end
     return status, headers, body
   end
   local bad = { self:check_headers(req) }
@@ -311,7 +311,13 @@ function M.start(opts)
     end,
   }
   self.api_url = "http://127.0.0.1:" .. self.server.port
-  self.request = core.http.request
+  -- The engine's server stamps Date from the real clock; GitHub's Date is the stand-in's clock
+  -- (the specs' fake one, plus skew_ms), so the answer's date is restamped for the client.
+  self.request = function(args)
+    local status, headers, body = core.http.request(args)
+    if status and type(headers) == "table" then headers["date"] = http_date(self:now_s()) end
+    return status, headers, body
+  end
   return self
 end
 
