@@ -191,7 +191,8 @@ local function decode(body)
   return nil
 end
 
--- One authenticated call. → status, doc (decoded JSON or nil), endpoint | nil, err
+-- One authenticated call. → status, doc (decoded JSON or nil), endpoint, answer headers
+-- | nil, err
 function App:call(method, path, body)
   local endpoint = method .. " " .. self.api_url .. path
   local jwt, jerr = self:jwt()
@@ -223,7 +224,7 @@ function App:call(method, path, body)
   return status, decode(resp), endpoint, answer_headers
 end
 
--- GitHub's message and documentation link from an error document, quoted safely.
+-- GitHub's message from an error document, quoted safely (scrubbed, one line, capped).
 function App:says(doc)
   if type(doc) ~= "table" or type(doc.message) ~= "string" then return "" end
   return " (GitHub said: " .. self:scrub(doc.message) .. ")"
