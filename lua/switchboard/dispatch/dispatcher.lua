@@ -344,6 +344,7 @@ function D:enqueue(msg, snap, parsed, name, def)
   }
   ask.card = card_mod.new{ thread = msg.thread, user = msg.user, agent = name,
                            command = parsed.command, repo = ask.repo }
+  if not thread.running and #thread.queue == 0 then ask.card:provisioning() end
   local first = self:card_message(ask, false)
   ask.shown = first.text
   ask.handle = self.front:post(msg.thread, first)

@@ -48,15 +48,14 @@ function M.valid_repo(repo)
 end
 
 -- "acme/api", "<https://github.com/acme/api>", "https://github.com/acme/api.git/",
--- "acme/api." (a sentence's full stop) → "acme/api" | nil
+-- "acme/api." (a sentence's full stop: a name ending in "." is not worth the ambiguity)
+-- → "acme/api" | nil
 local function repo_of(word)
   local w = word:gsub("^<", ""):gsub(">$", ""):gsub("|.*$", "")
   w = w:gsub("^https?://github%.com/", ""):gsub("^github%.com/", "")
   w = w:gsub("/+$", ""):gsub("%.git$", "")
-  w = w:gsub("[,;!?]+$", "")
+  w = w:gsub("[,;!?]+$", ""):gsub("%.$", "") -- punctuation ending the sentence
   if M.valid_repo(w) then return w end
-  local without_stop = w:gsub("%.$", "")
-  if without_stop ~= w and M.valid_repo(without_stop) then return without_stop end
   return nil
 end
 
