@@ -91,6 +91,27 @@ local function read_lines(stop, on_line)
   end
 end
 
+-- --backend sandbox needs a sandboxd to talk to: say so at start, not at every ask.
+function M.check_sandbox(snap, url, getenv)
+  local cfg = snap.execution.sandbox
+  url = url or getenv(cfg.url_env)
+  if url == nil or url == "" then
+    return false, ("--backend sandbox needs --sandbox-url URL (or $%s): the address of a running "
+      .. "`switchboard sandboxd`"):format(cfg.url_env)
+  end
+  local token = getenv(cfg.token_env)
+  if token == nil or token == "" then
+    return false, ("--backend sandbox needs $%s, the bearer token the sandboxd was started with")
+      :format(cfg.token_env)
+  end
+  local ok, err = pcall(require, "switchboard.exec.sandbox")
+  if not ok then
+    return false, "this build has no sandbox backend (lua/switchboard/exec/sandbox.lua): "
+      .. tostring(err):match("^[^\n]*")
+  end
+  return true
+end
+
 function M.run(argv, ctx)
   local opts, words = args.parse(argv, SPEC)
   if not opts then return fail(M.EXIT.usage, words) end
@@ -110,6 +131,10 @@ function M.run(argv, ctx)
   local snap, errs = policy.load_initial(ctx.policies_dir)
   if not snap then
     return fail(M.EXIT.config, "the policies do not load:\n  " .. table.concat(errs, "\n  "))
+  end
+  if opts.backend == "sandbox" then
+    local ok, why = M.check_sandbox(snap, opts.sandbox_url, os.getenv)
+    if not ok then return fail(M.EXIT.config, why) end
   end
   local sink, sink_err = sink_for(opts.trace)
   if opts.trace and not sink then return fail(M.EXIT.usage, "--trace: " .. tostring(sink_err)) end

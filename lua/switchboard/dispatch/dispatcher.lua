@@ -200,10 +200,11 @@ end
 function D:executor_for(thread, ask)
   local built = thread.executors[ask.agent]
   if built then return built end
-  local err
-  built, err = stack.build(self.build_opts, {
+  local ok, res, err = pcall(stack.build, self.build_opts, {
     thread_key = self.thread_key(thread.name), agent = ask.agent, repo = ask.repo,
   })
+  if not ok then return nil, "provisioning failed: " .. tostring(res) end
+  built = res
   if not built then return nil, err end
   thread.executors[ask.agent] = built
   return built
