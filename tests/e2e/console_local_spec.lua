@@ -2,8 +2,9 @@
 -- the test must act while it runs), no configuration but a scratch state directory, the
 -- local backend.
 local core = require("switchboard.core")
+local bin = require("support.bin")
 
-local BIN = os.getenv("SWITCHBOARD_BIN") or "./build/switchboard"
+local BIN = bin.path
 if BIN:sub(1, 1) ~= "/" then BIN = os.getenv("PWD") .. "/" .. BIN end
 
 local function tmpdir()
@@ -28,7 +29,7 @@ local function alive(pid)
 end
 
 local function env_for(state, extra)
-  local env = { PATH = os.getenv("PATH"), HOME = state, SWITCHBOARD_STATE_DIR = state, BIN = BIN }
+  local env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state, BIN = BIN }
   for k, v in pairs(extra or {}) do env[k] = v end
   return env
 end
