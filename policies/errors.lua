@@ -143,5 +143,10 @@ messages = {
   no_answer = "{who} {route} gave no answer within {total_s}s (command budget {budget_s}s + {margin_s}s margin) — the sandbox may be gone; the command may still be running in it",
   stopped = "[stopped: {reason} — the command was killed]",
   truncated = "[output truncated: {stream} passed {limit} bytes; the rest was dropped]",
+  server_failure = "sandbox exec failed: {detail}",
+  server_stopped = "The sandbox container stopped while the operation was pending. (sandboxd was shut down and killed the command after its {drain_s}s drain; the workspace is gone)",
+  transport_failed = "{who} {route} request failed ({detail}) — the sandbox may be gone; the command may still be running in it",
+  http_status = "{who} {route} answered HTTP {status}: {detail}",
+  bad_answer = "{who} {route} answered with something other than the protocol's JSON document ({detail})",
   null_executor = "tool {tool} needs a workspace, but agent {agent} declares no repository — a wiring bug: give the agent resources.repository in policies/agents.lua or drop the tool",
 }

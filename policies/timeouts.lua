@@ -39,9 +39,23 @@ sandbox = {
   default_budget_ms = 280 * second,   -- the server's budget when the request names none
   keepalive_ms = 60 * second,         -- renew the instance's activity clock while a command runs
   sleep_after = "5m",                 -- an idle instance sleeps after this (<n>s, <n>m or <n>h)
+  max_instances = 25,                 -- awake instances at once; `sandboxd --max-instances` overrides
+  max_thread_key_bytes = 256,         -- the longest x-thread-key a server accepts
+  max_file_bytes = 8 * MiB,           -- the largest file /read returns and /write accepts
+  max_answer_bytes = 16 * MiB,        -- the largest answer body the executor reads (heartbeats included)
 }
 
-server = { drain_ms = 30 * second }   -- on TERM, in-flight requests get this long to finish
+-- sandboxd's HTTP server. The limits are read when the server starts (a change needs a restart);
+-- drain_ms and flush_ms are read when TERM arrives.
+server = {
+  drain_ms = 30 * second,             -- on TERM, in-flight requests get this long to finish …
+  flush_ms = 2 * second,              -- … then their commands are killed and get this long to answer
+  max_header_bytes = 16 * KiB,        -- request line + headers; past it: 431
+  max_body_bytes = 12 * MiB,          -- a request body; past it: 413 (a /write carries base64)
+  request_timeout_ms = 10 * second,   -- the time a client may take to send its whole request: 408
+  idle_timeout_ms = 60 * second,      -- a keep-alive connection with no request is closed
+  max_connections = 4096,             -- open connections at once; past it new ones are refused
+}
 
 file_op = { budget_ms = 5 * minute }  -- /read and /write (plus the call margin)
 

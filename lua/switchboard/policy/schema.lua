@@ -300,8 +300,20 @@ M.files.timeouts = {
     default_budget_ms = ms(SECOND, 24 * HOUR),
     keepalive_ms = ms(SECOND, HOUR),
     sleep_after = S.sleep_after,
+    max_instances = S.int { min = 1, max = 100000 },
+    max_thread_key_bytes = S.int { min = 16, max = 4096, unit = "bytes" },
+    max_file_bytes = S.int { min = 1024, max = 1024 * M.MIB, unit = "bytes" },
+    max_answer_bytes = S.int { min = 64 * 1024, max = 4096 * M.MIB, unit = "bytes" },
   },
-  server = S.record { drain_ms = ms(0, 10 * MINUTE) },
+  server = S.record {
+    drain_ms = ms(0, 10 * MINUTE),
+    flush_ms = ms(0, MINUTE),
+    max_header_bytes = S.int { min = 1024, max = 1024 * 1024, unit = "bytes" },
+    max_body_bytes = S.int { min = 1024, max = 4096 * M.MIB, unit = "bytes" },
+    request_timeout_ms = ms(100, 10 * MINUTE),
+    idle_timeout_ms = ms(100, HOUR),
+    max_connections = S.int { min = 1, max = 1000000 },
+  },
   file_op = S.record { budget_ms = ms(SECOND, HOUR) },
   token = S.record { reuse_slack_ms = ms(0, HOUR) },
   resident = S.record {
@@ -352,6 +364,11 @@ local message_specs = {
   stopped = S.template({ "reason" }, { "{reason}" }),
   truncated = S.template({ "stream", "limit" }, { "{stream}" }),
   null_executor = S.template({ "tool", "agent" }, { "{tool}" }),
+  server_failure = S.template({ "detail" }, { "{detail}" }),
+  server_stopped = S.template({ "drain_s" }),
+  transport_failed = S.template({ "who", "route", "detail" }, { "{route}", "{detail}" }),
+  http_status = S.template({ "who", "route", "status", "detail" }, { "{route}", "{status}", "{detail}" }),
+  bad_answer = S.template({ "who", "route", "detail" }, { "{route}", "{detail}" }),
 }
 
 local function span_code(allowed)
@@ -433,6 +450,30 @@ function M.cross.timeouts(t, report)
       "must be shorter than sandbox.sleep_after (%s = %s), or the instance sleeps under a running command; got %s",
       sb.sleep_after, M.human_ms(sleep_ms), M.human_ms(sb.keepalive_ms)))
   end
+  -- A file travels as base64 (4 bytes per 3) in a /write request and a /read answer.
+  local b64 = 4 * ((sb.max_file_bytes + 2) // 3)
+  if t.server.max_body_bytes < b64 then
+    report("server.max_body_bytes", string.format(
+      "must hold a /write of sandbox.max_file_bytes (%d bytes, %d as base64), got %d",
+      sb.max_file_bytes, b64, t.server.max_body_bytes))
+  end
+  if sb.max_answer_bytes < b64 then
+    report("sandbox.max_answer_bytes", string.format(
+      "must hold a /read answer of sandbox.max_file_bytes (%d bytes, %d as base64), got %d",
+      sb.max_file_bytes, b64, sb.max_answer_bytes))
+  end
+  -- An /exec answer carries both streams, each JSON-escaped (a control byte takes 6 bytes).
+  local exec_answer = 2 * 6 * t.process.max_output_bytes
+  if sb.max_answer_bytes < exec_answer then
+    report("sandbox.max_answer_bytes", string.format(
+      "must hold an /exec answer of two process.max_output_bytes streams JSON-escaped (%d bytes), got %d",
+      exec_answer, sb.max_answer_bytes))
+  end
+  if sb.max_thread_key_bytes >= t.server.max_header_bytes then
+    report("sandbox.max_thread_key_bytes", string.format(
+      "must be smaller than server.max_header_bytes (%d), got %d",
+      t.server.max_header_bytes, sb.max_thread_key_bytes))
+  end
   local margin = b.max_ms + t.token.reuse_slack_ms
   if margin >= M.TOKEN_LIFETIME_MS then
     report("token.reuse_slack_ms", string.format(
@@ -513,6 +554,13 @@ end
 
 -- Across files. snap has every file's settings. report(file, path, msg).
 function M.cross_files(snap, report)
+  -- A command sandboxd kills on shutdown must read as a recycle to the executor (item 9): its
+  -- workspace is gone with the instance.
+  local stopped = template.fill(snap.errors.messages.server_stopped, { drain_s = 0 })
+  if rule.is_rule(snap.errors.recycle) and not snap.errors.recycle:match_text(stopped) then
+    report("errors", "messages.server_stopped",
+      "must be recognized by the recycle rule (a killed command's workspace is gone), got " .. show(stopped))
+  end
   local scopes = snap.github.scopes
   local reserve = snap.timeouts.run.reserve_ms
   for _, key in ipairs(sorted_keys(snap.agents.agents)) do

@@ -1,0 +1,126 @@
+-- `switchboard sandboxd`: the per-thread sandbox server (docs/sandboxd.md).
+local core = require("switchboard.core")
+local args = require("switchboard.args")
+local policy = require("switchboard.policy")
+local server = require("switchboard.sandboxd.server")
+local runner = require("switchboard.sandboxd.runner")
+
+local M = {
+  name = "sandboxd",
+  summary = "serve per-thread sandboxes to the sandbox executor over HTTP",
+}
+
+M.EXIT = {
+  usage = 2,      -- bad arguments
+  listen = 71,    -- the address cannot be listened on (EX_OSERR)
+  config = 78,    -- no token, the policies do not load, the root is unusable (EX_CONFIG)
+}
+
+M.help = [[
+Usage: switchboard sandboxd --listen HOST:PORT --root DIR [--max-instances N]
+
+Runs each conversation thread's commands in a workspace of its own under DIR, for the
+`sandbox` executor (`switchboard exec --backend sandbox`, or a bot whose policy chooses it).
+Every route needs `authorization: Bearer $SANDBOX_TOKEN`; the server refuses to start without
+the variable. A thread's instance sleeps after timeouts sandbox.sleep_after of idle (5 min):
+its processes are killed and its workspace is deleted; the next request gets a fresh, empty one.
+
+Options:
+  --listen HOST:PORT   where to listen, e.g. 127.0.0.1:8080 or [::1]:8080 (port 0: any free port;
+                       the log line sandboxd.listening names it)
+  --root DIR           where the workspaces live (created when missing; use a directory of its
+                       own: leftover workspaces in it are removed at start)
+  --max-instances N    awake instances at once (default: timeouts sandbox.max_instances, 25); one
+                       more thread gets the fleet-busy answer and nothing runs
+
+Signals:
+  HUP        reload the policies (requests in flight keep the ones they started with)
+  TERM, INT  stop accepting, let requests in flight finish (timeouts server.drain_ms), then kill
+             what is left, put every instance to sleep and exit 0; a second signal skips the wait
+
+Exit status: 0 after a signal; 2 bad arguments; 71 cannot listen; 78 no SANDBOX_TOKEN, the
+policies do not load, or the root is unusable.
+
+Examples:
+  SANDBOX_TOKEN=$(openssl rand -hex 32) switchboard sandboxd --listen 127.0.0.1:8080 --root /var/lib/sandboxd
+  switchboard --policies ./my-policies sandboxd --listen 0.0.0.0:8080 --root /srv/sb --max-instances 50
+  curl -H "authorization: Bearer $SANDBOX_TOKEN" http://127.0.0.1:8080/healthz
+]]
+
+local SPEC = { listen = "string", root = "string", ["max-instances"] = "number" }
+
+local function fail(status, message)
+  io.stderr:write("switchboard sandboxd: ", message, "\n")
+  return status
+end
+
+-- "HOST:PORT" or "[V6]:PORT" → host, port | nil, why
+function M.parse_listen(text)
+  local host, port = text:match("^%[([^%]]+)%]:(%d+)$")
+  if not host then host, port = text:match("^([^:%[%]]+):(%d+)$") end
+  port = tonumber(port)
+  if not host or not port or port > 65535 then
+    return nil, ("--listen needs HOST:PORT (like 127.0.0.1:8080 or [::1]:8080), got %q"):format(text)
+  end
+  return host, math.tointeger(port)
+end
+
+function M.run(argv, ctx)
+  local opts, words = args.parse(argv, SPEC)
+  if not opts then return fail(M.EXIT.usage, words) end
+  if opts.help then
+    io.stdout:write(M.help)
+    return 0
+  end
+  if #words > 0 then return fail(M.EXIT.usage, ("unexpected %q (see --help)"):format(words[1])) end
+  if not opts.listen then return fail(M.EXIT.usage, "--listen HOST:PORT is required (see --help)") end
+  if not opts.root or opts.root == "" then return fail(M.EXIT.usage, "--root DIR is required (see --help)") end
+  local host, port = M.parse_listen(opts.listen)
+  if not host then return fail(M.EXIT.usage, port) end
+  local max = opts.max_instances
+  if max ~= nil and (math.type(max) ~= "integer" and max ~= math.floor(max) or max < 1) then
+    return fail(M.EXIT.usage, "--max-instances needs a whole number of at least 1")
+  end
+  max = max and math.tointeger(max)
+
+  local snap, errs = policy.load_initial(ctx.policies_dir)
+  if not snap then
+    return fail(M.EXIT.config, "the policies do not load:\n  " .. table.concat(errs, "\n  "))
+  end
+  local token_env = snap.execution.sandbox.token_env
+  local token = (ctx.getenv or os.getenv)(token_env)
+  if token == nil or token == "" then
+    return fail(M.EXIT.config, ("%s is not set: every route needs `authorization: Bearer <token>`, "
+      .. "so sandboxd does not start without one. Set it to a long random secret (for example "
+      .. "`export %s=$(openssl rand -hex 32)`) and give the bot the same value."):format(token_env, token_env))
+  end
+  core.log_redact(token)
+
+  local ok, err = core.fs.mkdir_p(opts.root, tonumber("700", 8))
+  if not ok then return fail(M.EXIT.config, "--root: " .. tostring(err.message)) end
+  local root = core.fs.realpath(opts.root) or opts.root
+  local swept = runner.sweep(root)
+  if swept > 0 then core.log("info", "sandboxd.swept", { workspaces = swept }) end
+
+  local srv, serr = server.start{ host = host, port = port, root = root, token = token, max_instances = max }
+  if not srv then
+    return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
+  end
+  core.on_signal("HUP", function()
+    local ok_reload, reload_errs = policy.reload()
+    core.log(ok_reload and "info" or "warn", "sandboxd.reload", {
+      ok = ok_reload ~= nil, errors = reload_errs and #reload_errs or 0,
+      version = policy.current().version,
+    })
+  end)
+  core.on_signal("TERM", function() srv:shutdown("TERM") end)
+  core.on_signal("INT", function() srv:shutdown("INT") end)
+  core.log("info", "sandboxd.listening", {
+    host = host, port = srv.port, root = root,
+    max_instances = max or snap.timeouts.sandbox.max_instances, version = snap.version,
+  })
+  srv:wait()
+  return 0
+end
+
+return M

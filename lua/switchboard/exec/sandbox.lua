@@ -1,0 +1,294 @@
+-- The sandbox executor: a thread's commands and files go to its instance on a sandboxd
+-- (docs/sandboxd.md; the wire protocol is DESIGN.md "Wire protocol", seed items 3, 5, 9, 11, 14).
+--
+--   * Every request carries authorization, content-type and x-thread-key — nothing else.
+--   * The env map is resolved once per CALL (resolve_envs(), never at construction) and rides
+--     in the body on every route — env: {} when empty — never in a header or the command text.
+--   * Every send waits budget + call margin for the headers AND the streamed body; a body that
+--     heartbeats but never completes is abandoned there with an ExecInfraError naming both
+--     numbers. The hard-stop signal aborts at once and is reported as the stop.
+--   * Answers are classified through the policy's error rules: fleet-busy (reason only) waits
+--     and re-sends the identical request, then ExecCapacityError; a booting container is
+--     re-sent once; a present-but-empty error, any other in-body error, a non-200 answer and a
+--     failed transport are ExecInfraError after one send; a body without an error key is the
+--     command's result, whatever its exit code.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local budget = require("switchboard.exec.budget")
+local classify = require("switchboard.exec.classify")
+local errors = require("switchboard.exec.errors")
+local render = require("switchboard.exec.render")
+local protocol = require("switchboard.sandboxd.protocol")
+local template = require("switchboard.policy.template")
+
+local M = {}
+M.__index = M
+
+M.WHO = "sandboxd"
+
+local json = cjson.new()
+json.decode_invalid_numbers(false)
+json.encode_invalid_numbers(false)
+
+local function no_envs() return {} end
+
+-- opts: url (the sandboxd base URL), token, thread_key, policy (fn → snapshot),
+--       resolve_envs (fn → NAME = value | nil, err; called on every exec, read and write),
+--       request (core.http.request by default), sleep (core.sleep), now_ms (core.now_ms) —
+--       the last three let specs drive the waits without real time.
+function M.new(opts)
+  assert(type(opts.url) == "string" and opts.url ~= "", "sandbox executor: opts.url is required")
+  assert(type(opts.token) == "string" and opts.token ~= "", "sandbox executor: opts.token is required")
+  assert(type(opts.policy) == "function", "sandbox executor: opts.policy is required")
+  return setmetatable({
+    backend = "sandbox",
+    url = (opts.url:gsub("/+$", "")),
+    token = opts.token,
+    thread_key = opts.thread_key or "default",
+    policy = opts.policy,
+    resolve_envs = opts.resolve_envs or no_envs,
+    request = opts.request or core.http.request,
+    sleep = opts.sleep or core.sleep,
+    now_ms = opts.now_ms or core.now_ms,
+  }, M)
+end
+
+local function headers_of(self)
+  return {
+    authorization = "Bearer " .. self.token,
+    ["content-type"] = "application/json",
+    [protocol.THREAD_HEADER] = self.thread_key,
+  }
+end
+
+local function message(snap, name, vars)
+  return template.fill(snap.errors.messages[name], vars)
+end
+
+local function first_line(s)
+  return (tostring(s):match("^[^\n]*"))
+end
+
+local function stop_reason(signal)
+  local r = signal and signal.reason
+  if type(r) == "string" and r ~= "" then return r end
+  return "hard stop"
+end
+
+-- What the server said in a non-200 answer, for the message: its error text, else a short
+-- excerpt of the body (never the whole of it).
+local function detail_of(doc, raw)
+  if type(doc) == "table" and type(doc.error) == "string" and doc.error:find("%S") then
+    return first_line(doc.error):sub(1, 300)
+  end
+  raw = tostring(raw or ""):gsub("%s+", " "):gsub("^ ", "")
+  if raw == "" then return "no body" end
+  return raw:sub(1, 120)
+end
+
+local function decode(raw)
+  local ok, doc = pcall(json.decode, raw or "")
+  if ok and type(doc) == "table" then return doc end
+  return nil, ok and ("a JSON " .. (doc == json.null and "null" or type(doc)) .. " instead of an object") or first_line(doc)
+end
+
+-- The per-route verdict on one answer:
+--   {kind = "ok", doc} | {kind = "fleet_busy"} | {kind = "container_starting", message}
+--   | {kind = "infra", message, code} | {kind = "tool", message}
+local function judge_exec(snap, route, status, doc, raw, elapsed_ms)
+  if status ~= 200 then
+    if status == 503 and classify.is_fleet_busy_answer(doc) then return { kind = "fleet_busy" } end
+    return {
+      kind = "infra", code = classify.span_code(snap, "http", status),
+      message = message(snap, "http_status", { who = M.WHO, route = route, status = status, detail = detail_of(doc, raw) }),
+    }
+  end
+  if doc == nil then
+    return { kind = "infra", code = classify.span_code(snap, "inbody"),
+      message = message(snap, "bad_answer", { who = M.WHO, route = route, detail = detail_of(nil, raw) }) }
+  end
+  local verdict = classify.exec_answer(snap, doc, elapsed_ms)
+  if verdict.kind ~= "result" then return verdict end
+  local code = doc.exitCode
+  if math.type(code) ~= "integer" and not (type(code) == "number" and code == math.floor(code)) then
+    return { kind = "infra", code = classify.span_code(snap, "inbody"),
+      message = message(snap, "bad_answer", { who = M.WHO, route = route, detail = "exitCode is not a whole number" }) }
+  end
+  return { kind = "ok", doc = doc }
+end
+
+-- File routes: 200 is the answer; 503 with reason fleet-busy waits; a 4xx with a text is a
+-- tool error the model should read (a path outside the workspace, a missing file); anything
+-- else (401, 5xx, not JSON) is infra.
+local function judge_file(snap, route, status, doc, raw)
+  if status == 200 and doc ~= nil then return { kind = "ok", doc = doc } end
+  if status == 503 and classify.is_fleet_busy_answer(doc) then return { kind = "fleet_busy" } end
+  if status == 200 then
+    return { kind = "infra", code = classify.span_code(snap, "inbody"),
+      message = message(snap, "bad_answer", { who = M.WHO, route = route, detail = detail_of(nil, raw) }) }
+  end
+  if status >= 400 and status < 500 and status ~= 401 and status ~= 408 and status ~= 429
+      and type(doc) == "table" and type(doc.error) == "string" and doc.error:find("%S") then
+    return { kind = "tool", message = doc.error }
+  end
+  return {
+    kind = "infra", code = classify.span_code(snap, "http", status),
+    message = message(snap, "http_status", { who = M.WHO, route = route, status = status, detail = detail_of(doc, raw) }),
+  }
+end
+
+-- Send one request (the same bytes every time) and follow the policy's re-send rules.
+-- call: route, body (encoded once), budget_ms (what the deadline is made of), deadline_ms,
+--       wait_request (the budget the fleet-busy wait is bounded by), signal
+-- Returns verdict (kind ok | tool | infra) or {kind = "stopped"} or nil, capacity error.
+local function send(self, snap, call)
+  local req = {
+    method = "POST", url = self.url .. call.route, headers = headers_of(self), body = call.body,
+    deadline_ms = call.deadline_ms, signal = call.signal,
+    max_body = snap.timeouts.sandbox.max_answer_bytes,
+  }
+  local judge = call.route == "/exec" and judge_exec or judge_file
+  local waits, waited, next_wait = nil, 0, 1
+  local starting_left = snap.timeouts.container_starting.retries
+  while true do
+    if call.signal and call.signal.aborted then return { kind = "stopped" } end
+    local t0 = self.now_ms()
+    local status, headers, raw = self.request(req)
+    if status == nil then
+      local err = headers or {}
+      if err.kind == "aborted" or (call.signal and call.signal.aborted) then return { kind = "stopped" } end
+      if err.kind == "timeout" then
+        return { kind = "infra", code = classify.span_code(snap, "timeout"),
+          message = budget.no_answer_message(snap, M.WHO, call.route, call.budget_ms) }
+      end
+      return { kind = "infra", code = classify.span_code(snap, "inbody"),
+        message = message(snap, "transport_failed", {
+          who = M.WHO, route = call.route, detail = first_line(err.message or err.kind or "transport failure"),
+        }) }
+    end
+    local doc = decode(raw)
+    local verdict = judge(snap, call.route, status, doc, raw, self.now_ms() - t0)
+    if verdict.kind == "fleet_busy" then
+      waits = waits or budget.fleet_busy_waits(snap, call.wait_request)
+      local d = waits[next_wait]
+      if d == nil then
+        return nil, errors.capacity(classify.capacity_message(snap, waited), waited)
+      end
+      if not self.sleep(d, call.signal) then return { kind = "stopped" } end
+      waited = waited + d
+      next_wait = next_wait + 1
+    elseif verdict.kind == "container_starting" and starting_left > 0 then
+      starting_left = starting_left - 1
+      if not self.sleep(snap.timeouts.container_starting.retry_after_ms, call.signal) then
+        return { kind = "stopped" }
+      end
+    elseif verdict.kind == "container_starting" then
+      return { kind = "infra", code = classify.span_code(snap, "inbody"), message = verdict.message }
+    else
+      return verdict
+    end
+  end
+end
+
+local function envs_of(self)
+  local ok, envs, err = pcall(self.resolve_envs)
+  if not ok then return nil, envs end
+  if envs == nil then return nil, err end
+  return envs
+end
+
+local function env_failure(err)
+  return errors.infra("credentials for this command could not be resolved: " .. first_line(err or "no reason given"))
+end
+
+-- An empty env is still the object {} (cjson writes an empty table as an object).
+local function encode(body)
+  return json.encode(body)
+end
+
+-- A thread key the wire cannot carry is refused before anything is sent.
+local function key_refusal(self, snap)
+  local ok, why = protocol.check_thread_key(self.thread_key, snap.timeouts.sandbox.max_thread_key_bytes)
+  if ok then return nil end
+  return errors.tool("this thread's key cannot be sent to sandboxd: " .. why)
+end
+
+function M:exec(command, opts)
+  opts = opts or {}
+  if type(command) ~= "string" or command == "" then
+    return nil, errors.tool("bash needs a command to run")
+  end
+  local snap = self.policy()
+  local bad_key = key_refusal(self, snap)
+  if bad_key then return nil, bad_key end
+  local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
+  if not plan then return nil, refusal end
+  local envs, env_err = envs_of(self)
+  if not envs then return nil, env_failure(env_err) end
+  local body = { command = command, env = envs, timeoutMs = plan.timeout_ms }
+  local budget_ms = budget.clamp(snap, plan.timeout_ms)
+  local verdict, capacity = send(self, snap, {
+    route = "/exec", body = encode(body), budget_ms = budget_ms,
+    deadline_ms = budget.send_deadline(snap, plan.timeout_ms), wait_request = plan.timeout_ms,
+    signal = opts.signal,
+  })
+  if verdict == nil then return nil, capacity end
+  if verdict.kind == "stopped" then
+    return render.result(snap, {
+      aborted = true, abort_reason = stop_reason(opts.signal), stdout = "", stderr = "",
+      clip_line = plan.clip_line,
+    })
+  end
+  if verdict.kind ~= "ok" then return nil, errors.infra(verdict.message, verdict.code) end
+  local doc = verdict.doc
+  return render.result(snap, {
+    exit_code = math.tointeger(doc.exitCode),
+    stdout = type(doc.stdout) == "string" and doc.stdout or "",
+    stderr = type(doc.stderr) == "string" and doc.stderr or "",
+    duration_ms = type(doc.durationMs) == "number" and doc.durationMs or nil,
+    clip_line = plan.clip_line,
+  })
+end
+
+local function file_call(self, route, fields, opts)
+  opts = opts or {}
+  local snap = self.policy()
+  local bad_key = key_refusal(self, snap)
+  if bad_key then return nil, bad_key end
+  local envs, env_err = envs_of(self)
+  if not envs then return nil, env_failure(env_err) end
+  fields.env = envs
+  local file_budget = snap.timeouts.file_op.budget_ms
+  local verdict, capacity = send(self, snap, {
+    route = route, body = encode(fields), budget_ms = file_budget,
+    deadline_ms = budget.file_op_deadline(snap), wait_request = file_budget, signal = opts.signal,
+  })
+  if verdict == nil then return nil, capacity end
+  if verdict.kind == "stopped" then
+    return nil, errors.tool(("%s stopped: %s"):format(route:sub(2), stop_reason(opts.signal)))
+  end
+  if verdict.kind == "tool" then return nil, errors.tool(verdict.message) end
+  if verdict.kind ~= "ok" then return nil, errors.infra(verdict.message, verdict.code) end
+  return verdict.doc, snap
+end
+
+function M:read_file(path, opts)
+  local doc, snap_or_err = file_call(self, "/read", { path = path }, opts)
+  if doc == nil then return nil, snap_or_err end
+  local bytes = type(doc.content) == "string" and core.crypto.base64_decode(doc.content) or nil
+  if bytes == nil then
+    return nil, errors.infra(message(snap_or_err, "bad_answer", {
+      who = M.WHO, route = "/read", detail = "content is not base64" }))
+  end
+  return bytes
+end
+
+function M:write_file(path, bytes, opts)
+  local doc, err = file_call(self, "/write", {
+    path = path, content = core.crypto.base64_encode(bytes), encoding = "base64",
+  }, opts)
+  if doc == nil then return nil, err end
+  return true
+end
+
+return M

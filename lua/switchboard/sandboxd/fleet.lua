@@ -1,0 +1,109 @@
+-- The thread → instance bookkeeping of sandboxd (issue item 6, 7): which threads have an awake
+-- instance, how many are awake against the ceiling, when an idle one is put to sleep. It knows
+-- nothing about HOW an instance runs commands: that is the runner the fleet is given
+-- (new_runner(thread_key) → runner with :stop()), so a later runner that puts each instance
+-- in its own namespaces changes nothing here.
+--
+--   local fleet = fleet.new{max_instances = fn → n, sleep_after_ms = fn → ms,
+--                           new_runner = fn(key) → runner, label = fn(key) → text, log = fn}
+--   local inst, why = fleet:acquire(key)  -- one more operation in flight; why: "fleet-busy" | "closed"
+--   fleet:release(inst)                   -- that operation ended; idle from now when none is left
+--   fleet:close()                         -- every instance to sleep; nothing wakes any more
+--
+-- Idle means idle: an instance with an operation in flight is never put to sleep, however long
+-- the operation runs (seed item 2's invariant); the idle clock starts when the last one ends.
+-- Sleep = the runner's stop(): its processes are killed and its resources (the workspace) are
+-- released. The thread's next request wakes a fresh instance.
+local core = require("switchboard.core")
+
+local M = {}
+
+local Fleet = {}
+Fleet.__index = Fleet
+
+local function nolog() end
+
+function M.new(opts)
+  assert(type(opts.new_runner) == "function", "fleet.new: new_runner is required")
+  assert(type(opts.max_instances) == "function", "fleet.new: max_instances (a function) is required")
+  assert(type(opts.sleep_after_ms) == "function", "fleet.new: sleep_after_ms (a function) is required")
+  return setmetatable({
+    instances = {},       -- thread key → instance (awake ones only)
+    awake = 0,
+    closed = false,
+    stop = core.signal(), -- ends every idle watch when the fleet closes
+    opts = opts,
+    label = opts.label or tostring,
+    log = opts.log or nolog,
+  }, Fleet)
+end
+
+function Fleet:max() return self.opts.max_instances() end
+
+function Fleet:get(key) return self.instances[key] end
+
+-- The idle watch of one instance: one task per idle period, gone as soon as it is busy again.
+local function watch(self, inst)
+  while self.instances[inst.key] == inst and inst.busy == 0 and not self.closed do
+    local due = inst.idle_since + self.opts.sleep_after_ms() - core.now_ms()
+    if due <= 0 then
+      self:sleep(inst, "idle")
+      break
+    end
+    core.sleep(math.ceil(due), self.stop)
+  end
+  inst.watching = false
+end
+
+function Fleet:acquire(key)
+  if self.closed then return nil, "closed" end
+  local inst = self.instances[key]
+  if inst == nil then
+    if self.awake >= self:max() then return nil, "fleet-busy" end
+    inst = {
+      key = key, label = self.label(key), runner = self.opts.new_runner(key), busy = 0,
+      woke_ms = core.now_ms(), idle_since = core.now_ms(), watching = false,
+    }
+    self.instances[key] = inst
+    self.awake = self.awake + 1
+    self.log("info", "sandboxd.instance_woke", { instance = inst.label, awake = self.awake })
+  end
+  inst.busy = inst.busy + 1
+  return inst
+end
+
+function Fleet:release(inst)
+  assert(inst.busy > 0, "fleet:release without a matching acquire")
+  inst.busy = inst.busy - 1
+  if inst.busy > 0 or self.instances[inst.key] ~= inst then return end
+  inst.idle_since = core.now_ms()
+  if not inst.watching and not self.closed then
+    inst.watching = true
+    core.go(watch, self, inst)
+  end
+end
+
+-- Put one instance to sleep now (idle, or the whole fleet closing).
+function Fleet:sleep(inst, reason)
+  if self.instances[inst.key] ~= inst then return end
+  self.instances[inst.key] = nil
+  self.awake = self.awake - 1
+  inst.asleep = true
+  local ok, err = pcall(inst.runner.stop, inst.runner)
+  self.log(ok and "info" or "error", "sandboxd.instance_slept", {
+    instance = inst.label, reason = reason, awake = self.awake,
+    awake_ms = math.floor(core.now_ms() - inst.woke_ms),
+    error = not ok and tostring(err) or nil,
+  })
+end
+
+function Fleet:close()
+  if self.closed then return end
+  self.closed = true
+  self.stop:abort("closed")
+  local all = {}
+  for _, inst in pairs(self.instances) do all[#all + 1] = inst end
+  for _, inst in ipairs(all) do self:sleep(inst, "shutdown") end
+end
+
+return M

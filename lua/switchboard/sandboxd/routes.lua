@@ -1,0 +1,294 @@
+-- sandboxd's routes (issue items 1-8): the handler core.http.serve runs, one task per request.
+--
+-- Order of checks on every request: the bearer (401, same answer whatever was wrong), the route
+-- and method (404, 405), then — except /healthz — the thread key (400) and the JSON body (400).
+-- Each request captures the policy snapshot current when it arrived and keeps it to the end.
+-- Nothing here logs a header, an env value, a path or the command text.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local auth = require("switchboard.sandboxd.auth")
+local envmod = require("switchboard.sandboxd.env")
+local protocol = require("switchboard.sandboxd.protocol")
+local budget = require("switchboard.exec.budget")
+local child_env = require("switchboard.exec.child_env")
+local classify = require("switchboard.exec.classify")
+local render = require("switchboard.exec.render")
+local template = require("switchboard.policy.template")
+
+local M = {}
+
+local json = cjson.new()
+json.decode_invalid_numbers(false) -- NaN, Infinity and hex are not JSON
+json.encode_invalid_numbers(false)
+M.json = json
+
+local JSON = { ["content-type"] = "application/json", ["cache-control"] = "no-store" }
+local ROUTE_LIST = "POST /exec, POST /read, POST /write, GET /healthz"
+
+local function send_json(res, status, doc, extra)
+  local headers = JSON
+  if extra then
+    headers = {}
+    for k, v in pairs(JSON) do headers[k] = v end
+    for k, v in pairs(extra) do headers[k] = v end
+  end
+  res:send(status, headers, json.encode(doc))
+end
+
+-- /exec answers every failure in the dual shape (seed item 3), whatever the status.
+local function refuse(res, route, status, text, reason)
+  if route == "/exec" then
+    return send_json(res, status, protocol.exec_failure(text, reason))
+  end
+  return send_json(res, status, { error = text, reason = reason })
+end
+
+local function first_line(s)
+  return (tostring(s):match("^[^\n]*"))
+end
+
+-- The body as a JSON object, or nil and why.
+local function decode_object(body, route)
+  if body == nil or body == "" then
+    return nil, ("the %s body is empty; send a JSON object"):format(route)
+  end
+  local ok, doc = pcall(json.decode, body)
+  if not ok then
+    return nil, ("the %s body is not valid JSON (%s)"):format(route, first_line(doc))
+  end
+  if type(doc) ~= "table" then
+    return nil, ("the %s body must be a JSON object, got a JSON %s"):format(route,
+      doc == json.null and "null" or type(doc))
+  end
+  return doc
+end
+
+local function append_line(text, line)
+  if text == "" then return line end
+  if text:sub(-1) ~= "\n" then text = text .. "\n" end
+  return text .. line
+end
+
+local function server_failure(snap, detail)
+  local text = template.fill(snap.errors.messages.server_failure, {
+    detail = classify.thrown_text(snap, detail),
+  })
+  return protocol.exec_failure(text)
+end
+
+-- A proc result as the protocol's document: a deadline kill is exit 124 with the line naming
+-- the limit and the timeoutMs knob; truncated streams are marked.
+local function result_document(snap, r, limit_ms, max_output)
+  local stderr, code = r.stderr, r.exit
+  if r.timed_out then
+    code = 124
+    stderr = append_line(stderr, render.timeout_line(snap, limit_ms, "sandbox"))
+  end
+  for _, stream in ipairs({ "stdout", "stderr" }) do
+    if r.truncated and r.truncated[stream] then
+      stderr = append_line(stderr, template.fill(snap.errors.messages.truncated, {
+        stream = stream, limit = max_output,
+      }))
+    end
+  end
+  return protocol.exec_result(r.stdout, stderr, code, r.duration_ms)
+end
+
+-- One space every heartbeat while the command runs; a peer that went away stops the command
+-- (nobody is left to read its answer).
+local function heartbeat(res, interval_ms, done, stop)
+  -- done is checked after every sleep: the timer and the command's end can fall in one turn.
+  while core.sleep(interval_ms, done) and not done.aborted do
+    if res.closed then
+      stop:abort("client gone")
+      return
+    end
+    res:write(" ")
+  end
+end
+
+local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
+  res:start(200, JSON)
+  state.started = true
+  local stop = core.signal(ctx.stopping)
+  local done = state.done
+  core.go(heartbeat, res, snap.timeouts.sandbox.heartbeat_ms, done, stop)
+  local full_env = child_env.base(snap, ctx.getenv)
+  for name, value in pairs(env) do full_env[name] = value end
+  local max_output = snap.timeouts.process.max_output_bytes
+  local r, err = inst.runner:exec{
+    command = command, env = full_env, deadline_ms = limit_ms,
+    kill_grace_ms = snap.timeouts.bash.kill_grace_ms, max_output = max_output, signal = stop,
+  }
+  done:abort("done")
+  local doc
+  if r == nil then
+    doc = server_failure(snap, err)
+  elseif r.aborted and ctx.stopping.aborted then
+    doc = protocol.exec_failure(template.fill(snap.errors.messages.server_stopped, {
+      drain_s = classify.seconds(ctx.drain_ms or 0),
+    }))
+  elseif r.aborted then
+    doc = server_failure(snap, "the command was killed: " .. tostring(stop.reason))
+  else
+    doc = result_document(snap, r, limit_ms, max_output)
+  end
+  ctx.log("debug", "sandboxd.exec", {
+    instance = inst.label, exit = doc.exitCode, duration_ms = doc.durationMs,
+    timed_out = r and r.timed_out or nil, failed = doc.error ~= nil or nil,
+  })
+  res:finish(json.encode(doc))
+end
+
+local function fleet_cause(ctx)
+  return ("sandboxd has %d of %d instances awake"):format(ctx.fleet.awake, ctx.fleet:max())
+end
+
+local function closed_text()
+  return "sandboxd is shutting down and takes no new work; send the request again once it is back"
+end
+
+local function exec_route(ctx, snap, key, body, res)
+  local command = body.command
+  if type(command) ~= "string" or command:find("^%s*$") then
+    return refuse(res, "/exec", 400, "the /exec body needs command: a non-empty string")
+  end
+  if command:find("\0", 1, true) then
+    return refuse(res, "/exec", 400, "the command contains a NUL byte, which a shell command cannot carry")
+  end
+  local env = envmod.from_request(body)
+  local limit_ms = budget.server_budget(snap, body.timeoutMs)
+  local inst, why = ctx.fleet:acquire(key)
+  if not inst then
+    if why == "fleet-busy" then
+      return send_json(res, 200, classify.fleet_busy_exec_answer(snap, fleet_cause(ctx)))
+    end
+    return refuse(res, "/exec", 503, closed_text())
+  end
+  local state = { started = false, done = core.signal() }
+  local ok, err = xpcall(run_exec, debug.traceback, ctx, snap, inst, command, env, limit_ms, res, state)
+  state.done:abort("done") -- the heartbeat ends on every path, a raise included
+  ctx.fleet:release(inst)
+  if not ok then
+    ctx.log("error", "sandboxd.exec_failed", { instance = inst.label, error = first_line(err) })
+    local doc = server_failure(snap, "internal error in sandboxd: " .. first_line(err))
+    if state.started then res:finish(json.encode(doc)) else send_json(res, 500, doc) end
+  end
+end
+
+local FS_STATUS = { escape = 403, not_found = 404, not_a_file = 400, too_large = 413 }
+
+local function fs_failure(res, route, err)
+  local status = FS_STATUS[err and err.kind] or 500
+  return send_json(res, status, {
+    error = tostring(err and err.message or "the file operation failed"), reason = err and err.kind,
+  })
+end
+
+-- The thread's instance for a file op, or nil after answering (503 fleet-busy / shutting down).
+local function file_instance(ctx, snap, key, res)
+  local inst, why = ctx.fleet:acquire(key)
+  if inst then return inst end
+  if why == "fleet-busy" then
+    local status, doc = classify.fleet_busy_http_answer(snap, fleet_cause(ctx))
+    send_json(res, status, doc)
+  else
+    send_json(res, 503, { error = closed_text() })
+  end
+  return nil
+end
+
+local function path_of(body, route, res)
+  local path = body.path
+  if type(path) ~= "string" or path == "" then
+    refuse(res, route, 400, ("the %s body needs path: a non-empty string"):format(route))
+    return nil
+  end
+  if path:find("\0", 1, true) then
+    refuse(res, route, 400, "the path contains a NUL byte")
+    return nil
+  end
+  return path
+end
+
+local function read_route(ctx, snap, key, body, res)
+  local path = path_of(body, "/read", res)
+  if not path then return end
+  local inst = file_instance(ctx, snap, key, res)
+  if not inst then return end
+  local ok, bytes, err = pcall(inst.runner.read, inst.runner, path, snap.timeouts.sandbox.max_file_bytes)
+  ctx.fleet:release(inst)
+  if not ok then return fs_failure(res, "/read", { message = "internal error: " .. first_line(bytes) }) end
+  if bytes == nil then return fs_failure(res, "/read", err) end
+  send_json(res, 200, { content = core.crypto.base64_encode(bytes), encoding = "base64", size = #bytes })
+end
+
+local function write_route(ctx, snap, key, body, res)
+  local path = path_of(body, "/write", res)
+  if not path then return end
+  local content, encoding = body.content, body.encoding
+  if type(content) ~= "string" then
+    return refuse(res, "/write", 400, "the /write body needs content: a string (base64 with encoding \"base64\")")
+  end
+  local bytes = content
+  if encoding == "base64" then
+    local decoded, derr = core.crypto.base64_decode(content)
+    if decoded == nil then
+      return refuse(res, "/write", 400, "content is not valid base64: " .. tostring(derr and derr.message or derr))
+    end
+    bytes = decoded
+  elseif encoding ~= nil and encoding ~= "utf8" and encoding ~= "utf-8" then
+    return refuse(res, "/write", 400, "encoding must be \"base64\" or \"utf8\" (the default)")
+  end
+  local max = snap.timeouts.sandbox.max_file_bytes
+  if #bytes > max then
+    return refuse(res, "/write", 413, ("the file is %d bytes; at most %d are accepted"):format(#bytes, max), "too_large")
+  end
+  local inst = file_instance(ctx, snap, key, res)
+  if not inst then return end
+  local ok, done, err = pcall(inst.runner.write, inst.runner, path, bytes)
+  ctx.fleet:release(inst)
+  if not ok then return fs_failure(res, "/write", { message = "internal error: " .. first_line(done) }) end
+  if not done then return fs_failure(res, "/write", err) end
+  send_json(res, 200, { ok = true, size = #bytes })
+end
+
+local function healthz(ctx, res)
+  send_json(res, 200, {
+    ok = true,
+    build = { commit = ctx.build.commit, builtAt = ctx.build.built_at },
+    instances = { awake = ctx.fleet.awake, max = ctx.fleet:max() },
+  })
+end
+
+local ROUTES = { ["/exec"] = exec_route, ["/read"] = read_route, ["/write"] = write_route }
+
+-- ctx: fleet, token, policy (fn → snapshot), build ({commit, built_at}), log(level, event, fields),
+--      stopping (a signal: aborted when the drain is over — running commands are killed),
+--      drain_ms (set when stopping), getenv (for the child environment's pass list)
+function M.handler(ctx)
+  local check = auth.checker(ctx.token)
+  ctx.log = ctx.log or function() end
+  return function(req, res)
+    if not check(req.headers and req.headers[protocol.AUTH_HEADER]) then
+      return res:send(auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY)
+    end
+    local method = protocol.ROUTES[req.path]
+    if method == nil then
+      return send_json(res, 404, { error = ("no route %s; the routes are %s"):format(req.path, ROUTE_LIST) })
+    end
+    if req.method ~= method then
+      return send_json(res, 405, { error = ("%s takes %s"):format(req.path, method) }, { allow = method })
+    end
+    if req.path == "/healthz" then return healthz(ctx, res) end
+    local snap = ctx.policy()
+    local key = req.headers[protocol.THREAD_HEADER]
+    local ok, why = protocol.check_thread_key(key, snap.timeouts.sandbox.max_thread_key_bytes)
+    if not ok then return refuse(res, req.path, 400, why) end
+    local body, berr = decode_object(req.body, req.path)
+    if body == nil then return refuse(res, req.path, 400, berr) end
+    return ROUTES[req.path](ctx, snap, key, body, res)
+  end
+end
+
+return M

@@ -1,0 +1,115 @@
+-- The sandboxd process around the routes: the listening server with its limits, the fleet and
+-- its runner, the count of requests in flight, and the drain on TERM.
+--
+--   local srv, err = server.start{host, port, root, token, max_instances?, log, getenv?}
+--   srv.port                  the bound port
+--   srv:shutdown(signal_name) stop accepting (server:close()); let requests in flight finish for
+--                             timeouts.server.drain_ms; then kill their commands (they answer
+--                             the recycle-shaped server_stopped failure) and give them
+--                             timeouts.server.flush_ms to send it; then every instance sleeps,
+--                             core.kill_all(), and srv:wait() returns. A second signal during the
+--                             drain skips what is left of it.
+--   srv:wait()                yields until the shutdown is over
+local core = require("switchboard.core")
+local policy = require("switchboard.policy")
+local fleet = require("switchboard.sandboxd.fleet")
+local routes = require("switchboard.sandboxd.routes")
+local runner = require("switchboard.sandboxd.runner")
+local workspace = require("switchboard.exec.workspace")
+
+local M = {}
+
+local Server = {}
+Server.__index = Server
+
+local function limits_of(snap)
+  local s = snap.timeouts.server
+  return {
+    max_header_bytes = s.max_header_bytes, max_body_bytes = s.max_body_bytes,
+    request_timeout_ms = s.request_timeout_ms, idle_timeout_ms = s.idle_timeout_ms,
+    max_connections = s.max_connections,
+  }
+end
+
+function M.start(opts)
+  local log = opts.log or core.log
+  local self = setmetatable({
+    state = "serving", inflight = 0, log = log, waiters = {}, force = core.signal(),
+  }, Server)
+  local max = opts.max_instances
+  self.fleet = fleet.new{
+    max_instances = max and function() return max end
+      or function() return policy.current().timeouts.sandbox.max_instances end,
+    sleep_after_ms = function() return policy.current().timeouts.sandbox.sleep_after_ms end,
+    new_runner = opts.new_runner or runner.factory(opts.root),
+    label = workspace.dir_name,
+    log = log,
+  }
+  self.ctx = {
+    fleet = self.fleet, token = opts.token, policy = policy.current, build = core.build,
+    log = log, stopping = core.signal(), getenv = opts.getenv,
+  }
+  local handler = routes.handler(self.ctx)
+  local function counted(req, res)
+    self.inflight = self.inflight + 1
+    local ok, err = xpcall(handler, debug.traceback, req, res)
+    self.inflight = self.inflight - 1
+    if self.inflight == 0 and self.quiet then self.quiet:abort("idle") end
+    if not ok then error(err, 0) end
+  end
+  local ok, srv, err = pcall(core.http.serve, {
+    host = opts.host, port = opts.port, handler = counted, limits = limits_of(policy.current()),
+  })
+  if not ok then return nil, { kind = "listen", message = tostring(srv) } end
+  if not srv then return nil, err end
+  self.server = srv
+  self.port = srv.port
+  return self
+end
+
+-- Waits until nothing is in flight or ms pass (or a second signal forces the way on).
+local function wait_idle(self, ms)
+  if self.inflight == 0 then return true end
+  self.quiet = core.signal(self.force)
+  core.sleep(ms, self.quiet)
+  self.quiet = nil
+  return self.inflight == 0
+end
+
+function Server:shutdown(signal_name)
+  if self.state ~= "serving" then
+    if self.state == "draining" then
+      self.log("warn", "sandboxd.drain_skipped", { signal = signal_name, in_flight = self.inflight })
+      self.force:abort("second signal")
+    end
+    return
+  end
+  self.state = "draining"
+  local t = policy.current().timeouts.server
+  self.log("info", "sandboxd.draining", {
+    signal = signal_name, in_flight = self.inflight, drain_ms = t.drain_ms,
+  })
+  self.server:close()
+  local clean = wait_idle(self, t.drain_ms)
+  local killed = 0
+  if not clean then
+    killed = self.inflight
+    self.ctx.drain_ms = t.drain_ms
+    self.ctx.stopping:abort("shutdown")
+    wait_idle(self, t.flush_ms)
+  end
+  self.fleet:close()
+  core.kill_all()
+  self.state = "stopped"
+  self.log("info", "sandboxd.stopped", { killed = killed, unanswered = self.inflight })
+  for _, task in ipairs(self.waiters) do core.wake(task) end
+  self.waiters = {}
+end
+
+function Server:wait()
+  if self.state == "stopped" then return end
+  self.waiters[#self.waiters + 1] = core.current()
+  core.suspend()
+end
+
+return M

@@ -1,0 +1,770 @@
+/* core.http.serve: the HTTP server's Lua face. Each complete request runs
+ * `handler(req, res)` in its own task (created through core.go, the one path for tasks);
+ * `res` frames what the handler sends on the connection (server_conn.c).
+ *
+ * Ownership: the server's C state is malloc'd and anchored (self_ref) while its listener or
+ * any connection is open, so a program may drop the object and keep serving. A response
+ * object is anchored by its connection while attached; the connection closing or the response
+ * finishing detaches it, after which writes are dropped (closed) or refused (finished). */
+#include "server_conn.h"
+#include "server_response.h"
+#include "../engine/engine.h"
+#include "../log/log.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SERVER_MT "switchboard.http.server"
+#define RES_MT "switchboard.http.response"
+
+static const sb_http_limits default_limits = {
+    .max_header_bytes = 16 * 1024,
+    .max_body_bytes = 1024 * 1024,
+    .request_timeout_ms = 10000,
+    .idle_timeout_ms = 60000,
+    .max_connections = 1024,
+    .max_write_queue_bytes = 8 * 1024 * 1024,
+};
+
+typedef struct {
+  sb_http_server *s; /* NULL after __gc */
+} server_ud;
+
+enum { RES_FRESH, RES_STARTED, RES_FINISHED };
+/* How the body is delimited on the wire. */
+enum { FRAME_NONE, FRAME_LENGTH, FRAME_CHUNKED, FRAME_CLOSE };
+
+typedef struct {
+  sb_http_conn *c; /* NULL once detached */
+  int ref;         /* registry anchor while attached */
+  uint8_t phase;
+  uint8_t framing;
+  bool closed;       /* the connection went away before the response finished */
+  bool head_request; /* HEAD: the head is sent, the body never */
+  bool http10;
+  int status;
+  uint64_t remaining; /* FRAME_LENGTH: bytes still owed */
+  double started_ms;
+  const char *method;  /* llhttp's static name */
+  char path[96];       /* for log lines; truncated */
+  char remote[46];
+} res_ud;
+
+/* ---- handler tasks ----------------------------------------------------------------------- */
+
+static int traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      msg = lua_tostring(L, -1);
+    else
+      msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+static void res_settle(lua_State *L, res_ud *r, bool failed);
+
+/* Continuation of handler_task once the handler returned or raised (possibly after yields). */
+static int handler_done(lua_State *L, int status, lua_KContext ctx) {
+  (void)ctx;
+  res_ud *r = luaL_checkudata(L, 3, RES_MT);
+  bool failed = status != LUA_OK && status != LUA_YIELD;
+  if (failed) {
+    char where[160];
+    snprintf(where, sizeof where, "http handler %s %s", r->method, r->path);
+    sb_log_error_text(where, lua_tostring(L, -1));
+  }
+  res_settle(L, r, failed);
+  return 0;
+}
+
+/* The task body: handler(req, res) under a traceback handler; then the response is settled
+ * (500 if it raised before sending anything, else completed). Stack: handler, req, res. */
+static int handler_task(lua_State *L) {
+  lua_settop(L, 3);
+  lua_pushcfunction(L, traceback); /* 4 */
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, 3);
+  int status = lua_pcallk(L, 2, 0, 4, 0, handler_done);
+  return handler_done(L, status, 0);
+}
+
+/* ---- the request ------------------------------------------------------------------------- */
+
+static void push_request(lua_State *L, sb_http_conn *c) {
+  const sb_http_request *q = &c->req;
+  lua_createtable(L, 0, 9);
+  lua_pushstring(L, sb_http_request_method(q));
+  lua_setfield(L, -2, "method");
+  const char *path, *query;
+  size_t path_len, query_len;
+  sb_http_split_target(q->head, q->target_len, &path, &path_len, &query, &query_len);
+  lua_pushlstring(L, path, path_len);
+  lua_setfield(L, -2, "path");
+  lua_pushlstring(L, query, query_len);
+  lua_setfield(L, -2, "query");
+  lua_pushstring(L, sb_http_request_version_minor(q) == 0 ? "1.0" : "1.1");
+  lua_setfield(L, -2, "version");
+  lua_createtable(L, 0, (int)q->n_headers);
+  for (size_t i = 0; i < q->n_headers; i++) {
+    const sb_http_header *h = &q->headers[i];
+    lua_pushlstring(L, sb_http_header_name(q, i), h->name_len);
+    lua_pushvalue(L, -1);
+    lua_rawget(L, -3);
+    if (lua_isnil(L, -1)) { /* first of its name */
+      lua_pop(L, 1);
+      lua_pushlstring(L, sb_http_header_value(q, i), h->value_len);
+    } else { /* repeated: joined with ", " (RFC 9110 5.3) */
+      lua_pushliteral(L, ", ");
+      lua_pushlstring(L, sb_http_header_value(q, i), h->value_len);
+      lua_concat(L, 3);
+    }
+    lua_rawset(L, -3);
+  }
+  lua_setfield(L, -2, "headers");
+  lua_pushlstring(L, q->body != NULL ? q->body : "", q->body_len);
+  lua_setfield(L, -2, "body");
+  lua_pushstring(L, c->remote_addr);
+  lua_setfield(L, -2, "remote_addr");
+  lua_pushinteger(L, c->remote_port);
+  lua_setfield(L, -2, "remote_port");
+}
+
+static void init_response(res_ud *r, sb_http_conn *c) {
+  memset(r, 0, sizeof *r);
+  r->ref = LUA_NOREF;
+  r->phase = RES_FRESH;
+  r->head_request = sb_http_request_is_head(&c->req);
+  r->http10 = sb_http_request_version_minor(&c->req) == 0;
+  r->started_ms = sb_now_ms();
+  r->method = sb_http_request_method(&c->req);
+  const char *path, *query;
+  size_t path_len, query_len;
+  sb_http_split_target(c->req.head, c->req.target_len, &path, &path_len, &query, &query_len);
+  if (path_len >= sizeof r->path)
+    path_len = sizeof r->path - 1;
+  memcpy(r->path, path, path_len);
+  r->path[path_len] = '\0';
+  snprintf(r->remote, sizeof r->remote, "%s", c->remote_addr);
+}
+
+static bool dispatched;
+
+/* Under sb_pcall: builds req and res and hands them to core.go(handler_task, ...). */
+static int dispatch(lua_State *L) {
+  sb_http_conn *c = lua_touserdata(L, 1);
+  lua_settop(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");           /* 2 */
+  lua_getfield(L, 2, "go");                                          /* 3 */
+  lua_pushcfunction(L, handler_task);                                /* 4 */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->server->handler_ref);         /* 5 */
+  push_request(L, c);                                                /* 6 */
+  res_ud *r = lua_newuserdatauv(L, sizeof *r, 0);                    /* 7 */
+  init_response(r, c);
+  luaL_setmetatable(L, RES_MT);
+  lua_pushvalue(L, 7);
+  lua_insert(L, 3); /* a copy of res below go's frame, anchored once go succeeded */
+  lua_call(L, 4, 0);
+  r->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  r->c = c;
+  c->exchange = r;
+  dispatched = true;
+  return 0;
+}
+
+bool sb_http_on_request(sb_http_conn *c) {
+  lua_State *L = sb_main_state();
+  dispatched = false;
+  lua_pushcfunction(L, dispatch);
+  lua_pushlightuserdata(L, c);
+  sb_pcall(L, 1, "http.serve dispatch");
+  return dispatched;
+}
+
+/* ---- the response ------------------------------------------------------------------------ */
+
+static void log_request(res_ud *r, const char *outcome) {
+  char status[8], ms[32];
+  snprintf(status, sizeof status, "%d", r->status);
+  snprintf(ms, sizeof ms, "%.3f", sb_now_ms() - r->started_ms);
+  sb_log_field f[] = {{"remote", r->remote, false}, {"method", r->method, false},
+                      {"path", r->path, false},     {"status", status, true},
+                      {"ms", ms, true},             {"outcome", outcome, false}};
+  sb_log_write("debug", "http.request", f, sizeof f / sizeof f[0]);
+}
+
+static void detach(res_ud *r) {
+  sb_http_conn *c = r->c;
+  if (c == NULL)
+    return;
+  r->c = NULL;
+  c->exchange = NULL;
+  luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, r->ref);
+  r->ref = LUA_NOREF;
+}
+
+void sb_http_on_detach(sb_http_conn *c) {
+  res_ud *r = c->exchange;
+  if (r->phase != RES_FINISHED) {
+    r->closed = true;
+    log_request(r, "peer gone");
+  }
+  detach(r);
+}
+
+/* The response's last byte was queued: hand the connection back. */
+static void complete(res_ud *r) {
+  r->phase = RES_FINISHED;
+  sb_http_conn *c = r->c;
+  if (c == NULL)
+    return;
+  log_request(r, "sent");
+  detach(r);
+  sb_http_conn_response_done(c);
+}
+
+static bool send_bytes(res_ud *r, const uv_buf_t *bufs, unsigned n) {
+  if (r->c == NULL)
+    return false;
+  return sb_http_conn_write(r->c, bufs, n); /* on false the connection detached r */
+}
+
+static int check_status(lua_State *L, int idx) {
+  lua_Integer status = luaL_checkinteger(L, idx);
+  luaL_argcheck(L, status >= 200 && status <= 599, idx, "a final HTTP status (200-599) expected");
+  return (int)status;
+}
+
+/* A head is assembled in two passes over the handler's headers: the first validates (and may
+ * raise) and measures, the second copies into a buffer owned by Lua (a userdata), so an error
+ * never leaks memory and the Lua stack stays simple. */
+typedef struct {
+  char *out; /* NULL while measuring */
+  size_t len;
+} head_out;
+
+static void put(head_out *h, const char *s, size_t n) {
+  if (h->out != NULL)
+    memcpy(h->out + h->len, s, n);
+  h->len += n;
+}
+
+static void put_header(lua_State *L, head_out *h, const char *name, size_t name_len, int vidx) {
+  int t = lua_type(L, vidx);
+  if (t != LUA_TSTRING && t != LUA_TNUMBER)
+    luaL_error(L, "response header %s: a string or number expected", name);
+  size_t len;
+  const char *value = lua_tolstring(L, vidx, &len); /* converts the stack copy only */
+  if (!sb_http_value_valid(value, len))
+    luaL_error(L, "response header %s: CR, LF and NUL are not allowed in a value", name);
+  put(h, name, name_len);
+  put(h, ": ", 2);
+  put(h, value, len);
+  put(h, "\r\n", 2);
+}
+
+typedef struct {
+  bool close;        /* a `connection: close` from the handler */
+  bool has_length;   /* a content-length from the handler */
+  uint64_t length;
+} head_flags;
+
+static bool parse_length(const char *s, size_t n, uint64_t *out) {
+  if (n == 0 || n > 15)
+    return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return false;
+    v = v * 10 + (uint64_t)(s[i] - '0');
+  }
+  *out = v;
+  return true;
+}
+
+/* One pass over the headers table at `hidx`: framing headers are taken out (the server
+ * writes its own), the rest are copied (measured when h->out is NULL). */
+static void header_pass(lua_State *L, int hidx, head_out *h, head_flags *f) {
+  lua_pushnil(L);
+  while (lua_next(L, hidx) != 0) {
+    int v = lua_gettop(L);
+    if (lua_type(L, v - 1) != LUA_TSTRING)
+      luaL_error(L, "response headers: names must be strings");
+    size_t nlen;
+    const char *name = lua_tolstring(L, v - 1, &nlen);
+    if (!sb_http_name_valid(name, nlen))
+      luaL_error(L, "response headers: invalid header name '%s'", name);
+    if (sb_http_name_is(name, nlen, "transfer-encoding")) {
+      luaL_error(L, "response headers: transfer-encoding is framed by the server");
+    } else if (sb_http_name_is(name, nlen, "connection")) {
+      const char *value = lua_tostring(L, v);
+      if (value == NULL)
+        luaL_error(L, "response header connection: a string expected");
+      if (strstr(value, "close") != NULL || strstr(value, "Close") != NULL)
+        f->close = true;
+    } else if (sb_http_name_is(name, nlen, "content-length")) {
+      size_t vlen;
+      const char *value = lua_type(L, v) == LUA_TNUMBER || lua_type(L, v) == LUA_TSTRING
+                              ? lua_tolstring(L, v, &vlen) : NULL;
+      if (value == NULL || !parse_length(value, vlen, &f->length))
+        luaL_error(L, "response header content-length: a byte count expected");
+      f->has_length = true;
+    } else if (lua_type(L, v) == LUA_TTABLE) { /* a repeated header, e.g. set-cookie */
+      lua_Integer n = luaL_len(L, v);
+      for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, v, i);
+        put_header(L, h, name, nlen, lua_gettop(L));
+        lua_pop(L, 1);
+      }
+    } else {
+      put_header(L, h, name, nlen, v);
+    }
+    lua_settop(L, v - 1);
+  }
+}
+
+/* Builds the head for `status` and the headers table at `hidx` (0: none) and decides the
+ * framing; `body_len` >= 0 is res:send's body, whose content-length the server writes.
+ * Pushes the head as a string. Raises on invalid headers, before anything is sent. */
+static void push_head(lua_State *L, res_ud *r, int status, int hidx, lua_Integer body_len) {
+  head_flags f = {false, false, 0};
+  head_out h = {NULL, 0};
+  if (hidx != 0)
+    header_pass(L, hidx, &h, &f);
+  enum { FIXED_MAX = 160 }; /* framing and connection lines */
+  size_t cap = SB_HTTP_STATUS_LINE_MAX + h.len + FIXED_MAX;
+  char *buf = lua_newuserdatauv(L, cap, 0);
+  int buf_idx = lua_gettop(L);
+  h = (head_out){buf, 0};
+  char line[SB_HTTP_STATUS_LINE_MAX];
+  put(&h, line, sb_http_status_line(line, status));
+  if (hidx != 0) {
+    head_flags again = {false, false, 0};
+    header_pass(L, hidx, &h, &again);
+  }
+  bool keep_alive = r->c != NULL && r->c->keep_alive && !f.close;
+  bool bodyless = r->head_request || status == 204 || status == 304;
+  bool has_length = body_len >= 0 || f.has_length;
+  uint64_t length = body_len >= 0 ? (uint64_t)body_len : f.length;
+  char fixed[FIXED_MAX];
+  int n;
+  if (has_length) {
+    r->framing = bodyless ? FRAME_NONE : FRAME_LENGTH;
+    r->remaining = length;
+    if (status != 204) { /* 204 carries no content-length (RFC 9110 8.6) */
+      n = snprintf(fixed, sizeof fixed, "content-length: %llu\r\n", (unsigned long long)length);
+      put(&h, fixed, (size_t)n);
+    }
+  } else if (bodyless) {
+    r->framing = FRAME_NONE;
+  } else if (r->http10) {
+    r->framing = FRAME_CLOSE; /* HTTP/1.0 has no chunked coding: the close ends the body */
+    keep_alive = false;
+  } else {
+    r->framing = FRAME_CHUNKED;
+    put(&h, "transfer-encoding: chunked\r\n", 28);
+  }
+  if (!keep_alive)
+    put(&h, "connection: close\r\n", 19);
+  else if (r->http10)
+    put(&h, "connection: keep-alive\r\n", 24);
+  put(&h, "\r\n", 2);
+  lua_pushlstring(L, buf, h.len);
+  lua_remove(L, buf_idx);
+  if (r->c != NULL && !keep_alive)
+    r->c->keep_alive = false;
+  r->status = status;
+}
+
+/* Sends body bytes in the response's framing. Returns false when they were dropped because
+ * the peer is gone. */
+static bool body_bytes(lua_State *L, res_ud *r, const char *data, size_t n) {
+  if (r->c == NULL)
+    return false;
+  switch (r->framing) {
+  case FRAME_NONE:
+    return true; /* HEAD, 204, 304: there is no body to send */
+  case FRAME_LENGTH: {
+    if (n > r->remaining)
+      luaL_error(L, "res:write: %I bytes over the declared content-length",
+                 (lua_Integer)(n - r->remaining));
+    r->remaining -= n;
+    uv_buf_t buf = uv_buf_init((char *)data, (unsigned)n);
+    return send_bytes(r, &buf, 1);
+  }
+  case FRAME_CHUNKED: {
+    if (n == 0)
+      return true; /* an empty chunk would end the body */
+    char prefix[SB_HTTP_CHUNK_PREFIX_MAX];
+    uv_buf_t bufs[3] = {uv_buf_init(prefix, (unsigned)sb_http_chunk_prefix(prefix, n)),
+                        uv_buf_init((char *)data, (unsigned)n), uv_buf_init("\r\n", 2)};
+    return send_bytes(r, bufs, 3);
+  }
+  default: {
+    uv_buf_t buf = uv_buf_init((char *)data, (unsigned)n);
+    return send_bytes(r, &buf, 1);
+  }
+  }
+}
+
+/* Ends the body: the last chunk, or a close when fewer bytes than declared were sent. */
+static void end_body(res_ud *r) {
+  if (r->c == NULL)
+    return;
+  if (r->framing == FRAME_CHUNKED) {
+    uv_buf_t last = uv_buf_init("0\r\n\r\n", 5);
+    if (!send_bytes(r, &last, 1))
+      return;
+  } else if (r->framing == FRAME_LENGTH && r->remaining > 0) {
+    sb_log_field f[] = {{"method", r->method, false}, {"path", r->path, false}};
+    sb_log_write("warn", "http.short_body", f, 2);
+    r->c->keep_alive = false; /* the peer sees a truncated body, then the close */
+  } else if (r->framing == FRAME_CLOSE) {
+    r->c->keep_alive = false;
+  }
+  complete(r);
+}
+
+static res_ud *check_res(lua_State *L) { return luaL_checkudata(L, 1, RES_MT); }
+
+static int opt_headers(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx))
+    return 0;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  return idx;
+}
+
+/* res:start(status [, headers]) → true, or false when the peer is gone. */
+static int l_res_start(lua_State *L) {
+  res_ud *r = check_res(L);
+  int status = check_status(L, 2);
+  int hidx = opt_headers(L, 3);
+  if (r->phase != RES_FRESH)
+    return luaL_error(L, "res:start: the response was already started");
+  push_head(L, r, status, hidx, -1);
+  r->phase = RES_STARTED;
+  size_t n;
+  const char *head = lua_tolstring(L, -1, &n);
+  uv_buf_t buf = uv_buf_init((char *)head, (unsigned)n);
+  lua_pushboolean(L, send_bytes(r, &buf, 1));
+  return 1;
+}
+
+/* res:write(bytes) → true, or false when the peer is gone (the bytes are dropped). */
+static int l_res_write(lua_State *L) {
+  res_ud *r = check_res(L);
+  size_t n;
+  const char *data = luaL_checklstring(L, 2, &n);
+  if (r->phase == RES_FRESH)
+    return luaL_error(L, "res:write: call res:start first");
+  if (r->phase == RES_FINISHED)
+    return luaL_error(L, "res:write: the response is finished");
+  lua_pushboolean(L, body_bytes(L, r, data, n));
+  return 1;
+}
+
+/* res:finish([bytes]) → true, or false when the peer is gone. */
+static int l_res_finish(lua_State *L) {
+  res_ud *r = check_res(L);
+  size_t n = 0;
+  const char *data = luaL_optlstring(L, 2, NULL, &n);
+  if (r->phase == RES_FRESH)
+    return luaL_error(L, "res:finish: call res:start first (or res:send)");
+  if (r->phase == RES_FINISHED)
+    return luaL_error(L, "res:finish: the response is already finished");
+  if (data != NULL && n > 0)
+    body_bytes(L, r, data, n);
+  end_body(r);
+  r->phase = RES_FINISHED;
+  lua_pushboolean(L, !r->closed);
+  return 1;
+}
+
+/* Head and body in one write, then complete. */
+static bool send_whole(lua_State *L, res_ud *r, int status, int hidx, const char *body,
+                       size_t n) {
+  push_head(L, r, status, hidx, (lua_Integer)n);
+  r->phase = RES_STARTED;
+  size_t hn;
+  const char *head = lua_tolstring(L, -1, &hn);
+  uv_buf_t bufs[2] = {uv_buf_init((char *)head, (unsigned)hn), uv_buf_init((char *)body, 0)};
+  if (r->framing == FRAME_LENGTH)
+    bufs[1].len = n;
+  bool sent = send_bytes(r, bufs, 2);
+  lua_pop(L, 1);
+  r->remaining = 0;
+  complete(r);
+  r->phase = RES_FINISHED;
+  return sent;
+}
+
+/* res:send(status [, headers [, body]]) → true, or false when the peer is gone. */
+static int l_res_send(lua_State *L) {
+  res_ud *r = check_res(L);
+  int status = check_status(L, 2);
+  int hidx = opt_headers(L, 3);
+  size_t n = 0;
+  const char *body = luaL_optlstring(L, 4, "", &n);
+  if (r->phase != RES_FRESH)
+    return luaL_error(L, "res:send: the response was already started");
+  lua_pushboolean(L, send_whole(L, r, status, hidx, body, n));
+  return 1;
+}
+
+/* After the handler returned (or raised): a response it did not finish is finished for it. */
+static void res_settle(lua_State *L, res_ud *r, bool failed) {
+  if (r->c == NULL) {
+    r->phase = RES_FINISHED;
+    return;
+  }
+  if (r->phase == RES_FRESH) {
+    if (failed) {
+      sb_http_conn *c = r->c;
+      r->status = 500;
+      r->phase = RES_FINISHED;
+      log_request(r, "handler raised");
+      detach(r);
+      sb_http_conn_answer(c, 500, "internal server error");
+    } else {
+      /* returned without answering: an explicit "nothing to say" */
+      send_whole(L, r, 204, 0, "", 0);
+    }
+  } else if (r->phase == RES_STARTED) {
+    if (failed) { /* mid-body: a close tells the peer the body is incomplete */
+      sb_http_conn *c = r->c;
+      log_request(r, "handler raised mid-response");
+      detach(r);
+      sb_http_conn_close(c);
+    } else {
+      end_body(r);
+    }
+    r->phase = RES_FINISHED;
+  }
+}
+
+static int l_res_index(lua_State *L) {
+  res_ud *r = check_res(L);
+  const char *key = luaL_checkstring(L, 2);
+  if (strcmp(key, "closed") == 0)
+    lua_pushboolean(L, r->closed);
+  else if (strcmp(key, "finished") == 0)
+    lua_pushboolean(L, r->phase == RES_FINISHED);
+  else if (strcmp(key, "started") == 0)
+    lua_pushboolean(L, r->phase != RES_FRESH);
+  else {
+    luaL_getmetatable(L, RES_MT);
+    lua_getfield(L, -1, key);
+  }
+  return 1;
+}
+
+static int l_res_tostring(lua_State *L) {
+  res_ud *r = check_res(L);
+  lua_pushfstring(L, "http.response(%s %s)", r->method, r->path);
+  return 1;
+}
+
+/* ---- the server -------------------------------------------------------------------------- */
+
+void sb_http_on_server_closed(sb_http_server *s) {
+  lua_State *L = sb_main_state();
+  if (s->orphaned) { /* the Lua object is gone (or never existed): nothing references s */
+    free(s);
+    return;
+  }
+  luaL_unref(L, LUA_REGISTRYINDEX, s->self_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->handler_ref);
+  s->self_ref = s->handler_ref = LUA_NOREF;
+}
+
+static sb_http_server *check_server(lua_State *L) {
+  server_ud *ud = luaL_checkudata(L, 1, SERVER_MT);
+  if (ud->s == NULL)
+    luaL_error(L, "the server is gone");
+  return ud->s;
+}
+
+static int l_server_close(lua_State *L) {
+  sb_http_server *s = check_server(L);
+  if (!s->closing)
+    sb_http_server_stop(s, false);
+  return 0;
+}
+
+static int l_server_index(lua_State *L) {
+  sb_http_server *s = check_server(L);
+  const char *key = luaL_checkstring(L, 2);
+  if (strcmp(key, "port") == 0)
+    lua_pushinteger(L, s->port);
+  else if (strcmp(key, "connections") == 0)
+    lua_pushinteger(L, (lua_Integer)s->n_conns);
+  else if (strcmp(key, "closed") == 0)
+    lua_pushboolean(L, s->closing);
+  else {
+    luaL_getmetatable(L, SERVER_MT);
+    lua_getfield(L, -1, key);
+  }
+  return 1;
+}
+
+static int l_server_gc(lua_State *L) {
+  server_ud *ud = luaL_checkudata(L, 1, SERVER_MT);
+  sb_http_server *s = ud->s;
+  ud->s = NULL;
+  if (s == NULL)
+    return 0;
+  if (s->listener_closed && s->conns == NULL) { /* fully closed already */
+    free(s);
+    return 0;
+  }
+  s->orphaned = true;
+  if (sb_loop() == NULL) /* the engine's shutdown closed every handle and the loop */
+    sb_http_server_free_all(s);
+  else /* reaped while open (the state is closing): close all; the last callback frees */
+    sb_http_server_stop(s, true);
+  return 0;
+}
+
+static int l_server_tostring(lua_State *L) {
+  server_ud *ud = luaL_checkudata(L, 1, SERVER_MT);
+  if (ud->s == NULL)
+    lua_pushliteral(L, "http.server(gone)");
+  else
+    lua_pushfstring(L, "http.server(port %d%s)", ud->s->port, ud->s->closing ? ", closed" : "");
+  return 1;
+}
+
+/* Reads limits.<key> into *out when present: an integer in [min, max]. */
+static void limit_field(lua_State *L, int t, const char *key, uint64_t min, uint64_t max,
+                        uint64_t *out) {
+  lua_getfield(L, t, key);
+  if (!lua_isnil(L, -1)) {
+    int isnum;
+    lua_Integer v = lua_tointegerx(L, -1, &isnum);
+    if (!isnum || v < (lua_Integer)min || (uint64_t)v > max)
+      luaL_error(L, "core.http.serve: limits.%s must be an integer in [%d, %d]", key, (int)min,
+                 (int)(max > 2000000000 ? 2000000000 : max));
+    *out = (uint64_t)v;
+  }
+  lua_pop(L, 1);
+}
+
+static void read_limits(lua_State *L, int t, sb_http_limits *lim) {
+  static const char *const known[] = {"max_header_bytes", "max_body_bytes",
+                                      "request_timeout_ms", "idle_timeout_ms",
+                                      "max_connections", "max_write_queue_bytes", NULL};
+  lua_pushnil(L);
+  while (lua_next(L, t) != 0) { /* a misspelt limit must not silently become the default */
+    bool ok = false;
+    if (lua_type(L, -2) == LUA_TSTRING)
+      for (int i = 0; known[i] != NULL; i++)
+        ok = ok || strcmp(lua_tostring(L, -2), known[i]) == 0;
+    if (!ok)
+      luaL_error(L, "core.http.serve: unknown limit '%s'", luaL_tolstring(L, -2, NULL));
+    lua_pop(L, 1);
+  }
+  uint64_t v;
+  v = lim->max_header_bytes;
+  limit_field(L, t, "max_header_bytes", 256, 16u << 20, &v);
+  lim->max_header_bytes = v;
+  v = lim->max_body_bytes;
+  limit_field(L, t, "max_body_bytes", 0, 1u << 30, &v);
+  lim->max_body_bytes = v;
+  limit_field(L, t, "request_timeout_ms", 1, 86400000, &lim->request_timeout_ms);
+  limit_field(L, t, "idle_timeout_ms", 1, 86400000, &lim->idle_timeout_ms);
+  v = lim->max_connections;
+  limit_field(L, t, "max_connections", 1, 1000000, &v);
+  lim->max_connections = v;
+  v = lim->max_write_queue_bytes;
+  limit_field(L, t, "max_write_queue_bytes", 1, 1u << 30, &v);
+  lim->max_write_queue_bytes = v;
+}
+
+/* core.http.serve{host, port, handler, limits} → server, or nil, {kind="listen", message}. */
+static int l_serve(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "host");
+  const char *host = luaL_optstring(L, -1, "127.0.0.1");
+  lua_getfield(L, 1, "port");
+  int isnum;
+  lua_Integer port = lua_tointegerx(L, -1, &isnum);
+  if (!isnum || port < 0 || port > 65535)
+    return luaL_error(L, "core.http.serve: port must be an integer in [0, 65535]");
+  lua_getfield(L, 1, "handler");
+  if (lua_type(L, -1) != LUA_TFUNCTION)
+    return luaL_error(L, "core.http.serve: handler must be a function");
+  int handler_idx = lua_gettop(L);
+  sb_http_limits lim = default_limits;
+  lua_getfield(L, 1, "limits");
+  if (!lua_isnil(L, -1)) {
+    luaL_checktype(L, -1, LUA_TTABLE);
+    read_limits(L, lua_gettop(L), &lim);
+  }
+  lua_pop(L, 1);
+  /* A closed socket must be an error value, never a process death; the binary does this in
+   * main, and a plain `lua` loading core.so would otherwise die on the first reset peer. */
+  struct sigaction old;
+  if (sigaction(SIGPIPE, NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+    signal(SIGPIPE, SIG_IGN);
+
+  server_ud *ud = lua_newuserdatauv(L, sizeof *ud, 0);
+  ud->s = NULL;
+  luaL_setmetatable(L, SERVER_MT);
+  sb_http_server *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return luaL_error(L, "out of memory");
+  s->limits = lim;
+  s->self_ref = s->handler_ref = LUA_NOREF;
+  int err = sb_http_server_listen(s, host, (int)port);
+  if (err != 0) { /* s is freed by its listener's close callback */
+    char msg[256];
+    snprintf(msg, sizeof msg, "cannot listen on %s:%d: %s", host, (int)port, uv_strerror(err));
+    return sb_push_fail(L, "listen", msg);
+  }
+  ud->s = s;
+  lua_pushvalue(L, handler_idx);
+  s->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, -1);
+  s->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  char port_text[8];
+  snprintf(port_text, sizeof port_text, "%d", s->port);
+  sb_log_field f[] = {{"host", host, false}, {"port", port_text, true}};
+  sb_log_write("debug", "http.listen", f, 2);
+  return 1;
+}
+
+int sb_http_server_open(lua_State *L) {
+  if (luaL_newmetatable(L, SERVER_MT)) {
+    static const luaL_Reg methods[] = {{"close", l_server_close},
+                                       {"__index", l_server_index},
+                                       {"__gc", l_server_gc},
+                                       {"__tostring", l_server_tostring},
+                                       {NULL, NULL}};
+    luaL_setfuncs(L, methods, 0);
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, RES_MT)) {
+    static const luaL_Reg methods[] = {{"start", l_res_start},   {"write", l_res_write},
+                                       {"finish", l_res_finish}, {"send", l_res_send},
+                                       {"__index", l_res_index}, {"__tostring", l_res_tostring},
+                                       {NULL, NULL}};
+    luaL_setfuncs(L, methods, 0);
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "http");
+  if (!lua_istable(L, -1)) { /* the client may have created core.http already, or not */
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "http");
+  }
+  lua_pushcfunction(L, l_serve);
+  lua_setfield(L, -2, "serve");
+  lua_pop(L, 1);
+  return 0;
+}

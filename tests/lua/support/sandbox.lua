@@ -1,0 +1,213 @@
+-- Shared helpers for the sandbox specs: scaled-down policy directories, fake request/response
+-- objects for driving the routes in-process, and real processes on loopback — the sandboxd
+-- binary and the scripted stand-in server (tests/support/sandbox_standin.py).
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local policies = require("support.policies")
+
+local M = {}
+
+M.BIN = os.getenv("SWITCHBOARD_BIN") or "./build/switchboard"
+M.TOKEN = "spec-token-" .. core.crypto.hex(core.crypto.random_bytes(8))
+
+-- Lines appended to the shipped timeouts.lua (a later line refines an earlier one).
+M.FAST = [[
+sandbox.heartbeat_ms = 100
+sandbox.sleep_after = "2s"
+sandbox.keepalive_ms = 1 * second
+bash.floor_ms = 100
+bash.kill_grace_ms = 300
+server.drain_ms = 1 * second
+server.flush_ms = 1 * second
+call.margin_ms = 1 * second
+fleet_busy.waits_ms = { 1 * second, 1 * second }
+fleet_busy.every_ms = 1 * second
+fleet_busy.max_wait_ms = 3 * second
+container_starting.retry_after_ms = 100
+]]
+
+-- A scratch policy directory: the shipped files, timeouts.lua with `extra` appended (M.FAST
+-- when nil), errors.lua with `errors_extra` appended.
+function M.policy_dir(extra, errors_extra)
+  return policies.dir{
+    timeouts = function(src) return src .. "\n" .. (extra or M.FAST) .. "\n" end,
+    errors = errors_extra and function(src) return src .. "\n" .. errors_extra .. "\n" end or nil,
+  }
+end
+
+function M.snapshot(extra, errors_extra)
+  local dir = M.policy_dir(extra, errors_extra)
+  return assert(policies.load(dir)), dir
+end
+
+M.cleanup = policies.cleanup
+
+function M.tmpdir()
+  local p = io.popen("mktemp -d")
+  local dir = p:read("l")
+  p:close()
+  return dir
+end
+
+function M.rm(dir) os.execute("rm -rf '" .. dir .. "'") end
+
+function M.read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+---------------------------------------------------------------------------------------------
+-- In-process: a request and a response recorder shaped like core.http.serve's
+
+function M.req(path, opts)
+  opts = opts or {}
+  local headers = opts.headers or {}
+  if opts.token ~= false then headers.authorization = headers.authorization or ("Bearer " .. (opts.token or M.TOKEN)) end
+  if opts.thread ~= false and headers["x-thread-key"] == nil then headers["x-thread-key"] = opts.thread or "T1" end
+  local body = opts.body
+  if type(body) == "table" then body = cjson.encode(body) end
+  return { method = opts.method or (path == "/healthz" and "GET" or "POST"), path = path, headers = headers,
+           body = body or "" }
+end
+
+function M.res()
+  local r = { writes = {}, closed = false }
+  function r:start(status, headers)
+    assert(not self.status, "started twice")
+    self.status, self.headers, self.t_start = status, headers, core.now_ms()
+  end
+  function r:write(bytes)
+    assert(self.status and not self.finished, "write outside a response")
+    self.writes[#self.writes + 1] = { t = core.now_ms(), bytes = bytes }
+  end
+  function r:finish(bytes)
+    assert(self.status and not self.finished, "finish outside a response")
+    self.finished, self.body, self.t_end = true, bytes or "", core.now_ms()
+  end
+  function r:send(status, headers, body)
+    self:start(status, headers)
+    self:finish(body)
+  end
+  -- everything the peer would have read
+  function r:stream()
+    local parts = {}
+    for _, w in ipairs(self.writes) do parts[#parts + 1] = w.bytes end
+    parts[#parts + 1] = self.body or ""
+    return table.concat(parts)
+  end
+  function r:json() return cjson.decode(self:stream()) end
+  return r
+end
+
+-- Run handler(req, res) in its own task and wait for it (call inside core.run).
+function M.serve_one(handler, req, res)
+  res = res or M.res()
+  local me, done = core.current(), false
+  core.go(function()
+    handler(req, res)
+    done = true
+    core.wake(me)
+  end)
+  core.suspend()
+  assert(done)
+  return res
+end
+
+---------------------------------------------------------------------------------------------
+-- Real processes
+
+local function base_env(extra)
+  local env = { PATH = os.getenv("PATH"), HOME = os.getenv("HOME") or "/tmp", LANG = "C.UTF-8" }
+  for k, v in pairs(extra or {}) do env[k] = v end
+  return env
+end
+M.base_env = base_env
+
+-- Waits (on the loop) until pred() is true or ms pass. Returns pred()'s last value.
+function M.wait_for(pred, ms)
+  local t0 = core.now_ms()
+  local v = pred()
+  while not v and core.now_ms() - t0 < ms do
+    core.sleep(20)
+    v = pred()
+  end
+  return v
+end
+
+-- Starts `switchboard [--policies DIR] sandboxd --listen 127.0.0.1:0 --root ROOT [args]` and
+-- waits for its sandboxd.listening line. Call inside core.run. Returns a handle:
+--   .port .url .root .proc .log() (everything it wrote to stderr so far) :stop(sig) :wait()
+function M.start_sandboxd(opts)
+  opts = opts or {}
+  local root = opts.root or M.tmpdir()
+  local argv = { M.BIN }
+  if opts.policies then argv[#argv + 1] = "--policies"; argv[#argv + 1] = opts.policies end
+  for _, a in ipairs(opts.global or {}) do argv[#argv + 1] = a end
+  for _, a in ipairs({ "sandboxd", "--listen", opts.listen or "127.0.0.1:0", "--root", root }) do
+    argv[#argv + 1] = a
+  end
+  for _, a in ipairs(opts.args or {}) do argv[#argv + 1] = a end
+  local chunks = {}
+  local env = base_env(opts.env)
+  if opts.token ~= false then env.SANDBOX_TOKEN = env.SANDBOX_TOKEN or opts.token or M.TOKEN end
+  local proc = assert(core.spawn{
+    argv = argv, env = env, max_output = 64 << 20,
+    on_output = function(_, chunk) chunks[#chunks + 1] = chunk end,
+  })
+  local h = { proc = proc, root = root }
+  function h.log() return table.concat(chunks) end
+  local port = M.wait_for(function() return h.log():match("sandboxd%.listening[^\n]*port=(%d+)") end,
+    opts.start_timeout_ms or 10000)
+  h.port = tonumber(port)
+  h.url = port and ("http://127.0.0.1:" .. port) or nil
+  function h.stop(_, sig) proc:kill(sig or "TERM") end
+  function h.wait() if not h.result then h.result = proc:wait() end return h.result end
+  return h
+end
+
+-- A request to a real server with the spec token and a thread key.
+function M.call(url, path, opts)
+  opts = opts or {}
+  local headers = opts.headers or {}
+  if opts.token ~= false then headers.authorization = headers.authorization or ("Bearer " .. (opts.token or M.TOKEN)) end
+  if opts.thread ~= false and headers["x-thread-key"] == nil then headers["x-thread-key"] = opts.thread or "T1" end
+  if opts.body ~= nil and headers["content-type"] == nil then headers["content-type"] = "application/json" end
+  local body = opts.body
+  if type(body) == "table" then body = cjson.encode(body) end
+  return core.http.request{
+    method = opts.method or (path == "/healthz" and "GET" or "POST"), url = url .. path,
+    headers = headers, body = body, deadline_ms = opts.deadline_ms or 30000, on_chunk = opts.on_chunk,
+    signal = opts.signal,
+  }
+end
+
+-- The scripted stand-in (tests/support/sandbox_standin.py). Call inside core.run.
+--   h.url; h:script(list of answers) ; h:requests() → the requests it received
+function M.start_standin()
+  local dir = M.tmpdir()
+  os.execute(("python3 tests/support/sandbox_standin.py --dir %s >%s/log 2>&1 &"):format(dir, dir))
+  local port = M.wait_for(function() return M.read(dir .. "/port") end, 10000)
+  assert(port, "the stand-in did not start: " .. (M.read(dir .. "/log") or ""))
+  local h = { dir = dir, port = tonumber(port), pid = tonumber(M.read(dir .. "/pid")) }
+  h.url = "http://127.0.0.1:" .. h.port
+  function h.script(_, answers)
+    local status = core.http.request{ method = "PUT", url = h.url .. "/_script",
+      body = cjson.encode(answers), deadline_ms = 5000 }
+    assert(status == 200, "the stand-in refused the script")
+  end
+  function h.requests()
+    local status, _, body = core.http.request{ method = "GET", url = h.url .. "/_requests", deadline_ms = 5000 }
+    assert(status == 200)
+    return cjson.decode(body)
+  end
+  function h.stop()
+    os.execute("kill -9 " .. h.pid .. " 2>/dev/null")
+    M.rm(dir)
+  end
+  return h
+end
+
+return M
