@@ -157,7 +157,8 @@ function M.start_sandboxd(opts)
     argv = argv, env = env, max_output = 64 << 20,
     on_output = function(_, chunk) chunks[#chunks + 1] = chunk end,
   })
-  local h = { proc = proc, root = root }
+  local h = { proc = proc, root = root, pid = proc.pid }
+  M.servers[#M.servers + 1] = h
   function h.log() return table.concat(chunks) end
   local port = M.wait_for(function() return h.log():match("sandboxd%.listening[^\n]*port=(%d+)") end,
     opts.start_timeout_ms or 10000)
@@ -166,6 +167,16 @@ function M.start_sandboxd(opts)
   function h.stop(_, sig) proc:kill(sig or "TERM") end
   function h.wait() if not h.result then h.result = proc:wait() end return h.result end
   return h
+end
+
+-- Every server a spec started; cleanup_servers() (after_each) kills the ones a failed test left.
+M.servers = {}
+function M.cleanup_servers()
+  for _, h in ipairs(M.servers) do
+    if not h.result then os.execute("kill -9 " .. h.pid .. " 2>/dev/null") end
+    if h.root then M.rm(h.root) end
+  end
+  M.servers = {}
 end
 
 -- A request to a real server with the spec token and a thread key.

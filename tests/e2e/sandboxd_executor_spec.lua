@@ -1,0 +1,235 @@
+-- Black-box: the sandbox executor against the real `switchboard sandboxd` on loopback — the
+-- seed's validation rows for items 1, 2, 3, 5, 9, 11, 12 and 14 that a real server can show,
+-- with the numbers scaled down through a temporary policy directory (support.sandbox FAST:
+-- heartbeat 100 ms, sleepAfter 2 s, call margin 1 s, fleet-busy waits 1 s, 1 s, then 1 s up to 3 s).
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local S = require("support.sandbox")
+local sandbox = require("switchboard.exec.sandbox")
+local errors = require("switchboard.exec.errors")
+local health = require("switchboard.exec.health")
+local workspace = require("switchboard.exec.workspace")
+local policies = require("support.policies")
+
+after_each(S.cleanup_servers)
+
+local dir = S.policy_dir()
+local snap = assert(policies.load(dir))
+
+local function executor(h, thread, opts)
+  opts = opts or {}
+  return sandbox.new{ url = h.url, token = opts.token or S.TOKEN, thread_key = thread or "T1",
+    policy = function() return opts.snap or snap end, resolve_envs = opts.resolve_envs }
+end
+
+describe("sandbox executor → sandboxd", function()
+  it("runs a command; follow-ups in the thread reuse its workspace; another thread has its own", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local a, b = executor(h, "C1:1"), executor(h, "C1:2")
+      assert.equal("(no output)", assert(a:exec("echo content > marker.txt")).text)
+      assert.equal("content", assert(a:exec("cat marker.txt")).text)
+      local other = assert(b:exec("cat marker.txt"))
+      assert.equal(1, other.exit_code)
+      assert.truthy(other.text:find("^exit 1: "))
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("an ordinary nonzero exit is a result; a silent exit 127 is `exit 127:`; exit 0 without output is (no output)", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local ex = executor(h)
+      assert.equal("exit 3: out", ex:exec("echo out; exit 3").text)
+      local r = assert(ex:exec("no_such_command_xyz 2>/dev/null"))
+      assert.equal(127, r.exit_code)
+      assert.equal("exit 127:", r.text)
+      assert.equal("(no output)", ex:exec("true").text)
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("the credential rides in the body and reaches the command's environment, resolved per command", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local n = 0
+      local ex = executor(h, "T1", { resolve_envs = function() n = n + 1; return { gh_token = "ghs_" .. n } end })
+      assert.equal("ghs_1", ex:exec("printf %s \"$GH_TOKEN\"").text)
+      assert.equal("ghs_2", ex:exec("printf %s \"$GH_TOKEN\"").text)
+      -- the server's own token never reaches a command
+      assert.equal("(no output)", ex:exec("printf %s \"$SANDBOX_TOKEN\"").text)
+      h:stop(); h:wait()
+      assert.is_nil(h.log():find("ghs_", 1, true))
+    end)
+  end)
+
+  it("≤ budget succeeds; > budget is exit 124 naming the limit and the timeoutMs knob (the server's clamp)", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local ex = executor(h)
+      assert.equal("OK", ex:exec("sleep 0.2 && echo OK", { timeout_ms = 2000 }).text)
+      local r = assert(ex:exec("sleep 5 && echo NO", { timeout_ms = 500 }))
+      assert.equal(124, r.exit_code)
+      assert.truthy(r.text:find("^exit 124: command timed out in the sandbox after 1s %(the command's limit, 500 ms%); if it needs longer, pass a larger timeoutMs %(up to 1200000%)"), r.text)
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("a command longer than sleepAfter completes and its workspace survives it (idle means idle)", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local ex = executor(h)
+      local r = assert(ex:exec("mkdir -p probe && sleep 3 && echo OK", { timeout_ms = 10000 }))
+      assert.equal("OK", r.text)
+      assert.equal("probe", ex:exec("ls").text)
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("an idle thread sleeps after sleepAfter; its next request gets a fresh, empty workspace and works", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local ex = executor(h, "sleepy")
+      ex:exec("echo hi > marker.txt; sleep 60 & disown; true")
+      local ws = workspace.path(h.root, "sleepy")
+      assert.is_true(core.fs.exists(ws))
+      assert.truthy(S.wait_for(function() return not core.fs.exists(ws) end, 6000))
+      assert.truthy(h.log():find("sandboxd.instance_slept[^\n]*reason=idle"))
+      local r = assert(ex:exec("ls -A; cat marker.txt"))
+      assert.equal(1, r.exit_code)
+      assert.truthy(r.text:find("No such file", 1, true))
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("a full fleet: the waits, then ExecCapacityError, with the health tracker's count untouched; nothing ran", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir, args = { "--max-instances", "1" } }
+      core.go(function() executor(h, "busy"):exec("sleep 6") end)
+      core.sleep(300)
+      local tracker = health.new(executor(h, "late"), snap)
+      local sentinel = errors.infra("an earlier failure")
+      tracker.count, tracker.last_error = 1, sentinel
+      local t0 = core.now_ms()
+      local r, err = tracker:exec("touch ran")
+      local took = core.now_ms() - t0
+      assert.is_nil(r)
+      assert.is_true(errors.is_capacity(err))
+      assert.equal("sandbox fleet busy — no free per-thread sandbox after waiting 3s (the fleet's max_instances is reached); try again in a few minutes", err.message)
+      assert.is_true(took >= 2900 and took < 8000, "took " .. took)
+      assert.equal(1, tracker.count)
+      assert.equal(sentinel, tracker.last_error)
+      assert.is_false(core.fs.exists(workspace.path(h.root, "late")))
+      -- /read and /write wait the same way (HTTP 503 fleet-busy)
+      local _, ferr = executor(h, "late"):read_file("x")
+      assert.is_true(errors.is_capacity(ferr))
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("a full fleet that frees a slot during the wait: the re-sent request runs and its result comes back", function()
+    core.run(function()
+      local patient = S.policy_dir(S.FAST .. "\nfleet_busy.max_wait_ms = 20 * second\n")
+      local h = S.start_sandboxd{ policies = patient, args = { "--max-instances", "1" } }
+      executor(h, "first"):exec("true") -- awake, then idle: it sleeps after 2 s
+      local r = assert(executor(h, "second", { snap = assert(policies.load(patient)) }):exec("echo got-a-slot"))
+      assert.equal("got-a-slot", r.text)
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("kill -9 of the server mid-command → ExecInfraError as soon as the connection drops, never a hang", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      core.go(function() core.sleep(500); h:stop("KILL") end)
+      local t0 = core.now_ms()
+      local r, err = executor(h):exec("sleep 3", { timeout_ms = 60000 })
+      local took = core.now_ms() - t0
+      assert.is_nil(r)
+      assert.is_true(errors.is_infra(err))
+      assert.truthy(err.message:find("sandboxd /exec request failed", 1, true), err.message)
+      assert.is_true(took < 3000, "took " .. took)
+      h:wait()
+    end)
+  end)
+
+  it("a server that is gone is infra at once", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      h:stop("KILL"); h:wait()
+      local _, err = executor(h):exec("true")
+      assert.is_true(errors.is_infra(err))
+    end)
+  end)
+
+  it("a wrong token is ExecInfraError (HTTP 401) after one send", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local _, err = executor(h, "T1", { token = "wrong" }):exec("true")
+      assert.is_true(errors.is_infra(err))
+      assert.equal("http 401", err.code)
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("files: binary-safe round trip; an escape is a tool error the model reads", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local ex = executor(h)
+      local bytes = {}
+      for i = 0, 255 do bytes[#bytes + 1] = string.char(i) end
+      bytes = table.concat(bytes)
+      assert.is_true(ex:write_file("d/bin", bytes))
+      assert.equal(bytes, ex:read_file("d/bin"))
+      assert.equal("256", ex:exec("wc -c < d/bin").text)
+      local _, err = ex:read_file("../../etc/passwd")
+      assert.is_true(errors.is_tool(err))
+      _, err = ex:write_file("/etc/evil", "x")
+      assert.is_true(errors.is_tool(err))
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("200 threads in parallel, nothing lost", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir, args = { "--max-instances", "200" } }
+      local results, done = {}, 0
+      local me = core.current()
+      for i = 1, 200 do
+        core.go(function()
+          local key = "thread-" .. i
+          local r, err = executor(h, key):exec("echo " .. i .. "; printf x > f; cat f")
+          results[i] = r and r.text or tostring(err)
+          done = done + 1
+          if done == 200 then core.wake(me) end
+        end)
+      end
+      core.suspend()
+      for i = 1, 200 do assert.equal(i .. "\nx", results[i]) end
+      assert.equal(200, #core.fs.list(h.root))
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("`switchboard exec --backend sandbox --sandbox-url URL` runs a command through it (token from SANDBOX_TOKEN)", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local function cli(args, env)
+        local argv = { S.BIN, "--policies", dir, "exec", "--backend", "sandbox", "--sandbox-url", h.url }
+        for _, a in ipairs(args) do argv[#argv + 1] = a end
+        return assert(core.spawn{ argv = argv, env = S.base_env(env) }):wait()
+      end
+      local r = cli({ "--thread", "cli-1", "--", "echo", "hello; exit 4" }, { SANDBOX_TOKEN = S.TOKEN })
+      assert.equal(4, r.exit)
+      assert.equal("exit 4: hello\n", r.stdout)
+      r = cli({ "--timeout-ms", "300", "--", "sleep 5" }, { SANDBOX_TOKEN = S.TOKEN })
+      assert.equal(124, r.exit)
+      r = cli({ "--", "true" }, {})
+      assert.equal(78, r.exit)
+      assert.truthy(r.stderr:find("SANDBOX_TOKEN", 1, true))
+      r = cli({ "--", "true" }, { SANDBOX_TOKEN = "wrong" })
+      assert.equal(125, r.exit)
+      h:stop(); h:wait()
+    end)
+  end)
+end)
