@@ -235,7 +235,6 @@ function D:run_ask(thread, ask)
     return self:finish_card(ask)
   end
   c:provisioned(built.backend, built.note)
-  if ask.repo then thread.repo = thread.repo or ask.repo end
   if ask.stop.aborted then
     c:cancelled(ask.stop.reason or "stopped", self.now_ms())
     self:release(thread, ask.agent, "always")
@@ -343,6 +342,9 @@ function D:enqueue(msg, snap, parsed, name, def)
     created_ms = self.now_ms(),
     stop = core.signal(self.shutdown),
   }
+  -- The thread's repository is bound by its first ask that names one, at once, so that a
+  -- queued ask naming another is refused even before the first has run.
+  if ask.repo then thread.repo = thread.repo or ask.repo end
   ask.card = card_mod.new{ thread = msg.thread, user = msg.user, agent = name,
                            command = parsed.command, repo = ask.repo }
   if not thread.running and #thread.queue == 0 then ask.card:provisioning() end
