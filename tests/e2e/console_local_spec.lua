@@ -125,9 +125,9 @@ describe("switchboard console (local backend, through a pipe)", function()
   it("gives a no-repository agent the null executor's legible error", function()
     local r = console(state, "agent:general run `ls`\n")
     assert.equal(0, r.exit)
-    assert.matches("^%[main%] agent:general · local\n%$ ls\n✗ not run\nbash is not available: agent general "
-      .. "declared no repository, so it has no workspace or sandbox to run in%. Ask an agent that works on a "
-      .. "repository", blocks(r.stdout)[1])
+    assert.matches("^%[main%] agent:general · local\n%$ ls\n✗ not run\ntool bash needs a workspace, "
+      .. "but agent general declares no repository — a wiring bug: give the agent "
+      .. "resources%.repository in policies/agents%.lua", blocks(r.stdout)[1])
   end)
 
   it("answers a malformed ask and a bad repository with the grammar", function()

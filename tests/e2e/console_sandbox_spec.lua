@@ -98,8 +98,8 @@ agent:general run `ls`
 EOF
 echo "exit=$?" >> out]])
     assert.equal(0, r.exit, r.stderr)
-    assert.matches("^%[main%] agent:general · local\n%$ ls\n✗ not run\nbash is not available: agent general "
-      .. "declared no repository", blocks(out)[1])
+    assert.matches("^%[main%] agent:general · local\n%$ ls\n✗ not run\ntool bash needs a workspace, "
+      .. "but agent general declares no repository", blocks(out)[1])
     assert.not_matches("POST /exec", server.log())
     local p = io.popen("ls -A '" .. server.root .. "'")
     local listing = p:read("a")

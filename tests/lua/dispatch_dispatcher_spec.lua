@@ -282,8 +282,8 @@ describe("dispatcher", function()
       assert.equal("refused", a.card.state)
     end)
     local text = front:cards()[1].final
-    assert.matches("^%[main%] agent:general · local\n%$ ls\n✗ not run\nbash is not available: agent general "
-      .. "declared no repository, so it has no workspace or sandbox to run in%.", text)
+    assert.matches("^%[main%] agent:general · local\n%$ ls\n✗ not run\ntool bash needs a workspace, "
+      .. "but agent general declares no repository — a wiring bug", text)
     assert.same({}, core.fs.list(root) or {}) -- no workspace was created
   end)
 
