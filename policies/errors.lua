@@ -16,6 +16,7 @@ fleet_busy = rule {
   texts = {
     "Failed to create session: 503",                -- SDK 0.3.x, the platform's bare 503
     "no container instance that can be provided",   -- the platform's own wording
+    "CONTAINER_UNAVAILABLE",                        -- the newer SDKs' code, surfaced in a text
   },
   matches = {
     "Failed to create session: 503",
@@ -24,6 +25,7 @@ fleet_busy = rule {
     { name = "ContainerUnavailableError", message = "anything at all" },
     { name = "ContainerUnavailableError" },
     { code = "CONTAINER_UNAVAILABLE", message = "unavailable" },
+    "CONTAINER_UNAVAILABLE: no container instance available",
   },
   rejects = {
     "Session 'thread-1' not found",                 -- a stale session

@@ -167,6 +167,11 @@ static int fail(lua_State *L, const char *op, const char *path, size_t len, int 
   char shown[512], msg[1024];
   sb_fs_display(shown, sizeof shown, path, len);
   const char *kind = "io";
+  /* A path that climbs out lexically is an escape even when a component is missing (the
+   * kernel stops at the missing component before it sees the climb). */
+  if ((code == ENOENT || code == ENOTDIR) && memchr(path, '\0', len) == NULL &&
+      lexically_escapes(path))
+    code = EXDEV;
   switch (code) {
   case EXDEV:
   case ELOOP:

@@ -30,8 +30,6 @@ static struct {
   sock_ctx socks;        /* sentinel of the watched sockets */
 } M;
 
-bool sb_curl_in_callback(void) { return M.curl_depth > 0; }
-
 /* ---- sockets ------------------------------------------------------------------------------ */
 
 static void sock_closed(uv_handle_t *h) { free(h->data); }

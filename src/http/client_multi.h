@@ -41,9 +41,6 @@ bool sb_curl_job_start(sb_curl_job *job, char *err, size_t err_len);
  * passed. */
 void sb_curl_job_cancel(sb_curl_job *job);
 
-/* True while libcurl is running our callbacks (then curl_multi_* calls are forbidden). */
-bool sb_curl_in_callback(void);
-
 /* Removes and disposes every job, cleans the multi up and closes our libuv handles. Called
  * from the module's finalizer, before or after sb_engine_shutdown closed the loop. */
 void sb_curl_teardown(void);

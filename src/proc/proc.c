@@ -506,6 +506,8 @@ static int spawn_child(const char *program, const spawn_args *a, const char *cwd
   posix_spawn_file_actions_adddup2(&fa, cp->err[1], 2);
   if (cwd != NULL)
     posix_spawn_file_actions_addchdir_np(&fa, cwd);
+  /* Whatever the host program opened without O_CLOEXEC stays ours. */
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   sigset_t all, none;
   sigfillset(&all);
   sigemptyset(&none);

@@ -428,6 +428,16 @@ describe("core.http.request", function()
       end)
     end)
 
+    it("ignores a signal that fires after the request completed", function()
+      run(function()
+        local sig = core.signal()
+        local status = core.http.request{url = peer.base .. "/echo", signal = sig}
+        assert.equal(200, status)
+        sig:abort("too late")
+        assert.equal(200, (core.http.request{url = peer.base .. "/echo"}))
+      end)
+    end)
+
     it("leaves other requests alone", function()
       run(function()
         local sig = core.signal()

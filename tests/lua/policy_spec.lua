@@ -70,7 +70,7 @@ describe("policy (current snapshot, reload, decide)", function()
       assert.is_nil(snap)
       assert.matches("^policies/timeouts%.lua:%d+: ", errs[1])
       assert.equal(old, policy.current())
-      local l = assert(find_log("policy.reloaded_failed"))
+      local l = assert(find_log("policy.reload_failed"))
       assert.equal(old.version, l.fields.kept)
       assert.truthy(find_log("policy.error").fields.message:find("policies/timeouts.lua:", 1, true))
     end

@@ -41,12 +41,13 @@ local function check(dir, out, err, opts)
   return 0
 end
 
--- args: the words after `policy`. io_: {out=fn(line), err=fn(line), load=opts for the loader}
--- (specs capture output through it).
-local function run(args, io_)
-  io_ = io_ or {}
-  local out = io_.out or writer(io.stdout)
-  local err = io_.err or writer(io.stderr)
+-- args: the words after `policy`. ctx: {policies_dir = the global --policies or
+-- $SWITCHBOARD_POLICIES} from the CLI; specs add out=fn(line), err=fn(line) and load=opts
+-- for the loader.
+local function run(args, ctx)
+  ctx = ctx or {}
+  local out = ctx.out or writer(io.stdout)
+  local err = ctx.err or writer(io.stderr)
   args = args or {}
   local words, dir = {}, nil
   local i = 1
@@ -71,8 +72,8 @@ local function run(args, io_)
     err(HELP)
     return 2
   end
-  dir = words[2] or dir or policy.default_dir()
-  return check(dir, out, err, io_.load)
+  dir = words[2] or dir or ctx.policies_dir or policy.default_dir()
+  return check(dir, out, err, ctx.load)
 end
 
 return {

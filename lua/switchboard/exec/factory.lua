@@ -78,7 +78,7 @@ function M.make_executor(opts, ctx)
       tostring(ctx.agent), table.concat(policy.agent_names(snap), ", ")))
   end
   if not (agent.resources and agent.resources.repository) then
-    return { executor = null_executor.new{ agent = "agent " .. ctx.agent }, backend = "local" }
+    return { executor = null_executor.new{ agent = ctx.agent, policy = opts.policy }, backend = "local" }
   end
   local backend = opts.force_backend or policy.decide(snap, "execution.choose_backend", nil,
     { agent = ctx.agent, repo = ctx.repo })

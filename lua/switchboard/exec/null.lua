@@ -1,21 +1,23 @@
 -- The null executor (seed item 7): what an agent that declared no repository gets. Nothing is
 -- provisioned for it, and every tool call is a legible tool error naming the wiring bug — a
--- tool without a declared resource — never a crash.
+-- tool without a declared resource — in policy's words (errors.messages.null_executor),
+-- never a crash.
 local errors = require("switchboard.exec.errors")
+local template = require("switchboard.policy.template")
 
 local M = {}
 M.__index = M
 
+-- opts: agent (name), policy (function → snapshot)
 function M.new(opts)
-  opts = opts or {}
-  return setmetatable({ backend = "local", agent = opts.agent or "this agent" }, M)
+  return setmetatable({ backend = "local", agent = opts.agent, policy = opts.policy }, M)
 end
 
-function M:refusal(what)
-  return nil, errors.tool(("%s is not available: %s declared no repository, so it has no "
-    .. "workspace or sandbox to run in. Ask an agent that works on a repository "
-    .. "(for example agent:coding … in OWNER/REPO), or declare `resources = { repository = "
-    .. "true }` for it in policies/agents.lua."):format(what, self.agent))
+function M:refusal(tool)
+  local snap = self.policy()
+  return nil, errors.tool(template.fill(snap.errors.messages.null_executor, {
+    tool = tool, agent = self.agent,
+  }))
 end
 
 function M:exec() return self:refusal("bash") end

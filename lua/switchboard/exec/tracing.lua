@@ -182,11 +182,13 @@ local function traced(self, op, method, opts_at, ...)
   return table.unpack(res, 2, res.n)
 end
 
--- opts: sink (required for output), clock {wall_ms, now_ms}, ids(nbytes) → hex.
+-- opts: sink (where spans go; none → dropped), backend (default inner.backend),
+--       clock {wall_ms, now_ms}, ids(nbytes) → hex.
 function M.new(inner, opts)
   opts = opts or {}
   local self = {
-    inner = inner, backend = inner.backend, sink = opts.sink, clock = opts.clock, ids = opts.ids,
+    inner = inner, backend = opts.backend or inner.backend, sink = opts.sink,
+    clock = opts.clock, ids = opts.ids,
   }
   function self.exec(s, command, o) return traced(s, "exec", "exec", 2, command, o) end
   function self.read_file(s, path, o) return traced(s, "read_file", "read_file", 2, path, o) end

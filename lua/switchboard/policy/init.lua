@@ -101,13 +101,13 @@ function M.shipped()
   return state.shipped
 end
 
-local function build(dir, event)
+local function build(dir, event, failed_event)
   local t0 = now_ms()
   local snap, errs = loader.load(dir, load_opts())
   local ms = math.floor((now_ms() - t0) * 1000 + 0.5) / 1000
   if not snap then
     for _, e in ipairs(errs) do log("error", "policy.error", { message = e }) end
-    log("error", event .. "_failed", {
+    log("error", failed_event, {
       dir = dir, errors = #errs, duration_ms = ms,
       kept = state.current and state.current.version or "none",
     })
@@ -120,7 +120,7 @@ local function build(dir, event)
 end
 
 function M.load_initial(dir)
-  local snap, errs = build(dir or M.default_dir(), "policy.loaded")
+  local snap, errs = build(dir or M.default_dir(), "policy.loaded", "policy.load_failed")
   if snap and state.shipped == nil then
     -- Decisions fall back to the shipped functions: have them ready before the first one.
     if snap.dir == M.shipped_dir() then
@@ -136,7 +136,7 @@ end
 -- Build the new set on the side, validate it, then swap one reference. On any failure the
 -- current snapshot stays and the errors are returned (and logged).
 function M.reload(dir)
-  return build(dir or state.dir or M.default_dir(), "policy.reloaded")
+  return build(dir or state.dir or M.default_dir(), "policy.reloaded", "policy.reload_failed")
 end
 
 function M.current()

@@ -358,6 +358,14 @@ local function check_rules(ctl, errs, counts)
   for _, k in ipairs(schema.sorted_keys(ctl.settings)) do
     local r = ctl.settings[k]
     if rule.is_rule(r) then
+      local line = ctl.rule_lines[r] or ctl.line_for(k)
+      local rebuilt, rerrs = rule.rebuild(r)
+      for _, e in ipairs(rerrs or {}) do
+        errs[#errs + 1] = string.format("%s:%d: rule %s: %s", ctl.short, line, k, e)
+      end
+      r = rebuilt or r
+      ctl.rule_lines[r] = line
+      ctl.settings[k] = r
       counts.rules = counts.rules + 1
       local failures, n = r:check_examples()
       counts.examples = counts.examples + n

@@ -130,6 +130,15 @@ function M.new(spec)
   return r
 end
 
+-- Build the rule again from its current fields: a policy may refine a rule after building it
+-- (table.insert(recycle.texts, "...")), and the refinement must be checked and compiled too.
+function M.rebuild(r)
+  return M.new({
+    names = r.names, codes = r.codes, texts = r.texts, patterns = r.patterns,
+    matches = r.matches, rejects = r.rejects,
+  })
+end
+
 function M.is_rule(v)
   return type(v) == "table" and getmetatable(v) == Rule
 end

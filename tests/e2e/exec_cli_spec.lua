@@ -1,0 +1,110 @@
+-- `switchboard exec` and `switchboard version` as a user runs them.
+local core = require("switchboard.core")
+local async = require("support.async")
+local tmp = require("support.tmp")
+local bin = require("support.bin")
+local cjson = require("cjson")
+
+describe("switchboard exec", function()
+  local root
+  before_each(function() root = tmp.dir("cli") end)
+  after_each(function() tmp.remove_all() end)
+
+  local function exec(args, opts)
+    local argv = { "exec", "--workspace-root", root }
+    for _, a in ipairs(args) do argv[#argv + 1] = a end
+    return bin.run(argv, opts)
+  end
+
+  it("prints the tool result and exits with the command's status", async(function()
+    local r = exec({ "--", "echo", "hello" })
+    assert.are.equal(0, r.exit)
+    assert.are.equal("hello\n", r.stdout)
+    r = exec({ "--", "echo oops >&2; exit 7" })
+    assert.are.equal(7, r.exit)
+    assert.are.equal("exit 7: oops\n", r.stdout)
+    r = exec({ "--", "true" })
+    assert.are.equal("(no output)\n", r.stdout)
+  end))
+
+  it("--timeout-ms 1000 -- sleep 5 exits 124 after about a second, naming the limit",
+    async(function()
+      local t0 = core.now_ms()
+      local r = exec({ "--timeout-ms", "1000", "--", "sleep", "5" })
+      local took = core.now_ms() - t0
+      assert.are.equal(124, r.exit)
+      assert.truthy(r.stdout:find("^exit 124: command timed out"))
+      assert.truthy(r.stdout:find("timeoutMs", 1, true))
+      assert.truthy(r.stdout:find("1200000", 1, true))
+      assert.is_true(took > 900 and took < 4000, "took " .. took)
+    end))
+
+  it("follow-ups in a thread share its workspace", async(function()
+    exec({ "--thread", "t1", "--", "echo hi > marker.txt" })
+    assert.are.equal("hi\n", exec({ "--thread", "t1", "--", "cat marker.txt" }).stdout)
+    assert.are.equal(1, exec({ "--thread", "t2", "--", "test -e marker.txt" }).exit)
+  end))
+
+  it("SIGTERM stops the command's whole group and exits 130", async(function()
+    local p = bin.start({ "exec", "--workspace-root", root, "--", "sleep 60 & echo $!; wait" })
+    core.sleep(500)
+    p:kill("TERM")
+    local r = p:wait()
+    assert.are.equal(130, r.exit)
+    local pid = r.stdout:match("(%d+)")
+    core.sleep(200)
+    assert.is_false(os.execute("kill -0 " .. pid .. " 2>/dev/null") == true)
+  end))
+
+  it("a no-repository agent is refused with its own status and a legible reason",
+    async(function()
+      local r = exec({ "--agent", "general", "--", "ls" })
+      assert.are.equal(126, r.exit)
+      assert.truthy(r.stderr:find("declares no repository", 1, true))
+    end))
+
+  it("an infrastructure failure has its own status", async(function()
+    local r = bin.run({ "exec", "--workspace-root", "/proc/no-such/dir", "--", "true" })
+    assert.are.equal(125, r.exit)
+    assert.truthy(r.stderr:find("workspace", 1, true))
+  end))
+
+  it("usage errors say what to do", async(function()
+    local r = exec({ "echo" })
+    assert.are.equal(2, r.exit)
+    assert.truthy(r.stderr:find("after `--`", 1, true))
+    r = exec({ "--bogus", "--", "true" })
+    assert.are.equal(2, r.exit)
+    assert.truthy(r.stderr:find("unknown option --bogus", 1, true))
+    r = bin.run({ "exec", "--help" })
+    assert.are.equal(0, r.exit)
+    assert.truthy(r.stdout:find("Examples:", 1, true))
+  end))
+
+  it("every command answers --help with examples", async(function()
+    for _, cmd in ipairs({ "exec", "version" }) do
+      local r = bin.run({ cmd, "--help" })
+      assert.are.equal(0, r.exit, cmd)
+      assert.truthy(r.stdout:find("Usage: switchboard " .. cmd, 1, true), cmd)
+    end
+    local r = bin.run({ "--help" })
+    assert.are.equal(0, r.exit)
+    assert.truthy(r.stdout:find("Commands:", 1, true))
+  end))
+end)
+
+describe("switchboard version", function()
+  it("prints the stamp of the tree it was built from", async(function()
+    local r = bin.run({ "version", "--json" })
+    assert.are.equal(0, r.exit)
+    local stamp = cjson.decode(r.stdout)
+    local f = io.popen("git rev-parse HEAD 2>/dev/null")
+    local head = f:read("l")
+    f:close()
+    if head then
+      assert.truthy(stamp.commit:find("^" .. head) or stamp.commit:match("^%x+"), stamp.commit)
+      assert.truthy(stamp.builtAt:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$"))
+    end
+    assert.truthy(bin.run({ "version" }).stdout:find("switchboard " .. stamp.commit, 1, true))
+  end))
+end)

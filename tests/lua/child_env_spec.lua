@@ -1,0 +1,33 @@
+local P = require("support.policies")
+local child_env = require("switchboard.exec.child_env")
+local schema = require("switchboard.policy.schema")
+
+describe("the base environment of a command", function()
+  local host = {
+    PATH = "/usr/bin:/bin", HOME = "/home/bot", LANG = "C.UTF-8",
+    SLACK_BOT_TOKEN = "xoxb-1", ANTHROPIC_API_KEY = "sk-1", GITHUB_APP_PRIVATE_KEY = "pem",
+    SANDBOX_TOKEN = "t", GH_TOKEN = "ghs_1", E2B_API_KEY = "e2b",
+  }
+  local function getenv(n) return host[n] end
+
+  it("passes PATH, HOME and LANG from the host and none of the bot's secrets", function()
+    local env = child_env.base(P.shipped(), getenv)
+    assert.same({ PATH = "/usr/bin:/bin", HOME = "/home/bot", LANG = "C.UTF-8" }, env)
+  end)
+
+  it("adds the fixed values of child_env.set", function()
+    local snap = assert(P.load(P.dir({ execution = function(s) return s .. '\nchild_env.set.CI = "1"\n' end })))
+    assert.equal("1", child_env.base(snap, getenv).CI)
+    P.cleanup()
+  end)
+
+  it("recognizes credential-shaped names", function()
+    for _, n in ipairs({ "GH_TOKEN", "GITHUB_TOKEN", "API_KEY", "KEY", "SSH_KEY_PATH", "DB_PASSWORD", "SLACK_SIGNING_SECRET",
+      "SLACK_APP_LEVEL", "ANTHROPIC_BASE_URL", "GITHUB_APP_ID", "E2B_DOMAIN", "AWS_SECRET_ACCESS_KEY", "NPM_AUTH_TOKEN" }) do
+      assert.is_true(schema.is_secret_name(n), n)
+    end
+    for _, n in ipairs({ "PATH", "HOME", "LANG", "KEYBOARD", "MONKEY", "GIT_AUTHOR_NAME", "TERM", "TZ" }) do
+      assert.is_false(schema.is_secret_name(n), n)
+    end
+  end)
+end)

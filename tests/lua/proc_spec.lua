@@ -1,0 +1,190 @@
+-- The process supervisor through the real engine: deadlines, kill escalation, process
+-- groups, capped capture, aborts, the environment and descriptors a child sees.
+local core = require("switchboard.core")
+local async = require("support.async")
+
+local PATH = "/usr/local/bin:/usr/bin:/bin"
+
+local function sh(script, opts)
+  opts = opts or {}
+  opts.argv = { "bash", "-c", script }
+  opts.env = opts.env or { PATH = PATH }
+  return assert(core.spawn(opts))
+end
+
+local function alive(pid)
+  return os.execute("kill -0 " .. pid .. " 2>/dev/null") == true
+end
+
+local function wait_gone(pid, ms)
+  local t0 = core.now_ms()
+  while alive(pid) and core.now_ms() - t0 < ms do core.sleep(10) end
+  return not alive(pid)
+end
+
+local function vm_hwm_kib()
+  for line in io.lines("/proc/self/status") do
+    local kib = line:match("^VmHWM:%s+(%d+)")
+    if kib then return tonumber(kib) end
+  end
+end
+
+describe("core.spawn", function()
+  it("returns the exit status and both streams as values", async(function()
+    local r = sh("echo out; echo err >&2; exit 3"):wait()
+    assert.are.equal(3, r.exit)
+    assert.are.equal("out\n", r.stdout)
+    assert.are.equal("err\n", r.stderr)
+    assert.is_false(r.timed_out)
+    assert.is_false(r.aborted)
+  end))
+
+  it("kills at the deadline with TERM and reports exit 124, not 143", async(function()
+    local t0 = core.now_ms()
+    local r = sh("sleep 30", { deadline_ms = 200 }):wait()
+    assert.are.equal(124, r.exit)
+    assert.is_true(r.timed_out)
+    assert.are.equal(15, r.signal)
+    assert.is_true(core.now_ms() - t0 < 5000)
+  end))
+
+  it("sends KILL after the grace when the child ignores TERM, still exit 124", async(function()
+    local t0 = core.now_ms()
+    local r = sh("trap '' TERM; echo ready; while :; do sleep 0.05; done",
+      { deadline_ms = 200, kill_grace_ms = 300 }):wait()
+    local took = core.now_ms() - t0
+    assert.are.equal(124, r.exit)
+    assert.are.equal(9, r.signal)
+    assert.is_true(took >= 450, "KILL came before the grace: " .. took)
+    assert.is_true(took < 5000)
+  end))
+
+  it("kills grandchildren in the group at the deadline", async(function()
+    local r = sh("sleep 60 & echo $!; sleep 60 & echo $!; wait", { deadline_ms = 200 }):wait()
+    assert.are.equal(124, r.exit)
+    for pid in r.stdout:gmatch("%d+") do
+      assert.is_true(wait_gone(pid, 2000), "grandchild " .. pid .. " survived")
+    end
+  end))
+
+  it("kills what the leader left behind in its group when it exits", async(function()
+    local r = sh("sleep 60 & echo $!"):wait()
+    assert.are.equal(0, r.exit)
+    assert.is_true(wait_gone(r.stdout:match("%d+"), 2000))
+  end))
+
+  it("caps each stream: 50 MB through a 1 MiB cap is truncated, marked, memory bounded",
+    async(function()
+      local before = vm_hwm_kib()
+      local r = sh("head -c 50000000 /dev/zero; head -c 3000000 /dev/zero >&2",
+        { max_output = 1048576 }):wait()
+      assert.are.equal(0, r.exit)
+      assert.are.equal(1048576, #r.stdout)
+      assert.are.equal(1048576, #r.stderr)
+      assert.is_true(r.truncated.stdout)
+      assert.is_true(r.truncated.stderr)
+      assert.are.equal(50000000 - 1048576, r.dropped.stdout)
+      assert.are.equal(3000000 - 1048576, r.dropped.stderr)
+      local grew_kib = vm_hwm_kib() - before
+      assert.is_true(grew_kib < 16 * 1024, "peak memory grew by " .. grew_kib .. " KiB")
+    end))
+
+  it("streams chunks to on_output as they arrive, in order", async(function()
+    local seen, at = {}, {}
+    local t0 = core.now_ms()
+    local r = sh("for i in 1 2 3; do echo $i; sleep 0.1; done", {
+      on_output = function(stream, chunk)
+        seen[#seen + 1] = stream .. ":" .. chunk
+        at[#at + 1] = core.now_ms() - t0
+      end,
+    }):wait()
+    assert.are.same({ "stdout:1\n", "stdout:2\n", "stdout:3\n" }, seen)
+    assert.is_true(at[1] < at[3] - 100, "chunks were not delivered as they arrived")
+    assert.are.equal("1\n2\n3\n", r.stdout)
+  end))
+
+  it("an abort kills the whole group at once and is reported as aborted, not 124",
+    async(function()
+      local sig = core.signal()
+      local p = sh("sleep 60 & echo $!; sleep 60", { signal = sig, deadline_ms = 60000 })
+      core.go(function() core.sleep(100); sig:abort("hard stop") end)
+      local t0 = core.now_ms()
+      local r = p:wait()
+      assert.is_true(core.now_ms() - t0 < 2000)
+      assert.is_true(r.aborted)
+      assert.is_false(r.timed_out)
+      assert.are_not.equal(124, r.exit)
+      assert.is_true(wait_gone(r.stdout:match("%d+"), 2000))
+    end))
+
+  it("passes the environment through envp only: the child sees it, its argv does not",
+    async(function()
+      local secret = "s3cr3t-" .. core.crypto.hex(core.crypto.random_bytes(8))
+      local p = sh("echo \"$TOKEN\"; sleep 0.5", { env = { PATH = PATH, TOKEN = secret } })
+      core.sleep(100)
+      local cmdlines = {}
+      for _, pid in ipairs({ p.pid }) do
+        local f = io.open("/proc/" .. pid .. "/cmdline", "rb")
+        if f then cmdlines[#cmdlines + 1] = f:read("a"); f:close() end
+      end
+      local f = io.popen("ps -eo args")
+      local ps = f:read("a")
+      f:close()
+      local r = p:wait()
+      assert.are.equal(secret .. "\n", r.stdout)
+      assert.is_true(#cmdlines == 1)
+      assert.is_nil(cmdlines[1]:find(secret, 1, true))
+      assert.is_nil(ps:find(secret, 1, true))
+    end))
+
+  it("gives the child nothing of ours: an empty environment unless told", async(function()
+    local r = assert(core.spawn{ argv = { "/usr/bin/env" } }):wait()
+    assert.are.equal("", r.stdout)
+  end))
+
+  it("leaks no descriptor into children and gives them /dev/null as stdin", async(function()
+    local ours = assert(io.open("/dev/null")) -- opened by the host without O_CLOEXEC
+    local r = sh("ls /proc/self/fd; readlink /proc/self/fd/0"):wait()
+    local fds = {}
+    for fd in r.stdout:gmatch("(%d+)\n") do fds[#fds + 1] = tonumber(fd) end
+    -- 0, 1, 2 and the directory ls itself opened
+    assert.are.same({ 0, 1, 2, 3 }, fds)
+    assert.truthy(r.stdout:find("/dev/null", 1, true))
+    ours:close()
+  end))
+
+  it("feeds stdin when asked", async(function()
+    local r = sh("tr a-z A-Z", { stdin = "hello" }):wait()
+    assert.are.equal("HELLO", r.stdout)
+  end))
+
+  it("runs in the given cwd and finds programs in the child's PATH", async(function()
+    local r = sh("pwd", { cwd = "/tmp" }):wait()
+    assert.are.equal("/tmp\n", r.stdout)
+  end))
+
+  it("reports what cannot start as nil, err — never a raise", async(function()
+    local p, err = core.spawn{ argv = { "no-such-program-here" }, env = { PATH = PATH } }
+    assert.is_nil(p)
+    assert.are.equal("spawn", err.kind)
+    assert.truthy(err.message:find("no-such-program-here", 1, true))
+    p, err = core.spawn{ argv = { "ls" }, cwd = "/no/such/dir", env = { PATH = PATH } }
+    assert.is_nil(p)
+    assert.are.equal("spawn", err.kind)
+  end))
+
+  it("raises on programmer errors", async(function()
+    assert.has_error(function() core.spawn{ argv = {} } end)
+    assert.has_error(function() core.spawn{ argv = { "true" }, env = { ["A=B"] = "x" } } end)
+  end))
+
+  it("reaps every child: no zombie remains", async(function()
+    for _ = 1, 20 do sh("true"):wait() end
+    local me = io.open("/proc/self/stat"):read("a"):match("^%d+")
+    local f = io.popen("ps -o stat= --ppid " .. me)
+    local zombies = f:read("a")
+    f:close()
+    assert.is_nil(zombies:find("Z"))
+    assert.are.equal(0, core.proc_count())
+  end))
+end)
