@@ -196,7 +196,8 @@ int sb_fs_push_sorted_names(lua_State *L, int fd) {
     rc = errno;
     goto done;
   }
-  qsort(names, len, sizeof *names, compare_names);
+  if (len > 0) /* an empty directory: names is NULL, which qsort must not get */
+    qsort(names, len, sizeof *names, compare_names);
   lua_createtable(L, (int)len, 0);
   for (size_t i = 0; i < len; i++) {
     lua_pushstring(L, names[i]);
