@@ -130,10 +130,10 @@ describe("policy reload on a running sandboxd (HUP)", function()
     local h = S.start_sandboxd{ policies = dir, on_output = w.on_output }
     assert.equal(version_of(dir), listening_version(h))
 
-    -- two commands under the 4 s ceiling, one that finishes in 2.5 s and one that runs into its
+    -- two commands under the 4 s ceiling, one that finishes in 3 s and one that runs into its
     -- 3 s budget, both running before the policy changes
     local before = {}
-    core.go(function() before.finishes = exec(h, "before-1", "sleep 2.5; echo survived", 3500) end)
+    core.go(function() before.finishes = exec(h, "before-1", "sleep 3; echo survived", 3900) end)
     core.go(function() before.times_out = exec(h, "before-2", "sleep 10", 3000) end)
     assert.truthy(S.wait_for(function() return awake(h) == 2 end, 5000), "the two commands did not start")
 
@@ -158,7 +158,7 @@ describe("policy reload on a running sandboxd (HUP)", function()
     assert.truthy(S.wait_for(function() return before.finishes and before.times_out end, 10000))
     assert.equal(0, before.finishes.exitCode, cjson.encode(before.finishes))
     assert.equal("survived\n", before.finishes.stdout)
-    assert.is_true(before.finishes.durationMs >= 2400)
+    assert.is_true(before.finishes.durationMs >= 2900)
     assert.equal(124, before.times_out.exitCode)
     assert.same({ 3000, 4000 }, limits_named(before.times_out))
     assert.is_true(before.times_out.durationMs >= 2900)
