@@ -19,3 +19,7 @@ scopes.read = {
 
 -- The write scope: no permissions restriction — the installation's full grant.
 scopes.write = {}
+
+-- Every call to the GitHub API (installation lookup, mint) gives up after this long and the
+-- command that needed the token fails naming the endpoint.
+request_timeout_ms = 10 * second

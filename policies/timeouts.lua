@@ -73,4 +73,16 @@ health = { max_consecutive_infra_failures = 2 }
 
 process = { max_output_bytes = 1 * MiB }  -- per stream; the rest is dropped and marked
 
-console = { refresh_ms = 1 * second }     -- the console's status card
+-- The status card of an ask (console; the Slack front uses the same card): elapsed time is
+-- refreshed every refresh_ms while the command runs (shown in whole seconds, so a front sees
+-- at most one change a second); on TERM/INT the console stops reading and lets running asks
+-- finish for drain_ms, then kills them and exits 0.
+console = {
+  refresh_ms = 1 * second,
+  drain_ms = 30 * second,
+}
+
+-- A finished card is cut to max_chars (Slack's message limit is about 4,000 characters): the
+-- head and the tail of the output stay, the middle is replaced by a line naming the file
+-- under the state directory that keeps the whole output.
+card = { max_chars = 4000 }

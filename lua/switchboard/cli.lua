@@ -91,6 +91,7 @@ function M.main(...)
   end
   local ctx = { policies_dir = opts.policies or os.getenv("SWITCHBOARD_POLICIES") }
   if ctx.policies_dir == "" then ctx.policies_dir = nil end
+  ctx.credentials = require("switchboard.github.identity").from_env(os.getenv)
   io.stdout:setvbuf("line")
   return cmd.run(rest, ctx)
 end

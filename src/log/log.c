@@ -2,6 +2,7 @@
 #include "log.h"
 #include "../engine/engine.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +24,12 @@ typedef struct {
 } strbuf;
 
 static void sb_put(strbuf *b, const char *s, size_t n) {
-  if (b->len + n + 1 > b->cap) {
+  if (n > SIZE_MAX / 4 - b->len)
+    return; /* absurd sizes: drop, never wrap */
+  size_t need = b->len + n + 1;
+  if (need > b->cap) {
     size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1)
+    while (cap < need)
       cap *= 2;
     char *grown = realloc(b->data, cap);
     if (grown == NULL)
@@ -33,6 +37,8 @@ static void sb_put(strbuf *b, const char *s, size_t n) {
     b->data = grown;
     b->cap = cap;
   }
+  if (b->data == NULL)
+    return;
   memcpy(b->data + b->len, s, n);
   b->len += n;
   b->data[b->len] = '\0';

@@ -119,6 +119,10 @@ function M.run(argv, ctx)
   }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo })
   if not built then return fail(M.EXIT.config, tostring(err)) end
   if built.note then io.stderr:write("note: ", built.note, "\n") end
+  local def = policy.agent(snap, agent)
+  local creds = ctx.credentials
+  local no_token = def and def.token_scope and creds and creds.notice and creds:notice()
+  if no_token then io.stderr:write("note: ", no_token, "\n") end
 
   local stop = core.signal()
   stop_on_signals(stop)

@@ -24,8 +24,7 @@ M.shape = rule.shape
 
 -- thrownText: the message verbatim (trimmed) when there is one; otherwise a text naming the
 -- error's name and code with the rollout hint. Never empty.
-function M.thrown_text(snap, err)
-  local s = rule.shape(err)
+local function text_of_shape(snap, s)
   local message = s.message and rule.trim(s.message) or ""
   if message ~= "" then return message end
   local detail
@@ -36,6 +35,10 @@ function M.thrown_text(snap, err)
   end
   if s.code and rule.trim(s.code) ~= "" then detail = detail .. ", code " .. rule.trim(s.code) end
   return msg(snap, "thrown_no_message", { detail = detail })
+end
+
+function M.thrown_text(snap, err)
+  return text_of_shape(snap, rule.shape(err))
 end
 
 -- isFleetBusy: the recognized texts only.
@@ -72,14 +75,23 @@ function M.runtime_replaced_is_infra(snap, consecutive)
   return consecutive >= snap.errors.runtime_replaced_infra_after
 end
 
+-- The literal start of the reworded message (it changes only with a reload).
+local last_template, last_prefix
+local function reworded_prefix(template_text)
+  if template_text ~= last_template then
+    last_template, last_prefix = template_text, template_text:match("^(.-){") or ""
+  end
+  return last_prefix
+end
+
 -- recycledMidCommandMessage: a typed recycle error at any elapsed time, or a recycle-shaped
 -- text more than the threshold into the attempt, is reworded; anything else comes back as
 -- thrown_text unchanged. elapsed_ms is per attempt.
 function M.recycled_mid_command_message(snap, elapsed_ms, err)
-  local original = M.thrown_text(snap, err)
-  local prefix = snap.errors.messages.recycled_mid_command:match("^(.-){") or ""
-  if prefix ~= "" and original:sub(1, #prefix) == prefix then return original end
   local s = rule.shape(err)
+  local original = text_of_shape(snap, s)
+  local prefix = reworded_prefix(snap.errors.messages.recycled_mid_command)
+  if prefix ~= "" and original:sub(1, #prefix) == prefix then return original end
   local r = snap.errors.recycle
   local typed = r:match_name(s)
   local late = type(elapsed_ms) == "number" and elapsed_ms > snap.timeouts.recycle.threshold_ms

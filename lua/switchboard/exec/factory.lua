@@ -16,12 +16,15 @@ local null_executor = require("switchboard.exec.null")
 
 local M = {}
 
-local function resolver(opts, agent)
+-- The credential is resolved when a command starts, never here: building an executor mints
+-- nothing. The repository lets a GitHub App find the installation that covers it.
+local function resolver(opts, agent, ctx)
   local creds, scope = opts.credentials, agent.token_scope
   if creds == nil or scope == nil then
     return function() return {} end
   end
-  return function() return creds:resolve_envs(scope) end
+  local rctx = { repo = ctx.repo }
+  return function() return creds:resolve_envs(scope, rctx) end
 end
 
 local function missing(snap, agent_name, backend, setting)
@@ -37,7 +40,7 @@ function BUILDERS.local_(opts, ctx, snap, agent)
   if not root then return missing(snap, ctx.agent, "local", "a workspace root") end
   return require("switchboard.exec.local").new{
     root = root, thread_key = ctx.thread_key, policy = opts.policy,
-    resolve_envs = resolver(opts, agent), getenv = opts.getenv,
+    resolve_envs = resolver(opts, agent, ctx), getenv = opts.getenv,
   }
 end
 
@@ -50,7 +53,7 @@ function BUILDERS.sandbox(opts, ctx, snap, agent)
   if not token or token == "" then return missing(snap, ctx.agent, "sandbox", cfg.token_env) end
   return require("switchboard.exec.sandbox").new{
     url = url, token = token, thread_key = ctx.thread_key, policy = opts.policy,
-    resolve_envs = resolver(opts, agent),
+    resolve_envs = resolver(opts, agent, ctx),
   }
 end
 

@@ -52,8 +52,10 @@ function M:exec(command, opts)
   end
   local env, env_err = command_env(self, snap)
   if not env then
+    -- A GitHub API failure keeps its span code (http <status>, timeout); anything else is infra.
+    local code = type(env_err) == "table" and errors.valid_code(env_err.code) and env_err.code or nil
     return nil, errors.infra("credentials for this command could not be resolved: "
-      .. tostring(env_err))
+      .. tostring(env_err), code)
   end
   local stop = opts.signal and core.signal(opts.signal, self.released) or self.released
   local proc, spawn_err = core.spawn{

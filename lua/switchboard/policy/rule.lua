@@ -22,7 +22,11 @@ M.Rule = Rule
 local LIST_FIELDS = { names = true, codes = true, texts = true, patterns = true }
 local EXAMPLE_FIELDS = { matches = true, rejects = true }
 
+-- The bytes %s matches (isspace in the C locale).
+local SPACE = { [9] = true, [10] = true, [11] = true, [12] = true, [13] = true, [32] = true }
+
 local function trim(s)
+  if s == "" or not (SPACE[s:byte(1)] or SPACE[s:byte(-1)]) then return s end -- the usual case
   return (s:gsub("^%s+", ""):gsub("%s+$", ""))
 end
 M.trim = trim

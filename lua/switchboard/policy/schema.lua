@@ -322,10 +322,12 @@ M.files.timeouts = {
   },
   health = S.record { max_consecutive_infra_failures = S.int { min = 1, max = 100 } },
   process = S.record { max_output_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" } },
-  console = S.record { refresh_ms = ms(100, MINUTE) },
+  console = S.record { refresh_ms = ms(100, MINUTE), drain_ms = ms(0, 10 * MINUTE) },
+  card = S.record { max_chars = S.int { min = 1000, max = 40000, unit = "characters" } },
 }
 
 M.files.github = {
+  request_timeout_ms = ms(SECOND, 5 * MINUTE),
   scopes = S.map("^[a-z][a-z0-9_]*$", "a scope name (a-z, 0-9, _)", S.record {
     permissions = S.optional(S.map("^[a-z][a-z_]*$", "a GitHub permission name",
       S.enum { "read", "write" })),

@@ -27,13 +27,42 @@ function M.check(text, allowed, requires)
   return nil
 end
 
+-- A template split once into {literal, name, literal, name, …, literal}: the texts come from
+-- the policies, so there are few of them and each is filled over and over (a decision's cost
+-- is mostly this). The cache is dropped whole if it ever grows past CACHE_MAX texts.
+local CACHE_MAX = 512
+local cache, cached = {}, 0
+
+local function compile(text)
+  local parts, pos = {}, 1
+  for at, name, after in text:gmatch("(){([%w_]+)}()") do
+    parts[#parts + 1] = text:sub(pos, at - 1)
+    parts[#parts + 1] = name
+    pos = after
+  end
+  parts[#parts + 1] = text:sub(pos)
+  return parts
+end
+
 -- Fill {name} from vars; a missing var leaves the placeholder as written.
 function M.fill(text, vars)
-  return (text:gsub("{([%w_]+)}", function(name)
+  local parts = cache[text]
+  if parts == nil then
+    if cached >= CACHE_MAX then cache, cached = {}, 0 end
+    parts = compile(text)
+    cache[text], cached = parts, cached + 1
+  end
+  local n = #parts
+  if n == 1 then return parts[1] end
+  local out = {}
+  for i = 1, n - 1, 2 do
+    out[i] = parts[i]
+    local name = parts[i + 1]
     local v = vars[name]
-    if v == nil then return nil end
-    return tostring(v)
-  end))
+    if v == nil then out[i + 1] = "{" .. name .. "}" else out[i + 1] = tostring(v) end
+  end
+  out[n] = parts[n]
+  return table.concat(out)
 end
 
 return M

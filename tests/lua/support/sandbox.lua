@@ -138,7 +138,8 @@ function M.wait_for(pred, ms)
 end
 
 -- Starts `switchboard [--policies DIR] sandboxd --listen 127.0.0.1:0 --root ROOT [args]` and
--- waits for its sandboxd.listening line. Call inside core.run. Returns a handle:
+-- waits for its sandboxd.listening line (opts.on_output(stream, chunk) also sees its output as
+-- it comes). Call inside core.run. Returns a handle:
 --   .port .url .root .proc .log() (everything it wrote to stderr so far) :stop(sig) :wait()
 function M.start_sandboxd(opts)
   opts = opts or {}
@@ -155,7 +156,10 @@ function M.start_sandboxd(opts)
   if opts.token ~= false then env.SANDBOX_TOKEN = env.SANDBOX_TOKEN or opts.token or M.TOKEN end
   local proc = assert(core.spawn{
     argv = argv, env = env, max_output = 64 << 20,
-    on_output = function(_, chunk) chunks[#chunks + 1] = chunk end,
+    on_output = function(stream, chunk)
+      chunks[#chunks + 1] = chunk
+      if opts.on_output then opts.on_output(stream, chunk) end
+    end,
   })
   local h = { proc = proc, root = root, pid = proc.pid }
   M.servers[#M.servers + 1] = h

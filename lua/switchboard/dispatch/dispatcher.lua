@@ -1,0 +1,441 @@
+-- The dispatcher: a message {thread, user, text} from a front (the console, later Slack)
+-- becomes an answer in that thread.
+--
+--   * The ask is parsed (dispatch/parser.lua); help, a malformed ask, an unknown agent or a
+--     repository that cannot be used is answered at once with what is possible
+--     (dispatch/help.lua), from the policy snapshot the message saw.
+--   * A run goes into its thread's queue: asks of one thread run one after the other (a
+--     follow-up sees what the previous command left in the workspace); threads run at the
+--     same time.
+--   * Each (thread, agent) is provisioned once through exec/stack.build (the factory's note
+--     goes on the card) and its executor is reused by the thread's follow-ups. One agent per
+--     executor, because the credential scope is the agent's: a review follow-up in a coding
+--     thread shares the workspace, never the write token.
+--   * A command runs under the ask's hard-stop signal and the run's remaining wall clock
+--     (the agent's max_run_minutes); its status card is refreshed while it runs and ends
+--     with the result, cut to the card limit, the whole output kept in a file.
+--   * `stop` kills the thread's running command at once (its process group), drops the
+--     thread's queued asks and releases the executor with "always"; the next ask provisions
+--     again (the same workspace for the local backend).
+--
+-- The front interface (a table):
+--   front:post(thread, message) → handle     message = {text, final, summary}
+--   front:update(handle, message)            the same message shape; final cards are complete
+-- A front that cannot edit messages (a pipe) shows only final ones.
+--
+--   local d = dispatcher.new{front = f, stack = {workspace_root = dir, …}, outputs_dir = dir}
+--   d:handle{thread = "main", user = "ana", text = "run `ls`"}   -- returns at once
+--   d:wait_idle()          -- yields until every ask has ended
+--   d:drain(grace_ms)      -- take nothing new; running asks get grace_ms, then are killed
+local core = require("switchboard.core")
+local policy = require("switchboard.policy")
+local errors = require("switchboard.exec.errors")
+local stack = require("switchboard.exec.stack")
+local workspace = require("switchboard.exec.workspace")
+local card_mod = require("switchboard.dispatch.card")
+local help = require("switchboard.dispatch.help")
+local parser = require("switchboard.dispatch.parser")
+
+local M = {}
+local D = {}
+D.__index = D
+
+-- opts:
+--   front          the front interface (above), required
+--   policy         function → the snapshot new work captures (default policy.current)
+--   stack          exec/stack.build's opts (workspace_root, sandbox_url, force_backend, sink,
+--                  backends, credentials, getenv); policy is filled in
+--   outputs_dir    where whole outputs of cut cards are kept (nil: not kept; the card says so)
+--   thread_key     function(thread) → the executor's thread key (default: the thread itself)
+--   help_extra     more grammar rows for the help text (a front's own commands)
+--   now_ms         clock (default core.now_ms)
+function M.new(opts)
+  assert(type(opts) == "table" and opts.front, "dispatcher.new: opts.front is required")
+  local build_opts = {}
+  for k, v in pairs(opts.stack or {}) do build_opts[k] = v end
+  local self = setmetatable({
+    front = opts.front,
+    policy = opts.policy or policy.current,
+    build_opts = build_opts,
+    outputs_dir = opts.outputs_dir,
+    thread_key = opts.thread_key or function(thread) return thread end,
+    help_extra = opts.help_extra,
+    now_ms = opts.now_ms or core.now_ms,
+    threads = {},
+    active = 0,          -- asks queued or running
+    idle_waiters = {},
+    closed = false,
+    shutdown = core.signal(), -- aborting it stops every ask
+    seq = 0,
+  }, D)
+  build_opts.policy = build_opts.policy or self.policy
+  return self
+end
+
+local function log(level, event, fields)
+  core.log(level, event, fields)
+end
+
+---------------------------------------------------------------------------------------------
+-- Answers
+
+function D:answer(thread, text)
+  self.front:post(thread, { text = text, final = true })
+end
+
+function D:help_text(snap, lead)
+  return help.text(snap, lead, self.help_extra)
+end
+
+---------------------------------------------------------------------------------------------
+-- Threads and idleness
+
+function D:thread(name)
+  local t = self.threads[name]
+  if t == nil then
+    t = { name = name, queue = {}, running = nil, executors = {}, repo = nil }
+    self.threads[name] = t
+  end
+  return t
+end
+
+function D:is_idle() return self.active == 0 end
+
+local function wake_idle(self)
+  if self.active ~= 0 then return end
+  local waiters = self.idle_waiters
+  self.idle_waiters = {}
+  for _, w in ipairs(waiters) do
+    if not w.woken then
+      w.woken = true
+      core.wake(w.task, true)
+    end
+  end
+end
+
+-- Yields until no ask is queued or running (true), or until signal fires (false).
+function D:wait_idle(signal)
+  if self.active == 0 then return true end
+  if signal and signal.aborted then return false end
+  local w = { task = core.current(), woken = false }
+  assert(w.task, "dispatcher:wait_idle must run in a task")
+  self.idle_waiters[#self.idle_waiters + 1] = w
+  if signal then
+    signal:on_abort(function()
+      if not w.woken then
+        w.woken = true
+        core.wake(w.task, false)
+      end
+    end)
+  end
+  return core.suspend()
+end
+
+---------------------------------------------------------------------------------------------
+-- Cards
+
+function D:card_message(ask, final)
+  local c = ask.card
+  local now = self.now_ms()
+  local max = ask.snap.timeouts.card.max_chars
+  return { text = c:render({ max_chars = max, now_ms = now }), final = final, summary = c:summary(now) }
+end
+
+function D:refresh(ask)
+  local msg = self:card_message(ask, false)
+  if msg.text == ask.shown then return end -- elapsed is shown in whole seconds: ≤ 1 change/s
+  ask.shown = msg.text
+  self.front:update(ask.handle, msg)
+end
+
+-- Keep the whole output in a file when the card cannot show it all.
+function D:keep_output(ask)
+  local c = ask.card
+  local max = ask.snap.timeouts.card.max_chars
+  if not c:overflows(max, self.now_ms()) then return end
+  if not self.outputs_dir then
+    c.full_error = "no output directory is configured"
+    return
+  end
+  local dir = self.outputs_dir .. "/" .. workspace.dir_name(self.thread_key(ask.thread))
+  local ok, err = core.fs.mkdir_p(dir, tonumber("700", 8))
+  if not ok then
+    c.full_error = tostring(err and err.message or err)
+    return
+  end
+  local name = ("%s-%d.txt"):format(os.date("!%Y%m%dT%H%M%SZ"), ask.id)
+  local root, rerr = core.fs.root(dir)
+  if not root then
+    c.full_error = tostring(rerr and rerr.message or rerr)
+    return
+  end
+  local wok, werr = root:write(name, "$ " .. ask.command .. "\n" .. c:body_text() .. "\n")
+  root:close()
+  if not wok then
+    c.full_error = tostring(werr and werr.message or werr)
+    return
+  end
+  c.full_path = dir .. "/" .. name
+end
+
+function D:finish_card(ask)
+  self:keep_output(ask)
+  local msg = self:card_message(ask, true)
+  ask.shown = msg.text
+  self.front:update(ask.handle, msg)
+end
+
+---------------------------------------------------------------------------------------------
+-- Running one ask
+
+local function exec_protected(executor, command, opts)
+  local res = table.pack(pcall(executor.exec, executor, command, opts))
+  if not res[1] then
+    return nil, errors.infra("the executor raised: " .. tostring(res[2]))
+  end
+  return res[2], res[3]
+end
+
+-- The executor of (thread, agent): provisioned once, then reused.
+function D:executor_for(thread, ask)
+  local built = thread.executors[ask.agent]
+  if built then return built end
+  local ok, res, err = pcall(stack.build, self.build_opts, {
+    thread_key = self.thread_key(thread.name), agent = ask.agent, repo = ask.repo,
+  })
+  if not ok then return nil, "provisioning failed: " .. tostring(res) end
+  built = res
+  if not built then return nil, err end
+  thread.executors[ask.agent] = built
+  return built
+end
+
+-- Release a thread's executor (mode "always" after a hard stop) and forget it: the next ask
+-- provisions again.
+function D:release(thread, agent, mode)
+  local built = thread.executors[agent]
+  thread.executors[agent] = nil
+  if built and built.executor.release then
+    local ok, err = pcall(built.executor.release, built.executor, mode)
+    if not ok then log("warn", "dispatch.release_failed", { thread = thread.name, agent = agent, error = tostring(err) }) end
+  end
+end
+
+function D:run_ask(thread, ask)
+  local c = ask.card
+  if ask.stop.aborted then
+    c:cancelled(ask.stop.reason or "stopped", self.now_ms())
+    return self:finish_card(ask)
+  end
+  c:provisioning()
+  self:refresh(ask)
+  local built, err = self:executor_for(thread, ask)
+  if not built then
+    c:unprovisioned(err, self.now_ms())
+    return self:finish_card(ask)
+  end
+  c:provisioned(built.backend, built.note)
+  if ask.stop.aborted then
+    c:cancelled(ask.stop.reason or "stopped", self.now_ms())
+    self:release(thread, ask.agent, "always")
+    return self:finish_card(ask)
+  end
+
+  c:running(self.now_ms())
+  self:refresh(ask)
+  local ticker_done = core.signal()
+  local refresh_ms = ask.snap.timeouts.console.refresh_ms
+  core.go(function()
+    while core.sleep(refresh_ms, ticker_done) do self:refresh(ask) end
+  end)
+
+  local run_ms = ask.agent_def.max_run_minutes * 60 * 1000
+  local remaining = run_ms - (self.now_ms() - ask.created_ms)
+  log("info", "dispatch.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
+  local result, exec_err = exec_protected(built.executor, ask.command, {
+    signal = ask.stop, remaining_ms = remaining,
+  })
+  ticker_done:abort("finished")
+
+  local now = self.now_ms()
+  if result then
+    c:finished(result, now)
+  else
+    c:failed(exec_err, now, errors)
+  end
+  local stopped = ask.stop.aborted
+  if stopped then
+    if c.state ~= "stopped" then c:add_note("stopped: " .. tostring(ask.stop.reason)) end
+    self:release(thread, ask.agent, "always")
+  elseif built.tracker:tripped() then
+    c:add_note(("the executor failed %d times in a row; the next ask provisions a fresh one")
+      :format(built.tracker.count))
+    self:release(thread, ask.agent, "always")
+  end
+  log("info", "dispatch.done", {
+    thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id,
+    state = c.state, exit = c.exit_code,
+  })
+  self:finish_card(ask)
+end
+
+function D:worker(thread)
+  while #thread.queue > 0 do
+    local ask = table.remove(thread.queue, 1)
+    thread.running = ask
+    local ok, err = xpcall(self.run_ask, debug.traceback, self, thread, ask)
+    if not ok then
+      log("error", "dispatch.internal_error", { thread = thread.name, error = tostring(err) })
+      if not ask.card:final() then
+        ask.card:unprovisioned("internal error in the dispatcher: " .. tostring(err):match("^[^\n]*"),
+          self.now_ms())
+        pcall(self.finish_card, self, ask)
+      end
+    end
+    thread.running = nil
+    self.active = self.active - 1
+  end
+  thread.worker = nil
+  wake_idle(self)
+end
+
+---------------------------------------------------------------------------------------------
+-- Messages
+
+-- The checks that need policy: the agent exists; a repository fits the agent and the thread.
+function D:resolve(snap, msg, ask)
+  local name = ask.agent
+  if name == nil then
+    name = policy.decide(snap, "agents.choose_agent", nil, { text = msg.text })
+  end
+  local def = policy.agent(snap, name)
+  if def == nil then
+    return nil, self:help_text(snap, ("There is no agent %q."):format(name))
+  end
+  local thread = self.threads[msg.thread]
+  if ask.repo then
+    if not (def.resources and def.resources.repository) then
+      return nil, self:help_text(snap, ("agent:%s works without a repository, so it cannot run in "
+        .. "%s; agents that work in a repository: %s."):format(name, ask.repo,
+        table.concat(help.repository_agents(snap), ", ")))
+    end
+    if thread and thread.repo and thread.repo ~= ask.repo then
+      return nil, self:help_text(snap, ("This thread works in %s; start another thread for %s.")
+        :format(thread.repo, ask.repo))
+    end
+  end
+  return name, def
+end
+
+function D:enqueue(msg, snap, parsed, name, def)
+  local thread = self:thread(msg.thread)
+  self.seq = self.seq + 1
+  local ask = {
+    id = self.seq,
+    thread = msg.thread,
+    user = msg.user,
+    agent = name,
+    agent_def = def,
+    repo = parsed.repo or (def.resources and def.resources.repository and thread.repo) or nil,
+    command = parsed.command,
+    snap = snap,
+    created_ms = self.now_ms(),
+    stop = core.signal(self.shutdown),
+  }
+  -- The thread's repository is bound by its first ask that names one, at once, so that a
+  -- queued ask naming another is refused even before the first has run.
+  if ask.repo then thread.repo = thread.repo or ask.repo end
+  ask.card = card_mod.new{ thread = msg.thread, user = msg.user, agent = name,
+                           command = parsed.command, repo = ask.repo }
+  if not thread.running and #thread.queue == 0 then ask.card:provisioning() end
+  local first = self:card_message(ask, false)
+  ask.shown = first.text
+  ask.handle = self.front:post(msg.thread, first)
+  thread.queue[#thread.queue + 1] = ask
+  self.active = self.active + 1
+  if not thread.worker then
+    thread.worker = core.go(function() self:worker(thread) end)
+  end
+  return ask
+end
+
+-- Stop the thread's running command and drop its queued asks. Returns how many asks it hit.
+function D:stop(thread_name, reason)
+  local thread = self.threads[thread_name]
+  local hit = 0
+  if thread == nil then return hit end
+  reason = reason or "stop asked in this thread"
+  for _, ask in ipairs(thread.queue) do
+    ask.stop:abort(reason)
+    hit = hit + 1
+  end
+  if thread.running then
+    thread.running.stop:abort(reason)
+    hit = hit + 1
+  end
+  return hit
+end
+
+-- A message from a front. Returns at once: a run goes to its thread's queue.
+-- msg: {thread, user, text}. Returns the ask for a run, else nil.
+function D:handle(msg)
+  local snap = self.policy()
+  local parsed = parser.parse(msg.text)
+  if parsed.kind == "help" then
+    return self:answer(msg.thread, self:help_text(snap))
+  end
+  if parsed.kind == "stop" then
+    local who = msg.user and (" by " .. msg.user) or ""
+    if self:stop(msg.thread, "stop asked in this thread" .. who) == 0 then
+      self:answer(msg.thread, "Nothing is running in this thread; there is nothing to stop.")
+    end
+    return
+  end
+  if parsed.kind == "malformed" then
+    return self:answer(msg.thread, self:help_text(snap, "I could not read that ask: " .. parsed.reason .. "."))
+  end
+  if parsed.kind == "free_text" then
+    return self:answer(msg.thread, self:help_text(snap, "I run commands here; free-text asks need "
+      .. "the agent runner, which this front does not have yet. Put the command in backticks "
+      .. "after `run`."))
+  end
+  if self.closed then
+    return self:answer(msg.thread, "Not taking new asks: switchboard is shutting down.")
+  end
+  local name, def = self:resolve(snap, msg, parsed)
+  if not name then return self:answer(msg.thread, def) end
+  return self:enqueue(msg, snap, parsed, name, def)
+end
+
+---------------------------------------------------------------------------------------------
+-- Shutdown
+
+-- Take nothing new; asks not started yet are dropped; running asks get grace_ms to finish,
+-- then are killed (their process groups die). Returns when every ask has ended.
+function D:drain(grace_ms, kill_now)
+  self.closed = true
+  for _, thread in pairs(self.threads) do
+    for _, ask in ipairs(thread.queue) do ask.stop:abort("switchboard is shutting down") end
+  end
+  local timer_off = kill_now and core.signal(kill_now) or core.signal()
+  local deadline = kill_now and core.signal(kill_now) or core.signal()
+  core.go(function()
+    if core.sleep(grace_ms, timer_off) then deadline:abort("drain time over") end
+  end)
+  local idle = self:wait_idle(deadline)
+  timer_off:abort("drained")
+  if not idle then
+    log("warn", "dispatch.drain_kill", { asks = self.active })
+    self.shutdown:abort("switchboard is shutting down: the drain time ran out")
+    self:wait_idle()
+  end
+  return idle
+end
+
+-- Stop everything at once.
+function D:kill(reason)
+  self.closed = true
+  self.shutdown:abort(reason or "switchboard is shutting down")
+end
+
+return M

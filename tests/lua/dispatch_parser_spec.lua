@@ -1,0 +1,113 @@
+-- The ask grammar (lua/switchboard/dispatch/parser.lua).
+local parser = require("switchboard.dispatch.parser")
+
+local function run(text)
+  local p = parser.parse(text)
+  assert.equal("run", p.kind, "not a run: " .. tostring(p.reason or p.kind))
+  return p
+end
+
+local function malformed(text)
+  local p = parser.parse(text)
+  assert.equal("malformed", p.kind, "parsed as " .. p.kind)
+  return p.reason
+end
+
+describe("dispatch parser", function()
+  it("reads a plain run with the default agent", function()
+    local p = run("run `echo hi > marker.txt`")
+    assert.is_nil(p.agent)
+    assert.equal("echo hi > marker.txt", p.command)
+    assert.is_nil(p.repo)
+  end)
+
+  it("reads agent:NAME run and … in OWNER/REPO", function()
+    local p = run("agent:review run `npm test` in acme/api")
+    assert.equal("review", p.agent)
+    assert.equal("npm test", p.command)
+    assert.equal("acme/api", p.repo)
+    assert.equal("coding", run("Agent:CODING run `ls`").agent)
+  end)
+
+  it("drops a leading mention, Slack's or a typed one", function()
+    assert.equal("ls", run("<@U024BE7LH> run `ls`").command)
+    assert.equal("ls", run("@switchboard agent:coding run `ls`").command)
+    assert.equal("review", run("@switchboard: agent:review run `ls` in a/b").agent)
+  end)
+
+  it("takes the last backtick as the end, so a command may hold backticks", function()
+    assert.equal("echo `date`", run("run `echo `date``").command)
+    assert.equal("echo `date`", run("run `echo `date`` in acme/api").command)
+  end)
+
+  it("reads a ``` block over several lines, without a shell language tag", function()
+    assert.equal("cd src\nmake test", run("run ```\ncd src\nmake test\n``` in acme/api").command)
+    assert.equal("ls -la", run("run ```sh\nls -la\n```").command)
+    assert.equal("ls", run("run ```ls```").command)
+  end)
+
+  it("accepts a repository as a GitHub URL, Slack's <…> link, and a sentence's full stop", function()
+    assert.equal("acme/api", run("run `ls` in https://github.com/acme/api").repo)
+    assert.equal("acme/api", run("run `ls` in <https://github.com/acme/api>").repo)
+    assert.equal("acme/api", run("run `ls` in <https://github.com/acme/api|acme/api>").repo)
+    assert.equal("acme/api", run("run `ls` in acme/api.git").repo)
+    assert.equal("acme/api", run("run `ls` in acme/api.").repo)
+    assert.equal("acme/my.repo", run("run `ls` in acme/my.repo").repo)
+  end)
+
+  it("reads stop and help", function()
+    assert.equal("stop", parser.parse("stop").kind)
+    assert.equal("stop", parser.parse("  Stop! ").kind)
+    assert.equal("stop", parser.parse("@switchboard stop").kind)
+    for _, t in ipairs({ "help", "HELP", "?", "/help", "", "   ", "<@U1>" }) do
+      assert.equal("help", parser.parse(t).kind, t)
+    end
+  end)
+
+  it("says how to write a command that is not in backticks", function()
+    assert.matches("put the command in backticks: run `ls %-la`", malformed("run ls -la"))
+    assert.matches("needs a command in backticks", malformed("run"))
+    assert.matches("closing backtick is missing", malformed("run `ls"))
+    assert.matches("``` block is not closed", malformed("run ```ls"))
+    assert.matches("empty", malformed("run ``"))
+    assert.matches("empty", malformed("run `   `"))
+    assert.matches("start the ask with `run`", malformed("`ls`"))
+  end)
+
+  it("says what is wrong with a repository and how to name one", function()
+    assert.matches("`in` needs a repository: name it as OWNER/REPO", malformed("run `ls` in"))
+    assert.matches('"acme" is not a repository name; name it as OWNER/REPO', malformed("run `ls` in acme"))
+    assert.matches("not a repository name", malformed("run `ls` in acme/api/extra"))
+    assert.matches("not a repository name", malformed("run `ls` in -acme/api"))
+    assert.matches("not a repository name", malformed("run `ls` in acme/.."))
+    assert.matches("one repository per ask", malformed("run `ls` in acme/api and acme/web"))
+    assert.matches("the only thing that may follow it is `in OWNER/REPO`", malformed("run `ls` please"))
+  end)
+
+  it("says what an agent: needs", function()
+    assert.matches("needs a name", malformed("agent: run `ls`"))
+    assert.matches("not an agent name", malformed("agent:co$ding run `ls`"))
+    assert.matches("say what agent:coding should run", malformed("agent:coding"))
+  end)
+
+  it("keeps free text apart (no `run`), with the agent it names", function()
+    local p = parser.parse("agent:review what does this repo do?")
+    assert.equal("free_text", p.kind)
+    assert.equal("review", p.agent)
+    assert.equal("what does this repo do?", p.text)
+    assert.equal("free_text", parser.parse("running late").kind)
+    assert.equal("free_text", parser.parse("runner").kind)
+  end)
+
+  it("validates repository names by GitHub's rules", function()
+    assert.is_true(parser.valid_repo("a/b"))
+    assert.is_true(parser.valid_repo("acme-corp/api_v2.js"))
+    assert.is_false(parser.valid_repo("acme--corp/api"))
+    assert.is_false(parser.valid_repo("acme-/api"))
+    assert.is_false(parser.valid_repo(("a"):rep(40) .. "/api"))
+    assert.is_false(parser.valid_repo("acme/" .. ("a"):rep(101)))
+    assert.is_false(parser.valid_repo("acme/."))
+    assert.is_false(parser.valid_repo("acme"))
+    assert.is_false(parser.valid_repo(nil))
+  end)
+end)

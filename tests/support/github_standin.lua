@@ -1,0 +1,402 @@
+-- A loopback stand-in for GitHub's App endpoints, speaking the real protocol
+-- (../shared/REFERENCE.md "GitHub App installation tokens"), for specs.
+--
+--   local standin = require("support.github_standin")
+--   local gh = standin.start{public_key = pub, app_id = "12345",
+--                            installations = {[678] = {account = "acme", repos = {"acme/api"},
+--                                                      permissions = standin.FULL_GRANT}}}
+--   identity.from_env(getenv, {request = gh.request})   with GITHUB_API_URL = gh.api_url
+--   gh:mints_for("read") … gh:close()
+--
+-- Every call must carry Accept: application/vnd.github+json, X-GitHub-Api-Version: 2022-11-28
+-- and a User-Agent; App calls carry Authorization: Bearer <JWT>, which is verified with the
+-- App's PUBLIC key (RS256) and whose claims are checked (iss, iat not in the future and at
+-- most a minute or two back, exp after now and at most 10 min after iat). It answers as GitHub
+-- does: 201 {token, expires_at, permissions, repository_selection} for a mint, 404 for an
+-- installation that does not cover the repository, 422 for a permission the installation
+-- does not grant, 401 for a bad JWT or an expired token. What it saw is kept for assertions:
+-- .requests, .jwts, .tokens, .mints, .violations (header or claim problems it answered).
+--
+-- Transport: start() serves on 127.0.0.1 through core.http.serve and hands out
+-- core.http.request (answers' Date restamped from the stand-in's clock), so the identity's
+-- real HTTP path (libcurl, sockets) is exercised.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+
+local M = {}
+
+M.API_VERSION = "2022-11-28"
+M.ACCEPT = "application/vnd.github+json"
+M.DOCS = "https://docs.github.com/rest"
+
+-- What seed item 5 says a read token asks for, exactly.
+M.READ_SET = {
+  contents = "read", pull_requests = "read", issues = "read",
+  actions = "read", checks = "read", metadata = "read",
+}
+-- The App's required permissions (seed item 5): Contents, Pull requests, Issues RW; Actions,
+-- Checks, Statuses read; Workflows RW; metadata read as on every installation.
+M.FULL_GRANT = {
+  contents = "write", pull_requests = "write", issues = "write", actions = "read",
+  checks = "read", statuses = "read", workflows = "write", metadata = "read",
+}
+
+local RANK = { read = 1, write = 2, admin = 3 }
+
+local Standin = {}
+Standin.__index = Standin
+
+local function copy(t)
+  local out = {}
+  for k, v in pairs(t or {}) do out[k] = v end
+  return out
+end
+
+local function same_set(a, b)
+  for k, v in pairs(a) do if b[k] ~= v then return false end end
+  for k, v in pairs(b) do if a[k] ~= v then return false end end
+  return true
+end
+
+-- opts: public_key (PEM), app_id (string; also accepted as the client_id), client_id?,
+--       installations (id → {account, repos = {...} | "all", permissions}), wall_ms (clock,
+--       default core.wall_ms), token_ttl_ms (default 1 h), mint_delay_ms (hold each mint)
+function M.new(opts)
+  local self = setmetatable({
+    public_key = assert(opts.public_key, "standin: public_key"),
+    app_id = tostring(assert(opts.app_id, "standin: app_id")),
+    client_id = opts.client_id,
+    installations = opts.installations or {},
+    wall_ms = opts.wall_ms or core.wall_ms,
+    token_ttl_ms = opts.token_ttl_ms or 3600 * 1000,
+    mint_delay_ms = opts.mint_delay_ms or 0,
+    skew_ms = 0,
+    requests = {}, jwts = {}, tokens = {}, mints = {}, violations = {},
+    forced = {}, -- route → list of {status, body} to answer instead, in order
+    stop = core.signal(),
+  }, Standin)
+  return self
+end
+
+-- GitHub's clock: the shared one plus skew_ms (a GitHub whose clock is ahead of the bot's).
+function Standin:now_s() return (self.wall_ms() + self.skew_ms) // 1000 end
+
+-- Answer the next call to route (status 0: never answer) ("POST /app/installations/{id}/access_tokens" style: method
+-- and path with ids) with status and body instead of the real answer.
+function Standin:force(route, status, body)
+  self.forced[route] = self.forced[route] or {}
+  table.insert(self.forced[route], { status = status, body = body })
+end
+
+-- Mints counted per scope: "read" (exactly READ_SET), "write" (no permissions asked: the full
+-- grant) or "custom"; installation narrows the count to one installation.
+function Standin:mints_for(scope, installation)
+  local n = 0
+  for _, m in ipairs(self.mints) do
+    if m.scope == scope and (installation == nil or m.installation == installation) then n = n + 1 end
+  end
+  return n
+end
+
+local function json(status, doc)
+  return status, { ["content-type"] = "application/json; charset=utf-8" }, cjson.encode(doc)
+end
+
+local function http_date(secs) return os.date("!%a, %d %b %Y %H:%M:%S GMT", secs) end
+
+local function gh_error(status, message)
+  return json(status, { message = message, documentation_url = M.DOCS, status = tostring(status) })
+end
+
+function Standin:violation(what)
+  self.violations[#self.violations + 1] = what
+end
+
+-- Headers every request needs. → nil | status, headers, body
+function Standin:check_headers(req)
+  local h = req.headers
+  if h["user-agent"] == nil or h["user-agent"] == "" then
+    self:violation("no User-Agent")
+    return gh_error(403, "Request forbidden by administrative rules. Please make sure your request "
+      .. "has a User-Agent header (https://docs.github.com/en/rest/overview/resources-in-the-rest-api#user-agent-required)")
+  end
+  if h["accept"] ~= M.ACCEPT then
+    self:violation("Accept is " .. tostring(h["accept"]))
+    return gh_error(415, "stand-in: Accept must be " .. M.ACCEPT)
+  end
+  if h["x-github-api-version"] ~= M.API_VERSION then
+    self:violation("X-GitHub-Api-Version is " .. tostring(h["x-github-api-version"]))
+    return gh_error(400, "API version " .. tostring(h["x-github-api-version"]) .. " is not supported.")
+  end
+  return nil
+end
+
+local function b64url_json(part)
+  local raw = core.crypto.base64url_decode(part)
+  if raw == nil then return nil end
+  local ok, doc = pcall(cjson.decode, raw)
+  if ok and type(doc) == "table" then return doc end
+  return nil
+end
+
+-- Verify the App JWT. → claims | nil, status, headers, body
+function Standin:check_jwt(req)
+  local auth = req.headers["authorization"] or ""
+  local jwt = auth:match("^Bearer (.+)$")
+  if jwt == nil then
+    self:violation("no Bearer JWT")
+    return nil, gh_error(401, "A JSON web token could not be decoded")
+  end
+  self.jwts[#self.jwts + 1] = jwt
+  local h64, p64, s64 = jwt:match("^([%w_-]+)%.([%w_-]+)%.([%w_-]+)$")
+  local header, claims = h64 and b64url_json(h64), p64 and b64url_json(p64)
+  local sig = s64 and core.crypto.base64url_decode(s64)
+  if not (header and claims and sig) then
+    self:violation("malformed JWT")
+    return nil, gh_error(401, "A JSON web token could not be decoded")
+  end
+  if header.alg ~= "RS256" then
+    self:violation("alg " .. tostring(header.alg))
+    return nil, gh_error(401, "A JSON web token could not be decoded")
+  end
+  if not core.crypto.rs256_verify(self.public_key, h64 .. "." .. p64, sig) then
+    self:violation("bad signature")
+    return nil, gh_error(401, "A JSON web token could not be decoded")
+  end
+  local now = self:now_s()
+  -- JSON numbers decode as floats: read the claims' integers from the payload text itself.
+  local payload = core.crypto.base64url_decode(p64)
+  local iat = math.tointeger(tonumber(payload:match('"iat":(%-?%d+)[,}]') or ""))
+  local exp = math.tointeger(tonumber(payload:match('"exp":(%-?%d+)[,}]') or ""))
+  if iat == nil or iat > now + 5 or iat < now - 3600 then
+    self:violation("iat " .. tostring(iat))
+    return nil, gh_error(401, "'Issued at' claim ('iat') must be an Integer representing the time "
+      .. "that the assertion was issued.")
+  end
+  if exp == nil or exp <= now then
+    self:violation("exp " .. tostring(exp))
+    return nil, gh_error(401, "'Expiration time' claim ('exp') must be a numeric value "
+      .. "representing the future time at which the assertion expires.")
+  end
+  if exp - iat > 600 or exp > now + 600 then
+    self:violation("exp too far ahead")
+    return nil, gh_error(401, "'Expiration time' claim ('exp') is too far in the future.")
+  end
+  local iss = math.tointeger(claims.iss) and tostring(math.tointeger(claims.iss)) or tostring(claims.iss)
+  if iss ~= self.app_id and iss ~= self.client_id then
+    self:violation("iss " .. iss)
+    return nil, gh_error(401, "Integration not found")
+  end
+  return claims
+end
+
+local function covers(inst, repo)
+  if inst.repos == "all" then return repo:match("^([^/]+)/") == inst.account end
+  for _, r in ipairs(inst.repos or {}) do if r == repo then return true end end
+  return false
+end
+
+local function iso(secs) return os.date("!%Y-%m-%dT%H:%M:%SZ", secs) end
+
+function Standin:mint(id, req)
+  local inst = self.installations[id]
+  if inst == nil then return gh_error(404, "Not Found") end
+  local asked = nil
+  if req.body ~= nil and req.body ~= "" then
+    local ok, doc = pcall(cjson.decode, req.body)
+    if not ok or type(doc) ~= "table" then return gh_error(400, "Problems parsing JSON") end
+    if doc.permissions ~= nil then asked = doc.permissions end
+  end
+  if asked then
+    for name, level in pairs(asked) do
+      local have = inst.permissions[name]
+      if RANK[level] == nil or have == nil or RANK[have] < RANK[level] then
+        return gh_error(422, "The permissions requested are not granted to this installation.")
+      end
+    end
+  end
+  if self.mint_delay_ms > 0 then core.sleep(self.mint_delay_ms) end
+  local scope = asked == nil and "write" or (same_set(asked, M.READ_SET) and "read" or "custom")
+  local token = "ghs_" .. core.crypto.hex(core.crypto.random_bytes(18))
+  local expires_s = self:now_s() + self.token_ttl_ms // 1000
+  local perms = asked and copy(asked) or copy(inst.permissions)
+  self.tokens[token] = { installation = id, permissions = perms, expires_s = expires_s, scope = scope }
+  self.mints[#self.mints + 1] = {
+    installation = id, scope = scope, token = token, asked = asked and copy(asked) or nil,
+    body = (req.body ~= "" and req.body) or nil, expires_at = iso(expires_s),
+  }
+  return json(201, {
+    token = token, expires_at = iso(expires_s), permissions = perms,
+    repository_selection = inst.repos == "all" and "all" or "selected",
+  })
+end
+
+-- A call made with an installation token (what gh does inside the sandbox).
+function Standin:with_token(req)
+  local auth = req.headers["authorization"] or ""
+  local token = auth:match("^[Bb]earer (.+)$") or auth:match("^token (.+)$")
+  local t = token and self.tokens[token]
+  if t == nil or t.expires_s <= self:now_s() then return gh_error(401, "Bad credentials") end
+  local repos = {}
+  local inst = self.installations[t.installation]
+  if type(inst.repos) == "table" then
+    for _, r in ipairs(inst.repos) do repos[#repos + 1] = { full_name = r } end
+  end
+  return json(200, { total_count = #repos, repositories = repos, permissions = t.permissions })
+end
+
+-- The protocol, transport-free: req = {method, path, headers (lower-cased names), body}.
+-- → status, headers, body
+function Standin:handle(req)
+  local entry = { method = req.method, path = req.path }
+  self.requests[#self.requests + 1] = entry
+  local function answer(status, headers, body)
+    entry.status = status
+    return status, headers, body
+  end
+  local bad = { self:check_headers(req) }
+  if bad[1] then return answer(table.unpack(bad)) end
+
+  local route = req.method .. " " .. req.path
+  local forced = self.forced[route]
+  if forced and #forced > 0 then
+    local f = table.remove(forced, 1)
+    if f.status == 0 then -- never answers (deadline tests); close() ends the wait
+      core.sleep(3600 * 1000, self.stop)
+      return answer(gh_error(504, "stand-in closed"))
+    end
+    return answer(json(f.status, f.body or { message = "forced", documentation_url = M.DOCS }))
+  end
+
+  if req.method == "GET" and req.path == "/installation/repositories" then
+    return answer(self:with_token(req))
+  end
+  local claims, s, h, b = self:check_jwt(req)
+  if claims == nil then return answer(s, h, b) end
+
+  local owner, repo = req.path:match("^/repos/([^/]+)/([^/]+)/installation$")
+  if req.method == "GET" and owner then
+    local full = owner .. "/" .. repo
+    for id, inst in pairs(self.installations) do
+      if covers(inst, full) then
+        return answer(json(200, { id = id, account = { login = inst.account },
+          app_id = tonumber(self.app_id), permissions = inst.permissions,
+          repository_selection = inst.repos == "all" and "all" or "selected" }))
+      end
+    end
+    return answer(gh_error(404, "Not Found"))
+  end
+  local id = req.path:match("^/app/installations/(%d+)/access_tokens$")
+  if req.method == "POST" and id then return answer(self:mint(math.tointeger(tonumber(id)), req)) end
+  id = req.path:match("^/app/installations/(%d+)$")
+  if req.method == "GET" and id then
+    local inst = self.installations[math.tointeger(tonumber(id))]
+    if inst == nil then return answer(gh_error(404, "Not Found")) end
+    return answer(json(200, { id = math.tointeger(tonumber(id)), account = { login = inst.account },
+      permissions = inst.permissions }))
+  end
+  return answer(gh_error(404, "Not Found"))
+end
+
+-- Serves on 127.0.0.1 (an ephemeral port) inside the running core.run; close() when done.
+function M.start(opts)
+  local self = M.new(opts)
+  self.server = core.http.serve{
+    host = "127.0.0.1", port = 0,
+    handler = function(req, res)
+      local status, headers, body = self:handle{
+        method = req.method, path = req.path, headers = req.headers, body = req.body,
+      }
+      res:send(status, headers, body)
+    end,
+  }
+  self.api_url = "http://127.0.0.1:" .. self.server.port
+  -- The engine's server stamps Date from the real clock; GitHub's Date is the stand-in's clock
+  -- (the specs' fake one, plus skew_ms), so the answer's date is restamped for the client.
+  self.request = function(args)
+    local status, headers, body = core.http.request(args)
+    if status and type(headers) == "table" then headers["date"] = http_date(self:now_s()) end
+    return status, headers, body
+  end
+  return self
+end
+
+---------------------------------------------------------------------------------------------
+-- Fixtures for the github specs
+
+local keys_cache = {}
+-- An RSA key pair (PEM private, PEM public), made once per name per process.
+function M.keys(name)
+  name = name or "app"
+  if keys_cache[name] == nil then
+    local priv, pub = core.crypto.rsa_generate(2048)
+    keys_cache[name] = { priv, pub }
+  end
+  return keys_cache[name][1], keys_cache[name][2]
+end
+
+-- The installations most specs use: 678 covers acme/api and acme/web with the App's full
+-- required grant; 900 is another org's, covering all of its repositories.
+function M.default_installations()
+  return {
+    [678] = { account = "acme", repos = { "acme/api", "acme/web" }, permissions = copy(M.FULL_GRANT) },
+    [900] = { account = "umbrella", repos = "all", permissions = copy(M.FULL_GRANT) },
+  }
+end
+
+-- A world for one spec, inside core.run: a fake wall clock shared by the identity and the
+-- stand-in, the stand-in, the bot's environment, and the identity with its log and redaction
+-- captured. opts: policy (function → snapshot, required), env (extra or replaced variables;
+-- false removes one), installations, mint_delay_ms, identity_opts, real_clock (the stand-in
+-- reads the real wall clock: a switchboard process under test signs JWTs with it).
+function M.world(opts)
+  local identity = require("switchboard.github.identity")
+  local w = { clock = { ms = (core.wall_ms() // 1000) * 1000 }, logs = {}, redacted = {} }
+  w.wall_ms = function() return w.clock.ms end
+  if opts.real_clock then w.wall_ms = core.wall_ms end -- another process signs with its own
+  function w.advance(ms) w.clock.ms = w.clock.ms + ms end
+  w.priv, w.pub = M.keys()
+  w.gh = M.start{
+    public_key = w.pub, app_id = "12345", client_id = opts.client_id,
+    installations = opts.installations or M.default_installations(),
+    wall_ms = w.wall_ms, mint_delay_ms = opts.mint_delay_ms,
+  }
+  w.env = { GITHUB_APP_ID = "12345", GITHUB_APP_PRIVATE_KEY = w.priv, GITHUB_API_URL = w.gh.api_url }
+  for k, v in pairs(opts.env or {}) do w.env[k] = v or nil end
+  function w.getenv(name) return w.env[name] end
+  local iopts = {
+    policy = opts.policy, request = w.gh.request, wall_ms = w.wall_ms,
+    log = function(level, event, fields) w.logs[#w.logs + 1] = { level = level, event = event, fields = fields } end,
+    redact = function(s) w.redacted[s] = true; core.log_redact(s) end,
+  }
+  for k, v in pairs(opts.identity_opts or {}) do iopts[k] = v end
+  function w.new_identity() return identity.from_env(w.getenv, iopts) end
+  w.identity = w.new_identity()
+  -- Every secret the world has seen: the key (and each of its lines), JWTs, tokens.
+  function w.secrets()
+    local out = { w.priv }
+    for line in w.priv:gmatch("[^\n]+") do
+      if not line:find("-----", 1, true) then out[#out + 1] = line end
+    end
+    for _, j in ipairs(w.gh.jwts) do out[#out + 1] = j end
+    for t in pairs(w.gh.tokens) do out[#out + 1] = t end
+    return out
+  end
+  -- The first secret found in text, or nil.
+  function w.leak(text)
+    text = tostring(text)
+    for _, s in ipairs(w.secrets()) do
+      if #s >= 16 and text:find(s, 1, true) then return s:sub(1, 12) .. "…" end
+    end
+    return nil
+  end
+  function w.close() w.gh:close() end
+  return w
+end
+
+function Standin:close()
+  self.stop:abort("closed")
+  if self.server then self.server:close(); self.server = nil end
+end
+
+return M
