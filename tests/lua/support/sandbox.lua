@@ -173,7 +173,11 @@ function M.start_sandboxd(opts)
   end
   h.port = tonumber(port)
   h.url = h.port and ("http://127.0.0.1:" .. port) or nil
-  function h.stop(_, sig) if not h.result then proc:kill(sig or "TERM") end end
+  -- The signal goes to the server process alone, not its group: a command being spawned is in
+  -- the server's group for a moment (before its own setsid) and would die of it.
+  function h.stop(_, sig)
+    if not h.result then os.execute(("kill -%s %d 2>/dev/null"):format(sig or "TERM", h.pid)) end
+  end
   function h.wait()
     M.wait_for(function() return h.result end, 60000)
     return h.result
