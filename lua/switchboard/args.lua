@@ -51,4 +51,19 @@ function M.parse(argv, spec)
   return opts, words, rest
 end
 
+-- The prologue every subcommand shares: parse, answer --help, report a usage error.
+-- Returns opts, words, rest; or nil, status when the command is already done.
+function M.command(name, argv, spec, help)
+  local opts, words, rest = M.parse(argv, spec)
+  if not opts then
+    io.stderr:write("switchboard ", name, ": ", words, "\n")
+    return nil, 2
+  end
+  if opts.help then
+    io.stdout:write(help)
+    return nil, 0
+  end
+  return opts, words, rest
+end
+
 return M

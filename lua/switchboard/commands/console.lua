@@ -63,12 +63,6 @@ local function fail(status, message)
   return status
 end
 
-local function sink_for(path)
-  if path == nil then return nil end
-  if path == "-" then return tracing.stderr_sink() end
-  return tracing.file_sink(path)
-end
-
 -- Lines of standard input, handed to on_line as they complete; the last line may lack its
 -- newline. Returns "eof" or "stopped" (stop fired).
 local function read_lines(stop, on_line)
@@ -113,12 +107,8 @@ function M.check_sandbox(snap, url, getenv)
 end
 
 function M.run(argv, ctx)
-  local opts, words = args.parse(argv, SPEC)
-  if not opts then return fail(M.EXIT.usage, words) end
-  if opts.help then
-    io.stdout:write(M.help)
-    return 0
-  end
+  local opts, words = args.command("console", argv, SPEC, M.help)
+  if not opts then return words end
   if #words > 0 then
     return fail(M.EXIT.usage, ("unexpected %q (asks come from standard input; see --help)"):format(words[1]))
   end
@@ -136,7 +126,7 @@ function M.run(argv, ctx)
     local ok, why = M.check_sandbox(snap, opts.sandbox_url, os.getenv)
     if not ok then return fail(M.EXIT.config, why) end
   end
-  local sink, sink_err = sink_for(opts.trace)
+  local sink, sink_err = tracing.sink_for(opts.trace)
   if opts.trace and not sink then return fail(M.EXIT.usage, "--trace: " .. tostring(sink_err)) end
 
   local interactive = core.isatty(0)

@@ -69,12 +69,6 @@ local function fail(status, message)
   return status
 end
 
-local function sink_for(path)
-  if path == nil then return nil end
-  if path == "-" then return tracing.stderr_sink() end
-  return tracing.file_sink(path)
-end
-
 local function status_of(err)
   if errors.is_capacity(err) then return M.EXIT.capacity end
   if errors.is_infra(err) then return M.EXIT.infra end
@@ -89,12 +83,8 @@ local function stop_on_signals(stop)
 end
 
 function M.run(argv, ctx)
-  local opts, words, rest = args.parse(argv, SPEC)
-  if not opts then return fail(M.EXIT.usage, words) end
-  if opts.help then
-    io.stdout:write(M.help)
-    return 0
-  end
+  local opts, words, rest = args.command("exec", argv, SPEC, M.help)
+  if not opts then return words end
   if #words > 0 then
     return fail(M.EXIT.usage, ("unexpected %q: put the command after `--`"):format(words[1]))
   end
@@ -115,7 +105,7 @@ function M.run(argv, ctx)
     sandbox_url = opts.sandbox_url,
     credentials = ctx.credentials,
     force_backend = opts.backend,
-    sink = sink_for(opts.trace),
+    sink = tracing.sink_for(opts.trace),
   }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo })
   if not built then return fail(M.EXIT.config, tostring(err)) end
   if built.note then io.stderr:write("note: ", built.note, "\n") end

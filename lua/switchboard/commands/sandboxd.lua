@@ -66,12 +66,8 @@ function M.parse_listen(text)
 end
 
 function M.run(argv, ctx)
-  local opts, words = args.parse(argv, SPEC)
-  if not opts then return fail(M.EXIT.usage, words) end
-  if opts.help then
-    io.stdout:write(M.help)
-    return 0
-  end
+  local opts, words = args.command("sandboxd", argv, SPEC, M.help)
+  if not opts then return words end
   if #words > 0 then return fail(M.EXIT.usage, ("unexpected %q (see --help)"):format(words[1])) end
   if not opts.listen then return fail(M.EXIT.usage, "--listen HOST:PORT is required (see --help)") end
   if not opts.root or opts.root == "" then return fail(M.EXIT.usage, "--root DIR is required (see --help)") end

@@ -23,15 +23,8 @@ Examples:
 }
 
 function M.run(argv)
-  local opts, words = args.parse(argv, { json = "flag" })
-  if not opts then
-    io.stderr:write("switchboard version: ", words, "\n")
-    return 2
-  end
-  if opts.help then
-    io.stdout:write(M.help)
-    return 0
-  end
+  local opts, status = args.command("version", argv, { json = "flag" }, M.help)
+  if not opts then return status end
   local build = core.build
   if opts.json then
     io.stdout:write(cjson.encode({ commit = build.commit, builtAt = build.built_at }), "\n")

@@ -77,6 +77,13 @@ function M.file_sink(path)
   }
 end
 
+-- The sink a command line's --trace names: nil for none, "-" for stderr, else a file.
+function M.sink_for(path)
+  if path == nil then return nil end
+  if path == "-" then return M.stderr_sink() end
+  return M.file_sink(path)
+end
+
 function M.stderr_sink()
   return { write = function(_, record) io.stderr:write(encode(record), "\n") end }
 end
