@@ -134,8 +134,10 @@ static void scrub(strbuf *b) {
   }
 }
 
+bool sb_log_enabled(const char *level) { return level_rank(level) >= G.min_level; }
+
 void sb_log_write(const char *level, const char *event, const sb_log_field *fields, size_t n) {
-  if (level_rank(level) < G.min_level)
+  if (!sb_log_enabled(level))
     return;
   strbuf b = {0};
   if (G.json) {
@@ -201,6 +203,8 @@ static int cmp_keys(const void *a, const void *b) {
 static int l_log(lua_State *L) {
   const char *level = luaL_checkstring(L, 1);
   const char *event = luaL_checkstring(L, 2);
+  if (!sb_log_enabled(level))
+    return 0; /* a filtered line costs no formatting */
   enum { MAX_FIELDS = 64 };
   sb_log_field fields[MAX_FIELDS];
   size_t n = 0;

@@ -16,6 +16,7 @@ typedef struct {
 void sb_log_set_json(bool json);
 void sb_log_set_min_level(const char *level); /* "debug" | "info" | "warn" | "error" */
 void sb_log_redact(const char *secret);        /* copies it; empty and short strings ignored */
+bool sb_log_enabled(const char *level);
 void sb_log_write(const char *level, const char *event, const sb_log_field *fields, size_t n);
 /* An error with a location/traceback text, from the protected-call path. */
 void sb_log_error_text(const char *where, const char *text);
