@@ -101,7 +101,8 @@ describe("dispatcher", function()
     d = dispatcher.new{
       front = front,
       policy = opts.policy or function() return snap end,
-      stack = { workspace_root = root, backends = opts.backends, sink = opts.sink },
+      stack = { workspace_root = root, backends = opts.backends, sink = opts.sink,
+                credentials = opts.credentials },
       outputs_dir = outputs,
     }
     return d
@@ -285,6 +286,32 @@ describe("dispatcher", function()
     assert.matches("^%[main%] agent:general · local\n%$ ls\n✗ not run\ntool bash needs a workspace, "
       .. "but agent general declares no repository — a wiring bug", text)
     assert.same({}, core.fs.list(root) or {}) -- no workspace was created
+  end)
+
+  it("says once, on the card, that an agent with a token scope gets no credential", function()
+    local asked = 0
+    local creds = {
+      resolve_envs = function() return {} end,
+      notice = function(self)
+        asked = asked + 1
+        if self.said then return nil end
+        self.said = true
+        return "no GitHub credential: commands get no token"
+      end,
+    }
+    make{ credentials = creds }
+    run(function()
+      ask("main", "run `true`")
+      ask("main", "agent:general run `true`")
+      ask("other", "run `true`")
+      d:wait_idle()
+    end)
+    local cards = front:cards()
+    assert.matches("note: no GitHub credential: commands get no token", cards[1].final, 1, true)
+    for i = 2, #cards do
+      assert.is_nil(cards[i].final:find("no GitHub credential", 1, true), cards[i].final)
+    end
+    assert.are.equal(2, asked, "asked for the coding asks only (general has no token scope)")
   end)
 
   it("shows the factory's note, reads capacity as ⏳ fleet busy and infra as a sandbox failure", function()

@@ -235,6 +235,10 @@ function D:run_ask(thread, ask)
     return self:finish_card(ask)
   end
   c:provisioned(built.backend, built.note)
+  -- An agent that should carry a GitHub token but has no credential to get one: say so once.
+  local creds = self.build_opts.credentials
+  local no_token = ask.agent_def.token_scope and creds and creds.notice and creds:notice()
+  if no_token then c:add_note(no_token) end
   if ask.stop.aborted then
     c:cancelled(ask.stop.reason or "stopped", self.now_ms())
     self:release(thread, ask.agent, "always")
