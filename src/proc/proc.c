@@ -1,12 +1,12 @@
 /* The process supervisor: core.spawn{...} and proc:wait().
  *
- * Every child is started with posix_spawn (vfork-fast) in its own session and process group,
- * watched through a pidfd on the loop,
- * so signals go to the whole group: a deadline sends TERM and, after the grace, KILL; an abort
- * sends KILL at once; and when the leader exits, whatever it left behind in its group is
- * killed, so no background job outlives its command. stdout and stderr are captured up to a
- * per-stream cap; past it the bytes are drained and dropped, so memory stays at the cap however
- * much a child writes. The environment is exactly the table given, through envp. */
+ * Every child is started with posix_spawn (vfork-fast) in its own session and process group
+ * and watched through a pidfd on the loop. Signals go to the whole group: a deadline sends
+ * TERM and, after the grace, KILL; an abort sends KILL at once; and when the leader exits,
+ * whatever it left behind in its group is killed, so no background job outlives its command.
+ * stdout and stderr are captured up to a per-stream cap; past it the bytes are drained and
+ * dropped, so memory stays at the cap however much a child writes. The environment is exactly
+ * the table given, through envp. */
 #include "../engine/engine.h"
 #include "../log/log.h"
 
