@@ -28,19 +28,22 @@ local function alive(pid)
   return stat:match("^%d+ %b() (%a)") ~= "Z"
 end
 
+-- A plain GH_TOKEN gives the console a credential, so cards carry no "no credential" note
+-- and compare exactly; `false` in extra removes a variable.
 local function env_for(state, extra)
-  local env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state, BIN = BIN }
-  for k, v in pairs(extra or {}) do env[k] = v end
+  local env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state, BIN = BIN,
+                       GH_TOKEN = "specs-own-token" }
+  for k, v in pairs(extra or {}) do env[k] = v or nil end
   return env
 end
 
 -- The console with `input` on its stdin (a pipe). Returns the process result.
-local function console(state, input, args)
+local function console(state, input, args, extra_env)
   local r
   core.run(function()
     local argv = { BIN }
     for _, a in ipairs(args or { "console" }) do argv[#argv + 1] = a end
-    local proc = assert(core.spawn{ argv = argv, env = env_for(state), stdin = input,
+    local proc = assert(core.spawn{ argv = argv, env = env_for(state, extra_env), stdin = input,
                                     deadline_ms = 60000 })
     r = proc:wait()
   end)
@@ -121,6 +124,18 @@ describe("switchboard console (local backend, through a pipe)", function()
     assert.matches("\n  general +Answers questions without a repository[^\n]+%(no repository%)", b[1])
     assert.matches("\n  review +Reviews a repository", b[1])
   end)
+
+  it("says once, on the first card that needs one, that there is no GitHub credential",
+    function()
+      local r = console(state, "agent:general run `true`\nrun `true`\nrun `true`\n", nil,
+        { GH_TOKEN = false })
+      assert.equal(0, r.exit)
+      local _, notes = r.stdout:gsub("note: no GitHub credential: commands get no token", "")
+      assert.equal(1, notes, r.stdout)
+      local cards = blocks(r.stdout)
+      assert.is_nil(cards[1]:find("no GitHub credential", 1, true), "general has no token scope")
+      assert.truthy(cards[2]:find("no GitHub credential", 1, true), cards[2])
+    end)
 
   it("gives a no-repository agent the null executor's legible error", function()
     local r = console(state, "agent:general run `ls`\n")
