@@ -7,26 +7,9 @@ local bin = require("support.bin")
 local BIN = bin.path
 if BIN:sub(1, 1) ~= "/" then BIN = os.getenv("PWD") .. "/" .. BIN end
 
-local function tmpdir()
-  local p = io.popen("mktemp -d")
-  local d = p:read("l")
-  p:close()
-  return d
-end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function alive(pid)
-  local stat = read_file("/proc/" .. tostring(pid) .. "/stat")
-  if not stat then return false end
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
+local files = require("support.files")
+local procs = require("support.procs")
+local tmpdir, read_file, alive = files.tmpdir, files.read, procs.alive
 
 -- A plain GH_TOKEN gives the console a credential, so cards carry no "no credential" note
 -- and compare exactly; `false` in extra removes a variable.
@@ -65,20 +48,8 @@ local function script(state, body, extra_env)
 end
 
 -- The blocks of a pipe session's output (cards and answers, each followed by a blank line).
-local function blocks(out)
-  local list = {}
-  for b in (out .. "\n\n"):gmatch("(.-)\n\n") do
-    if b ~= "" then list[#list + 1] = b end
-  end
-  return list
-end
-
-local function find_block(out, pattern)
-  for _, b in ipairs(blocks(out)) do
-    if b:find(pattern) then return b end
-  end
-  return nil
-end
+local cards = require("support.cards")
+local blocks, find_block = cards.blocks, cards.find
 
 describe("switchboard console (local backend, through a pipe)", function()
   local state

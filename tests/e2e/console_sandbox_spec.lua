@@ -9,25 +9,9 @@ local sb = require("support.sandbox")
 local BIN = bin.path
 if BIN:sub(1, 1) ~= "/" then BIN = os.getenv("PWD") .. "/" .. BIN end
 
-local function alive(pid)
-  local stat = sb.read("/proc/" .. tostring(pid) .. "/stat")
-  if not stat then return false end
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
-
-local function blocks(out)
-  local list = {}
-  for b in (out .. "\n\n"):gmatch("(.-)\n\n") do
-    if b ~= "" then list[#list + 1] = b end
-  end
-  return list
-end
-
-local function find_block(out, pattern)
-  for _, b in ipairs(blocks(out)) do
-    if b:find(pattern) then return b end
-  end
-end
+local cards = require("support.cards")
+local alive = require("support.procs").alive
+local blocks, find_block = cards.blocks, cards.find
 
 describe("switchboard console against a live sandboxd", function()
   local state, pol, server

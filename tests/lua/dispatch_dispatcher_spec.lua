@@ -15,27 +15,9 @@ local function append(text)
   return function(src) return src .. "\n" .. text .. "\n" end
 end
 
-local function tmpdir()
-  local p = io.popen("mktemp -d")
-  local d = p:read("l")
-  p:close()
-  return d
-end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
--- A process is gone when /proc has no entry for it or it is a zombie waiting for its reaper.
-local function alive(pid)
-  local stat = read_file("/proc/" .. tostring(pid) .. "/stat")
-  if not stat then return false end
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
+local files = require("support.files")
+local procs = require("support.procs")
+local tmpdir, read_file, alive = files.tmpdir, files.read, procs.alive
 
 -- Runs fn as a task on the real engine; a test that would hang fails instead.
 local function run(fn, limit_ms)

@@ -13,13 +13,7 @@ local function sh(cmd)
   assert(ok, "command failed: " .. cmd)
 end
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_file = require("support.files").read
 
 -- Starts a peer as a real subprocess and waits (on the loop) for its port file.
 local function start_peer(opts)
