@@ -4,10 +4,10 @@
  * command), reaped with waitpid. Runs for SECONDS and prints one line: the commands per second.
  *
  *   bench_sandbox_raw8 [CONCURRENCY [SECONDS]] */
+#include "reference_spawn.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -27,29 +27,7 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int start(slot *s) {
-  int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
-    return -1;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
-  char *argv[] = {"bash", "-c", "true", NULL};
-  char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
-  int rc = posix_spawn(&s->pid, "/bin/bash", &fa, &attr, argv, envp);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  close(out[1]);
-  close(err[1]);
-  s->out = out[0];
-  s->err = err[0];
-  return rc == 0 ? 0 : -1;
-}
+static int start(slot *s) { return spawn_true(&s->pid, &s->out, &s->err); }
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 8;
