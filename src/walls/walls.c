@@ -291,8 +291,15 @@ static void build_bwrap(const options *o, bwrap_args *b) {
       errno = 0;
       die("--hide takes an absolute path, not '%s'", path);
     }
+    /* Only under an exposed entry: elsewhere there is nothing of the host to cover. */
+    bool exposed = false;
+    for (int j = 0; j < o->expose.n; j++) {
+      size_t n = strlen(o->expose.items[j]);
+      if (strncmp(path + 1, o->expose.items[j], n) == 0 && (path[n + 1] == '/' || path[n + 1] == '\0'))
+        exposed = true;
+    }
     snprintf(host, sizeof host, "%s%s", strcmp(o->rootfs, "/") == 0 ? "" : o->rootfs, path);
-    if (stat(host, &st) < 0)
+    if (!exposed || stat(host, &st) < 0)
       continue;
     if (S_ISDIR(st.st_mode)) {
       arg(b, "--tmpfs"); arg(b, path);
@@ -300,7 +307,9 @@ static void build_bwrap(const options *o, bwrap_args *b) {
       arg(b, "--ro-bind"); arg(b, "/dev/null"); arg(b, path);
     }
   }
-  arg(b, "--bind"); arg(b, o->workspace); arg(b, o->cwd);
+  /* fd 5: the workspace opened by us (as root, before dropping to the instance's uid, which
+   * cannot traverse sandboxd's root); a path swapped after that open changes nothing. */
+  arg(b, "--bind-fd"); arg(b, "5"); arg(b, o->cwd);
   arg(b, "--tmpfs"); arg(b, "/tmp");
   arg(b, "--dev"); arg(b, "/dev");
   arg(b, "--tmpfs"); arg(b, "/dev/shm");
@@ -351,6 +360,11 @@ static int hold(const options *o) {
     die("hold needs --workspace");
   }
   join_cgroups(o, true);
+  /* The workspace becomes the instance's own (a symlink in its place is refused); the fd goes
+   * to bwrap as the source of its bind mount. */
+  int ws = open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (ws < 0 || fchown(ws, (uid_t)o->uid, (gid_t)o->gid) < 0)
+    die("cannot give the workspace %s to uid %ld", o->workspace, o->uid);
   drop_to(o);
   die_with_parent(parent);
   int info[2], ready[2];
@@ -363,15 +377,18 @@ static int hold(const options *o) {
   if (pid < 0)
     die("fork");
   if (pid == 0) {
-    /* fds 3 and 4 for bwrap (dup2 clears O_CLOEXEC on the copies); they are above the pipes
-     * only if 0-2 are taken, which the supervisor guarantees. */
-    if (dup2(info[1], 3) < 0 || dup2(ready[1], 4) < 0)
+    /* fds 3, 4 and 5 for bwrap: first out of the way (any source may itself be 3-5), then into
+     * place (dup2 clears O_CLOEXEC on the copies; the detours keep theirs). */
+    int i = fcntl(info[1], F_DUPFD_CLOEXEC, 10), r = fcntl(ready[1], F_DUPFD_CLOEXEC, 10),
+        w = fcntl(ws, F_DUPFD_CLOEXEC, 10);
+    if (i < 0 || r < 0 || w < 0 || dup2(i, 3) < 0 || dup2(r, 4) < 0 || dup2(w, 5) < 0)
       _exit(EXIT_WALLS);
     execvp("bwrap", b.argv);
     die("cannot run bwrap (apt-get install bubblewrap)");
   }
   close(info[1]);
   close(ready[1]);
+  close(ws);
   long inner = read_child_pid(info[0]);
   close(info[0]);
   char word[8];

@@ -11,6 +11,7 @@
 --   runner:stop(reason)           → kill what still runs, delete the workspace (sleep; reason
 --                                   "idle" | "shutdown")
 local core = require("switchboard.core")
+local walled = require("switchboard.shell.walled")
 local workspace = require("switchboard.exec.workspace")
 
 local M = {}
@@ -18,23 +19,26 @@ local M = {}
 local Runner = {}
 Runner.__index = Runner
 
-function M.new(root, thread_key)
+-- walls: the host's walls (shell/instance.lua host) or nil for an unwalled instance.
+function M.new(root, thread_key, walls)
   return setmetatable({
     root = root,
     key = thread_key,
     dir = workspace.path(root, thread_key),
     stopped = core.signal(), -- sleep: every process of this instance is killed at once
+    walls = walls,
   }, Runner)
 end
 
 -- new_runner for fleet.new
-function M.factory(root)
-  return function(thread_key) return M.new(root, thread_key) end
+function M.factory(root, walls)
+  return function(thread_key) return M.new(root, thread_key, walls) end
 end
 
 -- The workspace exists from the instance's first operation until it sleeps; a command may
 -- still remove its own directory, so one stat per operation checks before the cwd is used.
 local function ensure(self)
+  if self.walls then return walled.ensure(self) end
   if self.ready and core.fs.exists(self.dir) then return self.dir end
   local ok, err = core.fs.mkdir_p(self.dir, tonumber("700", 8))
   if not ok then
@@ -47,6 +51,7 @@ end
 function Runner:exec(spec)
   local dir, err = ensure(self)
   if not dir then return nil, err end
+  if self.walls then return walled.exec(self, spec) end
   local signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped
   local proc, spawn_err = core.spawn{
     argv = { "bash", "-c", spec.command },
@@ -64,6 +69,7 @@ end
 local function with_root(self, fn)
   local dir, err = ensure(self)
   if not dir then return nil, err end
+  if self.walls then return walled.with_root(self, fn) end
   local root, root_err = core.fs.root(dir)
   if not root then return nil, root_err end
   local a, b = fn(root)
@@ -76,6 +82,8 @@ function Runner:read(path, max_bytes)
 end
 
 function Runner:write(path, bytes)
+  local refused = self.walls and walled.over_cap(self)
+  if refused then return nil, refused end
   return with_root(self, function(root) return root:write(path, bytes) end)
 end
 
@@ -96,6 +104,7 @@ end
 -- interrupted is removed by the next start's sweep.
 function Runner:stop(reason)
   self.stopped:abort("instance asleep")
+  if self.walls then walled.stop(self) end
   if not core.fs.exists(self.dir) then return end
   if reason == "shutdown" then return remove_now(self.dir) end
   local trash = ("%s/%s%s-%s"):format(self.root, TRASH, workspace.dir_name(self.key),
