@@ -15,7 +15,7 @@ network = "host"
 -- one is answered in words naming the setting.
 memory_bytes = 4096 * MiB        -- RAM + page cache of all its processes; past it the kernel kills
 pids_max = 512                   -- processes and threads at once; past it fork fails
-cpu_cores = 2                    -- CPU time per wall second (a CFS quota), in cores
+cpu_percent = 200                -- CPU time per wall second (a CFS quota), in % of one core
 
 -- Per process, through rlimits.
 open_files = 4096                -- RLIMIT_NOFILE

@@ -51,7 +51,7 @@ Examples:
   curl -H "authorization: Bearer $SANDBOX_TOKEN" http://127.0.0.1:8080/healthz
 ]]
 
-local SPEC = { listen = "string", root = "string", ["max-instances"] = "number", ["no-walls"] = "boolean" }
+local SPEC = { listen = "string", root = "string", ["max-instances"] = "number", ["no-walls"] = "flag" }
 
 local function fail(status, message)
   io.stderr:write("switchboard sandboxd: ", message, "\n")

@@ -424,7 +424,7 @@ M.files.isolation = {
   network = S.enum { "host", "none" },
   memory_bytes = S.int { min = 16 * M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   pids_max = S.int { min = 8, max = 4194304 },
-  cpu_cores = S.int { min = 1, max = 1024 },
+  cpu_percent = S.int { min = 10, max = 102400 },
   open_files = S.int { min = 64, max = 1048576 },
   file_size_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   workspace_max_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },

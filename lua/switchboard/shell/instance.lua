@@ -258,12 +258,12 @@ local function limit_writes(self)
     set(cg.memory, "memory.max", tostring(iso.memory_bytes))
     set(cg.memory, "memory.swap.max", "0")
     set(cg.pids, "pids.max", tostring(iso.pids_max))
-    set(cg.cpu, "cpu.max", ("%d 100000"):format(iso.cpu_cores * 100000))
+    set(cg.cpu, "cpu.max", ("%d 100000"):format(iso.cpu_percent * 1000))
   else
     set(cg.memory, "memory.limit_in_bytes", tostring(iso.memory_bytes))
     set(cg.pids, "pids.max", tostring(iso.pids_max))
     set(cg.cpu, "cpu.cfs_period_us", "100000")
-    set(cg.cpu, "cpu.cfs_quota_us", tostring(iso.cpu_cores * 100000))
+    set(cg.cpu, "cpu.cfs_quota_us", tostring(iso.cpu_percent * 1000))
   end
   return w
 end
