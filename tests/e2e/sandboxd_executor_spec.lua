@@ -221,7 +221,9 @@ describe("sandbox executor → sandboxd", function()
 
   it("200 threads in parallel, nothing lost", function()
     core.run(function()
-      local h = S.start_sandboxd{ policies = dir, args = { "--max-instances", "200" } }
+      -- Walled, 200 instances take longer to wake than S.FAST's 2 s of idle: none may sleep here.
+      local h = S.start_sandboxd{ policies = S.policy_dir(S.FAST .. 'sandbox.sleep_after = "10m"\n'),
+        args = { "--max-instances", "200" } }
       local results, done = {}, 0
       local me = core.current()
       for i = 1, 200 do

@@ -17,7 +17,7 @@ local core = require("switchboard.core")
 local M = {}
 
 local CONTROLLERS = { "memory", "pids", "cpu" }
-local READY_TIMEOUT_MS = 15000
+local READY_TIMEOUT_MS = 60000 -- a busy host with hundreds of instances waking at once is slow
 
 local Host = {}
 Host.__index = Host
@@ -326,7 +326,7 @@ function Instance:start()
   end)
   core.sleep(READY_TIMEOUT_MS, self.starting)
   if not self.pid then
-    local why = self.hold_result and self.hold_result.stderr or "no answer within 15 s"
+    local why = self.hold_result and self.hold_result.stderr or "no answer within 60 s"
     self.start_err = { kind = "workspace", message = "the instance's walls could not be built: "
       .. (why:gsub("%s+$", "")) }
     self:stop()
