@@ -49,11 +49,15 @@ function M.over_cap(r)
       instance.size_text(r.used_bytes), instance.size_text(iso.workspace_max_bytes)) }
 end
 
--- The workspace's size, measured after a command (one measurement at a time, off the
--- command's path); the answer gates the next command and write.
+-- The workspace's size, measured after a command (one measurement at a time, at most one per
+-- MEASURE_EVERY_MS, off the command's path: a `du` per command would cost more than the
+-- command); the answer gates the next command and write.
+local MEASURE_EVERY_MS = 5000
+
 local function measure(r)
-  if r.measuring then return end
+  if r.measuring or (r.measured_ms and core.now_ms() - r.measured_ms < MEASURE_EVERY_MS) then return end
   r.measuring = true
+  r.measured_ms = core.now_ms()
   core.go(function()
     local proc = core.spawn{ argv = { "du", "-s", "-x", "-P", "--block-size=1", r.dir },
       env = { PATH = os.getenv("PATH") }, deadline_ms = 60000, signal = r.stopped }
