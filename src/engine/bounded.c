@@ -2,6 +2,7 @@
  * instruction budget, the way Redis bounds scripts with a count hook. A hook that loops is
  * stopped with an error naming its line; a hook that yields is refused. */
 #include "engine.h"
+#include "engine_internal.h"
 
 static void budget_exhausted(lua_State *L, lua_Debug *ar) {
   (void)ar;
@@ -29,8 +30,9 @@ static int l_call_bounded(lua_State *L) {
   if (status == LUA_YIELD) {
     lua_pushliteral(L, "a bounded call may not wait on anything (it yielded)");
   } else {
-    const char *msg = luaL_tolstring(co, -1, NULL);
-    luaL_traceback(L, co, msg, 0);
+    lua_xmove(co, L, 1); /* the error value */
+    sb_push_traceback(L, co, 0);
+    lua_remove(L, -2);
   }
   lua_resetthread(co);
   return 2;

@@ -2,6 +2,7 @@
  * cmake/build_stamp.cmake — never hand-bumped. A build outside a git checkout says "unknown"
  * and carries no invented time. */
 #include "engine.h"
+#include "engine_internal.h"
 #include "build_stamp.h"
 
 int sb_build_open(lua_State *L) {

@@ -1,5 +1,6 @@
 /* core.sleep, core.now_ms, core.wall_ms. */
 #include "engine.h"
+#include "engine_internal.h"
 
 #include <stddef.h>
 #include <stdlib.h>

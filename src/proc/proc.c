@@ -7,6 +7,7 @@
  * stdout and stderr are captured up to a per-stream cap; past it the bytes are drained and
  * dropped, so memory stays at the cap however much a child writes. The environment is exactly
  * the table given, through envp. */
+#include "proc.h"
 #include "../engine/engine.h"
 #include "../log/log.h"
 
@@ -95,12 +96,10 @@ static void signal_group(sb_proc *p, int signo) {
     kill(-p->pid, signo); /* ESRCH once the group is empty: nothing to do */
 }
 
-void sb_proc_kill_all(int signo) {
+static void kill_all(int signo) {
   for (sb_proc *p = live_head; p; p = p->next)
     signal_group(p, signo);
 }
-
-int sb_proc_live_count(void) { return live_count; }
 
 /* ---- completion ----------------------------------------------------------------------------- */
 
@@ -522,16 +521,13 @@ static int spawn_child(const char *program, const spawn_args *a, const char *cwd
 }
 
 static int push_spawn_fail(lua_State *L, const char *program, const char *cwd, int err) {
-  lua_pushnil(L);
-  lua_createtable(L, 0, 2);
-  lua_pushliteral(L, "spawn");
-  lua_setfield(L, -2, "kind");
   if (err == ENOENT && cwd != NULL)
     lua_pushfstring(L, "cannot start '%s' in '%s': no such program or directory", program, cwd);
   else
     lua_pushfstring(L, "cannot start '%s': %s", program, strerror(err));
-  lua_setfield(L, -2, "message");
-  return 2;
+  int n = sb_push_fail(L, "spawn", lua_tostring(L, -1));
+  lua_remove(L, -3); /* the message text */
+  return n;
 }
 
 static void capture_open(sb_proc *p, capture *c, const char *name, size_t limit, int fd) {
@@ -727,11 +723,40 @@ static int l_proc_count(lua_State *L) {
 
 static int l_kill_all(lua_State *L) {
   (void)L;
-  sb_proc_kill_all(SIGKILL);
+  kill_all(SIGKILL);
   return 0;
 }
 
+/* Engine shutdown: every live group is killed and its leader reaped (blocking: KILL cannot be
+ * ignored, so this is short), then its handles are closed; waiting tasks are dropped. */
+static void proc_shutdown(void *ud) {
+  (void)ud;
+  lua_State *L = sb_main_state();
+  while (live_head != NULL) {
+    sb_proc *p = live_head;
+    live_remove(p);
+    signal_group(p, SIGKILL);
+    if (!p->exited) {
+      while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR) {
+      }
+      p->exited = true;
+    }
+    p->finished = true;
+    p->waiter = NULL;
+    sb_abort_unlisten(&p->on_abort);
+    release_refs(L, p);
+    capture_close(p, &p->out);
+    capture_close(p, &p->err);
+    close_handle(p, (uv_handle_t *)&p->in);
+    close_handle(p, (uv_handle_t *)&p->deadline);
+    close_handle(p, (uv_handle_t *)&p->grace);
+    close_handle(p, (uv_handle_t *)&p->linger);
+    close_handle(p, (uv_handle_t *)&p->exit_poll);
+  }
+}
+
 int sb_proc_open(lua_State *L) {
+  sb_shutdown_register(proc_shutdown, NULL);
   if (luaL_newmetatable(L, PROC_MT)) {
     static const luaL_Reg methods[] = {
         {"wait", l_wait}, {"kill", l_kill}, {"__index", l_index}, {"__gc", l_gc}, {NULL, NULL}};
