@@ -376,6 +376,7 @@ bool sb_engine_init(lua_State *L) {
     return E.L == L;
   mark_inherited_cloexec();
   E.L = L;
+  sb_bounded_install(L);
   E.loop = uv_default_loop();
   uv_idle_init(E.loop, &E.ready_idle); /* active (and so keeping the loop alive) only while
                                           tasks wait in the ready queue */
@@ -456,6 +457,7 @@ void sb_engine_shutdown(void) {
   uv_walk(E.loop, close_walk, NULL);
   uv_run(E.loop, UV_RUN_DEFAULT); /* every close callback runs */
   uv_loop_close(E.loop);
+  sb_bounded_uninstall(E.L);
   free(E.ready);
   E.ready = NULL;
   E.ready_len = E.ready_cap = 0;

@@ -13,4 +13,11 @@ int sb_os_signals_open(lua_State *L); /* os_signals.c: on_signal */
 int sb_error_open(lua_State *L);      /* error.c: error, is_error */
 int sb_build_open(lua_State *L);      /* build.c: build */
 
+/* bounded.c: wraps the state's allocator with the accounting one call_bounded limits. Called
+ * once by sb_engine_init. */
+void sb_bounded_install(lua_State *L);
+/* Puts the state's own allocator back; sb_engine_shutdown calls it, since core.so may be
+ * unloaded (lua_close's last finalizer) before the state's last block is freed. */
+void sb_bounded_uninstall(lua_State *L);
+
 #endif
