@@ -430,16 +430,18 @@ static int l_spawn(lua_State *L) {
   p->on_output_ref = field_ref(L, 1, "on_output", LUA_TFUNCTION, "a function");
   p->stdin_ref = field_ref(L, 1, "stdin", LUA_TSTRING, "a string");
   p->signal_ref = field_ref(L, 1, "signal", LUA_TUSERDATA, "a signal");
+  lua_pushvalue(L, -1);
+  p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
 
   sb_spawned child;
   int rc = sb_spawn_start(&a, p->stdin_ref != LUA_NOREF, &child);
   if (rc != 0) {
     release_refs(L, p);
+    luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref);
+    p->self_ref = LUA_NOREF;
     return push_spawn_fail(L, a.argv[0], a.cwd, rc);
   }
   /* From here on nothing raises: the child is supervised until it is reaped. */
-  lua_pushvalue(L, -1);
-  p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
   p->kill_grace_ms = (uint64_t)grace_ms;
   p->pid = child.pid;
   p->pidfd = child.pidfd;
