@@ -124,6 +124,7 @@ end)
 
 describe("TERM without a handler", function()
   it("stops core.run, then shuts down: the children die and the process exits 0", async(function()
+    local out = ""
     local p = lua_child([[
       local core = require("switchboard.core")
       core.on_signal("TERM", function() end)
@@ -136,20 +137,18 @@ describe("TERM without a handler", function()
         io.stdout:write("waited\n")
       end)
       io.stdout:write("after run\n")
-    ]], { on_output = function() end })
+    ]], { on_output = function(stream, chunk) if stream == "stdout" then out = out .. chunk end end })
+    -- the pid line comes once posix_spawn returned, so the child is in its own session by then
     local pid
     local t0 = core.now_ms()
     while core.now_ms() - t0 < 20000 do
-      -- the child pid arrives on stdout; poll the spawned process's /proc children list
-      local f = io.open("/proc/" .. p.pid .. "/task/" .. p.pid .. "/children")
-      local kids = f and f:read("a") or ""
-      if f then f:close() end
-      pid = tonumber(kids:match("%d+"))
+      pid = tonumber(out:match("^(%d+)\n"))
       if pid then break end
       core.sleep(10)
     end
     assert.is_not_nil(pid, "the engine under test never started its child")
-    p:kill("TERM")
+    -- the process alone, as an operator's kill does
+    assert(core.spawn({ argv = { "kill", "-TERM", tostring(p.pid) }, env = { PATH = PATH } })):wait()
     local r = p:wait()
     assert.are.equal(0, r.exit, r.stderr)
     assert.matches("after run", r.stdout, 1, true)
