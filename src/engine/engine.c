@@ -434,8 +434,8 @@ void sb_engine_request_exit(int status) {
 
 int sb_engine_exit_status(void) { return E.exit_status; }
 
-/* What no module registered for (the engine's own idle handle, sleepers' timers, the signal
- * watchers, stdin) is closed here. */
+/* What no module registered for (the engine's own idle handle, the signal watchers, stdin:
+ * static storage, nothing to free) is closed here. */
 static void close_walk(uv_handle_t *handle, void *arg) {
   (void)arg;
   if (!uv_is_closing(handle))
