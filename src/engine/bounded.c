@@ -114,7 +114,7 @@ static lua_Integer limit_field(lua_State *L, const char *key, lua_Integer max, l
     int isint = 0;
     v = lua_tointegerx(L, -1, &isint);
     if (!isint || v <= 0 || v > max)
-      luaL_error(L, "core.call_bounded: limits.%s must be an integer in [1, %d]", key, (int)max);
+      luaL_error(L, "core.call_bounded: limits.%s must be an integer in [1, %I]", key, max);
   }
   lua_pop(L, 1);
   return v;
@@ -160,10 +160,11 @@ static int l_call_bounded(lua_State *L) {
   lua_xmove(L, co, nargs + 1);
   /* slots: 1 string table or nil, 2 the thread */
 
+  lua_pushliteral(L, "");
+  if (swap_string && !lua_getmetatable(L, -1)) /* no string library: nothing to reach */
+    swap_string = false;
+  lua_remove(L, swap_string ? -2 : -1);
   if (swap_string) { /* slot 3: the string metatable, 4: its own __index */
-    lua_pushliteral(L, "");
-    lua_getmetatable(L, -1);
-    lua_remove(L, -2);
     lua_getfield(L, 3, "__index");
     lua_pushvalue(L, 1);
     lua_setfield(L, 3, "__index");
