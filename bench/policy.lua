@@ -18,8 +18,8 @@ package.cpath = build .. "/lua/?.so;" .. package.cpath
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local loader = require("switchboard.policy.loader")
-local budget = require("switchboard.exec.budget")
-local classify = require("switchboard.exec.classify")
+local budget = require("switchboard.shell.budget")
+local classify = require("switchboard.shell.classify")
 
 local ROUNDS = tonumber(arg[1]) or 201
 local CALLS = tonumber(arg[2]) or 2000

@@ -8,7 +8,7 @@ local S = require("support.sandbox")
 local sandbox = require("switchboard.exec.sandbox")
 local errors = require("switchboard.exec.errors")
 local health = require("switchboard.exec.health")
-local workspace = require("switchboard.exec.workspace")
+local workspace = require("switchboard.shell.workspace")
 local policies = require("support.policies")
 
 after_each(S.cleanup_servers)

@@ -1,7 +1,7 @@
 -- Seed items 3 (thrownText), 4 (container starting), 9 (recycle), 14 (fleet busy), and the
 -- in-body classification the executors apply.
 local P = require("support.policies")
-local classify = require("switchboard.exec.classify")
+local classify = require("switchboard.shell.classify")
 
 local S, MIN = 1000, 60 * 1000
 

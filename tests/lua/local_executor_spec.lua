@@ -6,7 +6,7 @@ local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local local_executor = require("switchboard.exec.local")
 local null_executor = require("switchboard.exec.null")
-local workspace = require("switchboard.exec.workspace")
+local workspace = require("switchboard.shell.workspace")
 
 local function new(root, key)
   return local_executor.new{ root = root, thread_key = key or "t1", policy = policy.shipped }

@@ -7,8 +7,8 @@ local S = require("support.sandbox")
 local routes = require("switchboard.sandboxd.routes")
 local fleet = require("switchboard.sandboxd.fleet")
 local runner = require("switchboard.sandboxd.runner")
-local classify = require("switchboard.exec.classify")
-local workspace = require("switchboard.exec.workspace")
+local classify = require("switchboard.shell.classify")
+local workspace = require("switchboard.shell.workspace")
 
 local snap = S.snapshot()
 

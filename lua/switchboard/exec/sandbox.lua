@@ -14,11 +14,11 @@
 --     command's result, whatever its exit code.
 local core = require("switchboard.core")
 local cjson = require("cjson")
-local budget = require("switchboard.exec.budget")
-local classify = require("switchboard.exec.classify")
+local budget = require("switchboard.shell.budget")
+local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
-local render = require("switchboard.exec.render")
-local protocol = require("switchboard.sandboxd.protocol")
+local render = require("switchboard.shell.render")
+local protocol = require("switchboard.shell.protocol")
 local template = require("switchboard.policy.template")
 
 local M = {}
@@ -227,7 +227,7 @@ function M:exec(command, opts)
   local bad_key = key_refusal(self, snap)
   if bad_key then return nil, bad_key end
   local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
-  if not plan then return nil, refusal end
+  if not plan then return nil, errors.refused(refusal, 124) end
   local envs, env_err = envs_of(self)
   if not envs then return nil, env_failure(env_err) end
   local body = { command = command, env = envs, timeoutMs = plan.timeout_ms }

@@ -15,7 +15,7 @@ local policy = require("switchboard.policy")
 local fleet = require("switchboard.sandboxd.fleet")
 local routes = require("switchboard.sandboxd.routes")
 local runner = require("switchboard.sandboxd.runner")
-local workspace = require("switchboard.exec.workspace")
+local workspace = require("switchboard.shell.workspace")
 
 local M = {}
 
