@@ -414,6 +414,28 @@ describe("dispatcher", function()
     end)
   end)
 
+  it("reads the policy once per ask: provisioning and the executor keep the snapshot the ask arrived with", function()
+    local old = snap
+    local new = assert(P.load(P.dir{ errors = function(src)
+      return (src:gsub('no_output = "%(no output%)"', 'no_output = "(nothing, new policy)"'))
+    end }))
+    local reads = 0
+    make{ policy = function() reads = reads + 1; return snap end }
+    run(function()
+      local first = ask("main", "run `sleep 0.3`")
+      local queued = ask("main", "run `true`") -- arrives under the old policy, starts under the new
+      snap = new
+      d:wait_idle()
+      assert.equal("(no output)", first.card.body)
+      assert.equal(old, queued.snap)
+      assert.equal("(no output)", queued.card.body)
+      local later = ask("main", "run `true`")
+      d:wait_idle()
+      assert.equal("(nothing, new policy)", later.card.body)
+    end)
+    assert.equal(3, reads) -- one read per message, none at provisioning or command start
+  end)
+
   it("drain lets a running ask finish inside the grace and takes nothing new", function()
     make()
     run(function()

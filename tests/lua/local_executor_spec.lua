@@ -81,6 +81,18 @@ describe("the local executor", function()
     assert.truthy(tostring(err):find("run budget exhausted", 1, true))
   end))
 
+  it("decides with the snapshot the caller captured (opts.snap) and reads the policy no more", async(function()
+    local ex = local_executor.new{ root = root, thread_key = "snap",
+      policy = function() error("the policy was read again at command start") end }
+    local snap = policy.shipped()
+    assert.are.equal("(no output)", ex:exec("true", { snap = snap }).text)
+    local r, err = ex:exec("echo never", { snap = snap, remaining_ms = 30000 })
+    assert.is_nil(r)
+    assert.is_true(errors.is_refused(err))
+    assert.is_true(ex:write_file("f", "x", { snap = snap }))
+    assert.are.equal("x", ex:read_file("f", { snap = snap }))
+  end))
+
   it("reuses a thread's workspace and keeps threads apart", async(function()
     local a, b = new(root, "thread-a"), new(root, "thread-b")
     a:exec("echo hi > marker.txt")

@@ -11,6 +11,9 @@
 --     goes on the card) and its executor is reused by the thread's follow-ups. One agent per
 --     executor, because the credential scope is the agent's: a review follow-up in a coding
 --     thread shares the workspace, never the write token.
+--   * The policy snapshot is read once, when the message arrives (ask.snap); provisioning and
+--     the executor decide with that one (ctx.snap, opts.snap), so a reload while the ask
+--     waits or runs never gives it two policies.
 --   * A command runs under the ask's hard-stop signal and the run's remaining wall clock
 --     (the agent's max_run_minutes); its status card is refreshed while it runs and ends
 --     with the result, cut to the card limit, the whole output kept in a file.
@@ -201,7 +204,7 @@ function D:executor_for(thread, ask)
   local built = thread.executors[ask.agent]
   if built then return built end
   local ok, res, err = pcall(stack.build, self.build_opts, {
-    thread_key = self.thread_key(thread.name), agent = ask.agent, repo = ask.repo,
+    thread_key = self.thread_key(thread.name), agent = ask.agent, repo = ask.repo, snap = ask.snap,
   })
   if not ok then return nil, "provisioning failed: " .. tostring(res) end
   built = res
@@ -257,7 +260,7 @@ function D:run_ask(thread, ask)
   local remaining = run_ms - (self.now_ms() - ask.created_ms)
   log("info", "dispatch.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
   local result, exec_err = exec_protected(built.executor, ask.command, {
-    signal = ask.stop, remaining_ms = remaining,
+    signal = ask.stop, remaining_ms = remaining, snap = ask.snap,
   })
   ticker_done:abort("finished")
 

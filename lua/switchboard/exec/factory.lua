@@ -8,7 +8,8 @@
 --       with :resolve_envs(scope) → NAME = value | nil, err), backends (optional overrides:
 --       name → constructor(config) for tests and later backends), force_backend (a
 --       backend name that overrides policy: the CLI's --backend)
--- ctx:  thread_key, agent (name), repo?, ref?
+-- ctx:  thread_key, agent (name), repo?, ref?, snap? (the snapshot the ask captured; without
+--       it opts.policy() is read once here)
 local policy = require("switchboard.policy")
 local template = require("switchboard.policy.template")
 local errors = require("switchboard.exec.errors")
@@ -74,7 +75,7 @@ function BUILDERS.resident(opts, ctx, snap, agent)
 end
 
 function M.make_executor(opts, ctx)
-  local snap = opts.policy()
+  local snap = ctx.snap or opts.policy()
   local agent = policy.agent(snap, ctx.agent)
   if agent == nil then
     return nil, errors.tool(("unknown agent %q; known agents: %s"):format(

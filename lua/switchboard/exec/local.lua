@@ -13,8 +13,9 @@ local workspace = require("switchboard.shell.workspace")
 local M = {}
 M.__index = M
 
--- opts: root (workspaces root), thread_key, policy (function → the snapshot new work
--- captures), resolve_envs (optional function → NAME = value, called on every exec), getenv
+-- opts: root (workspaces root), thread_key, policy (function → the current snapshot; read only
+-- when a caller passes no opts.snap), resolve_envs (optional function → NAME = value, called
+-- on every exec), getenv
 function M.new(opts)
   assert(type(opts.root) == "string", "local executor: opts.root (a directory) is required")
   assert(type(opts.policy) == "function", "local executor: opts.policy is required")
@@ -45,7 +46,7 @@ function M:exec(command, opts)
   if type(command) ~= "string" or command == "" then
     return nil, errors.tool("bash needs a command to run")
   end
-  local snap = self.policy()
+  local snap = opts.snap or self.policy()
   local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
   if not plan then return nil, errors.refused(refusal, 124) end
   local limit_ms = plan.timeout_ms or budget.clamp(snap, nil)

@@ -37,7 +37,8 @@ json.encode_invalid_numbers(false)
 
 local function no_envs() return {} end
 
--- opts: url (the sandboxd base URL), token, thread_key, policy (fn → snapshot),
+-- opts: url (the sandboxd base URL), token, thread_key, policy (fn → the current snapshot;
+--       read only when a call's opts carry no snap),
 --       resolve_envs (fn → NAME = value | nil, err; called on every exec, read and write),
 --       request (core.http.request by default), sleep (core.sleep), now_ms (core.now_ms) —
 --       the last three let specs drive the waits without real time.
@@ -223,7 +224,7 @@ function M:exec(command, opts)
   if type(command) ~= "string" or command == "" then
     return nil, errors.tool("bash needs a command to run")
   end
-  local snap = self.policy()
+  local snap = opts.snap or self.policy()
   local bad_key = key_refusal(self, snap)
   if bad_key then return nil, bad_key end
   local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
@@ -257,7 +258,7 @@ end
 
 local function file_call(self, route, fields, opts)
   opts = opts or {}
-  local snap = self.policy()
+  local snap = opts.snap or self.policy()
   local bad_key = key_refusal(self, snap)
   if bad_key then return nil, bad_key end
   local envs, env_err = envs_of(self)
