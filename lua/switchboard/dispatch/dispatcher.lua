@@ -34,6 +34,7 @@ local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local stack = require("switchboard.exec.stack")
+local identity = require("switchboard.github.identity")
 local workspace = require("switchboard.shell.workspace")
 local card_mod = require("switchboard.dispatch.card")
 local help = require("switchboard.dispatch.help")
@@ -239,8 +240,7 @@ function D:run_ask(thread, ask)
   end
   c:provisioned(built.backend, built.note)
   -- An agent that should carry a GitHub token but has no credential to get one: say so once.
-  local creds = self.build_opts.credentials
-  local no_token = ask.agent_def.token_scope and creds and creds.notice and creds:notice()
+  local no_token = identity.notice_for(self.build_opts.credentials, ask.agent_def)
   if no_token then c:add_note(no_token) end
   if ask.stop.aborted then
     c:cancelled(ask.stop.reason or "stopped", self.now_ms())
