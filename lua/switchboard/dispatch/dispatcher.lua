@@ -192,10 +192,15 @@ end
 ---------------------------------------------------------------------------------------------
 -- Running one ask
 
+-- The one place a raise from an executor is caught: the decision is the dispatcher's (the
+-- ask ends as an infra failure and the thread goes on). The tracker and the span below saw
+-- the raise pass without catching it. The log line keeps where it came from.
 local function exec_protected(executor, command, opts)
-  local res = table.pack(pcall(executor.exec, executor, command, opts))
+  local res = table.pack(xpcall(executor.exec, debug.traceback, executor, command, opts))
   if not res[1] then
-    return nil, errors.infra("the executor raised: " .. tostring(res[2]))
+    local text = tostring(res[2])
+    log("error", "dispatch.executor_raised", { error = text })
+    return nil, errors.infra("the executor raised: " .. text:match("^[^\n]*"))
   end
   return res[2], res[3]
 end
