@@ -1,5 +1,6 @@
 -- Black-box: the sandbox executor against the real `switchboard sandboxd` on loopback — the
--- seed's validation rows for items 1, 2, 3, 5, 9, 11, 12 and 14 that a real server can show,
+-- rules of docs/contract.md (#workspaces, #timeouts, #wire-protocol, #credentials, #failure,
+-- #capacity) that a real server can show,
 -- with the numbers scaled down through a temporary policy directory (support.sandbox FAST:
 -- heartbeat 100 ms, sleepAfter 2 s, call margin 1 s, fleet-busy waits 1 s, 1 s, then 1 s up to 3 s).
 local core = require("switchboard.core")
@@ -169,7 +170,7 @@ describe("sandbox executor → sandboxd", function()
     end)
   end)
 
-  it("a restarted server (the seed's replaced container): the thread's follow-up works on a fresh workspace", function()
+  it("a restarted server (a replaced instance, docs/contract.md#failure-recycle): the thread's follow-up works on a fresh workspace", function()
     core.run(function()
       local root = S.tmpdir()
       local h = S.start_sandboxd{ policies = dir, root = root }

@@ -1,4 +1,5 @@
--- The local executor and the null executor on the real engine (seed items 2, 7, 11, 12).
+-- The local executor and the null executor on the real engine (docs/contract.md#timeouts,
+-- #provisioning).
 local core = require("switchboard.core")
 local async = require("support.async")
 local tmp = require("support.tmp")

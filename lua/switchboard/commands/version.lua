@@ -1,4 +1,4 @@
--- `switchboard version`: the build stamp (seed item 13), taken from the tree at build time.
+-- `switchboard version`: the build stamp (docs/contract.md#build-stamp), taken from the tree at build time.
 local core = require("switchboard.core")
 local cjson = require("cjson")
 local prologue = require("switchboard.commands.prologue")

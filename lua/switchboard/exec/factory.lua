@@ -1,4 +1,4 @@
--- Executor selection (seed item 7): make_executor(opts, ctx) sees the resolved agent and the
+-- Executor selection (docs/contract.md#provisioning): make_executor(opts, ctx) sees the resolved agent and the
 -- inferred repository and returns {executor, note?, backend}. An agent that declares no
 -- repository gets the null executor: nothing is provisioned, no credential is resolved. Only
 -- repository agents get the backend policies/execution.lua chooses; a backend chosen but not
@@ -67,7 +67,8 @@ local function unavailable(name)
 end
 BUILDERS.e2b = unavailable("e2b")
 
--- A resident needs onboarding this build cannot do: fall back per thread, loudly (item 8).
+-- A resident needs onboarding this build cannot do: fall back per thread, loudly
+-- (docs/contract.md#provisioning).
 function BUILDERS.resident(opts, ctx, snap, agent)
   local ex, err = BUILDERS.sandbox(opts, ctx, snap, agent)
   if not ex then return nil, err end

@@ -1,4 +1,4 @@
--- ExecHealthTracker (seed item 9): wraps an executor and counts consecutive infra failures,
+-- ExecHealthTracker (docs/contract.md#fail-fast): wraps an executor and counts consecutive infra failures,
 -- the seam the runner's fail-fast reads.
 --   a success (a result, including a nonzero exit)  → count 0, last_error nil
 --   an infra error                                  → count + 1, last_error = it

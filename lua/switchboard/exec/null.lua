@@ -1,4 +1,4 @@
--- The null executor (seed item 7): what an agent that declared no repository gets. Nothing is
+-- The null executor (docs/contract.md#provisioning): what an agent that declared no repository gets. Nothing is
 -- provisioned for it, and every tool call is a legible tool error naming the wiring bug — a
 -- tool without a declared resource — in policy's words (errors.messages.null_executor),
 -- never a crash.

@@ -1,5 +1,6 @@
 -- The sandbox executor: a thread's commands and files go to its instance on a sandboxd
--- (docs/sandboxd.md; the wire protocol is DESIGN.md "Wire protocol", seed items 3, 5, 9, 11, 14).
+-- (docs/sandboxd.md; the rules: docs/contract.md#wire-protocol, #failure, #capacity,
+-- #credential-transport and #timeout-send-deadline).
 --
 --   * Every request carries authorization, content-type and x-thread-key — nothing else.
 --   * The env map is resolved once per CALL (resolve_envs(), never at construction) and rides

@@ -1,4 +1,4 @@
--- TracingExecutor (seed item 15): every executor operation is an exec.* span.
+-- TracingExecutor (docs/contract.md#tracing): every executor operation is an exec.* span.
 --   exec → exec.exec, read_file → exec.read_file, write_file → exec.write_file,
 --   release → exec.release and move_to → exec.move_to only when the inner executor has them.
 -- A span carries the backend and the per-call timeout_ms (and an exec's exit code) — never

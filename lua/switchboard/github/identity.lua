@@ -1,4 +1,4 @@
--- The GitHub identity commands act as (seed item 5), chosen once from the bot's environment:
+-- The GitHub identity commands act as (docs/contract.md#credentials), chosen once from the bot's environment:
 --
 --   GITHUB_APP_ID + GITHUB_APP_PRIVATE_KEY   a GitHub App: installation tokens minted on
 --       demand, scoped per agent (policies/github.lua), cached per scope with the reuse margin,

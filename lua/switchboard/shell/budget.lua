@@ -1,4 +1,4 @@
--- Command budgets (seed items 11, 12, 14) from a policy snapshot's timeouts, shared by the
+-- Command budgets (docs/contract.md#timeouts, #capacity) from a policy snapshot's timeouts, shared by the
 -- executors (the bot-side deadlines) and sandboxd (the server-side clamp).
 -- Every function takes the snapshot the work captured as its first argument. Units: ms.
 
@@ -34,7 +34,7 @@ function M.server_budget(snap, requested)
   return clamp_with(t.bash, requested, t.sandbox.default_budget_ms)
 end
 
--- Cap a command's budget by the run's remaining wall clock (item 12).
+-- Cap a command's budget by the run's remaining wall clock (docs/contract.md#timeout-run-clip).
 --   requested:    the caller's timeoutMs (nil when it asked for none)
 --   remaining_ms: the run's wall clock left (nil: no run bound)
 -- Returns {timeout_ms = <clamped ms or nil>, clip_line = <line or nil>}: with plenty of run

@@ -1,4 +1,4 @@
--- Failure classification (seed items 3, 4, 9, 14) applying the rules of a policy snapshot.
+-- Failure classification (docs/contract.md#failure and #capacity) applying the rules of a policy snapshot.
 -- Every function takes the snapshot the work captured as its first argument.
 
 local rule = require("switchboard.policy.rule")
@@ -111,7 +111,7 @@ function M.span_code(snap, situation, status)
   return template.fill(t, { status = status })
 end
 
--- The answers a sandbox server gives when its fleet is full (item 14): /exec finishes its
+-- The answers a sandbox server gives when its fleet is full (docs/contract.md#capacity): /exec finishes its
 -- body with the dual in-body shape; /read and /write answer 503 with this body.
 function M.fleet_busy_exec_answer(snap, err)
   local text = msg(snap, "fleet_busy_answer", { cause = M.thrown_text(snap, err) })
