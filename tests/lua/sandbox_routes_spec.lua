@@ -325,8 +325,8 @@ describe("sandboxd routes: the fleet", function()
     run(function()
       local h = setup{ max = 1 }
       local first
-      core.go(function() first = h.call("/exec", { thread = "A", body = { command = "sleep 0.5" } }) end)
-      core.sleep(100)
+      core.go(function() first = h.call("/exec", { thread = "A", body = { command = "sleep 2" } }) end)
+      assert.truthy(S.wait_for(function() return h.ctx.fleet.awake == 1 end, 10000)) -- A holds the one instance
       local res = h.call("/exec", { thread = "B", body = { command = "touch ran" } })
       assert.equal(200, res.status)
       local doc = res:json()
@@ -345,7 +345,7 @@ describe("sandboxd routes: the fleet", function()
       assert.is_false(core.fs.exists(workspace.path(h.root, "B")))
       -- the awake thread is still served
       assert.equal(0, h.call("/exec", { thread = "A", body = { command = "true" } }):json().exitCode)
-      S.wait_for(function() return first end, 5000)
+      assert.truthy(S.wait_for(function() return first end, 10000))
       h.done()
     end)
   end)
