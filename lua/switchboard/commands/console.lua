@@ -5,7 +5,6 @@ local core = require("switchboard.core")
 local prologue = require("switchboard.commands.prologue")
 local policy = require("switchboard.policy")
 local state = require("switchboard.state")
-local tracing = require("switchboard.exec.tracing")
 local card = require("switchboard.dispatch.card")
 local dispatcher = require("switchboard.dispatch.dispatcher")
 local console_front = require("switchboard.fronts.console")
@@ -116,8 +115,8 @@ function M.run(argv, ctx)
     local ok, why = M.check_sandbox(p.snap, opts.sandbox_url, os.getenv)
     if not ok then return p:fail(M.EXIT.config, why) end
   end
-  local sink, sink_err = tracing.sink_for(opts.trace)
-  if opts.trace and not sink then return p:fail(M.EXIT.usage, "--trace: " .. tostring(sink_err)) end
+  local sink, trace_status = p:trace_sink()
+  if opts.trace and not sink then return trace_status end
 
   local front = console_front.new{ tty = core.isatty(1) }
   local d = dispatcher.new{

@@ -5,7 +5,6 @@ local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local render = require("switchboard.shell.render")
 local stack = require("switchboard.exec.stack")
-local tracing = require("switchboard.exec.tracing")
 local state = require("switchboard.state")
 
 local M = {
@@ -91,8 +90,8 @@ function M.run(argv, ctx)
   if not p then return status end
   local opts, rest, snap = p.opts, p.rest, p.snap
   local agent = opts.agent or snap.agents.default_agent
-  local sink, sink_err = tracing.sink_for(opts.trace)
-  if opts.trace and not sink then return p:fail(M.EXIT.usage, "--trace: " .. tostring(sink_err)) end
+  local sink, trace_status = p:trace_sink()
+  if opts.trace and not sink then return trace_status end
   local built, err = stack.build({
     policy = policy.current,
     workspace_root = opts.workspace_root or state.workspaces(),

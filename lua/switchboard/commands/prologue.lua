@@ -11,6 +11,8 @@
 --   p:say(line)                              -- a line on stdout
 --   p:reload_on_hup(report)                  -- report(new_snap | nil, errors) after each HUP
 --   p:notice(agent_def, say)                 -- the no-credential line, once, through say(line)
+--   p:trace_sink()                           -- --trace FILE's span sink (nil without --trace), or
+--                                               nil, status after saying why it cannot be opened
 --
 -- M is the command module (name, help). ctx is the CLI's: policies_dir, credentials; specs may
 -- add out / err (line writers) to catch what the command says.
@@ -18,6 +20,7 @@ local core = require("switchboard.core")
 local args = require("switchboard.args")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
+local tracing = require("switchboard.exec.tracing")
 
 local M = {}
 
@@ -105,6 +108,15 @@ function P:reload_on_hup(report)
     local new, errs = policy.reload()
     report(new, errs)
   end)
+end
+
+-- The sink for `--trace FILE` (`-` for stderr): nil when the option is absent.
+function P:trace_sink()
+  local path = self.opts.trace
+  if path == nil then return nil end
+  local sink, err = tracing.sink_for(path)
+  if not sink then return nil, self:fail(M.EXIT.usage, "--trace: " .. tostring(err)) end
+  return sink
 end
 
 -- The no-credential notice for an agent that should carry a GitHub token: said once per
