@@ -15,11 +15,12 @@ M.__index = M
 
 -- opts: root (workspaces root), thread_key, policy (function → the current snapshot; read only
 -- when a caller passes no opts.snap), resolve_envs (optional function → NAME = value, called
--- on every exec), getenv
+-- on every exec), getenv, instance (optional: the walls its commands run inside, see
+-- shell/run.lua)
 function M.new(opts)
   assert(type(opts.root) == "string", "local executor: opts.root (a directory) is required")
   assert(type(opts.policy) == "function", "local executor: opts.policy is required")
-  local ws = workspace.open(opts.root, opts.thread_key or "default")
+  local ws = workspace.open(opts.root, opts.thread_key or "default", { instance = opts.instance })
   return setmetatable({
     backend = "local",
     root = opts.root,

@@ -18,8 +18,9 @@ local M = {}
 local Runner = {}
 Runner.__index = Runner
 
-function M.new(root, thread_key)
-  local ws = workspace.open(root, thread_key)
+-- opts.instance: the walls this instance's commands run inside (shell/run.lua), if any.
+function M.new(root, thread_key, opts)
+  local ws = workspace.open(root, thread_key, opts)
   return setmetatable({
     root = root,
     key = thread_key,
