@@ -176,10 +176,12 @@ describe("dispatcher", function()
       local queued = ask("main", "run `echo never`")
       eventually(function()
         for _, name in ipairs(core.fs.list(root) or {}) do
-          if read_file(root .. "/" .. name .. "/bg") then ws = root .. "/" .. name; return true end
+          local bg = read_file(root .. "/" .. name .. "/bg")
+          if bg and bg:find("%d\n") then ws = root .. "/" .. name; return true end
         end
       end, "the command to start")
-      eventually(function() return read_file(ws .. "/pid") end, "the pid file")
+      -- a file the shell is still writing can be read empty: wait for the whole number
+      eventually(function() return (read_file(ws .. "/pid") or ""):find("%d\n") end, "the pid file")
       local t0 = core.now_ms()
       ask("main", "stop")
       d:wait_idle()
