@@ -332,12 +332,32 @@ local function new_env(name, fields, src_lines)
     return out
   end
 
+  -- Policy code raises messages: a raised value that is not one becomes a message that says
+  -- what it was, at the line that raised it (never a table's address in a reload's log).
+  local function message_of(v)
+    if type(v) == "string" or type(v) == "number" then return v end
+    return ("raised a %s value instead of a message; raise a string: error(\"why\")"):format(type(v))
+  end
+  local function policy_error(v, level)
+    if type(v) == "string" or type(v) == "number" then
+      if level == 0 then error(v, 0) end
+      error(v, (level or 1) + 1)
+    end
+    error(message_of(v), 2)
+  end
+  local function policy_assert(v, msg, ...)
+    if v then return v, msg, ... end
+    if msg == nil then error("assertion failed!", 2) end
+    if type(msg) == "string" or type(msg) == "number" then error(msg, 0) end
+    error(message_of(msg), 2)
+  end
+
   local helpers = {
     string = M.policy_string,
     table = copy_lib(table),
     math = copy_lib(math, { random = true, randomseed = true }),
     utf8 = copy_lib(utf8),
-    assert = assert, error = error, ipairs = ipairs, pairs = pairs, select = select,
+    assert = policy_assert, error = policy_error, ipairs = ipairs, pairs = pairs, select = select,
     tonumber = tonumber, tostring = tostring, type = type,
     next = function(t, k)
       local data = proxies[t]
@@ -580,7 +600,9 @@ function M.load(dir, opts)
   if list then
     local names, lerr = list(dir)
     if not names then
-      return nil, { string.format("%s: cannot list the policy directory: %s", dir, tostring(lerr)) }
+      -- the engine's failure is {kind, message}: its message is the text, never the table
+      local why = type(lerr) == "table" and lerr.message or tostring(lerr)
+      return nil, { string.format("%s: cannot list the policy directory: %s", dir, why) }
     end
     local known = {}
     for _, n in ipairs(M.FILES) do known[n .. ".lua"] = true end
