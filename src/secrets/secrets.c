@@ -7,7 +7,9 @@
  *   core.secrets.not_dumpable() → true | nil, err  prctl(PR_SET_DUMPABLE, 0): no core dump,
  *                                               /proc/<pid>/{mem,environ,maps,fd} owned by root
  *                                               and closed to ptrace by the same uid */
-#include "../engine/engine.h"
+#include "secrets.h"
+
+#include <lauxlib.h>
 
 #include <errno.h>
 #include <stdlib.h>

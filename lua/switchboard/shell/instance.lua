@@ -272,7 +272,7 @@ end
 -- helper's "ready <pid>".
 function Instance:start()
   if self.state == "ready" then return true end
-  if self.state == "stopped" then return nil, { kind = "workspace", message = "the instance is asleep" } end
+  if self.state == "stopped" then return nil, core.error("workspace", "the instance is asleep") end
   if self.starting then
     core.sleep(READY_TIMEOUT_MS, self.starting)
     if self.state == "ready" then return true end
@@ -281,8 +281,8 @@ function Instance:start()
   local host, iso = self.host, self.snap.isolation
   self.slot = take_slot(host, iso.uid_count)
   if not self.slot then
-    return nil, { kind = "workspace", message = ("every host uid of policies/isolation.lua uid_base "
-      .. "(%d + %d) is taken by an awake instance"):format(iso.uid_base, iso.uid_count) }
+    return nil, core.error("workspace", ("every host uid of policies/isolation.lua uid_base "
+      .. "(%d + %d) is taken by an awake instance"):format(iso.uid_base, iso.uid_count))
   end
   self.uid = iso.uid_base + self.slot
   self.cgroups = {}
@@ -312,7 +312,7 @@ function Instance:start()
     end,
   }
   if not proc then
-    self.start_err = { kind = "workspace", message = "the walls helper could not start: " .. tostring(err and err.message) }
+    self.start_err = core.error("workspace", "the walls helper could not start: " .. tostring(err and err.message))
     self.starting:abort("failed")
     return nil, self.start_err
   end
@@ -327,8 +327,8 @@ function Instance:start()
   core.sleep(READY_TIMEOUT_MS, self.starting)
   if not self.pid then
     local why = self.hold_result and self.hold_result.stderr or "no answer within 60 s"
-    self.start_err = { kind = "workspace", message = "the instance's walls could not be built: "
-      .. (why:gsub("%s+$", "")) }
+    self.start_err = core.error("workspace", "the instance's walls could not be built: "
+      .. (why:gsub("%s+$", "")))
     self:stop()
     return nil, self.start_err
   end
@@ -346,6 +346,16 @@ function Instance:argv(program)
   argv[#argv + 1] = "--"
   for _, a in ipairs(program) do argv[#argv + 1] = a end
   return argv
+end
+
+-- shell/run.lua's instance interface: the core.spawn arguments of a command, made to run
+-- inside this instance (started first when it is not yet).
+function Instance:spawn_args(args)
+  local ok, err = self:start()
+  if not ok then return nil, err end
+  args.argv = self:argv(args.argv)
+  args.cwd = nil -- the helper starts the command in /workspace
+  return args
 end
 
 -- The owner of the workspace's files, for core.fs.root(dir, owner).

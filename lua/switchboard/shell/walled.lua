@@ -12,6 +12,7 @@
 --   walled.stop(r)            every process gone, cgroups removed, the handle closed
 local core = require("switchboard.core")
 local instance = require("switchboard.shell.instance")
+local run = require("switchboard.shell.run")
 
 local M = {}
 
@@ -25,7 +26,7 @@ function M.ensure(r)
   if not r.instance then
     local ok, err = core.fs.mkdir_p(r.dir, tonumber("700", 8))
     if not ok then
-      return nil, { kind = "workspace", message = "the workspace could not be created: " .. tostring(err and err.message) }
+      return nil, core.error("workspace", "the workspace could not be created: " .. tostring(err and err.message))
     end
     r.instance = r.walls:new(r.dir, r.key)
   end
@@ -35,7 +36,7 @@ function M.ensure(r)
     -- Held from here on: a later swap of the host path (a symlink in its place) changes
     -- nothing for /read and /write, which go through this handle as the instance's uid.
     local root, root_err = core.fs.root(r.dir, r.instance:owner())
-    if not root then return nil, { kind = "workspace", message = tostring(root_err and root_err.message) } end
+    if not root then return nil, core.error("workspace", tostring(root_err and root_err.message)) end
     r.handle = root
   end
   return r.dir
@@ -44,9 +45,9 @@ end
 function M.over_cap(r)
   local iso = r.instance and r.instance.snap.isolation
   if not (iso and r.used_bytes and r.used_bytes > iso.workspace_max_bytes) then return nil end
-  return { kind = "too_large", message = ("refused: this sandbox's workspace holds %s, over its limit (%s) "
+  return core.error("too_large", ("refused: this sandbox's workspace holds %s, over its limit (%s) "
     .. "— policies/isolation.lua workspace_max_bytes; delete files to go on"):format(
-      instance.size_text(r.used_bytes), instance.size_text(iso.workspace_max_bytes)) }
+      instance.size_text(r.used_bytes), instance.size_text(iso.workspace_max_bytes)))
 end
 
 -- The workspace's size, measured after a command (one measurement at a time, at most one per
@@ -69,6 +70,8 @@ local function measure(r)
 end
 
 function M.exec(r, spec)
+  local dir, err = M.ensure(r)
+  if not dir then return nil, err end
   local refused = M.over_cap(r)
   if refused then
     return { exit = 1, stdout = "", stderr = refused.message .. "\n", duration_ms = 0 }
@@ -76,24 +79,23 @@ function M.exec(r, spec)
   local inst = r.instance
   local signal = spec.signal and core.signal(r.stopped, spec.signal) or r.stopped
   local before = inst:counters()
-  local proc, spawn_err = core.spawn{
-    argv = inst:argv({ "bash", "-c", spec.command }),
-    env = spec.env,
-    deadline_ms = spec.deadline_ms,
-    kill_grace_ms = spec.kill_grace_ms,
-    max_output = spec.max_output,
-    signal = signal,
-    on_output = spec.on_output,
+  local res, spawn_err = run.bash{
+    command = spec.command, env = spec.env, deadline_ms = spec.deadline_ms,
+    kill_grace_ms = spec.kill_grace_ms, max_output = spec.max_output, signal = signal,
+    on_output = spec.on_output, instance = inst,
   }
-  if not proc then return nil, spawn_err end
-  local res = proc:wait()
+  if not res then return nil, spawn_err end
   local why = inst:explain(before, res.exit)
   if why then res.stderr = append_line(res.stderr or "", why) end
   measure(r)
   return res
 end
 
-function M.with_root(r, fn)
+-- For /read and /write: the instance exists (its handle is opened with it); a write past the
+-- workspace cap is refused.
+function M.with_root(r, fn, writing)
+  local dir, err = M.ensure(r)
+  if not dir then return nil, err end
   return fn(r.handle)
 end
 
