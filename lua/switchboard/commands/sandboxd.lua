@@ -4,6 +4,7 @@ local prologue = require("switchboard.commands.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
 local instance = require("switchboard.shell.instance")
+local policy = require("switchboard.policy")
 
 local M = {
   name = "sandboxd",
