@@ -255,8 +255,9 @@ describe_walls("sandboxd walls: nothing left behind", function()
       h:wait()
       assert.is_true(S.wait_for(function() return #instance_procs() == 0 end, 10000),
         "left after kill -9: " .. table.concat(instance_procs(), " "))
-      -- and the host's count is back (others' processes come and go: a generous margin)
-      assert.is_true(#procs.pids() <= before + 20, ("%d before, %d after"):format(before, #procs.pids()))
+      -- (the host's total is not compared: other people's processes come and go on a shared
+      -- machine; every process of an instance runs as a uid of this run's range, counted above)
+      assert.is_true(before > 0)
     end)
   end)
 end)
