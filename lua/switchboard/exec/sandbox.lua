@@ -19,6 +19,7 @@ local classify = require("switchboard.exec.classify")
 local errors = require("switchboard.exec.errors")
 local render = require("switchboard.exec.render")
 local protocol = require("switchboard.sandboxd.protocol")
+local wire_text = require("switchboard.sandboxd.text")
 local template = require("switchboard.policy.template")
 
 local M = {}
@@ -245,7 +246,7 @@ function M:exec(command, opts)
     })
   end
   if verdict.kind ~= "ok" then return nil, errors.infra(verdict.message, verdict.code) end
-  local doc = verdict.doc
+  local doc = wire_text.decode(verdict.doc) -- output that was not UTF-8: its exact bytes
   return render.result(snap, {
     exit_code = math.tointeger(doc.exitCode),
     stdout = type(doc.stdout) == "string" and doc.stdout or "",

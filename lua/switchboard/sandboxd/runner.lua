@@ -23,8 +23,14 @@ function M.new(root, thread_key)
     root = root,
     key = thread_key,
     dir = workspace.path(root, thread_key),
+    label = M.label(thread_key),
     stopped = core.signal(), -- sleep: every process of this instance is killed at once
   }, Runner)
+end
+
+-- How logs and errors name a thread: a hash of its key, never the key (or a path) itself.
+function M.label(thread_key)
+  return "t-" .. core.crypto.hex(core.crypto.sha256(thread_key)):sub(1, 12)
 end
 
 -- new_runner for fleet.new
@@ -32,16 +38,50 @@ function M.factory(root)
   return function(thread_key) return M.new(root, thread_key) end
 end
 
+-- An error's reason without the host path it names ("mkdir_p \"/srv/…\": Read-only file
+-- system" → "Read-only file system"): errors go to the client, paths of the host do not.
+local function reason_of(err)
+  local msg = tostring(type(err) == "table" and err.message or err)
+  return msg:match(":%s*([^:]+)$") or "an I/O error"
+end
+
+local function workspace_error(self, what, err)
+  return { kind = "workspace", message = ("the workspace of thread %s could not be %s (%s)")
+    :format(self.label, what, reason_of(err)) }
+end
+
 -- The workspace exists from the instance's first operation until it sleeps; a command may
 -- still remove its own directory, so one stat per operation checks before the cwd is used.
+-- A new instance never starts on data of an old one: a directory already there when it first
+-- needs one is what a sleep failed to remove, and it is removed now (or nothing runs).
 local function ensure(self)
   if self.ready and core.fs.exists(self.dir) then return self.dir end
-  local ok, err = core.fs.mkdir_p(self.dir, tonumber("700", 8))
-  if not ok then
-    return nil, { kind = "workspace", message = "the workspace could not be created: " .. tostring(err and err.message) }
+  if not self.ready and core.fs.exists(self.dir) then
+    local removed, rm_err = core.fs.remove_tree(self.dir)
+    if not removed and core.fs.exists(self.dir) then
+      return nil, workspace_error(self, "cleared of an earlier instance's files", rm_err)
+    end
   end
+  local ok, err = core.fs.mkdir_p(self.dir, tonumber("700", 8))
+  if not ok then return nil, workspace_error(self, "created", err) end
   self.ready = true
   return self.dir
+end
+
+-- bash by its absolute path, found once in the server's own PATH: a request's env may set PATH
+-- to anything, "" included, which changes what the command finds, never whether bash starts.
+local bash_path
+local function bash()
+  if bash_path == nil then
+    for dir in (os.getenv("PATH") or "/usr/local/bin:/usr/bin:/bin"):gmatch("[^:]+") do
+      if dir:sub(1, 1) == "/" and core.fs.exists(dir .. "/bash") then
+        bash_path = dir .. "/bash"
+        break
+      end
+    end
+    bash_path = bash_path or "bash"
+  end
+  return bash_path
 end
 
 function Runner:exec(spec)
@@ -49,7 +89,7 @@ function Runner:exec(spec)
   if not dir then return nil, err end
   local signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped
   local proc, spawn_err = core.spawn{
-    argv = { "bash", "-c", spec.command },
+    argv = { bash(), "-c", spec.command },
     cwd = dir,
     env = spec.env,
     deadline_ms = spec.deadline_ms,
@@ -65,7 +105,7 @@ local function with_root(self, fn)
   local dir, err = ensure(self)
   if not dir then return nil, err end
   local root, root_err = core.fs.root(dir)
-  if not root then return nil, root_err end
+  if not root then return nil, workspace_error(self, "opened", root_err) end
   local a, b = fn(root)
   root:close()
   return a, b
@@ -84,7 +124,7 @@ local TRASH = ".trash-"
 local function remove_now(dir)
   local ok, err = core.fs.remove_tree(dir)
   if not ok and core.fs.exists(dir) then
-    error("the workspace could not be removed: " .. tostring(err and err.message), 0)
+    error("the workspace could not be removed: " .. reason_of(err), 0)
   end
 end
 
