@@ -603,6 +603,27 @@ static void peer_name(sb_http_conn *c) {
   }
 }
 
+static void on_connection(uv_stream_t *listener, int status);
+
+static void resume_accept(uv_timer_t *t) {
+  sb_http_server *s = t->data;
+  s->accepts_this_turn = 0;
+  s->turn_ms = uv_now(sb_loop());
+  if (s->accept_paused && !s->closing) {
+    s->accept_paused = false;
+    on_connection((uv_stream_t *)&s->listener, 0); /* the one libuv kept for us */
+  }
+}
+
+/* At most this many connections are accepted per loop turn. libuv accepts the whole backlog
+ * in one go, and under a flood each accept may close the oldest idle connection: without a
+ * pause, a well-behaved client accepted early in a batch would be closed by later ones before
+ * its first bytes were ever read. Pausing lets the loop read between batches. */
+static uint32_t accept_batch(const sb_http_server *s) {
+  size_t k = s->limits.max_connections / 8;
+  return k < 1 ? 1 : k > 256 ? 256 : (uint32_t)k;
+}
+
 static void on_connection(uv_stream_t *listener, int status) {
   sb_http_server *s = listener->data;
   if (status < 0) { /* EMFILE and friends: libuv already shed the pending connection */
@@ -611,6 +632,19 @@ static void on_connection(uv_stream_t *listener, int status) {
   }
   if (s->closing)
     return;
+  uint64_t now = uv_now(sb_loop());
+  if (now != s->turn_ms) {
+    s->turn_ms = now;
+    s->accepts_this_turn = 0;
+  }
+  if (s->accepts_this_turn >= accept_batch(s)) {
+    /* Not accepting now makes libuv keep this connection and stop polling the listener
+     * until uv_accept is called again, on the next turn. */
+    s->accept_paused = true;
+    uv_timer_start(&s->accept_timer, resume_accept, 0, 0);
+    return;
+  }
+  s->accepts_this_turn++;
   sb_http_conn *c = calloc(1, sizeof *c);
   if (c == NULL) {
     tally(&s->accept_failed, "http.accept_failed", "accept", "ENOMEM");
@@ -669,8 +703,17 @@ static void on_connection(uv_stream_t *listener, int status) {
 
 static void listener_closed(uv_handle_t *h) {
   sb_http_server *s = h->data;
+  if (--s->handles_open > 0)
+    return;
   s->listener_closed = true;
   server_maybe_closed(s);
+}
+
+static void close_listener(sb_http_server *s) {
+  if (!uv_is_closing((uv_handle_t *)&s->listener))
+    uv_close((uv_handle_t *)&s->listener, listener_closed);
+  if (!uv_is_closing((uv_handle_t *)&s->accept_timer))
+    uv_close((uv_handle_t *)&s->accept_timer, listener_closed);
 }
 
 int sb_http_server_listen(sb_http_server *s, const char *host, int port) {
@@ -679,6 +722,10 @@ int sb_http_server_listen(sb_http_server *s, const char *host, int port) {
                                       : uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
   uv_tcp_init(sb_loop(), &s->listener);
   s->listener.data = s;
+  uv_timer_init(sb_loop(), &s->accept_timer);
+  s->accept_timer.data = s;
+  uv_unref((uv_handle_t *)&s->accept_timer); /* only the listener keeps the loop alive */
+  s->handles_open = 2;
   if (err == 0)
     err = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
   if (err == 0)
@@ -693,14 +740,13 @@ int sb_http_server_listen(sb_http_server *s, const char *host, int port) {
   }
   s->closing = true;
   s->orphaned = true;
-  uv_close((uv_handle_t *)&s->listener, listener_closed);
+  close_listener(s);
   return err;
 }
 
 void sb_http_server_stop(sb_http_server *s, bool hard) {
   s->closing = true;
-  if (!uv_is_closing((uv_handle_t *)&s->listener))
-    uv_close((uv_handle_t *)&s->listener, listener_closed);
+  close_listener(s);
   for (sb_http_conn *c = s->conns; c != NULL; c = c->next) {
     /* closing does not unlink (the close callback does), so the walk stays valid */
     if (hard || (c->phase == SB_CONN_READING && !c->request_begun))

@@ -56,6 +56,11 @@ typedef struct sb_http_server sb_http_server;
 
 struct sb_http_server {
   uv_tcp_t listener;
+  uv_timer_t accept_timer; /* resumes accepting on the next loop turn after a paused batch */
+  uint8_t handles_open;    /* listener and accept_timer: 2 → 0 as they close */
+  bool accept_paused;      /* a connection waits in the listener (libuv holds it) */
+  uint32_t accepts_this_turn; /* connections accepted since turn_ms */
+  uint64_t turn_ms;
   sb_http_limits limits;
   sb_http_conn *conns; /* open connections (including those closing), newest first */
   sb_http_conn *conns_tail; /* the oldest */
@@ -67,7 +72,7 @@ struct sb_http_server {
   sb_http_tally evicted;       /* idle unproven connections closed to make room */
   sb_http_tally accept_failed; /* accept(2) errors (EMFILE …) */
   bool closing;         /* no more accepting; connections end after their current response */
-  bool listener_closed; /* the listener's close callback ran */
+  bool listener_closed; /* the listener's and the accept timer's close callbacks ran */
   bool orphaned;        /* the Lua object is gone: the last close callback frees this */
   int self_ref;         /* registry: the Lua server object, while anything is open */
   int handler_ref;      /* registry: the handler function */
