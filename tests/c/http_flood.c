@@ -20,6 +20,12 @@
  *                           duration ends. Answer i must contain MARKS[i mod k] with "%d" = i
  *                           ("-": no check). Prints "answers N", "in_order N", "statuses …".
  *
+ *   slowread REQFILE OUTFILE RATE
+ *                           one connection with a small receive buffer (64 KiB): sends the
+ *                           bytes of REQFILE, then reads at most RATE bytes a second into
+ *                           OUTFILE until the server closes or the duration ends — a steady
+ *                           reader on a slow link. Prints "bytes N" and "eof 1|0".
+ *
  * --from binds the local address (e.g. 127.0.0.2) so a spec can be two peers on loopback. The
  * run ends after --duration (default 3000) ms; the exit status is 0 unless setup failed. */
 #ifndef _GNU_SOURCE
@@ -353,6 +359,53 @@ static int mode_pipeline(int count, const char *templates, const char *marks) {
   return 0;
 }
 
+/* ---- slowread ------------------------------------------------------------------------------ */
+
+static int mode_slowread(const char *req_path, const char *out_path, long long rate) {
+  FILE *rf = fopen(req_path, "rb");
+  FILE *of = fopen(out_path, "wb");
+  if (rf == NULL || of == NULL)
+    return 2;
+  static char req[1 << 20];
+  size_t req_len = fread(req, 1, sizeof req, rf);
+  fclose(rf);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int small = 64 * 1024;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small); /* before connect: the window */
+  if (connect(fd, (struct sockaddr *)&server_addr, sizeof server_addr) != 0)
+    return 2;
+  for (size_t at = 0; at < req_len;) {
+    ssize_t n = send(fd, req + at, req_len - at, MSG_NOSIGNAL);
+    if (n <= 0)
+      return 2;
+    at += (size_t)n;
+  }
+  long long got = 0, start = now_ms();
+  bool eof = false;
+  static char buf[16384];
+  while (now_ms() < deadline_ms) {
+    long long allowed = (now_ms() - start + 1) * rate / 1000 - got;
+    if (allowed <= 0) {
+      usleep(2000);
+      continue;
+    }
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0)
+      continue;
+    ssize_t n = recv(fd, buf, allowed < (long long)sizeof buf ? (size_t)allowed : sizeof buf, 0);
+    if (n <= 0) {
+      eof = true;
+      break;
+    }
+    fwrite(buf, 1, (size_t)n, of);
+    got += n;
+  }
+  fclose(of);
+  close(fd);
+  printf("bytes %lld\neof %d\n", got, eof ? 1 : 0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   long long duration = 3000;
@@ -386,6 +439,8 @@ int main(int argc, char **argv) {
     rc = mode_body(atoi(rest[0]) > MAX_CONNS ? MAX_CONNS : atoi(rest[0]), atoll(rest[1]), rest[2]);
   else if (strcmp(mode, "idle") == 0 && nrest == 1)
     rc = mode_idle(atoi(rest[0]) > MAX_CONNS ? MAX_CONNS : atoi(rest[0]));
+  else if (strcmp(mode, "slowread") == 0 && nrest == 3)
+    rc = mode_slowread(rest[0], rest[1], atoll(rest[2]));
   else if (strcmp(mode, "pipeline") == 0 && nrest == 3)
     rc = mode_pipeline(atoi(rest[0]), rest[1], rest[2]);
   fflush(stdout);
