@@ -343,8 +343,17 @@ size_t sb_http_request_feed(sb_http_request *r, const char *data, size_t len) {
   size_t consumed = len;
   if (err == HPE_PAUSED || (err == HPE_PAUSED_UPGRADE && r->state == SB_HTTP_REQ_DONE)) {
     consumed = (size_t)(llhttp_get_error_pos(&r->parser) - data);
-  } else if (err != HPE_OK && r->state != SB_HTTP_REQ_ERROR) {
-    fail(r, 400, parse_error_text(err)); /* else a callback failed and set the status */
+  } else if (err != HPE_OK) {
+    if (r->state != SB_HTTP_REQ_ERROR)
+      fail(r, 400, parse_error_text(err)); /* else a callback failed and set the status */
+    /* Head bytes past the limit come first, whichever error follows them in the same read:
+     * the outcome must not depend on how reads split the stream. */
+    const char *pos = llhttp_get_error_pos(&r->parser);
+    size_t before = pos != NULL && pos >= data && pos <= data + len ? (size_t)(pos - data) : len;
+    if ((entry == SB_HTTP_REQ_IDLE || entry == SB_HTTP_REQ_HEAD) &&
+        r->head_raw + before > r->limits.max_header_bytes)
+      fail(r, 431, "request header fields too large");
+    return len;
   }
   /* Every byte consumed before the head was complete is charged, whatever llhttp did with it
    * (blank lines before a request, blanks around values have no data callback). Parsing stops
