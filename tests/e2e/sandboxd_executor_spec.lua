@@ -94,7 +94,8 @@ describe("sandbox executor → sandboxd", function()
       local ws = workspace.path(h.root, "sleepy")
       assert.is_true(core.fs.exists(ws))
       assert.truthy(S.wait_for(function() return not core.fs.exists(ws) end, 6000))
-      assert.truthy(h.log():find("sandboxd.instance_slept[^\n]*reason=idle"))
+      -- the log line follows the rename through a pipe: wait for it too
+      assert.truthy(S.wait_for(function() return h.log():find("sandboxd.instance_slept[^\n]*reason=idle") end, 5000))
       local r = assert(ex:exec("ls -A; cat marker.txt"))
       assert.equal(1, r.exit_code)
       assert.truthy(r.text:find("No such file", 1, true))
@@ -221,7 +222,10 @@ describe("sandbox executor → sandboxd", function()
 
   it("200 threads in parallel, nothing lost", function()
     core.run(function()
-      local h = S.start_sandboxd{ policies = dir, args = { "--max-instances", "200" } }
+      -- on a busy machine 200 commands take longer than FAST's 2 s sleepAfter: the first
+      -- workspaces must not sleep before the count at the end
+      local h = S.start_sandboxd{ policies = S.policy_dir(S.FAST .. 'sandbox.sleep_after = "60s"\n'),
+        args = { "--max-instances", "200" } }
       local results, done = {}, 0
       local me = core.current()
       for i = 1, 200 do
