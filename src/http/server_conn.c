@@ -327,8 +327,10 @@ static size_t pending_size(const sb_http_conn *c) { return c->pending_len - c->p
  * anything read while older bytes still wait to be parsed. Past one head's worth the
  * connection stops reading until the held bytes are parsed. */
 static void conn_stash(sb_http_conn *c, const char *data, size_t len) {
-  if (c->pending_off > 0 && c->pending_off == c->pending_len) { /* all parsed: start over */
-    c->pending_len = c->pending_off = 0;
+  if (c->pending_off > 0) { /* drop what was parsed; never runs while next_request parses */
+    memmove(c->pending, c->pending + c->pending_off, pending_size(c));
+    c->pending_len -= c->pending_off;
+    c->pending_off = 0;
   }
   char *grown = realloc(c->pending, c->pending_len + len);
   if (grown == NULL) {
