@@ -1,7 +1,7 @@
--- Command output on the wire (sandboxd/text.lua): valid UTF-8 goes as it is; anything else as a
+-- Command output on the wire (shell/wire_text.lua): valid UTF-8 goes as it is; anything else as a
 -- lossy text plus the exact bytes in base64, which the executor puts back.
 local cjson = require("cjson")
-local text = require("switchboard.sandboxd.text")
+local text = require("switchboard.shell.wire_text")
 
 describe("sandboxd wire text", function()
   it("tells valid UTF-8 from everything else", function()

@@ -1,9 +1,9 @@
--- How one sandboxd instance runs commands and touches files: on this host, in the thread's
--- workspace root/<workspace.dir_name(thread key)>, through the engine's process supervisor
--- (own session and process group, deadline TERM then KILL after the grace, capped capture) and
--- the confined file access of core.fs.root. The fleet (fleet.lua) decides WHEN an instance
--- exists; this decides HOW it runs — a later runner puts each instance in its own namespaces
--- behind the same four methods:
+-- How one sandboxd instance runs commands and touches files: in the thread's workspace
+-- (shell/workspace.lua: root/<dir_name(thread key)>, commands through shell/run.lua's one spawn
+-- point, files through the confined core.fs.root) — the same implementation the local executor
+-- uses. The fleet (fleet.lua) decides WHEN an instance exists; this decides HOW it runs and
+-- how it goes to sleep. Walls (namespaces, a cgroup) are given to the workspace as its
+-- instance, behind the same four methods:
 --
 --   runner:exec{command, env, deadline_ms, kill_grace_ms, max_output, signal} → proc result | nil, err
 --   runner:read(path, max_bytes)  → bytes | nil, err (kind escape | not_found | not_a_file | too_large | io)
@@ -11,18 +11,21 @@
 --   runner:stop(reason)           → kill what still runs, delete the workspace (sleep; reason
 --                                   "idle" | "shutdown")
 local core = require("switchboard.core")
-local workspace = require("switchboard.exec.workspace")
+local workspace = require("switchboard.shell.workspace")
 
 local M = {}
 
 local Runner = {}
 Runner.__index = Runner
 
-function M.new(root, thread_key)
+-- opts.instance: the walls this instance's commands run inside (shell/run.lua), if any.
+function M.new(root, thread_key, opts)
+  local ws = workspace.open(root, thread_key, opts)
   return setmetatable({
     root = root,
     key = thread_key,
-    dir = workspace.path(root, thread_key),
+    dir = ws.dir,
+    ws = ws,
     label = M.label(thread_key),
     stopped = core.signal(), -- sleep: every process of this instance is killed at once
   }, Runner)
@@ -38,85 +41,61 @@ function M.factory(root)
   return function(thread_key) return M.new(root, thread_key) end
 end
 
--- An error's reason without the host path it names ("mkdir_p \"/srv/…\": Read-only file
+-- An error's reason without the host path it names ("…: mkdir_p \"/srv/…\": Read-only file
 -- system" → "Read-only file system"): errors go to the client, paths of the host do not.
 local function reason_of(err)
   local msg = tostring(type(err) == "table" and err.message or err)
   return msg:match(":%s*([^:]+)$") or "an I/O error"
 end
 
-local function workspace_error(self, what, err)
-  return { kind = "workspace", message = ("the workspace of thread %s could not be %s (%s)")
-    :format(self.label, what, reason_of(err)) }
+-- The workspace's own failures (it could not be made, cleared or opened) name the thread.
+local function scrub(self, a, err)
+  if a == nil and type(err) == "table" and err.kind == "workspace" then
+    return nil, { kind = "workspace", message = ("the workspace of thread %s could not be used (%s)")
+      :format(self.label, reason_of(err)) }
+  end
+  return a, err
 end
 
--- The workspace exists from the instance's first operation until it sleeps; a command may
--- still remove its own directory, so one stat per operation checks before the cwd is used.
--- A new instance never starts on data of an old one: a directory already there when it first
--- needs one is what a sleep failed to remove, and it is removed now (or nothing runs).
-local function ensure(self)
-  if self.ready and core.fs.exists(self.dir) then return self.dir end
-  if not self.ready and core.fs.exists(self.dir) then
-    local removed, rm_err = core.fs.remove_tree(self.dir)
-    if not removed and core.fs.exists(self.dir) then
-      return nil, workspace_error(self, "cleared of an earlier instance's files", rm_err)
+-- A new instance never starts on data of an old one: a directory already there before its
+-- first operation is what a sleep failed to remove (the fleet logged that), and it is removed
+-- now — the second try — or nothing runs.
+local function fresh(self)
+  if self.checked then return true end
+  if core.fs.exists(self.dir) then
+    local ok, err = core.fs.remove_tree(self.dir)
+    if not ok and core.fs.exists(self.dir) then
+      return nil, { kind = "workspace", message = ("the workspace of thread %s still holds an earlier "
+        .. "instance's files and could not be cleared (%s); nothing ran"):format(self.label, reason_of(err)) }
     end
   end
-  local ok, err = core.fs.mkdir_p(self.dir, tonumber("700", 8))
-  if not ok then return nil, workspace_error(self, "created", err) end
-  self.ready = true
-  return self.dir
-end
-
--- bash by its absolute path, found once in the server's own PATH: a request's env may set PATH
--- to anything, "" included, which changes what the command finds, never whether bash starts.
-local bash_path
-local function bash()
-  if bash_path == nil then
-    for dir in (os.getenv("PATH") or "/usr/local/bin:/usr/bin:/bin"):gmatch("[^:]+") do
-      if dir:sub(1, 1) == "/" and core.fs.exists(dir .. "/bash") then
-        bash_path = dir .. "/bash"
-        break
-      end
-    end
-    bash_path = bash_path or "bash"
-  end
-  return bash_path
+  self.checked = true
+  return true
 end
 
 function Runner:exec(spec)
-  local dir, err = ensure(self)
-  if not dir then return nil, err end
-  local signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped
-  local proc, spawn_err = core.spawn{
-    argv = { bash(), "-c", spec.command },
-    cwd = dir,
+  local ok, err = fresh(self)
+  if not ok then return nil, err end
+  return scrub(self, self.ws:run{
+    command = spec.command,
     env = spec.env,
     deadline_ms = spec.deadline_ms,
     kill_grace_ms = spec.kill_grace_ms,
     max_output = spec.max_output,
-    signal = signal,
-  }
-  if not proc then return nil, spawn_err end
-  return proc:wait()
-end
-
-local function with_root(self, fn)
-  local dir, err = ensure(self)
-  if not dir then return nil, err end
-  local root, root_err = core.fs.root(dir)
-  if not root then return nil, workspace_error(self, "opened", root_err) end
-  local a, b = fn(root)
-  root:close()
-  return a, b
+    signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped,
+  })
 end
 
 function Runner:read(path, max_bytes)
-  return with_root(self, function(root) return root:read(path, max_bytes) end)
+  local ok, err = fresh(self)
+  if not ok then return nil, err end
+  return scrub(self, self.ws:read(path, max_bytes))
 end
 
 function Runner:write(path, bytes)
-  return with_root(self, function(root) return root:write(path, bytes) end)
+  local ok, err = fresh(self)
+  if not ok then return nil, err end
+  return scrub(self, self.ws:write(path, bytes))
 end
 
 local TRASH = ".trash-"
