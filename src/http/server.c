@@ -251,7 +251,7 @@ bool sb_http_on_head(sb_http_conn *c) {
     return true;
   lua_State *L = sb_main_state();
   int top = lua_gettop(L);
-  lua_pushcfunction(L, traceback);
+  lua_pushcfunction(L, sb_traceback);
   lua_pushcfunction(L, head_hook);
   lua_pushlightuserdata(L, c);
   bool go = false;

@@ -1,4 +1,4 @@
--- Command output on the wire (DESIGN.md "Wire protocol", docs/sandboxd.md): JSON strings must be
+-- Command output on the wire (docs/contract.md#wire-protocol, docs/sandboxd.md): JSON strings must be
 -- UTF-8, command output is bytes. A stream that is valid UTF-8 goes as it is. One that is not is
 -- sent twice: `stdout` (or `stderr`) carries the text with every invalid byte replaced by U+FFFD,
 -- so an old client and a strict JSON decoder read a valid answer, and `stdoutBase64` (or
