@@ -67,7 +67,7 @@ function M.start(opts)
     host = opts.host, port = opts.port, handler = counted, limits = limits_of(policy.current()),
     on_head = routes.on_head(self.ctx),
   })
-  if not ok then return nil, { kind = "listen", message = tostring(srv) } end
+  if not ok then return nil, core.error("listen", tostring(srv)) end
   if not srv then return nil, err end
   self.server = srv
   self.port = srv.port
