@@ -51,8 +51,8 @@ end
 -- The workspace's own failures (it could not be made, cleared or opened) name the thread.
 local function scrub(self, a, err)
   if a == nil and type(err) == "table" and err.kind == "workspace" then
-    return nil, { kind = "workspace", message = ("the workspace of thread %s could not be used (%s)")
-      :format(self.label, reason_of(err)) }
+    return nil, core.error("workspace", ("the workspace of thread %s could not be used (%s)")
+      :format(self.label, reason_of(err)))
   end
   return a, err
 end
@@ -65,8 +65,8 @@ local function fresh(self)
   if core.fs.exists(self.dir) then
     local ok, err = core.fs.remove_tree(self.dir)
     if not ok and core.fs.exists(self.dir) then
-      return nil, { kind = "workspace", message = ("the workspace of thread %s still holds an earlier "
-        .. "instance's files and could not be cleared (%s); nothing ran"):format(self.label, reason_of(err)) }
+      return nil, core.error("workspace", ("the workspace of thread %s still holds an earlier "
+        .. "instance's files and could not be cleared (%s); nothing ran"):format(self.label, reason_of(err)))
     end
   end
   self.checked = true
