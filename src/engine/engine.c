@@ -1,6 +1,7 @@
 /* The task scheduler: tasks, the ready queue, resumption and the protected-call path. */
 #include "engine.h"
 #include "../log/log.h"
+#include "../ws/ws.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -368,6 +369,7 @@ void sb_engine_shutdown(void) {
   if (E.loop == NULL)
     return;
   sb_proc_kill_all(SIGKILL);
+  sb_ws_shutdown(); /* lws closes its own handles before the walk below */
   uv_run(E.loop, UV_RUN_NOWAIT); /* let exit callbacks of killed children run */
   uv_walk(E.loop, close_walk, NULL);
   uv_run(E.loop, UV_RUN_DEFAULT);
