@@ -27,6 +27,7 @@
 #include <string.h>
 
 #define CONN_MT "switchboard.ws.conn"
+#define SB_LWS_WRITE_CLOSE 4 /* lws 4.1 lib/roles/ws/private-lib-roles-ws.h: LWS_WRITE_CLOSE */
 
 enum { DEFAULT_MAX_MESSAGE = 4 << 20,  /* bytes of one inbound message */
        MAX_QUEUED_IN = 64 << 20,       /* bytes received and not yet read by Lua */
@@ -71,6 +72,7 @@ struct conn {
   frame *out_head, *out_tail;     /* frames to send, in order */
   size_t out_bytes;
   bool close_wanted;
+  bool close_sent;                /* our close frame went out */
   int close_code;
   int peer_code;                  /* the close code the peer sent, 0 when none */
   char why[160];                  /* why it closed (no URL, no payload) */
@@ -243,9 +245,19 @@ static int on_writeable(struct lws *wsi, conn *c) {
       lws_callback_on_writable(wsi);
     return 0;
   }
-  if (c->close_wanted) {
-    lws_close_reason(wsi, (enum lws_close_status)c->close_code, NULL, 0);
-    return -1; /* lws sends the close frame and ends the connection */
+  if (c->close_wanted && !c->close_sent) {
+    /* Our close frame is written here. Returning -1 after lws_close_reason() would be the
+     * documented way, but lws 4.1's libuv event library runs its close twice ("uv repeat
+     * test") and the second run drops the socket before the frame goes out. lws_write()
+     * encodes a close frame for opcode 4 (lws's own LWS_WRITE_CLOSE, left out of the public
+     * enum); the peer's echo then ends the connection, or lws's timeout does. */
+    unsigned char buf[LWS_PRE + 2];
+    buf[LWS_PRE] = (unsigned char)((c->close_code >> 8) & 0xff);
+    buf[LWS_PRE + 1] = (unsigned char)(c->close_code & 0xff);
+    c->close_sent = true;
+    if (lws_write(wsi, buf + LWS_PRE, 2, (enum lws_write_protocol)SB_LWS_WRITE_CLOSE) < 2)
+      return -1;
+    lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_ACK, 5);
   }
   return 0;
 }
@@ -277,7 +289,7 @@ static int on_lws(struct lws *wsi, enum lws_callback_reasons reason, void *user,
   case LWS_CALLBACK_CLIENT_WRITEABLE:
     return c == NULL ? -1 : on_writeable(wsi, c);
   case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
-    if (c != NULL && len >= 2) {
+    if (c != NULL && len >= 2 && !c->close_sent) {
       const unsigned char *p = in;
       c->peer_code = (p[0] << 8) | p[1];
       snprintf(c->why, sizeof c->why, "the peer closed the connection (code %d)", c->peer_code);

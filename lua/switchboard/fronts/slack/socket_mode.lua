@@ -116,7 +116,7 @@ function S:reader(rec)
   while true do
     local raw, err = rec.conn:recv{ signal = rec.done }
     if not raw then
-      if not rec.done.aborted then
+      if not rec.done.aborted and not rec.replacing then
         self.log("warn", "slack.socket_dropped", { connection = rec.id, error = err and err.kind,
           message = err and err.message })
       end
