@@ -73,6 +73,8 @@ struct conn {
   size_t out_bytes;
   bool close_wanted;
   bool close_sent;                /* our close frame went out */
+  bool failed;                    /* it ended in an error, not a close handshake */
+  bool discarding;                /* an inbound message was refused: drop what comes */
   int close_code;
   int peer_code;                  /* the close code the peer sent, 0 when none */
   char why[160];                  /* why it closed (no URL, no payload) */
@@ -128,7 +130,7 @@ static lua_State *wait_end(conn *c) {
 static int push_closed(lua_State *L, conn *c) {
   lua_pushnil(L);
   lua_createtable(L, 0, 3);
-  lua_pushstring(L, c->peer_code != 0 || c->why[0] == '\0' ? "closed" : "transport");
+  lua_pushstring(L, c->failed ? "transport" : "closed");
   lua_setfield(L, -2, "kind");
   lua_pushstring(L, c->why[0] ? c->why : "the connection is closed");
   lua_setfield(L, -2, "message");
@@ -190,12 +192,32 @@ static void detach(struct lws *wsi, conn *c, const char *why) {
 
 /* ---- lws callback ------------------------------------------------------------------------ */
 
+static void request_close(conn *c, int code);
+
+/* A message we will not take (too large, no memory): the rest of it is dropped, the waiting
+ * task learns why at once, and the connection closes politely with `code`. (Returning -1
+ * from the receive callback instead makes lws 4.1's libuv event library free a buffer twice.) */
+static int refuse_message(conn *c, int code) {
+  c->discarding = true;
+  c->failed = true;
+  free(c->partial);
+  c->partial = NULL;
+  c->partial_len = c->partial_cap = 0;
+  request_close(c, code);
+  if (c->w != NULL && c->w->kind == WAIT_RECV) {
+    lua_State *task = wait_end(c);
+    sb_task_complete(task, push_closed(task, c));
+  }
+  return 0;
+}
+
 static int on_receive(struct lws *wsi, conn *c, const void *in, size_t len) {
+  if (c->discarding)
+    return 0;
   size_t need = c->partial_len + len;
   if (need > c->max_message || c->in_bytes + need > MAX_QUEUED_IN) {
     snprintf(c->why, sizeof c->why, "a message exceeded %zu bytes", c->max_message);
-    lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, NULL, 0);
-    return -1;
+    return refuse_message(c, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE);
   }
   if (need > c->partial_cap) {
     size_t cap = c->partial_cap ? c->partial_cap : 4096;
@@ -204,7 +226,7 @@ static int on_receive(struct lws *wsi, conn *c, const void *in, size_t len) {
     unsigned char *p = realloc(c->partial, cap);
     if (p == NULL) {
       snprintf(c->why, sizeof c->why, "out of memory receiving a message");
-      return -1;
+      return refuse_message(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION);
     }
     c->partial = p;
     c->partial_cap = cap;
@@ -217,7 +239,7 @@ static int on_receive(struct lws *wsi, conn *c, const void *in, size_t len) {
   frame *f = malloc(sizeof *f + c->partial_len + 1);
   if (f == NULL) {
     snprintf(c->why, sizeof c->why, "out of memory receiving a message");
-    return -1;
+    return refuse_message(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION);
   }
   f->len = c->partial_len;
   f->type = LWS_WRITE_TEXT;
@@ -239,6 +261,7 @@ static int on_writeable(struct lws *wsi, conn *c) {
     free(f);
     if (short_write) {
       snprintf(c->why, sizeof c->why, "writing to the socket failed");
+      c->failed = true;
       return -1;
     }
     if (c->out_head != NULL || c->close_wanted)
@@ -299,16 +322,22 @@ static int on_lws(struct lws *wsi, enum lws_callback_reasons reason, void *user,
     if (c != NULL) {
       char why[140];
       snprintf(why, sizeof why, "%s", in != NULL ? (const char *)in : "connection error");
+      c->failed = true;
       detach(wsi, c, why);
     }
     return 0;
   case LWS_CALLBACK_CLIENT_CLOSED:
-    if (c != NULL)
-      detach(wsi, c, "the connection closed");
+    if (c != NULL) {
+      bool clean = c->close_sent || c->peer_code != 0;
+      c->failed = c->failed || !clean;
+      detach(wsi, c, clean ? "the connection closed" : "the connection dropped without a close frame");
+    }
     return 0;
   case LWS_CALLBACK_WSI_DESTROY:
-    if (c != NULL)
+    if (c != NULL) {
+      c->failed = c->failed || !c->close_sent;
       detach(wsi, c, "the connection was dropped");
+    }
     return 0;
   default:
     return 0;
@@ -572,7 +601,9 @@ static int l_recv(lua_State *L) {
     free(f);
     return 1;
   }
-  if (c->state == ST_CLOSED || c->state == ST_CLOSING)
+  /* Closing (our close frame sent or queued) still delivers what arrives until the peer's
+   * echo: a Socket Mode connection being replaced may carry envelopes until then. */
+  if (c->state == ST_CLOSED || c->discarding)
     return push_closed(L, c);
   if (sig != NULL && sb_abort_fired(sig))
     return sb_abort_push_fail(L, sig);
