@@ -32,7 +32,7 @@ local function body_code(body, budget, where)
     local cut = card_mod.cut(body, math.max(0, b), where)
     local out = code(cut)
     if #out <= budget then return out end
-    b = b - (#out - budget) - 16
+    b = math.floor(b * budget / #out) - 16 -- escaping grows the text by up to 5×
   end
   return code(card_mod.cut(body, 0, where))
 end
