@@ -85,6 +85,8 @@ struct conn {
 static struct {
   struct lws_context *ctx;
   conn *live;
+  uv_check_t flusher; /* writes queued frames right after the poll phase (see flush_queued) */
+  bool flusher_ready;
 } S;
 
 /* ---- connection bookkeeping ------------------------------------------------------------- */
@@ -285,6 +287,40 @@ static int on_writeable(struct lws *wsi, conn *c) {
   return 0;
 }
 
+/* Frames queued by Lua go out in the same loop turn, right after the poll phase, instead of
+ * waiting for lws's writable callback a turn later: a Socket Mode ack must not queue behind
+ * the work the next turn starts (a spawn under load costs milliseconds). This runs outside
+ * every lws callback; lws_write() buffers what the socket does not take and asks for
+ * POLLOUT itself, and a choked socket is left to the writable callback. */
+static void flush_queued(uv_check_t *h) {
+  bool pending = false;
+  for (conn *c = S.live; c != NULL; c = c->next) {
+    while (c->state == ST_OPEN && c->wsi != NULL && c->out_head != NULL &&
+           !lws_send_pipe_choked(c->wsi)) {
+      frame *f = c->out_head;
+      c->out_head = f->next;
+      if (c->out_head == NULL)
+        c->out_tail = NULL;
+      c->out_bytes -= f->len;
+      int n = lws_write(c->wsi, f->data + LWS_PRE, f->len, f->type);
+      bool short_write = n < (int)f->len;
+      free(f);
+      if (short_write) {
+        snprintf(c->why, sizeof c->why, "writing to the socket failed");
+        c->failed = true;
+        lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+        break;
+      }
+    }
+    if (c->out_head != NULL && c->wsi != NULL) {
+      pending = true;
+      lws_callback_on_writable(c->wsi);
+    }
+  }
+  if (!pending)
+    uv_check_stop(h);
+}
+
 static int on_lws(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                   size_t len) {
   conn *c = lws_get_opaque_user_data(wsi);
@@ -364,10 +400,18 @@ static bool ensure_context(void) {
   info.fd_limit_per_thread = 256; /* lws's own sockets, not the process's */
   info.timeout_secs = 30;         /* lws's handshake timeout; callers' deadlines are shorter */
   S.ctx = lws_create_context(&info);
+  if (S.ctx != NULL && !S.flusher_ready) {
+    uv_check_init(sb_loop(), &S.flusher);
+    S.flusher_ready = true;
+  }
   return S.ctx != NULL;
 }
 
 void sb_ws_shutdown(void) {
+  if (S.flusher_ready) {
+    S.flusher_ready = false;
+    uv_close((uv_handle_t *)&S.flusher, NULL);
+  }
   if (S.ctx == NULL)
     return;
   struct lws_context *ctx = S.ctx;
@@ -559,7 +603,7 @@ static int queue_frame(lua_State *L, conn *c, const char *bytes, size_t len,
   c->out_tail = f;
   c->out_bytes += len;
   if (c->state == ST_OPEN && c->wsi != NULL)
-    lws_callback_on_writable(c->wsi);
+    uv_check_start(&S.flusher, flush_queued);
   lua_pushboolean(L, 1);
   return 1;
 }

@@ -16,11 +16,12 @@ Tests drive it over a control API on the same HTTP port (/_control/...):
   POST /_control/disconnect {reason}              send `disconnect` on every open connection
   POST /_control/drop                             close every connection without a close frame
   POST /_control/rate_limit {method, count, retry_after}   the next COUNT calls answer 429
+  POST /_control/ping {count}                     ping the newest connection COUNT times → {rtt_ms}
   POST /_control/fail {method, error, count}      the next COUNT calls answer ok=false
   GET  /_control/state                            everything it saw (calls, acks, connections)
 
-Usage: slack_standin.py BOT_TOKEN APP_TOKEN   (prints "READY <http port>" when listening)
-Tokens come from the environment (SLACK_BOT_TOKEN, SLACK_APP_TOKEN) so they never sit in argv.
+Usage: SLACK_BOT_TOKEN=… SLACK_APP_TOKEN=… slack_standin.py   (prints "READY <http port>")
+The tokens it accepts come from the environment, so they never sit in argv.
 """
 import asyncio
 import json
@@ -74,7 +75,7 @@ def web_api(method, headers, body):
     auth = headers.get("authorization", "")
     token = auth[7:] if auth.startswith("Bearer ") else None
     args = parse_body(headers, body)
-    call = {"method": method, "args": args, "at": time.monotonic() * 1000,
+    call = {"method": method, "args": args, "at": time.monotonic() * 1000, "wall": time.time() * 1000,
             "token": "bot" if token == BOT else "app" if token == APP else "other"}
     state["calls"].append(call)
     rl = rate_limits.get(method)
@@ -191,6 +192,15 @@ async def control(method, path, body):
             if ws.open:
                 ws.transport.abort()
         return 200, {}
+    if path == "/_control/ping":
+        live = [c for c in conns.values() if c.open]
+        rtts = []
+        for _ in range(args.get("count", 1)):
+            t = time.monotonic()
+            pong = await live[-1].ping()
+            await pong
+            rtts.append((time.monotonic() - t) * 1000)
+        return 200, {"rtt_ms": rtts}
     if path == "/_control/rate_limit":
         rate_limits[args["method"]] = [args.get("count", 1), args.get("retry_after", 1)]
         return 200, {}

@@ -126,7 +126,13 @@ function S:reader(rec)
     if ok and type(env) == "table" then
       if env.envelope_id then
         self:ack(rec, env) -- before anything else is done with it
-        core.go(self.on_envelope, env, rec.id)
+        core.go(function()
+          -- The ack is written when the loop next polls; a zero sleep starts the work a turn
+          -- after that, so a burst of envelopes is acked before any of them starts work
+          -- (a spawn under load costs milliseconds).
+          core.sleep(0)
+          self.on_envelope(env, rec.id)
+        end)
       elseif env.type == "disconnect" then
         self.log("info", "slack.socket_disconnect", { connection = rec.id, reason = tostring(env.reason) })
         self:replace(rec, env.reason)
