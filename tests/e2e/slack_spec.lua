@@ -40,7 +40,9 @@ describe("switchboard slack, Socket Mode", function()
   before_each(async(function()
     state_dir = tmp.dir("slack")
     st = SL.standin()
-    bot = SL.bot(st, { state_dir = state_dir, policies = policies("drain_ms = 2 * second") })
+    -- spans go to stderr too (--trace -), so the token checks below cover them
+    bot = SL.bot(st, { state_dir = state_dir, policies = policies("drain_ms = 2 * second"),
+                       args = { "--trace", "-" } })
   end))
 
   after_each(async(function()
