@@ -264,6 +264,29 @@ describe("switchboard slack, Events API", function()
   end))
 end)
 
+describe("switchboard slack, both modes at once", function()
+  it("runs an event that arrives over Socket Mode and the Events API once", async(function()
+    local st = SL.standin()
+    local bot = SL.bot(st, { state_dir = tmp.dir("slack"), args = { "--listen", "127.0.0.1:0" },
+                             env = { SLACK_SIGNING_SECRET = SL.SIGNING_SECRET } })
+    local ev = SL.mention{ ts = "1700000040.000100", text = "run `echo once`", event_id = "EvBoth" }
+    st:envelope("events_api", ev)
+    local body = cjson.encode(ev)
+    assert.equals(200, (bot:post("/slack/events", body, SL.sign(body))))
+    local ev2 = SL.mention{ ts = "1700000041.000100", text = "run `echo http`" }
+    local body2 = cjson.encode(ev2)
+    assert.equals(200, (bot:post("/slack/events", body2, SL.sign(body2))))
+    wait_final(st, "1700000040.000100")
+    wait_final(st, "1700000041.000100")
+    assert.equals(1, #st:cards("1700000040.000100"))
+    assert.equals(2, #st:calls("chat.postMessage"))
+    bot:signal("TERM")
+    assert.equals(0, bot:wait().exit)
+    st:close()
+    tmp.remove_all()
+  end))
+end)
+
 describe("switchboard slack, starting", function()
   local st
   before_each(async(function() st = SL.standin() end))
