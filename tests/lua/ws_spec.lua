@@ -5,10 +5,12 @@ local async = require("support.async")
 
 local PYTHON = "/usr/bin/python3"
 
-local function start_peer()
+local function start_peer(extra)
   local peer = { out = "" }
+  local argv = { PYTHON, "tests/support/ws_peer.py" }
+  for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
   peer.proc = assert(core.spawn{
-    argv = { PYTHON, "tests/support/ws_peer.py" }, env = { PATH = "/usr/bin:/bin" },
+    argv = argv, env = { PATH = "/usr/bin:/bin" },
     on_output = function(stream, chunk) if stream == "stdout" then peer.out = peer.out .. chunk end end,
   })
   local deadline = core.now_ms() + 30000
@@ -134,5 +136,41 @@ describe("core.ws", function()
     assert.has_error(function() c:close(5) end)
     assert.has_error(function() c:send({}) end)
     c:close()
+  end))
+end)
+
+describe("core.ws over TLS", function()
+  it("verifies the server's certificate against the system's trust store", async(function()
+    local tmp = require("support.tmp")
+    local dir = tmp.dir("wss")
+    local gen = assert(core.spawn{ argv = { "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+      "-keyout", dir .. "/k.pem", "-out", dir .. "/c.pem", "-days", "2", "-subj", "/CN=localhost",
+      "-addext", "subjectAltName=DNS:localhost" }, env = { PATH = "/usr/bin:/bin" } }):wait()
+    assert.equals(0, gen.exit, gen.stderr)
+    local peer = start_peer({ "--tls", dir .. "/c.pem", dir .. "/k.pem" })
+    local url = ("wss://localhost:%d/echo"):format(peer.port)
+    -- not trusted (a self-signed certificate): refused as a value
+    local c, err = core.ws.connect{ url = url, deadline_ms = 10000 }
+    assert.is_nil(c)
+    assert.equals("transport", err.kind)
+    -- trusted through OpenSSL's SSL_CERT_FILE, in a child with that environment
+    local probe = [[
+      package.cpath = (os.getenv("SB_BUILD_DIR") or "./build") .. "/lua/?.so;" .. package.cpath
+      local core = require("switchboard.core")
+      core.run(function()
+        local c = assert(core.ws.connect{ url = os.getenv("WS_URL"), deadline_ms = 10000 })
+        c:send("over tls")
+        io.write(assert(c:recv{ deadline_ms = 10000 }))
+        c:close()
+      end)
+    ]]
+    local r = assert(core.spawn{ argv = { "lua5.4", "-e", probe },
+      env = { PATH = "/usr/bin:/bin", SSL_CERT_FILE = dir .. "/c.pem", WS_URL = url, SB_BUILD_DIR = os.getenv("SB_BUILD_DIR"),
+              LD_PRELOAD = os.getenv("LD_PRELOAD"), ASAN_OPTIONS = os.getenv("ASAN_OPTIONS") } }):wait()
+    assert.equals(0, r.exit, r.stderr)
+    assert.equals("echo:over tls", r.stdout)
+    peer.proc:kill("KILL")
+    peer.proc:wait()
+    tmp.remove_all()
   end))
 end)

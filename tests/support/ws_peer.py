@@ -6,10 +6,11 @@ Each connection's path picks what it does:
   /fragments      sends one 300,000-byte text message in 3 fragments, then echoes
   /silent         reads and says nothing
   /reject         refuses the upgrade (HTTP 403)
-Prints "READY <port>" when listening; after every closed connection it prints
+With `--tls CERT KEY` it serves wss:// instead. Prints "READY <port>" when listening; after every closed connection it prints
 "CLOSED <path> <code>" (the close code it received, 1006 when there was no close frame).
 """
 import asyncio
+import ssl
 import sys
 
 import websockets
@@ -40,8 +41,12 @@ async def reject(path, headers):
 
 
 async def main():
+    ctx = None
+    if len(sys.argv) == 4 and sys.argv[1] == "--tls":
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(sys.argv[2], sys.argv[3])
     async with websockets.serve(handler, "127.0.0.1", 0, process_request=reject,
-                                max_size=2 ** 24) as srv:
+                                max_size=2 ** 24, ssl=ctx) as srv:
         print("READY %d" % srv.sockets[0].getsockname()[1], flush=True)
         await asyncio.Future()
 
