@@ -137,6 +137,18 @@ describe("slack Block Kit card", function()
   end)
 end)
 
+describe("slack Block Kit, a card of another kind", function()
+  it("shows the dispatcher's text in a code block, with Stop until it is final", function()
+    local view = blocks.render({ kind = "run" }, { thread = "T/C/1.0",
+      message = { text = "[t] agent:coding\n… thinking <x>", final = false } })
+    assert.equals("```[t] agent:coding\n… thinking &lt;x&gt;```", view.blocks[1].text.text)
+    assert.equals("actions", view.blocks[2].type)
+    view = blocks.render({ kind = "run" }, { thread = "T/C/1.0", message = { text = "done", final = true } })
+    assert.equals(1, #view.blocks)
+    assert.is_false(blocks.needs_file({ kind = "run" }, 2900))
+  end)
+end)
+
 describe("slack policy: who may ask", function()
   it("allows the token's workspace by default and narrows by channel and user", function()
     local allow = { workspaces = { "token" }, channels = {}, users = {} }

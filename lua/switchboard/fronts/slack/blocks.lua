@@ -37,11 +37,8 @@ local function body_code(body, budget, where)
   return code(card_mod.cut(body, 0, where))
 end
 
--- Whether the card's output does not fit one section (then the front uploads it as a file).
-function M.needs_file(card, max_block_chars)
-  local body = card:body_text()
-  return card:final() and body ~= "" and #code(body) > (max_block_chars or M.SECTION_LIMIT)
-end
+-- Whether the card's output does not fit one section (then the front uploads it as a file):
+-- M.needs_file below.
 
 local function context(s)
   return { type = "context", elements = { { type = "mrkdwn", text = s } } }
@@ -51,7 +48,38 @@ local function section(s)
   return { type = "section", text = { type = "mrkdwn", text = s } }
 end
 
+-- A card this renderer does not know (another kind of run card): its text as the console
+-- prints it, in one code block, with the Stop button while it is not final.
+local function is_known(card)
+  return type(card) == "table" and type(card.status_line) == "function"
+    and type(card.body_text) == "function" and type(card.final) == "function"
+end
+
+function M.render_text(message, opts)
+  local max = math.min(opts.max_block_chars or M.SECTION_LIMIT, M.SECTION_LIMIT)
+  local body = tostring(message.text or "")
+  local out = { section(body_code(body, max)) }
+  if not message.final and opts.thread then
+    out[#out + 1] = {
+      type = "actions",
+      elements = { {
+        type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
+        text = { type = "plain_text", text = "Stop" },
+      } },
+    }
+  end
+  return { text = card_mod.cut_line(body:match("^[^\n]*") or "", 300), blocks = out }
+end
+
+function M.needs_file(card, max_block_chars)
+  if not is_known(card) then return false end
+  local body = card:body_text()
+  return card:final() and body ~= "" and #code(body) > (max_block_chars or M.SECTION_LIMIT)
+end
+
+-- opts.message: the dispatcher's message, for cards of a kind this renderer does not know.
 function M.render(card, opts)
+  if not is_known(card) then return M.render_text(opts.message or {}, opts) end
   local max = math.min(opts.max_block_chars or M.SECTION_LIMIT, M.SECTION_LIMIT)
   local head = { "*agent:" .. text.escape(card.agent or "?") .. "*" }
   if card.backend then head[#head + 1] = text.escape(card.backend) end

@@ -121,7 +121,7 @@ end
 
 function F:render(h, msg, s)
   return blocks.render(msg.card, { now_ms = self.now_ms(), max_block_chars = s.card.max_block_chars,
-                                   thread = h.thread, file = h.file })
+                                   thread = h.thread, file = h.file, message = msg })
 end
 
 -- Waits for the next state of the card (update() wakes it).
