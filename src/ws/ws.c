@@ -87,6 +87,7 @@ static struct {
   conn *live;
   uv_check_t flusher; /* writes queued frames right after the poll phase (see flush_queued) */
   bool flusher_ready;
+  bool shutting_down; /* no task is resumed any more */
 } S;
 
 /* ---- connection bookkeeping ------------------------------------------------------------- */
@@ -388,6 +389,8 @@ static const struct lws_protocols protocols[] = {
 static bool ensure_context(void) {
   if (S.ctx != NULL)
     return true;
+  if (S.shutting_down)
+    return false;
   lws_set_log_level(0, NULL); /* errors come back as values; lws's lines could name a URL */
   struct lws_context_creation_info info;
   memset(&info, 0, sizeof info);
@@ -408,6 +411,18 @@ static bool ensure_context(void) {
 }
 
 void sb_ws_shutdown(void) {
+  /* No task is resumed from here on: waits end silently (their tasks are never resumed
+   * again; the engine is going away), then lws closes every connection. */
+  S.shutting_down = true;
+  for (conn *c = S.live; c != NULL; c = c->next) {
+    if (c->w == NULL)
+      continue;
+    if (c->w->kind == WAIT_CONNECT) {
+      luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, c->ud_ref);
+      c->ud_ref = LUA_NOREF;
+    }
+    (void)wait_end(c);
+  }
   if (S.flusher_ready) {
     S.flusher_ready = false;
     uv_close((uv_handle_t *)&S.flusher, NULL);
