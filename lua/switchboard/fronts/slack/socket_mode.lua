@@ -29,6 +29,8 @@ function M.new(opts)
     seq = 0,
     current = nil,     -- the connection new envelopes are expected on
     stats = { acks = 0, connections = 0, reconnects = 0 },
+    pending = {},      -- envelopes whose work has not started (start_work)
+    starter_idle = nil,
   }, S)
 end
 
@@ -86,6 +88,33 @@ function S:ack(rec, env)
   rec.conn:send(cjson.encode({ envelope_id = env.envelope_id }))
 end
 
+-- Envelopes' work starts one per loop turn, each at least a turn after its ack went out: a
+-- burst of asks would otherwise start (and spawn, which costs milliseconds on a busy host) in
+-- one turn, and envelopes arriving meanwhile would wait for their acks.
+function S:start_work(env, conn_id)
+  self.pending[#self.pending + 1] = { env = env, conn = conn_id }
+  local t = self.starter_idle
+  if t then
+    self.starter_idle = nil
+    core.wake(t)
+  end
+end
+
+function S:starter()
+  while true do
+    local item = table.remove(self.pending, 1)
+    if item then
+      core.sleep(0)
+      core.go(self.on_envelope, item.env, item.conn)
+    elseif self.stopping.aborted then
+      return
+    else
+      self.starter_idle = core.current()
+      core.suspend()
+    end
+  end
+end
+
 -- The new connection first, then the old one closes.
 function S:replace(rec, reason)
   if rec.replacing then return end
@@ -126,13 +155,7 @@ function S:reader(rec)
     if ok and type(env) == "table" then
       if env.envelope_id then
         self:ack(rec, env) -- before anything else is done with it
-        core.go(function()
-          -- The ack is written when the loop next polls; a zero sleep starts the work a turn
-          -- after that, so a burst of envelopes is acked before any of them starts work
-          -- (a spawn under load costs milliseconds).
-          core.sleep(0)
-          self.on_envelope(env, rec.id)
-        end)
+        self:start_work(env, rec.id)
       elseif env.type == "disconnect" then
         self.log("info", "slack.socket_disconnect", { connection = rec.id, reason = tostring(env.reason) })
         self:replace(rec, env.reason)
@@ -159,12 +182,18 @@ end
 function S:start()
   local rec, err = self:open_one()
   if not rec then return nil, err end
+  core.go(function() self:starter() end)
   self:serve(rec)
   return true
 end
 
 function S:stop()
   self.stopping:abort("stopping")
+  local t = self.starter_idle
+  if t then
+    self.starter_idle = nil
+    core.wake(t)
+  end
   for _, rec in ipairs(self.conns) do rec.conn:close() end
 end
 
