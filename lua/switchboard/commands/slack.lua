@@ -114,6 +114,10 @@ end
 
 local function identify(api)
   local who, err = api:call("auth.test", {}, {})
+  if not who and err.kind ~= "slack" then
+    return nil, ("Slack's Web API (%s) could not be reached for auth.test: %s. Check the network "
+      .. "and SLACK_API_URL"):format(api.url, tostring(err.message))
+  end
   if not who then
     return nil, ("SLACK_BOT_TOKEN was refused by Slack's auth.test: %s. Check the Bot User "
       .. "OAuth Token (xoxb-…) and that the app is installed in the workspace"):format(err.error or err.message)
