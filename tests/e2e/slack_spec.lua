@@ -72,6 +72,21 @@ describe("switchboard slack, Socket Mode", function()
     tokens_absent(bot.err)
   end))
 
+  it("updates a card at most once a second, coalescing the states in between", async(function()
+    st:envelope("events_api", SL.mention{ ts = "1700000013.000100", text = "run `echo quick`" })
+    local card = wait_final(st, "1700000013.000100")[1]
+    local post, updates = nil, {}
+    for _, c in ipairs(st:calls()) do
+      if c.method == "chat.postMessage" and c.args.thread_ts == "1700000013.000100" then post = c end
+      if c.method == "chat.update" and c.args.ts == card.ts then updates[#updates + 1] = c end
+    end
+    -- provisioning is posted; running and the result come within milliseconds and go as one
+    -- update, a second after the post
+    assert.equals(1, #updates)
+    assert.is_true(updates[1].at - post.at >= 800, "updated after " .. (updates[1].at - post.at) .. " ms")
+    assert.matches("quick", SL.card_text(card), 1, true)
+  end))
+
   it("runs a follow-up in the same thread's workspace while another thread runs", async(function()
     st:envelope("events_api", SL.mention{ ts = "1700000002.000100", text = "run `sleep 3; echo slow`" })
     st:envelope("events_api", SL.mention{ ts = "1700000003.000100", text = "run `echo hi > marker.txt`" })
