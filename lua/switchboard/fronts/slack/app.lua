@@ -79,6 +79,9 @@ function App:on_event(payload, source)
                                   source = source })
   self.front:note_ask(thread, where)
   self.d:handle{ thread = thread, user = ask.user, text = ask.text }
+  -- The dispatcher posts during handle (a card's handle keeps its place); nothing later needs
+  -- the thread's entry, so a long-running bot does not keep one per thread it ever saw.
+  self.front:note_ask(thread, nil)
 end
 
 function App:on_interactive(payload)

@@ -177,7 +177,10 @@ end
 
 function F:post(thread, msg)
   local where = self.threads[thread]
-  assert(where, "slack front: post for a thread it was not told about")
+  if where == nil then -- a post outside an ask's handling: its place is not known here
+    self.log("error", "slack.post_unplaced", { thread = tostring(thread) })
+    return { thread = thread, dead = true, sent_final = true }
+  end
   local h = { thread = thread, where = where, pending = msg }
   if msg.card == nil then
     self:say(where, msg.text)
