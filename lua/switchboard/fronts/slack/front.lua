@@ -13,6 +13,7 @@
 --   f:flush(signal)                yields until every card's last state was sent (or signal)
 local core = require("switchboard.core")
 local blocks = require("switchboard.fronts.slack.blocks")
+local events = require("switchboard.fronts.slack.events")
 local text = require("switchboard.fronts.slack.text")
 
 local M = {}
@@ -176,10 +177,15 @@ function F:card_worker(h)
 end
 
 function F:post(thread, msg)
+  -- The ask being handled (for the reaction), else the place the thread's name says.
   local where = self.threads[thread]
-  if where == nil then -- a post outside an ask's handling: its place is not known here
-    self.log("error", "slack.post_unplaced", { thread = tostring(thread) })
-    return { thread = thread, dead = true, sent_final = true }
+  if where == nil then
+    local t = events.parse_thread(thread)
+    if t == nil then
+      self.log("error", "slack.post_unplaced", { thread = tostring(thread) })
+      return { thread = thread, dead = true, sent_final = true }
+    end
+    where = { channel = t.channel, thread_ts = t.thread_ts }
   end
   local h = { thread = thread, where = where, pending = msg }
   if msg.card == nil then
