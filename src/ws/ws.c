@@ -410,7 +410,8 @@ static bool ensure_context(void) {
   return S.ctx != NULL;
 }
 
-void sb_ws_shutdown(void) {
+static void ws_shutdown(void *ud) {
+  (void)ud;
   /* No task is resumed from here on: waits end silently (their tasks are never resumed
    * again; the engine is going away), then lws closes every connection. */
   S.shutting_down = true;
@@ -725,6 +726,8 @@ static int l_gc(lua_State *L) {
 }
 
 int sb_ws_open(lua_State *L) {
+  if (!sb_shutdown_register(ws_shutdown, NULL))
+    return luaL_error(L, "out of memory");
   static const luaL_Reg methods[] = {
       {"send", l_send},   {"ping", l_ping},   {"recv", l_recv},
       {"close", l_close}, {"state", l_state}, {"last_pong_ms", l_last_pong_ms},

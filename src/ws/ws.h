@@ -5,12 +5,10 @@
 
 #include <lua.h>
 
-/* Sets core.ws on the table at the top of the stack. */
+/* Sets core.ws on the table at the top of the stack, and registers the module's shutdown with
+ * the engine: it destroys the libwebsockets context (every connection closes, no waiting task
+ * is resumed) so that lws closes its own libuv handles before the engine closes what is left on
+ * the loop. */
 int sb_ws_open(lua_State *L);
-
-/* Destroys the libwebsockets context (every connection closes) so that its libuv handles are
- * closed by lws itself before the engine closes what is left on the loop. Safe to call when no
- * connection was ever made. */
-void sb_ws_shutdown(void);
 
 #endif

@@ -1,10 +1,9 @@
 -- `switchboard slack`: the Slack bot. Socket Mode (SLACK_APP_TOKEN) and/or the Events API
 -- (--listen + SLACK_SIGNING_SECRET); the Web API with SLACK_BOT_TOKEN. See docs/slack.md.
 local core = require("switchboard.core")
-local args = require("switchboard.args")
+local prologue = require("switchboard.commands.prologue")
 local policy = require("switchboard.policy")
 local state = require("switchboard.state")
-local tracing = require("switchboard.exec.tracing")
 local console = require("switchboard.commands.console")
 local webapi = require("switchboard.fronts.slack.webapi")
 local app_mod = require("switchboard.fronts.slack.app")
@@ -14,7 +13,7 @@ local M = {
   summary = "the Slack bot: mentions and DMs become asks, answered with a live card in the thread",
 }
 
-M.EXIT = { usage = 2, config = 78 }
+M.EXIT = prologue.EXIT
 
 M.help = [[
 Usage: switchboard slack [OPTIONS]
@@ -59,11 +58,6 @@ local SPEC = {
   listen = "string", ["health-listen"] = "string", backend = "string", ["sandbox-url"] = "string",
   ["workspace-root"] = "string", trace = "string",
 }
-
-local function fail(status, message)
-  io.stderr:write("switchboard slack: ", message, "\n")
-  return status
-end
 
 -- "HOST:PORT" with a numeric address ("[::1]:8080" for IPv6).
 local function host_port(text)
@@ -126,42 +120,38 @@ local function identify(api)
            user = who.user }
 end
 
-function M.run(argv, ctx)
-  local opts, words = args.command("slack", argv, SPEC, M.help)
-  if not opts then return words end
-  if #words > 0 then return fail(M.EXIT.usage, ("unexpected %q (see --help)"):format(words[1])) end
-  if opts.backend and opts.backend ~= "local" and opts.backend ~= "sandbox" then
-    return fail(M.EXIT.usage, "--backend must be local or sandbox")
+-- The command's own argument checks, before anything loads.
+local function usage_problem(p)
+  if #p.words > 0 then return ("unexpected %q (see --help)"):format(p.words[1]) end
+  if p.opts.listen and not host_port(p.opts.listen) then
+    return "--listen takes HOST:PORT, e.g. 127.0.0.1:3000"
   end
-  local listen_host, listen_port, health_host, health_port
-  if opts.listen then
-    listen_host, listen_port = host_port(opts.listen)
-    if not listen_host then return fail(M.EXIT.usage, "--listen takes HOST:PORT, e.g. 127.0.0.1:3000") end
+  if p.opts.health_listen and not host_port(p.opts.health_listen) then
+    return "--health-listen takes HOST:PORT, e.g. 127.0.0.1:8081"
   end
-  if opts.health_listen then
-    health_host, health_port = host_port(opts.health_listen)
-    if not health_host then return fail(M.EXIT.usage, "--health-listen takes HOST:PORT, e.g. 127.0.0.1:8081") end
-  end
-  local e, why = M.read_env(os.getenv, opts)
-  if not e then return fail(M.EXIT.config, why) end
-  for _, secret in ipairs({ e.bot, e.app, e.secret }) do core.log_redact(secret) end
+end
 
-  local snap, errs = policy.load_initial(ctx.policies_dir)
-  if not snap then
-    return fail(M.EXIT.config, "the policies do not load:\n  " .. table.concat(errs, "\n  "))
-  end
+function M.run(argv, ctx)
+  local p, status = prologue.start(M, argv, ctx, {
+    spec = SPEC, backend = true, usage = usage_problem, policies = true,
+  })
+  if not p then return status end
+  local opts, snap = p.opts, p.snap
+  local e, why = M.read_env(os.getenv, opts)
+  if not e then return p:fail(M.EXIT.config, why) end
+  for _, secret in ipairs({ e.bot, e.app, e.secret }) do core.log_redact(secret) end
   if opts.backend == "sandbox" then
     local ok, swhy = console.check_sandbox(snap, opts.sandbox_url, os.getenv)
-    if not ok then return fail(M.EXIT.config, swhy) end
+    if not ok then return p:fail(M.EXIT.config, swhy) end
   end
-  local sink, sink_err = tracing.sink_for(opts.trace)
-  if opts.trace and not sink then return fail(M.EXIT.usage, "--trace: " .. tostring(sink_err)) end
+  local sink, trace_status = p:trace_sink()
+  if opts.trace and not sink then return trace_status end
 
   local a = snap.slack.api
   local bot_api = webapi.new{ url = e.api_url, token = e.bot, deadline_ms = a.deadline_ms,
                               max_retry_after_ms = a.max_retry_after_ms }
   local bot, berr = identify(bot_api)
-  if not bot then return fail(M.EXIT.config, berr) end
+  if not bot then return p:fail(M.EXIT.config, berr) end
   core.log("info", "slack.bot", { user_id = bot.user_id, team_id = bot.team_id, name = bot.user })
 
   local app = app_mod.new{
@@ -179,13 +169,15 @@ function M.run(argv, ctx)
   }
 
   if opts.listen then
+    local listen_host, listen_port = host_port(opts.listen)
     local srv, lerr = app:listen(listen_host, listen_port, true)
-    if not srv then return fail(M.EXIT.config, "--listen: " .. tostring(lerr.message)) end
+    if not srv then return p:fail(M.EXIT.config, "--listen: " .. tostring(lerr.message)) end
     core.log("info", "slack.listening", { host = listen_host, port = srv.port, serves = "events" })
   end
   if opts.health_listen then
+    local health_host, health_port = host_port(opts.health_listen)
     local srv, lerr = app:listen(health_host, health_port, false)
-    if not srv then return fail(M.EXIT.config, "--health-listen: " .. tostring(lerr.message)) end
+    if not srv then return p:fail(M.EXIT.config, "--health-listen: " .. tostring(lerr.message)) end
     core.log("info", "slack.listening", { host = health_host, port = srv.port, serves = "health" })
   end
   if e.app then
@@ -195,13 +187,12 @@ function M.run(argv, ctx)
       local what = serr.kind == "slack" and ("SLACK_APP_TOKEN was refused by Slack's apps.connections.open: "
         .. tostring(serr.error) .. ". Check the app-level token (xapp-…, scope connections:write) and "
         .. "that Socket Mode is on") or ("Socket Mode could not connect: " .. tostring(serr.message))
-      return fail(M.EXIT.config, what)
+      return p:fail(M.EXIT.config, what)
     end
   end
   core.log("info", "slack.ready", { socket_mode = e.app ~= nil, events_api = opts.listen ~= nil })
 
-  core.on_signal("HUP", function()
-    local new, reload_errs = policy.reload()
+  p:reload_on_hup(function(new, reload_errs)
     if new then
       core.log("info", "policy.reloaded", { version = new.version:sub(1, 12) })
     else
