@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""A loopback stand-in for Slack, speaking Slack's real protocols (../shared/REFERENCE.md "Slack"):
+"""A loopback stand-in for Slack, speaking Slack's real protocols (api.slack.com: the Web API,
+Socket Mode; what the bot uses of them is in docs/slack.md):
 
 * the Web API over HTTP: POST /api/<method> with `Authorization: Bearer <token>` and a JSON or
   form-encoded body; every answer is HTTP 200 {"ok": true, ...} or {"ok": false, "error": ...},
