@@ -132,11 +132,7 @@ static lua_State *wait_end(conn *c) {
 
 static int push_closed(lua_State *L, conn *c) {
   lua_pushnil(L);
-  lua_createtable(L, 0, 3);
-  lua_pushstring(L, c->failed ? "transport" : "closed");
-  lua_setfield(L, -2, "kind");
-  lua_pushstring(L, c->why[0] ? c->why : "the connection is closed");
-  lua_setfield(L, -2, "message");
+  sb_error_push(L, c->failed ? "transport" : "closed", c->why[0] ? c->why : "the connection is closed");
   if (c->peer_code != 0) {
     lua_pushinteger(L, c->peer_code);
     lua_setfield(L, -2, "code");

@@ -134,7 +134,7 @@ function App:listen(host, port, with_events)
                request_timeout_ms = limits.request_timeout_ms, idle_timeout_ms = limits.idle_timeout_ms,
                max_connections = limits.max_connections },
   })
-  if not ok then return nil, { kind = "listen", message = tostring(srv) } end
+  if not ok then return nil, core.error("listen", tostring(srv)) end
   if not srv then return nil, err end
   self.servers[#self.servers + 1] = srv
   return srv

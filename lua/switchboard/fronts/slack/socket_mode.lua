@@ -48,7 +48,7 @@ function S:open_one()
   local got, err = self.api:call("apps.connections.open", {}, { form = true, signal = self.stopping })
   if not got then return nil, err end
   if type(got.url) ~= "string" then
-    return nil, { kind = "slack", message = "apps.connections.open answered without a url" }
+    return nil, core.error("slack", "apps.connections.open answered without a url")
   end
   local conn, cerr = core.ws.connect{ url = got.url, deadline_ms = c.open_deadline_ms,
                                       signal = self.stopping }
@@ -57,7 +57,7 @@ function S:open_one()
   local ok, hello = pcall(cjson.decode, first or "")
   if not (first and ok and type(hello) == "table" and hello.type == "hello") then
     conn:close()
-    return nil, rerr or { kind = "protocol", message = "the Socket Mode connection did not start with hello" }
+    return nil, rerr or core.error("protocol", "the Socket Mode connection did not start with hello")
   end
   self.seq = self.seq + 1
   local rec = { conn = conn, id = self.seq, done = core.signal(self.stopping) }

@@ -6,7 +6,8 @@
 --     opts: form = true (form-encoded, for methods that do not take JSON), channel = id (the
 --           rate-limit gate to share), give_up_ms = how long 429s and transport failures are
 --           retried (default 0: once, but a 429 is always waited out once), signal
---     err: {kind = "slack", error = "channel_not_found", message} | {kind = "transport"|…}
+--     err: core.error "slack" with error = "channel_not_found" (Slack's word) | "transport" |
+--          "rate_limited" | "timeout" | "aborted"
 --   api:upload(url, bytes, opts) → true | nil, err       the raw POST of the upload flow
 --
 -- A 429 is waited out by its Retry-After (capped at max_retry_after_ms), and every later call
@@ -74,27 +75,27 @@ local function once(self, method, args, opts)
     deadline_ms = self.deadline_ms, signal = opts.signal, max_body = 4 << 20,
   }
   if not status then
-    return nil, { kind = headers and headers.kind or "transport", retry = true,
-                  message = ("Slack %s: %s"):format(method, headers and headers.message or "failed") }
+    return nil, core.error(headers and headers.kind or "transport",
+      ("Slack %s: %s"):format(method, headers and headers.message or "failed"), { retry = true })
   end
   if status == 429 then
     self.counts.rate_limited = self.counts.rate_limited + 1
     local after = tonumber(headers["retry-after"] or "") or 1
     local ms = math.min(math.max(after, 0) * 1000, self.max_retry_after_ms)
-    return nil, { kind = "rate_limited", retry = true, retry_after_ms = ms,
-                  message = ("Slack %s: rate limited (Retry-After %ss)"):format(method, after) }
+    return nil, core.error("rate_limited", ("Slack %s: rate limited (Retry-After %ss)"):format(method, after),
+      { retry = true, retry_after_ms = ms })
   end
   local ok, decoded = pcall(cjson.decode, answer or "")
   if status >= 500 then
-    return nil, { kind = "transport", retry = true, message = ("Slack %s: HTTP %d"):format(method, status) }
+    return nil, core.error("transport", ("Slack %s: HTTP %d"):format(method, status), { retry = true })
   end
   if not ok or type(decoded) ~= "table" then
-    return nil, { kind = "transport", message = ("Slack %s: HTTP %d with a body that is not JSON")
-      :format(method, status) }
+    return nil, core.error("transport", ("Slack %s: HTTP %d with a body that is not JSON")
+      :format(method, status))
   end
   if decoded.ok ~= true then
     local e = tostring(decoded.error or "unknown_error")
-    return nil, { kind = "slack", error = e, message = ("Slack %s answered %s"):format(method, e) }
+    return nil, core.error("slack", ("Slack %s answered %s"):format(method, e), { error = e })
   end
   return decoded
 end
@@ -139,10 +140,10 @@ function A:upload(url, bytes, opts)
     deadline_ms = opts.deadline_ms or 60000, signal = opts.signal,
   }
   if not status then
-    return nil, { kind = "transport", message = "uploading the file: " .. tostring(headers and headers.message) }
+    return nil, core.error("transport", "uploading the file: " .. tostring(headers and headers.message))
   end
   if status ~= 200 then
-    return nil, { kind = "slack", error = "upload_failed", message = ("uploading the file: HTTP %d"):format(status) }
+    return nil, core.error("slack", ("uploading the file: HTTP %d"):format(status), { error = "upload_failed" })
   end
   return true
 end
