@@ -80,6 +80,7 @@ describe("core.ws", function()
     assert.is_nil(m)
     assert.equals("closed", err.kind)
     assert.equals(4009, err.code)
+    assert.is_true(core.is_error(err))
   end))
 
   it("gives up a recv at its deadline or its signal, and the connection stays usable", async(function()
@@ -113,6 +114,7 @@ describe("core.ws", function()
     local c, err = core.ws.connect{ url = "ws://127.0.0.1:1/x", deadline_ms = 10000 }
     assert.is_nil(c)
     assert.equals("transport", err.kind)
+    assert.is_true(core.is_error(err))
     c, err = core.ws.connect{ url = peer.url("/reject"), deadline_ms = 10000 }
     assert.is_nil(c)
     assert.equals("transport", err.kind)
