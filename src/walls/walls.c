@@ -425,9 +425,14 @@ static int hold(const options *o) {
 
 /* ---- enter -------------------------------------------------------------------------------- */
 
+/* Lowers a limit to `value`; never raises one (a server started under a lower hard limit
+ * keeps it for its instances). */
 static void set_limit(int resource, long long value, const char *name) {
   if (value < 0)
     return;
+  struct rlimit cur;
+  if (getrlimit(resource, &cur) == 0 && cur.rlim_max != RLIM_INFINITY && (rlim_t)value > cur.rlim_max)
+    value = (long long)cur.rlim_max;
   struct rlimit rl = {(rlim_t)value, (rlim_t)value};
   if (setrlimit(resource, &rl) < 0)
     die("setrlimit %s %lld", name, value);
