@@ -42,13 +42,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <poll.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "walls/request.h"
 
 enum {
   EXIT_WALLS = 70,
@@ -81,6 +87,7 @@ typedef struct {
   long uid, gid, pid;
   list cgroups, expose, hide, cg_writes;
   const char *workspace, *rootfs, *net, *hostname, *cwd;
+  const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
   long long nofile, fsize; /* -1: leave as inherited */
   char **command;          /* enter: PROGRAM ARG... (NULL-terminated, inside argv) */
 } options;
@@ -130,7 +137,12 @@ static void parse(int argc, char **argv, options *o) {
   if (argc < 2)
     die("usage: switchboard-walls hold|enter|reap [options] (docs/isolation.md)");
   o->mode = argv[1];
-  for (int i = 2; i < argc; i++) {
+  int first = 2;
+  if (strcmp(o->mode, "run") == 0 && argc > 2 && argv[2][0] != '-') {
+    o->socket = argv[2]; /* run SOCKET -- PROGRAM ARG... */
+    first = 3;
+  }
+  for (int i = first; i < argc; i++) {
     const char *f = argv[i];
     if (strcmp(f, "--") == 0) {
       o->command = &argv[i + 1];
@@ -153,6 +165,7 @@ static void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--net") == 0) o->net = v;
     else if (strcmp(f, "--hostname") == 0) o->hostname = v;
     else if (strcmp(f, "--cwd") == 0) o->cwd = v;
+    else if (strcmp(f, "--socket") == 0) o->socket = v;
     else die("unknown option %s", f);
   }
 }
@@ -362,6 +375,12 @@ static int mirror_status(int status) {
   return 128 + sig;
 }
 
+static void set_limit(int resource, long long value, const char *name);
+static int namespaces_of(long pid);
+static int bind_spawner(const char *path);
+static void enter_instance(long pid, pid_t parent);
+static int serve(const options *o, int listener, pid_t bwrap);
+
 static int hold(const options *o) {
   pid_t parent = getppid();
   if (o->workspace == NULL) {
@@ -374,6 +393,9 @@ static int hold(const options *o) {
   int ws = open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (ws < 0 || fchown(ws, (uid_t)o->uid, (gid_t)o->gid) < 0)
     die("cannot give the workspace %s to uid %ld", o->workspace, o->uid);
+  /* Bound while we are still the server's user, in a directory only it can reach; the
+   * listening fd is all we keep of it after dropping to the instance's uid. */
+  int listener = o->socket ? bind_spawner(o->socket) : -1;
   drop_to(o);
   die_with_parent(parent);
   int info[2], ready[2];
@@ -408,10 +430,14 @@ static int hold(const options *o) {
   close(ready[0]);
   if (got <= 0)
     inner = -1;
+  if (inner > 0 && listener >= 0)
+    enter_instance(inner, parent);
   if (inner > 0) {
     printf("ready %ld\n", inner);
     fflush(stdout);
   }
+  if (inner > 0 && listener >= 0)
+    return serve(o, listener, pid);
   int status;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR)
@@ -524,6 +550,344 @@ static int enter(const options *o) {
   return mirror_status(status);
 }
 
+/* ---- serve: commands start from inside the instance ------------------------------------- */
+
+/* A unix stream socket listening at `path` (an old one there is replaced), mode 0600. */
+static int bind_spawner(const char *path) {
+  struct sockaddr_un a;
+  memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  if (strlen(path) >= sizeof a.sun_path) {
+    errno = 0;
+    die("the spawner's socket path is too long (%zu bytes, at most %zu): %s", strlen(path),
+        sizeof a.sun_path - 1, path);
+  }
+  strcpy(a.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    die("socket");
+  (void)unlink(path);
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(path, 0600) < 0 || listen(fd, 128) < 0)
+    die("cannot listen at %s", path);
+  return fd;
+}
+
+/* The holder joins the instance's namespaces (as enter did per command): its children are
+ * born inside the PID namespace, and it is already in the instance's cgroups, so a command
+ * migrates nothing. Not dumpable: a command (same uid, no capability) cannot ptrace it. */
+static void enter_instance(long pid, pid_t parent) {
+  int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  if (pidfd < 0)
+    die("the instance's init (pid %ld) is gone", pid);
+  int flags = namespaces_of(pid);
+  if (setns(pidfd, flags) < 0)
+    die("setns into the instance (pid %ld)", pid);
+  close(pidfd);
+  if (prctl(PR_SET_DUMPABLE, 0) < 0)
+    die("prctl(PR_SET_DUMPABLE)");
+  die_with_parent(parent); /* the credential change of setns cleared it */
+}
+
+static int read_full(int fd, void *buf, size_t len) {
+  size_t got = 0;
+  while (got < len) {
+    ssize_t r = read(fd, (char *)buf + got, len - got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t len) {
+  size_t put = 0;
+  while (put < len) {
+    ssize_t w = send(fd, (const char *)buf + put, len - put, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    put += (size_t)w;
+  }
+  return 0;
+}
+
+/* The request's header: its body length and exactly three fds (stdin, stdout, stderr), moved
+ * to fds 0-2 of this process. Returns 0 or -1 (any fd received is closed). */
+static int receive_header(int conn, uint32_t *len) {
+  union {
+    char buf[CMSG_SPACE(4 * sizeof(int))];
+    struct cmsghdr align;
+  } control;
+  int fds[4] = {-1, -1, -1, -1}, nfds = 0, rc = -1;
+  struct iovec iov = {len, sizeof *len};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof control.buf;
+  ssize_t r;
+  do
+    r = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
+  while (r < 0 && errno == EINTR);
+  if (r <= 0)
+    goto out;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n && nfds < 4; i++)
+      memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+  }
+  if (nfds != 3 || (msg.msg_flags & MSG_CTRUNC) ||
+      ((size_t)r < sizeof *len && read_full(conn, (char *)len + r, sizeof *len - (size_t)r) < 0))
+    goto out;
+  /* out of the way of 0-2 first (a received fd may already be one of them), then into place */
+  for (int i = 0; i < 3; i++) {
+    int moved = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
+    if (moved < 0)
+      goto out;
+    close(fds[i]);
+    fds[i] = moved;
+  }
+  for (int i = 0; i < 3; i++)
+    if (dup2(fds[i], i) < 0)
+      goto out;
+  rc = 0;
+out:
+  for (int i = 0; i < nfds; i++)
+    if (fds[i] > 2)
+      close(fds[i]);
+  return rc;
+}
+
+static void exec_command(const options *o, const walls_request *req) __attribute__((noreturn));
+static void exec_command(const options *o, const walls_request *req) {
+  extern char **environ;
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  if (setpgid(0, 0) < 0)
+    die("setpgid");
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+    die("prctl(PR_SET_PDEATHSIG)");
+  set_limit(RLIMIT_NOFILE, o->nofile, "nofile");
+  set_limit(RLIMIT_FSIZE, o->fsize, "fsize");
+  if (chdir(req->cwd) < 0)
+    die("chdir %s", req->cwd);
+  drop_capabilities();
+  environ = (char **)req->envp; /* execvp searches the command's own PATH */
+  execvp(req->argv[0], req->argv);
+  fprintf(stderr, "walls: cannot run %s: %s\n", req->argv[0], strerror(errno));
+  _exit(errno == ENOENT ? 127 : 126);
+}
+
+/* One command, in a child of the holder (so inside the PID namespace and the cgroups): reads
+ * the request, starts the command in a process group of its own, forwards the client's
+ * signal bytes to that group, and sends back its wait status. When the client goes away (it
+ * was killed) the group is killed at once; when the command ends, what it left in its group
+ * dies with it (the supervisor's rule for unwalled commands). */
+static void handle(const options *o, int conn) __attribute__((noreturn));
+static char **arg_area; /* main's argv: the holder's cmdline, which a command could read */
+
+static void handle(const options *o, int conn) {
+  static walls_request req;
+  /* Inside the PID namespace a command sees this process's /proc/PID/cmdline (world-readable
+   * whatever its dumpability): blank the holder's arguments (host paths, uids, cgroups) here. */
+  for (int i = 1; arg_area != NULL && arg_area[i] != NULL; i++)
+    memset(arg_area[i], 0, strlen(arg_area[i]));
+  uint32_t len = 0;
+  const char *why = "";
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || receive_header(conn, &len) < 0)
+    _exit(EXIT_WALLS); /* no stderr of the client's yet: it sees the socket close */
+  if (len > WALLS_MAX_REQUEST) {
+    errno = 0;
+    die("a request of %u bytes is over the limit", len);
+  }
+  char *body = malloc(len ? len : 1);
+  if (body == NULL || read_full(conn, body, len) < 0)
+    die("cannot read the request");
+  if (walls_request_parse(body, len, &req, &why) < 0) {
+    errno = 0;
+    die("a malformed request: %s", why);
+  }
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC); /* SIGCHLD is blocked since serve */
+  if (sfd < 0)
+    die("signalfd");
+  pid_t pid = fork();
+  if (pid < 0)
+    die("fork into the instance");
+  if (pid == 0)
+    exec_command(o, &req);
+  (void)setpgid(pid, pid); /* also here: a signal forwarded at once must find the group */
+  free(body);
+  bool client = true;
+  for (;;) {
+    struct pollfd p[2] = {{client ? conn : -1, POLLIN, 0}, {sfd, POLLIN, 0}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      kill(-pid, SIGKILL);
+      die("poll");
+    }
+    if (p[0].revents) {
+      unsigned char sig[16];
+      ssize_t n = read(conn, sig, sizeof sig);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+        kill(-pid, SIGKILL); /* the client was killed: so is the command */
+        client = false;
+      }
+      for (ssize_t i = 0; i < n; i++)
+        if (sig[i] == SIGTERM || sig[i] == SIGINT || sig[i] == SIGHUP || sig[i] == SIGKILL)
+          kill(-pid, sig[i]);
+    }
+    if (p[1].revents) {
+      struct signalfd_siginfo si;
+      int status;
+      (void)!read(sfd, &si, sizeof si);
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        kill(-pid, SIGKILL);
+        if (client)
+          (void)write_full(conn, &status, sizeof status);
+        _exit(0);
+      }
+    }
+  }
+}
+
+/* The holder's loop: one child per connection; ends with bwrap (the instance). */
+static int serve(const options *o, int listener, pid_t bwrap) {
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0)
+    die("sigprocmask");
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC);
+  if (sfd < 0)
+    die("signalfd");
+  for (;;) {
+    struct pollfd p[2] = {{listener, POLLIN, 0}, {sfd, POLLIN, 0}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      die("poll");
+    }
+    if (p[1].revents) {
+      struct signalfd_siginfo si;
+      int status;
+      pid_t done;
+      (void)!read(sfd, &si, sizeof si);
+      while ((done = waitpid(-1, &status, WNOHANG)) > 0)
+        if (done == bwrap)
+          return mirror_status(status);
+    }
+    if (p[0].revents & POLLIN) {
+      int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+      if (conn < 0)
+        continue;
+      pid_t h = fork();
+      if (h == 0) {
+        close(listener);
+        close(sfd);
+        handle(o, conn);
+      }
+      close(conn); /* on a failed fork the client sees the socket close */
+    }
+  }
+}
+
+/* ---- run: the host side of one command --------------------------------------------------- */
+
+static volatile sig_atomic_t run_socket = -1;
+
+/* TERM, INT and HUP to the client (the supervisor's deadline, an abort) go on to the command's
+ * group as one byte each. */
+static void forward_signal(int sig) {
+  int saved = errno;
+  unsigned char b = (unsigned char)sig;
+  if (run_socket >= 0)
+    (void)!send(run_socket, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  errno = saved;
+}
+
+static int run(const options *o) {
+  extern char **environ;
+  pid_t parent = getppid();
+  if (o->socket == NULL || o->command == NULL || o->command[0] == NULL) {
+    errno = 0;
+    die("usage: switchboard-walls run SOCKET -- PROGRAM ARG...");
+  }
+  die_with_parent(parent); /* sandboxd killed: we die, the socket closes, the command dies */
+  for (int i = 0; i < 3; i++) /* three real fds to pass, even if we were given fewer */
+    if (fcntl(i, F_GETFD) < 0 && open("/dev/null", O_RDWR) != i)
+      die("cannot open /dev/null");
+  struct sockaddr_un a;
+  memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  if (strlen(o->socket) >= sizeof a.sun_path) {
+    errno = 0;
+    die("the spawner's socket path is too long: %s", o->socket);
+  }
+  strcpy(a.sun_path, o->socket);
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0)
+    die("the instance's spawner at %s does not answer (is the instance asleep?)", o->socket);
+  size_t len = 0;
+  char *body = walls_request_encode(o->command, environ, o->cwd, &len);
+  if (body == NULL) {
+    errno = 0;
+    die("the command and its environment are over the spawner's limits (%d arguments, %d "
+        "variables, %d bytes)", WALLS_MAX_ARGS, WALLS_MAX_ENV, WALLS_MAX_REQUEST);
+  }
+  uint32_t header = (uint32_t)len;
+  int fds[3] = {0, 1, 2};
+  union {
+    char buf[CMSG_SPACE(sizeof fds)];
+    struct cmsghdr align;
+  } control;
+  memset(&control, 0, sizeof control);
+  struct iovec iov = {&header, sizeof header};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof control.buf;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof fds);
+  memcpy(CMSG_DATA(c), fds, sizeof fds);
+  ssize_t sent;
+  do
+    sent = sendmsg(s, &msg, MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
+  int ok = sent == (ssize_t)sizeof header && write_full(s, body, len) == 0;
+  free(body);
+  if (!ok)
+    die("cannot send the command to the instance's spawner");
+  run_socket = s;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = forward_signal; /* no SA_RESTART: the read below retries itself */
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  int status;
+  if (read_full(s, &status, sizeof status) < 0) {
+    fputs("walls: the instance ended while the command ran\n", stderr);
+    signal(SIGKILL, SIG_DFL);
+    kill(getpid(), SIGKILL);
+  }
+  return mirror_status(status);
+}
+
 /* ---- reap --------------------------------------------------------------------------------- */
 
 /* Kills every member of one cgroup until it is empty, then removes it. Returns true when the
@@ -567,6 +931,7 @@ static int reap(const options *o) {
 
 int main(int argc, char **argv) {
   options o;
+  arg_area = argv;
   parse(argc, argv, &o);
   if (strcmp(o.mode, "hold") == 0)
     return hold(&o);
@@ -574,6 +939,8 @@ int main(int argc, char **argv) {
     return enter(&o);
   if (strcmp(o.mode, "reap") == 0)
     return reap(&o);
+  if (strcmp(o.mode, "run") == 0)
+    return run(&o);
   errno = 0;
   die("unknown mode '%s' (hold, enter or reap)", o.mode);
 }

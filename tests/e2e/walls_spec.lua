@@ -125,7 +125,12 @@ describe_walls("sandboxd walls: what a command sees and cannot do", function()
       }, "\n"))
       assert.equal(0, r.exitCode, r.stderr)
       assert.is_nil((r.stdout .. r.stderr):find(S.TOKEN, 1, true))
-      assert.truthy(r.stdout:find("ppid=0\n", 1, true), r.stdout)  -- its parent is outside its PID namespace
+      -- its parent is the instance's spawner (inside the PID namespace, not dumpable): neither
+      -- the server nor readable
+      local ppid = tonumber(r.stdout:match("ppid=(%d+)\n"))
+      assert.truthy(ppid and ppid ~= h.pid, r.stdout)
+      assert.truthy(r.stdout:find("/proc/" .. ppid .. "/environ: Permission denied", 1, true), r.stdout)
+      assert.is_nil(r.stdout:find("--socket", 1, true), r.stdout)  -- nor its argv (host paths)
       assert.truthy(r.stdout:find("kill=1", 1, true), r.stdout)
       local nprocs = tonumber(r.stdout:match("\n(%d+)\n1000\n$"))
       assert.is_true(nprocs ~= nil and nprocs < 12, r.stdout)  -- init, the holder, this shell and its pipeline

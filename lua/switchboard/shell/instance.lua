@@ -171,6 +171,15 @@ function M.host(opts)
         .. " (enable them in the parent's cgroup.subtree_control, or set cgroup_parent)"
     end
   end
+  -- The instances' spawner sockets: a directory of the server's own, 0700, outside every
+  -- instance's view (instances get a private /tmp); short, for sun_path's 108 bytes.
+  self.socket_dir = ("/tmp/switchboard-walls-%d-%s"):format(self.pid,
+    core.crypto.hex(core.crypto.random_bytes(4)))
+  local sok, serr = core.fs.mkdir_p(self.socket_dir, tonumber("700", 8))
+  if not sok then
+    self:close()
+    return nil, "cannot create " .. self.socket_dir .. ": " .. tostring(serr and serr.message)
+  end
   if opts.scratch then
     -- bwrap, as the instance's uid, resolves its workspace's path: the root must be
     -- traversable (not listable); each workspace stays 0700 and its own uid's.
@@ -231,6 +240,7 @@ function Host:new(workspace_dir, label, snap)
 end
 
 function Host:close()
+  if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
   local args = { "reap" }
   for _, c in ipairs(CONTROLLERS) do
     args[#args + 1] = "--cgroup"; args[#args + 1] = self.server_dirs[c]
@@ -288,8 +298,11 @@ function Instance:start()
   self.cgroups = {}
   for _, c in ipairs(CONTROLLERS) do self.cgroups[c] = host.server_dirs[c] .. "/i" .. self.slot end
   self.starting = core.signal()
+  self.socket = ("%s/i%d.sock"):format(host.socket_dir, self.slot)
   local argv = { host.helper, "hold", "--uid", tostring(self.uid), "--gid", tostring(self.uid),
-    "--workspace", self.dir, "--rootfs", iso.rootfs, "--net", iso.network }
+    "--workspace", self.dir, "--rootfs", iso.rootfs, "--net", self.network or iso.network,
+    "--socket", self.socket, "--nofile", tostring(iso.open_files),
+    "--fsize", tostring(iso.file_size_bytes) }
   for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
   for _, a in ipairs(limit_writes(self)) do argv[#argv + 1] = a end
   for _, name in ipairs(iso.expose) do argv[#argv + 1] = "--expose"; argv[#argv + 1] = name end
@@ -336,14 +349,12 @@ function Instance:start()
   return true
 end
 
--- core.spawn argv running `program` (a list) inside the instance, with the rlimits.
+-- core.spawn argv running `program` (a list) inside the instance: the client that hands it,
+-- its stdio and its environment to the instance's spawner (the holder, already inside the
+-- namespaces and cgroups, so nothing migrates per command). The env travels over the socket,
+-- never in argv.
 function Instance:argv(program)
-  local iso = self.snap.isolation
-  local argv = { self.host.helper, "enter", "--pid", tostring(self.pid), "--uid", tostring(self.uid),
-    "--gid", tostring(self.uid), "--nofile", tostring(iso.open_files),
-    "--fsize", tostring(iso.file_size_bytes) }
-  for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
-  argv[#argv + 1] = "--"
+  local argv = { self.host.helper, "run", self.socket, "--" }
   for _, a in ipairs(program) do argv[#argv + 1] = a end
   return argv
 end
@@ -403,6 +414,7 @@ function Instance:stop()
     for _, a in ipairs(cgroup_args(self)) do args[#args + 1] = a end
     run_helper(self.host, args)
   end
+  if self.socket then os.remove(self.socket) end
   if self.slot then self.host.slots[self.slot] = nil end
 end
 

@@ -1,0 +1,96 @@
+/* The spawner's request body: parse and encode (request.h). */
+#include "walls/request.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The next NUL-terminated string at *pos, or NULL when the body ends first. */
+static char *next_string(char *body, size_t len, size_t *pos) {
+  if (*pos >= len)
+    return NULL;
+  char *s = body + *pos;
+  char *nul = memchr(s, '\0', len - *pos);
+  if (nul == NULL)
+    return NULL;
+  *pos += (size_t)(nul - s) + 1;
+  return s;
+}
+
+int walls_request_parse(char *body, size_t len, walls_request *out, const char **why) {
+  uint32_t argc, envc;
+  size_t pos = 2 * sizeof(uint32_t);
+  memset(out, 0, sizeof *out);
+  if (len < pos || len > WALLS_MAX_REQUEST) {
+    *why = "request size out of range";
+    return -1;
+  }
+  memcpy(&argc, body, sizeof argc);
+  memcpy(&envc, body + sizeof argc, sizeof envc);
+  if (argc < 1 || argc > WALLS_MAX_ARGS || envc > WALLS_MAX_ENV) {
+    *why = "argument or environment count out of range";
+    return -1;
+  }
+  out->cwd = next_string(body, len, &pos);
+  if (out->cwd == NULL || out->cwd[0] != '/') {
+    *why = "the working directory is missing or not absolute";
+    return -1;
+  }
+  for (uint32_t i = 0; i < argc; i++) {
+    out->argv[i] = next_string(body, len, &pos);
+    if (out->argv[i] == NULL) {
+      *why = "an argument is cut short";
+      return -1;
+    }
+  }
+  if (out->argv[0][0] == '\0') {
+    *why = "the program name is empty";
+    return -1;
+  }
+  for (uint32_t i = 0; i < envc; i++) {
+    out->envp[i] = next_string(body, len, &pos);
+    if (out->envp[i] == NULL || strchr(out->envp[i], '=') == NULL || out->envp[i][0] == '=') {
+      *why = "an environment entry is cut short or not NAME=VALUE";
+      return -1;
+    }
+  }
+  if (pos != len) {
+    *why = "bytes after the last environment entry";
+    return -1;
+  }
+  out->argc = (int)argc;
+  out->envc = (int)envc;
+  out->argv[argc] = NULL;
+  out->envp[envc] = NULL;
+  return 0;
+}
+
+char *walls_request_encode(char *const *argv, char *const *envp, const char *cwd, size_t *len) {
+  uint32_t argc = 0, envc = 0;
+  size_t total = 2 * sizeof(uint32_t) + strlen(cwd) + 1;
+  for (; argv[argc] != NULL; argc++)
+    total += strlen(argv[argc]) + 1;
+  for (; envp[envc] != NULL; envc++)
+    total += strlen(envp[envc]) + 1;
+  if (argc < 1 || argc > WALLS_MAX_ARGS || envc > WALLS_MAX_ENV || total > WALLS_MAX_REQUEST)
+    return NULL;
+  char *body = malloc(total);
+  if (body == NULL)
+    return NULL;
+  size_t pos = 0;
+  memcpy(body, &argc, sizeof argc);
+  memcpy(body + sizeof argc, &envc, sizeof envc);
+  pos = 2 * sizeof(uint32_t);
+  size_t n = strlen(cwd) + 1;
+  memcpy(body + pos, cwd, n);
+  pos += n;
+  for (uint32_t i = 0; i < argc; i++, pos += n) {
+    n = strlen(argv[i]) + 1;
+    memcpy(body + pos, argv[i], n);
+  }
+  for (uint32_t i = 0; i < envc; i++, pos += n) {
+    n = strlen(envp[i]) + 1;
+    memcpy(body + pos, envp[i], n);
+  }
+  *len = total;
+  return body;
+}

@@ -1,0 +1,37 @@
+/* The spawner's request (docs/isolation.md "Commands start inside the instance"): what
+ * `switchboard-walls run` sends to the instance's `serve` loop over its unix socket, after a
+ * 4-byte length header that carries the command's stdin, stdout and stderr (SCM_RIGHTS).
+ *
+ *   body = u32 argc | u32 envc | cwd NUL | argv[0] NUL ... | env[0] NUL ...
+ *
+ * (u32 in the host's byte order: both ends are this program on this host.) The parser faces
+ * bytes from a socket, so it trusts nothing: it has a libFuzzer target
+ * (tests/fuzz/fuzz_walls_request.c). */
+#ifndef SB_WALLS_REQUEST_H
+#define SB_WALLS_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+  WALLS_MAX_REQUEST = 4 * 1024 * 1024, /* bytes of one body: a command text plus its env */
+  WALLS_MAX_ARGS = 256,
+  WALLS_MAX_ENV = 4096,
+};
+
+typedef struct {
+  const char *cwd;
+  char *argv[WALLS_MAX_ARGS + 1]; /* NULL-terminated; the strings point into the body */
+  char *envp[WALLS_MAX_ENV + 1];  /* NULL-terminated; each "NAME=VALUE" */
+  int argc, envc;
+} walls_request;
+
+/* Parses `len` bytes of `body` (owned by the caller, which keeps it alive as long as `out` is
+ * used). Returns 0, or -1 with *why naming the defect (a static string). */
+int walls_request_parse(char *body, size_t len, walls_request *out, const char **why);
+
+/* The body for argv/envp/cwd in a new malloc'd buffer (the caller frees it) and its length in
+ * *len; NULL when it would exceed the limits above. */
+char *walls_request_encode(char *const *argv, char *const *envp, const char *cwd, size_t *len);
+
+#endif
