@@ -10,7 +10,7 @@ static int (*const openers[])(lua_State *) = {
     sb_tasks_open,  sb_timer_open,       sb_abort_open,       sb_bounded_open,
     sb_os_signals_open, sb_proc_open,    sb_http_client_open, sb_http_server_open,
     sb_crypto_open, sb_fs_open,          sb_log_open,         sb_build_open,
-    sb_stdin_open,
+    sb_stdin_open,  sb_sse_open,
 };
 
 static char finalizer_key;

@@ -78,6 +78,7 @@ int sb_fs_open(lua_State *L);
 int sb_log_open(lua_State *L);
 int sb_build_open(lua_State *L);
 int sb_stdin_open(lua_State *L);
+int sb_sse_open(lua_State *L); /* src/sse/sse_lua.c: core.sse */
 
 /* Called by the binary before exit and by the module's finalizer: kill live process groups,
  * close every handle and run the loop until they are closed. */
