@@ -247,7 +247,45 @@ static int l_log_redact(lua_State *L) {
   return 0;
 }
 
+/* core.log_scrub(text) → text with every registered secret replaced by "[redacted]": the same
+ * second line of defence for what Lua writes elsewhere (an agent run's transcript). Length-aware,
+ * so bytes after a NUL are scrubbed too. */
+static int l_log_scrub(lua_State *L) {
+  size_t n;
+  const char *text = luaL_checklstring(L, 1, &n);
+  bool any = false;
+  for (size_t i = 0; i < G.n_secrets && !any; i++)
+    any = memmem(text, n, G.secrets[i], strlen(G.secrets[i])) != NULL;
+  if (!any) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  size_t at = 0;
+  while (at < n) {
+    size_t best = n, best_len = 0;
+    for (size_t i = 0; i < G.n_secrets; i++) {
+      size_t sl = strlen(G.secrets[i]);
+      const char *hit = memmem(text + at, n - at, G.secrets[i], sl);
+      if (hit != NULL && (size_t)(hit - text) < best) {
+        best = (size_t)(hit - text);
+        best_len = sl;
+      }
+    }
+    luaL_addlstring(&b, text + at, best - at);
+    if (best == n)
+      break;
+    luaL_addstring(&b, "[redacted]");
+    at = best + best_len;
+  }
+  luaL_pushresult(&b);
+  return 1;
+}
+
 int sb_log_open(lua_State *L) {
+  lua_pushcfunction(L, l_log_scrub);
+  lua_setfield(L, -2, "log_scrub");
   lua_pushcfunction(L, l_log);
   lua_setfield(L, -2, "log");
   lua_pushcfunction(L, l_log_format);
