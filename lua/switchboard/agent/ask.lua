@@ -21,7 +21,7 @@ function M.repo_in(text)
   for url in text:gmatch("https?://github%.com/[%w._/-]+") do
     local owner, name = url:match("^https?://github%.com/([^/]+)/([^/]+)")
     if owner then
-      name = name:gsub("%.git$", ""):gsub("%.$", "")
+      name = name:gsub("%.+$", ""):gsub("%.git$", "")
       if parser.valid_repo(owner .. "/" .. name) then return owner .. "/" .. name end
     end
   end

@@ -101,7 +101,7 @@ end
 function C:attempt(body_json, opts, timeout_ms)
   local parser = core.sse.parser(self.settings.max_event_bytes)
   local asm = stream.new{ on_progress = opts.on_progress }
-  local cut = core.signal(opts.signal)
+  local cut = opts.signal and core.signal(opts.signal) or core.signal()
   local parse_err
   local status, headers, resp_body = self.request{
     method = "POST", url = self.url, body = body_json, signal = cut,
@@ -181,7 +181,7 @@ function C:create(body, opts)
     core.log("warn", "agent.model_retry", { attempt = attempt, reason = a })
     if attempt == r.max_attempts then break end
     local wait = b or backoff
-    backoff = math.min(backoff * 2, r.max_ms)
+    if not b then backoff = math.min(backoff * 2, r.max_ms) end
     if wait > r.max_retry_after_ms then wait = r.max_retry_after_ms end
     left = opts.deadline_ms and (opts.deadline_ms - self.now_ms()) or math.huge
     if wait >= left then
