@@ -110,9 +110,11 @@ int sb_sse_feed(sb_sse *p, const char *bytes, size_t n, sb_sse_event_fn fn, void
         continue;
       }
     }
-    size_t j = i;
-    while (j < n && bytes[j] != '\n' && bytes[j] != '\r')
-      j++;
+    /* memchr for LF, then for a CR before it: two vectorized scans per line */
+    const char *lf = memchr(bytes + i, '\n', n - i);
+    size_t end = lf ? (size_t)(lf - bytes) : n;
+    const char *cr = memchr(bytes + i, '\r', end - i);
+    size_t j = cr ? (size_t)(cr - bytes) : end;
     if (j == n) { /* the chunk ends inside a line: keep it for the next feed */
       int rc = put(p, &p->line, bytes + i, n - i);
       if (rc != SB_SSE_OK)
