@@ -43,6 +43,8 @@ agents.general = {
   token_scope = nil,
   max_run_minutes = 10,
   tools = {},
+  max_turns = 1,
+  system_prompt = [[You are {agent}, answering a question in a chat thread. You have no tools, no repository and no workspace: answer from what you know, briefly, and say when you are not sure.]],
 }
 
 -- What an agent run uses when its entry does not say.

@@ -217,6 +217,14 @@ describe("agent runs in switchboard console", function()
     assert.matches("✓ done after 2 turns", cards.find(out, "^%[main%] agent:review"), 1, true)
   end)
 
+  it("runs an agent without a repository with no tools and its own prompt", function()
+    local out, _, reqs = session({ text_answer("4.") }, { "agent:general what is 2+2?" })
+    assert.is_nil(reqs[1].body.tools)
+    assert.matches("no tools, no repository", reqs[1].body.system, 1, true)
+    assert.matches("^%[main%] agent:general · local\n> what is 2%+2%?\n✓ done after 1 turn in [%d.]+s · 100 tokens in / 20 out\n4%.$",
+      cards.find(out, "^%[main%] agent:general"))
+  end)
+
   it("stop mid-stream drops the model's answer at once and ends the card as stopped", function()
     local out = session({
       { content = { { type = "text", text = "thinking for a long time" } }, hold_ms = 60000, touch = state .. "/streaming" },
