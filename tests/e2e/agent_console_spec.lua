@@ -217,6 +217,17 @@ describe("agent runs in switchboard console", function()
     assert.matches("✓ done after 2 turns", cards.find(out, "^%[main%] agent:review"), 1, true)
   end)
 
+  it("runs one ask at a time per thread: a later ask waits for the run before it", function()
+    local out, _, reqs = session({
+      tool("bash", { command = "sleep 0.5" }), text_answer("first done"), text_answer("second done"),
+    }, { "agent:coding first ask", "agent:coding second ask" })
+    local asks = {}
+    for i, r in ipairs(reqs) do asks[i] = r.body.messages[1].content end
+    assert.same({ "first ask", "first ask", "second ask" }, asks)
+    assert.matches("first done$", cards.find(out, "> first ask"))
+    assert.matches("second done$", cards.find(out, "> second ask"))
+  end)
+
   it("runs an agent without a repository with no tools and its own prompt", function()
     local out, _, reqs = session({ text_answer("4.") }, { "agent:general what is 2+2?" })
     assert.is_nil(reqs[1].body.tools)

@@ -160,6 +160,20 @@ describe("the run loop", function()
     assert.equal(0, o.tracker.count)
   end)
 
+  it("stops at max_turns with the last answer and says so", function()
+    local o, sent = harness({
+      msg({ { type = "text", text = "one" }, use("a", "1") }, "tool_use"),
+      msg({ { type = "text", text = "two" }, use("b", "2") }, "tool_use"),
+      msg({ { type = "text", text = "never" } }, "end_turn"),
+    }, function() return { exit_code = 0, text = "ok" } end)
+    o.def = setmetatable({ max_turns = 2 }, { __index = o.def })
+    local state, answer, problem = run.run(o)
+    assert.equal("turns", state)
+    assert.equal("two", answer)
+    assert.equal(2, #sent)
+    assert.matches("used its 2 turns", problem, 1, true)
+  end)
+
   it("ends as stopped when the hard stop fires during a call", function()
     local o, sent = harness({ msg({ use("a", "1"), use("b", "2") }, "tool_use") }, nil)
     o.executor.inner.exec = function()

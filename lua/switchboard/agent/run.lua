@@ -164,7 +164,7 @@ function M.run(o)
     end
   end
   return "turns", answer, ("the run used its %d turns (max_turns in policies/agents.lua) without "
-    .. "finishing; ask again in this thread to continue"):format(o.def.max_turns)
+    .. "finishing; a follow-up in this thread starts a new run in the same workspace"):format(o.def.max_turns)
 end
 
 return M
