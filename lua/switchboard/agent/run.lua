@@ -18,7 +18,6 @@
 --     card, signal, deadline_ms, ask, repo, workspace, transcript, now_ms}
 local core = require("switchboard.core")
 local template = require("switchboard.policy.template")
-local card_mod = require("switchboard.dispatch.card")
 local tools = require("switchboard.agent.tools")
 
 local M = {}
@@ -61,10 +60,24 @@ function M.split(message)
   return content, table.concat(texts, "\n\n"), uses
 end
 
-local function cap(snap, text)
-  local max = snap.agents.model_api.max_tool_result_bytes
-  return (card_mod.cut(text, max))
+local function continuation(text, i)
+  local b = text:byte(i)
+  return b ~= nil and b >= 0x80 and b < 0xC0
 end
+
+-- A tool result longer than model_api.max_tool_result_bytes keeps its head (a third) and its
+-- tail (errors are usually at the end), cut on UTF-8 boundaries, around one marker line.
+function M.cap(snap, text)
+  local max = snap.agents.model_api.max_tool_result_bytes
+  if #text <= max then return text end
+  local head = max // 3
+  while head > 0 and continuation(text, head + 1) do head = head - 1 end
+  local tail = #text - (max - head - 120) + 1
+  while continuation(text, tail) do tail = tail + 1 end
+  return ("%s\n… [%d bytes cut here: the result is longer than %d bytes; narrow the command (head, tail, grep)] …\n%s")
+    :format(text:sub(1, head), tail - head - 1, max, text:sub(tail))
+end
+local cap = M.cap
 
 -- Runs the answer's tool calls in order. Returns the tool_result blocks and, when the run must
 -- end here, "stopped" | "infra" with the infra failure's text.

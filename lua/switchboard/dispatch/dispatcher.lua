@@ -34,6 +34,7 @@ local stack = require("switchboard.exec.stack")
 local workspace = require("switchboard.exec.workspace")
 local card_mod = require("switchboard.dispatch.card")
 local run_card = require("switchboard.dispatch.run_card")
+local agent_run = require("switchboard.dispatch.agent_run")
 local help = require("switchboard.dispatch.help")
 local parser = require("switchboard.dispatch.parser")
 
@@ -228,7 +229,7 @@ function D:release(thread, agent, mode)
 end
 
 function D:run_ask(thread, ask)
-  if ask.kind == "agent" then return require("switchboard.agent.ask").run(self, thread, ask) end
+  if ask.kind == "agent" then return agent_run.run(self, thread, ask) end
   local c = ask.card
   if ask.stop.aborted then
     c:cancelled(ask.stop.reason or "stopped", self.now_ms())
@@ -419,7 +420,7 @@ function D:handle(msg)
     -- An agent run: the repository it names binds only for an agent that works in one.
     local name, def = self:resolve(snap, msg, { agent = parsed.agent })
     if not name then return self:answer(msg.thread, def) end
-    local repo = def.resources and def.resources.repository and require("switchboard.agent.ask").repo_in(parsed.text)
+    local repo = def.resources and def.resources.repository and agent_run.repo_in(parsed.text)
     if repo then
       name, def = self:resolve(snap, msg, { agent = name, repo = repo })
       if not name then return self:answer(msg.thread, def) end

@@ -3,8 +3,8 @@
 -- and hands it here; this file provisions the thread's executor the same way, prepares the
 -- repository, runs agent/run.lua and ends the card.
 --
---   ask.run(dispatcher, thread, ask)      in the thread's worker task
---   ask.repo_in(text) → "OWNER/REPO" | nil  the repository a free-text ask names
+--   agent_run.run(dispatcher, thread, ask)     in the thread's worker task
+--   agent_run.repo_in(text) → "OWNER/REPO" | nil  the repository a free-text ask names
 local core = require("switchboard.core")
 local client_mod = require("switchboard.agent.client")
 local repo_mod = require("switchboard.agent.repo")
