@@ -169,18 +169,19 @@ describe("agent runs in switchboard console", function()
     assert.equal(3000, spans[2].attributes.timeout_ms)
   end)
 
-  it("retries 429 (retry-after), 529 and a stream cut mid-answer, then finishes", function()
+  it("retries 429 (retry-after), 529, an error event and a stream cut mid-answer, then finishes", function()
     local t0 = core.now_ms()
     local out, err, reqs = session({
       { status = 429, headers = { ["retry-after"] = "1" }, error = { type = "rate_limit_error", message = "slow down" } },
       { status = 529, error = { type = "overloaded_error", message = "Overloaded" } },
+      { sse_error = { type = "overloaded_error", message = "Overloaded" } },
       { content = { { type = "text", text = "a long answer that will be cut" } }, cut_after = 4 },
       text_answer("made it"),
     }, { "agent:coding say something" })
     local c = cards.find(out, "^%[main%] agent:coding")
     assert.matches("✓ done after 1 turn in", c, 1, true)
     assert.matches("made it$", c)
-    assert.equal(4, #reqs)
+    assert.equal(5, #reqs)
     assert.is_true(core.now_ms() - t0 >= 1000, "retry-after was not waited for")
     assert.matches("agent.model_retry", err, 1, true)
   end)
