@@ -9,6 +9,7 @@
  *
  * The flat list keeps the per-event cost to two strings: a streamed answer is hundreds of
  * small events. Nothing here yields. */
+#include "sse_lua.h"
 #include "../engine/engine.h"
 #include "sse.h"
 

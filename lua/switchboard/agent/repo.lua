@@ -40,7 +40,7 @@ end
 
 function M.prepare(ex, snap, repo, ctx)
   local url = M.url(snap, repo)
-  local ok, result, err = pcall(ex.exec, ex, M.script(url), { signal = ctx.signal, remaining_ms = ctx.remaining_ms })
+  local ok, result, err = pcall(ex.exec, ex, M.script(url), { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if not ok then return nil, "the executor raised: " .. tostring(result), "infra" end
   if result == nil then
     local kind = errors.is_infra(err) and "infra" or errors.is_capacity(err) and "capacity" or "tool"

@@ -13,8 +13,8 @@
 --   tools.call(executor, snap, tool_use, ctx) → {content, is_error, kind, command?, result?}
 --     ctx: signal, remaining_ms; kind: "result" | "tool" | "refused" | "infra" | "capacity" |
 --          "input"
-local budget = require("switchboard.exec.budget")
-local classify = require("switchboard.exec.classify")
+local budget = require("switchboard.shell.budget")
+local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
 
 local M = {}
@@ -132,7 +132,7 @@ function CALL.bash(ex, snap, input, ctx)
   local requested = input.timeoutMs
   local timeout = type(requested) == "number" and budget.clamp(snap, requested) or nil
   local result, err = protected(ex.exec, ex, command, {
-    timeout_ms = timeout, signal = ctx.signal, remaining_ms = ctx.remaining_ms,
+    timeout_ms = timeout, signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap,
   })
   if not result then return from_error(snap, err) end
   return outcome("result", result.text or "", false, { result = result })
@@ -142,7 +142,7 @@ function CALL.read_file(ex, snap, input, ctx)
   if type(input.path) ~= "string" or input.path == "" then
     return outcome("input", "read_file needs {\"path\": \"…\"}", true)
   end
-  local bytes, err = protected(ex.read_file, ex, input.path, { signal = ctx.signal, remaining_ms = ctx.remaining_ms })
+  local bytes, err = protected(ex.read_file, ex, input.path, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if bytes == nil then return from_error(snap, err) end
   if bytes == "" then return outcome("result", "(empty file)", false) end
   return outcome("result", bytes, false)
@@ -153,7 +153,7 @@ function CALL.write_file(ex, snap, input, ctx)
     return outcome("input", "write_file needs {\"path\": \"…\", \"content\": \"…\"}", true)
   end
   local ok, err = protected(ex.write_file, ex, input.path, input.content,
-    { signal = ctx.signal, remaining_ms = ctx.remaining_ms })
+    { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if not ok then return from_error(snap, err) end
   return outcome("result", ("wrote %d bytes to %s"):format(#input.content, input.path), false)
 end

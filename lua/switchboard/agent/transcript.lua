@@ -9,7 +9,7 @@
 --   t:close()
 local core = require("switchboard.core")
 local cjson = require("cjson.safe").new()
-local workspace = require("switchboard.exec.workspace")
+local workspace = require("switchboard.shell.workspace")
 
 local M = {}
 local T = {}

@@ -10,6 +10,7 @@ local client_mod = require("switchboard.agent.client")
 local repo_mod = require("switchboard.agent.repo")
 local run = require("switchboard.agent.run")
 local transcript = require("switchboard.agent.transcript")
+local identity = require("switchboard.github.identity")
 local parser = require("switchboard.dispatch.parser")
 
 local M = {}
@@ -72,8 +73,7 @@ function M.run(d, thread, ask)
     return d:finish_card(ask)
   end
   c:provisioned(built.backend, built.note)
-  local creds = d.build_opts.credentials
-  local no_token = ask.agent_def.token_scope and creds and creds.notice and creds:notice()
+  local no_token = identity.notice_for(d.build_opts.credentials, ask.agent_def)
   if no_token then c:add_note(no_token) end
 
   c:running(d.now_ms())

@@ -1,4 +1,5 @@
--- Slots of short-lived values with a reuse margin and single-flight fills (seed item 5).
+-- Slots of short-lived values with a reuse margin and single-flight fills
+-- (docs/contract.md#credential-freshness).
 --
 --   local c = cache.new{wall_ms = core.wall_ms, margin_ms = function() return 25 * 60000 end}
 --   local entry, err = c:get("read@678", function() return mint() end)
@@ -64,9 +65,8 @@ function Cache:get(key, fill)
   local raised = nil
   if not ok then
     raised, entry = entry, nil
-    err = setmetatable({ kind = "github", code = "infra",
-      message = "getting a GitHub credential failed inside switchboard (a bug; see the log)" },
-      { __tostring = function(e) return e.message end })
+    err = core.error("github",
+      "getting a GitHub credential failed inside switchboard (a bug; see the log)", { code = "infra" })
   elseif entry == nil and err == nil then
     err = "no credential"
   end
