@@ -1,4 +1,4 @@
--- The Messages API's streamed answer, event by event (REFERENCE.md "Anthropic Messages API"):
+-- The Messages API's streamed answer, event by event (Anthropic's "Streaming Messages" docs):
 -- the SSE events core.sse yields become one assistant message.
 --
 --   message_start        {message = {id, model, usage = {input_tokens, …}}}
