@@ -133,6 +133,20 @@ static void scrub(strbuf *b) {
   }
 }
 
+size_t sb_log_find_secret(const char *text, size_t n, size_t from, size_t *len) {
+  size_t best = n;
+  *len = 0;
+  for (size_t i = 0; i < G.n_secrets && from < n; i++) {
+    size_t sl = strlen(G.secrets[i]);
+    const char *hit = memmem(text + from, n - from, G.secrets[i], sl);
+    if (hit != NULL && (size_t)(hit - text) < best) {
+      best = (size_t)(hit - text);
+      *len = sl;
+    }
+  }
+  return best;
+}
+
 bool sb_log_enabled(const char *level) { return level_rank(level) >= G.min_level; }
 
 void sb_log_write(const char *level, const char *event, const sb_log_field *fields, size_t n) {
