@@ -5,7 +5,7 @@
  *
  *   switchboard-walls hold  [common] [--expose NAME]... [--hide PATH]... --workspace DIR
  *                           [--rootfs DIR] [--net host|none] [--hostname NAME]
- *                           [--cg-write FILE=VALUE]...
+ *                           [--cg-write FILE=VALUE]... [--socket PATH --nofile N --fsize BYTES]
  *     Creates the instance: makes and joins its cgroups (--cgroup, created when missing, then
  *     the --cg-write limits), drops to the instance's host uid/gid, and runs bwrap with new
  *     user, PID, mount, IPC, UTS (and network, for --net none) namespaces around `sleep
@@ -14,12 +14,29 @@
  *     parent (PR_SET_PDEATHSIG), bwrap dies with it (--die-with-parent), and everything in the
  *     PID namespace dies with bwrap's init.
  *
+ *     With --socket it is also the instance's spawner ("serve"): it binds PATH (as the server's
+ *     user, in a directory only the server reaches), then joins the instance's namespaces
+ *     itself, so every process it forks is born inside the PID namespace and the cgroups. Per
+ *     connection it forks a handler that takes the client's stdio (SCM_RIGHTS), argv, env and
+ *     cwd (src/walls/request.h), starts the command in a process group of its own with the
+ *     rlimits, no capabilities and no_new_privs, forwards the client's signals to that group,
+ *     kills the group when the client's socket closes or the command ends, and sends back the
+ *     wait status.
+ *
+ *   switchboard-walls run SOCKET [--cwd DIR] -- PROGRAM ARG...
+ *     The host side of one command (spawned by the engine like any command): sends its own
+ *     stdin/stdout/stderr, argv and environment (never in the spawner's argv) to the spawner,
+ *     forwards TERM/INT/HUP, and exits with the command's status (re-raising its signal). It
+ *     dies with its parent; its socket closing kills the command's group at once.
+ *
  *   switchboard-walls enter [common] --pid PID [--net host|none] [--nofile N] [--fsize BYTES]
  *                           [--cwd DIR] -- PROGRAM ARG...
  *     Runs one command inside an existing instance: joins its cgroups, applies the rlimits,
  *     drops to its uid/gid, enters its namespaces through a pidfd, forks into the PID
  *     namespace, and execs PROGRAM there with no capabilities and no_new_privs. Exits with the
  *     command's status (re-raising its signal), so the supervisor sees what it would have seen.
+ *     (The first design; sandboxd now uses run. Kept for diagnosis: it migrates cgroups per
+ *     command, which on cgroup v1 is slow under concurrency.)
  *
  *   switchboard-walls reap [--cgroup DIR]...
  *     Kills every process left in the cgroups (cgroup.kill on v2, SIGKILL to each member of
