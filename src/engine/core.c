@@ -1,6 +1,7 @@
 /* luaopen_switchboard_core: assembles the engine's module table. The binary registers it in
  * package.preload; the same object code is built as core.so for busted specs. */
 #include "engine.h"
+#include "notify/notify.h"
 
 #include <stdlib.h>
 
@@ -10,7 +11,7 @@ static int (*const openers[])(lua_State *) = {
     sb_tasks_open,  sb_timer_open,       sb_abort_open,       sb_bounded_open,
     sb_os_signals_open, sb_proc_open,    sb_http_client_open, sb_http_server_open,
     sb_crypto_open, sb_fs_open,          sb_log_open,         sb_build_open,
-    sb_stdin_open,
+    sb_stdin_open,  sb_notify_open,
 };
 
 static char finalizer_key;

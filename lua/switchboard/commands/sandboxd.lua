@@ -1,6 +1,7 @@
 -- `switchboard sandboxd`: the per-thread sandbox server (docs/sandboxd.md).
 local core = require("switchboard.core")
 local args = require("switchboard.args")
+local notify = require("switchboard.notify")
 local policy = require("switchboard.policy")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
@@ -103,18 +104,22 @@ function M.run(argv, ctx)
     return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
   end
   core.on_signal("HUP", function()
+    notify.reloading()
     local ok_reload, reload_errs = policy.reload()
     core.log(ok_reload and "info" or "warn", "sandboxd.reload", {
       ok = ok_reload ~= nil, errors = reload_errs and #reload_errs or 0,
       version = policy.current().version,
     })
+    notify.ready(("policies %s%s"):format(policy.current().version,
+      ok_reload and "" or " (the reload failed; the previous policies answer)"))
   end)
-  core.on_signal("TERM", function() srv:shutdown("TERM") end)
-  core.on_signal("INT", function() srv:shutdown("INT") end)
+  core.on_signal("TERM", function() notify.stopping(); srv:shutdown("TERM") end)
+  core.on_signal("INT", function() notify.stopping(); srv:shutdown("INT") end)
   core.log("info", "sandboxd.listening", {
     host = host, port = srv.port, root = root,
     max_instances = max or snap.timeouts.sandbox.max_instances, version = snap.version,
   })
+  notify.ready(("listening on %s:%d, policies %s"):format(host, srv.port, snap.version))
   srv:wait()
   return 0
 end
