@@ -19,6 +19,7 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/lua/switchboard DESTINATION ${SB_SHARE_DIR
         COMPONENT runtime FILES_MATCHING PATTERN "*.lua")
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/policies/ DESTINATION ${SB_SHARE_DIR}/policies
         COMPONENT runtime FILES_MATCHING PATTERN "*.lua")
+install(FILES ${CMAKE_SOURCE_DIR}/docs/deploy.md DESTINATION share/doc/switchboard COMPONENT runtime)
 
 # ---- the system component (the Debian package only) ---------------------------------------
 set(SB_DEB_DIR ${CMAKE_SOURCE_DIR}/deploy/debian)
@@ -44,9 +45,9 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 # The shared libraries' packages come from dpkg-shlibdeps (libc6, libcurl4, liblua5.4-0,
 # libssl3, libuv1, lua-cjson); the rest is what the program runs: bash -c for every command,
-# coreutils' timeout, adduser for the maintainer scripts.
+# coreutils' timeout, procps' /bin/kill (the units' ExecReload), adduser for the postinst.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "git, ca-certificates")
 # conffiles: every file under /etc, listed from the same glob the install rule uses, so dpkg
 # keeps an operator's edits across upgrades.

@@ -15,6 +15,8 @@ export interface Env {
   SANDBOX_TOKEN: string;
   /** The commit this Worker and its image were built from (`switchboard version --json`), set at deploy. */
   SANDBOX_BUILD: string;
+  /** How long an idle thread's container stays warm (wrangler.jsonc vars: "5m"). */
+  SANDBOX_SLEEP_AFTER: string;
 }
 
 const ROUTES = new Set(["/exec", "/read", "/write", "/healthz"]);
@@ -27,12 +29,12 @@ function answer(status: number, error: string): Response {
 
 export class SandboxContainer extends Container<Env> {
   defaultPort = SANDBOXD_PORT;
-  // A thread's container stays warm for 5 idle minutes (seed item 1); a request in flight is
-  // never idle time (the base class counts in-flight requests).
-  sleepAfter = "5m";
 
   constructor(ctx: DurableObjectState<{}>, env: Env) {
     super(ctx, env);
+    // A thread's container stays warm for SANDBOX_SLEEP_AFTER of idle (5m; seed item 1); a
+    // request in flight is never idle time (the base class counts in-flight requests).
+    this.sleepAfter = env.SANDBOX_SLEEP_AFTER || "5m";
     this.envVars = { SANDBOX_TOKEN: env.SANDBOX_TOKEN };
   }
 
