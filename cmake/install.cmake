@@ -11,6 +11,11 @@
 # The system component holds absolute paths, so it is EXCLUDE_FROM_ALL: a plain
 # `cmake --install` into a prefix never writes to /etc.
 
+# Installing and packaging take the tree as built: they never rebuild it (the build stamp is
+# regenerated at every build, so a `cpack` in the test suite would relink the binary other
+# tests are running). Build first: cmake --build build.
+set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY ON)
+
 # The layout the binary looks for (lua_dir.h): fixed, not GNUInstallDirs' DATADIR, because the
 # C side finds it by this relative path.
 set(SB_SHARE_DIR share/switchboard)
