@@ -15,7 +15,9 @@ command -v debootstrap >/dev/null || skip "debootstrap is not installed (scripts
 podman_setup
 sb_podman info >/dev/null 2>&1 || skip "podman cannot run containers here: $(sb_podman info 2>&1 | tail -1)"
 
-tag="$("$DEPLOY_DIR/sandbox/build-image" "$build")"
+# A tag of this build tree's own: several checkouts on one machine build at once.
+tag="$("$DEPLOY_DIR/sandbox/build-image" "$build" \
+  "localhost/switchboard-sandbox:test-$(echo "$build" | sha256sum | cut -c1-12)")"
 ok "the image builds: $tag"
 
 name="switchboard-smoke-$$-$RANDOM"
