@@ -27,6 +27,20 @@ function answer(status: number, error: string): Response {
   return Response.json({ error }, { status });
 }
 
+// The one answer the Worker rewrites: with max_instances containers awake, the platform has
+// no instance for a new thread and the containers library answers a plain-text 503. The
+// executor waits and re-sends only on the protocol's machine-readable form (seed item 14), so
+// that 503 becomes {error, reason: "fleet-busy"}, keeping the platform's words as the cause.
+// Every other answer — sandboxd's own JSON included — passes through untouched.
+async function fleetBusy(res: Response): Promise<Response> {
+  if (res.status !== 503 || (res.headers.get("content-type") ?? "").includes("json")) return res;
+  const cause = (await res.text()).split("\n")[0] || "no container instance is available";
+  return Response.json(
+    { error: `the sandbox fleet is full (max_instances containers awake): ${cause}`, reason: "fleet-busy" },
+    { status: 503 },
+  );
+}
+
 export class SandboxContainer extends Container<Env> {
   defaultPort = SANDBOXD_PORT;
 
@@ -69,6 +83,6 @@ export default {
     }
     const thread = request.headers.get(THREAD_HEADER);
     if (!thread) return answer(400, `${THREAD_HEADER} is required: each thread has a sandbox of its own`);
-    return getContainer(env.SANDBOX, thread).fetch(request);
+    return fleetBusy(await getContainer(env.SANDBOX, thread).fetch(request));
   },
 } satisfies ExportedHandler<Env>;

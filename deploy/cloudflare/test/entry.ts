@@ -13,11 +13,19 @@ interface TestEnv extends Env {
   LOCAL_SANDBOXD: string;
 }
 
-function localContainer(instance: string, origin: string, started: { env?: Record<string, string> }) {
+// The thread key "fleet-full" stands for a thread that arrives when max_instances are awake:
+// the platform then has no instance for it (workerd's own error text).
+const NO_INSTANCE = "there is no container instance that can be provided to this durable object";
+
+function localContainer(instance: string, origin: string, started: { env?: Record<string, string> }, full: boolean) {
   let running = false;
   return {
     get running() { return running; },
-    start(config?: { env?: Record<string, string> }) { running = true; started.env = config?.env; },
+    start(config?: { env?: Record<string, string> }) {
+      if (full) throw new Error(NO_INSTANCE);
+      running = true;
+      started.env = config?.env;
+    },
     monitor(): Promise<void> { return new Promise(() => {}); }, // the container never exits on its own
     async destroy() { running = false; },
     signal() {},
@@ -38,7 +46,7 @@ function localContainer(instance: string, origin: string, started: { env?: Recor
 export class SandboxContainer extends Deployed {
   constructor(ctx: DurableObjectState<{}>, env: TestEnv) {
     const started: { env?: Record<string, string> } = {};
-    const container = localContainer(ctx.id.toString(), env.LOCAL_SANDBOXD, started);
+    const container = localContainer(ctx.id.toString(), env.LOCAL_SANDBOXD, started, ctx.id.name === "fleet-full");
     // The platform sets ctx.container on a container-enabled class; miniflare has none.
     Object.defineProperty(ctx, "container", { value: container, configurable: true });
     super(ctx, env);

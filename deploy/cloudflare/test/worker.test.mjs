@@ -193,3 +193,19 @@ test("says nothing when the container runs the deployed build", async () => {
     assert.ok(!logs.some((l) => l.includes("version-skew")), logs.join("\n"));
   } finally { await mf.dispose(); }
 });
+
+test("turns the platform's no-instance 503 into the protocol's fleet-busy answer, and nothing else", async () => {
+  const mf = await worker(OWN);
+  try {
+    const before = seen.length;
+    const res = await call(mf, "/exec", { thread: "fleet-full", body: { command: "true", env: {} } });
+    assert.equal(res.status, 503);
+    const doc = await res.json();
+    assert.equal(doc.reason, "fleet-busy");
+    assert.match(doc.error, /fleet is full.*no Container instance available/s);
+    assert.equal(seen.length, before, "nothing reached a container");
+    // sandboxd's own JSON 503 would pass through as it is: a plain 200 from it certainly does
+    const ok = await call(mf, "/exec", { thread: "not-full", body: { command: "echo fine", env: {} } });
+    assert.equal(JSON.parse(await ok.text()).stdout, "fine\n");
+  } finally { await mf.dispose(); }
+});
