@@ -2,7 +2,8 @@
 // Cloudflare Containers. It checks the bearer, sends each x-thread-key to a container
 // instance of its own (one Durable Object per thread key), and passes /exec, /read, /write
 // and /healthz through unchanged — sandboxd inside the container speaks the wire protocol
-// (DESIGN.md "Wire protocol") and checks the same bearer again. Nothing else lives here.
+// (DESIGN.md "Wire protocol") and checks the same bearer again. The one rewrite is the
+// platform's fleet-full 503 (fleetBusy below); nothing else lives here.
 import { Container, getContainer } from "@cloudflare/containers";
 import { bearerMatches } from "./auth";
 import { versionSkew } from "./skew";
