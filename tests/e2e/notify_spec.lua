@@ -104,3 +104,30 @@ describe("sandboxd under a service manager (NOTIFY_SOCKET)", function()
     end)
   end)
 end)
+
+describe("the console under a service manager (NOTIFY_SOCKET)", function()
+  it("says READY=1 when it reads asks, RELOADING=1 then READY=1 on SIGHUP, STOPPING=1 on SIGTERM", function()
+    core.run(function()
+      local dir = S.tmpdir()
+      local listener = start_listener(dir .. "/notify.sock", dir)
+      -- stdin stays open (a pipe from sleep) so the console keeps reading until it is told to stop
+      local shell = assert(core.spawn{
+        argv = { "bash", "-c", 'sleep 60 | "$BIN" --policies "$POL" console' },
+        env = S.base_env{ BIN = S.BIN, POL = policies_dir, NOTIFY_SOCKET = dir .. "/notify.sock",
+                          SWITCHBOARD_STATE_DIR = dir, HOME = dir },
+      })
+      local ready = assert(listener.nth(1), "no READY=1 from the console")
+      assert.truthy(ready.text:match("^READY=1\nSTATUS=reading asks from standard input"), ready.text)
+      local console_pid = assert(math.tointeger(ready.pid)) -- the console, a child of our shell
+      os.execute("kill -HUP " .. console_pid)
+      assert.truthy(assert(listener.nth(2)).text:match("^RELOADING=1\nMONOTONIC_USEC=%d+$"))
+      assert.truthy(assert(listener.nth(3)).text:match("^READY=1\nSTATUS=policies "))
+      os.execute("kill -TERM " .. console_pid)
+      assert.equal("STOPPING=1", assert(listener.nth(4)).text)
+      os.execute("kill " .. shell.pid .. " 2>/dev/null")
+      shell:wait()
+      listener.stop()
+      S.rm(dir)
+    end)
+  end)
+end)

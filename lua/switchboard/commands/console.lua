@@ -3,6 +3,7 @@
 -- the task instead of blocking the loop; every line is a message of the current thread.
 local core = require("switchboard.core")
 local args = require("switchboard.args")
+local notify = require("switchboard.notify")
 local policy = require("switchboard.policy")
 local state = require("switchboard.state")
 local tracing = require("switchboard.exec.tracing")
@@ -150,7 +151,9 @@ function M.run(argv, ctx)
   local user = os.getenv("USER") or "console"
 
   core.on_signal("HUP", function()
+    notify.reloading()
     local new, reload_errs = policy.reload()
+    notify.ready("policies " .. policy.current().version)
     if new then
       front:say(("policies reloaded (version %s); new asks use them"):format(new.version:sub(1, 12)))
     else
@@ -168,6 +171,7 @@ function M.run(argv, ctx)
       return
     end
     draining = true
+    notify.stopping()
     reading:abort("SIG" .. name)
     local grace = policy.current().timeouts.console.drain_ms
     if not d:is_idle() then
@@ -184,6 +188,7 @@ function M.run(argv, ctx)
       .. "switch threads, Ctrl-D to quit."):format(thread))
   end
 
+  notify.ready("reading asks from standard input, thread " .. thread)
   read_lines(reading, function(line)
     line = line:gsub("\r$", "")
     local trimmed = line:gsub("^%s+", ""):gsub("%s+$", "")
