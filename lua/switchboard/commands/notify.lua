@@ -1,5 +1,6 @@
 -- What a long-running command tells its service manager (systemd's Type=notify, sd_notify(3);
--- the units are deploy/systemd/). The engine's core.notify moves the bytes; this module says
+-- the units are deploy/systemd/). Commands reach it through the prologue (p:ready,
+-- p:stopping, and p:reload_on_hup around each reload). The engine's core.notify moves the bytes; this module says
 -- what and when. Every call is a no-op (false) when $NOTIFY_SOCKET is unset, so the commands
 -- call it unconditionally. A failed send is logged once and never stops the service: the
 -- manager's own start timeout is what names a service that never said READY.
