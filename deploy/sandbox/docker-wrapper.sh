@@ -1,5 +1,5 @@
 #!/bin/sh
-# `docker` in the sandbox image (seed item 17): starts the engine on first use, then runs the
+# `docker` in the sandbox image (docs/deploy.md "The image"): starts the engine on first use, then runs the
 # real client. Installed as /usr/local/bin/docker, ahead of /usr/bin/docker on PATH.
 # Its own session: every command runs under `timeout … bash -c`, whose process group is
 # reaped when the command returns, so `dockerd &` would die with the command that started it.

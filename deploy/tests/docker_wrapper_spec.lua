@@ -1,4 +1,4 @@
--- The sandbox image's lazy `docker` (deploy/sandbox/docker-wrapper.sh; seed item 17), run for
+-- The sandbox image's lazy `docker` (deploy/sandbox/docker-wrapper.sh; docs/deploy.md "The image"), run for
 -- real with a stand-in engine: a `dockerd` that binds the socket after a moment and lives on
 -- as a daemon, and a client whose `info` answers only while that socket exists. The wrapper
 -- must start the engine in a session of its own on first use, wait for it (bounded), pass the

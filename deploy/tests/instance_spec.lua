@@ -1,5 +1,5 @@
 -- The sandbox instance size (standard-4: 4 vCPU, 12 GiB, 20 GB) and the fleet ceiling
--- (max_instances 25) are named once, in deploy/instance.json (seed items 14, 16); every other
+-- (max_instances 25) are named once, in deploy/instance.json (docs/deploy.md "The instance size and the fleet ceiling"); every other
 -- place that must carry them — the Cloudflare config, the shipped policy — is checked against
 -- it here (the Kubernetes manifests in deploy/kubernetes/check.mjs).
 local cjson = require("cjson")

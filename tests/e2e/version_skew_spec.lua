@@ -1,6 +1,6 @@
 -- Black-box: the sandbox executor reads sandboxd's build from /healthz once per instance (one
 -- executor per thread) and logs sandbox.version-skew at warn when it differs from its own
--- build — and does nothing else (issue 14 item 7, seed item 6). The console drives it, so
+-- build — and does nothing else (issue 14 item 7, docs/contract.md#rollout-skew). The console drives it, so
 -- several asks share one thread's executor.
 local core = require("switchboard.core")
 local cjson = require("cjson")

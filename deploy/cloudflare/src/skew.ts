@@ -1,4 +1,4 @@
-// Version skew (seed item 6): the container's /healthz build against the build this Worker
+// Version skew (docs/contract.md#rollout-skew): the container's /healthz build against the build this Worker
 // was deployed with. A container still running the previous image during a rollout is named
 // in the log; "unknown" stands for an answer that carried no build.
 export interface Skew {

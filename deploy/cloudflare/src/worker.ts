@@ -2,7 +2,7 @@
 // Cloudflare Containers. It checks the bearer, sends each x-thread-key to a container
 // instance of its own (one Durable Object per thread key), and passes /exec, /read, /write
 // and /healthz through unchanged — sandboxd inside the container speaks the wire protocol
-// (DESIGN.md "Wire protocol") and checks the same bearer again. The one rewrite is the
+// (docs/contract.md#wire-protocol) and checks the same bearer again. The one rewrite is the
 // platform's fleet-full 503 (fleetBusy below); nothing else lives here.
 import { Container, getContainer } from "@cloudflare/containers";
 import { bearerMatches } from "./auth";
@@ -30,7 +30,7 @@ function answer(status: number, error: string): Response {
 
 // The one answer the Worker rewrites: with max_instances containers awake, the platform has
 // no instance for a new thread and the containers library answers a plain-text 503. The
-// executor waits and re-sends only on the protocol's machine-readable form (seed item 14), so
+// executor waits and re-sends only on the protocol's machine-readable form (docs/contract.md#capacity), so
 // that 503 becomes {error, reason: "fleet-busy"}, keeping the platform's words as the cause.
 // Every other answer — sandboxd's own JSON included — passes through untouched.
 async function fleetBusy(res: Response): Promise<Response> {
@@ -47,13 +47,13 @@ export class SandboxContainer extends Container<Env> {
 
   constructor(ctx: DurableObjectState<{}>, env: Env) {
     super(ctx, env);
-    // A thread's container stays warm for SANDBOX_SLEEP_AFTER of idle (5m; seed item 1); a
+    // A thread's container stays warm for SANDBOX_SLEEP_AFTER of idle (5m; docs/contract.md#workspaces); a
     // request in flight is never idle time (the base class counts in-flight requests).
     this.sleepAfter = env.SANDBOX_SLEEP_AFTER || "5m";
     this.envVars = { SANDBOX_TOKEN: env.SANDBOX_TOKEN };
   }
 
-  // Log only (seed item 6): onStart runs inside blockConcurrencyWhile, so the check runs
+  // Log only (docs/contract.md#rollout-skew): onStart runs inside blockConcurrencyWhile, so the check runs
   // beside it and never destroys or retries anything — a skewed instance is named in the log
   // and serves as it is; the rollout's one wave replaces it.
   override onStart(): void {

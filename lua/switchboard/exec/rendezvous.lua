@@ -6,7 +6,7 @@
 -- state, and adding or removing one URL moves only the threads that scored highest on it.
 -- A pod that goes away is not skipped: its name comes back with the StatefulSet, and until then
 -- that thread's commands fail as infrastructure errors (the fresh pod has an empty workspace,
--- like a container that slept; seed item 1).
+-- like a container that slept; docs/contract.md#workspaces).
 local core = require("switchboard.core")
 
 local M = {}

@@ -42,7 +42,7 @@ local function no_envs() return {} end
 --       read only when a call's opts carry no snap),
 --       build (this binary's commit, core.build.commit: the factory passes it; with it, the
 --       first call first reads sandboxd's /healthz once, and logs
---       sandbox.version-skew at warn when the builds differ — log only, seed item 6),
+--       sandbox.version-skew at warn when the builds differ — log only, docs/contract.md#rollout-skew),
 --       resolve_envs (fn → NAME = value | nil, err; called on every exec, read and write),
 --       request (core.http.request by default), sleep (core.sleep), now_ms (core.now_ms) —
 --       the last three let specs drive the waits without real time.
