@@ -19,7 +19,9 @@ set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY ON)
 # The layout the binary looks for (lua_dir.h): fixed, not GNUInstallDirs' DATADIR, because the
 # C side finds it by this relative path.
 set(SB_SHARE_DIR share/switchboard)
-install(TARGETS switchboard RUNTIME DESTINATION bin COMPONENT runtime)
+# switchboard-walls (the per-instance walls' helper, docs/isolation.md) lives next to the binary,
+# where shell/instance.lua looks for it.
+install(TARGETS switchboard switchboard-walls RUNTIME DESTINATION bin COMPONENT runtime)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/lua/switchboard DESTINATION ${SB_SHARE_DIR}/lua
         COMPONENT runtime FILES_MATCHING PATTERN "*.lua")
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/policies/ DESTINATION ${SB_SHARE_DIR}/policies
@@ -53,7 +55,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION net)
 # coreutils' timeout, procps' /bin/kill (the units' ExecReload), adduser for the postinst.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps")
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "git, ca-certificates")
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "git, ca-certificates, bubblewrap")
 # conffiles: every file under /etc, listed from the same glob the install rule uses, so dpkg
 # keeps an operator's edits across upgrades.
 file(GLOB SB_POLICY_FILES RELATIVE ${CMAKE_SOURCE_DIR}/policies CONFIGURE_DEPENDS
