@@ -5,7 +5,7 @@
 import { test, after, before } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -20,6 +20,7 @@ const TOKEN = "worker-test-" + randomBytes(12).toString("hex");
 const OWN = JSON.parse(execFileSync(BIN, ["version", "--json"], { encoding: "utf8" })).commit;
 
 const work = mkdtempSync(path.join(tmpdir(), "sb-worker-"));
+chmodSync(work, 0o755); // the walled instances' own uids must reach their workspaces under it
 let sandboxd, proxy, proxyUrl;
 const seen = []; // {instance, thread, path, token} per request the "container" received
 const logs = []; // the Worker's console lines
