@@ -32,8 +32,10 @@ Test-only routes (no key):
        {"on": "start", "bad_flags": N}                 a frame with these flags after the start event
        {"on": "start", "keepalives_first": N}          N keepalive events before the start event
        {"on": "start", "vanish_after_ms": N}           the sandbox dies N ms into the command
+       {"on": "start", "stall": true}                  after the start event, never another byte
   POST /_standin/vanish/{id}   the sandbox dies now (as if E2B reclaimed it)
-  GET  /_standin/requests      [{method, path, headers, body, t}] (bodies cut at 64 KiB)
+  GET  /_standin/requests      [{method, path, headers, body, body_b64, t}] (bodies cut at
+                               64 KiB; the test-only routes are not recorded)
   GET  /_standin/sandboxes     [{id, alive, root, pids}]
 """
 import argparse
@@ -157,11 +159,14 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(n) if n else b""
 
     def _record(self, body):
+        if self.path.startswith("/_standin/"):
+            return
         with LOCK:
             REQUESTS.append({
                 "method": self.command, "path": self.path,
                 "headers": {k.lower(): v for k, v in self.headers.items()},
                 "body": body[:65536].decode("utf-8", "replace"), "t": time.monotonic(),
+                "body_b64": base64.b64encode(body[:65536]).decode(),
             })
 
     def _send(self, status, doc=None, raw=None, ctype="application/json"):
@@ -408,6 +413,10 @@ class Handler(BaseHTTPRequestHandler):
             for _ in range(int(f.get("keepalives_first", 0))):
                 write(frame(0, {"event": {"keepalive": {}}}))
             write(frame(0, {"event": {"start": {"pid": p.pid}}}))
+            if f.get("stall"):
+                threading.Thread(target=reap_later, daemon=True).start()
+                while True:
+                    time.sleep(3600)
             if "bad_flags" in f:
                 write(struct.pack(">BI", f["bad_flags"], 2) + b"{}")
             open_streams, last_ping, pending = 2, time.monotonic(), b""

@@ -36,7 +36,8 @@ the policies; TERM/INT stop reading, let running asks finish (timeouts console.d
 then kill them and exit 0; a second TERM/INT kills at once.
 
 Options:
-  --backend NAME          override policy's backend: local or sandbox
+  --backend NAME          override policy's backend: local, sandbox or e2b ($E2B_API_KEY;
+                          E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md)
   --sandbox-url URL       the sandboxd for --backend sandbox (token: $SANDBOX_TOKEN)
   --workspace-root DIR    where local workspaces live (default: $SWITCHBOARD_STATE_DIR/workspaces)
   --thread NAME           the thread to start in (default: main)
@@ -112,8 +113,8 @@ function M.run(argv, ctx)
   if #words > 0 then
     return fail(M.EXIT.usage, ("unexpected %q (asks come from standard input; see --help)"):format(words[1]))
   end
-  if opts.backend and opts.backend ~= "local" and opts.backend ~= "sandbox" then
-    return fail(M.EXIT.usage, "--backend must be local or sandbox")
+  if opts.backend and opts.backend ~= "local" and opts.backend ~= "sandbox" and opts.backend ~= "e2b" then
+    return fail(M.EXIT.usage, "--backend must be local, sandbox or e2b")
   end
   if opts.thread and not opts.thread:match(THREAD_NAME) then
     return fail(M.EXIT.usage, "--thread takes a name of letters, digits and . _ : @ / -")
@@ -125,6 +126,10 @@ function M.run(argv, ctx)
   if opts.backend == "sandbox" then
     local ok, why = M.check_sandbox(snap, opts.sandbox_url, os.getenv)
     if not ok then return fail(M.EXIT.config, why) end
+  end
+  local key_env = snap.execution.e2b.api_key_env
+  if opts.backend == "e2b" and (os.getenv(key_env) or "") == "" then
+    return fail(M.EXIT.config, ("--backend e2b needs $%s, an E2B API key (https://e2b.dev/dashboard?tab=keys)"):format(key_env))
   end
   local sink, sink_err = tracing.sink_for(opts.trace)
   if opts.trace and not sink then return fail(M.EXIT.usage, "--trace: " .. tostring(sink_err)) end
@@ -139,6 +144,7 @@ function M.run(argv, ctx)
       sandbox_url = opts.sandbox_url,
       credentials = ctx.credentials,
       force_backend = opts.backend,
+      e2b_state_dir = state.dir(),
       sink = sink,
     },
     outputs_dir = state.dir() .. "/outputs",

@@ -40,7 +40,8 @@ Options:
   --agent NAME            the agent whose resources and backend apply (default: policy's
                           default agent)
   --repo OWNER/NAME       the repository the agent works on
-  --backend NAME          override policy's backend: local or sandbox
+  --backend NAME          override policy's backend: local, sandbox or e2b ($E2B_API_KEY;
+                          E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md)
   --sandbox-url URL       the sandboxd to use with --backend sandbox (token: $SANDBOX_TOKEN)
   --trace FILE            write exec.* spans as JSON lines to FILE (`-` for stderr)
 
@@ -91,8 +92,8 @@ function M.run(argv, ctx)
   if rest == nil or #rest == 0 then
     return fail(M.EXIT.usage, "no command given; usage: switchboard exec [OPTIONS] -- COMMAND...")
   end
-  if opts.backend and opts.backend ~= "local" and opts.backend ~= "sandbox" then
-    return fail(M.EXIT.usage, "--backend must be local or sandbox")
+  if opts.backend and opts.backend ~= "local" and opts.backend ~= "sandbox" and opts.backend ~= "e2b" then
+    return fail(M.EXIT.usage, "--backend must be local, sandbox or e2b")
   end
   local snap, errs = policy.load_initial(ctx.policies_dir)
   if not snap then
@@ -105,6 +106,7 @@ function M.run(argv, ctx)
     sandbox_url = opts.sandbox_url,
     credentials = ctx.credentials,
     force_backend = opts.backend,
+    e2b_state_dir = state.dir(),
     sink = tracing.sink_for(opts.trace),
   }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo })
   if not built then return fail(M.EXIT.config, tostring(err)) end

@@ -377,12 +377,14 @@ local function stream_reader(snap, cut)
     decoder = connect.decoder{ max_message = snap.timeouts.e2b.max_stream_bytes },
     stdout = {}, stderr = {}, out_len = { stdout = 0, stderr = 0 },
     truncated = { stdout = false, stderr = false },
-    keepalives = 0, pid = nil, ended = nil, trailer = nil, broken = nil,
+    keepalives = 0, frames = 0, pid = nil, ended = nil, trailer = nil, broken = nil,
   }
   local cap = snap.timeouts.process.max_output_bytes
+  -- A broken stream is dropped at once — once it has shown itself to be one: the bytes of a
+  -- non-200 answer (a JSON error) reach on_chunk too, and the status decides those.
   local function broken(why)
     st.broken = st.broken or why
-    cut:abort("protocol")
+    if st.frames > 0 then cut:abort("protocol") end
   end
   local function add(stream, b64)
     if type(b64) ~= "string" then return broken("a data event whose " .. stream .. " is not a string") end
@@ -422,6 +424,7 @@ local function stream_reader(snap, cut)
     local frames, err = st.decoder:feed(bytes)
     if not frames then return broken(err) end
     for _, f in ipairs(frames) do
+      st.frames = st.frames + 1
       if f.end_stream then
         local ok, doc = pcall(json.decode, f.data)
         if not ok or type(doc) ~= "table" then return broken("an end-of-stream frame that is not a JSON object") end
@@ -507,6 +510,7 @@ local ROUTE = "/process.Process/Start"
 
 -- Judge a finished command stream. Returns the render fields or nil, err.
 local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms)
+  if status ~= nil and status ~= 200 then return envd_failure(self, sb, ROUTE, status, st.raw, false) end
   if st.broken then
     kill_group(self, snap, sb, st.pid)
     return infra(("E2B envd %s sent a stream this client cannot read (%s) — the sandbox's daemon "
@@ -568,8 +572,9 @@ local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms
       return infra(("E2B envd could not run the command: %s"):format(quote(first_line(e.error))))
     end
   end
+  -- timeout answers 124, or dies of its own KILL after the grace (137) with the group
   local timed_out = elapsed_ms >= limit_ms and (code == 124 or code == 137)
-  return { exit_code = code, timed_out = timed_out }
+  return { exit_code = timed_out and 124 or code, timed_out = timed_out }
 end
 
 function M:exec(command, opts)
