@@ -438,6 +438,8 @@ local function stream_reader(snap, cut)
   return st
 end
 
+M.stream_reader = stream_reader -- for tests/fuzz/fuzz_connect.c
+
 -- Start a process and read its stream to the end. call: argv (args of /bin/bash), envs,
 -- connect_timeout_ms, deadline_ms, signal, route_note (for messages).
 -- Returns st (the stream's record), status, err: status is the HTTP status or nil with err
