@@ -140,6 +140,7 @@ def split_awkwardly(data, n):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # every piece goes out at once, as its own segment
 
     def log_message(self, fmt, *args):
         pass
