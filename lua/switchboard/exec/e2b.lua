@@ -272,6 +272,12 @@ end
 local function ensure(self, snap, need_ms, wait_for, signal)
   local t = snap.timeouts.e2b
   local sb = self.sandbox
+  if sb and sb.token and self.now_ms() >= sb.expires_ms then
+    -- Past its timeout by our clock: E2B has probably reclaimed it, as "if-clean" lets it.
+    -- Reconnect if it is still there, else go on in a fresh one (below).
+    sb = { id = sb.id, expired = true }
+    self.sandbox = sb
+  end
   if sb and sb.token then
     if self.now_ms() + need_ms <= sb.expires_ms then return sb end
     local secs = whole_seconds_up(need_ms + t.sandbox_timeout_ms)
@@ -304,11 +310,11 @@ local function ensure(self, snap, need_ms, wait_for, signal)
     if status ~= 404 then
       return infra(http_message("E2B API", "POST /sandboxes/{id}/connect", status, detail_of(raw)), "http " .. status)
     end
-    if sb then
+    if sb and not sb.expired then
       forget(self)
       return infra(gone_message(id, "POST /sandboxes/{id}/connect", detail_of(raw)))
     end
-    -- A sandbox remembered from an earlier process, reclaimed by its idle timeout meanwhile:
+    -- A sandbox past its timeout, or remembered from an earlier process, reclaimed meanwhile:
     -- the thread goes on in a fresh one, and the result says so.
     forget(self)
     notice = ("[the thread's previous E2B sandbox %s was reclaimed after its idle timeout; "
