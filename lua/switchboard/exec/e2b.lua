@@ -531,6 +531,11 @@ local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms
       return infra(budget.no_answer_message(snap, "E2B envd", ROUTE, budget_ms), "timeout")
     end
     kill_group(self, snap, sb, st.pid)
+    if tostring(err.message or ""):find("over max_body", 1, true) then
+      return infra(("E2B envd %s stream passed e2b.max_stream_bytes (%d bytes; output travels as "
+        .. "base64) — the command was killed; send less output (redirect to a file, pipe "
+        .. "through head)"):format(ROUTE, snap.timeouts.e2b.max_stream_bytes))
+    end
     local when = st.pid and ("after the command started (pid " .. st.pid .. ")") or "before the command started"
     return infra(("E2B envd %s stream broke off %s (%s) — the sandbox may be gone; the command may "
       .. "still be running in it"):format(ROUTE, when, first_line(err.message or err.kind)))
@@ -699,7 +704,7 @@ local function file_call(self, path, method, body, opts)
     if e.kind == "timeout" then
       return nil, errors.infra(budget.no_answer_message(snap, "E2B envd", route, snap.timeouts.file_op.budget_ms), "timeout")
     end
-    if method == "GET" and tostring(e.message or ""):find("body", 1, true) then
+    if method == "GET" and tostring(e.message or ""):find("over max_body", 1, true) then
       return nil, fs_error(path, "too_large")
     end
     return nil, errors.infra(transport_message("E2B envd", route, first_line(e.message or e.kind)))
