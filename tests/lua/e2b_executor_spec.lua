@@ -109,6 +109,19 @@ describe("e2b executor: the control plane", function()
     assert.is_nil(err.message:find("e2b_00000000", 1, true))
   end))
 
+  it("an unreachable control plane is infra naming the route, not the key", async(function()
+    local ex = require("switchboard.exec.e2b").new{
+      api_key = E.KEY, thread_key = "unreachable", policy = policy,
+      getenv = h:getenv{ E2B_API_URL = "http://127.0.0.1:1" },
+    }
+    local r, err = ex:exec("echo hi")
+    assert.is_nil(r)
+    assert.is_true(errors.is_infra(err))
+    assert.equal("infra", err.code)
+    assert.matches("E2B API POST /sandboxes request failed", err.message)
+    assert.is_nil(err.message:find(E.KEY, 1, true))
+  end))
+
   it("a 5xx on create is infra with the status as its code", async(function()
     h:faults{ { on = "create", status = 503, body = { code = 503, message = "placement failed" } } }
     local r, err = executor():exec("echo hi")

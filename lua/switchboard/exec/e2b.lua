@@ -200,11 +200,12 @@ local function api_call(self, snap, method, path, body, signal)
   if status == nil then
     local err = headers or {}
     if err.kind == "aborted" or (signal and signal.aborted) then return nil, "stopped" end
+    local route = method .. " " .. path:gsub("^/sandboxes/[^/]+", "/sandboxes/{id}")
     if err.kind == "timeout" then
-      return infra(("E2B API %s %s gave no answer within %ds — E2B may be unreachable")
-        :format(method, path:gsub("/[%w%-_]+/", "/{id}/", 1), seconds(snap.timeouts.e2b.api_timeout_ms)), "timeout")
+      return infra(("E2B API %s gave no answer within %ds — E2B may be unreachable")
+        :format(route, seconds(snap.timeouts.e2b.api_timeout_ms)), "timeout")
     end
-    return infra(transport_message("E2B API", method .. " " .. path, first_line(err.message or err.kind)))
+    return infra(transport_message("E2B API", route, first_line(err.message or err.kind)))
   end
   if status == 401 or status == 403 then
     return infra(key_refused_message(self, status, detail_of(raw)), "http " .. status)
