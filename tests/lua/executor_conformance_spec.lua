@@ -92,11 +92,19 @@ do
     -- the fleet (two instances) is full while two other threads run a command
     capacity = function(k)
       local stop = core.signal()
+      local mark = "busy-" .. k
       for i = 1, 2 do
         local busy = make_on(server.url, k .. "-busy-" .. i)
-        core.go(function() busy:exec("sleep 30", { signal = stop }) end)
+        core.go(function() busy:exec("touch " .. mark .. "; sleep 30", { signal = stop }) end)
       end
-      core.sleep(500)
+      -- both commands run (each holds an instance) before the third thread asks
+      local running = E.wait_for(function()
+        local p = io.popen(("find '%s' -name '%s' 2>/dev/null | wc -l"):format(server.root, mark))
+        local count = tonumber(p:read("a"))
+        p:close()
+        return count == 2
+      end, 20000)
+      assert(running, "the two busy commands did not start")
       return make_on(server.url, k), function() stop:abort("done") end
     end,
   }
