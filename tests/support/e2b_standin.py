@@ -26,6 +26,7 @@ Test-only routes (no key):
                                first request of its route ("on"):
        {"on": "create"|"connect"|"timeout"|"delete"|"start"|"signal"|"files_get"|"files_post",
         "status": N, "body": {...}}                    answer this instead
+       {..., "skip": N}                                 let N requests of the route pass first
        {"on": "start", "end_error": {"code", "message"}} the trailer carries this error (no end event)
        {"on": "start", "cut_after_ms": N}              drop the connection N ms after the start event
        {"on": "start", "cut_mid_frame": true}          finish the HTTP body inside a frame
@@ -107,6 +108,9 @@ def take_fault(route):
     with LOCK:
         for i, f in enumerate(FAULTS):
             if f.get("on") == route:
+                if f.get("skip", 0) > 0:  # let this many requests of the route pass first
+                    f["skip"] -= 1
+                    return None
                 return FAULTS.pop(i)
     return None
 
