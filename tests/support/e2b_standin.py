@@ -46,7 +46,6 @@ import json
 import os
 import queue
 import secrets
-import shutil
 import signal
 import struct
 import subprocess
