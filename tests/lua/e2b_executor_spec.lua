@@ -50,7 +50,7 @@ end
 local BG = "sleep 30 & echo $! > bg.pid; "
 
 local function bg_pid(ex)
-  local raw = E.wait_for(function() return ex:read_file("bg.pid") end, 5000)
+  local raw = E.wait_for(function() return (ex:read_file("bg.pid") or ""):match("%d+\n") end, 5000)
   return tonumber((assert(raw, "bg.pid was never written"):match("%d+")))
 end
 
@@ -353,7 +353,7 @@ describe("e2b executor: deadlines and stops", function()
     ex:exec("true")
     local stop, t_abort = core.signal(), nil
     core.go(function()
-      E.wait_for(function() return ex:read_file("bg.pid") end, 10000)
+      E.wait_for(function() return (ex:read_file("bg.pid") or ""):match("%d+\n") end, 10000)
       t_abort = core.now_ms()
       stop:abort("stopped by the user")
     end)
@@ -380,14 +380,17 @@ describe("e2b executor: the stop's fallback", function()
     h:faults{ { on = "start", skip = 1, status = 500, body = { code = 500, message = "envd busy" } } }
     local stop = core.signal()
     core.go(function()
-      E.wait_for(function() return ex:read_file("bg.pid") end, 10000)
+      E.wait_for(function() return (ex:read_file("bg.pid") or ""):match("%d+\n") end, 10000)
       stop:abort("stopped by the user")
     end)
     local r = assert(ex:exec(BG .. "sleep 30", { signal = stop }))
     assert.is_true(r.aborted)
     local pid = bg_pid(ex)
     assert.is_true(E.wait_for(function() return not procs.alive(pid) end, 5000))
-    local sig = requests_to("^/process%.Process/SendSignal$")
+    local sig = {}
+    for _, req in ipairs(requests_to("^/process%.Process/SendSignal$")) do
+      if req.headers["e2b-sandbox-id"] == ex:sandbox_id() then sig[#sig + 1] = req end
+    end
     assert.equal(1, #sig)
     assert.equal("SIGNAL_SIGTERM", cjson.decode(sig[1].body).signal)
   end))

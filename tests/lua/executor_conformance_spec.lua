@@ -36,7 +36,7 @@ local function key(prefix)
 end
 
 local function bg_dead(ex)
-  local raw = E.wait_for(function() return ex:read_file("bg.pid") end, 5000)
+  local raw = E.wait_for(function() return (ex:read_file("bg.pid") or ""):match("%d+\n") end, 5000)
   local pid = tonumber((assert(raw, "bg.pid was never written"):match("%d+")))
   return E.wait_for(function() return not procs.alive(pid) end, 8000)
 end
@@ -239,7 +239,7 @@ for _, b in ipairs(BACKENDS) do
       local stop, t_abort = core.signal(), nil
       -- the stop comes once the command has started its background child
       core.go(function()
-        E.wait_for(function() return ex:read_file("bg.pid") end, 10000)
+        E.wait_for(function() return (ex:read_file("bg.pid") or ""):match("%d+\n") end, 10000)
         t_abort = core.now_ms()
         stop:abort("stopped by the conformance suite")
       end)

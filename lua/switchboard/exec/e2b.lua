@@ -474,15 +474,19 @@ local function run_process(self, snap, sb, call)
   return st, status
 end
 
--- The group kill after a hard stop (or a stream we will never read the end of).
-local function kill_group(self, snap, sb, pid)
-  if not (sb and sb.token and pid) then return false end
+-- The group kill after a hard stop (or a stream we will never read the end of). st: the
+-- command's stream record; nothing is done once its process is known to have ended (its
+-- group's id could by then be anyone's). The kill call ran when it answered with an end
+-- event, whatever its status (1: the group was already gone).
+local function kill_group(self, snap, sb, st)
+  local pid = st.pid
+  if not (sb and sb.token and pid) or st.ended then return false end
   local stop_ms = snap.timeouts.e2b.stop_timeout_ms
-  local st, status = run_process(self, snap, sb, {
+  local k, status = run_process(self, snap, sb, {
     args = { "-c", M.GROUP_KILL, "switchboard-stop", tostring(pid) },
     connect_timeout_ms = stop_ms, deadline_ms = stop_ms,
   })
-  if status == 200 and st.ended and int(st.ended.exitCode or 0) == 0 then return true end
+  if status == 200 and k.ended then return true end
   -- Fallback: SIGTERM to the leader; timeout passes it to the group and KILLs after the grace.
   self.request{
     method = "POST", url = envd_base(self, sb) .. "/process.Process/SendSignal",
@@ -521,17 +525,17 @@ local ROUTE = "/process.Process/Start"
 local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms)
   if status ~= nil and status ~= 200 then return envd_failure(self, sb, ROUTE, status, st.raw, false) end
   if st.broken then
-    kill_group(self, snap, sb, st.pid)
+    kill_group(self, snap, sb, st)
     return infra(("E2B envd %s sent a stream this client cannot read (%s) — the sandbox's daemon "
       .. "may be incompatible or the stream corrupted"):format(ROUTE, st.broken))
   end
   if status == nil then
     local err = st.err
     if err.kind == "timeout" then
-      kill_group(self, snap, sb, st.pid)
+      kill_group(self, snap, sb, st)
       return infra(budget.no_answer_message(snap, "E2B envd", ROUTE, budget_ms), "timeout")
     end
-    kill_group(self, snap, sb, st.pid)
+    kill_group(self, snap, sb, st)
     if tostring(err.message or ""):find("over max_body", 1, true) then
       return infra(("E2B envd %s stream passed e2b.max_stream_bytes (%d bytes; output travels as "
         .. "base64) — the command was killed; send less output (redirect to a file, pipe "
@@ -543,7 +547,7 @@ local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms
   end
   if status ~= 200 then return envd_failure(self, sb, ROUTE, status, st.raw, false) end
   if st.decoder:partial() > 0 or not st.trailer then
-    kill_group(self, snap, sb, st.pid)
+    kill_group(self, snap, sb, st)
     local what = st.decoder:partial() > 0 and "in the middle of a frame" or "without its end-of-stream frame"
     return infra(("E2B envd %s stream ended %s%s — the sandbox may be gone; the command may still be "
       .. "running in it"):format(ROUTE, what, st.pid and (" (pid " .. st.pid .. ")") or ""))
@@ -553,7 +557,7 @@ local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms
     local code = tostring(trailer_err.code or "unknown")
     local text = quote(first_line(trailer_err.message or ""))
     if code == "deadline_exceeded" then
-      kill_group(self, snap, sb, st.pid) -- envd's kill reached the leader only
+      kill_group(self, snap, sb, st) -- envd's kill reached the leader only
       return { exit_code = 124, timed_out = true }
     end
     if code == "not_found" and not st.pid then
@@ -564,7 +568,7 @@ local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms
       self.sandbox = { id = sb.id }
       return infra(token_refused_message(sb.id, ROUTE, 401, text), "http 401")
     end
-    kill_group(self, snap, sb, st.pid)
+    kill_group(self, snap, sb, st)
     return infra(("E2B envd %s ended the stream with an error (%s: %s)"):format(ROUTE, code, text ~= "" and text or "no message"))
   end
   local e = st.ended
@@ -625,7 +629,7 @@ function M:exec(command, opts)
   })
   local elapsed = self.now_ms() - t0
   if opts.signal and opts.signal.aborted and not st.ended then
-    kill_group(self, snap, sb, st.pid)
+    kill_group(self, snap, sb, st)
     return render.result(snap, {
       aborted = true, abort_reason = stop_reason(opts.signal),
       stdout = table.concat(st.stdout), stderr = table.concat(st.stderr),
