@@ -29,6 +29,7 @@ Test-only routes (no key):
        {..., "skip": N}                                 let N requests of the route pass first
        {"on": "start", "end_error": {"code", "message"}} the trailer carries this error (no end event)
        {"on": "start", "cut_after_ms": N}              drop the connection N ms after the start event
+       {"on": "start", "cut_after_output": true}       drop it right after the first data event
        {"on": "start", "cut_mid_frame": true}          finish the HTTP body inside a frame
        {"on": "start", "bad_flags": N}                 a frame with these flags after the start event
        {"on": "start", "keepalives_first": N}          N keepalive events before the start event
@@ -460,6 +461,11 @@ class Handler(BaseHTTPRequestHandler):
                     open_streams -= 1
                     continue
                 write(frame(0, {"event": {"data": {name: base64.b64encode(chunk).decode()}}}))
+                if f.get("cut_after_output"):
+                    threading.Thread(target=reap_later, daemon=True).start()
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
             p.wait()
             code = p.returncode
             if "end_error" in f:
