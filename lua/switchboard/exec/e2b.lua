@@ -653,7 +653,7 @@ end
 
 local function confine(self, path)
   if type(path) ~= "string" or path == "" then return nil, "a path is required" end
-  if path:find("%z") then return nil, "a path must not contain NUL" end
+  if path:find("\0", 1, true) then return nil, "a path must not contain NUL" end
   if path:sub(1, 1) == "/" then return nil, "escape" end
   local parts = {}
   for part in path:gmatch("[^/]+") do
