@@ -18,7 +18,7 @@ is 404 on the control plane and 502 "The sandbox was not found" from the proxy i
 envd. Every envelope is written in pieces split at awkward places (inside the 5-byte header,
 header and payload together, two frames in one write), each its own HTTP chunk.
 
-    e2b_standin.py --dir DIR --api-key KEY [--split-delay-ms 1]
+    e2b_standin.py --dir DIR --api-key KEY [--split-delay-ms 1] [--watch PID]
         writes DIR/pid, then DIR/port (last: a spec waits for it)
 
 Test-only routes (no key):
@@ -497,6 +497,7 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--api-key", required=True)
     ap.add_argument("--split-delay-ms", type=float, default=1.0)
+    ap.add_argument("--watch", type=int, default=0, help="exit (killing every sandbox) when this pid is gone")
     ARGS = ap.parse_args()
     ARGS.root = os.path.join(ARGS.dir, "vm")
     os.makedirs(ARGS.root, exist_ok=True)
@@ -516,6 +517,12 @@ def main():
                 sb.die()
         os._exit(0)
     signal.signal(signal.SIGTERM, bye)
+    if ARGS.watch:
+        def watch():
+            while os.path.exists("/proc/%d" % ARGS.watch):
+                time.sleep(1)
+            bye()
+        threading.Thread(target=watch, daemon=True).start()
     server.serve_forever()
 
 

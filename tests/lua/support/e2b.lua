@@ -2,6 +2,7 @@
 -- executor pointed at it the way E2B's SDKs allow (E2B_API_URL, E2B_SANDBOX_URL).
 local core = require("switchboard.core")
 local cjson = require("cjson")
+local procs = require("support.procs")
 
 local M = {}
 
@@ -34,8 +35,10 @@ function M.start(opts)
   local p = io.popen("mktemp -d")
   local dir = p:read("l")
   p:close()
-  local cmd = ("python3 tests/support/e2b_standin.py --dir %s --api-key %s --split-delay-ms %s >%s/log 2>&1 &")
-    :format(dir, opts.key or M.KEY, tostring(opts.split_delay_ms or 1), dir)
+  -- --watch: the stand-in ends (with its sandboxes) when this process does, even if a spec
+  -- failed before its teardown
+  local cmd = ("python3 tests/support/e2b_standin.py --dir %s --api-key %s --split-delay-ms %s --watch %d >%s/log 2>&1 &")
+    :format(dir, opts.key or M.KEY, tostring(opts.split_delay_ms or 1), procs.self_pid(), dir)
   os.execute(cmd)
   local port = wait_for(function() return read(dir .. "/port") end, 15000)
   assert(port, "the E2B stand-in did not start: " .. (read(dir .. "/log") or ""))
