@@ -365,19 +365,29 @@ describe("e2b executor: deadlines and stops", function()
     assert.matches("stopped by the user", r.text)
     local pid = bg_pid(ex)
     assert.is_true(E.wait_for(function() return not procs.alive(pid) end, 20000))
-    -- the kill was a second process call on the leader's group
+    -- the stop was E2B's SendSignal SIGTERM to the wrapper (whose trap KILLs the group)
     local starts = requests_to("^/process%.Process/Start$")
-    local args = start_body(starts[#starts]).process.args
-    assert.equal('kill -KILL -- "-$1"', args[2])
+    local sig = requests_to("^/process%.Process/SendSignal$")
+    local body = cjson.decode(sig[#sig].body)
+    assert.equal("SIGNAL_SIGTERM", body.signal)
+    assert.equal(ex:sandbox_id(), sig[#sig].headers["e2b-sandbox-id"])
+    assert.equal(require("switchboard.exec.e2b").WRAPPER, start_body(starts[#starts]).process.args[2])
+  end))
+
+  it("nothing a command leaves behind outlives its normal end", async(function()
+    local ex = executor()
+    local r = assert(ex:exec(BG .. "echo done"))
+    assert.equal("done", r.text)
+    local pid = bg_pid(ex)
+    assert.is_true(E.wait_for(function() return not procs.alive(pid) end, 20000))
   end))
 end)
 
 describe("e2b executor: the stop's fallback", function()
-  it("when the group-kill call fails, SIGTERM to the leader makes timeout end its group", async(function()
+  it("when SendSignal is refused, a process call sends the wrapper the TERM that ends the group", async(function()
     local ex = executor()
     ex:exec("true")
-    -- the command's Start passes; the kill call's Start is refused
-    h:faults{ { on = "start", skip = 1, status = 500, body = { code = 500, message = "envd busy" } } }
+    h:faults{ { on = "signal", status = 500, body = { code = "internal", message = "envd busy" } } }
     local stop = core.signal()
     core.go(function()
       E.wait_for(function() return (ex:read_file("bg.pid") or ""):match("%d+\n") end, 60000)
@@ -387,12 +397,9 @@ describe("e2b executor: the stop's fallback", function()
     assert.is_true(r.aborted)
     local pid = bg_pid(ex)
     assert.is_true(E.wait_for(function() return not procs.alive(pid) end, 20000))
-    local sig = {}
-    for _, req in ipairs(requests_to("^/process%.Process/SendSignal$")) do
-      if req.headers["e2b-sandbox-id"] == ex:sandbox_id() then sig[#sig + 1] = req end
-    end
-    assert.equal(1, #sig)
-    assert.equal("SIGNAL_SIGTERM", cjson.decode(sig[1].body).signal)
+    local starts = requests_to("^/process%.Process/Start$")
+    local args = start_body(starts[#starts]).process.args
+    assert.equal(require("switchboard.exec.e2b").STOP, args[2])
   end))
 end)
 

@@ -79,7 +79,7 @@ do
   BACKENDS[#BACKENDS + 1] = {
     name = "sandbox", symlinks = true,
     start = function()
-      server = S.start_sandboxd{ policies = policy_dir, args = { "--max-instances", "2" } }
+      server = S.start_sandboxd{ policies = policy_dir }
     end,
     stop = function() server:stop(); server:wait() end,
     make = function(k) return make_on(server.url, k) end,
@@ -89,23 +89,28 @@ do
       gone:stop(); gone:wait()
       return make_on(gone.url, k)
     end,
-    -- the fleet (two instances) is full while two other threads run a command
+    -- a fleet of two instances (a sandboxd of its own) is full while two other threads run a
+    -- command
     capacity = function(k)
+      local small = S.start_sandboxd{ policies = policy_dir, args = { "--max-instances", "2" } }
       local stop = core.signal()
       local mark = "busy-" .. k
       for i = 1, 2 do
-        local busy = make_on(server.url, k .. "-busy-" .. i)
+        local busy = make_on(small.url, k .. "-busy-" .. i)
         core.go(function() busy:exec("touch " .. mark .. "; sleep 30", { signal = stop }) end)
       end
       -- both commands run (each holds an instance) before the third thread asks
       local running = E.wait_for(function()
-        local p = io.popen(("find '%s' -name '%s' 2>/dev/null | wc -l"):format(server.root, mark))
+        local p = io.popen(("find '%s' -name '%s' 2>/dev/null | wc -l"):format(small.root, mark))
         local count = tonumber(p:read("a"))
         p:close()
         return count == 2
       end, 20000)
       assert(running, "the two busy commands did not start")
-      return make_on(server.url, k), function() stop:abort("done") end
+      return make_on(small.url, k), function()
+        stop:abort("done")
+        small:stop(); small:wait(); S.rm(small.root)
+      end
     end,
   }
 end
@@ -219,6 +224,13 @@ for _, b in ipairs(BACKENDS) do
         assert.is_nil(got)
         assert.is_true(errors.is_tool(err))
       end
+    end))
+
+    it("nothing the command leaves behind outlives its normal end", async(function()
+      local ex = b.make(key("e"))
+      local r = assert(ex:exec(BG .. "echo done"))
+      assert.equal("done", r.text)
+      assert.is_true(bg_dead(ex), "a background child outlived the command")
     end))
 
     it("a deadline kill is exit 124 with the line naming the limit, and the group is gone", async(function()

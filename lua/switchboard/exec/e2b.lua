@@ -9,16 +9,16 @@
 --   * The sandbox's daemon (envd, X-Access-Token): Connect RPC process.Process/Start streams
 --     the command's events (exec/connect.lua decodes the envelopes); /files?path= reads and
 --     writes files.
---   * The deadline is ours: the command runs as `timeout -k GRACE LIMIT bash -c COMMAND`, so
---     the limit reaches its whole process group (coreutils timeout makes itself the group
---     leader and signals the group) and a deadline kill answers exit 124, rendered with the
---     line naming the limit. envd's own Connect-Timeout-Ms (limit + kill grace + connect
---     grace) is a backstop behind it — envd's kill reaches only the leader — and our side
---     waits for the stream at most limit + call margin.
---   * A hard stop drops the stream at once, then kills the group with a second process call
---     (`kill -KILL -- -PID`; PID is the group's leader, from the start event). If that call
---     fails, SendSignal SIGTERM to the leader makes timeout pass TERM to the group and KILL
---     it after the grace. E2B's own kill (SendSignal SIGKILL) would reach the leader only.
+--   * The deadline and the kill reach the command's whole process group (M.WRAPPER): a small
+--     bash (the pid envd reports) runs `timeout -k GRACE LIMIT bash -c COMMAND` as a job of
+--     its own process group (set -m), waits for it and then kills that group, so nothing the
+--     command left behind outlives it. At the limit coreutils timeout TERMs the group, KILLs
+--     it after the grace and answers 124, rendered with the line naming the limit. envd's own
+--     Connect-Timeout-Ms (limit + kill grace + connect grace) is a backstop behind it (envd's
+--     kills reach the pid only), and our side waits for the stream at most limit + margin.
+--   * A hard stop drops the stream at once, then sends E2B's SendSignal SIGTERM to the
+--     wrapper, whose trap KILLs the group; if that call fails, a second process call sends the
+--     wrapper the same TERM. (SendSignal SIGKILL, E2B's own kill, would reach the pid only.)
 --   * Failures: a transport failure, a 5xx, a stream cut mid-command or a broken envelope is
 --     ExecInfraError (span code infra, or timeout / http <status>); a refused API key or
 --     access token is infra naming the key; a sandbox that disappeared (404 on connect or the
@@ -43,10 +43,23 @@ M.DEFAULT_WORKDIR = "/home/user"
 M.WHERE = "E2B sandbox"
 M.QUOTE_BYTES = 200
 
--- The wrapper every command runs in ($1 grace, $2 limit, $3 the command; $0 names it in ps).
-M.WRAPPER = 'exec timeout -k "$1" "$2" /bin/bash -c "$3"'
--- The group kill of a hard stop ($1 the leader's pid, which is the group's id).
-M.GROUP_KILL = 'kill -KILL -- "-$1"'
+-- The wrapper every command runs in: `bash -c WRAPPER switchboard GRACE LIMIT COMMAND`.
+--   fd 3 keeps the real stderr for the command; the wrapper's own stderr (job-control notices,
+--   a kill of an empty group) goes nowhere. set -m gives the job a process group of its own
+--   (its id is the job's pid, $t); timeout makes the limit reach that group; TERM to the
+--   wrapper (a stop) KILLs the group; a normal end KILLs what the command left in it.
+M.WRAPPER = table.concat({
+  'exec 3>&2 2>/dev/null',
+  'set -m',
+  [[trap 'kill -KILL -- "-$t"; exit 143' TERM]],
+  'timeout -k "$1" "$2" /bin/bash -c "$3" 2>&3 3>&- &',
+  't=$!',
+  'wait "$t"; rc=$?',
+  'kill -KILL -- "-$t"',
+  'exit "$rc"',
+}, "\n")
+-- The stop's fallback when SendSignal cannot be sent: the same TERM from inside ($1: the pid).
+M.STOP = 'kill -TERM -- "$1"'
 
 local json = cjson.new()
 json.decode_invalid_numbers(false)
@@ -474,26 +487,24 @@ local function run_process(self, snap, sb, call)
   return st, status
 end
 
--- The group kill after a hard stop (or a stream we will never read the end of). st: the
--- command's stream record; nothing is done once its process is known to have ended (its
--- group's id could by then be anyone's). The kill call ran when it answered with an end
--- event, whatever its status (1: the group was already gone).
-local function kill_group(self, snap, sb, st)
+-- Stop a command whose outcome we will not read (a hard stop, a stream that broke off): TERM
+-- to its wrapper, which KILLs the command's process group. st: the command's stream record;
+-- nothing is done once its process is known to have ended (its pid could by then be anyone's).
+local function stop_command(self, snap, sb, st)
   local pid = st.pid
   if not (sb and sb.token and pid) or st.ended then return false end
   local stop_ms = snap.timeouts.e2b.stop_timeout_ms
-  local k, status = run_process(self, snap, sb, {
-    args = { "-c", M.GROUP_KILL, "switchboard-stop", tostring(pid) },
-    connect_timeout_ms = stop_ms, deadline_ms = stop_ms,
-  })
-  if status == 200 and k.ended then return true end
-  -- Fallback: SIGTERM to the leader; timeout passes it to the group and KILLs after the grace.
-  self.request{
+  local status = self.request{
     method = "POST", url = envd_base(self, sb) .. "/process.Process/SendSignal",
     headers = envd_headers(sb, { ["content-type"] = "application/json", ["connect-protocol-version"] = "1" }),
     body = json.encode{ process = { pid = pid }, signal = "SIGNAL_SIGTERM" }, deadline_ms = stop_ms,
   }
-  return false
+  if status == 200 then return true end
+  local k, kstatus = run_process(self, snap, sb, {
+    args = { "-c", M.STOP, "switchboard-stop", tostring(pid) },
+    connect_timeout_ms = stop_ms, deadline_ms = stop_ms,
+  })
+  return kstatus == 200 and k.ended ~= nil
 end
 
 local function stop_reason(signal)
@@ -525,17 +536,17 @@ local ROUTE = "/process.Process/Start"
 local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms)
   if status ~= nil and status ~= 200 then return envd_failure(self, sb, ROUTE, status, st.raw, false) end
   if st.broken then
-    kill_group(self, snap, sb, st)
+    stop_command(self, snap, sb, st)
     return infra(("E2B envd %s sent a stream this client cannot read (%s) — the sandbox's daemon "
       .. "may be incompatible or the stream corrupted"):format(ROUTE, st.broken))
   end
   if status == nil then
     local err = st.err
     if err.kind == "timeout" then
-      kill_group(self, snap, sb, st)
+      stop_command(self, snap, sb, st)
       return infra(budget.no_answer_message(snap, "E2B envd", ROUTE, budget_ms), "timeout")
     end
-    kill_group(self, snap, sb, st)
+    stop_command(self, snap, sb, st)
     if tostring(err.message or ""):find("over max_body", 1, true) then
       return infra(("E2B envd %s stream passed e2b.max_stream_bytes (%d bytes; output travels as "
         .. "base64) — the command was killed; send less output (redirect to a file, pipe "
@@ -547,7 +558,7 @@ local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms
   end
   if status ~= 200 then return envd_failure(self, sb, ROUTE, status, st.raw, false) end
   if st.decoder:partial() > 0 or not st.trailer then
-    kill_group(self, snap, sb, st)
+    stop_command(self, snap, sb, st)
     local what = st.decoder:partial() > 0 and "in the middle of a frame" or "without its end-of-stream frame"
     return infra(("E2B envd %s stream ended %s%s — the sandbox may be gone; the command may still be "
       .. "running in it"):format(ROUTE, what, st.pid and (" (pid " .. st.pid .. ")") or ""))
@@ -557,7 +568,7 @@ local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms
     local code = tostring(trailer_err.code or "unknown")
     local text = quote(first_line(trailer_err.message or ""))
     if code == "deadline_exceeded" then
-      kill_group(self, snap, sb, st) -- envd's kill reached the leader only
+      stop_command(self, snap, sb, st) -- envd's kill reached the wrapper only
       return { exit_code = 124, timed_out = true }
     end
     if code == "not_found" and not st.pid then
@@ -568,7 +579,7 @@ local function judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms
       self.sandbox = { id = sb.id }
       return infra(token_refused_message(sb.id, ROUTE, 401, text), "http 401")
     end
-    kill_group(self, snap, sb, st)
+    stop_command(self, snap, sb, st)
     return infra(("E2B envd %s ended the stream with an error (%s: %s)"):format(ROUTE, code, text ~= "" and text or "no message"))
   end
   local e = st.ended
@@ -629,7 +640,7 @@ function M:exec(command, opts)
   })
   local elapsed = self.now_ms() - t0
   if opts.signal and opts.signal.aborted and not st.ended then
-    kill_group(self, snap, sb, st)
+    stop_command(self, snap, sb, st)
     return render.result(snap, {
       aborted = true, abort_reason = stop_reason(opts.signal),
       stdout = table.concat(st.stdout), stderr = table.concat(st.stderr),
