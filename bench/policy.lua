@@ -18,8 +18,8 @@ package.cpath = build .. "/lua/?.so;" .. package.cpath
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local loader = require("switchboard.policy.loader")
-local budget = require("switchboard.exec.budget")
-local classify = require("switchboard.exec.classify")
+local budget = require("switchboard.shell.budget")
+local classify = require("switchboard.shell.classify")
 
 local ROUNDS = tonumber(arg[1]) or 201
 local CALLS = tonumber(arg[2]) or 2000
@@ -78,8 +78,8 @@ assert(budget.clamp(snap, 90 * 60 * 1000) == snap.timeouts.bash.max_ms)
 assert(budget.clamp(snap, 0 / 0) == snap.timeouts.bash.default_ms)
 assert(not classify.is_fleet_busy(snap, MISS))
 assert(classify.recycled_mid_command_message(snap, 95000, RECYCLED) ~= RECYCLED)
-assert(classify.exec_answer(snap, BODY_RESULT, 1200).kind == "result")
-assert(classify.exec_answer(snap, BODY_INFRA, 95000).kind == "infra")
+assert(classify.exec_answer(snap, BODY_RESULT, 1200).verdict == "result")
+assert(classify.exec_answer(snap, BODY_INFRA, 95000).verdict == "infra")
 assert(select(2, policy.decide(snap, "execution.choose_backend", nil, CTX_BACKEND)) == "policy")
 
 local function sample(d)

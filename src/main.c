@@ -1,5 +1,6 @@
 /* The switchboard binary: a Lua state with the engine preloaded, running the program's CLI
  * (lua/switchboard/cli.lua) as the first task. Exit status comes from the CLI. */
+#include "core/core.h"
 #include "engine/engine.h"
 
 #include <lualib.h>
@@ -11,7 +12,6 @@
 #error "SB_LUA_DIR must name the program's Lua directory"
 #endif
 
-int luaopen_switchboard_core(lua_State *L);
 int luaopen_cjson(lua_State *L);
 
 enum { EXIT_INTERNAL = 70 }; /* sysexits' EX_SOFTWARE: a bug, not a user error */
@@ -65,7 +65,9 @@ int main(int argc, char **argv) {
   } else {
     status = lua_toboolean(L, -1) || lua_isnil(L, -1) ? 0 : 1;
   }
-  sb_engine_shutdown();
+  if (sb_engine_exit_status() >= 0) /* TERM/INT without a handler stopped core.run */
+    status = sb_engine_exit_status();
+  sb_engine_shutdown(); /* after uv_run returned: the loop is never re-entered */
   lua_close(L);
   return status;
 }

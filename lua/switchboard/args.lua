@@ -1,6 +1,6 @@
 -- Command-line parsing shared by every subcommand: `--name value`, `--name=value`, boolean
 -- flags, and `--` ending the options. Unknown options are errors that name the option and
--- point at --help; nothing is guessed.
+-- point at --help; nothing is guessed. Commands call it through commands/prologue.lua.
 local M = {}
 
 -- spec: { ["timeout-ms"] = "number", thread = "string", json = "flag", ... }
@@ -47,21 +47,6 @@ function M.parse(argv, spec)
       words[#words + 1] = word
     end
     i = i + 1
-  end
-  return opts, words, rest
-end
-
--- The prologue every subcommand shares: parse, answer --help, report a usage error.
--- Returns opts, words, rest; or nil, status when the command is already done.
-function M.command(name, argv, spec, help)
-  local opts, words, rest = M.parse(argv, spec)
-  if not opts then
-    io.stderr:write("switchboard ", name, ": ", words, "\n")
-    return nil, 2
-  end
-  if opts.help then
-    io.stdout:write(help)
-    return nil, 0
   end
   return opts, words, rest
 end

@@ -4,6 +4,9 @@
 
 #include <lua.h>
 
+/* Sets core.crypto (crypto.c). */
+int sb_crypto_open(lua_State *L);
+
 /* Sets rs256_sign, rs256_verify and rsa_generate on the table at the top of the stack. */
 void sb_crypto_rsa_fields(lua_State *L);
 

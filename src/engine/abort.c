@@ -2,6 +2,7 @@
  * sig.aborted, sig.reason. A signal aborts when told to or when any parent aborts; C waiters
  * attach intrusive listeners, so aborting never allocates. */
 #include "engine.h"
+#include "engine_internal.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -68,17 +69,9 @@ static void push_reason(lua_State *L, sb_abort *sig) {
 
 int sb_abort_push_fail(lua_State *L, sb_abort *sig) {
   lua_pushnil(L);
-  lua_createtable(L, 0, 3);
-  lua_pushliteral(L, "aborted");
-  lua_setfield(L, -2, "kind");
   push_reason(L, sig);
-  if (lua_type(L, -1) == LUA_TSTRING) {
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, "message");
-  } else {
-    lua_pushliteral(L, "stopped");
-    lua_setfield(L, -3, "message");
-  }
+  sb_error_push(L, "aborted", lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "stopped");
+  lua_insert(L, -2);
   lua_setfield(L, -2, "reason");
   return 2;
 }

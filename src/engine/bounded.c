@@ -1,24 +1,195 @@
-/* core.call_bounded(budget, fn, ...): run untrusted-but-loaded code (policy hooks) under an
- * instruction budget, the way Redis bounds scripts with a count hook. A hook that loops is
- * stopped with an error naming its line; a hook that yields is refused. */
+/* core.call_bounded(limits, fn, ...): run untrusted-but-loaded code (policy files and hooks)
+ * so that it can exhaust neither memory nor the loop.
+ *
+ *   limits = instructions                          -- a number: the instruction budget alone
+ *   limits = {instructions = n, memory_bytes = n, time_ms = n, string = t}
+ *
+ * - instructions: a count hook, as Redis bounds its scripts; a loop is stopped with an error
+ *   naming its line.
+ * - time_ms: checked by the same hook every few hundred instructions, for instructions that
+ *   each do a lot of C work (comparing two long strings, say).
+ * - memory_bytes: the bytes the call may allocate, counted by the state's allocator while the
+ *   call runs, as HAProxy's hlua caps its allocator. Growth is counted and frees are not, so
+ *   this also bounds the time spent building strings (("x"):rep(1e9), s = s .. s): one
+ *   allocation over the cap fails before anything is copied.
+ * - string: the table string values index during the call (the string metatable's __index),
+ *   so the method form ("x"):rep(...) and ("x").dump reach the caller's checked functions
+ *   rather than the real string library. Restored afterwards.
+ *
+ * Returns true, ... or false, message (message: "<file>:<line>: <why>" plus a traceback). A
+ * call that yields is refused. Calls do not nest across threads; nested calls each keep and
+ * restore the outer limits. */
 #include "engine.h"
+#include "engine_internal.h"
 
-static void budget_exhausted(lua_State *L, lua_Debug *ar) {
+
+enum {
+  HOOK_STEP = 256, /* instructions between two checks of the time budget */
+};
+
+/* The accounting allocator: forwards to the state's own allocator, and while a bounded call
+ * with a memory budget runs, refuses growth past it. */
+typedef struct {
+  bool active;
+  size_t limit, used; /* bytes */
+  bool tripped;       /* an allocation was refused */
+} account;
+
+static struct {
+  lua_Alloc f; /* the state's own allocator and its userdata */
+  void *ud;
+  account acct;
+} A;
+
+static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  (void)ud;
+  account *a = &A.acct;
+  if (a->active && nsize > 0) {
+    size_t old = ptr != NULL ? osize : 0; /* for a new block osize is a type tag */
+    if (nsize > old) {
+      size_t grow = nsize - old;
+      if (grow > a->limit - a->used) { /* Lua never asks us to fail a shrink */
+        a->tripped = true;
+        return NULL;
+      }
+      a->used += grow;
+    }
+  }
+  return A.f(A.ud, ptr, osize, nsize);
+}
+
+void sb_bounded_install(lua_State *L) {
+  if (A.f != NULL)
+    return;
+  A.f = lua_getallocf(L, &A.ud);
+  lua_setallocf(L, counting_alloc, NULL);
+}
+
+void sb_bounded_uninstall(lua_State *L) {
+  if (A.f == NULL)
+    return;
+  lua_setallocf(L, A.f, A.ud);
+  A.f = NULL;
+  A.ud = NULL;
+}
+
+/* The limits of the running bounded call (the hook finds them here). */
+typedef struct {
+  lua_Integer instructions, executed;
+  double deadline_ms; /* sb_now_ms() value; 0: none */
+  lua_Integer time_ms;
+} budget;
+
+static budget *current;
+
+/* Raises `why` at the line the hooked function is on (level 0: a hook runs in no frame of its
+ * own, so luaL_error's level 1 would name the caller). */
+static int hook_error(lua_State *L, const char *why, lua_Integer n) {
+  luaL_where(L, 0);
+  lua_pushfstring(L, why, n);
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
+static void hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
-  luaL_error(L, "instruction budget exhausted");
+  budget *b = current;
+  lua_Integer step = b->instructions - b->executed < HOOK_STEP ? b->instructions - b->executed
+                                                               : HOOK_STEP;
+  b->executed += step;
+  if (b->executed >= b->instructions)
+    hook_error(L, "instruction budget exhausted", 0);
+  if (b->deadline_ms > 0 && sb_now_ms() > b->deadline_ms)
+    hook_error(L, "time budget of %I ms exhausted", b->time_ms);
+  lua_Integer left = b->instructions - b->executed;
+  if (left < HOOK_STEP)
+    lua_sethook(L, hook, LUA_MASKCOUNT, (int)left);
+}
+
+/* limits.<key> as a positive integer no larger than `max`, or `dflt` when absent. */
+static lua_Integer limit_field(lua_State *L, const char *key, lua_Integer max, lua_Integer dflt) {
+  lua_getfield(L, 1, key);
+  lua_Integer v = dflt;
+  if (!lua_isnil(L, -1)) {
+    int isint = 0;
+    v = lua_tointegerx(L, -1, &isint);
+    if (!isint || v <= 0 || v > max)
+      luaL_error(L, "core.call_bounded: limits.%s must be an integer in [1, %I]", key, max);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+/* "<file>:<line>: " of the innermost Lua function on co's stack (a memory error is raised in C,
+ * so it carries no position of its own). */
+static void push_where(lua_State *L, lua_State *co) {
+  lua_Debug ar;
+  for (int level = 0; lua_getstack(co, level, &ar); level++) {
+    if (lua_getinfo(co, "Sl", &ar) && ar.currentline > 0) {
+      lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
+      return;
+    }
+  }
+  lua_pushliteral(L, "");
 }
 
 static int l_call_bounded(lua_State *L) {
-  lua_Integer budget = luaL_checkinteger(L, 1);
-  luaL_argcheck(L, budget > 0 && budget <= 1000000000, 1, "a positive instruction count expected");
+  budget b = {0};
+  lua_Integer memory = 0;
+  bool swap_string = false;
+  if (lua_type(L, 1) == LUA_TTABLE) {
+    b.instructions = limit_field(L, "instructions", 1000000000, 0);
+    luaL_argcheck(L, b.instructions > 0, 1, "limits.instructions is required");
+    memory = limit_field(L, "memory_bytes", (lua_Integer)1 << 40, 0);
+    b.time_ms = limit_field(L, "time_ms", 86400000, 0);
+    swap_string = lua_getfield(L, 1, "string") == LUA_TTABLE;
+    if (!swap_string && !lua_isnil(L, -1))
+      luaL_error(L, "core.call_bounded: limits.string must be a table");
+    lua_replace(L, 1); /* slot 1: the string table or nil */
+  } else {
+    b.instructions = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, b.instructions > 0 && b.instructions <= 1000000000, 1,
+                  "a positive instruction count expected");
+    lua_pushnil(L);
+    lua_replace(L, 1);
+  }
   luaL_checktype(L, 2, LUA_TFUNCTION);
   int nargs = lua_gettop(L) - 2;
   lua_State *co = lua_newthread(L);
   lua_rotate(L, 2, 1); /* thread below fn and args, so they can move as one block */
   lua_xmove(L, co, nargs + 1);
-  lua_sethook(co, budget_exhausted, LUA_MASKCOUNT, (int)budget);
+  /* slots: 1 string table or nil, 2 the thread */
+
+  lua_pushliteral(L, "");
+  if (swap_string && !lua_getmetatable(L, -1)) /* no string library: nothing to reach */
+    swap_string = false;
+  lua_remove(L, swap_string ? -2 : -1);
+  if (swap_string) { /* slot 3: the string metatable, 4: its own __index */
+    lua_getfield(L, 3, "__index");
+    lua_pushvalue(L, 1);
+    lua_setfield(L, 3, "__index");
+  }
+  budget *outer = current;
+  account saved = A.acct;
+  current = &b;
+  if (b.time_ms > 0)
+    b.deadline_ms = sb_now_ms() + (double)b.time_ms;
+  lua_sethook(co, hook, LUA_MASKCOUNT,
+              (int)(b.instructions < HOOK_STEP ? b.instructions : HOOK_STEP));
+  if (memory > 0 && A.f != NULL)
+    A.acct = (account){true, (size_t)memory, 0, false};
   int nres = 0;
   int status = lua_resume(co, L, nargs, &nres);
+  bool out_of_memory = status == LUA_ERRMEM && A.acct.tripped;
+  /* Restore before building any answer: the message itself needs memory. */
+  A.acct = saved;
+  current = outer;
+  if (swap_string) {
+    lua_pushvalue(L, 4);
+    lua_setfield(L, 3, "__index");
+    lua_settop(L, 2);
+  }
+
   if (status == LUA_OK) {
     lua_pushboolean(L, 1);
     luaL_checkstack(L, nres, "call_bounded results");
@@ -28,9 +199,16 @@ static int l_call_bounded(lua_State *L) {
   lua_pushboolean(L, 0);
   if (status == LUA_YIELD) {
     lua_pushliteral(L, "a bounded call may not wait on anything (it yielded)");
+  } else if (out_of_memory) {
+    push_where(L, co);
+    lua_pushfstring(L, "%smemory budget of %I bytes exhausted", lua_tostring(L, -1), memory);
+    lua_remove(L, -2);
+    luaL_traceback(L, co, lua_tostring(L, -1), 0);
+    lua_remove(L, -2);
   } else {
-    const char *msg = luaL_tolstring(co, -1, NULL);
-    luaL_traceback(L, co, msg, 0);
+    lua_xmove(co, L, 1); /* the error value */
+    sb_push_traceback(L, co, 0);
+    lua_remove(L, -2);
   }
   lua_resetthread(co);
   return 2;

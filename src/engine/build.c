@@ -1,7 +1,8 @@
-/* core.build: the build stamp (seed item 13), generated from the tree at build time by
+/* core.build: the build stamp (docs/contract.md#build-stamp), generated from the tree at build time by
  * cmake/build_stamp.cmake — never hand-bumped. A build outside a git checkout says "unknown"
  * and carries no invented time. */
 #include "engine.h"
+#include "engine_internal.h"
 #include "build_stamp.h"
 
 int sb_build_open(lua_State *L) {

@@ -1,5 +1,6 @@
 /* The task scheduler: tasks, the ready queue, resumption and the protected-call path. */
 #include "engine.h"
+#include "engine_internal.h"
 #include "../log/log.h"
 
 #include <dirent.h>
@@ -30,37 +31,61 @@ static struct {
   bool main_done;
   int main_result_ref;    /* table {ok, ...} once the main task ends */
   bool stop_requested;
-} E;
+  bool shutting_down;     /* sb_engine_shutdown began: no task is resumed any more */
+  int exit_status;        /* asked for by sb_engine_request_exit, else -1 */
+} E = {.exit_status = -1};
+
+/* The shutdown registry: called last-registered first (see engine.h). */
+typedef struct {
+  sb_shutdown_fn fn;
+  void *ud;
+} shutdown_entry;
+
+static struct {
+  shutdown_entry *entries; /* owned */
+  size_t len, cap;
+} R;
 
 uv_loop_t *sb_loop(void) { return E.loop; }
 lua_State *sb_main_state(void) { return E.L; }
 
 double sb_now_ms(void) { return (double)uv_hrtime() / 1e6; }
 
-int sb_push_fail(lua_State *L, const char *kind, const char *message) {
-  lua_pushnil(L);
-  lua_createtable(L, 0, 2);
-  lua_pushstring(L, kind);
-  lua_setfield(L, -2, "kind");
-  lua_pushstring(L, message);
-  lua_setfield(L, -2, "message");
-  return 2;
+/* The message part of the error value at `idx` (pushed). */
+const char *sb_error_text(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) == LUA_TSTRING || lua_type(L, idx) == LUA_TNUMBER) {
+    lua_pushvalue(L, idx);
+    return lua_tostring(L, -1);
+  }
+  if (luaL_callmeta(L, idx, "__tostring")) { /* an error object's own words */
+    if (lua_type(L, -1) == LUA_TSTRING)
+      return lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  if (lua_type(L, idx) == LUA_TTABLE) {
+    if (lua_getfield(L, idx, "message") == LUA_TSTRING)
+      return lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  return lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, idx));
 }
 
-static int traceback_handler(lua_State *L) {
-  const char *msg = lua_tostring(L, 1);
-  if (msg == NULL) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-      return 1;
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
+int sb_traceback(lua_State *L) {
+  const char *msg = sb_error_text(L, 1);
   luaL_traceback(L, L, msg, 1);
   return 1;
 }
 
+void sb_push_traceback(lua_State *L, lua_State *co, int level) {
+  const char *msg = sb_error_text(L, -1);
+  luaL_traceback(L, co, msg, level);
+  lua_remove(L, -2);
+}
+
 bool sb_pcall(lua_State *L, int nargs, const char *where) {
   int base = lua_gettop(L) - nargs;
-  lua_pushcfunction(L, traceback_handler);
+  lua_pushcfunction(L, sb_traceback);
   lua_insert(L, base);
   E.lua_depth++;
   int status = lua_pcall(L, nargs, 0, base);
@@ -140,9 +165,7 @@ static void task_resume(lua_State *task, int nargs) {
     }
   } else {
     lua_xmove(task, L, 1); /* the error value */
-    const char *text = luaL_tolstring(L, -1, NULL);
-    luaL_traceback(L, task, text, 0);
-    lua_remove(L, -2);
+    sb_push_traceback(L, task, 0); /* the error value, then its text */
     if (is_main) {
       /* core.run re-raises: a string error gains the traceback, an error object stays itself
        * so callers can still read its fields. */
@@ -181,6 +204,11 @@ static void ready_push(lua_State *task, int nargs) {
 static void ready_drain(uv_idle_t *idle) {
   /* Entries added while draining run on the next turn, so a task that wakes itself in a loop
    * cannot starve I/O. */
+  if (E.shutting_down) {
+    E.ready_len = 0;
+    uv_idle_stop(idle);
+    return;
+  }
   size_t n = E.ready_len;
   ready_entry *batch = malloc(n * sizeof *batch);
   if (batch == NULL)
@@ -198,6 +226,10 @@ static void ready_drain(uv_idle_t *idle) {
 }
 
 void sb_task_complete(lua_State *task, int nargs) {
+  if (E.shutting_down) { /* the program is going away: its tasks are dropped, not resumed */
+    lua_pop(task, nargs);
+    return;
+  }
   if (E.lua_depth > 0) {
     ready_push(task, nargs);
     return;
@@ -344,6 +376,7 @@ bool sb_engine_init(lua_State *L) {
     return E.L == L;
   mark_inherited_cloexec();
   E.L = L;
+  sb_bounded_install(L);
   E.loop = uv_default_loop();
   uv_idle_init(E.loop, &E.ready_idle); /* active (and so keeping the loop alive) only while
                                           tasks wait in the ready queue */
@@ -358,6 +391,51 @@ bool sb_engine_init(lua_State *L) {
   return true;
 }
 
+int sb_engine_open(lua_State *L) {
+  static int (*const openers[])(lua_State *) = {
+      sb_tasks_open,      sb_timer_open, sb_abort_open, sb_bounded_open,
+      sb_os_signals_open, sb_error_open, sb_build_open,
+  };
+  for (size_t i = 0; i < sizeof openers / sizeof openers[0]; i++)
+    openers[i](L);
+  return 0;
+}
+
+bool sb_shutdown_register(sb_shutdown_fn fn, void *ud) {
+  if (E.shutting_down)
+    return false;
+  if (R.len == R.cap) {
+    size_t cap = R.cap ? R.cap * 2 : 16;
+    shutdown_entry *grown = realloc(R.entries, cap * sizeof *grown);
+    if (grown == NULL)
+      return false;
+    R.entries = grown;
+    R.cap = cap;
+  }
+  R.entries[R.len++] = (shutdown_entry){fn, ud};
+  return true;
+}
+
+void sb_shutdown_unregister(sb_shutdown_fn fn, void *ud) {
+  for (size_t i = R.len; i-- > 0;) {
+    if (R.entries[i].fn == fn && R.entries[i].ud == ud) {
+      memmove(R.entries + i, R.entries + i + 1, (R.len - i - 1) * sizeof *R.entries);
+      R.len--;
+      return;
+    }
+  }
+}
+
+void sb_engine_request_exit(int status) {
+  E.exit_status = status;
+  E.stop_requested = true;
+  uv_stop(E.loop);
+}
+
+int sb_engine_exit_status(void) { return E.exit_status; }
+
+/* What no module registered for (the engine's own idle handle, the signal watchers, stdin:
+ * static storage, nothing to free) is closed here. */
 static void close_walk(uv_handle_t *handle, void *arg) {
   (void)arg;
   if (!uv_is_closing(handle))
@@ -365,14 +443,23 @@ static void close_walk(uv_handle_t *handle, void *arg) {
 }
 
 void sb_engine_shutdown(void) {
-  if (E.loop == NULL)
+  if (E.loop == NULL || E.shutting_down)
     return;
-  sb_proc_kill_all(SIGKILL);
-  uv_run(E.loop, UV_RUN_NOWAIT); /* let exit callbacks of killed children run */
+  E.shutting_down = true;
+  /* Last registered first; a callback may unregister itself or others as it goes. */
+  while (R.len > 0) {
+    shutdown_entry e = R.entries[--R.len];
+    e.fn(e.ud);
+  }
+  free(R.entries);
+  R.entries = NULL;
+  R.cap = 0;
   uv_walk(E.loop, close_walk, NULL);
-  uv_run(E.loop, UV_RUN_DEFAULT);
+  uv_run(E.loop, UV_RUN_DEFAULT); /* every close callback runs */
   uv_loop_close(E.loop);
+  sb_bounded_uninstall(E.L);
   free(E.ready);
   E.ready = NULL;
+  E.ready_len = E.ready_cap = 0;
   E.loop = NULL;
 }

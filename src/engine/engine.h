@@ -30,13 +30,46 @@ int sb_task_yield(lua_State *L);
  * it (now, or on the next turn when Lua is running). */
 void sb_task_complete(lua_State *task, int nargs);
 
+/* ---- The one protected-call path ----------------------------------------------------------
+ *
+ * Every C->Lua call runs under one message handler, sb_traceback: the error value becomes
+ * "message\nstack traceback:\n..." where the message is a string error as is, an error object's
+ * __tostring (a core.error's message), a table's string `message` field, or
+ * "(error object is a <type> value)" — never "table: 0x...". lua_resume has no message handler,
+ * so code that resumes a coroutine uses sb_push_traceback, which words the same text from the
+ * dead coroutine's stack. */
+
+/* A lua_CFunction for lua_pcall's msgh: turns the error at index 1 into the text above. */
+int sb_traceback(lua_State *L);
+
+/* Pushes onto L the text above for the error value at the top of L, with the traceback of
+ * `co` (a coroutine whose lua_resume just failed; its stack is intact) from `level`. */
+void sb_push_traceback(lua_State *L, lua_State *co, int level);
+
+/* Pushes onto L the message part alone (no traceback) of the value at `idx`. */
+const char *sb_error_text(lua_State *L, int idx);
+
 /* Calls the function at the top of the main state's stack (below its `nargs` arguments) under
- * the traceback handler. A raise is logged with `where` and its location; it never escapes.
+ * sb_traceback. A raise is logged with `where` and its location; it never escapes.
  * Returns true on success; results are discarded. The callee must not yield. */
 bool sb_pcall(lua_State *L, int nargs, const char *where);
 
-/* Pushes the standard failure pair `nil, {kind = kind, message = message}`; returns 2. */
+/* ---- Errors (error.c): the one error type, also core.error / core.is_error ----------------
+ *
+ * An error is a table with the engine's error metatable ("switchboard.error"): `kind` (a
+ * stable word), `message` (never empty), optional `code` and `cause`, and any other fields
+ * the creator adds; tostring(err) is its message. Every engine failure is `nil, err`. */
+
+/* Pushes a new error {kind, message}; an empty or NULL message becomes
+ * "(<kind> error without a message)". Add more fields with lua_setfield(L, -2, ...).
+ * Returns 1. */
+int sb_error_push(lua_State *L, const char *kind, const char *message);
+
+/* Pushes the standard failure pair `nil, <error kind/message>`; returns 2. */
 int sb_push_fail(lua_State *L, const char *kind, const char *message);
+
+/* True when the value at `idx` is an engine error. */
+bool sb_is_error(lua_State *L, int idx);
 
 /* Monotonic time in milliseconds with sub-millisecond precision. */
 double sb_now_ms(void);
@@ -63,26 +96,35 @@ void sb_abort_listen(sb_abort *sig, sb_abort_listener *listener, sb_abort_fn fn)
 void sb_abort_unlisten(sb_abort_listener *listener);
 /* Pushes the abort failure pair `nil, {kind="aborted", message=…, reason=…}`; returns 2. */
 int sb_abort_push_fail(lua_State *L, sb_abort *sig);
-int sb_abort_open(lua_State *L); /* sets core.signal */
 
-/* ---- Module openers: each sets its fields on the table at the top of the stack. ---------- */
-int sb_tasks_open(lua_State *L);
-int sb_timer_open(lua_State *L);
-int sb_bounded_open(lua_State *L);
-int sb_os_signals_open(lua_State *L);
-int sb_proc_open(lua_State *L);
-int sb_http_client_open(lua_State *L);
-int sb_http_server_open(lua_State *L);
-int sb_crypto_open(lua_State *L);
-int sb_fs_open(lua_State *L);
-int sb_log_open(lua_State *L);
-int sb_build_open(lua_State *L);
-int sb_stdin_open(lua_State *L);
+/* ---- Lifetime -----------------------------------------------------------------------------
+ *
+ * The engine is the ground floor: it knows no feature module. A module that owns live
+ * resources (processes, connections, transfers) registers a shutdown callback; at shutdown the
+ * engine calls them in reverse registration order, once, while the loop is still open (so they
+ * may uv_close their handles and need not know what was torn down before them), then runs the
+ * loop until every handle is closed and closes it. No task is resumed once shutdown began. */
 
-/* Called by the binary before exit and by the module's finalizer: kill live process groups,
- * close every handle and run the loop until they are closed. */
+typedef void (*sb_shutdown_fn)(void *ud);
+/* Registers fn(ud). Returns false when out of memory (nothing registered). */
+bool sb_shutdown_register(sb_shutdown_fn fn, void *ud);
+/* Forgets the registration of exactly (fn, ud); harmless when absent. Safe from a callback. */
+void sb_shutdown_unregister(sb_shutdown_fn fn, void *ud);
+
+/* Binds the engine to `L`'s main state (once per process). False when already bound to
+ * another state. */
+bool sb_engine_init(lua_State *L);
+/* Sets the engine's own fields (tasks, timers, signals, abort signals, call_bounded,
+ * core.error, build stamp) on the table at the top of the stack. */
+int sb_engine_open(lua_State *L);
+/* Runs the shutdown callbacks, closes every handle and the loop. Never call it from inside a
+ * libuv callback (the loop is not reentrant): the binary calls it after core.run returned, the
+ * module's finalizer at lua_close. Idempotent. */
 void sb_engine_shutdown(void);
-void sb_proc_kill_all(int signo);
-int sb_proc_live_count(void);
+/* Asks core.run to return as soon as the current callback ends, with the process to exit
+ * with `status` (TERM/INT without a handler). Safe from a libuv callback. */
+void sb_engine_request_exit(int status);
+/* The status asked for with sb_engine_request_exit, or -1. */
+int sb_engine_exit_status(void);
 
 #endif

@@ -1,12 +1,14 @@
 /* SIGHUP, SIGTERM and SIGINT on the loop. core.on_signal(name, fn) runs fn in a new task each
  * time the signal arrives. A signal is watched from the first on_signal call naming it; a
- * watched TERM or INT whose handler was removed kills every live process group and exits 0.
+ * watched TERM or INT whose handler was removed asks the engine to exit 0: the loop stops,
+ * core.run returns, and the shutdown (which kills every live process group) runs after uv_run
+ * returned — never from inside this callback, since libuv's loop is not reentrant.
  * The handles are unreferenced so that listening never keeps the loop alive. */
 #include "engine.h"
+#include "engine_internal.h"
 #include "../log/log.h"
 
 #include <signal.h>
-#include <stdlib.h>
 #include <string.h>
 
 static struct {
@@ -29,10 +31,8 @@ static void signal_arrived(uv_signal_t *h, int signo) {
   sb_log_field f[] = {{"signal", watched[i].name, false}};
   sb_log_write("info", "signal.received", f, 1);
   if (watched[i].handler_ref == LUA_NOREF) {
-    if (watched[i].signo != SIGHUP) {
-      sb_engine_shutdown();
-      exit(0);
-    }
+    if (watched[i].signo != SIGHUP)
+      sb_engine_request_exit(0);
     return;
   }
   /* core.go(handler) through the Lua API keeps one path for task creation. */

@@ -1,21 +1,36 @@
 /* core.sleep, core.now_ms, core.wall_ms. */
 #include "engine.h"
+#include "engine_internal.h"
 
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/time.h>
 
-typedef struct {
+typedef struct sleeper {
   uv_timer_t timer;
   lua_State *task;
   sb_abort_listener on_abort;
   sb_abort *fired_by; /* the signal that ended the sleep, or NULL */
   int signal_ref; /* keeps the signal alive while we listen to it */
+  struct sleeper *prev, *next; /* the live list, for shutdown */
 } sleeper;
+
+static sleeper *live; /* sleepers whose timer is not closing yet */
 
 static void sleeper_closed(uv_handle_t *h) { free(h->data); }
 
+static void live_remove(sleeper *s) {
+  if (s->prev != NULL)
+    s->prev->next = s->next;
+  else
+    live = s->next;
+  if (s->next != NULL)
+    s->next->prev = s->prev;
+  s->prev = s->next = NULL;
+}
+
 static void sleeper_finish(sleeper *s) {
+  live_remove(s);
   lua_State *task = s->task;
   sb_abort *sig = s->fired_by;
   sb_abort_unlisten(&s->on_abort);
@@ -52,6 +67,10 @@ static int l_sleep(lua_State *L) {
     return luaL_error(L, "out of memory");
   s->task = L;
   s->signal_ref = LUA_NOREF;
+  s->next = live;
+  if (live != NULL)
+    live->prev = s;
+  live = s;
   uv_timer_init(sb_loop(), &s->timer);
   s->timer.data = s;
   uv_timer_start(&s->timer, sleeper_fired, (uint64_t)ms, 0);
@@ -75,7 +94,21 @@ static int l_wall_ms(lua_State *L) {
   return 1;
 }
 
+/* Engine shutdown: every sleep ends unanswered (its task is dropped) and its memory is freed
+ * by its close callback. */
+static void timers_shutdown(void *ud) {
+  (void)ud;
+  while (live != NULL) {
+    sleeper *s = live;
+    live_remove(s);
+    sb_abort_unlisten(&s->on_abort);
+    luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, s->signal_ref);
+    uv_close((uv_handle_t *)&s->timer, sleeper_closed);
+  }
+}
+
 int sb_timer_open(lua_State *L) {
+  sb_shutdown_register(timers_shutdown, NULL);
   static const luaL_Reg fns[] = {
       {"sleep", l_sleep}, {"now_ms", l_now_ms}, {"wall_ms", l_wall_ms}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);

@@ -50,6 +50,9 @@ const char *sb_fs_type_name(mode_t mode);
  * paths shortened, so a path can never forge a log line. */
 void sb_fs_display(char *out, size_t cap, const char *path, size_t len);
 
+/* Sets core.fs (files.c): the program's own files and fs.root. */
+int sb_fs_open(lua_State *L);
+
 /* Sets core.fs.root and the root handle's metatable (root.c). */
 void sb_fs_root_fields(lua_State *L);
 

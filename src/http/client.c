@@ -7,6 +7,7 @@
  * name the peer's host:port and libcurl's text, never a header value or the body, since
  * bearer tokens ride in both. The libcurl/libuv plumbing is in client_multi.c. */
 #include "client_multi.h"
+#include "http.h"
 #include "../engine/engine.h"
 
 #include <ctype.h>
@@ -548,24 +549,15 @@ static int l_request(lua_State *L) {
 
 /* ---- module ------------------------------------------------------------------------------ */
 
-static int client_gc(lua_State *L) {
-  (void)L;
+/* At engine shutdown, transfers in flight are dropped (their tasks are not resumed) while the
+ * loop can still close their handles. */
+static void client_shutdown(void *ud) {
+  (void)ud;
   sb_curl_teardown();
-  return 0;
 }
 
-static char finalizer_key;
-
 int sb_http_client_open(lua_State *L) {
-  /* Created after the engine's own finalizer, so Lua runs ours first at lua_close: in-flight
-   * transfers are dropped while the loop can still close their handles. */
-  lua_newuserdatauv(L, 1, 0);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, client_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, -2);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &finalizer_key);
-
+  sb_shutdown_register(client_shutdown, NULL);
   lua_getfield(L, -1, "http");
   if (!lua_istable(L, -1)) {
     lua_pop(L, 1);

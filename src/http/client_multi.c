@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-/* One watched socket. Freed in its close callback (or at once once the loop is gone). */
+/* One watched socket. Freed in its close callback. */
 typedef struct sock_ctx {
   uv_poll_t poll;
   curl_socket_t fd;
@@ -18,7 +18,6 @@ typedef struct sock_ctx {
 static struct {
   CURLM *multi;          /* NULL until the first request, and after teardown */
   bool global_inited;    /* curl_global_init ran */
-  bool loop_gone;        /* teardown after sb_engine_shutdown: touch no uv handle */
   uv_timer_t timer;      /* libcurl's single timeout (CURLMOPT_TIMERFUNCTION); unref'd */
   uv_timer_t keeper;     /* ref'd and running while jobs are in flight: our sockets and the
                             timer are unref'd so that idle cached connections never keep the
@@ -37,10 +36,6 @@ static void sock_closed(uv_handle_t *h) { free(h->data); }
 static void sock_release(sock_ctx *ctx) {
   ctx->prev->next = ctx->next;
   ctx->next->prev = ctx->prev;
-  if (M.loop_gone) { /* sb_engine_shutdown closed the handle and the loop already */
-    free(ctx);
-    return;
-  }
   /* Stopping removes the fd from epoll now, before libcurl closes it right after we return. */
   uv_poll_stop(&ctx->poll);
   uv_close((uv_handle_t *)&ctx->poll, sock_closed);
@@ -83,8 +78,6 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *
     return 0;
   }
   if (ctx == NULL) {
-    if (M.loop_gone)
-      return -1;
     ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL)
       return -1;
@@ -122,8 +115,6 @@ static void on_timer(uv_timer_t *t) {
 static int on_timer_change(CURLM *multi, long timeout_ms, void *userp) {
   (void)multi;
   (void)userp;
-  if (M.loop_gone)
-    return 0;
   if (timeout_ms < 0)
     uv_timer_stop(&M.timer);
   else
@@ -139,7 +130,7 @@ static void job_unlink(sb_curl_job *job) {
   job->prev->next = job->next;
   job->next->prev = job->prev;
   job->prev = job->next = NULL;
-  if (--M.n_jobs == 0 && !M.loop_gone)
+  if (--M.n_jobs == 0)
     uv_timer_stop(&M.keeper);
 }
 
@@ -261,7 +252,6 @@ static bool multi_create(char *err, size_t err_len) {
   uv_timer_init(sb_loop(), &M.keeper);
   M.jobs.prev = M.jobs.next = &M.jobs;
   M.socks.prev = M.socks.next = &M.socks;
-  M.loop_gone = false;
   return true;
 }
 
@@ -302,7 +292,6 @@ void sb_curl_job_cancel(sb_curl_job *job) {
 void sb_curl_teardown(void) {
   if (M.multi == NULL)
     return;
-  M.loop_gone = sb_loop() == NULL;
   while (M.jobs.next != &M.jobs) {
     sb_curl_job *job = M.jobs.next;
     curl_multi_remove_handle(M.multi, job->easy);
@@ -313,10 +302,8 @@ void sb_curl_teardown(void) {
   M.multi = NULL;
   while (M.socks.next != &M.socks)
     sock_release(M.socks.next);
-  if (!M.loop_gone) {
-    uv_close((uv_handle_t *)&M.timer, NULL);
-    uv_close((uv_handle_t *)&M.keeper, NULL);
-  }
+  uv_close((uv_handle_t *)&M.timer, NULL);
+  uv_close((uv_handle_t *)&M.keeper, NULL);
   if (M.global_inited) {
     curl_global_cleanup();
     M.global_inited = false;

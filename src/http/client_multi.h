@@ -42,7 +42,7 @@ bool sb_curl_job_start(sb_curl_job *job, char *err, size_t err_len);
 void sb_curl_job_cancel(sb_curl_job *job);
 
 /* Removes and disposes every job, cleans the multi up and closes our libuv handles. Called
- * from the module's finalizer, before or after sb_engine_shutdown closed the loop. */
+ * from the engine's shutdown registry, while the loop is still open. */
 void sb_curl_teardown(void);
 
 #endif

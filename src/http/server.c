@@ -6,6 +6,7 @@
  * any connection is open, so a program may drop the object and keep serving. A response
  * object is anchored by its connection while attached; the connection closing or the response
  * finishing detaches it, after which writes are dropped (closed) or refused (finished). */
+#include "http.h"
 #include "server_conn.h"
 #include "server_response.h"
 #include "../engine/engine.h"
@@ -55,18 +56,6 @@ typedef struct {
 
 /* ---- handler tasks ----------------------------------------------------------------------- */
 
-static int traceback(lua_State *L) {
-  const char *msg = lua_tostring(L, 1);
-  if (msg == NULL) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-      msg = lua_tostring(L, -1);
-    else
-      msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
-  luaL_traceback(L, L, msg, 1);
-  return 1;
-}
-
 static void res_settle(lua_State *L, res_ud *r, bool failed);
 
 /* Continuation of handler_task once the handler returned or raised (possibly after yields). */
@@ -87,7 +76,7 @@ static int handler_done(lua_State *L, int status, lua_KContext ctx) {
  * (500 if it raised before sending anything, else completed). Stack: handler, req, res. */
 static int handler_task(lua_State *L) {
   lua_settop(L, 3);
-  lua_pushcfunction(L, traceback); /* 4 */
+  lua_pushcfunction(L, sb_traceback); /* 4 */
   lua_pushvalue(L, 1);
   lua_pushvalue(L, 2);
   lua_pushvalue(L, 3);
@@ -579,8 +568,12 @@ static int l_res_tostring(lua_State *L) {
 
 /* ---- the server -------------------------------------------------------------------------- */
 
+/* Engine shutdown: close the listener and every connection now, while the loop is open. */
+static void server_shutdown(void *ud) { sb_http_server_stop(ud, true); }
+
 void sb_http_on_server_closed(sb_http_server *s) {
   lua_State *L = sb_main_state();
+  sb_shutdown_unregister(server_shutdown, s);
   if (s->orphaned) { /* the Lua object is gone (or never existed): nothing references s */
     free(s);
     return;
@@ -630,11 +623,10 @@ static int l_server_gc(lua_State *L) {
     free(s);
     return 0;
   }
+  /* Reaped while open (the state is closing; the engine's shutdown, which closes every server
+   * first, has not run yet): close all; the last close callback frees. */
   s->orphaned = true;
-  if (sb_loop() == NULL) /* the engine's shutdown closed every handle and the loop */
-    sb_http_server_free_all(s);
-  else /* reaped while open (the state is closing): close all; the last callback frees */
-    sb_http_server_stop(s, true);
+  sb_http_server_stop(s, true);
   return 0;
 }
 
@@ -735,6 +727,7 @@ static int l_serve(lua_State *L) {
     return sb_push_fail(L, "listen", msg);
   }
   ud->s = s;
+  sb_shutdown_register(server_shutdown, s);
   lua_pushvalue(L, handler_idx);
   s->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushvalue(L, -1);

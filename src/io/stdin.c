@@ -2,6 +2,7 @@
  * yields until bytes arrive and returns them, or nil at end of input. A terminal or a pipe is
  * read through libuv; a regular file (`< file`) cannot be polled, and reading it is
  * immediate, so it is read directly. core.isatty(fd) tells a terminal apart. */
+#include "io.h"
 #include "../engine/engine.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
--- The build stamp generator (seed item 13): from the tree, -dirty when it is not clean,
+-- The build stamp generator (docs/contract.md#build-stamp): from the tree, -dirty when it is not clean,
 -- "unknown" with no invented time outside a checkout, and values escaped, never pasted in.
 local core = require("switchboard.core")
 local async = require("support.async")

@@ -1,4 +1,4 @@
--- End to end (seed item 5): the real `switchboard` binary runs a `review` command with a
+-- End to end (docs/contract.md#credentials): the real `switchboard` binary runs a `review` command with a
 -- GitHub App configured against the loopback stand-in. The command sees GH_TOKEN equal to
 -- the read token the stand-in minted, and while it runs no process's argv, no log line and no
 -- span carries the token, the JWT or the private key.
@@ -59,7 +59,7 @@ describe("github identity end to end (switchboard exec, agent review)", function
   after_each(function() tmp.remove_all() end)
 
   -- Runs one review command on backend ("sandbox": through a real sandboxd; "local") and
-  -- checks everything the seed asks of the run.
+  -- checks everything the contract asks of the run.
   local function review_run(backend)
     local w = standin.world({ policy = function() return P.shipped() end, real_clock = true })
     local key_path = dir .. "/app.pem"

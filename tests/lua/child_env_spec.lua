@@ -1,5 +1,5 @@
 local P = require("support.policies")
-local child_env = require("switchboard.exec.child_env")
+local child_env = require("switchboard.shell.child_env")
 local schema = require("switchboard.policy.schema")
 
 describe("the base environment of a command", function()

@@ -1,7 +1,7 @@
 -- Seed items 3 (thrownText), 4 (container starting), 9 (recycle), 14 (fleet busy), and the
 -- in-body classification the executors apply.
 local P = require("support.policies")
-local classify = require("switchboard.exec.classify")
+local classify = require("switchboard.shell.classify")
 
 local S, MIN = 1000, 60 * 1000
 
@@ -217,13 +217,13 @@ describe("classify", function()
 
   describe("an /exec answer body (items 3, 9, 14)", function()
     it("no error key, exit 127 and no output is an ordinary result", function()
-      assert.equal("result", classify.exec_answer(snap, { stdout = "", stderr = "", exitCode = 127 }).kind)
+      assert.equal("result", classify.exec_answer(snap, { stdout = "", stderr = "", exitCode = 127 }).verdict)
     end)
 
     it("a PRESENT-but-empty error is infra with a non-empty text", function()
       for _, e in ipairs({ "", "   " }) do
         local c = classify.exec_answer(snap, { error = e, stdout = "", stderr = "", exitCode = 127 })
-        assert.equal("infra", c.kind)
+        assert.equal("infra", c.verdict)
         assert.equal("infra", c.code)
         assert.truthy(#c.message > 0)
         assert.truthy(c.message:find("empty error", 1, true))
@@ -231,16 +231,16 @@ describe("classify", function()
     end)
 
     it("reason fleet-busy waits; an OLD Worker's bare 503 without a reason stays infra", function()
-      assert.equal("fleet_busy", classify.exec_answer(snap, classify.fleet_busy_exec_answer(snap, "x")).kind)
+      assert.equal("fleet_busy", classify.exec_answer(snap, classify.fleet_busy_exec_answer(snap, "x")).verdict)
       local c = classify.exec_answer(snap, { error = "Failed to create session: 503", stdout = "", stderr = "Failed to create session: 503", exitCode = 127 })
-      assert.equal("infra", c.kind)
+      assert.equal("infra", c.verdict)
       assert.equal("Failed to create session: 503", c.message)
     end)
 
     it("a booting container is re-sent; a late recycle is reworded; anything else is infra", function()
-      assert.equal("container_starting", classify.exec_answer(snap, { error = "Container is starting. Please retry in a moment." }).kind)
+      assert.equal("container_starting", classify.exec_answer(snap, { error = "Container is starting. Please retry in a moment." }).verdict)
       local c = classify.exec_answer(snap, { error = "Command execution failed", exitCode = 127 }, 90 * S)
-      assert.equal("infra", c.kind)
+      assert.equal("infra", c.verdict)
       assert.matches("^sandbox recycled mid%-command after 90s", c.message)
       c = classify.exec_answer(snap, { error = "Command execution failed", exitCode = 127 }, 5 * S)
       assert.equal("Command execution failed", c.message)

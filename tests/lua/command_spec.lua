@@ -64,3 +64,66 @@ describe("switchboard policy check", function()
     assert.equal(2, (run({ "check", "--bogus" })))
   end)
 end)
+
+describe("the commands' shared prologue", function()
+  local prologue = require("switchboard.commands.prologue")
+  local policy = require("switchboard.policy")
+  local CMD = { name = "demo", help = "Usage: switchboard demo\n" }
+
+  local function start(argv, what, policies_dir)
+    local out, err = {}, {}
+    local p, status = prologue.start(CMD, argv, {
+      policies_dir = policies_dir,
+      out = function(l) out[#out + 1] = l end,
+      err = function(l) err[#err + 1] = l end,
+    }, what)
+    return p, status, table.concat(out, "\n"), table.concat(err, "\n")
+  end
+
+  before_each(function()
+    policy.reset()
+    policy.configure{ hash = P.hash, log = function() end }
+  end)
+  after_each(function() policy.reset() end)
+
+  it("answers --help on stdout with status 0 and names a usage error with status 2", function()
+    local p, status, out = start({ "--help" }, { spec = {} })
+    assert.is_nil(p)
+    assert.equal(0, status)
+    assert.equal("Usage: switchboard demo", out)
+    local _, status2, _, err = start({ "--bogus" }, { spec = {} })
+    assert.equal(2, status2)
+    assert.equal("switchboard demo: unknown option --bogus (see --help)", err)
+  end)
+
+  it("checks --backend before anything loads, then the command's own usage", function()
+    local _, status, _, err = start({ "--backend", "cloud" }, { spec = { backend = "string" }, backend = true, policies = true },
+      "/nonexistent/policies")
+    assert.equal(2, status)
+    assert.equal('switchboard demo: --backend must be local or sandbox, got "cloud"', err)
+    local _, status2, _, err2 = start({ "extra" }, { spec = {}, usage = function(p) return "unexpected " .. p.words[1] end })
+    assert.equal(2, status2)
+    assert.equal("switchboard demo: unexpected extra", err2)
+  end)
+
+  it("policies that do not load stop the command with the configuration status 78", function()
+    local broken = P.dir({ timeouts = function(s) return s .. "\nbash.max_ms = true\n" end })
+    local p, status, _, err = start({}, { policies = true }, broken)
+    assert.is_nil(p)
+    assert.equal(78, status)
+    assert.matches("^switchboard demo: the policies do not load:\n  .*timeouts%.lua:%d+: bash%.max_ms", err)
+    local ok = assert(start({ "--backend", "local" }, { spec = { backend = "string" }, backend = true, policies = true }, "policies"))
+    assert.equal(P.shipped().version, ok.snap.version)
+  end)
+
+  it("says the no-credential notice once, and only for an agent with a token scope", function()
+    local creds = require("switchboard.github.identity").from_env(function() return nil end)
+    local p = assert(prologue.start(CMD, {}, { credentials = creds }, {}))
+    local said = {}
+    local function say(l) said[#said + 1] = l end
+    p:notice({ name = "general" }, say)
+    p:notice({ token_scope = "read" }, say)
+    p:notice({ token_scope = "write" }, say)
+    assert.equal(1, #said)
+  end)
+end)

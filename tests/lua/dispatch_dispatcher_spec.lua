@@ -176,10 +176,12 @@ describe("dispatcher", function()
       local queued = ask("main", "run `echo never`")
       eventually(function()
         for _, name in ipairs(core.fs.list(root) or {}) do
-          if read_file(root .. "/" .. name .. "/bg") then ws = root .. "/" .. name; return true end
+          local bg = read_file(root .. "/" .. name .. "/bg")
+          if bg and bg:find("%d\n") then ws = root .. "/" .. name; return true end
         end
       end, "the command to start")
-      eventually(function() return read_file(ws .. "/pid") end, "the pid file")
+      -- a file the shell is still writing can be read empty: wait for the whole number
+      eventually(function() return (read_file(ws .. "/pid") or ""):find("%d\n") end, "the pid file")
       local t0 = core.now_ms()
       ask("main", "stop")
       d:wait_idle()
@@ -412,6 +414,28 @@ describe("dispatcher", function()
       assert.equal("general", after.card.agent)
       assert.equal("refused", after.card.state)
     end)
+  end)
+
+  it("reads the policy once per ask: provisioning and the executor keep the snapshot the ask arrived with", function()
+    local old = snap
+    local new = assert(P.load(P.dir{ errors = function(src)
+      return (src:gsub('no_output = "%(no output%)"', 'no_output = "(nothing, new policy)"'))
+    end }))
+    local reads = 0
+    make{ policy = function() reads = reads + 1; return snap end }
+    run(function()
+      local first = ask("main", "run `sleep 0.3`")
+      local queued = ask("main", "run `true`") -- arrives under the old policy, starts under the new
+      snap = new
+      d:wait_idle()
+      assert.equal("(no output)", first.card.body)
+      assert.equal(old, queued.snap)
+      assert.equal("(no output)", queued.card.body)
+      local later = ask("main", "run `true`")
+      d:wait_idle()
+      assert.equal("(nothing, new policy)", later.card.body)
+    end)
+    assert.equal(3, reads) -- one read per message, none at provisioning or command start
   end)
 
   it("drain lets a running ask finish inside the grace and takes nothing new", function()

@@ -1,4 +1,4 @@
--- The GitHub App protocol (seed item 5, REFERENCE.md "GitHub App installation tokens"): the
+-- The GitHub App protocol (docs/github.md "For developers", docs/contract.md#credentials): the
 -- JWT as the stand-in verifies it, the headers, the private key's sources, the installation
 -- lookup and the mint's failures — each legible and free of the key, the JWT and tokens.
 local core = require("switchboard.core")

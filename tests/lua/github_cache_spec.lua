@@ -1,4 +1,4 @@
--- Token reuse (seed item 5 validation rows): the margin covers the longest command plus
+-- Token reuse (docs/contract.md#credential-freshness): the margin covers the longest command plus
 -- slack; inside it a token is re-minted, outside it reused; slots are separate; concurrent
 -- requests for one slot share one mint.
 local core = require("switchboard.core")

@@ -1,4 +1,4 @@
--- The identity commands act as (seed item 5): chosen from the environment, least privilege by
+-- The identity commands act as (docs/contract.md#credentials): chosen from the environment, least privilege by
 -- toolset, resolved per command (never at executor construction), reaching the command only
 -- through its environment, and said once when there is none.
 local core = require("switchboard.core")

@@ -110,7 +110,7 @@ describe("policy loader", function()
       assert.truthy(P.has(errs, "policies/errors.lua:" .. line .. ": rule fleet_busy"))
     end)
 
-    it("a rule missing an example the seed lists", function()
+    it("a rule missing an example the contract lists", function()
       expect_refused({
         errors = function(src) return (src:gsub('"Session terminated",                                              %-%- 0.3.x\n', "", 1)) end,
       }, "rule recycle: example matches[", "\"Session terminated\" is not matched")

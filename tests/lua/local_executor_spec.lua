@@ -1,4 +1,5 @@
--- The local executor and the null executor on the real engine (seed items 2, 7, 11, 12).
+-- The local executor and the null executor on the real engine (docs/contract.md#timeouts,
+-- #provisioning).
 local core = require("switchboard.core")
 local async = require("support.async")
 local tmp = require("support.tmp")
@@ -6,7 +7,7 @@ local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local local_executor = require("switchboard.exec.local")
 local null_executor = require("switchboard.exec.null")
-local workspace = require("switchboard.exec.workspace")
+local workspace = require("switchboard.shell.workspace")
 
 local function new(root, key)
   return local_executor.new{ root = root, thread_key = key or "t1", policy = policy.shipped }
@@ -79,6 +80,18 @@ describe("the local executor", function()
     assert.is_true(errors.is_refused(err))
     assert.are.equal(124, err.exit_code)
     assert.truthy(tostring(err):find("run budget exhausted", 1, true))
+  end))
+
+  it("decides with the snapshot the caller captured (opts.snap) and reads the policy no more", async(function()
+    local ex = local_executor.new{ root = root, thread_key = "snap",
+      policy = function() error("the policy was read again at command start") end }
+    local snap = policy.shipped()
+    assert.are.equal("(no output)", ex:exec("true", { snap = snap }).text)
+    local r, err = ex:exec("echo never", { snap = snap, remaining_ms = 30000 })
+    assert.is_nil(r)
+    assert.is_true(errors.is_refused(err))
+    assert.is_true(ex:write_file("f", "x", { snap = snap }))
+    assert.are.equal("x", ex:read_file("f", { snap = snap }))
   end))
 
   it("reuses a thread's workspace and keeps threads apart", async(function()

@@ -32,10 +32,15 @@ describe("policy layer on the engine", function()
     local ok, err = pcall(loader.load, "policies")
     core.call_bounded = real
     assert.is_true(ok, tostring(err))
-    assert.equal(loader.limits.load_instructions, budgets[1])
+    assert.equal(loader.limits.load_instructions, budgets[1].instructions)
+    assert.equal(loader.limits.load_memory_bytes, budgets[1].memory_bytes)
+    assert.equal(loader.policy_string, budgets[1].string)
     local hook_calls = 0
     for _, b in ipairs(budgets) do
-      if b == loader.limits.hook_instructions then hook_calls = hook_calls + 1 end
+      if b.instructions == loader.limits.hook_instructions then
+        assert.equal(loader.limits.hook_memory_bytes, b.memory_bytes)
+        hook_calls = hook_calls + 1
+      end
     end
     assert.is_true(hook_calls > 0)
   end)
@@ -64,7 +69,7 @@ describe("policy layer on the engine", function()
     assert.equal("local", v)
     assert.equal("shipped", source)
     assert.equal("policy.hook_failed", logs[#logs].event)
-    assert.equal("instruction budget exhausted", logs[#logs].f.reason)
+    assert.matches("policy_engine_spec.lua:%d+: instruction budget exhausted$", logs[#logs].f.reason)
     policy.reset()
   end)
 end)

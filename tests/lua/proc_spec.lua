@@ -182,3 +182,34 @@ describe("core.spawn", function()
     assert.are.equal(0, core.proc_count())
   end))
 end)
+
+describe("a deadline that fires after the child already exited", function()
+  -- libuv runs due timers before it polls. When the engine stalls (a long callback, the process
+  -- stopped) past a deadline while its child finishes within it, the timer and the exit are
+  -- both pending when the loop goes on: the deadline must first collect the exited child, never
+  -- report a kill. The stall here is this task, resumed from an I/O callback, running on.
+  local function state(pid)
+    local f = io.open("/proc/" .. pid .. "/stat")
+    if not f then return nil end
+    local s = f:read("a")
+    f:close()
+    return s:match("%) (%S)")
+  end
+
+  it("reports the child's own exit, not a deadline kill", async(function()
+    local deadline_ms = 1000
+    local t0 = core.now_ms()
+    local a = sh("kill -STOP $$; exit 3", { deadline_ms = deadline_ms, kill_grace_ms = 100 })
+    while state(a.pid) ~= "T" and core.now_ms() - t0 < deadline_ms do core.sleep(5) end
+    assert.are.equal("T", state(a.pid), "the child did not stop itself in time")
+    sh("true"):wait() -- resumed from the loop's I/O phase, before its next timers
+    a:kill("CONT")
+    -- Stall (no yield) until the child has exited unseen and its deadline is due.
+    while state(a.pid) ~= "Z" or core.now_ms() - t0 < deadline_ms + 20 do
+      assert(core.now_ms() - t0 < 30000, "the child never exited")
+    end
+    local r = a:wait()
+    assert.are.equal(3, r.exit)
+    assert.is_false(r.timed_out)
+  end))
+end)

@@ -1,7 +1,8 @@
 -- Seed items 3/9 (result text), 11/12 (deadline kill and clip lines).
 local P = require("support.policies")
-local render = require("switchboard.exec.render")
-local budget = require("switchboard.exec.budget")
+local render = require("switchboard.shell.render")
+local errors = require("switchboard.exec.errors")
+local budget = require("switchboard.shell.budget")
 
 describe("render.text", function()
   local snap
@@ -57,8 +58,8 @@ describe("render.text", function()
   end)
 
   it("a refused command reads as exit 124: run budget exhausted", function()
-    local _, err = budget.within_run(snap, nil, 10 * 1000)
-    assert.matches("^exit 124: run budget exhausted", render.refused(err))
+    local _, why = budget.within_run(snap, nil, 10 * 1000)
+    assert.matches("^exit 124: run budget exhausted", render.refused(errors.refused(why, 124)))
   end)
 
   it("result() fills the text field", function()

@@ -1,4 +1,4 @@
--- envFromRequest (seed item 5, issue item 3): the env map comes from the request body alone.
+-- envFromRequest (docs/contract.md#credential-transport): the env map comes from the request body alone.
 local envmod = require("switchboard.sandboxd.env")
 local cjson = require("cjson")
 

@@ -1,4 +1,5 @@
--- The sandbox executor (issue items 9-12; seed items 3, 5, 9, 11, 12, 14 and their rows).
+-- The sandbox executor (docs/contract.md: #wire-protocol, #failure, #capacity,
+-- #credential-transport, #timeouts).
 -- Part 1 drives it with a scripted request function and a fake clock, so the shipped policy's
 -- real numbers (10 s, 20 s, 30 s, 5 min, 330 s) are checked exactly and instantly. Part 2 runs
 -- it over real loopback HTTP against the scripted stand-in (tests/support/sandbox_standin.py)
@@ -65,7 +66,7 @@ local function header_names(req)
   return names
 end
 
-describe("sandbox executor: env transport (item 9, seed 5)", function()
+describe("sandbox executor: env transport (contract #credential-transport)", function()
   it("sends authorization, content-type and x-thread-key — nothing else — and the env in the body", function()
     local h = harness({ ok_doc(), { status = 200, body = { content = core.crypto.base64_encode("x"), encoding = "base64" } },
                         { status = 200, body = { ok = true } } })
@@ -124,7 +125,7 @@ describe("sandbox executor: env transport (item 9, seed 5)", function()
   end)
 end)
 
-describe("sandbox executor: per-call timeout and the per-send deadline (items 10, 12; seed 11, 12)", function()
+describe("sandbox executor: per-call timeout and the per-send deadline (contract #timeouts)", function()
   it("sends timeoutMs only when asked, clamped", function()
     local h = harness({ ok_doc(), ok_doc(), ok_doc(), ok_doc() })
     h.ex:exec("a"); h.ex:exec("b", { timeout_ms = 25 * 60000 }); h.ex:exec("c", { timeout_ms = 0 })
@@ -182,7 +183,7 @@ describe("sandbox executor: per-call timeout and the per-send deadline (items 10
   end)
 end)
 
-describe("sandbox executor: classification (item 11; seed 3, 4, 9)", function()
+describe("sandbox executor: classification (contract #failure)", function()
   it("an empty-string in-body error is ExecInfraError after exactly one send — the failure shape with its text missing", function()
     for _, e in ipairs({ "", "   ", "\n\t" }) do
       local h = harness({ { status = 200, body = { error = e, stdout = "", stderr = "", exitCode = 127 } } })
@@ -286,7 +287,7 @@ describe("sandbox executor: classification (item 11; seed 3, 4, 9)", function()
   end)
 end)
 
-describe("sandbox executor: fleet-busy (item 11; seed 14)", function()
+describe("sandbox executor: fleet-busy (contract #capacity)", function()
   local function busy(route)
     if route == "/exec" then
       return { status = 200, body = { error = "fleet-busy: no free sandbox (x)", reason = "fleet-busy", stdout = "", stderr = "x", exitCode = 127 } }

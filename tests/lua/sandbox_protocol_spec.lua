@@ -2,7 +2,7 @@
 -- rule and the answer shapes.
 local core = require("switchboard.core")
 local auth = require("switchboard.sandboxd.auth")
-local protocol = require("switchboard.sandboxd.protocol")
+local protocol = require("switchboard.shell.protocol")
 local cmd = require("switchboard.commands.sandboxd")
 
 describe("the bearer check", function()

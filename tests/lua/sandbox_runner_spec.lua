@@ -3,7 +3,7 @@
 local core = require("switchboard.core")
 local S = require("support.sandbox")
 local runner = require("switchboard.sandboxd.runner")
-local workspace = require("switchboard.exec.workspace")
+local workspace = require("switchboard.shell.workspace")
 
 local function env() return { PATH = os.getenv("PATH") } end
 

@@ -1,5 +1,5 @@
 -- A loopback stand-in for GitHub's App endpoints, speaking the real protocol
--- (../shared/REFERENCE.md "GitHub App installation tokens"), for specs.
+-- (docs/github.md "For developers"), for specs.
 --
 --   local standin = require("support.github_standin")
 --   local gh = standin.start{public_key = pub, app_id = "12345",
@@ -29,12 +29,12 @@ M.API_VERSION = "2022-11-28"
 M.ACCEPT = "application/vnd.github+json"
 M.DOCS = "https://docs.github.com/rest"
 
--- What seed item 5 says a read token asks for, exactly.
+-- What docs/contract.md#credential-scope says a read token asks for, exactly.
 M.READ_SET = {
   contents = "read", pull_requests = "read", issues = "read",
   actions = "read", checks = "read", metadata = "read",
 }
--- The App's required permissions (seed item 5): Contents, Pull requests, Issues RW; Actions,
+-- The App's required permissions (docs/github.md): Contents, Pull requests, Issues RW; Actions,
 -- Checks, Statuses read; Workflows RW; metadata read as on every installation.
 M.FULL_GRANT = {
   contents = "write", pull_requests = "write", issues = "write", actions = "read",

@@ -1,11 +1,10 @@
 -- `switchboard exec`: one command through an agent's executor, from the command line.
 local core = require("switchboard.core")
-local args = require("switchboard.args")
+local prologue = require("switchboard.commands.prologue")
 local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
-local render = require("switchboard.exec.render")
+local render = require("switchboard.shell.render")
 local stack = require("switchboard.exec.stack")
-local tracing = require("switchboard.exec.tracing")
 local state = require("switchboard.state")
 
 local M = {
@@ -16,9 +15,9 @@ local M = {
 
 -- Exit statuses besides the command's own (0-255, 124 when the deadline killed it).
 M.EXIT = {
-  usage = 2,          -- bad arguments
+  usage = prologue.EXIT.usage,   -- bad arguments
   capacity = 75,      -- the sandbox fleet stayed full for the whole wait (EX_TEMPFAIL)
-  config = 78,        -- the policies do not load, or the backend is not configured
+  config = prologue.EXIT.config, -- the policies do not load, or the backend is not configured
   infra = 125,        -- the executor's transport failed (sandbox unreachable, no shell)
   refused = 126,      -- refused before running: the agent has no workspace, a bad path
   stopped = 130,      -- stopped by SIGINT/SIGTERM (the process group was killed)
@@ -65,11 +64,6 @@ local SPEC = {
   trace = "string",
 }
 
-local function fail(status, message)
-  io.stderr:write("switchboard exec: ", message, "\n")
-  return status
-end
-
 local function status_of(err)
   if errors.is_capacity(err) then return M.EXIT.capacity end
   if errors.is_infra(err) then return M.EXIT.infra end
@@ -83,23 +77,22 @@ local function stop_on_signals(stop)
   core.on_signal("INT", handler)
 end
 
+local function usage_problem(p)
+  if #p.words > 0 then return ("unexpected %q: put the command after `--`"):format(p.words[1]) end
+  if p.rest == nil or #p.rest == 0 then
+    return "no command given; usage: switchboard exec [OPTIONS] -- COMMAND..."
+  end
+end
+
 function M.run(argv, ctx)
-  local opts, words, rest = args.command("exec", argv, SPEC, M.help)
-  if not opts then return words end
-  if #words > 0 then
-    return fail(M.EXIT.usage, ("unexpected %q: put the command after `--`"):format(words[1]))
-  end
-  if rest == nil or #rest == 0 then
-    return fail(M.EXIT.usage, "no command given; usage: switchboard exec [OPTIONS] -- COMMAND...")
-  end
-  if opts.backend and opts.backend ~= "local" and opts.backend ~= "sandbox" and opts.backend ~= "e2b" then
-    return fail(M.EXIT.usage, "--backend must be local, sandbox or e2b")
-  end
-  local snap, errs = policy.load_initial(ctx.policies_dir)
-  if not snap then
-    return fail(M.EXIT.config, "the policies do not load:\n  " .. table.concat(errs, "\n  "))
-  end
+  local p, status = prologue.start(M, argv, ctx, {
+    spec = SPEC, backend = true, usage = usage_problem, policies = true,
+  })
+  if not p then return status end
+  local opts, rest, snap = p.opts, p.rest, p.snap
   local agent = opts.agent or snap.agents.default_agent
+  local sink, trace_status = p:trace_sink()
+  if opts.trace and not sink then return trace_status end
   local built, err = stack.build({
     policy = policy.current,
     workspace_root = opts.workspace_root or state.workspaces(),
@@ -107,26 +100,24 @@ function M.run(argv, ctx)
     credentials = ctx.credentials,
     force_backend = opts.backend,
     e2b_state_dir = state.dir(),
-    sink = tracing.sink_for(opts.trace),
-  }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo })
-  if not built then return fail(M.EXIT.config, tostring(err)) end
-  if built.note then io.stderr:write("note: ", built.note, "\n") end
-  local def = policy.agent(snap, agent)
-  local creds = ctx.credentials
-  local no_token = def and def.token_scope and creds and creds.notice and creds:notice()
-  if no_token then io.stderr:write("note: ", no_token, "\n") end
+    sink = sink,
+  }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo, snap = snap })
+  if not built then return p:fail(M.EXIT.config, tostring(err)) end
+  local function note(line) io.stderr:write("note: ", line, "\n") end
+  if built.note then note(built.note) end
+  p:notice(policy.agent(snap, agent), note)
 
   local stop = core.signal()
   stop_on_signals(stop)
   local result, exec_err = built.executor:exec(table.concat(rest, " "), {
-    timeout_ms = opts.timeout_ms, signal = stop,
+    timeout_ms = opts.timeout_ms, signal = stop, snap = snap,
   })
   if result == nil then
     if errors.is_refused(exec_err) then
       io.stdout:write(render.refused(exec_err), "\n")
       return exec_err.exit_code or 124
     end
-    return fail(status_of(exec_err), tostring(exec_err))
+    return p:fail(status_of(exec_err), tostring(exec_err))
   end
   io.stdout:write(result.text, "\n")
   if result.aborted then return M.EXIT.stopped end

@@ -2,6 +2,7 @@
 
 local loader = require("switchboard.policy.loader")
 local policy = require("switchboard.policy")
+local prologue = require("switchboard.commands.prologue")
 
 local HELP = [[
 usage: switchboard policy check [DIR]
@@ -23,62 +24,45 @@ examples:
 
 exit status: 0 valid, 1 invalid, 2 usage error]]
 
-local function writer(stream)
-  return function(s) stream:write(s, "\n") end
-end
+local M = {
+  name = "policy",
+  summary = "validate the policy files offline (switchboard policy check [DIR])",
+  help = HELP,
+}
 
-local function check(dir, out, err, opts)
-  local snap, errs = loader.load(dir, opts)
+local function check(p, dir)
+  local snap, errs = loader.load(dir, p.ctx.load)
   if not snap then
+    local err = p.ctx.err or function(line) io.stderr:write(line, "\n") end
     for _, e in ipairs(errs) do err(e) end
     err(string.format("policy check failed: %d problem%s in %s", #errs, #errs == 1 and "" or "s", dir))
     return 1
   end
   local c = snap.checked
-  out(string.format("policies in %s are valid: %d files, %d rules with %d examples, %d hook calls",
+  p:say(string.format("policies in %s are valid: %d files, %d rules with %d examples, %d hook calls",
     dir, c.files, c.rules, c.examples, c.hook_calls))
-  out("version " .. snap.version)
+  p:say("version " .. snap.version)
   return 0
 end
 
--- args: the words after `policy`. ctx: {policies_dir = the global --policies or
--- $SWITCHBOARD_POLICIES} from the CLI; specs add out=fn(line), err=fn(line) and load=opts
--- for the loader.
-local function run(args, ctx)
-  ctx = ctx or {}
-  local out = ctx.out or writer(io.stdout)
-  local err = ctx.err or writer(io.stderr)
-  args = args or {}
-  local words, dir = {}, nil
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    if a == "-h" or a == "--help" or a == "help" then
-      out(HELP)
-      return 0
-    elseif a == "--policies" then
-      dir = args[i + 1]
-      if not dir then err("--policies needs a directory"); return 2 end
-      i = i + 1
-    elseif a:sub(1, 1) == "-" then
-      err("unknown option " .. a .. "\n" .. HELP)
-      return 2
-    else
-      words[#words + 1] = a
-    end
-    i = i + 1
+local function usage_problem(p)
+  local words = p.words
+  if words[1] ~= "check" then
+    return ("%s; usage: switchboard policy check [DIR] (see --help)"):format(
+      words[1] and ("unknown subcommand %q"):format(words[1]) or "no subcommand given")
   end
-  if words[1] ~= "check" or #words > 2 then
-    err(HELP)
-    return 2
-  end
-  dir = words[2] or dir or ctx.policies_dir or policy.default_dir()
-  return check(dir, out, err, ctx.load)
+  if #words > 2 then return ("unexpected %q: check takes one DIR"):format(words[3]) end
 end
 
-return {
-  name = "policy",
-  summary = "validate the policy files offline (switchboard policy check [DIR])",
-  help = HELP,
-  run = run,
-}
+-- argv: the words after `policy`. ctx: {policies_dir = the global --policies or
+-- $SWITCHBOARD_POLICIES} from the CLI; specs add out=fn(line), err=fn(line) and load=opts
+-- for the loader. Unlike the other commands this one does not load the policies it starts
+-- with: checking them is the job, and a broken set is its answer (exit 1), not a failure.
+function M.run(argv, ctx)
+  if argv and argv[1] == "help" then argv = { "--help" } end
+  local p, status = prologue.start(M, argv, ctx, { spec = { policies = "string" }, usage = usage_problem })
+  if not p then return status end
+  return check(p, p.words[2] or p.opts.policies or p.ctx.policies_dir or policy.default_dir())
+end
+
+return M

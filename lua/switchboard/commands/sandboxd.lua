@@ -1,7 +1,6 @@
 -- `switchboard sandboxd`: the per-thread sandbox server (docs/sandboxd.md).
 local core = require("switchboard.core")
-local args = require("switchboard.args")
-local policy = require("switchboard.policy")
+local prologue = require("switchboard.commands.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
 
@@ -11,9 +10,9 @@ local M = {
 }
 
 M.EXIT = {
-  usage = 2,      -- bad arguments
+  usage = prologue.EXIT.usage,   -- bad arguments
   listen = 71,    -- the address cannot be listened on (EX_OSERR)
-  config = 78,    -- no token, the policies do not load, the root is unusable (EX_CONFIG)
+  config = prologue.EXIT.config, -- no token, the policies do not load, the root is unusable
 }
 
 M.help = [[
@@ -49,11 +48,6 @@ Examples:
 
 local SPEC = { listen = "string", root = "string", ["max-instances"] = "number" }
 
-local function fail(status, message)
-  io.stderr:write("switchboard sandboxd: ", message, "\n")
-  return status
-end
-
 -- "HOST:PORT" or "[V6]:PORT" → host, port | nil, why
 function M.parse_listen(text)
   local host, port = text:match("^%[([^%]]+)%]:(%d+)$")
@@ -65,24 +59,27 @@ function M.parse_listen(text)
   return host, math.tointeger(port)
 end
 
-function M.run(argv, ctx)
-  local opts, words = args.command("sandboxd", argv, SPEC, M.help)
-  if not opts then return words end
-  if #words > 0 then return fail(M.EXIT.usage, ("unexpected %q (see --help)"):format(words[1])) end
-  if not opts.listen then return fail(M.EXIT.usage, "--listen HOST:PORT is required (see --help)") end
-  if not opts.root or opts.root == "" then return fail(M.EXIT.usage, "--root DIR is required (see --help)") end
-  local host, port = M.parse_listen(opts.listen)
-  if not host then return fail(M.EXIT.usage, port) end
+local function usage_problem(p)
+  local opts = p.opts
+  if #p.words > 0 then return ("unexpected %q (see --help)"):format(p.words[1]) end
+  if not opts.listen then return "--listen HOST:PORT is required (see --help)" end
+  if not opts.root or opts.root == "" then return "--root DIR is required (see --help)" end
+  local host, why = M.parse_listen(opts.listen)
+  if not host then return why end
   local max = opts.max_instances
   if max ~= nil and (math.type(max) ~= "integer" and max ~= math.floor(max) or max < 1) then
-    return fail(M.EXIT.usage, "--max-instances needs a whole number of at least 1")
+    return "--max-instances needs a whole number of at least 1"
   end
-  max = max and math.tointeger(max)
+end
 
-  local snap, errs = policy.load_initial(ctx.policies_dir)
-  if not snap then
-    return fail(M.EXIT.config, "the policies do not load:\n  " .. table.concat(errs, "\n  "))
-  end
+function M.run(argv, ctx)
+  local p, status = prologue.start(M, argv, ctx, { spec = SPEC, usage = usage_problem, policies = true })
+  if not p then return status end
+  local opts, snap = p.opts, p.snap
+  local host, port = M.parse_listen(opts.listen)
+  local max = opts.max_instances and math.tointeger(opts.max_instances)
+  local function fail(code, message) return p:fail(code, message) end
+
   local token_env = snap.execution.sandbox.token_env
   local token = (ctx.getenv or os.getenv)(token_env)
   if token == nil or token == "" then
@@ -102,13 +99,7 @@ function M.run(argv, ctx)
   if not srv then
     return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
   end
-  core.on_signal("HUP", function()
-    local ok_reload, reload_errs = policy.reload()
-    core.log(ok_reload and "info" or "warn", "sandboxd.reload", {
-      ok = ok_reload ~= nil, errors = reload_errs and #reload_errs or 0,
-      version = policy.current().version,
-    })
-  end)
+  p:reload_on_hup() -- logs sandboxd.reload ok=… errors=… version=…
   core.on_signal("TERM", function() srv:shutdown("TERM") end)
   core.on_signal("INT", function() srv:shutdown("INT") end)
   core.log("info", "sandboxd.listening", {

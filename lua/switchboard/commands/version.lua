@@ -1,7 +1,7 @@
--- `switchboard version`: the build stamp (seed item 13), taken from the tree at build time.
+-- `switchboard version`: the build stamp (docs/contract.md#build-stamp), taken from the tree at build time.
 local core = require("switchboard.core")
 local cjson = require("cjson")
-local args = require("switchboard.args")
+local prologue = require("switchboard.commands.prologue")
 
 local M = {
   name = "version",
@@ -22,9 +22,12 @@ Examples:
 ]],
 }
 
-function M.run(argv)
-  local opts, status = args.command("version", argv, { json = "flag" }, M.help)
-  if not opts then return status end
+function M.run(argv, ctx)
+  local p, status = prologue.start(M, argv, ctx, { spec = { json = "flag" }, usage = function(p)
+    if #p.words > 0 then return ("unexpected %q (see --help)"):format(p.words[1]) end
+  end })
+  if not p then return status end
+  local opts = p.opts
   local build = core.build
   if opts.json then
     io.stdout:write(cjson.encode({ commit = build.commit, builtAt = build.built_at }), "\n")

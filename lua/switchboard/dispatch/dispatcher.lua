@@ -11,6 +11,9 @@
 --     goes on the card) and its executor is reused by the thread's follow-ups. One agent per
 --     executor, because the credential scope is the agent's: a review follow-up in a coding
 --     thread shares the workspace, never the write token.
+--   * The policy snapshot is read once, when the message arrives (ask.snap); provisioning and
+--     the executor decide with that one (ctx.snap, opts.snap), so a reload while the ask
+--     waits or runs never gives it two policies.
 --   * A command runs under the ask's hard-stop signal and the run's remaining wall clock
 --     (the agent's max_run_minutes); its status card is refreshed while it runs and ends
 --     with the result, cut to the card limit, the whole output kept in a file.
@@ -31,7 +34,8 @@ local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local stack = require("switchboard.exec.stack")
-local workspace = require("switchboard.exec.workspace")
+local identity = require("switchboard.github.identity")
+local workspace = require("switchboard.shell.workspace")
 local card_mod = require("switchboard.dispatch.card")
 local help = require("switchboard.dispatch.help")
 local parser = require("switchboard.dispatch.parser")
@@ -188,10 +192,15 @@ end
 ---------------------------------------------------------------------------------------------
 -- Running one ask
 
+-- The one place a raise from an executor is caught: the decision is the dispatcher's (the
+-- ask ends as an infra failure and the thread goes on). The tracker and the span below saw
+-- the raise pass without catching it. The log line keeps where it came from.
 local function exec_protected(executor, command, opts)
-  local res = table.pack(pcall(executor.exec, executor, command, opts))
+  local res = table.pack(xpcall(executor.exec, debug.traceback, executor, command, opts))
   if not res[1] then
-    return nil, errors.infra("the executor raised: " .. tostring(res[2]))
+    local text = tostring(res[2])
+    log("error", "dispatch.executor_raised", { error = text })
+    return nil, errors.infra("the executor raised: " .. text:match("^[^\n]*"))
   end
   return res[2], res[3]
 end
@@ -201,7 +210,7 @@ function D:executor_for(thread, ask)
   local built = thread.executors[ask.agent]
   if built then return built end
   local ok, res, err = pcall(stack.build, self.build_opts, {
-    thread_key = self.thread_key(thread.name), agent = ask.agent, repo = ask.repo,
+    thread_key = self.thread_key(thread.name), agent = ask.agent, repo = ask.repo, snap = ask.snap,
   })
   if not ok then return nil, "provisioning failed: " .. tostring(res) end
   built = res
@@ -236,8 +245,7 @@ function D:run_ask(thread, ask)
   end
   c:provisioned(built.backend, built.note)
   -- An agent that should carry a GitHub token but has no credential to get one: say so once.
-  local creds = self.build_opts.credentials
-  local no_token = ask.agent_def.token_scope and creds and creds.notice and creds:notice()
+  local no_token = identity.notice_for(self.build_opts.credentials, ask.agent_def)
   if no_token then c:add_note(no_token) end
   if ask.stop.aborted then
     c:cancelled(ask.stop.reason or "stopped", self.now_ms())
@@ -257,7 +265,7 @@ function D:run_ask(thread, ask)
   local remaining = run_ms - (self.now_ms() - ask.created_ms)
   log("info", "dispatch.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
   local result, exec_err = exec_protected(built.executor, ask.command, {
-    signal = ask.stop, remaining_ms = remaining,
+    signal = ask.stop, remaining_ms = remaining, snap = ask.snap,
   })
   ticker_done:abort("finished")
 

@@ -27,11 +27,11 @@
 --     waits like a full fleet, then ExecCapacityError. A nonzero exit is a result.
 local core = require("switchboard.core")
 local cjson = require("cjson")
-local budget = require("switchboard.exec.budget")
+local budget = require("switchboard.shell.budget")
 local connect = require("switchboard.exec.connect")
 local errors = require("switchboard.exec.errors")
-local render = require("switchboard.exec.render")
-local workspace = require("switchboard.exec.workspace")
+local render = require("switchboard.shell.render")
+local workspace = require("switchboard.shell.workspace")
 
 local M = {}
 M.__index = M
@@ -100,11 +100,12 @@ end
 
 local function no_envs() return {} end
 
--- opts: api_key, key_env (the variable it came from, for messages), thread_key, policy (fn → snapshot), resolve_envs (fn → NAME = value, called
---       on every command), getenv (for the endpoints), template, workdir, agent,
---       state_dir (optional: the thread's sandbox id is kept there, so a later process —
---       the next `switchboard exec --thread` — reconnects to it),
---       request / sleep / now_ms (core's by default; specs may drive them)
+-- opts: api_key, key_env (the variable it came from, for messages), thread_key,
+--       policy (fn → the current snapshot; read only when a call's opts carry no snap),
+--       resolve_envs (fn → NAME = value, called on every command), getenv (for the
+--       endpoints), template, workdir, agent, state_dir (optional: the thread's sandbox id is
+--       kept there, so a later process — the next `switchboard exec --thread` — reconnects to
+--       it), request / sleep / now_ms (core's by default; specs may drive them)
 function M.new(opts)
   assert(type(opts.api_key) == "string" and opts.api_key ~= "", "e2b executor: opts.api_key is required")
   assert(type(opts.policy) == "function", "e2b executor: opts.policy is required")
@@ -611,7 +612,7 @@ function M:exec(command, opts)
   if type(command) ~= "string" or command == "" then
     return nil, errors.tool("bash needs a command to run")
   end
-  local snap = self.policy()
+  local snap = opts.snap or self.policy()
   local t = snap.timeouts
   local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
   if not plan then return nil, refusal end
@@ -699,7 +700,7 @@ end
 
 local function file_call(self, path, method, body, opts)
   opts = opts or {}
-  local snap = self.policy()
+  local snap = opts.snap or self.policy()
   local abs, why = confine(self, path)
   if not abs then return nil, fs_error(path, why, why) end
   local sb, err = ensure(self, snap, snap.timeouts.file_op.budget_ms, snap.timeouts.file_op.budget_ms, opts.signal)
@@ -735,7 +736,8 @@ end
 function M:read_file(path, opts)
   local bytes, err = file_call(self, path, "GET", nil, opts)
   if bytes == nil then return nil, err end
-  if #bytes > self.policy().timeouts.sandbox.max_file_bytes then return nil, fs_error(path, "too_large") end
+  local snap = opts and opts.snap or self.policy()
+  if #bytes > snap.timeouts.sandbox.max_file_bytes then return nil, fs_error(path, "too_large") end
   return bytes
 end
 

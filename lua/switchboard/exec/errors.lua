@@ -10,7 +10,8 @@
 --   ex:release(mode)        (optional) mode "always" | "if-clean"
 --   ex:move_to(...)         (optional)
 --   opts: timeout_ms (the clamped per-call budget), signal (hard stop), span (tracing parent),
---         remaining_ms (the run's wall clock left)
+--         remaining_ms (the run's wall clock left), snap (the policy snapshot the ask captured:
+--         the executor decides with it and does not read the policy again)
 --
 -- err is one of the kinds below; tostring(err) is its message, which is never empty.
 --   infra     the transport failed (sandbox unreachable, HTTP/worker error, in-body failure);

@@ -1,4 +1,4 @@
--- Executor selection (seed item 7): make_executor(opts, ctx) sees the resolved agent and the
+-- Executor selection (docs/contract.md#provisioning): make_executor(opts, ctx) sees the resolved agent and the
 -- inferred repository and returns {executor, note?, backend}. An agent that declares no
 -- repository gets the null executor: nothing is provisioned, no credential is resolved. Only
 -- repository agents get the backend policies/execution.lua chooses; a backend chosen but not
@@ -9,7 +9,8 @@
 --       name → constructor(config) for tests and later backends), force_backend (a
 --       backend name that overrides policy: the CLI's --backend), e2b_state_dir (where the
 --       e2b backend remembers each thread's sandbox id across processes)
--- ctx:  thread_key, agent (name), repo?, ref?
+-- ctx:  thread_key, agent (name), repo?, ref?, snap? (the snapshot the ask captured; without
+--       it opts.policy() is read once here)
 local policy = require("switchboard.policy")
 local template = require("switchboard.policy.template")
 local errors = require("switchboard.exec.errors")
@@ -72,7 +73,8 @@ function BUILDERS.e2b(opts, ctx, snap, agent)
   }
 end
 
--- A resident needs onboarding this build cannot do: fall back per thread, loudly (item 8).
+-- A resident needs onboarding this build cannot do: fall back per thread, loudly
+-- (docs/contract.md#provisioning).
 function BUILDERS.resident(opts, ctx, snap, agent)
   local ex, err = BUILDERS.sandbox(opts, ctx, snap, agent)
   if not ex then return nil, err end
@@ -80,7 +82,7 @@ function BUILDERS.resident(opts, ctx, snap, agent)
 end
 
 function M.make_executor(opts, ctx)
-  local snap = opts.policy()
+  local snap = ctx.snap or opts.policy()
   local agent = policy.agent(snap, ctx.agent)
   if agent == nil then
     return nil, errors.tool(("unknown agent %q; known agents: %s"):format(

@@ -1,4 +1,4 @@
--- ExecHealthTracker (seed item 9): wraps an executor and counts consecutive infra failures,
+-- ExecHealthTracker (docs/contract.md#fail-fast): wraps an executor and counts consecutive infra failures,
 -- the seam the runner's fail-fast reads.
 --   a success (a result, including a nonzero exit)  → count 0, last_error nil
 --   an infra error                                  → count + 1, last_error = it
@@ -28,15 +28,19 @@ local function observe(self, ok, ...)
   end
 end
 
+-- Observes a raise on its way through (a to-be-closed value sees the error without catching
+-- it: the raise reaches the caller untouched, and the one place that decides about it).
+local function on_raise(self)
+  return setmetatable({}, { __close = function(_, err)
+    if err ~= nil then observe(self, false, err) end
+  end })
+end
+
 -- Call inner:method(...) and observe its outcome; returns what it returned. An error object
--- raised instead of returned is observed the same way and raised again unchanged.
+-- raised instead of returned is observed the same way and passes on unchanged.
 local function forward(self, method, ...)
-  local res = table.pack(pcall(self.inner[method], self.inner, ...))
-  if not res[1] then
-    observe(self, false, res[2])
-    error(res[2], 0)
-  end
-  res = table.pack(table.unpack(res, 2, res.n))
+  local watch <close> = on_raise(self)
+  local res = table.pack(self.inner[method](self.inner, ...))
   if res[1] == nil and res.n >= 2 then
     observe(self, false, res[2])
   else

@@ -1,27 +1,32 @@
 -- The local executor: each thread's commands run on this host in a workspace of their own
--- (root/<safe name of the thread key>), through the engine's process supervisor. The
+-- (shell/workspace.lua: root/<safe name of the thread key>; the same "run a command in a
+-- workspace" sandboxd's runner uses, through shell/run.lua's one spawn point). The
 -- environment is built per command from policy (child_env) plus resolve_envs(), so a
 -- credential current at the command's start reaches it through envp only.
 local core = require("switchboard.core")
-local budget = require("switchboard.exec.budget")
-local child_env = require("switchboard.exec.child_env")
+local budget = require("switchboard.shell.budget")
+local child_env = require("switchboard.shell.child_env")
 local errors = require("switchboard.exec.errors")
-local render = require("switchboard.exec.render")
-local workspace = require("switchboard.exec.workspace")
+local render = require("switchboard.shell.render")
+local workspace = require("switchboard.shell.workspace")
 
 local M = {}
 M.__index = M
 
--- opts: root (workspaces root), thread_key, policy (function → the snapshot new work
--- captures), resolve_envs (optional function → NAME = value, called on every exec), getenv
+-- opts: root (workspaces root), thread_key, policy (function → the current snapshot; read only
+-- when a caller passes no opts.snap), resolve_envs (optional function → NAME = value, called
+-- on every exec), getenv, instance (optional: the walls its commands run inside, see
+-- shell/run.lua)
 function M.new(opts)
   assert(type(opts.root) == "string", "local executor: opts.root (a directory) is required")
   assert(type(opts.policy) == "function", "local executor: opts.policy is required")
+  local ws = workspace.open(opts.root, opts.thread_key or "default", { instance = opts.instance })
   return setmetatable({
     backend = "local",
     root = opts.root,
     thread_key = opts.thread_key or "default",
-    dir = workspace.path(opts.root, opts.thread_key or "default"),
+    ws = ws,
+    dir = ws.dir,
     policy = opts.policy,
     resolve_envs = opts.resolve_envs or function() return {} end,
     getenv = opts.getenv,
@@ -42,14 +47,10 @@ function M:exec(command, opts)
   if type(command) ~= "string" or command == "" then
     return nil, errors.tool("bash needs a command to run")
   end
-  local snap = self.policy()
+  local snap = opts.snap or self.policy()
   local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
-  if not plan then return nil, refusal end
+  if not plan then return nil, errors.refused(refusal, 124) end
   local limit_ms = plan.timeout_ms or budget.clamp(snap, nil)
-  local dir, err = workspace.ensure(self.root, self.thread_key)
-  if not dir then
-    return nil, errors.infra("local workspace unavailable: " .. tostring(err.message))
-  end
   local env, env_err = command_env(self, snap)
   if not env then
     -- A GitHub API failure keeps its span code (http <status>, timeout); anything else is infra.
@@ -58,9 +59,8 @@ function M:exec(command, opts)
       .. tostring(env_err), code)
   end
   local stop = opts.signal and core.signal(opts.signal, self.released) or self.released
-  local proc, spawn_err = core.spawn{
-    argv = { "bash", "-c", command },
-    cwd = dir,
+  local r, run_err = self.ws:run{
+    command = command,
     env = env,
     deadline_ms = limit_ms,
     kill_grace_ms = snap.timeouts.bash.kill_grace_ms,
@@ -68,10 +68,12 @@ function M:exec(command, opts)
     signal = stop,
     on_output = opts.on_output,
   }
-  if not proc then
-    return nil, errors.infra("local shell could not start: " .. spawn_err.message)
+  if not r then
+    if run_err and run_err.kind == "workspace" then
+      return nil, errors.infra("local workspace unavailable: " .. tostring(run_err.message))
+    end
+    return nil, errors.infra("local shell could not start: " .. tostring(run_err and run_err.message or run_err))
   end
-  local r = proc:wait()
   local reason = stop.reason
   return render.result(snap, {
     exit_code = r.exit,
@@ -102,33 +104,26 @@ local function fs_error(path, err)
   return errors.tool(("%s: %s"):format(path, err.message))
 end
 
-local function root_of(self)
-  local dir, err = workspace.ensure(self.root, self.thread_key)
-  if not dir then
-    return nil, errors.infra("local workspace unavailable: " .. tostring(err.message))
-  end
-  local root, root_err = core.fs.root(dir)
-  if not root then
-    return nil, errors.infra("local workspace unavailable: " .. tostring(root_err.message))
-  end
-  return root
+local function unavailable(err)
+  return errors.infra("local workspace unavailable: " .. tostring(err and err.message or err))
+end
+
+-- A failure of the workspace itself is infra; one of the path (outside, missing) is the
+-- model's to read.
+local function file_error(path, err)
+  if err and err.kind == "workspace" then return unavailable(err) end
+  return fs_error(path, err)
 end
 
 function M:read_file(path, opts)
-  local root, err = root_of(self)
-  if not root then return nil, err end
-  local bytes, read_err = root:read(path)
-  root:close()
-  if bytes == nil then return nil, fs_error(path, read_err) end
+  local bytes, err = self.ws:read(path)
+  if bytes == nil then return nil, file_error(path, err) end
   return bytes
 end
 
 function M:write_file(path, bytes, opts)
-  local root, err = root_of(self)
-  if not root then return nil, err end
-  local ok, write_err = root:write(path, bytes)
-  root:close()
-  if not ok then return nil, fs_error(path, write_err) end
+  local ok, err = self.ws:write(path, bytes)
+  if not ok then return nil, file_error(path, err) end
   return true
 end
 

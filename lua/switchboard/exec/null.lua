@@ -1,4 +1,4 @@
--- The null executor (seed item 7): what an agent that declared no repository gets. Nothing is
+-- The null executor (docs/contract.md#provisioning): what an agent that declared no repository gets. Nothing is
 -- provisioned for it, and every tool call is a legible tool error naming the wiring bug — a
 -- tool without a declared resource — in policy's words (errors.messages.null_executor),
 -- never a crash.
@@ -13,15 +13,15 @@ function M.new(opts)
   return setmetatable({ backend = "local", agent = opts.agent, policy = opts.policy }, M)
 end
 
-function M:refusal(tool)
-  local snap = self.policy()
+function M:refusal(tool, opts)
+  local snap = opts and opts.snap or self.policy()
   return nil, errors.tool(template.fill(snap.errors.messages.null_executor, {
     tool = tool, agent = self.agent,
   }))
 end
 
-function M:exec() return self:refusal("bash") end
-function M:read_file() return self:refusal("read_file") end
-function M:write_file() return self:refusal("write_file") end
+function M:exec(_, opts) return self:refusal("bash", opts) end
+function M:read_file(_, opts) return self:refusal("read_file", opts) end
+function M:write_file(_, _, opts) return self:refusal("write_file", opts) end
 
 return M

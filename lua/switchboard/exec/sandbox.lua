@@ -1,5 +1,6 @@
 -- The sandbox executor: a thread's commands and files go to its instance on a sandboxd
--- (docs/sandboxd.md; the wire protocol is DESIGN.md "Wire protocol", seed items 3, 5, 9, 11, 14).
+-- (docs/sandboxd.md; the rules: docs/contract.md#wire-protocol, #failure, #capacity,
+-- #credential-transport and #timeout-send-deadline).
 --
 --   * Every request carries authorization, content-type and x-thread-key — nothing else.
 --   * The env map is resolved once per CALL (resolve_envs(), never at construction) and rides
@@ -14,11 +15,11 @@
 --     command's result, whatever its exit code.
 local core = require("switchboard.core")
 local cjson = require("cjson")
-local budget = require("switchboard.exec.budget")
-local classify = require("switchboard.exec.classify")
+local budget = require("switchboard.shell.budget")
+local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
-local render = require("switchboard.exec.render")
-local protocol = require("switchboard.sandboxd.protocol")
+local render = require("switchboard.shell.render")
+local protocol = require("switchboard.shell.protocol")
 local template = require("switchboard.policy.template")
 
 local M = {}
@@ -37,7 +38,8 @@ json.encode_invalid_numbers(false)
 
 local function no_envs() return {} end
 
--- opts: url (the sandboxd base URL), token, thread_key, policy (fn → snapshot),
+-- opts: url (the sandboxd base URL), token, thread_key, policy (fn → the current snapshot;
+--       read only when a call's opts carry no snap),
 --       resolve_envs (fn → NAME = value | nil, err; called on every exec, read and write),
 --       request (core.http.request by default), sleep (core.sleep), now_ms (core.now_ms) —
 --       the last three let specs drive the waits without real time.
@@ -97,47 +99,48 @@ local function decode(raw)
   return nil, ok and ("a JSON " .. (doc == json.null and "null" or type(doc)) .. " instead of an object") or first_line(doc)
 end
 
--- The per-route verdict on one answer:
---   {kind = "ok", doc} | {kind = "fleet_busy"} | {kind = "container_starting", message}
---   | {kind = "infra", message, code} | {kind = "tool", message}
+-- The per-route verdict on one answer (a verdict names what to do next; it is not an error,
+-- so its field is `verdict`, never `kind`):
+--   {verdict = "ok", doc} | {verdict = "fleet_busy"} | {verdict = "container_starting", message}
+--   | {verdict = "infra", message, code} | {verdict = "tool", message}
 local function judge_exec(snap, route, status, doc, raw, elapsed_ms)
   if status ~= 200 then
-    if status == 503 and classify.is_fleet_busy_answer(doc) then return { kind = "fleet_busy" } end
+    if status == 503 and classify.is_fleet_busy_answer(doc) then return { verdict = "fleet_busy" } end
     return {
-      kind = "infra", code = classify.span_code(snap, "http", status),
+      verdict = "infra", code = classify.span_code(snap, "http", status),
       message = message(snap, "http_status", { who = M.WHO, route = route, status = status, detail = detail_of(doc, raw) }),
     }
   end
   if doc == nil then
-    return { kind = "infra", code = classify.span_code(snap, "inbody"),
+    return { verdict = "infra", code = classify.span_code(snap, "inbody"),
       message = message(snap, "bad_answer", { who = M.WHO, route = route, detail = detail_of(nil, raw) }) }
   end
   local verdict = classify.exec_answer(snap, doc, elapsed_ms)
-  if verdict.kind ~= "result" then return verdict end
+  if verdict.verdict ~= "result" then return verdict end
   local code = doc.exitCode
   if math.type(code) ~= "integer" and not (type(code) == "number" and code == math.floor(code)) then
-    return { kind = "infra", code = classify.span_code(snap, "inbody"),
+    return { verdict = "infra", code = classify.span_code(snap, "inbody"),
       message = message(snap, "bad_answer", { who = M.WHO, route = route, detail = "exitCode is not a whole number" }) }
   end
-  return { kind = "ok", doc = doc }
+  return { verdict = "ok", doc = doc }
 end
 
 -- File routes: 200 is the answer; 503 with reason fleet-busy waits; a 4xx with a text is a
 -- tool error the model should read (a path outside the workspace, a missing file); anything
 -- else (401, 5xx, not JSON) is infra.
 local function judge_file(snap, route, status, doc, raw)
-  if status == 200 and doc ~= nil then return { kind = "ok", doc = doc } end
-  if status == 503 and classify.is_fleet_busy_answer(doc) then return { kind = "fleet_busy" } end
+  if status == 200 and doc ~= nil then return { verdict = "ok", doc = doc } end
+  if status == 503 and classify.is_fleet_busy_answer(doc) then return { verdict = "fleet_busy" } end
   if status == 200 then
-    return { kind = "infra", code = classify.span_code(snap, "inbody"),
+    return { verdict = "infra", code = classify.span_code(snap, "inbody"),
       message = message(snap, "bad_answer", { who = M.WHO, route = route, detail = detail_of(nil, raw) }) }
   end
   if status >= 400 and status < 500 and status ~= 401 and status ~= 408 and status ~= 429
       and type(doc) == "table" and type(doc.error) == "string" and doc.error:find("%S") then
-    return { kind = "tool", message = doc.error }
+    return { verdict = "tool", message = doc.error }
   end
   return {
-    kind = "infra", code = classify.span_code(snap, "http", status),
+    verdict = "infra", code = classify.span_code(snap, "http", status),
     message = message(snap, "http_status", { who = M.WHO, route = route, status = status, detail = detail_of(doc, raw) }),
   }
 end
@@ -145,7 +148,7 @@ end
 -- Send one request (the same bytes every time) and follow the policy's re-send rules.
 -- call: route, body (encoded once), budget_ms (what the deadline is made of), deadline_ms,
 --       wait_request (the budget the fleet-busy wait is bounded by), signal
--- Returns verdict (kind ok | tool | infra) or {kind = "stopped"} or nil, capacity error.
+-- Returns a verdict (verdict ok | tool | infra | stopped) or nil, capacity error.
 local function send(self, snap, call)
   local req = {
     method = "POST", url = self.url .. call.route, headers = headers_of(self), body = call.body,
@@ -156,39 +159,39 @@ local function send(self, snap, call)
   local waits, waited, next_wait = nil, 0, 1
   local starting_left = snap.timeouts.container_starting.retries
   while true do
-    if call.signal and call.signal.aborted then return { kind = "stopped" } end
+    if call.signal and call.signal.aborted then return { verdict = "stopped" } end
     local t0 = self.now_ms()
     local status, headers, raw = self.request(req)
     if status == nil then
       local err = headers or {}
-      if err.kind == "aborted" or (call.signal and call.signal.aborted) then return { kind = "stopped" } end
+      if err.kind == "aborted" or (call.signal and call.signal.aborted) then return { verdict = "stopped" } end
       if err.kind == "timeout" then
-        return { kind = "infra", code = classify.span_code(snap, "timeout"),
+        return { verdict = "infra", code = classify.span_code(snap, "timeout"),
           message = budget.no_answer_message(snap, M.WHO, call.route, call.budget_ms) }
       end
-      return { kind = "infra", code = classify.span_code(snap, "inbody"),
+      return { verdict = "infra", code = classify.span_code(snap, "inbody"),
         message = message(snap, "transport_failed", {
           who = M.WHO, route = call.route, detail = first_line(err.message or err.kind or "transport failure"),
         }) }
     end
     local doc = decode(raw)
     local verdict = judge(snap, call.route, status, doc, raw, self.now_ms() - t0)
-    if verdict.kind == "fleet_busy" then
+    if verdict.verdict == "fleet_busy" then
       waits = waits or budget.fleet_busy_waits(snap, call.wait_request)
       local d = waits[next_wait]
       if d == nil then
         return nil, errors.capacity(classify.capacity_message(snap, waited), waited)
       end
-      if not self.sleep(d, call.signal) then return { kind = "stopped" } end
+      if not self.sleep(d, call.signal) then return { verdict = "stopped" } end
       waited = waited + d
       next_wait = next_wait + 1
-    elseif verdict.kind == "container_starting" and starting_left > 0 then
+    elseif verdict.verdict == "container_starting" and starting_left > 0 then
       starting_left = starting_left - 1
       if not self.sleep(snap.timeouts.container_starting.retry_after_ms, call.signal) then
-        return { kind = "stopped" }
+        return { verdict = "stopped" }
       end
-    elseif verdict.kind == "container_starting" then
-      return { kind = "infra", code = classify.span_code(snap, "inbody"), message = verdict.message }
+    elseif verdict.verdict == "container_starting" then
+      return { verdict = "infra", code = classify.span_code(snap, "inbody"), message = verdict.message }
     else
       return verdict
     end
@@ -223,11 +226,11 @@ function M:exec(command, opts)
   if type(command) ~= "string" or command == "" then
     return nil, errors.tool("bash needs a command to run")
   end
-  local snap = self.policy()
+  local snap = opts.snap or self.policy()
   local bad_key = key_refusal(self, snap)
   if bad_key then return nil, bad_key end
   local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
-  if not plan then return nil, refusal end
+  if not plan then return nil, errors.refused(refusal, 124) end
   local envs, env_err = envs_of(self)
   if not envs then return nil, env_failure(env_err) end
   local body = { command = command, env = envs, timeoutMs = plan.timeout_ms }
@@ -238,13 +241,13 @@ function M:exec(command, opts)
     signal = opts.signal,
   })
   if verdict == nil then return nil, capacity end
-  if verdict.kind == "stopped" then
+  if verdict.verdict == "stopped" then
     return render.result(snap, {
       aborted = true, abort_reason = stop_reason(opts.signal), stdout = "", stderr = "",
       clip_line = plan.clip_line,
     })
   end
-  if verdict.kind ~= "ok" then return nil, errors.infra(verdict.message, verdict.code) end
+  if verdict.verdict ~= "ok" then return nil, errors.infra(verdict.message, verdict.code) end
   local doc = verdict.doc
   return render.result(snap, {
     exit_code = math.tointeger(doc.exitCode),
@@ -257,7 +260,7 @@ end
 
 local function file_call(self, route, fields, opts)
   opts = opts or {}
-  local snap = self.policy()
+  local snap = opts.snap or self.policy()
   local bad_key = key_refusal(self, snap)
   if bad_key then return nil, bad_key end
   local envs, env_err = envs_of(self)
@@ -269,11 +272,11 @@ local function file_call(self, route, fields, opts)
     deadline_ms = budget.file_op_deadline(snap), wait_request = file_budget, signal = opts.signal,
   })
   if verdict == nil then return nil, capacity end
-  if verdict.kind == "stopped" then
+  if verdict.verdict == "stopped" then
     return nil, errors.tool(("%s stopped: %s"):format(route:sub(2), stop_reason(opts.signal)))
   end
-  if verdict.kind == "tool" then return nil, errors.tool(verdict.message) end
-  if verdict.kind ~= "ok" then return nil, errors.infra(verdict.message, verdict.code) end
+  if verdict.verdict == "tool" then return nil, errors.tool(verdict.message) end
+  if verdict.verdict ~= "ok" then return nil, errors.infra(verdict.message, verdict.code) end
   return verdict.doc, snap
 end
 

@@ -9,12 +9,15 @@ local M = {}
 local function discard() end
 
 -- opts: the factory's opts plus sink (a tracing sink; spans are dropped without one)
--- ctx:  the factory's ctx
+-- ctx:  the factory's ctx (ctx.snap: the snapshot the ask captured)
 -- Returns {executor (traced), tracker, backend, note} or nil, err.
 function M.build(opts, ctx)
-  local selection, err = factory.make_executor(opts, ctx)
+  local snap = ctx.snap or opts.policy()
+  local fctx = { snap = snap }
+  for k, v in pairs(ctx) do fctx[k] = fctx[k] or v end
+  local selection, err = factory.make_executor(opts, fctx)
   if not selection then return nil, err end
-  local tracker = health.new(selection.executor, opts.policy())
+  local tracker = health.new(selection.executor, snap)
   return {
     executor = tracing.new(tracker, { sink = opts.sink or discard, backend = selection.backend }),
     tracker = tracker,

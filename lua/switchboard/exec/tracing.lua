@@ -1,4 +1,4 @@
--- TracingExecutor (seed item 15): every executor operation is an exec.* span.
+-- TracingExecutor (docs/contract.md#tracing): every executor operation is an exec.* span.
 --   exec → exec.exec, read_file → exec.read_file, write_file → exec.write_file,
 --   release → exec.release and move_to → exec.move_to only when the inner executor has them.
 -- A span carries the backend and the per-call timeout_ms (and an exec's exit code) — never
@@ -173,20 +173,20 @@ local function traced(self, op, method, opts_at, ...)
     args[opts_at] = with_span(opts, span)
     if args.n < opts_at then args.n = opts_at end
   end
-  local res = table.pack(pcall(self.inner[method], self.inner, table.unpack(args, 1, args.n)))
-  if not res[1] then
+  -- A raise ends the span on its way through, uncaught (a to-be-closed value sees it).
+  local closer <close> = setmetatable({}, { __close = function(_, err)
+    if err ~= nil then span:finish("error", err) end
+  end })
+  local res = table.pack(self.inner[method](self.inner, table.unpack(args, 1, args.n)))
+  if res[1] == nil and res.n >= 2 then
     span:finish("error", res[2])
-    error(res[2], 0)
-  end
-  if res[2] == nil and res.n >= 3 then
-    span:finish("error", res[3])
   else
-    if op == "exec" and type(res[2]) == "table" and type(res[2].exit_code) == "number" then
-      attrs.exit_code = res[2].exit_code
+    if op == "exec" and type(res[1]) == "table" and type(res[1].exit_code) == "number" then
+      attrs.exit_code = res[1].exit_code
     end
     span:finish("ok")
   end
-  return table.unpack(res, 2, res.n)
+  return table.unpack(res, 1, res.n)
 end
 
 -- opts: sink (where spans go; none → dropped), backend (default inner.backend),

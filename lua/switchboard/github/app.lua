@@ -1,5 +1,4 @@
--- A GitHub App's side of the installation-token protocol (../shared/REFERENCE.md "GitHub App
--- installation tokens"): the app JWT, the installation lookup for a repository, and the mint.
+-- A GitHub App's side of the installation-token protocol (docs/github.md "For developers"): the app JWT, the installation lookup for a repository, and the mint.
 -- Caching, reuse and single-flight live in github/cache.lua; choosing the scope and building
 -- the command's environment in github/identity.lua.
 --

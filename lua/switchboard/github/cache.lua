@@ -1,4 +1,5 @@
--- Slots of short-lived values with a reuse margin and single-flight fills (seed item 5).
+-- Slots of short-lived values with a reuse margin and single-flight fills
+-- (docs/contract.md#credential-freshness).
 --
 --   local c = cache.new{wall_ms = core.wall_ms, margin_ms = function() return 25 * 60000 end}
 --   local entry, err = c:get("read@678", function() return mint() end)

@@ -1,4 +1,4 @@
--- The GitHub identity commands act as (seed item 5), chosen once from the bot's environment:
+-- The GitHub identity commands act as (docs/contract.md#credentials), chosen once from the bot's environment:
 --
 --   GITHUB_APP_ID + GITHUB_APP_PRIVATE_KEY   a GitHub App: installation tokens minted on
 --       demand, scoped per agent (policies/github.lua), cached per scope with the reuse margin,
@@ -11,6 +11,7 @@
 --   id:resolve_envs("read", {repo = "acme/api"}) → {GH_TOKEN = "…"} | {} | nil, err
 --   id:describe()  → one line for the status card and the CLI
 --   id:notice()    → the "no token" line the first time, nil after (say it once)
+--   identity.notice_for(id, agent_def) → that line when the agent has a token scope
 --
 -- Nothing is minted (no request, no key read) until resolve_envs is called; executors call
 -- it for every command, so each command carries the token current at its own start.
@@ -32,6 +33,13 @@ function Identity:notice()
   if self.kind ~= "none" or self.noticed then return nil end
   self.noticed = true
   return self.line
+end
+
+-- The notice for an agent about to run: only an agent with a token scope misses a credential,
+-- and the line comes once (creds: an identity, or nil; agent_def: the policy's agent).
+function M.notice_for(creds, agent_def)
+  if not (agent_def and agent_def.token_scope and creds and creds.notice) then return nil end
+  return creds:notice()
 end
 
 local function nonempty(v)

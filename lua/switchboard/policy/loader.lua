@@ -17,12 +17,20 @@ local schema = require("switchboard.policy.schema")
 
 local M = {}
 
--- The one place instruction budgets are set (count-hook instructions).
+-- The one place the bounds on policy code are set: instructions (count hook), bytes it may
+-- allocate (counted by the engine's allocator while it runs; this also bounds the time spent
+-- building strings), wall time (a backstop for instructions that each do much C work), and the
+-- worst-case steps of one pattern match (a single C call the hook cannot interrupt).
 M.limits = {
   load_instructions = 10 * 1000 * 1000, -- running one policy file
   hook_instructions = 100 * 1000,       -- one decision (policy.decide)
+  load_memory_bytes = 64 * 1024 * 1024,
+  hook_memory_bytes = 8 * 1024 * 1024,
+  load_time_ms = 3000,                  -- a backstop: the other bounds trip first
+  hook_time_ms = 250,
   max_file_bytes = 1024 * 1024,
   max_string_rep_bytes = 1024 * 1024,   -- string.rep inside a policy
+  pattern_steps = 10 * 1000 * 1000,     -- find/match/gmatch/gsub, worst case of one call
 }
 
 M.FILES = schema.order
@@ -48,9 +56,11 @@ function M.default_hash(bytes)
   return c.crypto.hex(c.crypto.sha256(bytes))
 end
 
--- Run fn(...) under an instruction budget; never lets it yield or loop forever.
--- Returns true, ... or false, message. Uses core.call_bounded when the engine is loaded.
+-- The stand-in without the engine: fn(...) under an instruction budget alone (a number, or
+-- a limits table's instructions); never lets it yield or loop forever.
+-- Returns true, ... or false, message. M.bounded uses core.call_bounded when it can.
 local function lua_bounded(budget, fn, ...)
+  if type(budget) == "table" then budget = budget.instructions end
   local co = coroutine.create(fn)
   debug.sethook(co, function()
     local info = debug.getinfo(2, "Sl")
@@ -71,10 +81,152 @@ local function lua_bounded(budget, fn, ...)
 end
 M.lua_bounded = lua_bounded
 
-function M.bounded(budget, fn, ...)
+---------------------------------------------------------------------------------------------
+-- The string library policy code sees, also through the string metatable while it runs
+-- (("x"):rep(...) reaches these, and ("x").dump is nil). Checks raise at the caller's line.
+
+local s_rep, s_find, s_match, s_gmatch, s_gsub, s_byte =
+  string.rep, string.find, string.match, string.gmatch, string.gsub, string.byte
+
+local function checked_rep(s, n, sep)
+  local size = #tostring(s) * (tonumber(n) or 0) + #(sep or "") * math.max((tonumber(n) or 0) - 1, 0)
+  if size > M.limits.max_string_rep_bytes then
+    error(string.format("string.rep would build %d bytes (limit %d)", size, M.limits.max_string_rep_bytes), 2)
+  end
+  return s_rep(s, n, sep)
+end
+
+local PCT, LBRACK, RBRACK, CARET, LPAREN, RPAREN, DOLLAR = 37, 91, 93, 94, 40, 41, 36
+local REPEAT = { [42] = true, [43] = true, [45] = true } -- * + -
+
+-- The index just past the set that opens at i ("[...]", "]" first is literal). A malformed
+-- set ends the pattern: the real function then says what is wrong with it.
+local function set_end(p, i)
+  local j = i + 1
+  if s_byte(p, j) == CARET then j = j + 1 end
+  repeat
+    if j > #p then return #p + 1 end
+    local c = s_byte(p, j)
+    j = j + ((c == PCT) and 2 or 1)
+  until s_byte(p, j) == RBRACK
+  return j + 1
+end
+
+-- How many items of `p` can each match a varying length (x*, x+, x-, %b, %1...) and how many
+-- are optional (x?). An item with nothing after it but ")" is not counted: its match never
+-- backtracks.
+local function pattern_shape(p, from)
+  local vars, opts = 0, 0
+  local i, n = from, #p
+  while i <= n do
+    local c = s_byte(p, i)
+    local stop -- index past a single-character class, or nil for other items
+    if c == LPAREN or c == RPAREN or (c == DOLLAR and i == n) then
+      i = i + 1
+    elseif c == PCT then
+      local d = s_byte(p, i + 1)
+      if d == 98 then -- %bxy
+        vars, i = vars + 1, i + 4
+      elseif d == 102 then -- %f[set]
+        i = set_end(p, i + 2)
+      elseif d and d >= 48 and d <= 57 then -- back-reference
+        vars, i = vars + 1, i + 2
+      else
+        stop = i + 2
+      end
+    elseif c == LBRACK then
+      stop = set_end(p, i)
+    else
+      stop = i + 1
+    end
+    if stop then
+      local q = s_byte(p, stop)
+      if REPEAT[q] then
+        local rest = stop + 1
+        while s_byte(p, rest) == RPAREN do rest = rest + 1 end
+        if rest <= n then vars = vars + 1 end
+        i = stop + 1
+      elseif q == 63 then -- ?
+        opts, i = opts + 1, stop + 1
+      else
+        i = stop
+      end
+    end
+  end
+  return vars, opts
+end
+
+-- Refuses a match whose worst case exceeds limits.pattern_steps: every varying item may try
+-- every length at every start, and an unanchored search tries every start.
+local function check_pattern(fname, s, p, can_anchor)
+  if type(s) ~= "string" and type(s) ~= "number" then return end
+  if type(p) ~= "string" then return end
+  s = tostring(s)
+  local anchored = can_anchor and s_byte(p, 1) == CARET
+  local vars, opts = pattern_shape(p, anchored and 2 or 1)
+  local n = #s + 1
+  local steps = (anchored and 1 or n) * n ^ vars * 2 ^ opts
+  if steps > M.limits.pattern_steps then
+    error(string.format("string.%s: pattern %q over %d bytes may take %.3g steps (limit %d): "
+      .. "use a plain find or a simpler pattern", fname, #p > 40 and p:sub(1, 40) .. "..." or p,
+      #s, steps, M.limits.pattern_steps), 3)
+  end
+end
+
+local function checked_find(s, p, init, plain)
+  if not plain then check_pattern("find", s, p, true) end
+  return s_find(s, p, init, plain)
+end
+local function checked_match(s, p, init)
+  check_pattern("match", s, p, true)
+  return s_match(s, p, init)
+end
+local function checked_gmatch(s, p, init)
+  check_pattern("gmatch", s, p, false)
+  return s_gmatch(s, p, init)
+end
+local function checked_gsub(s, p, repl, n)
+  check_pattern("gsub", s, p, true)
+  return s_gsub(s, p, repl, n)
+end
+
+local policy_string_lib = {}
+for k, v in pairs(string) do
+  if k ~= "dump" then policy_string_lib[k] = v end
+end
+policy_string_lib.rep = checked_rep
+policy_string_lib.find = checked_find
+policy_string_lib.match = checked_match
+policy_string_lib.gmatch = checked_gmatch
+policy_string_lib.gsub = checked_gsub
+
+-- Read-only, so one policy file cannot change what another one (or a later decision) calls.
+M.policy_string = setmetatable({}, {
+  __index = policy_string_lib,
+  __newindex = function(_, k) error("string." .. tostring(k) .. " cannot be assigned in a policy", 2) end,
+  __metatable = "policy string library",
+})
+
+-- The engine's limits for one bounded call: `limits` is a number (a decision's instruction
+-- budget) or a table (a load: {instructions, memory_bytes, time_ms}).
+local function engine_limits(limits)
+  if type(limits) == "table" then
+    return { instructions = limits.instructions, memory_bytes = limits.memory_bytes,
+             time_ms = limits.time_ms, string = M.policy_string }
+  end
+  return { instructions = limits, memory_bytes = M.limits.hook_memory_bytes,
+           time_ms = M.limits.hook_time_ms, string = M.policy_string }
+end
+
+function M.load_limits(instructions)
+  return { instructions = instructions or M.limits.load_instructions,
+           memory_bytes = M.limits.load_memory_bytes, time_ms = M.limits.load_time_ms }
+end
+
+function M.bounded(limits, fn, ...)
   local c = core()
-  if c and c.call_bounded then return c.call_bounded(budget, fn, ...) end
-  return lua_bounded(budget, fn, ...)
+  if c and c.call_bounded then return c.call_bounded(engine_limits(limits), fn, ...) end
+  return lua_bounded(limits, fn, ...)
 end
 
 ---------------------------------------------------------------------------------------------
@@ -180,12 +332,32 @@ local function new_env(name, fields, src_lines)
     return out
   end
 
+  -- Policy code raises messages: a raised value that is not one becomes a message that says
+  -- what it was, at the line that raised it (never a table's address in a reload's log).
+  local function message_of(v)
+    if type(v) == "string" or type(v) == "number" then return v end
+    return ("raised a %s value instead of a message; raise a string: error(\"why\")"):format(type(v))
+  end
+  local function policy_error(v, level)
+    if type(v) == "string" or type(v) == "number" then
+      if level == 0 then error(v, 0) end
+      error(v, (level or 1) + 1)
+    end
+    error(message_of(v), 2)
+  end
+  local function policy_assert(v, msg, ...)
+    if v then return v, msg, ... end
+    if msg == nil then error("assertion failed!", 2) end
+    if type(msg) == "string" or type(msg) == "number" then error(msg, 0) end
+    error(message_of(msg), 2)
+  end
+
   local helpers = {
-    string = copy_lib(string, { dump = true }),
+    string = M.policy_string,
     table = copy_lib(table),
     math = copy_lib(math, { random = true, randomseed = true }),
     utf8 = copy_lib(utf8),
-    assert = assert, error = error, ipairs = ipairs, pairs = pairs, select = select,
+    assert = policy_assert, error = policy_error, ipairs = ipairs, pairs = pairs, select = select,
     tonumber = tonumber, tostring = tostring, type = type,
     next = function(t, k)
       local data = proxies[t]
@@ -194,13 +366,6 @@ local function new_env(name, fields, src_lines)
     second = schema.SECOND, minute = schema.MINUTE, hour = schema.HOUR,
     KiB = schema.KIB, MiB = schema.MIB,
   }
-  helpers.string.rep = function(s, n, sep)
-    local size = #tostring(s) * (tonumber(n) or 0) + #(sep or "") * math.max((tonumber(n) or 0) - 1, 0)
-    if size > M.limits.max_string_rep_bytes then
-      fail(string.format("string.rep would build %d bytes (limit %d)", size, M.limits.max_string_rep_bytes))
-    end
-    return string.rep(s, n, sep)
-  end
   helpers.rule = function(spec)
     local r, errs = rule.new(spec)
     if not r then fail("rule{...}: " .. table.concat(errs, "; ")) end
@@ -322,7 +487,7 @@ local function load_one(dir, name, opts, errs)
     return nil, src
   end
   local bounded = opts.bounded or M.bounded
-  local ok, berr = bounded(opts.load_instructions or M.limits.load_instructions, fn)
+  local ok, berr = bounded(M.load_limits(opts.load_instructions), fn)
   if not ok then
     errs[#errs + 1] = located(tostring(berr), short)
     return nil, src
@@ -435,7 +600,9 @@ function M.load(dir, opts)
   if list then
     local names, lerr = list(dir)
     if not names then
-      return nil, { string.format("%s: cannot list the policy directory: %s", dir, tostring(lerr)) }
+      -- the engine's failure is {kind, message}: its message is the text, never the table
+      local why = type(lerr) == "table" and lerr.message or tostring(lerr)
+      return nil, { string.format("%s: cannot list the policy directory: %s", dir, why) }
     end
     local known = {}
     for _, n in ipairs(M.FILES) do known[n .. ".lua"] = true end

@@ -567,8 +567,8 @@ end
 
 -- Across files. snap has every file's settings. report(file, path, msg).
 function M.cross_files(snap, report)
-  -- A command sandboxd kills on shutdown must read as a recycle to the executor (item 9): its
-  -- workspace is gone with the instance.
+  -- A command sandboxd kills on shutdown must read as a recycle to the executor
+  -- (docs/contract.md#failure-recycle): its workspace is gone with the instance.
   local stopped = template.fill(snap.errors.messages.server_stopped, { drain_s = 0 })
   if rule.is_rule(snap.errors.recycle) and not snap.errors.recycle:match_text(stopped) then
     report("errors", "messages.server_stopped",

@@ -1,4 +1,4 @@
--- envFromRequest (seed item 5): the environment a command gets from the request BODY alone.
+-- envFromRequest (docs/contract.md#credential-transport): the environment a command gets from the request BODY alone.
 --
 --   * only body.env is read; no other body field, and never a request header;
 --   * names are upper-cased (gh_token and GH_TOKEN are one variable) and kept only when they

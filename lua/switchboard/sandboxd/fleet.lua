@@ -1,6 +1,7 @@
--- The thread → instance bookkeeping of sandboxd (issue item 6, 7): which threads have an awake
--- instance, how many are awake against the ceiling, when an idle one is put to sleep. It knows
--- nothing about HOW an instance runs commands: that is the runner the fleet is given
+-- The thread → instance bookkeeping of sandboxd (docs/contract.md#workspaces, #capacity):
+-- which threads have an awake instance, how many are awake against the ceiling, when an idle
+-- one is put to sleep. It knows nothing about HOW an instance runs commands: that is the runner
+-- the fleet is given
 -- (new_runner(thread_key) → runner with :stop(reason)), so a later runner that puts each instance
 -- in its own namespaces changes nothing here.
 --
@@ -11,7 +12,7 @@
 --   fleet:close()                         -- every instance to sleep; nothing wakes any more
 --
 -- Idle means idle: an instance with an operation in flight is never put to sleep, however long
--- the operation runs (seed item 2's invariant); the idle clock starts when the last one ends.
+-- the operation runs (docs/contract.md#workspaces); the idle clock starts when the last one ends.
 -- Sleep = the runner's stop(): its processes are killed and its resources (the workspace) are
 -- released. The thread's next request wakes a fresh instance.
 local core = require("switchboard.core")

@@ -1,4 +1,4 @@
--- sandboxd's routes (issue items 1-8): the handler core.http.serve runs, one task per request.
+-- sandboxd's routes (docs/sandboxd.md, docs/contract.md#wire-protocol): the handler core.http.serve runs, one task per request.
 --
 -- Order of checks on every request: the bearer (401, same answer whatever was wrong), the route
 -- and method (404, 405), then — except /healthz — the thread key (400) and the JSON body (400).
@@ -8,11 +8,11 @@ local core = require("switchboard.core")
 local cjson = require("cjson")
 local auth = require("switchboard.sandboxd.auth")
 local envmod = require("switchboard.sandboxd.env")
-local protocol = require("switchboard.sandboxd.protocol")
-local budget = require("switchboard.exec.budget")
-local child_env = require("switchboard.exec.child_env")
-local classify = require("switchboard.exec.classify")
-local render = require("switchboard.exec.render")
+local protocol = require("switchboard.shell.protocol")
+local budget = require("switchboard.shell.budget")
+local child_env = require("switchboard.shell.child_env")
+local classify = require("switchboard.shell.classify")
+local render = require("switchboard.shell.render")
 local template = require("switchboard.policy.template")
 
 local M = {}
@@ -35,7 +35,7 @@ local function send_json(res, status, doc, extra)
   res:send(status, headers, json.encode(doc))
 end
 
--- /exec answers every failure in the dual shape (seed item 3), whatever the status.
+-- /exec answers every failure in the dual shape (docs/contract.md#failure-shape), whatever the status.
 local function refuse(res, route, status, text, reason)
   if route == "/exec" then
     return send_json(res, status, protocol.exec_failure(text, reason))

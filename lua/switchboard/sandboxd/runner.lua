@@ -1,9 +1,9 @@
--- How one sandboxd instance runs commands and touches files: on this host, in the thread's
--- workspace root/<workspace.dir_name(thread key)>, through the engine's process supervisor
--- (own session and process group, deadline TERM then KILL after the grace, capped capture) and
--- the confined file access of core.fs.root. The fleet (fleet.lua) decides WHEN an instance
--- exists; this decides HOW it runs — a later runner puts each instance in its own namespaces
--- behind the same four methods:
+-- How one sandboxd instance runs commands and touches files: in the thread's workspace
+-- (shell/workspace.lua: root/<dir_name(thread key)>, commands through shell/run.lua's one spawn
+-- point, files through the confined core.fs.root) — the same implementation the local executor
+-- uses. The fleet (fleet.lua) decides WHEN an instance exists; this decides HOW it runs and
+-- how it goes to sleep. Walls (namespaces, a cgroup) are given to the workspace as its
+-- instance, behind the same four methods:
 --
 --   runner:exec{command, env, deadline_ms, kill_grace_ms, max_output, signal} → proc result | nil, err
 --   runner:read(path, max_bytes)  → bytes | nil, err (kind escape | not_found | not_a_file | too_large | io)
@@ -11,18 +11,21 @@
 --   runner:stop(reason)           → kill what still runs, delete the workspace (sleep; reason
 --                                   "idle" | "shutdown")
 local core = require("switchboard.core")
-local workspace = require("switchboard.exec.workspace")
+local workspace = require("switchboard.shell.workspace")
 
 local M = {}
 
 local Runner = {}
 Runner.__index = Runner
 
-function M.new(root, thread_key)
+-- opts.instance: the walls this instance's commands run inside (shell/run.lua), if any.
+function M.new(root, thread_key, opts)
+  local ws = workspace.open(root, thread_key, opts)
   return setmetatable({
     root = root,
     key = thread_key,
-    dir = workspace.path(root, thread_key),
+    dir = ws.dir,
+    ws = ws,
     stopped = core.signal(), -- sleep: every process of this instance is killed at once
   }, Runner)
 end
@@ -32,51 +35,23 @@ function M.factory(root)
   return function(thread_key) return M.new(root, thread_key) end
 end
 
--- The workspace exists from the instance's first operation until it sleeps; a command may
--- still remove its own directory, so one stat per operation checks before the cwd is used.
-local function ensure(self)
-  if self.ready and core.fs.exists(self.dir) then return self.dir end
-  local ok, err = core.fs.mkdir_p(self.dir, tonumber("700", 8))
-  if not ok then
-    return nil, { kind = "workspace", message = "the workspace could not be created: " .. tostring(err and err.message) }
-  end
-  self.ready = true
-  return self.dir
-end
-
 function Runner:exec(spec)
-  local dir, err = ensure(self)
-  if not dir then return nil, err end
-  local signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped
-  local proc, spawn_err = core.spawn{
-    argv = { "bash", "-c", spec.command },
-    cwd = dir,
+  return self.ws:run{
+    command = spec.command,
     env = spec.env,
     deadline_ms = spec.deadline_ms,
     kill_grace_ms = spec.kill_grace_ms,
     max_output = spec.max_output,
-    signal = signal,
+    signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped,
   }
-  if not proc then return nil, spawn_err end
-  return proc:wait()
-end
-
-local function with_root(self, fn)
-  local dir, err = ensure(self)
-  if not dir then return nil, err end
-  local root, root_err = core.fs.root(dir)
-  if not root then return nil, root_err end
-  local a, b = fn(root)
-  root:close()
-  return a, b
 end
 
 function Runner:read(path, max_bytes)
-  return with_root(self, function(root) return root:read(path, max_bytes) end)
+  return self.ws:read(path, max_bytes)
 end
 
 function Runner:write(path, bytes)
-  return with_root(self, function(root) return root:write(path, bytes) end)
+  return self.ws:write(path, bytes)
 end
 
 local TRASH = ".trash-"

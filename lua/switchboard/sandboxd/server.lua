@@ -15,7 +15,7 @@ local policy = require("switchboard.policy")
 local fleet = require("switchboard.sandboxd.fleet")
 local routes = require("switchboard.sandboxd.routes")
 local runner = require("switchboard.sandboxd.runner")
-local workspace = require("switchboard.exec.workspace")
+local workspace = require("switchboard.shell.workspace")
 
 local M = {}
 
@@ -50,12 +50,16 @@ function M.start(opts)
     log = log, stopping = core.signal(), getenv = opts.getenv,
   }
   local handler = routes.handler(self.ctx)
-  local function counted(req, res)
-    self.inflight = self.inflight + 1
-    local ok, err = xpcall(handler, debug.traceback, req, res)
+  -- The count drops however the handler ends; a raise passes through uncaught to the engine's
+  -- one protected call (which logs it with its traceback and answers 500).
+  local function done()
     self.inflight = self.inflight - 1
     if self.inflight == 0 and self.quiet then self.quiet:abort("idle") end
-    if not ok then error(err, 0) end
+  end
+  local function counted(req, res)
+    self.inflight = self.inflight + 1
+    local finished <close> = setmetatable({}, { __close = done })
+    return handler(req, res)
   end
   local ok, srv, err = pcall(core.http.serve, {
     host = opts.host, port = opts.port, handler = counted, limits = limits_of(policy.current()),

@@ -1,9 +1,9 @@
--- Command budgets (seed items 11, 12, 14) from a policy snapshot's timeouts.
+-- Command budgets (docs/contract.md#timeouts, #capacity) from a policy snapshot's timeouts, shared by the
+-- executors (the bot-side deadlines) and sandboxd (the server-side clamp).
 -- Every function takes the snapshot the work captured as its first argument. Units: ms.
 
 local schema = require("switchboard.policy.schema")
 local template = require("switchboard.policy.template")
-local errors = require("switchboard.exec.errors")
 
 local M = {}
 
@@ -34,13 +34,14 @@ function M.server_budget(snap, requested)
   return clamp_with(t.bash, requested, t.sandbox.default_budget_ms)
 end
 
--- Cap a command's budget by the run's remaining wall clock (item 12).
+-- Cap a command's budget by the run's remaining wall clock (docs/contract.md#timeout-run-clip).
 --   requested:    the caller's timeoutMs (nil when it asked for none)
 --   remaining_ms: the run's wall clock left (nil: no run bound)
 -- Returns {timeout_ms = <clamped ms or nil>, clip_line = <line or nil>}: with plenty of run
 -- left a request passes through clamped and no request stays no request. Otherwise the budget
 -- (the request, or the default the executor would apply) is cut to remaining − reserve with a
--- "[timeout clipped to …]" line. Inside the reserve: nil, refused error (exit 124).
+-- "[timeout clipped to …]" line. Inside the reserve: nil, the refusal's text (the executor
+-- answers it as a refused command, exit 124).
 function M.within_run(snap, requested, remaining_ms)
   local t = snap.timeouts
   local asked = requested ~= nil
@@ -53,7 +54,7 @@ function M.within_run(snap, requested, remaining_ms)
     local text = template.fill(snap.errors.messages.run_exhausted, {
       remaining_s = math.max(0, seconds(remaining_ms)), reserve_s = seconds(reserve),
     })
-    return nil, errors.refused(text, 124)
+    return nil, text
   end
   if budget <= cap then return out end
   cap = math.tointeger(math.floor(cap)) or math.floor(cap)

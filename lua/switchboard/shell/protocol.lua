@@ -1,4 +1,4 @@
--- The wire protocol between the sandbox executor and sandboxd (DESIGN.md "Wire protocol"),
+-- The wire protocol between the sandbox executor and sandboxd (docs/contract.md#wire-protocol),
 -- shared by both ends the way the earlier system bundled sandboxErrors.ts into its Worker:
 -- route names, the request headers, the thread-key rule and the answer shapes. Pure: no
 -- engine calls, nothing that waits.
@@ -20,7 +20,7 @@ M.ROUTES = {
 
 M.THREAD_HEADER = "x-thread-key"
 M.AUTH_HEADER = "authorization"
-M.FAILURE_EXIT = 127 -- the dual shape's exitCode (seed item 3)
+M.FAILURE_EXIT = 127 -- the dual shape's exitCode (docs/contract.md#failure-shape)
 
 -- A thread key the wire can carry: 1..max_bytes of visible ASCII and inner spaces (a header
 -- value cannot carry control bytes, and leading or trailing blanks would be stripped on the

@@ -1,12 +1,14 @@
 /* The process supervisor: core.spawn{...} and proc:wait().
  *
- * Every child is started with posix_spawn (vfork-fast) in its own session and process group
- * and watched through a pidfd on the loop. Signals go to the whole group: a deadline sends
+ * Every child is started by spawn.c (posix_spawn in its own session and process group) and
+ * supervised here, watched through a pidfd on the loop. Signals go to the whole group: a deadline sends
  * TERM and, after the grace, KILL; an abort sends KILL at once; and when the leader exits,
  * whatever it left behind in its group is killed, so no background job outlives its command.
  * stdout and stderr are captured up to a per-stream cap; past it the bytes are drained and
  * dropped, so memory stays at the cap however much a child writes. The environment is exactly
  * the table given, through envp. */
+#include "proc.h"
+#include "spawn.h"
 #include "../engine/engine.h"
 #include "../log/log.h"
 
@@ -95,12 +97,10 @@ static void signal_group(sb_proc *p, int signo) {
     kill(-p->pid, signo); /* ESRCH once the group is empty: nothing to do */
 }
 
-void sb_proc_kill_all(int signo) {
+static void kill_all(int signo) {
   for (sb_proc *p = live_head; p; p = p->next)
     signal_group(p, signo);
 }
-
-int sb_proc_live_count(void) { return live_count; }
 
 /* ---- completion ----------------------------------------------------------------------------- */
 
@@ -225,18 +225,26 @@ static void record_exit(sb_proc *p, int status) {
   maybe_finish(p);
 }
 
-static void child_exited(uv_poll_t *h, int status, int events) {
-  (void)status;
-  (void)events;
-  sb_proc *p = h->data;
+/* Reaps the leader if it has exited (without waiting) and records its exit. Returns whether it
+ * had. */
+static bool reap_if_exited(sb_proc *p) {
+  if (p->exited)
+    return true;
   int wstatus = 0;
   pid_t got = waitpid(p->pid, &wstatus, WNOHANG);
   if (got == 0)
-    return; /* spurious wakeup: not reaped yet */
-  uv_poll_stop(h);
+    return false; /* still running */
+  uv_poll_stop(&p->exit_poll);
   if (got < 0)
     wstatus = 0; /* reaped by someone else: nothing more to learn */
   record_exit(p, wstatus);
+  return true;
+}
+
+static void child_exited(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  reap_if_exited(h->data); /* a spurious wakeup finds it still running */
 }
 
 /* ---- output -------------------------------------------------------------------------------- */
@@ -298,6 +306,10 @@ static void grace_expired(uv_timer_t *t) { signal_group(t->data, SIGKILL); }
 
 static void deadline_expired(uv_timer_t *t) {
   sb_proc *p = t->data;
+  /* libuv runs due timers before it polls: after a stall (a long callback, the process
+   * stopped) the child may have exited within its budget with its pidfd not yet seen. */
+  if (reap_if_exited(p))
+    return;
   p->timed_out = true;
   signal_group(p, SIGTERM);
   uv_timer_start(&p->grace, grace_expired, p->kill_grace_ms, 0);
@@ -306,7 +318,7 @@ static void deadline_expired(uv_timer_t *t) {
 static void abort_fired(sb_abort_listener *l, sb_abort *sig) {
   (void)sig;
   sb_proc *p = (sb_proc *)((char *)l - offsetof(sb_proc, on_abort));
-  if (p->exited)
+  if (reap_if_exited(p)) /* it finished before the abort: not aborted */
     return;
   p->aborted = true;
   signal_group(p, SIGKILL);
@@ -331,88 +343,7 @@ static void stdin_written(uv_write_t *req, int status) {
     close_handle(p, (uv_handle_t *)&p->in);
 }
 
-/* ---- spawn --------------------------------------------------------------------------------- */
-
-typedef struct {
-  char **argv, **envp; /* argv strings point into Lua strings on the stack; envp entries owned */
-  size_t n_env;
-} spawn_args;
-
-static void spawn_args_free(spawn_args *a) {
-  if (a->envp)
-    for (size_t i = 0; i < a->n_env; i++)
-      free(a->envp[i]);
-  free(a->envp);
-  free(a->argv);
-}
-
-/* Reads opts.argv (a non-empty array of strings). Raises on a malformed table. */
-static void read_argv(lua_State *L, int opts, spawn_args *a) {
-  lua_getfield(L, opts, "argv");
-  luaL_argcheck(L, lua_istable(L, -1), 1, "opts.argv must be an array of strings");
-  lua_Integer n = luaL_len(L, -1);
-  luaL_argcheck(L, n >= 1 && n < 100000, 1, "opts.argv must not be empty");
-  a->argv = calloc((size_t)n + 1, sizeof *a->argv);
-  if (a->argv == NULL)
-    luaL_error(L, "out of memory");
-  for (lua_Integer i = 1; i <= n; i++) {
-    lua_rawgeti(L, -1, i);
-    size_t len;
-    const char *s = lua_tolstring(L, -1, &len);
-    if (s == NULL || strlen(s) != len) {
-      spawn_args_free(a);
-      luaL_error(L, "opts.argv[%d] must be a string without NUL bytes", (int)i);
-    }
-    a->argv[i - 1] = (char *)s; /* anchored by the argv table */
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 1);
-}
-
-/* Reads opts.env into an owned envp ("K=V"). nil means an empty environment. */
-static void read_env(lua_State *L, int opts, spawn_args *a) {
-  lua_getfield(L, opts, "env");
-  int t = lua_gettop(L);
-  size_t n = 0;
-  if (!lua_isnil(L, t)) {
-    if (!lua_istable(L, t)) {
-      spawn_args_free(a);
-      luaL_error(L, "opts.env must be a table of NAME = value strings");
-    }
-    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1))
-      n++;
-  }
-  a->envp = calloc(n + 1, sizeof *a->envp);
-  if (a->envp == NULL) {
-    spawn_args_free(a);
-    luaL_error(L, "out of memory");
-  }
-  if (n > 0) {
-    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
-      size_t kl = 0, vl = 0; /* set only for strings; clang cannot see the NULL checks */
-      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &kl) : NULL;
-      const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &vl) : NULL;
-      if (k == NULL || v == NULL || kl == 0 || strlen(k) != kl || strchr(k, '=') ||
-          strlen(v) != vl) {
-        lua_pop(L, 2);
-        spawn_args_free(a);
-        luaL_error(L, "opts.env: every entry must be NAME = value (strings, no '=' in the "
-                      "name, no NUL bytes)");
-      }
-      char *kv = malloc(kl + vl + 2);
-      if (kv == NULL) {
-        lua_pop(L, 2);
-        spawn_args_free(a);
-        luaL_error(L, "out of memory");
-      }
-      memcpy(kv, k, kl);
-      kv[kl] = '=';
-      memcpy(kv + kl + 1, v, vl + 1);
-      a->envp[a->n_env++] = kv;
-    }
-  }
-  lua_pop(L, 1);
-}
+/* ---- core.spawn ---------------------------------------------------------------------------- */
 
 static lua_Integer opt_ms(lua_State *L, int opts, const char *field, lua_Integer dflt) {
   lua_getfield(L, opts, field);
@@ -438,100 +369,14 @@ static int field_ref(lua_State *L, int opts, const char *field, int type, const 
   return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
-/* Finds `name` in the PATH of the child's environment (not ours), as execvp would. Returns
- * an owned path, or NULL with errno set. */
-static char *resolve_program(const char *name, char *const *envp) {
-  if (strchr(name, '/') != NULL)
-    return strdup(name);
-  const char *path = "/usr/local/bin:/usr/bin:/bin";
-  for (char *const *e = envp; *e; e++)
-    if (strncmp(*e, "PATH=", 5) == 0)
-      path = *e + 5;
-  size_t nl = strlen(name);
-  int err = ENOENT;
-  for (const char *dir = path;; dir++) {
-    const char *end = strchr(dir, ':');
-    size_t dl = end ? (size_t)(end - dir) : strlen(dir);
-    char *candidate = malloc(dl + nl + 3);
-    if (candidate == NULL)
-      return NULL;
-    memcpy(candidate, dl ? dir : ".", dl ? dl : 1);
-    size_t at = dl ? dl : 1;
-    candidate[at] = '/';
-    memcpy(candidate + at + 1, name, nl + 1);
-    if (access(candidate, X_OK) == 0)
-      return candidate;
-    if (errno == EACCES)
-      err = EACCES;
-    free(candidate);
-    if (end == NULL)
-      break;
-    dir = end;
-  }
-  errno = err;
-  return NULL;
-}
-
-typedef struct {
-  int in[2], out[2], err[2]; /* -1 when unused */
-} child_pipes;
-
-static void close_fd(int *fd) {
-  if (*fd >= 0)
-    close(*fd);
-  *fd = -1;
-}
-
-static void pipes_close(child_pipes *cp) {
-  for (int i = 0; i < 2; i++) {
-    close_fd(&cp->in[i]);
-    close_fd(&cp->out[i]);
-    close_fd(&cp->err[i]);
-  }
-}
-
-/* posix_spawn (vfork-fast) in a new session, with signals reset to their defaults (we ignore
- * SIGPIPE; a child must not inherit that). Returns 0 or an errno value. */
-static int spawn_child(const char *program, const spawn_args *a, const char *cwd,
-                       child_pipes *cp, pid_t *pid) {
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawnattr_init(&attr);
-  if (cp->in[0] >= 0)
-    posix_spawn_file_actions_adddup2(&fa, cp->in[0], 0);
-  else
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, cp->out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, cp->err[1], 2);
-  if (cwd != NULL)
-    posix_spawn_file_actions_addchdir_np(&fa, cwd);
-  /* Whatever the host program opened without O_CLOEXEC stays ours. */
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETSIGMASK);
-  int rc = posix_spawn(pid, program, &fa, &attr, a->argv, a->envp);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  return rc;
-}
-
 static int push_spawn_fail(lua_State *L, const char *program, const char *cwd, int err) {
-  lua_pushnil(L);
-  lua_createtable(L, 0, 2);
-  lua_pushliteral(L, "spawn");
-  lua_setfield(L, -2, "kind");
   if (err == ENOENT && cwd != NULL)
     lua_pushfstring(L, "cannot start '%s' in '%s': no such program or directory", program, cwd);
   else
     lua_pushfstring(L, "cannot start '%s': %s", program, strerror(err));
-  lua_setfield(L, -2, "message");
-  return 2;
+  int n = sb_push_fail(L, "spawn", lua_tostring(L, -1));
+  lua_remove(L, -3); /* the message text */
+  return n;
 }
 
 static void capture_open(sb_proc *p, capture *c, const char *name, size_t limit, int fd) {
@@ -567,96 +412,56 @@ static void feed_stdin(lua_State *L, sb_proc *p, int fd) {
 }
 
 static int l_spawn(lua_State *L) {
+  /* Every option is read, and every raise done, before anything is opened. */
   luaL_checktype(L, 1, LUA_TTABLE);
-  spawn_args a = {0};
-  read_argv(L, 1, &a);
-  read_env(L, 1, &a);
-  lua_getfield(L, 1, "cwd");
-  const char *cwd = lua_isnil(L, -1) ? NULL : lua_tostring(L, -1); /* anchored by opts */
-  lua_pop(L, 1);
+  sb_spawn_args a;
+  sb_spawn_read(L, 1, &a);
   lua_Integer deadline_ms = opt_ms(L, 1, "deadline_ms", 0);
   lua_Integer grace_ms = opt_ms(L, 1, "kill_grace_ms", DEFAULT_KILL_GRACE_MS);
   lua_Integer max_output = opt_ms(L, 1, "max_output", DEFAULT_MAX_OUTPUT);
   lua_getfield(L, 1, "signal");
   sb_abort *sig = sb_abort_opt(L, -1);
-  int sig_idx = lua_gettop(L);
-  lua_getfield(L, 1, "stdin");
-  bool has_stdin = !lua_isnil(L, -1);
   lua_pop(L, 1);
-  lua_getfield(L, 1, "on_output");
-  bool streams = !lua_isnil(L, -1);
-  lua_pop(L, 1);
-  if ((has_stdin && (lua_getfield(L, 1, "stdin"), lua_type(L, -1)) != LUA_TSTRING) ||
-      (streams && (lua_getfield(L, 1, "on_output"), lua_type(L, -1)) != LUA_TFUNCTION)) {
-    spawn_args_free(&a);
-    return luaL_error(L, "opts.stdin must be a string and opts.on_output a function");
-  }
-  lua_settop(L, sig_idx);
-
-  char *program = resolve_program(a.argv[0], a.envp);
-  if (program == NULL) {
-    int n = push_spawn_fail(L, a.argv[0], NULL, errno);
-    spawn_args_free(&a);
-    return n;
-  }
-  child_pipes cp = {{-1, -1}, {-1, -1}, {-1, -1}};
-  int rc = 0;
-  if ((has_stdin && pipe2(cp.in, O_CLOEXEC) != 0) || pipe2(cp.out, O_CLOEXEC) != 0 ||
-      pipe2(cp.err, O_CLOEXEC) != 0)
-    rc = errno;
-  pid_t pid = -1;
-  if (rc == 0)
-    rc = spawn_child(program, &a, cwd, &cp, &pid);
-  int pidfd = rc == 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-  if (rc == 0 && pidfd < 0) {
-    rc = errno;
-    kill(-pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-  }
-  close_fd(&cp.in[0]);
-  close_fd(&cp.out[1]);
-  close_fd(&cp.err[1]);
-  if (rc != 0) {
-    pipes_close(&cp);
-    int n = push_spawn_fail(L, a.argv[0], cwd, rc);
-    free(program);
-    spawn_args_free(&a);
-    return n;
-  }
-  free(program);
-  spawn_args_free(&a);
-
   sb_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
   memset(p, 0, sizeof *p);
   luaL_setmetatable(L, PROC_MT);
-  p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = LUA_NOREF;
-  lua_pushvalue(L, -1);
-  p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
+  p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = p->self_ref = LUA_NOREF;
+  p->pidfd = -1;
   p->on_output_ref = field_ref(L, 1, "on_output", LUA_TFUNCTION, "a function");
   p->stdin_ref = field_ref(L, 1, "stdin", LUA_TSTRING, "a string");
+  p->signal_ref = field_ref(L, 1, "signal", LUA_TUSERDATA, "a signal");
+  lua_pushvalue(L, -1);
+  p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
+
+  sb_spawned child;
+  int rc = sb_spawn_start(&a, p->stdin_ref != LUA_NOREF, &child);
+  if (rc != 0) {
+    release_refs(L, p);
+    luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref);
+    p->self_ref = LUA_NOREF;
+    return push_spawn_fail(L, a.argv[0], a.cwd, rc);
+  }
+  /* From here on nothing raises: the child is supervised until it is reaped. */
   p->kill_grace_ms = (uint64_t)grace_ms;
-  p->pid = pid;
-  p->pidfd = pidfd;
+  p->pid = child.pid;
+  p->pidfd = child.pidfd;
   p->started_ms = sb_now_ms();
   live_add(p);
-  capture_open(p, &p->out, "stdout", (size_t)max_output, cp.out[0]);
-  capture_open(p, &p->err, "stderr", (size_t)max_output, cp.err[0]);
+  capture_open(p, &p->out, "stdout", (size_t)max_output, child.stdout_fd);
+  capture_open(p, &p->err, "stderr", (size_t)max_output, child.stderr_fd);
   timer_init(p, &p->deadline);
   timer_init(p, &p->grace);
   timer_init(p, &p->linger);
-  uv_poll_init(sb_loop(), &p->exit_poll, pidfd);
+  uv_poll_init(sb_loop(), &p->exit_poll, p->pidfd);
   p->exit_poll.data = p;
   p->open_handles++;
   uv_poll_start(&p->exit_poll, UV_READABLE, child_exited);
-  if (has_stdin)
-    feed_stdin(L, p, cp.in[1]);
+  if (child.stdin_fd >= 0)
+    feed_stdin(L, p, child.stdin_fd);
   if (deadline_ms > 0)
     uv_timer_start(&p->deadline, deadline_expired, (uint64_t)deadline_ms, 0);
-  if (sig != NULL) {
-    lua_pushvalue(L, sig_idx);
-    p->signal_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (sig != NULL)
     sb_abort_listen(sig, &p->on_abort, abort_fired);
-  }
   return 1;
 }
 
@@ -727,11 +532,40 @@ static int l_proc_count(lua_State *L) {
 
 static int l_kill_all(lua_State *L) {
   (void)L;
-  sb_proc_kill_all(SIGKILL);
+  kill_all(SIGKILL);
   return 0;
 }
 
+/* Engine shutdown: every live group is killed and its leader reaped (blocking: KILL cannot be
+ * ignored, so this is short), then its handles are closed; waiting tasks are dropped. */
+static void proc_shutdown(void *ud) {
+  (void)ud;
+  lua_State *L = sb_main_state();
+  while (live_head != NULL) {
+    sb_proc *p = live_head;
+    live_remove(p);
+    signal_group(p, SIGKILL);
+    if (!p->exited) {
+      while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR) {
+      }
+      p->exited = true;
+    }
+    p->finished = true;
+    p->waiter = NULL;
+    sb_abort_unlisten(&p->on_abort);
+    release_refs(L, p);
+    capture_close(p, &p->out);
+    capture_close(p, &p->err);
+    close_handle(p, (uv_handle_t *)&p->in);
+    close_handle(p, (uv_handle_t *)&p->deadline);
+    close_handle(p, (uv_handle_t *)&p->grace);
+    close_handle(p, (uv_handle_t *)&p->linger);
+    close_handle(p, (uv_handle_t *)&p->exit_poll);
+  }
+}
+
 int sb_proc_open(lua_State *L) {
+  sb_shutdown_register(proc_shutdown, NULL);
   if (luaL_newmetatable(L, PROC_MT)) {
     static const luaL_Reg methods[] = {
         {"wait", l_wait}, {"kill", l_kill}, {"__index", l_index}, {"__gc", l_gc}, {NULL, NULL}};

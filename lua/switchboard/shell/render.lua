@@ -1,4 +1,5 @@
--- The text a tool result shows the model (seed items 3, 11, 12).
+-- The text a tool result shows the model (docs/contract.md#failure-result, #timeout-exit-124,
+-- #hard-stop, #timeout-run-clip).
 --   exit 0 with output     → the output
 --   exit 0 without output  → (no output)
 --   nonzero                → exit N: <output>            (a result, never an error)

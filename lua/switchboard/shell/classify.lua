@@ -1,4 +1,4 @@
--- Failure classification (seed items 3, 4, 9, 14) applying the rules of a policy snapshot.
+-- Failure classification (docs/contract.md#failure and #capacity) applying the rules of a policy snapshot.
 -- Every function takes the snapshot the work captured as its first argument.
 
 local rule = require("switchboard.policy.rule")
@@ -111,7 +111,7 @@ function M.span_code(snap, situation, status)
   return template.fill(t, { status = status })
 end
 
--- The answers a sandbox server gives when its fleet is full (item 14): /exec finishes its
+-- The answers a sandbox server gives when its fleet is full (docs/contract.md#capacity): /exec finishes its
 -- body with the dual in-body shape; /read and /write answer 503 with this body.
 function M.fleet_busy_exec_answer(snap, err)
   local text = msg(snap, "fleet_busy_answer", { cause = M.thrown_text(snap, err) })
@@ -139,25 +139,26 @@ function M.fleet_busy_tool_text(snap, message)
 end
 
 -- Classify an /exec answer body {stdout, stderr, exitCode, error?, reason?}:
---   {kind="result"}                      no error key: an ordinary command result
---   {kind="fleet_busy", message}         reason "fleet-busy": wait and re-send
---   {kind="container_starting", message} re-send once after the retry pause
---   {kind="infra", message, code}        anything else; a recycle past the threshold reworded
+--   {verdict="result"}                      no error key: an ordinary command result
+--   {verdict="fleet_busy", message}         reason "fleet-busy": wait and re-send
+--   {verdict="container_starting", message} re-send once after the retry pause
+--   {verdict="infra", message, code}        anything else; a recycle past the threshold reworded
+-- (a verdict says what to do next; error kinds are exec/errors.lua's)
 function M.exec_answer(snap, body, elapsed_ms)
-  if type(body) ~= "table" or body.error == nil then return { kind = "result" } end
+  if type(body) ~= "table" or body.error == nil then return { verdict = "result" } end
   if M.is_fleet_busy_answer(body) then
-    return { kind = "fleet_busy", message = M.thrown_text(snap, body.error) }
+    return { verdict = "fleet_busy", message = M.thrown_text(snap, body.error) }
   end
   if M.is_empty_error(snap, body.error) then
-    return { kind = "infra", message = msg(snap, "empty_error"), code = M.span_code(snap, "inbody") }
+    return { verdict = "infra", message = msg(snap, "empty_error"), code = M.span_code(snap, "inbody") }
   end
   local err = body.error
   if type(err) ~= "table" then err = { name = body.name, code = body.code, message = body.error } end
   if M.is_container_starting(snap, err) then
-    return { kind = "container_starting", message = M.thrown_text(snap, err) }
+    return { verdict = "container_starting", message = M.thrown_text(snap, err) }
   end
   return {
-    kind = "infra",
+    verdict = "infra",
     message = M.recycled_mid_command_message(snap, elapsed_ms, err),
     code = M.span_code(snap, "inbody"),
   }

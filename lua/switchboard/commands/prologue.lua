@@ -1,0 +1,130 @@
+-- The prologue every subcommand shares, so that each says the same things the same way:
+-- parse its options (--help answered, a usage error named), load the policies or stop with
+-- the configuration status, check --backend, reload the policies on SIGHUP, and say the
+-- credential notice once.
+--
+--   local p, status = prologue.start(M, argv, ctx, {spec = SPEC, policies = true, backend = true})
+--   if not p then return status end          -- --help answered, or a usage/config failure said
+--   p.opts, p.words, p.rest                  -- args.parse's results
+--   p.snap                                   -- the policies as loaded (policies = true)
+--   p:fail(status, message)                  -- "switchboard NAME: message" on stderr → status
+--   p:say(line)                              -- a line on stdout
+--   p:reload_on_hup(report)                  -- report(new_snap | nil, errors) after each HUP
+--   p:notice(agent_def, say)                 -- the no-credential line, once, through say(line)
+--   p:trace_sink()                           -- --trace FILE's span sink (nil without --trace), or
+--                                               nil, status after saying why it cannot be opened
+--
+-- M is the command module (name, help). ctx is the CLI's: policies_dir, credentials; specs may
+-- add out / err (line writers) to catch what the command says.
+local core = require("switchboard.core")
+local args = require("switchboard.args")
+local policy = require("switchboard.policy")
+local identity = require("switchboard.github.identity")
+local tracing = require("switchboard.exec.tracing")
+
+local M = {}
+
+-- Statuses every command means the same by (sysexits.h where one fits).
+M.EXIT = {
+  usage = 2,   -- bad arguments
+  config = 78, -- the policies do not load, a backend is not configured (EX_CONFIG)
+}
+
+M.BACKENDS = { ["local"] = true, sandbox = true, e2b = true }
+
+local P = {}
+P.__index = P
+
+-- Line writers: ctx.out / ctx.err when the caller gives them (specs), else stdout / stderr.
+local function writer(stream)
+  return function(line) stream:write(line, "\n") end
+end
+
+local function err_of(ctx) return ctx and ctx.err or writer(io.stderr) end
+local function out_of(ctx) return ctx and ctx.out or writer(io.stdout) end
+
+function M.fail(name, status, message, ctx)
+  err_of(ctx)("switchboard " .. name .. ": " .. tostring(message))
+  return status
+end
+
+function P:fail(status, message)
+  return M.fail(self.name, status, message, self.ctx)
+end
+
+function P:say(line) self.out(line) end
+
+-- The policy set the command starts with, or nil, status after saying why.
+function M.load_policies(name, ctx)
+  local snap, errs = policy.load_initial(ctx.policies_dir)
+  if snap then return snap end
+  return nil, M.fail(name, M.EXIT.config, "the policies do not load:\n  " .. table.concat(errs, "\n  "), ctx)
+end
+
+function M.check_backend(name, backend, ctx)
+  if backend == nil or M.BACKENDS[backend] then return true end
+  return nil, M.fail(name, M.EXIT.usage, ("--backend must be local, sandbox or e2b, got %q"):format(backend), ctx)
+end
+
+-- what: {spec, backend (boolean: validate opts.backend), usage (optional fn(p) → the usage
+-- problem's text or nil: the command's own argument checks, run before anything loads),
+-- policies (boolean: load them)}
+function M.start(cmd, argv, ctx, what)
+  what = what or {}
+  ctx = ctx or {}
+  local opts, words, rest = args.parse(argv or {}, what.spec or {})
+  if not opts then return nil, M.fail(cmd.name, M.EXIT.usage, words, ctx) end
+  if opts.help then
+    out_of(ctx)((cmd.help:gsub("\n$", "")))
+    return nil, 0
+  end
+  local self = setmetatable({
+    name = cmd.name, ctx = ctx, opts = opts, words = words, rest = rest, out = out_of(ctx),
+  }, P)
+  if what.backend then
+    local ok, status = M.check_backend(cmd.name, opts.backend, ctx)
+    if not ok then return nil, status end
+  end
+  local problem = what.usage and what.usage(self)
+  if problem then return nil, self:fail(M.EXIT.usage, problem) end
+  if what.policies then
+    local snap, status = M.load_policies(cmd.name, self.ctx)
+    if not snap then return nil, status end
+    self.snap = snap
+  end
+  return self
+end
+
+-- SIGHUP reloads the policies (the whole set validated on the side; on failure nothing
+-- changes). report(new_snap, nil) or report(nil, errors) says how it went; by default a log line.
+function P:reload_on_hup(report)
+  local name = self.name
+  report = report or function(new, errs)
+    core.log(new and "info" or "warn", name .. ".reload", {
+      ok = new ~= nil, errors = errs and #errs or 0, version = policy.current().version,
+    })
+  end
+  core.on_signal("HUP", function()
+    local new, errs = policy.reload()
+    report(new, errs)
+  end)
+end
+
+-- The sink for `--trace FILE` (`-` for stderr): nil when the option is absent.
+function P:trace_sink()
+  local path = self.opts.trace
+  if path == nil then return nil end
+  local sink, err = tracing.sink_for(path)
+  if not sink then return nil, self:fail(M.EXIT.usage, "--trace: " .. tostring(err)) end
+  return sink
+end
+
+-- The no-credential notice for an agent that should carry a GitHub token: said once per
+-- process (the credential remembers it said it). say(line) is called at most once.
+function P:notice(agent_def, say)
+  local line = identity.notice_for(self.ctx.credentials, agent_def)
+  if line then say(line) end
+  return line
+end
+
+return M

@@ -1,0 +1,55 @@
+-- The one place a shell command starts: every `bash -c` the program runs for a thread — the
+-- local executor's and sandboxd's alike — goes through run.bash, and nothing else in the
+-- program calls core.spawn for a command. Whatever must hold for every command (an instance's
+-- namespaces and cgroup, a limit) is added here once.
+--
+--   local r, err = run.bash{
+--     command      = "npm test",          -- the shell text, run as `bash -c <command>`
+--     cwd          = dir,                 -- the workspace (shell/workspace.lua ensures it)
+--     env          = {NAME = value},      -- the whole environment (envp only, never argv)
+--     deadline_ms  = ms,                  -- TERM to the process group at the deadline …
+--     kill_grace_ms = ms,                 -- … then KILL after the grace
+--     max_output   = bytes,               -- per stream; more is dropped and marked truncated
+--     signal       = sig,                 -- core.signal(): aborting it kills the group at once
+--     on_output    = fn(stream, bytes),   -- optional: streamed output
+--     instance     = inst,                -- optional: the walls the command runs inside (below)
+--   }
+--   r   = core.spawn's result after proc:wait(): {exit, signal, timed_out, aborted, stdout,
+--         stderr, truncated, duration_ms}
+--   err = the engine's spawn failure ({kind, message}) when the shell could not start
+--
+-- instance: an object with :spawn_args(args) → args | nil, err. It receives the table that
+-- would go to core.spawn and returns the one to use (for example argv prefixed with the helper
+-- that enters the instance's namespaces). Without one the command runs on this host in cwd.
+local core = require("switchboard.core")
+
+local M = {}
+
+-- The core.spawn arguments of one command, before any instance sees them.
+function M.spawn_args(spec)
+  return {
+    argv = { "bash", "-c", spec.command },
+    cwd = spec.cwd,
+    env = spec.env,
+    deadline_ms = spec.deadline_ms,
+    kill_grace_ms = spec.kill_grace_ms,
+    max_output = spec.max_output,
+    signal = spec.signal,
+    on_output = spec.on_output,
+  }
+end
+
+function M.bash(spec)
+  assert(type(spec.command) == "string", "run.bash: spec.command (the shell text) is required")
+  local args = M.spawn_args(spec)
+  if spec.instance ~= nil then
+    local err
+    args, err = spec.instance:spawn_args(args)
+    if args == nil then return nil, err end
+  end
+  local proc, spawn_err = core.spawn(args)
+  if not proc then return nil, spawn_err end
+  return proc:wait()
+end
+
+return M

@@ -1,0 +1,69 @@
+/* The Lua face of logging (see log_lua.h): core.log, core.log_format, core.log_redact. */
+#include "log_lua.h"
+#include "log.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_keys(const void *a, const void *b) {
+  return strcmp(((const sb_log_field *)a)->key, ((const sb_log_field *)b)->key);
+}
+
+/* core.log(level, event [, fields]): fields are sorted by key so lines compare stably. */
+static int l_log(lua_State *L) {
+  const char *level = luaL_checkstring(L, 1);
+  const char *event = luaL_checkstring(L, 2);
+  if (!sb_log_enabled(level))
+    return 0; /* a filtered line costs no formatting */
+  enum { MAX_FIELDS = 64 };
+  sb_log_field fields[MAX_FIELDS];
+  size_t n = 0;
+  int base = lua_gettop(L);
+  if (lua_istable(L, 3)) {
+    luaL_checkstack(L, 2 * MAX_FIELDS + 8, "log fields");
+    lua_pushnil(L);
+    while (n < MAX_FIELDS && lua_next(L, 3) != 0) {
+      if (lua_type(L, -2) != LUA_TSTRING) {
+        lua_pop(L, 1);
+        continue;
+      }
+      int t = lua_type(L, -1);
+      bool raw = t == LUA_TNUMBER || t == LUA_TBOOLEAN;
+      lua_pushvalue(L, -2);        /* key copy, anchored on the stack */
+      luaL_tolstring(L, -2, NULL); /* value text, anchored on the stack */
+      fields[n++] = (sb_log_field){lua_tostring(L, -2), lua_tostring(L, -1), raw};
+      lua_rotate(L, -4, 2); /* [key, value, copy, text] -> [copy, text, key, value] */
+      lua_pop(L, 1);        /* the key stays for lua_next */
+    }
+  }
+  qsort(fields, n, sizeof *fields, cmp_keys);
+  sb_log_write(level, event, fields, n);
+  lua_settop(L, base);
+  return 0;
+}
+
+static int l_log_format(lua_State *L) {
+  const char *format = luaL_checkstring(L, 1);
+  luaL_argcheck(L, strcmp(format, "json") == 0 || strcmp(format, "text") == 0, 1,
+                "\"json\" or \"text\" expected");
+  sb_log_set_json(strcmp(format, "json") == 0);
+  if (lua_isstring(L, 2))
+    sb_log_set_min_level(lua_tostring(L, 2));
+  return 0;
+}
+
+static int l_log_redact(lua_State *L) {
+  sb_log_redact(luaL_checkstring(L, 1));
+  return 0;
+}
+
+int sb_log_open(lua_State *L) {
+  lua_pushcfunction(L, l_log);
+  lua_setfield(L, -2, "log");
+  lua_pushcfunction(L, l_log_format);
+  lua_setfield(L, -2, "log_format");
+  lua_pushcfunction(L, l_log_redact);
+  lua_setfield(L, -2, "log_redact");
+  return 0;
+}
