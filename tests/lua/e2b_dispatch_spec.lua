@@ -1,6 +1,7 @@
--- The e2b backend under the dispatcher (seed item 11): a thread's asks share one E2B sandbox;
--- a hard stop kills the command's group at once, and the dispatcher's release("always")
--- deletes the sandbox, so the next ask starts a fresh one. Against the E2B stand-in.
+-- The e2b backend under the dispatcher (docs/contract.md#hard-stop, #e2b): a thread's asks
+-- share one E2B sandbox; a hard stop kills the command's group at once, and the dispatcher's
+-- release("always") deletes the sandbox, so the next ask starts a fresh one. Against the E2B
+-- stand-in.
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local dispatcher = require("switchboard.dispatch.dispatcher")

@@ -1,4 +1,4 @@
--- The e2b executor (issue 13 item 3; seed items 7, 9, 11, 12) against the E2B stand-in
+-- The e2b executor (docs/contract.md#e2b, docs/e2b.md) against the E2B stand-in
 -- (tests/support/e2b_standin.py), a real process on loopback speaking E2B's REST API and envd's
 -- Connect protocol, running the commands for real. Policy numbers are scaled down.
 local core = require("switchboard.core")

@@ -1,4 +1,4 @@
--- The executor conformance suite (issue 13 "Tests"): the same cases against every backend —
+-- The executor conformance suite (docs/executors.md): the same cases against every backend —
 -- null, local, sandbox (a real sandboxd on loopback) and e2b (the E2B stand-in, a real process
 -- speaking E2B's protocols). A backend is one entry in BACKENDS:
 --

@@ -1,6 +1,6 @@
 -- The e2b executor: a thread's commands run in an E2B sandbox (a Firecracker micro-VM) of its
 -- own, created on the thread's first command and reused by its follow-ups (docs/e2b.md;
--- REFERENCE.md "E2B"; seed items 7, 9, 11, 12).
+-- docs/contract.md#e2b, #hard-stop, #failure-infra, #capacity).
 --
 --   * Control plane (api.<domain>, X-API-Key): POST /sandboxes {templateID, timeout, envVars,
 --     metadata}, POST /sandboxes/{id}/connect {timeout}, POST /sandboxes/{id}/timeout
