@@ -13,7 +13,8 @@
 --         remaining_ms (the run's wall clock left), snap (the policy snapshot the ask captured:
 --         the executor decides with it and does not read the policy again)
 --
--- err is one of the kinds below; tostring(err) is its message, which is never empty.
+-- err is the engine's one error type (core.error) with one of the kinds below; tostring(err) is
+-- its message, which is never empty; `cause` (when set) is the failure underneath.
 --   infra     the transport failed (sandbox unreachable, HTTP/worker error, in-body failure);
 --             fail-fast counts it. code: timeout | http <status> | infra | infra/attach |
 --             infra/runtime-replaced (the span's error code)
@@ -22,11 +23,9 @@
 --             wired to an agent without a workspace)
 --   refused   not started at all (run budget exhausted: exit_code 124)
 
-local M = {}
+local core = require("switchboard.core")
 
-local Error = {}
-Error.__index = Error
-Error.__tostring = function(e) return e.message end
+local M = {}
 
 local NAMES = {
   infra = "ExecInfraError",
@@ -42,12 +41,14 @@ local function text(message, kind)
   return message
 end
 
+-- Every executor failure is the engine's one error type (core.error: kind, message, optional
+-- code and cause, tostring = the message); `name` keeps the class a reader knows it by.
 local function new(kind, message, fields)
-  local e = setmetatable({ kind = kind, name = NAMES[kind], message = text(message, kind) }, Error)
+  local f = { name = NAMES[kind] }
   for k, v in pairs(fields or {}) do
-    if e[k] == nil then e[k] = v end
+    if f[k] == nil then f[k] = v end
   end
-  return e
+  return core.error(kind, text(message, kind), f)
 end
 
 -- Span codes an infra error may carry.
@@ -86,10 +87,11 @@ function M.refused(message, exit_code, fields)
   return new("refused", message, f)
 end
 
-function M.is_error(e) return getmetatable(e) == Error end
-function M.is_infra(e) return getmetatable(e) == Error and e.kind == "infra" end
-function M.is_capacity(e) return getmetatable(e) == Error and e.kind == "capacity" end
-function M.is_tool(e) return getmetatable(e) == Error and e.kind == "tool" end
-function M.is_refused(e) return getmetatable(e) == Error and e.kind == "refused" end
+-- An executor failure: the engine's error type with one of the four kinds above.
+function M.is_error(e) return core.is_error(e) and NAMES[e.kind] ~= nil end
+function M.is_infra(e) return core.is_error(e) and e.kind == "infra" end
+function M.is_capacity(e) return core.is_error(e) and e.kind == "capacity" end
+function M.is_tool(e) return core.is_error(e) and e.kind == "tool" end
+function M.is_refused(e) return core.is_error(e) and e.kind == "refused" end
 
 return M

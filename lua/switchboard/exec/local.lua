@@ -56,7 +56,7 @@ function M:exec(command, opts)
     -- A GitHub API failure keeps its span code (http <status>, timeout); anything else is infra.
     local code = type(env_err) == "table" and errors.valid_code(env_err.code) and env_err.code or nil
     return nil, errors.infra("credentials for this command could not be resolved: "
-      .. tostring(env_err), code)
+      .. tostring(env_err), code, { cause = env_err })
   end
   local stop = opts.signal and core.signal(opts.signal, self.released) or self.released
   local r, run_err = self.ws:run{
@@ -70,9 +70,9 @@ function M:exec(command, opts)
   }
   if not r then
     if run_err and run_err.kind == "workspace" then
-      return nil, errors.infra("local workspace unavailable: " .. tostring(run_err.message))
+      return nil, errors.infra("local workspace unavailable: " .. tostring(run_err), nil, { cause = run_err })
     end
-    return nil, errors.infra("local shell could not start: " .. tostring(run_err and run_err.message or run_err))
+    return nil, errors.infra("local shell could not start: " .. tostring(run_err), nil, { cause = run_err })
   end
   local reason = stop.reason
   return render.result(snap, {
@@ -105,7 +105,7 @@ local function fs_error(path, err)
 end
 
 local function unavailable(err)
-  return errors.infra("local workspace unavailable: " .. tostring(err and err.message or err))
+  return errors.infra("local workspace unavailable: " .. tostring(err), nil, { cause = err })
 end
 
 -- A failure of the workspace itself is infra; one of the path (outside, missing) is the

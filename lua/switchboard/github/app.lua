@@ -12,8 +12,8 @@
 -- second line of defence, and any text GitHub sends back is scrubbed of them before it is
 -- quoted in an error.
 --
--- Errors are {kind = "github", code = "http <status>" | "timeout" | "transport" | "config",
--- status?, message}; tostring(err) is the message.
+-- Errors are core.error("github", message, {code = "http <status>" | "timeout" | "transport" |
+-- "config", status?}); tostring(err) is the message.
 local core = require("switchboard.core")
 local cjson = require("cjson")
 
@@ -36,18 +36,15 @@ local KEEP_SECRETS = 32
 ---------------------------------------------------------------------------------------------
 -- Errors
 
-local Error = {}
-Error.__index = Error
-Error.__tostring = function(e) return e.message end
-
+-- The engine's one error type, kind "github".
 local function fail(code, message, fields)
-  local e = setmetatable({ kind = "github", code = code, message = message }, Error)
-  for k, v in pairs(fields or {}) do e[k] = v end
-  return nil, e
+  local f = { code = code }
+  for k, v in pairs(fields or {}) do f[k] = v end
+  return nil, core.error("github", message, f)
 end
 M.fail = fail
 
-function M.is_error(e) return getmetatable(e) == Error end
+function M.is_error(e) return core.is_error(e) and e.kind == "github" end
 
 local function seconds(ms)
   if ms % 1000 == 0 then return string.format("%d s", ms // 1000) end

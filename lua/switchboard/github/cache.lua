@@ -65,9 +65,8 @@ function Cache:get(key, fill)
   local raised = nil
   if not ok then
     raised, entry = entry, nil
-    err = setmetatable({ kind = "github", code = "infra",
-      message = "getting a GitHub credential failed inside switchboard (a bug; see the log)" },
-      { __tostring = function(e) return e.message end })
+    err = core.error("github",
+      "getting a GitHub credential failed inside switchboard (a bug; see the log)", { code = "infra" })
   elseif entry == nil and err == nil then
     err = "no credential"
   end

@@ -600,7 +600,7 @@ function M.load(dir, opts)
   if list then
     local names, lerr = list(dir)
     if not names then
-      -- the engine's failure is {kind, message}: its message is the text, never the table
+      -- the engine's failure (core.error) or a stand-in's table: its message, never the table
       local why = type(lerr) == "table" and lerr.message or tostring(lerr)
       return nil, { string.format("%s: cannot list the policy directory: %s", dir, why) }
     end

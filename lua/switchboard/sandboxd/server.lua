@@ -64,7 +64,7 @@ function M.start(opts)
   local ok, srv, err = pcall(core.http.serve, {
     host = opts.host, port = opts.port, handler = counted, limits = limits_of(policy.current()),
   })
-  if not ok then return nil, { kind = "listen", message = tostring(srv) } end
+  if not ok then return nil, core.error("listen", tostring(srv)) end
   if not srv then return nil, err end
   self.server = srv
   self.port = srv.port

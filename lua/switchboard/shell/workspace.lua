@@ -15,7 +15,8 @@
 --                                      | too_large | io), confined to the workspace
 --   ws:write(path, bytes)            → true | nil, err
 --
--- err from ensure, read and write is the engine's or {kind = "workspace", message}.
+-- err (core.error) from ensure, read and write is the engine's, or kind "workspace" with the
+-- engine's failure as its cause.
 local core = require("switchboard.core")
 local run = require("switchboard.shell.run")
 
@@ -66,8 +67,8 @@ function Workspace:ensure()
   if self.ready and core.fs.exists(self.dir) then return self.dir end
   local ok, err = core.fs.mkdir_p(self.dir, MODE)
   if not ok then
-    return nil, { kind = "workspace",
-      message = "the workspace could not be created: " .. tostring(err and err.message or err) }
+    return nil, core.error("workspace",
+      "the workspace could not be created: " .. tostring(err and err.message or err), { cause = err })
   end
   self.ready = true
   return self.dir
@@ -89,8 +90,9 @@ local function with_root(self, fn)
   if not dir then return nil, err end
   local root, root_err = core.fs.root(dir)
   if not root then
-    return nil, { kind = "workspace",
-      message = "the workspace could not be opened: " .. tostring(root_err and root_err.message or root_err) }
+    return nil, core.error("workspace",
+      "the workspace could not be opened: " .. tostring(root_err and root_err.message or root_err),
+      { cause = root_err })
   end
   local a, b = fn(root)
   root:close()
