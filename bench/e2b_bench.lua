@@ -12,7 +12,7 @@
 -- commands are other processes).
 -- One JSON document on stdout.
 local build = os.getenv("SB_BUILD_DIR") or "./build"
-package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
+package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;./tests/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
 
 local core = require("switchboard.core")
