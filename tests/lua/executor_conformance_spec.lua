@@ -15,7 +15,6 @@ local core = require("switchboard.core")
 local async = require("support.async")
 local S = require("support.sandbox")
 local E = require("support.e2b")
-local procs = require("support.procs")
 local errors = require("switchboard.exec.errors")
 
 local FAST = S.FAST .. [[
@@ -35,10 +34,17 @@ local function key(prefix)
   return ("%s-%d-%s"):format(prefix, seq, core.crypto.hex(core.crypto.random_bytes(3)))
 end
 
+-- Whether the background child is gone, asked inside the thread's own workspace (a walled
+-- sandbox instance has a PID namespace of its own: its pids mean nothing on the host). A zombie
+-- counts as gone.
+local ALIVE = [[s=$(cat "/proc/$(cat bg.pid)/stat" 2>/dev/null); case "$s" in ""|*") Z "*) echo gone;; *) echo alive;; esac]]
 local function bg_dead(ex)
   local raw = E.wait_for(function() return (ex:read_file("bg.pid") or ""):match("%d+\n") end, 30000)
-  local pid = tonumber((assert(raw, "bg.pid was never written"):match("%d+")))
-  return E.wait_for(function() return not procs.alive(pid) end, 20000)
+  assert(raw, "bg.pid was never written")
+  return E.wait_for(function()
+    local r = ex:exec(ALIVE)
+    return r and r.text == "gone"
+  end, 20000)
 end
 
 ---------------------------------------------------------------------------------------------
