@@ -230,10 +230,10 @@ describe("policy reload on a running sandboxd (HUP)", function()
     put(dir, "timeouts.lua", variants[1])
     versions[1] = version_of(dir)
     local w = reload_watch()
-    -- --no-walls: this measures reloads under load with 3 s budgets; walled, each command's
-    -- cgroup v1 migration (three cgroup.procs writes, a global kernel lock shared with every
-    -- fork) takes seconds under 50 concurrent commands on a loaded 2-vCPU host — a known cost
-    -- of the walls on v1, docs/isolation.md "Cost", not a reload property.
+    -- --no-walls: this measures reloads under load with 3 s budgets. Walled commands no longer
+    -- migrate cgroups (docs/isolation.md), but each is still a few process hops more, and at a
+    -- load of 30-50 on 2 vCPUs walled runs passed 1 of 2 (one command of the thousands over its
+    -- 3 s budget); that is a property of the walls' cost, not of reloads.
     local h = S.start_sandboxd{ policies = dir, on_output = w.on_output,
       args = { "--max-instances", tostring(WORKERS), "--no-walls" } }
 
