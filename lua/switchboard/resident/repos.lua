@@ -107,7 +107,8 @@ local function settle(self, e, snap)
   local free = free_mb(self)
   local min = snap.timeouts.resident.min_free_mb
   if free and free < min then
-    return set(self, e, "degraded", ("disk full: %d MiB free under the resident's root, %d needed"):format(free, min))
+    self.log("warn", "resident.disk_full", { repo = e.name, free_mb = free, min_free_mb = min })
+    return set(self, e, "degraded", "disk full")
   end
   set(self, e, "warm")
 end
