@@ -11,6 +11,7 @@ M.GRAMMAR = {
   { "agent:NAME run `COMMAND`", "run it as agent NAME" },
   { "agent:NAME run `COMMAND` in OWNER/REPO", "… on a repository (agents that work on one)" },
   { "stop", "stop this thread's running command (and drop its queued asks)" },
+  { "repo onboard OWNER/REPO", "onboard a repository on the resident once (clone, install, kept warm)" },
   { "help", "this text" },
 }
 

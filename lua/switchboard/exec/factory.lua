@@ -90,20 +90,16 @@ local function resident_note(status, doc, repo)
 end
 
 function BUILDERS.resident(opts, ctx, snap, agent)
-  local getenv = opts.getenv or os.getenv
   local cfg = snap.execution.resident
-  local url = opts.resident_url or getenv(cfg.url_env)
-  if url == nil or url == "" then url = cfg.base_url end
-  if not url then return missing(snap, ctx.agent, "resident", cfg.url_env) end
-  local token = getenv(cfg.token_env)
-  if not token or token == "" then return missing(snap, ctx.agent, "resident", cfg.token_env) end
+  local resident = require("switchboard.exec.resident")
+  local url, token = resident.configured(snap, opts.getenv or os.getenv, opts.resident_url)
+  if not url then return missing(snap, ctx.agent, "resident", token) end
   local why
   if not ctx.repo then
     why = "resident needs the thread's repository (none was resolved)"
   elseif (unreachable_until[url] or 0) > core.now_ms() then
     why = "resident unreachable (a probe failed in the last " .. snap.timeouts.resident.negative_cache_ms // 1000 .. " s)"
   else
-    local resident = require("switchboard.exec.resident")
     local status, doc = resident.probe{ url = url, token = token, repo = ctx.repo,
       timeout_ms = snap.timeouts.resident.probe_timeout_ms, request = opts.resident_request }
     if status == 200 and doc.state == "warm" then

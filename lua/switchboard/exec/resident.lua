@@ -172,4 +172,40 @@ function M.probe(opts)
   return status, decode(raw) or {}
 end
 
+-- The resident this bot talks to: url, token | nil, the setting that is missing.
+function M.configured(snap, getenv, url_override)
+  local cfg = snap.execution.resident
+  local url = url_override or getenv(cfg.url_env)
+  if url == nil or url == "" then url = cfg.base_url end
+  if not url then return nil, cfg.url_env end
+  local token = getenv(cfg.token_env)
+  if not token or token == "" then return nil, cfg.token_env end
+  return url, token
+end
+
+-- `repo onboard OWNER/REPO` from a front: asks the resident to onboard and says what happens
+-- next (the text the thread gets).
+function M.onboard_text(snap, getenv, repo, url_override)
+  local url, token = M.configured(snap, getenv, url_override)
+  if not url then
+    return ("I cannot onboard %s: no resident is configured (%s is not set in the bot's environment)."):format(repo, token)
+  end
+  local status, headers, raw = core.http.request{ method = "POST", url = url:gsub("/+$", "") .. "/onboard",
+    headers = { authorization = "Bearer " .. token, ["content-type"] = "application/json" },
+    body = cjson.encode({ repo = repo }), deadline_ms = snap.timeouts.resident.probe_timeout_ms }
+  if status == nil then
+    return ("I cannot onboard %s: the resident cannot be reached (%s); try again in a minute."):format(repo,
+      first_line(headers and headers.message))
+  end
+  local doc = decode(raw) or {}
+  if status ~= 202 then
+    return ("The resident refused to onboard %s (HTTP %d: %s)."):format(repo, status, first_line(doc.error or "no reason given"))
+  end
+  if doc.state == "warm" then
+    return ("%s is already onboarded and warm on the resident; its asks run there."):format(repo)
+  end
+  return ("Onboarding %s on the resident: it is cloned and its install command runs once; asks on it use "
+    .. "the resident as soon as it is warm (until then they run in a fresh sandbox, and the card says why)."):format(repo)
+end
+
 return M
