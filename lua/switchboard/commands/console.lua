@@ -36,7 +36,7 @@ the policies; TERM/INT stop reading, let running asks finish (timeouts console.d
 then kill them and exit 0; a second TERM/INT kills at once.
 
 Options:
-  --backend NAME          override policy's backend: local or sandbox
+  --backend NAME          override policy's backend: local, sandbox or resident
   --sandbox-url URL       the sandboxd for --backend sandbox (token: $SANDBOX_TOKEN)
   --workspace-root DIR    where local workspaces live (default: $SWITCHBOARD_STATE_DIR/workspaces)
   --thread NAME           the thread to start in (default: main)

@@ -39,7 +39,7 @@ Options:
   --agent NAME            the agent whose resources and backend apply (default: policy's
                           default agent)
   --repo OWNER/NAME       the repository the agent works on
-  --backend NAME          override policy's backend: local or sandbox
+  --backend NAME          override policy's backend: local, sandbox or resident
   --sandbox-url URL       the sandboxd to use with --backend sandbox (token: $SANDBOX_TOKEN)
   --trace FILE            write exec.* spans as JSON lines to FILE (`-` for stderr)
 

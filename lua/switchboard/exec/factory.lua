@@ -63,7 +63,7 @@ end
 local function unavailable(name)
   return function(opts, ctx, snap)
     return nil, errors.tool(("agent %s runs on the %s backend, which this build of switchboard "
-      .. "does not provide yet; choose local or sandbox in policies/execution.lua")
+      .. "does not provide yet; choose local, sandbox or resident in policies/execution.lua")
       :format(ctx.agent, name))
   end
 end
