@@ -10,59 +10,13 @@ local factory = require("switchboard.exec.factory")
 local health = require("switchboard.exec.health")
 local errors = require("switchboard.exec.errors")
 local workspace = require("switchboard.shell.workspace")
+local R = require("support.resident")
 
 local TOKEN = S.TOKEN
 
--- The install: fast and observable (the shipped rows run npm ci or pip, which take seconds).
-local EXECUTION = [[
-resident.install = {
-  { file = "setup.sh", command = "sh setup.sh", deps = { "deps" } },
-}
-]]
-
-local function policy_dir(timeouts_extra)
-  return policies.dir{
-    timeouts = function(src) return src .. "\n" .. S.FAST .. "\nresident.fetch_every_ms = 1 * second\n"
-      .. (timeouts_extra or "") .. "\n" end,
-    execution = function(src) return src .. "\n" .. EXECUTION .. "\n" end,
-  }
-end
-
-local function sh(cmd)
-  local ok = os.execute(cmd)
-  assert(ok, "failed: " .. cmd)
-end
-
--- A bare repository base/acme/api with setup.sh (the install: makes deps/ok) and a README.
-local function make_base()
-  local t = S.tmpdir()
-  sh(("cd %s && mkdir src && cd src && git init -q && printf 'mkdir -p deps && echo installed > deps/ok\\n' > setup.sh"
-    .. " && echo hello > README && git add -A && git -c user.email=t@t -c user.name=t commit -qm init"
-    .. " && mkdir -p %s/base/acme && git clone -q --bare %s/src %s/base/acme/api"):format(t, t, t, t))
-  return t
-end
-
-local function start(base, opts)
-  opts = opts or {}
-  local root = opts.root or S.tmpdir()
-  local argv = { S.BIN, "--policies", opts.policies, "resident", "--listen", opts.listen or "127.0.0.1:0",
-    "--root", root, "--git-base", "file://" .. base .. "/base/" }
-  local chunks = {}
-  local env = S.base_env{ RESIDENT_TOKEN = TOKEN }
-  local proc = assert(core.spawn{ argv = argv, env = env, max_output = 16 << 20,
-    on_output = function(_, c) chunks[#chunks + 1] = c end })
-  local h = { proc = proc, pid = proc.pid, root = root }
-  S.servers[#S.servers + 1] = { pid = proc.pid, proc = proc, result = nil }
-  local entry = S.servers[#S.servers]
-  function h.log() return table.concat(chunks) end
-  core.go(function() h.result = proc:wait(); entry.result = h.result end)
-  local port = S.wait_for(function() return h.log():match("resident%.listening[^\n]*port=(%d+)") or h.result end, 15000)
-  assert(type(port) == "string", "resident did not start:\n" .. h.log())
-  h.port, h.url = tonumber(port), "http://127.0.0.1:" .. port
-  function h.stop(sig) if not h.result then os.execute(("kill -%s %d"):format(sig or "TERM", h.pid)) end end
-  function h.wait() S.wait_for(function() return h.result end, 60000); return h.result end
-  return h
-end
+local policy_dir = R.policy_dir
+local sh, make_base = R.sh, R.make_base
+local function start(base, opts) return R.start(base, opts) end
 
 local function call(h, method, path, body, thread)
   local status, _, raw = core.http.request{ method = method, url = h.url .. path,
