@@ -110,6 +110,11 @@ local function attach(ctx, key, body, res)
   local dir = workspace.path(ctx.threads_root, key)
   local reused = core.fs.exists(dir .. "/.git")
   local limit = ctx.policy().timeouts.resident.attach_timeout_ms
+  if ctx.attaching[key] then
+    return refuse(res, "/attach", 409, "this thread is already attaching; send the request again in a moment", "attaching")
+  end
+  ctx.attaching[key] = true
+  local busy <close> = setmetatable({}, { __close = function() ctx.attaching[key] = nil end })
   if not reused then
     core.fs.remove_tree(dir)
     repos_mod.tool(ctx.repos, { "git", "-C", e.checkout, "worktree", "prune" }, nil, limit)
@@ -213,6 +218,7 @@ function M.handler(ctx)
   local check = auth.checker(ctx.token)
   ctx.log = ctx.log or function() end
   ctx.threads = ctx.threads or {}
+  ctx.attaching = {}
   local inner = sandbox_routes.handler{
     fleet = fleet_of(ctx), token = ctx.token, policy = ctx.policy, build = ctx.build, log = ctx.log,
     stopping = ctx.stopping, getenv = ctx.getenv,
