@@ -61,4 +61,23 @@ function M.start(base, opts)
   return h
 end
 
+-- POST /onboard, then wait while it is onboarding; returns the state it settled in.
+function M.onboard(h, repo)
+  local cjson = require("cjson")
+  local function req(method, path, body)
+    local status, _, raw = core.http.request{ method = method, url = h.url .. path, body = body,
+      headers = { authorization = "Bearer " .. M.TOKEN, ["content-type"] = "application/json" }, deadline_ms = 30000 }
+    local ok, doc = pcall(cjson.decode, raw or "")
+    return status, ok and doc or {}
+  end
+  assert(req("POST", "/onboard", cjson.encode({ repo = repo })) == 202)
+  local state
+  S.wait_for(function()
+    local status, doc = req("GET", "/status?repo=" .. repo)
+    state = status == 404 and "404" or doc.state
+    return state ~= "onboarding"
+  end, 60000)
+  return state
+end
+
 return M
