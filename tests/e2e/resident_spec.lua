@@ -153,11 +153,14 @@ describe("resident server and executor on loopback", function()
       local ex = new_ex(h, snap)
       local tracked = health.new(ex, snap)
       tracked.count = 1 -- one infra failure before: the replacement must neither add nor reset
+      local runs = 0
       local function replaced_run(server)
         local out = {}
-        core.go(function() out.r, out.err = tracked:exec("echo started > started; sleep 60") end)
+        runs = runs + 1
+        local mark = "started-" .. runs -- each run's own: the worktree outlives the runtime
+        core.go(function() out.r, out.err = tracked:exec(("echo started > %s; sleep 60"):format(mark)) end)
         assert.truthy(S.wait_for(function()
-          return core.fs.exists(workspace.path(root .. "/threads", "T1") .. "/started")
+          return core.fs.exists(workspace.path(root .. "/threads", "T1") .. "/" .. mark)
         end, 20000))
         server.stop("TERM") -- a deploy: drain (1 s), then the command is killed
         assert.truthy(S.wait_for(function() return out.r or out.err end, 30000))
@@ -182,8 +185,8 @@ describe("resident server and executor on loopback", function()
       local h3 = start(base, { policies = dir, root = root })
       assert.truthy(S.wait_for(function() return state_of(h3, "acme/api") == "warm" end, 20000))
       ex.url = h3.url; ex.wire.url = h3.url
-      local r = assert(tracked:exec("cat started"))
-      assert.equal("started", r.text)
+      local r = assert(tracked:exec("cat started-1 started-2"))
+      assert.equal("started\nstarted", r.text)
       assert.equal(0, ex.replaced)
       h3.stop(); h3.wait()
       S.rm(root)

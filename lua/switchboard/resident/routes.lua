@@ -128,8 +128,8 @@ local function attach(ctx, key, body, res)
     if not copied then return refuse(res, "/attach", 500, "the dependencies could not be copied: " .. cerr, "attach-failed") end
   end
   if not t then
-    t = { repo = repo, dir = dir, busy = 0, label = workspace.dir_name(key),
-          runner = runner.new(ctx.threads_root, key, { instance = ctx.instance and ctx.instance(key) or nil }) }
+    t = { repo = repo, dir = dir, busy = 0, label = runner.label(key),
+          runner = runner.new(ctx.threads_root, key, { existing = true, instance = ctx.instance and ctx.instance(key) or nil }) }
     ctx.threads[key] = t
   end
   ctx.log("info", "resident.attached", { thread = t.label, repo = repo, reused = reused })
@@ -145,11 +145,11 @@ local function detach(ctx, key, body, res)
   end
   local killed = t and t.busy or 0
   ctx.threads[key] = nil
-  local r = t and t.runner or runner.new(ctx.threads_root, key)
+  local r = t and t.runner or runner.new(ctx.threads_root, key, { existing = true })
   r:stop("detach") -- kills every running command's process group, then moves the worktree away
   local e = t and ctx.repos:get(t.repo)
   if e then repos_mod.tool(ctx.repos, { "git", "-C", e.checkout, "worktree", "prune" }, nil, 30000) end
-  ctx.log("info", "resident.detached", { thread = workspace.dir_name(key), killed = killed, force = body.force == true })
+  ctx.log("info", "resident.detached", { thread = runner.label(key), killed = killed, force = body.force == true })
   send_json(res, 200, { detached = core.fs.exists(dir) == false, killed = killed })
 end
 
@@ -173,6 +173,7 @@ local function replacing(ctx, res)
   local w = {}
   function w.start(_, ...) return res:start(...) end
   function w.write(_, ...) return res:write(...) end
+  function w.drain(_, ...) return res:drain(...) end
   function w.send(_, ...) return res:send(...) end
   function w.finish(_, bytes)
     if ctx.stopping.aborted then
@@ -210,6 +211,13 @@ local function healthz(ctx, res)
   for _ in pairs(ctx.threads) do t = t + 1 end
   send_json(res, 200, { ok = true, build = { commit = ctx.build.commit, builtAt = ctx.build.built_at },
     generation = ctx.generation, repos = n, threads = t })
+end
+
+-- The head checks (sandboxd's on_head with the resident's table): the bearer, the route and
+-- method, the thread key — before a byte of the body is read.
+function M.on_head(ctx)
+  return sandbox_routes.on_head(ctx, { routes = M.ROUTES, list = ROUTE_LIST,
+    keyless = { ["/healthz"] = true, ["/status"] = true, ["/onboard"] = true } })
 end
 
 -- ctx: token, policy (fn → snap), build, log, repos (repos.lua), threads_root, stopping (signal),

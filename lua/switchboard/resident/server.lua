@@ -10,21 +10,13 @@
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local routes = require("switchboard.resident.routes")
+local sandboxd_server = require("switchboard.sandboxd.server")
 local repos = require("switchboard.resident.repos")
 
 local M = {}
 
 local Server = {}
 Server.__index = Server
-
-local function limits_of(snap)
-  local s = snap.timeouts.server
-  return {
-    max_header_bytes = s.max_header_bytes, max_body_bytes = s.max_body_bytes,
-    request_timeout_ms = s.request_timeout_ms, idle_timeout_ms = s.idle_timeout_ms,
-    max_connections = s.max_connections,
-  }
-end
 
 function M.start(opts)
   local log = opts.log or core.log
@@ -49,7 +41,8 @@ function M.start(opts)
     return handler(req, res)
   end
   local ok, srv, err = pcall(core.http.serve, {
-    host = opts.host, port = opts.port, handler = counted, limits = limits_of(policy.current()),
+    host = opts.host, port = opts.port, handler = counted, limits = sandboxd_server.limits_of(policy.current()),
+    on_head = routes.on_head(self.ctx),
   })
   if not ok then return nil, core.error("listen", tostring(srv)) end
   if not srv then return nil, err end
