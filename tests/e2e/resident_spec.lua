@@ -354,4 +354,26 @@ describe("resident server and executor on loopback", function()
       h.stop(); h.wait()
     end)
   end)
+
+  it("every route is behind the bearer, checked with the head (sandboxd's on_head); thread routes need a key", function()
+    core.run(function()
+      local h = start(base, { policies = dir })
+      for path, method in pairs(require("switchboard.resident.routes").ROUTES) do
+        for _, tok in ipairs({ "", "wrong", TOKEN .. "x" }) do
+          local status, _, raw = core.http.request{ method = method, url = h.url .. path .. "?repo=acme/api",
+            headers = { authorization = "Bearer " .. tok, ["x-thread-key"] = "T1" },
+            body = method == "POST" and '{"repo":"acme/api","command":"touch pwned"}' or nil, deadline_ms = 10000 }
+          assert.equal(401, status, path)
+          assert.equal('{"error":"unauthorized"}', raw)
+        end
+      end
+      assert.equal(404, (call(h, "GET", "/nope")))
+      local status, _, raw = core.http.request{ method = "POST", url = h.url .. "/attach", body = '{"repo":"acme/api"}',
+        headers = { authorization = "Bearer " .. TOKEN }, deadline_ms = 10000 }
+      assert.equal(400, status)
+      assert.matches("x%-thread%-key", raw)
+      assert.is_nil(io.open(h.root .. "/threads/pwned"))
+      h.stop(); h.wait()
+    end)
+  end)
 end)
