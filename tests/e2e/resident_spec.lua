@@ -388,4 +388,35 @@ describe("resident server and executor on loopback", function()
       h.stop(); h.wait()
     end)
   end)
+
+  it("behind the walls (where the kernel gives them): a uid of its own that owns the worktree; detach kills it all", function()
+    core.run(function()
+      local h, log = start(base, { policies = dir, walls = true, may_fail = true })
+      if not h then
+        assert.matches("cannot build the walls", log) -- anything else is a failure, not a skip
+        pending("this kernel gives no walls: " .. (log:match("cannot build the walls[^\n]*") or ""))
+        return
+      end
+      assert.matches('walls="cgroup v', h.log())
+      assert.equal("warm", onboard(h, "acme/api"))
+      local ex = new_ex(h, snap)
+      local r = assert(ex:exec("id -u; echo edited >> README && tail -1 README; cat deps/ok"))
+      assert.equal("1000\nedited\ninstalled", r.text)
+      local wt = workspace.path(h.root .. "/threads", "T1")
+      local out = {}
+      core.go(function() out.r, out.err = ex:exec("sleep 300 & echo $! > pid; wait") end)
+      assert.truthy(S.wait_for(function() return S.read(wt .. "/pid") end, 20000))
+      local function walled_sleeps()
+        local p = io.popen("ps -eo user:20,args | grep '[s]leep 300' | grep -v '^root ' | wc -l")
+        local n = tonumber(p:read("a")); p:close()
+        return n
+      end
+      assert.truthy(S.wait_for(function() return walled_sleeps() >= 1 end, 10000))
+      assert(ex:release("always"))
+      assert.truthy(S.wait_for(function() return out.r or out.err end, 10000))
+      assert.truthy(S.wait_for(function() return walled_sleeps() == 0 end, 10000), "the thread's sleep outlived /detach")
+      assert.is_false(core.fs.exists(wt))
+      h.stop(); h.wait()
+    end)
+  end)
 end)

@@ -5,6 +5,7 @@ local cjson = require("cjson")
 local prologue = require("switchboard.commands.prologue")
 local sandboxd_cmd = require("switchboard.commands.sandboxd")
 local server = require("switchboard.resident.server")
+local walls_mod = require("switchboard.commands.walls")
 
 local M = {
   name = "resident",
@@ -14,7 +15,7 @@ local M = {
 M.EXIT = { usage = prologue.EXIT.usage, listen = 71, config = prologue.EXIT.config, unavailable = 69 }
 
 M.help = [[
-Usage: switchboard resident --listen HOST:PORT --root DIR [--git-base URL]
+Usage: switchboard resident --listen HOST:PORT --root DIR [--git-base URL] [--no-walls]
        switchboard resident onboard OWNER/NAME [--url URL] [--wait]
        switchboard resident status OWNER/NAME [--url URL]
 
@@ -35,6 +36,9 @@ Options:
   --root DIR           checkouts (DIR/repos) and thread worktrees (DIR/threads)
   --git-base URL       where repositories are cloned from (default https://github.com/); a
                        file:// URL or a git daemon work too
+  --no-walls           DEVELOPMENT ONLY: thread commands run without the walls (namespaces,
+                       cgroups, a uid of their own; docs/isolation.md). Without the flag the
+                       resident refuses to start where the kernel cannot give them.
   --url URL            the resident to ask (default $RESIDENT_URL)
   --wait               (onboard) wait for warm or degraded
 
@@ -45,14 +49,15 @@ Signals:
              checkouts stay for the next start (checkouts are cold until their first fetch)
 
 Exit status: 0 ok; 2 bad arguments; 69 the resident cannot be reached or refused; 71 cannot
-listen; 78 no token, or the policies do not load.
+listen; 78 no token, the policies do not load, or the walls cannot be built.
 
 Examples:
   RESIDENT_TOKEN=$(openssl rand -hex 32) switchboard resident --listen 127.0.0.1:8090 --root /var/lib/resident
   RESIDENT_URL=http://127.0.0.1:8090 switchboard resident onboard acme/api --wait
 ]]
 
-local SPEC = { listen = "string", root = "string", ["git-base"] = "string", url = "string", wait = "flag" }
+local SPEC = { listen = "string", root = "string", ["git-base"] = "string", url = "string", wait = "flag",
+  ["no-walls"] = "flag" }
 
 local function token_of(snap, ctx)
   local name = snap.execution.resident.token_env
@@ -120,8 +125,11 @@ function M.run(argv, ctx)
   if p.words[1] then return client(p, ctx, p.words[1], p.words[2]) end
   local opts, snap = p.opts, p.snap
   local host, port = sandboxd_cmd.parse_listen(opts.listen)
-  local token, name = token_of(snap, ctx)
-  if not token then
+  local name = snap.execution.resident.token_env
+  -- Read once and removed from the environment; the process is not dumpable (docs/isolation.md).
+  local token = ctx.getenv and ctx.getenv(name) or core.secrets.take_env(name)
+  core.secrets.not_dumpable()
+  if token == nil or token == "" then
     return p:fail(M.EXIT.config, ("%s is not set: every route needs `authorization: Bearer <token>`, so the "
       .. "resident does not start without one. Set it to a long random secret (`export %s=$(openssl rand -hex 32)`) "
       .. "and give the bot the same value."):format(name, name))
@@ -130,8 +138,10 @@ function M.run(argv, ctx)
   local ok, err = core.fs.mkdir_p(opts.root, tonumber("700", 8))
   if not ok then return p:fail(M.EXIT.config, "--root: " .. tostring(err.message)) end
   local root = core.fs.realpath(opts.root) or opts.root
+  local walls, wstatus = walls_mod.build(p, opts, snap, root, "resident", "the resident's threads", M.EXIT.config)
+  if walls == false then return wstatus end
   local srv, serr = server.start{ host = host, port = port, root = root, token = token,
-    git_base = opts.git_base or "https://github.com/", getenv = ctx.getenv }
+    git_base = opts.git_base or "https://github.com/", getenv = ctx.getenv, walls = walls }
   if not srv then
     return p:fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
   end
@@ -139,8 +149,9 @@ function M.run(argv, ctx)
   core.on_signal("TERM", function() srv:shutdown("TERM") end)
   core.on_signal("INT", function() srv:shutdown("INT") end)
   core.log("info", "resident.listening", { host = host, port = srv.port, root = root, generation = srv.generation,
-    version = snap.version })
+    version = snap.version, walls = walls and ("cgroup v" .. walls.layout.version) or "none" })
   srv:wait()
+  if walls then walls:close() end
   return 0
 end
 

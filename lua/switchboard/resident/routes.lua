@@ -21,6 +21,7 @@ local sandbox_routes = require("switchboard.sandboxd.routes")
 local runner = require("switchboard.sandboxd.runner")
 local protocol = require("switchboard.shell.protocol")
 local workspace = require("switchboard.shell.workspace")
+local walled = require("switchboard.shell.walled")
 local repos_mod = require("switchboard.resident.repos")
 
 local M = {}
@@ -126,11 +127,24 @@ local function attach(ctx, key, body, res)
     if not ok then return refuse(res, "/attach", 500, "the worktree could not be made: " .. err, "attach-failed") end
     local copied, cerr = copy_deps(ctx, e, dir, limit)
     if not copied then return refuse(res, "/attach", 500, "the dependencies could not be copied: " .. cerr, "attach-failed") end
+    repos_mod.tool(ctx.repos, { "chmod", "0700", "--", dir }, nil, limit) -- the thread's alone, like a workspace
   end
   if not t then
     t = { repo = repo, dir = dir, busy = 0, label = runner.label(key),
-          runner = runner.new(ctx.threads_root, key, { existing = true, instance = ctx.instance and ctx.instance(key) or nil }) }
+          runner = runner.new(ctx.threads_root, key, { existing = true, walls = ctx.walls }) }
     ctx.threads[key] = t
+  end
+  if ctx.walls then
+    -- The thread's instance (its namespaces, cgroups and host uid) exists from the attach on;
+    -- the worktree becomes that uid's, so its commands can edit every file in it.
+    local ok, err = walled.ensure(t.runner)
+    if ok then
+      local uid = t.runner.instance:owner().uid
+      ok, err = repos_mod.tool(ctx.repos, { "chown", "-R", "--no-dereference", "--", uid .. ":" .. uid, dir }, nil, limit)
+    end
+    if not ok then
+      return refuse(res, "/attach", 500, "the thread's walls could not be built: " .. tostring(err and err.message or err), "attach-failed")
+    end
   end
   ctx.log("info", "resident.attached", { thread = t.label, repo = repo, reused = reused })
   send_json(res, 200, { repo = repo, ref = ref or "origin/HEAD", commit = head_commit(ctx, dir),
@@ -221,7 +235,7 @@ function M.on_head(ctx)
 end
 
 -- ctx: token, policy (fn → snap), build, log, repos (repos.lua), threads_root, stopping (signal),
---      generation (this process's runtime id), getenv, instance (optional fn(key) → walls)
+--      generation (this process's runtime id), getenv, walls (shell/instance.lua's host, or nil)
 function M.handler(ctx)
   local check = auth.checker(ctx.token)
   ctx.log = ctx.log or function() end

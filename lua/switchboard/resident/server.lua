@@ -1,7 +1,7 @@
 -- The resident process around its routes: the repositories and their fetch schedule, the
 -- listening server with sandboxd's limits, the count of requests in flight, and the drain.
 --
---   local srv, err = server.start{host, port, root, token, git_base, log, getenv}
+--   local srv, err = server.start{host, port, root, token, git_base, log, getenv, walls?}
 --   srv.port, srv.generation  the bound port; this process's runtime id (a new one every start:
 --                             the executor tells a replaced runtime by it)
 --   srv:shutdown(signal_name) stop accepting; requests in flight get timeouts.server.drain_ms;
@@ -22,13 +22,16 @@ function M.start(opts)
   local log = opts.log or core.log
   local self = setmetatable({ state = "serving", inflight = 0, log = log, waiters = {}, force = core.signal() }, Server)
   self.generation = core.crypto.hex(core.crypto.random_bytes(8))
-  core.fs.mkdir_p(opts.root .. "/threads", tonumber("700", 8))
+  -- 0711: a walled thread's uid must traverse it to reach its own (0700) worktree; nobody lists it
+  core.fs.mkdir_p(opts.root .. "/threads", tonumber("711", 8))
+  local chmod = core.spawn{ argv = { "chmod", "0711", "--", opts.root .. "/threads" }, env = { PATH = os.getenv("PATH") } }
+  if chmod then chmod:wait() end
   self.repos = repos.open{ root = opts.root, git_base = opts.git_base, policy = policy.current, log = log,
     getenv = opts.getenv }
   self.ctx = {
     token = opts.token, policy = policy.current, build = core.build, log = log, repos = self.repos,
     threads_root = opts.root .. "/threads", stopping = core.signal(), generation = self.generation,
-    getenv = opts.getenv,
+    getenv = opts.getenv, walls = opts.walls,
   }
   local handler = routes.handler(self.ctx)
   local function done()

@@ -44,6 +44,7 @@ function M.start(base, opts)
   local root = opts.root or S.tmpdir()
   local argv = { S.BIN, "--policies", opts.policies, "resident", "--listen", opts.listen or "127.0.0.1:0",
     "--root", root, "--git-base", "file://" .. base .. "/base/" }
+  if not opts.walls then argv[#argv + 1] = "--no-walls" end
   local chunks = {}
   local env = S.base_env{ RESIDENT_TOKEN = M.TOKEN }
   local proc = assert(core.spawn{ argv = argv, env = env, max_output = 16 << 20,
@@ -54,6 +55,7 @@ function M.start(base, opts)
   function h.log() return table.concat(chunks) end
   core.go(function() h.result = proc:wait(); entry.result = h.result end)
   local port = S.wait_for(function() return h.log():match("resident%.listening[^\n]*port=(%d+)") or h.result end, 15000)
+  if type(port) ~= "string" and opts.may_fail then return nil, h.log() end
   assert(type(port) == "string", "resident did not start:\n" .. h.log())
   h.port, h.url = tonumber(port), "http://127.0.0.1:" .. port
   function h.stop(sig) if not h.result then os.execute(("kill -%s %d"):format(sig or "TERM", h.pid)) end end
