@@ -219,6 +219,17 @@ function S.template(allowed_list, requires)
   end
 end
 
+-- An agent's system prompt: any number of lines, placeholders from PROMPT_VARS only.
+M.PROMPT_VARS = { "agent", "repository", "workspace", "tools" }
+function S.prompt(v, path, report)
+  if type(v) ~= "string" then return report(path, "must be a string, got " .. typename(v)) end
+  if #v > 64 * 1024 then return report(path, "must be at most 65536 bytes") end
+  local allowed = {}
+  for _, n in ipairs(M.PROMPT_VARS) do allowed[n] = true end
+  local why = template.check((v:gsub("\n", " ")), allowed)
+  if why then report(path, why) end
+end
+
 function S.rule(v, path, report)
   if not rule.is_rule(v) then
     report(path, "must be built with rule{...}, got " .. typename(v))
@@ -336,6 +347,7 @@ M.files.timeouts = {
 
 M.files.github = {
   request_timeout_ms = ms(SECOND, 5 * MINUTE),
+  clone_url = S.template({ "repo" }, { "{repo}" }),
   scopes = S.map("^[a-z][a-z0-9_]*$", "a scope name (a-z, 0-9, _)", S.record {
     permissions = S.optional(S.map("^[a-z][a-z_]*$", "a GitHub permission name",
       S.enum { "read", "write" })),
@@ -351,7 +363,31 @@ M.files.agents = {
     token_scope = S.optional(S.string { pattern = "^[a-z][a-z0-9_]*$", what = "a scope from policies/github.lua" }),
     max_run_minutes = S.int { min = 1, max = 24 * 60 },
     tools = S.list(S.string { pattern = "^[a-z][a-z0-9_]*$", what = "a tool name" }, { unique = true }),
+    model = S.optional(S.string { one_line = true, max_len = 200 }),
+    max_tokens = S.optional(S.int { min = 1, max = 1000000 }),
+    max_turns = S.optional(S.int { min = 1, max = 10000 }),
+    system_prompt = S.optional(S.prompt),
   }, { min = 1 }),
+  run_defaults = S.record {
+    model = S.string { one_line = true, max_len = 200 },
+    max_tokens = S.int { min = 1, max = 1000000 },
+    max_turns = S.int { min = 1, max = 10000 },
+    system_prompt = S.prompt,
+  },
+  model_api = S.record {
+    base_url = S.string { one_line = true, pattern = "^https?://[^%s]+$", what = "an http(s) URL" },
+    version = S.string { one_line = true, max_len = 40 },
+    request_timeout_ms = ms(SECOND, HOUR),
+    max_event_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" },
+    max_answer_bytes = S.int { min = 1024, max = 1024 * M.MIB, unit = "bytes" },
+    max_tool_result_bytes = S.int { min = 1024, max = 64 * M.MIB, unit = "bytes" },
+    retry = S.record {
+      max_attempts = S.int { min = 1, max = 20 },
+      first_ms = ms(0, 10 * MINUTE),
+      max_ms = ms(0, HOUR),
+      max_retry_after_ms = ms(0, HOUR),
+    },
+  },
   default_agent = agent_name,
   choose_agent = S.func,
 }
@@ -598,6 +634,9 @@ end
 function M.derive_agents(a)
   for key, def in pairs(a.agents) do
     def.name = def.name or key
+    for _, field in ipairs({ "model", "max_tokens", "max_turns", "system_prompt" }) do
+      if def[field] == nil then def[field] = a.run_defaults[field] end
+    end
     def.resources.repository = def.resources.repository == true
   end
 end
