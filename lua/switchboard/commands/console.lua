@@ -86,7 +86,7 @@ end
 
 -- TERM/INT: stop reading, let running asks finish for the drain time, then kill them; a
 -- second signal kills at once.
-local function drain_on_signals(d, front, reading)
+local function drain_on_signals(p, d, front, reading)
   local kill_now = core.signal()
   local draining = false
   local function on_stop_signal(name)
@@ -96,6 +96,7 @@ local function drain_on_signals(d, front, reading)
       return
     end
     draining = true
+    p:stopping()
     reading:abort("SIG" .. name)
     local grace = policy.current().timeouts.console.drain_ms
     if not d:is_idle() then
@@ -145,13 +146,14 @@ function M.run(argv, ctx)
     end
   end)
   local reading = core.signal()
-  drain_on_signals(d, front, reading)
+  drain_on_signals(p, d, front, reading)
 
   local thread = opts.thread or "main"
   if core.isatty(0) then
     front:say(("switchboard console — thread %s. Type `help` for the grammar, /thread NAME to "
       .. "switch threads, Ctrl-D to quit."):format(thread))
   end
+  p:ready("reading asks from standard input, thread " .. thread)
   front:serve(d, { thread = thread, user = os.getenv("USER") or "console", stop = reading })
 
   d:wait_idle()

@@ -55,7 +55,9 @@ function BUILDERS.sandbox(opts, ctx, snap, agent)
   local token = getenv(cfg.token_env)
   if not token or token == "" then return missing(snap, ctx.agent, "sandbox", cfg.token_env) end
   return require("switchboard.exec.sandbox").new{
-    url = url, token = token, thread_key = ctx.thread_key, policy = opts.policy,
+    url = require("switchboard.exec.rendezvous").pick(url, ctx.thread_key),
+    token = token, thread_key = ctx.thread_key, policy = opts.policy,
+    build = require("switchboard.core").build.commit,
     resolve_envs = resolver(opts, agent, ctx),
   }
 end
