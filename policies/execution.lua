@@ -26,7 +26,9 @@ resident = {
     { file = "requirements.txt", command = "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt", deps = { ".venv" } },
   },
 }
-e2b = { api_key_env = "E2B_API_KEY" }
+-- e2b: the API key's variable; the sandbox template; the directory commands run in and file
+-- paths are relative to (E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL, E2B_DEBUG: docs/e2b.md).
+e2b = { api_key_env = "E2B_API_KEY", template = "base", workdir = "/home/user" }
 
 -- A backend chosen but not configured is refused with this text (never a silent fallback to
 -- this host). {agent}, {backend}, {setting} are filled in.

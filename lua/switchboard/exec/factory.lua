@@ -8,7 +8,8 @@
 --       with :resolve_envs(scope) → NAME = value | nil, err), backends (optional overrides:
 --       name → constructor(config) for tests and later backends), force_backend (a
 --       backend name that overrides policy: the CLI's --backend), resident_url (overrides
---       the resident's URL), resident_request (the probe's transport; specs count probes)
+--       the resident's URL), resident_request (the probe's transport; specs count probes),
+--       e2b_state_dir (where the e2b backend remembers each thread's sandbox id across processes)
 -- ctx:  thread_key, agent (name), repo?, ref?, snap? (the snapshot the ask captured; without
 --       it opts.policy() is read once here)
 local policy = require("switchboard.policy")
@@ -62,14 +63,19 @@ function BUILDERS.sandbox(opts, ctx, snap, agent)
   }
 end
 
-local function unavailable(name)
-  return function(opts, ctx, snap)
-    return nil, errors.tool(("agent %s runs on the %s backend, which this build of switchboard "
-      .. "does not provide yet; choose local, sandbox or resident in policies/execution.lua")
-      :format(ctx.agent, name))
-  end
+
+-- E2B: the API key from the variable policy names; hosts from E2B's own variables (docs/e2b.md).
+function BUILDERS.e2b(opts, ctx, snap, agent)
+  local getenv = opts.getenv or os.getenv
+  local cfg = snap.execution.e2b
+  local key = getenv(cfg.api_key_env)
+  if not key or key == "" then return missing(snap, ctx.agent, "e2b", cfg.api_key_env) end
+  return require("switchboard.exec.e2b").new{
+    api_key = key, key_env = cfg.api_key_env, thread_key = ctx.thread_key, agent = ctx.agent,
+    policy = opts.policy, resolve_envs = resolver(opts, agent, ctx), getenv = getenv,
+    template = cfg.template, workdir = cfg.workdir, state_dir = opts.e2b_state_dir,
+  }
 end
-BUILDERS.e2b = unavailable("e2b")
 
 -- The resident (docs/resident.md): chosen only for a repository agent whose repository is warm
 -- there. The factory probes /status with timeouts.resident.probe_timeout_ms; a transport
