@@ -354,6 +354,7 @@ function D:enqueue(msg, snap, parsed, name, def)
     id = self.seq,
     thread = msg.thread,
     user = msg.user,
+    link = msg.permalink, -- the thread's link a front gives (Slack); pull requests link back to it
     agent = name,
     agent_def = def,
     repo = parsed.repo or (def.resources and def.resources.repository and thread.repo) or nil,
