@@ -126,15 +126,17 @@ end
 function R:body_text()
   if not self:final() then return "" end
   local parts = {}
-  local pr = self.pull_request
+  local pr, lead = self.pull_request, nil
   if pr then
-    parts[#parts + 1] = ("⇢ pull request #%s %s: %s (branch %s)"):format(tostring(pr.number), pr.action, tostring(pr.url), pr.branch)
+    lead = ("⇢ pull request #%s %s: %s (branch %s)"):format(tostring(pr.number), pr.action, tostring(pr.url), pr.branch)
   elseif self.publish_problem then
-    parts[#parts + 1] = "✗ no pull request — " .. self.publish_problem
+    lead = "✗ no pull request — " .. self.publish_problem
   end
   if self.problem and self.problem ~= "" then parts[#parts + 1] = self.problem end
   if self.answer and self.answer ~= "" then parts[#parts + 1] = self.answer end
-  return table.concat(parts, "\n\n")
+  local text = table.concat(parts, "\n\n")
+  if lead then return text == "" and lead or (lead .. "\n" .. text) end
+  return text
 end
 
 function R:summary(now_ms)

@@ -3,7 +3,7 @@
 --
 --   GET   /repos/{o}/{r}/pulls?head={o}:{branch}&state=open   the open PR of the branch
 --   POST  /repos/{o}/{r}/pulls   {title, head, base, body}     open one (201)
---   PATCH /repos/{o}/{r}/pulls/{n}   {title, body}             update it (200)
+--   PATCH /repos/{o}/{r}/pulls/{n}   {body}                    update it (200)
 --
 --   local pr, err = pulls.open_or_update{api_url, token, repo, branch, base, title, body,
 --                                        timeout_ms, request?, user_agent?}
@@ -90,7 +90,8 @@ function M.open_or_update(o)
   local open = doc[1]
   if type(open) == "table" and open.number then
     local n = math.tointeger(open.number) or open.number
-    status, doc, err = call(o, "PATCH", ("%s/%d"):format(base_path, n), { title = o.title, body = o.body })
+    -- the title stays the first ask's (a person may have edited it); the body tells the latest run
+    status, doc, err = call(o, "PATCH", ("%s/%d"):format(base_path, n), { body = o.body })
     if status == nil then return nil, err end
     if status ~= 200 then return nil, M.explain(status, doc, "update pull request #" .. n, o.repo) end
     return { number = n, url = doc.html_url or open.html_url, action = "updated" }
