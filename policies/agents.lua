@@ -80,7 +80,7 @@ instructions = {
 --   branch          {thread} = the thread's name as a-z0-9-, {short_id} = 8 hex of the thread
 --   author_name/_email  the commit's author and committer
 --   title, body     {ask}, {agent}, {repository}, {thread}, {thread_link} (the Slack
---                   permalink, or "console thread NAME"), {summary} (the model's answer),
+--                   permalink, or "thread NAME" without one), {summary} (the model's answer),
 --                   {turns}, {branch}; the body is Markdown
 pull_request = {
   branch = "switchboard/{thread}-{short_id}",

@@ -215,7 +215,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
     assert.equal(branch, prs[1].head)
     assert.equal("main", prs[1].base)
     assert.equal("fix the typo in README.md in acme/api", prs[1].title)
-    assert.matches("Asked of agent `coding` in console thread main:", prs[1].bodies[1], 1, true)
+    assert.matches("Asked of agent `coding` in thread main:", prs[1].bodies[1], 1, true)
     assert.matches("> fix the typo in README.md in acme/api", prs[1].bodies[1], 1, true)
     assert.matches("Fixed the typo teh → the", prs[1].bodies[1], 1, true)
     for _, call in ipairs(w.gh.pr_calls) do assert.equal("write", call.scope) end

@@ -105,10 +105,15 @@ end
 
 local function texts(o, branch)
   local pol = o.snap.agents.pull_request
+  local link = o.link
+  if type(link) == "function" then
+    local ok, url = pcall(link)
+    link = ok and type(url) == "string" and url ~= "" and url or nil
+  end
   local ask = (o.ask or ""):gsub("%s+", " "):match("^%s*(.-)%s*$")
   local vars = {
     ask = ask, agent = o.agent, repository = o.repo, thread = tostring(o.thread),
-    thread_link = o.link or ("console thread " .. tostring(o.thread)),
+    thread_link = link or ("thread " .. tostring(o.thread)),
     summary = (o.answer and o.answer ~= "") and o.answer or "(the agent gave no summary)",
     turns = tostring(o.turns or 0), branch = branch,
   }
