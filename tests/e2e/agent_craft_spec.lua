@@ -17,6 +17,7 @@ local cards = require("support.cards")
 local model = require("support.model")
 local policies = require("support.policies")
 local standin = require("support.github_standin")
+local SL = require("support.slack")
 
 local BIN = bin.path
 if BIN:sub(1, 1) ~= "/" then BIN = os.getenv("PWD") .. "/" .. BIN end
@@ -266,5 +267,45 @@ describe("agent craft: repository instructions, edit_file and the pull request",
     assert.matches("refs/heads/main", remote("for-each-ref --format='%(refname)'"), 1, true)
     assert.not_matches("switchboard/", remote("for-each-ref --format='%(refname)'"), 1, true)
     no_secret_anywhere(out, err, leak)
+  end)
+
+  it("from Slack: the card links the pull request, and its body links the Slack thread's permalink", function()
+    local pol = policies.dir{
+      github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n' end,
+    }
+    local text, err
+    core.run(function()
+      w = standin.world{ policy = function() return policies.shipped() end, real_clock = true,
+                         tokens_file = state .. "/tokens", repos_root = state .. "/repos" }
+      policies.write(state .. "/app.pem", w.priv)
+      m = model.start()
+      m:script{
+        { content = { { type = "tool_use", name = "edit_file", input = { path = "README.md", old_text = "teh", new_text = "the", replace_all = true } } } },
+        { content = { { type = "text", text = "Fixed both." } } },
+      }
+      local st = SL.standin()
+      local bot = SL.bot(st, { state_dir = state .. "/st", policies = pol, env = {
+        ANTHROPIC_BASE_URL = m.url, ANTHROPIC_API_KEY = m.key, GITHUB_APP_ID = "12345",
+        GITHUB_APP_PRIVATE_KEY = state .. "/app.pem", GITHUB_API_URL = w.gh.api_url, GH_TOKEN = false,
+        HOME = state, PATH = state .. "/shim:" .. os.getenv("PATH") } })
+      st:envelope("events_api", SL.mention{ ts = "1700000100.000100", text = "agent:coding fix the typo in README.md in acme/api" })
+      local final = SL.wait(function()
+        for _, c in ipairs(st:cards("1700000100.000100")) do
+          if SL.is_final(c) and SL.card_text(c):find("pull request", 1, true) then return c end
+        end
+      end, "the final card with the pull request", 90000)
+      text = SL.card_text(final)
+      bot:signal("TERM")
+      bot:wait()
+      err = bot.err
+      st:close()
+      w.close()
+    end)
+    assert.matches("pull request #1 opened: https://github.com/acme/api/pull/1", text, 1, true)
+    local pr = w.gh.pulls["acme/api"][1]
+    assert.matches("in https://acme.slack.com/archives/C0GEN/p1700000100000100:", pr.body, 1, true)
+    assert.equal("Welcome to the project.\nSee the docs.\n", remote("show " .. pr.head .. ":README.md"))
+    assert.matches("^switchboard/t0acme%-c0gen%-", pr.head)
+    for line in err:gmatch("[^\n]+") do assert.is_nil(w.leak(line), "log line carries a secret: " .. line) end
   end)
 end)
