@@ -341,6 +341,8 @@ M.files.timeouts = {
     request_timeout_ms = ms(100, 10 * MINUTE),
     idle_timeout_ms = ms(100, HOUR),
     max_connections = S.int { min = 1, max = 1000000 },
+    max_connections_per_peer = S.int { min = 1, max = 1000000 },
+    max_bodies_bytes = S.int { min = 1024, max = 1024 * M.MIB, unit = "bytes" },
   },
   file_op = S.record { budget_ms = ms(SECOND, HOUR) },
   token = S.record { reuse_slack_ms = ms(0, HOUR) },
