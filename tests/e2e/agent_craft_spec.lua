@@ -88,7 +88,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
     f:write("#!/bin/sh\nprintf '%s\\n' \"$*\" >> '" .. state .. "/git-argv'\nexec /usr/bin/git \"$@\"\n")
     f:close()
     sh("chmod +x " .. shim)
-    os.execute(("env -u LD_PRELOAD python3 tests/support/git_standin.py --dir %s/gitd --root %s/repos --tokens-file %s/tokens >%s/gitd/out 2>&1 &")
+    os.execute(("env -u LD_PRELOAD /usr/bin/python3 tests/support/git_standin.py --dir %s/gitd --root %s/repos --tokens-file %s/tokens >%s/gitd/out 2>&1 &")
       :format(state, state, state, state))
     core.run(function()
       gitport = model.wait_for(function() return files.read(state .. "/gitd/port") end, 10000)
