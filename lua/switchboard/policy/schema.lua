@@ -302,7 +302,7 @@ end
 local ms = S.ms
 
 M.files = {}
-M.order = { "timeouts", "github", "agents", "errors", "execution", "slack" }
+M.order = { "timeouts", "github", "agents", "errors", "execution", "slack", "isolation" }
 
 M.files.timeouts = {
   bash = S.record {
@@ -487,6 +487,24 @@ M.files.execution = {
   },
   missing = S.template({ "agent", "backend", "setting" }, { "{setting}" }),
   choose_backend = S.func,
+}
+
+M.files.isolation = {
+  local_walls = S.bool,
+  network = S.enum { "host", "none" },
+  memory_bytes = S.int { min = 16 * M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
+  pids_max = S.int { min = 8, max = 4194304 },
+  cpu_percent = S.int { min = 10, max = 102400 },
+  open_files = S.int { min = 64, max = 1048576 },
+  file_size_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
+  workspace_max_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
+  uid_base = S.int { min = 1000, max = 4000000000 },
+  uid_count = S.int { min = 1, max = 1000000 },
+  rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },
+  expose = S.list(S.string { pattern = "^[%w_][%w._-]*$", what = "a top-level name such as \"usr\"" },
+    { unique = true, max = 32 }),
+  hide = S.list(S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" }, { unique = true, max = 32 }),
+  cgroup_parent = S.string { pattern = "^[^\r\n]*$", one_line = true },
 }
 
 local slack_id = S.string { pattern = "^[A-Z0-9]+$", what = "a Slack ID (T…, C…, U…)" }
