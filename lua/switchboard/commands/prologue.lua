@@ -9,7 +9,10 @@
 --   p.snap                                   -- the policies as loaded (policies = true)
 --   p:fail(status, message)                  -- "switchboard NAME: message" on stderr → status
 --   p:say(line)                              -- a line on stdout
---   p:reload_on_hup(report)                  -- report(new_snap | nil, errors) after each HUP
+--   p:reload_on_hup(report)                  -- report(new_snap | nil, errors) after each HUP;
+--                                               the service manager hears RELOADING=1, READY=1
+--   p:ready(status), p:stopping()            -- READY=1 / STOPPING=1 to the service manager
+--                                               ($NOTIFY_SOCKET; commands/notify.lua)
 --   p:notice(agent_def, say)                 -- the no-credential line, once, through say(line)
 --   p:trace_sink()                           -- --trace FILE's span sink (nil without --trace), or
 --                                               nil, status after saying why it cannot be opened
@@ -21,6 +24,7 @@ local args = require("switchboard.args")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local tracing = require("switchboard.exec.tracing")
+local notify = require("switchboard.commands.notify")
 
 local M = {}
 
@@ -30,7 +34,7 @@ M.EXIT = {
   config = 78, -- the policies do not load, a backend is not configured (EX_CONFIG)
 }
 
-M.BACKENDS = { ["local"] = true, sandbox = true }
+M.BACKENDS = { ["local"] = true, sandbox = true, e2b = true }
 
 local P = {}
 P.__index = P
@@ -63,7 +67,7 @@ end
 
 function M.check_backend(name, backend, ctx)
   if backend == nil or M.BACKENDS[backend] then return true end
-  return nil, M.fail(name, M.EXIT.usage, ("--backend must be local or sandbox, got %q"):format(backend), ctx)
+  return nil, M.fail(name, M.EXIT.usage, ("--backend must be local, sandbox or e2b, got %q"):format(backend), ctx)
 end
 
 -- what: {spec, backend (boolean: validate opts.backend), usage (optional fn(p) → the usage
@@ -105,10 +109,18 @@ function P:reload_on_hup(report)
     })
   end
   core.on_signal("HUP", function()
+    notify.reloading()
     local new, errs = policy.reload()
     report(new, errs)
+    notify.ready(("policies %s%s"):format(policy.current().version,
+      new and "" or " (the reload failed; the previous policies answer)"))
   end)
 end
+
+-- A long-running command tells its service manager it serves (after listening, connecting,
+-- or starting to read) and that it stops (when a stop signal arrives, before draining).
+function P:ready(status) return notify.ready(status) end
+function P:stopping() return notify.stopping() end
 
 -- The sink for `--trace FILE` (`-` for stderr): nil when the option is absent.
 function P:trace_sink()
