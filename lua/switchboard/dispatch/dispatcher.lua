@@ -34,6 +34,7 @@ local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local stack = require("switchboard.exec.stack")
+local resident = require("switchboard.exec.resident")
 local identity = require("switchboard.github.identity")
 local workspace = require("switchboard.shell.workspace")
 local card_mod = require("switchboard.dispatch.card")
@@ -355,6 +356,9 @@ function D:enqueue(msg, snap, parsed, name, def)
     id = self.seq,
     thread = msg.thread,
     user = msg.user,
+    -- the thread's link, when the front has one (Slack: a permalink, looked up when needed);
+    -- a pull request's body links back to it
+    link = msg.permalink or (self.front.link_for and self.front:link_for(msg.thread)) or nil,
     agent = name,
     agent_def = def,
     repo = parsed.repo or (def.resources and def.resources.repository and thread.repo) or nil,
@@ -418,6 +422,12 @@ function D:handle(msg)
       self:answer(msg.thread, "Nothing is running in this thread; there is nothing to stop.")
     end
     return
+  end
+  if parsed.kind == "onboard" then
+    return core.go(function()
+      self:answer(msg.thread, resident.onboard_text(snap, self.build_opts.getenv or os.getenv, parsed.repo,
+        self.build_opts.resident_url))
+    end)
   end
   if parsed.kind == "malformed" then
     return self:answer(msg.thread, self:help_text(snap, "I could not read that ask: " .. parsed.reason .. "."))
