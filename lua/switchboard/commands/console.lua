@@ -4,6 +4,7 @@
 local core = require("switchboard.core")
 local prologue = require("switchboard.commands.prologue")
 local policy = require("switchboard.policy")
+local flat = require("switchboard.policy.flat")
 local state = require("switchboard.state")
 local card = require("switchboard.dispatch.card")
 local dispatcher = require("switchboard.dispatch.dispatcher")
@@ -133,9 +134,15 @@ function M.run(argv, ctx)
     thread_key = function(thread) return "console:" .. thread end,
     help_extra = console_front.HELP_EXTRA,
   }
-  p:reload_on_hup(function(new, errs)
+  p:reload_on_hup(function(new, errs, changes, old_version)
     if new then
-      front:say(("policies reloaded (version %s); new asks use them"):format(new.version:sub(1, 12)))
+      local lines = { ("policies reloaded (version %s → %s); new asks use them"):format(
+        (old_version or "none"):sub(1, 12), new.version:sub(1, 12)) }
+      for _, c in ipairs(changes or {}) do
+        lines[#lines + 1] = "  " .. c.file .. ": " .. flat.change_text(c)
+          .. (c.restart and " (takes effect on restart)" or "")
+      end
+      front:say(table.concat(lines, "\n"))
     else
       front:say("policy reload failed, nothing changed:\n  " .. table.concat(errs, "\n  "))
     end

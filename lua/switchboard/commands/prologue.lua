@@ -9,7 +9,8 @@
 --   p.snap                                   -- the policies as loaded (policies = true)
 --   p:fail(status, message)                  -- "switchboard NAME: message" on stderr → status
 --   p:say(line)                              -- a line on stdout
---   p:reload_on_hup(report)                  -- report(new_snap | nil, errors) after each HUP
+--   p:reload_on_hup(report)                  -- report(new_snap | nil, errors, changes, old_version)
+--                                               after each HUP (changes: policy/flat.lua's)
 --   p:notice(agent_def, say)                 -- the no-credential line, once, through say(line)
 --   p:trace_sink()                           -- --trace FILE's span sink (nil without --trace), or
 --                                               nil, status after saying why it cannot be opened
@@ -99,14 +100,16 @@ end
 -- changes). report(new_snap, nil) or report(nil, errors) says how it went; by default a log line.
 function P:reload_on_hup(report)
   local name = self.name
-  report = report or function(new, errs)
+  report = report or function(new, errs, changes, old_version)
     core.log(new and "info" or "warn", name .. ".reload", {
       ok = new ~= nil, errors = errs and #errs or 0, version = policy.current().version,
+      old_version = old_version, changed = changes and #changes or 0,
     })
   end
   core.on_signal("HUP", function()
-    local new, errs = policy.reload()
-    report(new, errs)
+    local old_version = policy.current().version
+    local new, errs, changes = policy.reload()
+    report(new, errs, changes or {}, old_version)
   end)
 end
 
