@@ -670,7 +670,9 @@ function M.load(dir, opts)
   dir = (dir or "policies"):gsub("/+$", "")
   if dir == "" then dir = "/" end
   if opts.base then
-    local base = opts.base:gsub("/+$", "")
+    local function norm(d) return (d:gsub("/+$", ""):gsub("^%./", ""):gsub("/%./", "/")) end
+    local base = norm(opts.base)
+    if base == norm(dir) then base = dir end
     local layered = {}
     for k, v in pairs(opts) do layered[k] = v end
     layered.base = base ~= dir and base or nil
