@@ -57,20 +57,10 @@ local SPEC = {
   thread = "string", trace = "string",
 }
 
--- --backend sandbox needs a sandboxd to talk to: say so at start, not at every ask.
+-- Kept for callers of the old name: the prologue's check, as (ok, why).
 function M.check_sandbox(snap, url, getenv)
-  local cfg = snap.execution.sandbox
-  url = url or getenv(cfg.url_env)
-  if url == nil or url == "" then
-    return false, ("--backend sandbox needs --sandbox-url URL (or $%s): the address of a running "
-      .. "`switchboard sandboxd`"):format(cfg.url_env)
-  end
-  local token = getenv(cfg.token_env)
-  if token == nil or token == "" then
-    return false, ("--backend sandbox needs $%s, the bearer token the sandboxd was started with")
-      :format(cfg.token_env)
-  end
-  return true
+  local why = prologue.sandbox_problem(snap, url, getenv)
+  return why == nil, why
 end
 
 local function usage_problem(p)
@@ -112,10 +102,6 @@ function M.run(argv, ctx)
   })
   if not p then return status end
   local opts = p.opts
-  if opts.backend == "sandbox" then
-    local ok, why = M.check_sandbox(p.snap, opts.sandbox_url, os.getenv)
-    if not ok then return p:fail(M.EXIT.config, why) end
-  end
   local sink, trace_status = p:trace_sink()
   if opts.trace and not sink then return trace_status end
 

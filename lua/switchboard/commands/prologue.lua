@@ -44,10 +44,26 @@ end
 local function err_of(ctx) return ctx and ctx.err or writer(io.stderr) end
 local function out_of(ctx) return ctx and ctx.out or writer(io.stdout) end
 
+-- With --log-format json (ctx.log_json) a fatal start-up error is a log document too.
 function M.fail(name, status, message, ctx)
+  if ctx and ctx.log_json and not ctx.err then
+    core.log("error", name .. ".fatal", { message = tostring(message), status = status })
+    return status
+  end
   err_of(ctx)("switchboard " .. name .. ": " .. tostring(message))
   return status
 end
+
+-- A note for the person at the terminal ("note: …" on stderr), or a warn document in JSON.
+function M.note(ctx, line)
+  if ctx and ctx.log_json and not ctx.err then
+    core.log("warn", "note", { message = line })
+  else
+    (ctx and ctx.err or writer(io.stderr))("note: " .. line)
+  end
+end
+
+function P:note(line) return M.note(self.ctx, line) end
 
 function P:fail(status, message)
   return M.fail(self.name, status, message, self.ctx)
@@ -65,6 +81,22 @@ end
 function M.check_backend(name, backend, ctx)
   if backend == nil or M.BACKENDS[backend] then return true end
   return nil, M.fail(name, M.EXIT.usage, ("--backend must be local or sandbox, got %q"):format(backend), ctx)
+end
+
+-- --backend sandbox needs a sandboxd to talk to: every command says so the same way, at
+-- start, with the configuration status. Returns true or nil, the words.
+function M.sandbox_problem(snap, url, getenv)
+  local cfg = snap.execution.sandbox
+  url = url or getenv(cfg.url_env)
+  if url == nil or url == "" then
+    return ("--backend sandbox needs --sandbox-url URL (or $%s): the address of a running "
+      .. "`switchboard sandboxd`"):format(cfg.url_env)
+  end
+  local token = getenv(cfg.token_env)
+  if token == nil or token == "" then
+    return ("--backend sandbox needs $%s, the bearer token the sandboxd was started with")
+      :format(cfg.token_env)
+  end
 end
 
 -- what: {spec, backend (boolean: validate opts.backend), usage (optional fn(p) → the usage
@@ -92,6 +124,10 @@ function M.start(cmd, argv, ctx, what)
     local snap, status = M.load_policies(cmd.name, self.ctx)
     if not snap then return nil, status end
     self.snap = snap
+    if what.backend and opts.backend == "sandbox" then
+      local why = M.sandbox_problem(snap, opts.sandbox_url, ctx.getenv or os.getenv)
+      if why then return nil, self:fail(M.EXIT.config, why) end
+    end
   end
   return self
 end
