@@ -115,6 +115,16 @@ end)
 describe("operations: logs", function()
   after_each(function() tmp.remove_all() end)
 
+  it("on the journal (JOURNAL_STREAM names stderr) every line carries its priority", async(function()
+    local sh = 'JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) exec "$0" --log-level debug exec -- true'
+    local r = assert(core.spawn{ argv = { "sh", "-c", sh, bin.path }, env = bin.env() }):wait()
+    assert.equal(0, r.exit, r.stderr)
+    assert.matches("^<6>info policy%.loaded ", r.stderr)
+    -- inherited by a process whose stderr is elsewhere: plain lines
+    r = bin.run({ "--log-level", "info", "exec", "--", "true" }, { env = { JOURNAL_STREAM = "1:2" } })
+    assert.matches("^%d%d%d%d%-%d%d%-%d%dT[^\n]* info policy%.loaded ", r.stderr)
+  end))
+
   it("an invalid --log-level is refused", async(function()
     local r = bin.run({ "--log-level", "loud", "version" })
     assert.equal(2, r.exit)
