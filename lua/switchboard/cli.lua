@@ -124,7 +124,7 @@ end
 
 local function fatal(json, message)
   if json then
-    core.log("error", "switchboard.fatal", { message = message, status = 2 })
+    core.log("error", "cli.fatal", { message = message, status = 2 })
   else
     io.stderr:write("switchboard: ", message, "\n")
   end

@@ -22,6 +22,7 @@ local args = require("switchboard.args")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local tracing = require("switchboard.exec.tracing")
+local metrics = require("switchboard.metrics")
 
 local M = {}
 
@@ -145,6 +146,7 @@ function P:reload_on_hup(report)
   core.on_signal("HUP", function()
     local old_version = policy.current().version
     local new, errs, changes = policy.reload()
+    metrics.inc("switchboard_policy_reloads_total", { result = new and "ok" or "failed" })
     report(new, errs, changes or {}, old_version)
   end)
 end

@@ -3,6 +3,7 @@ local core = require("switchboard.core")
 local prologue = require("switchboard.commands.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
+local routes = require("switchboard.sandboxd.routes")
 
 local M = {
   name = "sandboxd",
@@ -31,6 +32,9 @@ Options:
                        own: leftover workspaces in it are removed at start)
   --max-instances N    awake instances at once (default: timeouts sandbox.max_instances, 25); one
                        more thread gets the fleet-busy answer and nothing runs
+  --metrics-listen HOST:PORT
+                       also serve GET /metrics there without the bearer (Prometheus text format;
+                       on --listen it needs the bearer like every route)
 
 Signals:
   HUP        reload the policies (requests in flight keep the ones they started with)
@@ -46,7 +50,8 @@ Examples:
   curl -H "authorization: Bearer $SANDBOX_TOKEN" http://127.0.0.1:8080/healthz
 ]]
 
-local SPEC = { listen = "string", root = "string", ["max-instances"] = "number" }
+local SPEC = { listen = "string", root = "string", ["max-instances"] = "number",
+  ["metrics-listen"] = "string" }
 
 -- "HOST:PORT" or "[V6]:PORT" → host, port | nil, why
 function M.parse_listen(text)
@@ -66,10 +71,30 @@ local function usage_problem(p)
   if not opts.root or opts.root == "" then return "--root DIR is required (see --help)" end
   local host, why = M.parse_listen(opts.listen)
   if not host then return why end
+  if opts.metrics_listen and not M.parse_listen(opts.metrics_listen) then
+    return (select(2, M.parse_listen(opts.metrics_listen)):gsub("^%-%-listen", "--metrics-listen"))
+  end
   local max = opts.max_instances
   if max ~= nil and (math.type(max) ~= "integer" and max ~= math.floor(max) or max < 1) then
     return "--max-instances needs a whole number of at least 1"
   end
+end
+
+-- GET /metrics without the bearer, on an address of its own (keep it private: a scraper's
+-- network). Nothing else is served there.
+function M.serve_metrics(host, port, snap)
+  local t = snap.timeouts.server
+  local ok, srv, err = pcall(core.http.serve, {
+    host = host, port = port,
+    limits = { max_header_bytes = t.max_header_bytes, max_body_bytes = 1024,
+      request_timeout_ms = t.request_timeout_ms, idle_timeout_ms = t.idle_timeout_ms, max_connections = 64 },
+    handler = function(req, res)
+      if req.path == "/metrics" and req.method == "GET" then return routes.metrics(res) end
+      res:send(404, { ["content-type"] = "text/plain" }, "only GET /metrics is served here\n")
+    end,
+  })
+  if not ok then return nil, core.error("listen", tostring(srv)) end
+  return srv, err
 end
 
 function M.run(argv, ctx)
@@ -99,12 +124,23 @@ function M.run(argv, ctx)
   if not srv then
     return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
   end
+  local mport
+  if opts.metrics_listen then
+    local mhost, mp = M.parse_listen(opts.metrics_listen)
+    local msrv, merr = M.serve_metrics(mhost, mp, snap)
+    if not msrv then
+      srv:shutdown("metrics")
+      return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.metrics_listen, tostring(merr and merr.message or merr)))
+    end
+    mport = msrv.port
+  end
   p:reload_on_hup() -- logs sandboxd.reload ok=… errors=… version=…
   core.on_signal("TERM", function() srv:shutdown("TERM") end)
   core.on_signal("INT", function() srv:shutdown("INT") end)
   core.log("info", "sandboxd.listening", {
     host = host, port = srv.port, root = root,
     max_instances = max or snap.timeouts.sandbox.max_instances, version = snap.version,
+    metrics_port = mport,
   })
   srv:wait()
   return 0

@@ -7,6 +7,7 @@
 local core = require("switchboard.core")
 local cjson = require("cjson")
 local auth = require("switchboard.sandboxd.auth")
+local metrics = require("switchboard.metrics")
 local envmod = require("switchboard.sandboxd.env")
 local protocol = require("switchboard.shell.protocol")
 local budget = require("switchboard.shell.budget")
@@ -102,13 +103,25 @@ end
 -- (nobody is left to read its answer).
 local function heartbeat(res, interval_ms, done, stop)
   -- done is checked after every sleep: the timer and the command's end can fall in one turn.
+  local last = core.now_ms()
   while core.sleep(interval_ms, done) and not done.aborted do
     if res.closed then
       stop:abort("client gone")
       return
     end
+    local now = core.now_ms()
+    if now - last > 1.5 * interval_ms then metrics.inc("switchboard_heartbeat_gaps_total") end
+    last = now
     res:write(" ")
   end
+end
+
+-- The outcome a command counts under in switchboard_commands_total.
+local function outcome_of(r, doc)
+  if doc.error ~= nil then return r and r.aborted and "stopped" or "infra" end
+  if r and r.aborted then return "stopped" end
+  if r and r.timed_out then return "124" end
+  return "exit"
 end
 
 -- The environment every command starts from (policies/execution.lua child_env), built once per
@@ -150,6 +163,8 @@ local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
   else
     doc = result_document(snap, r, limit_ms, max_output)
   end
+  metrics.inc("switchboard_commands_total", { outcome = outcome_of(r, doc) })
+  if doc.durationMs then metrics.observe("switchboard_command_duration_seconds", doc.durationMs / 1000) end
   ctx.log("debug", "sandboxd.exec", {
     instance = inst.label, exit = doc.exitCode, duration_ms = doc.durationMs,
     timed_out = r and r.timed_out or nil, failed = doc.error ~= nil or nil,
@@ -170,6 +185,8 @@ local function exec_route(ctx, snap, key, call, res)
   local inst, why = ctx.fleet:acquire(key)
   if not inst then
     if why == "fleet-busy" then
+      metrics.inc("switchboard_fleet_busy_total")
+      metrics.inc("switchboard_commands_total", { outcome = "capacity" })
       return send_json(res, 200, classify.fleet_busy_exec_answer(snap, fleet_cause(ctx)))
     end
     return refuse(res, "/exec", 503, closed_text())
@@ -199,6 +216,7 @@ local function file_instance(ctx, snap, key, res)
   local inst, why = ctx.fleet:acquire(key)
   if inst then return inst end
   if why == "fleet-busy" then
+    metrics.inc("switchboard_fleet_busy_total")
     local status, doc = classify.fleet_busy_http_answer(snap, fleet_cause(ctx))
     send_json(res, status, doc)
   else
@@ -305,6 +323,17 @@ function M.parse(snap, route, raw)
   return parse(snap, body)
 end
 
+-- GET /metrics (behind the bearer here; `sandboxd --metrics-listen` serves it without one).
+function M.metrics(res)
+  return res:send(200, { ["content-type"] = metrics.CONTENT_TYPE }, metrics.render())
+end
+
+function M.register_gauges(fleet)
+  if fleet == nil then return end
+  metrics.gauge("switchboard_instances", { state = "awake" }, function() return fleet.awake end)
+  metrics.gauge("switchboard_instances", { state = "sleeping" }, function() return fleet.sleeping or 0 end)
+end
+
 local ROUTES = { ["/exec"] = exec_route, ["/read"] = read_route, ["/write"] = write_route }
 
 -- ctx: fleet, token, policy (fn → snapshot), build ({commit, built_at}), log(level, event, fields),
@@ -313,10 +342,12 @@ local ROUTES = { ["/exec"] = exec_route, ["/read"] = read_route, ["/write"] = wr
 function M.handler(ctx)
   local check = auth.checker(ctx.token)
   ctx.log = ctx.log or function() end
+  M.register_gauges(ctx.fleet)
   return function(req, res)
     if not check(req.headers and req.headers[protocol.AUTH_HEADER]) then
       return res:send(auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY)
     end
+    if req.path == "/metrics" and req.method == "GET" then return M.metrics(res) end
     local method = protocol.ROUTES[req.path]
     if method == nil then
       return send_json(res, 404, { error = ("no route %s; the routes are %s"):format(req.path, ROUTE_LIST) })
