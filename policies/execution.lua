@@ -10,6 +10,8 @@ backend = { default = "local" }
 
 -- Each backend's configuration comes from the bot's environment; these name the variables.
 sandbox = { url_env = "SANDBOX_URL", token_env = "SANDBOX_TOKEN" }
+-- Not provided by this build: an agent the policy sends to "resident" runs on a fresh
+-- sandbox with a note (exec/factory.lua). Kept so a policy naming it still loads.
 resident = { url_env = "RESIDENT_URL", token_env = "RESIDENT_TOKEN" }
 e2b = { api_key_env = "E2B_API_KEY" }
 

@@ -37,7 +37,6 @@ recycle = { threshold_ms = 60 * second }
 sandbox = {
   heartbeat_ms = 15 * second,         -- one space on /exec while the command runs
   default_budget_ms = 280 * second,   -- the server's budget when the request names none
-  keepalive_ms = 60 * second,         -- renew the instance's activity clock while a command runs
   sleep_after = "5m",                 -- an idle instance sleeps after this (<n>s, <n>m or <n>h)
   max_instances = 25,                 -- awake instances at once; `sandboxd --max-instances` overrides
   max_thread_key_bytes = 256,         -- the longest x-thread-key a server accepts
@@ -62,11 +61,6 @@ file_op = { budget_ms = 5 * minute }  -- /read and /write (plus the call margin)
 -- A cached GitHub token is reused only while it has bash.max_ms + reuse_slack_ms left, so the
 -- longest command cannot outlive the token it started with.
 token = { reuse_slack_ms = 5 * minute }
-
-resident = {
-  negative_cache_ms = 30 * second,    -- a failed /status probe is remembered this long
-  probe_timeout_ms = 5 * second,
-}
 
 -- Fail fast when the executor's transport failed this many times in a row.
 health = { max_consecutive_infra_failures = 2 }

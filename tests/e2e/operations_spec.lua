@@ -54,6 +54,20 @@ describe("operations: overlays and reload", function()
     assert.truthy(r.stderr:find("--pid-file FILE", 1, true))
   end))
 
+  it("a sandboxd started without --max-instances wakes the shipped 25 instances, and no 26th", async(function()
+    local h = S.start_sandboxd({})
+    for i = 1, 25 do
+      local status, _, body = S.call(h.url, "/exec", { thread = "T" .. i, body = { command = "true" } })
+      assert.equal(200, status)
+      assert.equal(0, cjson.decode(body).exitCode, body)
+    end
+    local status, _, body = S.call(h.url, "/exec", { thread = "T26", body = { command = "true" } })
+    assert.equal(200, status)
+    local doc = cjson.decode(body)
+    assert.equal("fleet-busy", doc.reason, body)
+    assert.truthy(h.log():find("max_instances=25", 1, true))
+  end))
+
   it("a broken overlay names the operator's own file and line at start", async(function()
     local dir = overlay({ timeouts = "-- mine\nbash.max_ms = 2 * minute\n" })
     local r = bin.run({ "--policies", dir, "exec", "--", "true" })

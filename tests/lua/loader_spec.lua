@@ -157,11 +157,9 @@ describe("policy loader", function()
         "/timeouts.lua:" .. (line_count("timeouts") + 2) .. ":", "instruction budget exhausted")
     end)
 
-    it("cross-field: keepalive at or past sleep_after", function()
-      expect_refused({ timeouts = append("sandbox.keepalive_ms = 5 * minute") },
-        "sandbox.keepalive_ms must be shorter than sandbox.sleep_after")
-      expect_refused({ timeouts = append('sandbox.sleep_after = "1m"') },
-        "sandbox.keepalive_ms must be shorter than sandbox.sleep_after (1m")
+    it("the removed settings are refused by name: sandbox.keepalive_ms and resident.*", function()
+      expect_refused({ timeouts = append("sandbox.keepalive_ms = 5 * minute") }, "keepalive_ms")
+      expect_refused({ timeouts = append("resident = { probe_timeout_ms = 1000 }") }, "resident")
     end)
 
     it("cross-field: floor <= default <= max, and the server default inside the bounds", function()

@@ -298,7 +298,6 @@ M.files.timeouts = {
   sandbox = S.record {
     heartbeat_ms = ms(100, 5 * MINUTE),
     default_budget_ms = ms(SECOND, 24 * HOUR),
-    keepalive_ms = ms(SECOND, HOUR),
     sleep_after = S.sleep_after,
     max_instances = S.int { min = 1, max = 100000 },
     max_thread_key_bytes = S.int { min = 16, max = 4096, unit = "bytes" },
@@ -316,10 +315,6 @@ M.files.timeouts = {
   },
   file_op = S.record { budget_ms = ms(SECOND, HOUR) },
   token = S.record { reuse_slack_ms = ms(0, HOUR) },
-  resident = S.record {
-    negative_cache_ms = ms(0, HOUR),
-    probe_timeout_ms = ms(100, MINUTE),
-  },
   health = S.record { max_consecutive_infra_failures = S.int { min = 1, max = 100 } },
   process = S.record { max_output_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" } },
   console = S.record { refresh_ms = ms(100, MINUTE), drain_ms = ms(0, 10 * MINUTE) },
@@ -444,12 +439,6 @@ function M.cross.timeouts(t, report)
   if sb.default_budget_ms < b.floor_ms or sb.default_budget_ms > b.max_ms then
     report("sandbox.default_budget_ms", string.format("must lie within [bash.floor_ms, bash.max_ms] = [%s, %s], got %s",
       M.human_ms(b.floor_ms), M.human_ms(b.max_ms), M.human_ms(sb.default_budget_ms)))
-  end
-  local sleep_ms = M.parse_sleep_after(sb.sleep_after)
-  if sleep_ms and sb.keepalive_ms >= sleep_ms then
-    report("sandbox.keepalive_ms", string.format(
-      "must be shorter than sandbox.sleep_after (%s = %s), or the instance sleeps under a running command; got %s",
-      sb.sleep_after, M.human_ms(sleep_ms), M.human_ms(sb.keepalive_ms)))
   end
   -- A file travels as base64 (4 bytes per 3) in a /write request and a /read answer.
   local b64 = 4 * ((sb.max_file_bytes + 2) // 3)

@@ -204,10 +204,12 @@ end
 
 local FS_STATUS = { escape = 403, not_found = 404, not_a_file = 400, too_large = 413 }
 
-local function fs_failure(res, route, err)
+-- The text goes through the same never-empty rule as /exec's failures (classify.thrown_text).
+local function fs_failure(snap, res, route, err)
   local status = FS_STATUS[err and err.kind] or 500
   return send_json(res, status, {
-    error = tostring(err and err.message or "the file operation failed"), reason = err and err.kind,
+    error = classify.thrown_text(snap, err and { message = err.message, name = err.kind } or nil),
+    reason = err and err.kind,
   })
 end
 
@@ -231,8 +233,8 @@ local function read_route(ctx, snap, key, call, res)
   if not inst then return end
   local ok, bytes, err = pcall(inst.runner.read, inst.runner, path, snap.timeouts.sandbox.max_file_bytes)
   ctx.fleet:release(inst)
-  if not ok then return fs_failure(res, "/read", { message = "internal error: " .. first_line(bytes) }) end
-  if bytes == nil then return fs_failure(res, "/read", err) end
+  if not ok then return fs_failure(snap, res, "/read", { message = "internal error: " .. first_line(bytes) }) end
+  if bytes == nil then return fs_failure(snap, res, "/read", err) end
   send_json(res, 200, { content = core.crypto.base64_encode(bytes), encoding = "base64", size = #bytes })
 end
 
@@ -242,8 +244,8 @@ local function write_route(ctx, snap, key, call, res)
   if not inst then return end
   local ok, done, err = pcall(inst.runner.write, inst.runner, path, bytes)
   ctx.fleet:release(inst)
-  if not ok then return fs_failure(res, "/write", { message = "internal error: " .. first_line(done) }) end
-  if not done then return fs_failure(res, "/write", err) end
+  if not ok then return fs_failure(snap, res, "/write", { message = "internal error: " .. first_line(done) }) end
+  if not done then return fs_failure(snap, res, "/write", err) end
   send_json(res, 200, { ok = true, size = #bytes })
 end
 
