@@ -166,7 +166,7 @@ describe("switchboard console (local backend, through a pipe)", function()
       .. "command's process group was killed; the executor was released\n%[stopped: stop asked in this thread",
       blocks(out)[1])
     local ms = tonumber(out:match("stop_to_exit_ms=(%d+)"))
-    assert.is_true(ms < 10000, "the stop took " .. ms .. " ms")
+    assert.is_true(ms < 30000, "the stop took " .. ms .. " ms") -- generous; the command runs 60 s
     assert.is_false(alive(tonumber(read_file(state .. "/pid"))), "the shell survived")
     assert.is_false(alive(tonumber(read_file(state .. "/bg"))), "its background job survived")
   end)

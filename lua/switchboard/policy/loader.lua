@@ -670,9 +670,16 @@ function M.load(dir, opts)
   dir = (dir or "policies"):gsub("/+$", "")
   if dir == "" then dir = "/" end
   if opts.base then
-    local function norm(d) return (d:gsub("/+$", ""):gsub("^%./", ""):gsub("/%./", "/")) end
-    local base = norm(opts.base)
-    if base == norm(dir) then base = dir end
+    -- The same directory however it is written (relative, absolute, through a link) is not
+    -- an overlay of itself.
+    local c = core()
+    local function norm(d)
+      local real = c and c.fs and c.fs.realpath and c.fs.realpath(d)
+      if type(real) == "string" then return real end
+      return (d:gsub("/+$", ""):gsub("^%./", ""):gsub("/%./", "/"))
+    end
+    local base = opts.base:gsub("/+$", "")
+    if norm(base) == norm(dir) then base = dir end
     local layered = {}
     for k, v in pairs(opts) do layered[k] = v end
     layered.base = base ~= dir and base or nil
