@@ -53,7 +53,10 @@ server = {
   max_body_bytes = 12 * MiB,          -- a request body; past it: 413 (a /write carries base64)
   request_timeout_ms = 10 * second,   -- the time a client may take to send its whole request: 408
   idle_timeout_ms = 60 * second,      -- a keep-alive connection with no request is closed
-  max_connections = 4096,             -- open connections at once; past it new ones are refused
+  max_connections = 4096,             -- open connections at once (clamped to the open-files limit);
+                                      -- when full, idle connections that never authenticated go first
+  max_connections_per_peer = 1024,    -- open connections from one address; past it new ones get 503
+  max_bodies_bytes = 64 * MiB,        -- request bodies being read, all connections together; past it: 503
 }
 
 file_op = { budget_ms = 5 * minute }  -- /read and /write (plus the call margin)

@@ -13,6 +13,7 @@
 #include "../log/log.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,8 @@ static const sb_http_limits default_limits = {
     .idle_timeout_ms = 60000,
     .max_connections = 1024,
     .max_write_queue_bytes = 8 * 1024 * 1024,
+    .max_bodies_bytes = 64 * 1024 * 1024,
+    .max_connections_per_peer = 1024,
 };
 
 typedef struct {
@@ -35,22 +38,21 @@ typedef struct {
 
 enum { RES_FRESH, RES_STARTED, RES_FINISHED };
 enum { MAX_WRITE_BYTES = 1 << 30 }; /* per call; libuv buffers carry an unsigned length */
-/* How the body is delimited on the wire. */
-enum { FRAME_NONE, FRAME_LENGTH, FRAME_CHUNKED, FRAME_CLOSE };
+enum { LOG_PATH_MAX = 48 };         /* a client's path is logged cut to this, control bytes as ? */
 
 typedef struct {
   sb_http_conn *c; /* NULL once detached */
   int ref;         /* registry anchor while attached */
   uint8_t phase;
-  uint8_t framing;
   bool closed;       /* the connection went away before the response finished */
   bool head_request; /* HEAD: the head is sent, the body never */
   bool http10;
   int status;
-  uint64_t remaining; /* FRAME_LENGTH: bytes still owed */
+  sb_http_frame frame; /* the framing decided when the head was built */
+  lua_State *drainer;  /* a task waiting in res:drain(), or NULL */
   double started_ms;
   const char *method;  /* llhttp's static name */
-  char path[96];       /* for log lines; truncated */
+  char path[LOG_PATH_MAX + 4]; /* for log lines: cut, "..." marks the cut */
   char remote[46];
 } res_ud;
 
@@ -86,9 +88,11 @@ static int handler_task(lua_State *L) {
 
 /* ---- the request ------------------------------------------------------------------------- */
 
-static void push_request(lua_State *L, sb_http_conn *c) {
+/* The request as the handler (with_body) or the on_head hook (without: the body is not read
+ * yet; content_length is the declared length, chunked says a chunked body follows) sees it. */
+static void push_request(lua_State *L, sb_http_conn *c, bool with_body) {
   const sb_http_request *q = &c->req;
-  lua_createtable(L, 0, 9);
+  lua_createtable(L, 0, 10);
   lua_pushstring(L, sb_http_request_method(q));
   lua_setfield(L, -2, "method");
   const char *path, *query;
@@ -117,12 +121,38 @@ static void push_request(lua_State *L, sb_http_conn *c) {
     lua_rawset(L, -3);
   }
   lua_setfield(L, -2, "headers");
-  lua_pushlstring(L, q->body != NULL ? q->body : "", q->body_len);
-  lua_setfield(L, -2, "body");
+  if (with_body) {
+    lua_pushlstring(L, q->body != NULL ? q->body : "", q->body_len);
+    lua_setfield(L, -2, "body");
+  } else {
+    bool chunked = (q->parser.flags & F_CHUNKED) != 0;
+    if (!chunked) {
+      lua_pushinteger(L, q->has_body ? (lua_Integer)q->parser.content_length : 0);
+      lua_setfield(L, -2, "content_length");
+    }
+    lua_pushboolean(L, chunked);
+    lua_setfield(L, -2, "chunked");
+  }
   lua_pushstring(L, c->remote_addr);
   lua_setfield(L, -2, "remote_addr");
   lua_pushinteger(L, c->remote_port);
   lua_setfield(L, -2, "remote_port");
+}
+
+/* A client's path as a log line may carry it: at most LOG_PATH_MAX bytes, bytes outside
+ * printable ASCII as '?', "..." where it was cut. */
+static void log_path(char out[LOG_PATH_MAX + 4], const sb_http_request *q) {
+  const char *path, *query;
+  size_t path_len, query_len;
+  sb_http_split_target(q->head, q->target_len, &path, &path_len, &query, &query_len);
+  size_t n = path_len > LOG_PATH_MAX ? LOG_PATH_MAX : path_len;
+  for (size_t i = 0; i < n; i++)
+    out[i] = path[i] > ' ' && path[i] < 127 ? path[i] : '?';
+  if (n < path_len) {
+    memcpy(out + n, "...", 3);
+    n += 3;
+  }
+  out[n] = '\0';
 }
 
 static void init_response(res_ud *r, sb_http_conn *c) {
@@ -133,13 +163,7 @@ static void init_response(res_ud *r, sb_http_conn *c) {
   r->http10 = sb_http_request_version_minor(&c->req) == 0;
   r->started_ms = sb_now_ms();
   r->method = sb_http_request_method(&c->req);
-  const char *path, *query;
-  size_t path_len, query_len;
-  sb_http_split_target(c->req.head, c->req.target_len, &path, &path_len, &query, &query_len);
-  if (path_len >= sizeof r->path)
-    path_len = sizeof r->path - 1;
-  memcpy(r->path, path, path_len);
-  r->path[path_len] = '\0';
+  log_path(r->path, &c->req);
   snprintf(r->remote, sizeof r->remote, "%s", c->remote_addr);
 }
 
@@ -153,7 +177,7 @@ static int dispatch(lua_State *L) {
   lua_getfield(L, 2, "go");                                          /* 3 */
   lua_pushcfunction(L, handler_task);                                /* 4 */
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->server->handler_ref);         /* 5 */
-  push_request(L, c);                                                /* 6 */
+  push_request(L, c, true);                                          /* 6 */
   res_ud *r = lua_newuserdatauv(L, sizeof *r, 0);                    /* 7 */
   init_response(r, c);
   luaL_setmetatable(L, RES_MT);
@@ -176,7 +200,86 @@ bool sb_http_on_request(sb_http_conn *c) {
   return dispatched;
 }
 
+/* ---- the on_head hook ------------------------------------------------------------------- */
+
+static int check_status(lua_State *L, int idx);
+static int opt_headers(lua_State *L, int idx);
+static void build_head(lua_State *L, sb_http_frame *fr, int hidx, lua_Integer body_len);
+
+/* Under lua_pcall: on_head(req) → nil (go on) or status [, headers [, body]], which is answered
+ * here. Returns a boolean: go on. */
+static int head_hook(lua_State *L) {
+  sb_http_conn *c = lua_touserdata(L, 1);
+  lua_settop(L, 0);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->server->on_head_ref);
+  push_request(L, c, false);
+  lua_call(L, 1, 3); /* 1 status, 2 headers, 3 body */
+  if (lua_isnil(L, 1)) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  int status = check_status(L, 1);
+  int hidx = opt_headers(L, 2);
+  size_t n = 0;
+  const char *body = luaL_optlstring(L, 3, "", &n);
+  luaL_argcheck(L, n <= MAX_WRITE_BYTES, 3, "body too large");
+  /* A body nobody read ends the connection; a bodyless request may keep it. */
+  sb_http_frame fr = {.status = status, .head_request = sb_http_request_is_head(&c->req),
+                      .http10 = sb_http_request_version_minor(&c->req) == 0,
+                      .keep_alive = c->keep_alive && !c->req.has_body};
+  build_head(L, &fr, hidx, (lua_Integer)n);
+  c->keep_alive = fr.keep_alive;
+  size_t hn;
+  const char *head = lua_tolstring(L, -1, &hn);
+  uv_buf_t bufs[2] = {uv_buf_init((char *)head, (unsigned)hn),
+                      uv_buf_init((char *)body, fr.framing == SB_HTTP_FRAME_LENGTH ? (unsigned)n : 0)};
+  char status_text[8], path[LOG_PATH_MAX + 4];
+  snprintf(status_text, sizeof status_text, "%d", status);
+  log_path(path, &c->req);
+  sb_log_field f[] = {{"remote", c->remote_addr, false},
+                      {"method", sb_http_request_method(&c->req), false},
+                      {"path", path, false}, {"status", status_text, true},
+                      {"outcome", "refused at head", false}};
+  sb_log_write("debug", "http.request", f, sizeof f / sizeof f[0]);
+  sb_http_conn_write(c, bufs, 2);
+  lua_pushboolean(L, 0);
+  return 1;
+}
+
+bool sb_http_on_head(sb_http_conn *c) {
+  if (c->server->on_head_ref == LUA_NOREF)
+    return true;
+  lua_State *L = sb_main_state();
+  int top = lua_gettop(L);
+  lua_pushcfunction(L, sb_traceback);
+  lua_pushcfunction(L, head_hook);
+  lua_pushlightuserdata(L, c);
+  bool go = false;
+  if (lua_pcall(L, 1, 1, top + 1) == LUA_OK) {
+    go = lua_toboolean(L, -1);
+  } else {
+    sb_log_error_text("http on_head hook", lua_tostring(L, -1));
+    sb_http_conn_answer(c, 500, "internal server error");
+  }
+  lua_settop(L, top);
+  return go;
+}
+
 /* ---- the response ------------------------------------------------------------------------ */
+
+/* Resumes a task waiting in res:drain() with `ok`. */
+static void wake_drainer(res_ud *r, bool ok) {
+  lua_State *t = r->drainer;
+  if (t == NULL)
+    return;
+  r->drainer = NULL;
+  if (r->c != NULL)
+    sb_http_conn_stall_watch(r->c, false);
+  lua_pushboolean(t, ok);
+  sb_task_complete(t, 1);
+}
+
+void sb_http_on_drained(sb_http_conn *c) { wake_drainer(c->exchange, true); }
 
 static void log_request(res_ud *r, const char *outcome) {
   char status[8], ms[32];
@@ -192,6 +295,7 @@ static void detach(res_ud *r) {
   sb_http_conn *c = r->c;
   if (c == NULL)
     return;
+  wake_drainer(r, false);
   r->c = NULL;
   c->exchange = NULL;
   luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, r->ref);
@@ -318,59 +422,42 @@ static void header_pass(lua_State *L, int hidx, head_out *h, head_flags *f) {
   }
 }
 
-/* Builds the head for `status` and the headers table at `hidx` (0: none) and decides the
- * framing; `body_len` >= 0 is res:send's body, whose content-length the server writes.
- * Pushes the head as a string. Raises on invalid headers, before anything is sent. */
-static void push_head(lua_State *L, res_ud *r, int status, int hidx, lua_Integer body_len) {
+/* Builds the head for `status` and the headers table at `hidx` (0: none) into a Lua string
+ * (pushed); the framing decisions are server_response.c's (sb_http_frame_head). `body_len` >= 0
+ * is res:send's body, whose content-length the server writes. Raises on invalid headers,
+ * before anything is sent. */
+static void build_head(lua_State *L, sb_http_frame *fr, int hidx, lua_Integer body_len) {
   head_flags f = {false, false, 0};
   head_out h = {NULL, 0};
   if (hidx != 0)
     header_pass(L, hidx, &h, &f);
-  enum { FIXED_MAX = 160 }; /* framing and connection lines */
-  size_t cap = SB_HTTP_STATUS_LINE_MAX + SB_HTTP_DATE_LINE_MAX + h.len + FIXED_MAX;
+  size_t cap = SB_HTTP_STATUS_LINE_MAX + SB_HTTP_DATE_LINE_MAX + h.len + SB_HTTP_FRAME_LINES_MAX;
   char *buf = lua_newuserdatauv(L, cap, 0);
   int buf_idx = lua_gettop(L);
   h = (head_out){buf, 0};
   char line[SB_HTTP_STATUS_LINE_MAX];
-  put(&h, line, sb_http_status_line(line, status));
+  put(&h, line, sb_http_status_line(line, fr->status));
   char date[SB_HTTP_DATE_LINE_MAX];
   put(&h, date, sb_http_date_line(date));
   if (hidx != 0) {
     head_flags again = {false, false, 0};
     header_pass(L, hidx, &h, &again);
   }
-  bool keep_alive = r->c != NULL && r->c->keep_alive && !f.close;
-  bool bodyless = r->head_request || status == 204 || status == 304;
-  bool has_length = body_len >= 0 || f.has_length;
-  uint64_t length = body_len >= 0 ? (uint64_t)body_len : f.length;
-  char fixed[FIXED_MAX];
-  int n;
-  if (has_length) {
-    r->framing = bodyless ? FRAME_NONE : FRAME_LENGTH;
-    r->remaining = length;
-    /* 204 never carries content-length (RFC 9110 8.6); a 304's would describe the cached
-     * representation, which only the handler knows. */
-    if (status != 204 && (status != 304 || body_len < 0)) {
-      n = snprintf(fixed, sizeof fixed, "content-length: %llu\r\n", (unsigned long long)length);
-      put(&h, fixed, (size_t)n);
-    }
-  } else if (bodyless) {
-    r->framing = FRAME_NONE;
-  } else if (r->http10) {
-    r->framing = FRAME_CLOSE; /* HTTP/1.0 has no chunked coding: the close ends the body */
-    keep_alive = false;
-  } else {
-    r->framing = FRAME_CHUNKED;
-    put(&h, "transfer-encoding: chunked\r\n", 28);
-  }
-  if (!keep_alive)
-    put(&h, "connection: close\r\n", 19);
-  else if (r->http10)
-    put(&h, "connection: keep-alive\r\n", 24);
-  put(&h, "\r\n", 2);
+  fr->handler_close = f.close;
+  fr->has_length = body_len >= 0 || f.has_length;
+  fr->length_is_body = body_len >= 0;
+  fr->length = body_len >= 0 ? (uint64_t)body_len : f.length;
+  char fixed[SB_HTTP_FRAME_LINES_MAX];
+  put(&h, fixed, sb_http_frame_head(fr, fixed));
   lua_pushlstring(L, buf, h.len);
   lua_remove(L, buf_idx);
-  if (r->c != NULL && !keep_alive)
+}
+
+static void push_head(lua_State *L, res_ud *r, int status, int hidx, lua_Integer body_len) {
+  r->frame = (sb_http_frame){.status = status, .head_request = r->head_request,
+                             .http10 = r->http10, .keep_alive = r->c != NULL && r->c->keep_alive};
+  build_head(L, &r->frame, hidx, body_len);
+  if (r->c != NULL && !r->frame.keep_alive)
     r->c->keep_alive = false;
   r->status = status;
 }
@@ -382,28 +469,18 @@ static bool body_bytes(lua_State *L, res_ud *r, const char *data, size_t n) {
     luaL_error(L, "res:write: at most %d bytes per call", MAX_WRITE_BYTES);
   if (r->c == NULL)
     return false;
-  switch (r->framing) {
-  case FRAME_NONE:
-    return true; /* HEAD, 204, 304: there is no body to send */
-  case FRAME_LENGTH: {
-    if (n > r->remaining)
-      luaL_error(L, "res:write: %I bytes over the declared content-length",
-                 (lua_Integer)(n - r->remaining));
-    r->remaining -= n;
-    uv_buf_t buf = uv_buf_init((char *)data, (unsigned)n);
-    return send_bytes(r, &buf, 1);
-  }
-  case FRAME_CHUNKED: {
-    if (n == 0)
-      return true; /* an empty chunk would end the body */
-    char prefix[SB_HTTP_CHUNK_PREFIX_MAX];
-    uv_buf_t bufs[3] = {uv_buf_init(prefix, (unsigned)sb_http_chunk_prefix(prefix, n)),
-                        uv_buf_init((char *)data, (unsigned)n), uv_buf_init("\r\n", 2)};
-    return send_bytes(r, bufs, 3);
-  }
+  sb_http_body_piece piece;
+  switch (sb_http_frame_body(&r->frame, n, &piece)) {
+  case SB_HTTP_BODY_OVER:
+    return luaL_error(L, "res:write: %I bytes over the declared content-length",
+                      (lua_Integer)piece.over);
+  case SB_HTTP_BODY_SKIP:
+    return true;
   default: {
-    uv_buf_t buf = uv_buf_init((char *)data, (unsigned)n);
-    return send_bytes(r, &buf, 1);
+    uv_buf_t bufs[3] = {uv_buf_init(piece.prefix, (unsigned)piece.prefix_len),
+                        uv_buf_init((char *)data, (unsigned)n),
+                        uv_buf_init((char *)piece.suffix, (unsigned)piece.suffix_len)};
+    return send_bytes(r, bufs, 3);
   }
   }
 }
@@ -412,17 +489,20 @@ static bool body_bytes(lua_State *L, res_ud *r, const char *data, size_t n) {
 static void end_body(res_ud *r) {
   if (r->c == NULL)
     return;
-  if (r->framing == FRAME_CHUNKED) {
-    uv_buf_t last = uv_buf_init("0\r\n\r\n", 5);
+  char end[SB_HTTP_FRAME_END_MAX];
+  bool short_body;
+  size_t n = sb_http_frame_end(&r->frame, end, &short_body);
+  if (n > 0) {
+    uv_buf_t last = uv_buf_init(end, (unsigned)n);
     if (!send_bytes(r, &last, 1))
       return;
-  } else if (r->framing == FRAME_LENGTH && r->remaining > 0) {
+  }
+  if (short_body) {
     sb_log_field f[] = {{"method", r->method, false}, {"path", r->path, false}};
     sb_log_write("warn", "http.short_body", f, 2);
-    r->c->keep_alive = false; /* the peer sees a truncated body, then the close */
-  } else if (r->framing == FRAME_CLOSE) {
-    r->c->keep_alive = false;
   }
+  if (!r->frame.keep_alive)
+    r->c->keep_alive = false;
   complete(r);
 }
 
@@ -464,6 +544,28 @@ static int l_res_write(lua_State *L) {
   return 1;
 }
 
+/* res:drain() → true once the bytes queued for the peer fell under SB_HTTP_DRAIN_MARK (at
+ * once when they are), false when the peer is gone — or took nothing for the request timeout,
+ * which closes the connection. A handler streaming a large answer writes a slice, drains,
+ * writes the next, so the answer never piles up in memory however slowly the peer reads. */
+static int l_res_drain(lua_State *L) {
+  res_ud *r = check_res(L);
+  if (r->c == NULL) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  if (sb_http_conn_queued(r->c) <= SB_HTTP_DRAIN_MARK) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  if (r->drainer != NULL)
+    return luaL_error(L, "res:drain: another task is draining this response");
+  sb_task_check(L, "res:drain");
+  r->drainer = L;
+  sb_http_conn_stall_watch(r->c, true);
+  return sb_task_yield(L);
+}
+
 /* res:finish([bytes]) → true, or false when the peer is gone. */
 static int l_res_finish(lua_State *L) {
   res_ud *r = check_res(L);
@@ -489,11 +591,11 @@ static bool send_whole(lua_State *L, res_ud *r, int status, int hidx, const char
   size_t hn;
   const char *head = lua_tolstring(L, -1, &hn);
   uv_buf_t bufs[2] = {uv_buf_init((char *)head, (unsigned)hn), uv_buf_init((char *)body, 0)};
-  if (r->framing == FRAME_LENGTH)
+  if (r->frame.framing == SB_HTTP_FRAME_LENGTH)
     bufs[1].len = n;
   bool sent = send_bytes(r, bufs, 2);
   lua_pop(L, 1);
-  r->remaining = 0;
+  r->frame.remaining = 0;
   complete(r);
   r->phase = RES_FINISHED;
   return sent;
@@ -580,7 +682,8 @@ void sb_http_on_server_closed(sb_http_server *s) {
   }
   luaL_unref(L, LUA_REGISTRYINDEX, s->self_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->handler_ref);
-  s->self_ref = s->handler_ref = LUA_NOREF;
+  luaL_unref(L, LUA_REGISTRYINDEX, s->on_head_ref);
+  s->self_ref = s->handler_ref = s->on_head_ref = LUA_NOREF;
 }
 
 static sb_http_server *check_server(lua_State *L) {
@@ -657,7 +760,8 @@ static void limit_field(lua_State *L, int t, const char *key, uint64_t min, uint
 static void read_limits(lua_State *L, int t, sb_http_limits *lim) {
   static const char *const known[] = {"max_header_bytes", "max_body_bytes",
                                       "request_timeout_ms", "idle_timeout_ms",
-                                      "max_connections", "max_write_queue_bytes", NULL};
+                                      "max_connections", "max_write_queue_bytes",
+                                      "max_bodies_bytes", "max_connections_per_peer", NULL};
   lua_pushnil(L);
   while (lua_next(L, t) != 0) { /* a misspelt limit must not silently become the default */
     bool ok = false;
@@ -683,6 +787,36 @@ static void read_limits(lua_State *L, int t, sb_http_limits *lim) {
   v = lim->max_write_queue_bytes;
   limit_field(L, t, "max_write_queue_bytes", 1, 1u << 30, &v);
   lim->max_write_queue_bytes = v;
+  v = lim->max_bodies_bytes;
+  limit_field(L, t, "max_bodies_bytes", 0, 1u << 30, &v);
+  lim->max_bodies_bytes = v;
+  v = lim->max_connections_per_peer;
+  limit_field(L, t, "max_connections_per_peer", 1, 1000000, &v);
+  lim->max_connections_per_peer = v;
+}
+
+/* Each connection holds a descriptor; past RLIMIT_NOFILE accept(2) fails and every peer, the
+ * well-behaved ones first, sees refusals. So max_connections is clamped to the limit less a
+ * reserve for everything else the process opens (files, child pipes, the loop's own), and the
+ * clamp is logged. */
+static void clamp_connections(sb_http_limits *lim) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+    return;
+  uint64_t nofile = (uint64_t)rl.rlim_cur;
+  uint64_t reserve = 64 + nofile / 8;
+  uint64_t allowed = nofile > reserve + 16 ? nofile - reserve : 16;
+  if (lim->max_connections <= allowed)
+    return;
+  char want[24], got[24], limit[24];
+  snprintf(want, sizeof want, "%zu", lim->max_connections);
+  snprintf(got, sizeof got, "%llu", (unsigned long long)allowed);
+  snprintf(limit, sizeof limit, "%llu", (unsigned long long)nofile);
+  sb_log_field f[] = {{"max_connections", want, true}, {"clamped_to", got, true},
+                      {"nofile", limit, true},
+                      {"fix", "raise the open-files limit (ulimit -n, LimitNOFILE=)", false}};
+  sb_log_write("warn", "http.max_connections_clamped", f, 4);
+  lim->max_connections = (size_t)allowed;
 }
 
 /* core.http.serve{host, port, handler, limits} → server, or nil, {kind="listen", message}. */
@@ -706,6 +840,11 @@ static int l_serve(lua_State *L) {
     read_limits(L, lua_gettop(L), &lim);
   }
   lua_pop(L, 1);
+  clamp_connections(&lim);
+  lua_getfield(L, 1, "on_head");
+  if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TFUNCTION)
+    return luaL_error(L, "core.http.serve: on_head must be a function");
+  int on_head_idx = lua_gettop(L);
   /* A closed socket must be an error value, never a process death; the binary does this in
    * main, and a plain `lua` loading core.so would otherwise die on the first reset peer. */
   struct sigaction old;
@@ -719,7 +858,7 @@ static int l_serve(lua_State *L) {
   if (s == NULL)
     return luaL_error(L, "out of memory");
   s->limits = lim;
-  s->self_ref = s->handler_ref = LUA_NOREF;
+  s->self_ref = s->handler_ref = s->on_head_ref = LUA_NOREF;
   int err = sb_http_server_listen(s, host, (int)port);
   if (err != 0) { /* s is freed by its listener's close callback */
     char msg[256];
@@ -730,6 +869,10 @@ static int l_serve(lua_State *L) {
   sb_shutdown_register(server_shutdown, s);
   lua_pushvalue(L, handler_idx);
   s->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (!lua_isnil(L, on_head_idx)) {
+    lua_pushvalue(L, on_head_idx);
+    s->on_head_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
   lua_pushvalue(L, -1);
   s->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   char port_text[8];
@@ -752,6 +895,7 @@ int sb_http_server_open(lua_State *L) {
   if (luaL_newmetatable(L, RES_MT)) {
     static const luaL_Reg methods[] = {{"start", l_res_start},   {"write", l_res_write},
                                        {"finish", l_res_finish}, {"send", l_res_send},
+                                       {"drain", l_res_drain},
                                        {"__index", l_res_index}, {"__tostring", l_res_tostring},
                                        {NULL, NULL}};
     luaL_setfuncs(L, methods, 0);

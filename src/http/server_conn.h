@@ -30,24 +30,53 @@ typedef struct {
   uint64_t idle_timeout_ms;     /* keep-alive connection with no request in progress */
   size_t max_connections;       /* open at once; beyond it a connection gets 503 and is closed */
   size_t max_write_queue_bytes; /* response bytes queued for a peer that does not read */
+  size_t max_bodies_bytes;      /* request bodies of all connections together, bytes: a body is
+                                 * admitted (its declared length, or max_body_bytes when chunked)
+                                 * only while the total stays under this; past it 503 */
+  size_t max_connections_per_peer; /* open at once from one remote address; past it 503 */
 } sb_http_limits;
+
+/* Open connections per remote address (a small chained hash table). */
+typedef struct sb_http_peer sb_http_peer;
+struct sb_http_peer {
+  sb_http_peer *next;
+  uint32_t conns;
+  char addr[46]; /* INET6_ADDRSTRLEN */
+};
+enum { SB_HTTP_PEER_BUCKETS = 256 };
+
+/* A count of like events logged at most once a second (floods happen by definition). */
+typedef struct {
+  uint64_t count;
+  uint64_t logged_at; /* loop time (ms) of the last line; 0: never */
+} sb_http_tally;
 
 typedef struct sb_http_conn sb_http_conn;
 typedef struct sb_http_server sb_http_server;
 
 struct sb_http_server {
   uv_tcp_t listener;
+  uv_timer_t accept_timer; /* resumes accepting on the next loop turn after a paused batch */
+  uint8_t handles_open;    /* listener and accept_timer: 2 → 0 as they close */
+  bool accept_paused;      /* a connection waits in the listener (libuv holds it) */
+  uint32_t accepts_this_turn; /* connections accepted since turn_ms */
+  uint64_t turn_ms;
   sb_http_limits limits;
-  sb_http_conn *conns; /* open connections (including those closing), doubly linked */
+  sb_http_conn *conns; /* open connections (including those closing), newest first */
+  sb_http_conn *conns_tail; /* the oldest */
   size_t n_conns;
+  size_t bodies_reserved; /* bytes of max_bodies_bytes held by requests reading a body */
+  sb_http_peer *peers[SB_HTTP_PEER_BUCKETS];
   int port;             /* the bound port */
-  uint64_t rejected;    /* connections refused over max_connections since the last log line */
-  uint64_t rejected_logged_at; /* loop time (ms) of that line */
+  sb_http_tally rejected;      /* connections refused (max_connections, per-peer cap) */
+  sb_http_tally evicted;       /* idle unproven connections closed to make room */
+  sb_http_tally accept_failed; /* accept(2) errors (EMFILE …) */
   bool closing;         /* no more accepting; connections end after their current response */
-  bool listener_closed; /* the listener's close callback ran */
+  bool listener_closed; /* the listener's and the accept timer's close callbacks ran */
   bool orphaned;        /* the Lua object is gone: the last close callback frees this */
   int self_ref;         /* registry: the Lua server object, while anything is open */
   int handler_ref;      /* registry: the handler function */
+  int on_head_ref;      /* registry: the on_head hook, or LUA_NOREF */
 };
 
 typedef enum { SB_CONN_READING, SB_CONN_HANDLING, SB_CONN_CLOSING, SB_CONN_CLOSED } sb_conn_phase;
@@ -58,8 +87,11 @@ struct sb_http_conn {
   sb_http_server *server;
   sb_http_conn *prev, *next;
   sb_http_request req;
-  char *pending; /* owned: received bytes not parsed yet (a pipelined next request) */
-  size_t pending_len;
+  char *pending; /* owned: received bytes not parsed yet (a pipelined next request); they are
+                  * parsed before any byte read later, in arrival order */
+  size_t pending_len, pending_off; /* the unparsed bytes are pending[pending_off, pending_len) */
+  size_t body_reserved;  /* bytes of the server's max_bodies_bytes this request holds */
+  sb_http_peer *peer;    /* this connection's entry in the per-peer counts, NULL before */
   void *exchange; /* the Lua face's response object while HANDLING, else NULL */
   uint32_t writes_pending; /* uv_write requests not completed */
   uint8_t phase;           /* sb_conn_phase */
@@ -69,6 +101,10 @@ struct sb_http_conn {
   bool keep_alive;         /* the connection may carry another request after this one */
   bool continue_sent;
   bool reading_paused;     /* read stopped: too much pipelined input while HANDLING */
+  bool head_checked;       /* the current request's head passed the on_head hook */
+  bool proven;             /* a request on it passed on_head (an authenticated peer, for
+                            * sandboxd); unproven idle connections are the first closed when
+                            * the slots run out */
   char remote_addr[46];    /* INET6_ADDRSTRLEN */
   uint16_t remote_port;
 };
@@ -86,6 +122,14 @@ void sb_http_server_free_all(sb_http_server *s);
 /* Sends bytes (copied when they cannot be written at once). Returns false when the connection
  * is gone (or went now: the peer reset, or it let more than max_write_queue_bytes pile up). */
 bool sb_http_conn_write(sb_http_conn *c, const uv_buf_t *bufs, unsigned nbufs);
+/* Bytes queued for the peer and not yet taken by the socket. */
+size_t sb_http_conn_queued(const sb_http_conn *c);
+/* While a response waits for the peer to take its queued bytes (res:drain): `on` arms a timer
+ * of request_timeout_ms after which the peer counts as gone and the connection closes. */
+void sb_http_conn_stall_watch(sb_http_conn *c, bool on);
+/* res:drain() waits while more than this is queued. */
+enum { SB_HTTP_DRAIN_MARK = 256 * 1024 };
+
 /* The response's last byte was queued: take the next request, or close when the connection
  * may not be kept alive. */
 void sb_http_conn_response_done(sb_http_conn *c);
@@ -95,6 +139,14 @@ void sb_http_conn_answer(sb_http_conn *c, int status, const char *text);
 void sb_http_conn_close(sb_http_conn *c);
 
 /* Implemented by the Lua face. */
+/* The head of c->req is complete (state HEAD_DONE, or DONE for a request without a body): the
+ * server's on_head hook looks at it before any body byte is read. Returns true to go on; false
+ * when the hook answered (or failed and 500 was answered) — the answer is written and the
+ * connection is ending or, for a bodyless request, ready for the next one (c->keep_alive). */
+bool sb_http_on_head(sb_http_conn *c);
+/* The response's queued bytes fell under the drain mark: a task waiting in res:drain() goes
+ * on. Called only while c->exchange is set. */
+void sb_http_on_drained(sb_http_conn *c);
 /* A complete request is in c->req: start its handler task and set c->exchange. Returns false
  * when that failed (the connection answers 500). */
 bool sb_http_on_request(sb_http_conn *c);

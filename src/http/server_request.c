@@ -174,28 +174,89 @@ static bool equals_nocase(const char *a, size_t alen, const char *lower) {
   return true;
 }
 
+/* The transfer-codings of every transfer-encoding line: only "chunked" is implemented. llhttp
+ * frames "gzip, chunked" as chunked and would hand us the still-compressed bytes as the body. */
+static bool only_chunked_coding(const sb_http_request *r) {
+  for (size_t i = 0; i < r->n_headers; i++) {
+    const sb_http_header *h = &r->headers[i];
+    if (!equals_nocase(sb_http_header_name(r, i), h->name_len, "transfer-encoding"))
+      continue;
+    const char *v = sb_http_header_value(r, i), *end = v + h->value_len;
+    while (v < end) {
+      const char *comma = memchr(v, ',', (size_t)(end - v));
+      const char *stop = comma != NULL ? comma : end;
+      const char *a = v, *b = stop;
+      while (a < b && is_blank(*a))
+        a++;
+      while (b > a && is_blank(b[-1]))
+        b--;
+      if (b > a && !equals_nocase(a, (size_t)(b - a), "chunked"))
+        return false;
+      v = comma != NULL ? comma + 1 : end;
+    }
+  }
+  return true;
+}
+
+static int on_version(llhttp_t *p, const char *at, size_t n) {
+  (void)at;
+  (void)n;
+  of(p)->saw_version = true;
+  return 0;
+}
+
 static int on_headers_complete(llhttp_t *p) {
   sb_http_request *r = of(p);
   r->headers_done = true;
-  r->state = SB_HTTP_REQ_BODY;
+  /* Only HTTP/1.0 and 1.1 are served. A request line without a version (HTTP/0.9's form) has
+   * no head to answer in; 0.9 or 2.0 spelt out get 505. */
+  if (!r->saw_version)
+    return fail(r, 400, "bad request: the request line has no HTTP version");
+  if (p->http_major != 1 || p->http_minor > 1)
+    return fail(r, 505, "HTTP version not supported: send HTTP/1.1");
+  if (!only_chunked_coding(r))
+    return fail(r, 501, "not implemented: the only transfer-coding accepted is chunked");
   /* A declared length over the limit is refused before a byte of it is read. */
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > r->limits.max_body_bytes)
     return fail(r, 413, "request body too large");
-  bool has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
-  if (has_body) {
-    for (size_t i = 0; i < r->n_headers; i++) {
-      const sb_http_header *h = &r->headers[i];
-      if (equals_nocase(sb_http_header_name(r, i), h->name_len, "expect") &&
-          equals_nocase(sb_http_header_value(r, i), h->value_len, "100-continue"))
-        r->expect_continue = true;
-    }
-    /* Reserve the declared length (up to a first slice) instead of doubling up to it; a
-     * client that declares a megabyte and sends nothing does not get a megabyte from us. */
-    size_t first = p->content_length < 65536 ? (size_t)p->content_length : 65536;
-    if ((p->flags & F_CONTENT_LENGTH) && !reserve(&r->body, &r->body_cap, first, 1))
-      return fail(r, 413, "request body too large");
+  r->has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
+  for (size_t i = 0; i < r->n_headers; i++) {
+    const sb_http_header *h = &r->headers[i];
+    if (!equals_nocase(sb_http_header_name(r, i), h->name_len, "expect"))
+      continue;
+    if (!equals_nocase(sb_http_header_value(r, i), h->value_len, "100-continue"))
+      return fail(r, 417, "expectation failed: only 100-continue is understood");
+    r->expect_continue = r->has_body;
   }
-  return 0;
+  if (!r->has_body) {
+    r->state = SB_HTTP_REQ_BODY; /* on_message_complete follows at once */
+    return 0;
+  }
+  /* Stop before the body: the caller looks at the head first (sb_http_request_accept_body). */
+  r->state = SB_HTTP_REQ_HEAD_DONE;
+  return HPE_PAUSED;
+}
+
+void sb_http_request_accept_body(sb_http_request *r) {
+  if (r->state != SB_HTTP_REQ_HEAD_DONE)
+    return;
+  r->state = SB_HTTP_REQ_BODY;
+  llhttp_resume(&r->parser);
+  /* Reserve the declared length (up to a first slice) instead of doubling up to it; a client
+   * that declares a megabyte and sends nothing does not get a megabyte from us. */
+  if (r->parser.flags & F_CONTENT_LENGTH) {
+    size_t first = r->parser.content_length < 65536 ? (size_t)r->parser.content_length : 65536;
+    if (!reserve(&r->body, &r->body_cap, first, 1))
+      fail(r, 413, "request body too large");
+  }
+}
+
+size_t sb_http_request_body_bound(const sb_http_request *r) {
+  if (!r->has_body)
+    return 0;
+  if (r->parser.flags & F_CHUNKED)
+    return r->limits.max_body_bytes;
+  return (size_t)r->parser.content_length;
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t n) {
@@ -222,6 +283,7 @@ static int on_message_complete(llhttp_t *p) {
 static const llhttp_settings_t settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
+    .on_version = on_version,
     .on_header_field = on_header_field,
     .on_header_field_complete = on_header_field_complete,
     .on_header_value = on_header_value,
@@ -249,7 +311,7 @@ static void release(sb_http_request *r) {
   r->n_headers = r->headers_cap = 0;
   r->body_len = r->body_cap = 0;
   r->in_field = r->headers_done = false;
-  r->expect_continue = r->keep_alive = r->upgrade = false;
+  r->expect_continue = r->keep_alive = r->upgrade = r->has_body = r->saw_version = false;
 }
 
 /* The text for a parse error: llhttp's own reason names the broken rule, never the bytes. */
@@ -274,20 +336,32 @@ static const char *parse_error_text(llhttp_errno_t err) {
 size_t sb_http_request_feed(sb_http_request *r, const char *data, size_t len) {
   if (r->state == SB_HTTP_REQ_DONE || r->state == SB_HTTP_REQ_ERROR || len == 0)
     return 0;
+  sb_http_request_state entry = r->state;
+  if (entry == SB_HTTP_REQ_HEAD_DONE)
+    return 0; /* waiting for sb_http_request_accept_body */
   llhttp_errno_t err = llhttp_execute(&r->parser, data, len);
   size_t consumed = len;
   if (err == HPE_PAUSED || (err == HPE_PAUSED_UPGRADE && r->state == SB_HTTP_REQ_DONE)) {
     consumed = (size_t)(llhttp_get_error_pos(&r->parser) - data);
-  } else if (err != HPE_OK && r->state != SB_HTTP_REQ_ERROR) {
-    fail(r, 400, parse_error_text(err)); /* else a callback failed and set the status */
+  } else if (err != HPE_OK) {
+    if (r->state != SB_HTTP_REQ_ERROR)
+      fail(r, 400, parse_error_text(err)); /* else a callback failed and set the status */
+    /* Head bytes past the limit come first, whichever error follows them in the same read:
+     * the outcome must not depend on how reads split the stream. */
+    const char *pos = llhttp_get_error_pos(&r->parser);
+    size_t before = pos != NULL && pos >= data && pos <= data + len ? (size_t)(pos - data) : len;
+    if ((entry == SB_HTTP_REQ_IDLE || entry == SB_HTTP_REQ_HEAD) &&
+        r->head_raw + before > r->limits.max_header_bytes)
+      fail(r, 431, "request header fields too large");
+    return len;
   }
-  /* Bytes llhttp consumed in the head without a data callback (blank lines before a request,
-   * blanks around values) are charged too, so an endless head of whitespace still ends at the
-   * limit: every read that ends still inside the head adds all its bytes. A read that
-   * completes the head had each stored byte charged by the callbacks. */
-  if (r->state == SB_HTTP_REQ_IDLE || r->state == SB_HTTP_REQ_HEAD) {
+  /* Every byte consumed before the head was complete is charged, whatever llhttp did with it
+   * (blank lines before a request, blanks around values have no data callback). Parsing stops
+   * where the head ends (HEAD_DONE for a request with a body, DONE for one without), so the
+   * bytes of this feed are all head bytes when it began before the head was complete. */
+  if (entry == SB_HTTP_REQ_IDLE || entry == SB_HTTP_REQ_HEAD) {
     r->head_raw += consumed;
-    if (r->head_raw > r->limits.max_header_bytes)
+    if (r->head_raw > r->limits.max_header_bytes && r->state != SB_HTTP_REQ_ERROR)
       fail(r, 431, "request header fields too large");
   }
   return consumed;

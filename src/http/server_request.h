@@ -21,6 +21,9 @@ typedef struct {
 typedef enum {
   SB_HTTP_REQ_IDLE,  /* no byte of a request yet */
   SB_HTTP_REQ_HEAD,  /* inside the request line or the header lines */
+  SB_HTTP_REQ_HEAD_DONE, /* the head is complete and a body follows: parsing stops before its
+                          * first byte until the caller accepts it (sb_http_request_accept_body),
+                          * so a request can be refused without reading or buffering its body */
   SB_HTTP_REQ_BODY,  /* headers complete, body arriving */
   SB_HTTP_REQ_DONE,  /* one complete request is available */
   SB_HTTP_REQ_ERROR, /* malformed or over a limit: answer `error_status`, then close */
@@ -40,29 +43,40 @@ typedef struct {
   size_t head_len, head_cap;
   size_t target_len;   /* the request target is head[0, target_len) */
   size_t head_counted; /* bytes the callbacks charged against max_header_bytes */
-  size_t head_raw;     /* raw bytes of reads that ended inside the head, same limit */
+  size_t head_raw;     /* every byte consumed before the head was complete, same limit */
   sb_http_header *headers; /* owned */
   size_t n_headers, headers_cap;
   bool in_field;     /* the last header callback was part of a name */
   bool headers_done; /* header lines after this are chunked trailers: counted, not kept */
+  bool saw_version;  /* the request line carried an HTTP version */
 
   char *body; /* owned, NULL when empty */
   size_t body_len, body_cap;
 
   bool expect_continue; /* `expect: 100-continue` on a request that has a body */
+  bool has_body;        /* valid from HEAD_DONE: a content-length > 0 or a chunked body */
   bool keep_alive;      /* valid in DONE: the connection may carry another request */
   bool upgrade;         /* valid in DONE: CONNECT or Upgrade; the connection must close after */
 
-  int error_status;       /* valid in ERROR: 400, 413 or 431 */
+  int error_status;       /* valid in ERROR: 400, 413, 417, 431, 501 or 505 */
   const char *error_text; /* valid in ERROR: a short static explanation for the client */
 } sb_http_request;
 
 void sb_http_request_init(sb_http_request *r, const sb_http_request_limits *limits);
 
 /* Feeds received bytes and returns how many were consumed. Parsing stops after a complete
- * request (state DONE: the unconsumed rest belongs to the next request) or at an error (state
- * ERROR: the rest is garbage). Must not be called in DONE or ERROR. */
+ * request (state DONE: the unconsumed rest belongs to the next request), at the end of a head
+ * that a body follows (state HEAD_DONE: nothing more is consumed until
+ * sb_http_request_accept_body) or at an error (state ERROR: the rest is garbage). Returns 0
+ * in DONE, HEAD_DONE and ERROR. */
 size_t sb_http_request_feed(sb_http_request *r, const char *data, size_t len);
+
+/* In HEAD_DONE: the body may be read; parsing resumes with the next feed (state BODY). */
+void sb_http_request_accept_body(sb_http_request *r);
+
+/* In HEAD_DONE: the most body bytes this request can make the parser hold — its declared
+ * content-length, or max_body_bytes for a chunked body. */
+size_t sb_http_request_body_bound(const sb_http_request *r);
 
 /* After DONE: releases the request's buffers and readies the parser for the next request on
  * the same connection (state IDLE). */
@@ -71,7 +85,7 @@ void sb_http_request_next(sb_http_request *r);
 /* Releases every buffer; the struct may be discarded or initialized again. */
 void sb_http_request_free(sb_http_request *r);
 
-/* Accessors, valid in BODY and DONE. */
+/* Accessors, valid in HEAD_DONE, BODY and DONE. */
 const char *sb_http_request_method(const sb_http_request *r);
 int sb_http_request_version_minor(const sb_http_request *r); /* HTTP/1.x → x */
 bool sb_http_request_is_head(const sb_http_request *r);

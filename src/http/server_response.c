@@ -120,3 +120,87 @@ size_t sb_http_engine_answer(char *out, size_t cap, int status, const char *text
     return 0;
   return (size_t)n < cap ? (size_t)n : cap > 0 ? cap - 1 : 0;
 }
+
+/* ---- framing ----------------------------------------------------------------------------- */
+
+size_t sb_http_frame_head(sb_http_frame *f, char out[SB_HTTP_FRAME_LINES_MAX]) {
+  size_t at = 0;
+  int n;
+  bool keep_alive = f->keep_alive && !f->handler_close;
+  bool bodyless = f->head_request || f->status == 204 || f->status == 304 ||
+                  (f->status >= 100 && f->status < 200);
+  f->remaining = 0;
+  if (f->has_length) {
+    f->framing = bodyless ? SB_HTTP_FRAME_NONE : SB_HTTP_FRAME_LENGTH;
+    f->remaining = bodyless ? 0 : f->length;
+    /* 204 never carries content-length (RFC 9110 8.6); a 304's would describe the cached
+     * representation, which only the handler knows. */
+    if (f->status != 204 && (f->status != 304 || !f->length_is_body)) {
+      n = snprintf(out, SB_HTTP_FRAME_LINES_MAX, "content-length: %llu\r\n",
+                   (unsigned long long)f->length);
+      at += n > 0 ? (size_t)n : 0;
+    }
+  } else if (bodyless) {
+    f->framing = SB_HTTP_FRAME_NONE;
+  } else if (f->http10) {
+    f->framing = SB_HTTP_FRAME_CLOSE; /* HTTP/1.0 has no chunked coding */
+    keep_alive = false;
+  } else {
+    f->framing = SB_HTTP_FRAME_CHUNKED;
+    memcpy(out + at, "transfer-encoding: chunked\r\n", 28);
+    at += 28;
+  }
+  if (!keep_alive) {
+    memcpy(out + at, "connection: close\r\n", 19);
+    at += 19;
+  } else if (f->http10) {
+    memcpy(out + at, "connection: keep-alive\r\n", 24);
+    at += 24;
+  }
+  memcpy(out + at, "\r\n", 2);
+  at += 2;
+  f->keep_alive = keep_alive;
+  return at;
+}
+
+sb_http_body_verdict sb_http_frame_body(sb_http_frame *f, size_t n, sb_http_body_piece *out) {
+  out->prefix_len = 0;
+  out->suffix = "";
+  out->suffix_len = 0;
+  out->over = 0;
+  switch (f->framing) {
+  case SB_HTTP_FRAME_NONE:
+    return SB_HTTP_BODY_SKIP;
+  case SB_HTTP_FRAME_LENGTH:
+    if (n > f->remaining) {
+      out->over = n - f->remaining;
+      return SB_HTTP_BODY_OVER;
+    }
+    f->remaining -= n;
+    return n == 0 ? SB_HTTP_BODY_SKIP : SB_HTTP_BODY_SEND;
+  case SB_HTTP_FRAME_CHUNKED:
+    if (n == 0)
+      return SB_HTTP_BODY_SKIP; /* an empty chunk would end the body */
+    out->prefix_len = sb_http_chunk_prefix(out->prefix, n);
+    out->suffix = "\r\n";
+    out->suffix_len = 2;
+    return SB_HTTP_BODY_SEND;
+  default:
+    return n == 0 ? SB_HTTP_BODY_SKIP : SB_HTTP_BODY_SEND;
+  }
+}
+
+size_t sb_http_frame_end(sb_http_frame *f, char out[SB_HTTP_FRAME_END_MAX], bool *short_body) {
+  *short_body = false;
+  if (f->framing == SB_HTTP_FRAME_CHUNKED) {
+    memcpy(out, "0\r\n\r\n", 5);
+    return 5;
+  }
+  if (f->framing == SB_HTTP_FRAME_LENGTH && f->remaining > 0) {
+    *short_body = true;
+    f->keep_alive = false; /* the peer sees a truncated body, then the close */
+  } else if (f->framing == SB_HTTP_FRAME_CLOSE) {
+    f->keep_alive = false;
+  }
+  return 0;
+}

@@ -7,6 +7,8 @@
  * Steps run in order:
  *   send:TEXT         send TEXT (C escapes: \r \n \t \\ \0 \xNN)
  *   fill:N:C          send N bytes of the character C
+ *   file:PATH         send the bytes of the file PATH in one write (for payloads argv cannot
+ *                     carry: one argument holds at most 128 KiB)
  *   trickle:MS:TEXT   send TEXT one byte every MS milliseconds
  *   wait:TEXT         read until the bytes received since the last wait contain TEXT
  *   sleep:MS          pause without reading
@@ -185,6 +187,18 @@ int main(int argc, char **argv) {
       memset(big, colon ? colon[1] : 'x', n);
       send_all(big, n);
       free(big);
+    } else if (strncmp(step, "file:", 5) == 0) {
+      FILE *f = fopen(step + 5, "rb");
+      if (f == NULL)
+        finish("file-missing");
+      fseek(f, 0, SEEK_END);
+      long size = ftell(f);
+      fseek(f, 0, SEEK_SET);
+      char *whole = malloc(size > 0 ? (size_t)size : 1);
+      size_t got = fread(whole, 1, size > 0 ? (size_t)size : 0, f);
+      fclose(f);
+      send_all(whole, got);
+      free(whole);
     } else if (strncmp(step, "trickle:", 8) == 0) {
       char *colon = strchr(step + 8, ':');
       long long ms = atoll(step + 8);

@@ -101,7 +101,7 @@ describe("github identity end to end (switchboard exec, agent review)", function
       for pid, args in pairs(all_argv()) do
         local leak = w.leak(args)
         if leak then argv_leak = ("pid %d argv carries %s"):format(pid, leak) end
-        if args:find("sha256sum", 1, true) and args:find("^bash%z") then
+        if args:find("sha256sum", 1, true) and args:find("^[^%z]*bash%z") then
           saw_command = saw_command + 1
           -- The token is in the command's environment (envp), which is how it must arrive.
           local environ = slurp("/proc/" .. pid .. "/environ") or ""

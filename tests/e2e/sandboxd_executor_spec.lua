@@ -241,7 +241,10 @@ describe("sandbox executor → sandboxd", function()
 
   it("200 threads in parallel, nothing lost", function()
     core.run(function()
-      local h = S.start_sandboxd{ policies = dir, args = { "--max-instances", "200" } }
+      -- on a busy machine 200 commands take longer than FAST's 2 s sleepAfter: the first
+      -- workspaces must not sleep before the count at the end
+      local h = S.start_sandboxd{ policies = S.policy_dir(S.FAST .. 'sandbox.sleep_after = "60s"\n'),
+        args = { "--max-instances", "200" } }
       local results, done = {}, 0
       local me = core.current()
       for i = 1, 200 do

@@ -486,3 +486,13 @@ describe("sandbox executor over loopback", function()
     end)
   end)
 end)
+
+describe("sandbox executor: output that is not UTF-8 (issue 16 item 5)", function()
+  it("puts back the exact bytes the server sent alongside the replaced text", function()
+    local h = harness({ { body = { stdout = "a\u{FFFD}b", stdoutBase64 = core.crypto.base64_encode("a\255b"),
+                                    stderr = "", exitCode = 0, durationMs = 3 } } })
+    local r = assert(h.ex:exec("printf 'a\\377b'"))
+    assert.truthy(r.text:find("a\255b", 1, true), r.text)
+    assert.is_nil(r.text:find("\u{FFFD}", 1, true))
+  end)
+end)

@@ -22,7 +22,7 @@
 --     again (the same workspace for the local backend).
 --
 -- The front interface (a table):
---   front:post(thread, message) → handle     message = {text, final, summary}
+--   front:post(thread, message) → handle     message = {text, final, summary, card?}
 --   front:update(handle, message)            the same message shape; final cards are complete
 -- A front that cannot edit messages (a pipe) shows only final ones.
 --
@@ -142,7 +142,8 @@ function D:card_message(ask, final)
   local c = ask.card
   local now = self.now_ms()
   local max = ask.snap.timeouts.card.max_chars
-  return { text = c:render({ max_chars = max, now_ms = now }), final = final, summary = c:summary(now) }
+  return { text = c:render({ max_chars = max, now_ms = now }), final = final, summary = c:summary(now),
+           card = c } -- the card itself, for fronts that render it their own way (Slack)
 end
 
 function D:refresh(ask)

@@ -21,6 +21,7 @@ local errors = require("switchboard.exec.errors")
 local tracing = require("switchboard.exec.tracing")
 local render = require("switchboard.shell.render")
 local protocol = require("switchboard.shell.protocol")
+local wire_text = require("switchboard.shell.wire_text")
 local template = require("switchboard.policy.template")
 
 local M = {}
@@ -276,7 +277,7 @@ function M:exec(command, opts)
     })
   end
   if verdict.verdict ~= "ok" then return nil, errors.infra(verdict.message, verdict.code) end
-  local doc = verdict.doc
+  local doc = wire_text.decode(verdict.doc) -- output that was not UTF-8: its exact bytes
   return render.result(snap, {
     exit_code = math.tointeger(doc.exitCode),
     stdout = type(doc.stdout) == "string" and doc.stdout or "",

@@ -274,7 +274,7 @@ end
 local ms = S.ms
 
 M.files = {}
-M.order = { "timeouts", "github", "agents", "errors", "execution" }
+M.order = { "timeouts", "github", "agents", "errors", "execution", "slack" }
 
 M.files.timeouts = {
   bash = S.record {
@@ -312,6 +312,8 @@ M.files.timeouts = {
     request_timeout_ms = ms(100, 10 * MINUTE),
     idle_timeout_ms = ms(100, HOUR),
     max_connections = S.int { min = 1, max = 1000000 },
+    max_connections_per_peer = S.int { min = 1, max = 1000000 },
+    max_bodies_bytes = S.int { min = 1024, max = 1024 * M.MIB, unit = "bytes" },
   },
   file_op = S.record { budget_ms = ms(SECOND, HOUR) },
   token = S.record { reuse_slack_ms = ms(0, HOUR) },
@@ -412,6 +414,33 @@ M.files.execution = {
   },
   missing = S.template({ "agent", "backend", "setting" }, { "{setting}" }),
   choose_backend = S.func,
+}
+
+local slack_id = S.string { pattern = "^[A-Z0-9]+$", what = "a Slack ID (T…, C…, U…)" }
+M.files.slack = {
+  allow = S.record {
+    workspaces = S.list(S.string { pattern = "^%w+$", what = "a team ID (T…) or \"token\"" }, { unique = true }),
+    channels = S.list(slack_id, { unique = true }),
+    users = S.list(slack_id, { unique = true }),
+  },
+  refusal = S.string { one_line = true, max_len = 500 },
+  reaction = S.string { pattern = "^[a-z0-9_+-]+$", what = "an emoji name (no colons)" },
+  card = S.record {
+    update_every_ms = ms(100, MINUTE),
+    max_block_chars = S.int { min = 500, max = 3000, unit = "characters" },
+  },
+  api = S.record {
+    deadline_ms = ms(SECOND, 5 * MINUTE),
+    max_retry_after_ms = ms(SECOND, HOUR),
+    final_give_up_ms = ms(0, 24 * HOUR),
+  },
+  socket = S.record {
+    open_deadline_ms = ms(SECOND, 5 * MINUTE),
+    ping_every_ms = ms(100, 10 * MINUTE),
+    reconnect_ms = S.list(ms(0, HOUR), { min = 1, max = 20 }),
+  },
+  events = S.record { window_ms = ms(SECOND, HOUR), dedup_ms = ms(SECOND, 24 * HOUR) },
+  drain_ms = ms(0, HOUR),
 }
 
 -- Hooks: policy functions called through policy.decide. ctx samples are run at load.

@@ -15,6 +15,7 @@ local child_env = require("switchboard.shell.child_env")
 local classify = require("switchboard.shell.classify")
 local render = require("switchboard.shell.render")
 local template = require("switchboard.policy.template")
+local wire_text = require("switchboard.shell.wire_text")
 
 local M = {}
 
@@ -26,14 +27,32 @@ M.json = json
 local JSON = { ["content-type"] = "application/json", ["cache-control"] = "no-store" }
 local ROUTE_LIST = "POST /exec, POST /read, POST /write, GET /healthz"
 
+-- Answers are streamed out as the client reads them: a slice is written, then the handler waits
+-- (res:drain) until the socket took most of what is queued. A 12 MB answer never sits whole in
+-- the write queue, and a client reading steadily through a small buffer gets all of it.
+local SLICE = 64 * 1024
+
+-- Writes text as body slices; false when the peer went away.
+local function stream(res, text)
+  for at = 1, #text, SLICE do
+    if not res:write(text:sub(at, at + SLICE - 1)) then return false end
+    if not res:drain() then return false end
+  end
+  return true
+end
+M.stream = stream
+
 local function send_json(res, status, doc, extra)
   local headers = JSON
-  if extra then
+  local text = json.encode(doc)
+  if extra or #text > SLICE then
     headers = {}
     for k, v in pairs(JSON) do headers[k] = v end
-    for k, v in pairs(extra) do headers[k] = v end
+    for k, v in pairs(extra or {}) do headers[k] = v end
   end
-  res:send(status, headers, json.encode(doc))
+  if #text <= SLICE then return res:send(status, headers, text) end
+  headers["content-length"] = #text
+  if res:start(status, headers) and stream(res, text) then res:finish() end
 end
 
 -- /exec answers every failure in the dual shape (docs/contract.md#failure-shape), whatever the status.
@@ -136,6 +155,47 @@ local function base_env(ctx, snap)
   return env
 end
 
+-- The kernel's limits on what execve(2) takes (Linux): one argument or one environment entry
+-- at most MAX_ARG_STRLEN bytes with its NUL; argv and envp together (strings and pointers) at
+-- most ARG_MAX, 2 MiB with the default 8 MiB stack.
+M.MAX_ARG_STRLEN = 32 * 4096
+M.ARG_MAX = 2 * 1024 * 1024
+local EXEC_OVERHEAD = 64 -- "bash", "-c" and the argv pointers around the command
+
+-- A command the kernel would refuse to start is the caller's mistake, not the sandbox's: the
+-- answer is a result the model reads (exit 126 and a stderr saying what to do), never the infra
+-- shape — two of those in a row would trip the executor's fail-fast. Pure; returns the text, or
+-- nil when the command can start.
+function M.client_mistake(command, env)
+  if #command + 1 > M.MAX_ARG_STRLEN then
+    return ("the command is %d bytes; the kernel starts at most %d bytes of command (bash -c). "
+      .. "Write it to a file (write_file) and run that file instead, e.g. bash ./script.sh")
+      :format(#command, M.MAX_ARG_STRLEN - 1)
+  end
+  local total = #command + 1 + EXEC_OVERHEAD
+  for name, value in pairs(env) do
+    local entry = #name + 1 + #value + 1
+    if entry > M.MAX_ARG_STRLEN then
+      return ("the env variable %s is %d bytes; the kernel takes at most %d bytes per variable. "
+        .. "Put large values in a file (write_file) and read it from the command")
+        :format(name, entry - 1, M.MAX_ARG_STRLEN - 1)
+    end
+    total = total + entry + 8
+  end
+  if total > M.ARG_MAX then
+    return ("the command and its env are %d bytes together; the kernel takes at most %d (ARG_MAX). "
+      .. "Send fewer or smaller env values, or put them in a file (write_file)")
+      :format(total, M.ARG_MAX)
+  end
+  return nil
+end
+
+local MISTAKE_EXIT = 126 -- "cannot execute", as a shell says it
+
+local function mistake_document(text)
+  return protocol.exec_result("", text, MISTAKE_EXIT, 0)
+end
+
 local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
   res:start(200, JSON)
   state.started = true
@@ -146,13 +206,24 @@ local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
   for name, value in pairs(base_env(ctx, snap)) do full_env[name] = value end
   for name, value in pairs(env) do full_env[name] = value end
   local max_output = snap.timeouts.process.max_output_bytes
-  local r, err = inst.runner:exec{
-    command = command, env = full_env, deadline_ms = limit_ms,
-    kill_grace_ms = snap.timeouts.bash.kill_grace_ms, max_output = max_output, signal = stop,
-  }
+  local mistake = M.client_mistake(command, full_env)
+  local r, err
+  if not mistake then
+    r, err = inst.runner:exec{
+      command = command, env = full_env, deadline_ms = limit_ms,
+      kill_grace_ms = snap.timeouts.bash.kill_grace_ms, max_output = max_output, signal = stop,
+    }
+    -- the kernel's own verdict, should its limit be lower than the one assumed above
+    if r == nil and tostring(err and err.message):find("Argument list too long", 1, true) then
+      mistake = "the command and its env are larger than the kernel starts (E2BIG). Write the "
+        .. "command to a file (write_file) and run that file, and send fewer env values"
+    end
+  end
   done:abort("done")
   local doc
-  if r == nil then
+  if mistake then
+    doc = mistake_document(mistake)
+  elseif r == nil then
     doc = server_failure(snap, err)
   elseif r.aborted and ctx.stopping.aborted then
     doc = protocol.exec_failure(template.fill(snap.errors.messages.server_stopped, {
@@ -169,7 +240,9 @@ local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
     instance = inst.label, exit = doc.exitCode, duration_ms = doc.durationMs,
     timed_out = r and r.timed_out or nil, failed = doc.error ~= nil or nil,
   })
-  res:finish(json.encode(doc))
+  local text = json.encode(wire_text.encode(doc))
+  if #text <= SLICE then return res:finish(text) end
+  if stream(res, text) then res:finish() end
 end
 
 local function fleet_cause(ctx)
@@ -337,6 +410,38 @@ function M.register_gauges(fleet)
 end
 
 local ROUTES = { ["/exec"] = exec_route, ["/read"] = read_route, ["/write"] = write_route }
+
+-- The checks that need no body, run by the HTTP server when a request's head is complete and
+-- before a byte of its body is read (core.http.serve's on_head): a request that fails them is
+-- answered at once and its body is never read or buffered — 401 for a missing or wrong bearer
+-- (an unauthenticated client cannot make the server hold megabytes), 404/405 for a route or
+-- method that does not exist, 400 for a missing or malformed thread key. Returns nil to go on,
+-- or status, headers, body.
+function M.on_head(ctx)
+  local check = auth.checker(ctx.token)
+  return function(req)
+    if not check(req.headers[protocol.AUTH_HEADER]) then
+      return auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY
+    end
+    local method = protocol.ROUTES[req.path]
+    if method == nil then
+      return 404, JSON, json.encode({ error = ("no route %s; the routes are %s"):format(req.path, ROUTE_LIST) })
+    end
+    if req.method ~= method then
+      local headers = { allow = method }
+      for k, v in pairs(JSON) do headers[k] = v end
+      return 405, headers, json.encode({ error = ("%s takes %s"):format(req.path, method) })
+    end
+    if req.path == "/healthz" then return nil end
+    local snap = ctx.policy()
+    local ok, why = protocol.check_thread_key(req.headers[protocol.THREAD_HEADER], snap.timeouts.sandbox.max_thread_key_bytes)
+    if not ok then
+      local doc = req.path == "/exec" and protocol.exec_failure(why) or { error = why }
+      return 400, JSON, json.encode(doc)
+    end
+    return nil
+  end
+end
 
 -- ctx: fleet, token, policy (fn → snapshot), build ({commit, built_at}), log(level, event, fields),
 --      stopping (a signal: aborted when the drain is over — running commands are killed),

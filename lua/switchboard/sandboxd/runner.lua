@@ -26,8 +26,14 @@ function M.new(root, thread_key, opts)
     key = thread_key,
     dir = ws.dir,
     ws = ws,
+    label = M.label(thread_key),
     stopped = core.signal(), -- sleep: every process of this instance is killed at once
   }, Runner)
+end
+
+-- How logs and errors name a thread: a hash of its key, never the key (or a path) itself.
+function M.label(thread_key)
+  return "t-" .. core.crypto.hex(core.crypto.sha256(thread_key)):sub(1, 12)
 end
 
 -- new_runner for fleet.new
@@ -35,23 +41,61 @@ function M.factory(root)
   return function(thread_key) return M.new(root, thread_key) end
 end
 
+-- An error's reason without the host path it names ("…: mkdir_p \"/srv/…\": Read-only file
+-- system" → "Read-only file system"): errors go to the client, paths of the host do not.
+local function reason_of(err)
+  local msg = tostring(type(err) == "table" and err.message or err)
+  return msg:match(":%s*([^:]+)$") or "an I/O error"
+end
+
+-- The workspace's own failures (it could not be made, cleared or opened) name the thread.
+local function scrub(self, a, err)
+  if a == nil and type(err) == "table" and err.kind == "workspace" then
+    return nil, core.error("workspace", ("the workspace of thread %s could not be used (%s)")
+      :format(self.label, reason_of(err)))
+  end
+  return a, err
+end
+
+-- A new instance never starts on data of an old one: a directory already there before its
+-- first operation is what a sleep failed to remove (the fleet logged that), and it is removed
+-- now — the second try — or nothing runs.
+local function fresh(self)
+  if self.checked then return true end
+  if core.fs.exists(self.dir) then
+    local ok, err = core.fs.remove_tree(self.dir)
+    if not ok and core.fs.exists(self.dir) then
+      return nil, core.error("workspace", ("the workspace of thread %s still holds an earlier "
+        .. "instance's files and could not be cleared (%s); nothing ran"):format(self.label, reason_of(err)))
+    end
+  end
+  self.checked = true
+  return true
+end
+
 function Runner:exec(spec)
-  return self.ws:run{
+  local ok, err = fresh(self)
+  if not ok then return nil, err end
+  return scrub(self, self.ws:run{
     command = spec.command,
     env = spec.env,
     deadline_ms = spec.deadline_ms,
     kill_grace_ms = spec.kill_grace_ms,
     max_output = spec.max_output,
     signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped,
-  }
+  })
 end
 
 function Runner:read(path, max_bytes)
-  return self.ws:read(path, max_bytes)
+  local ok, err = fresh(self)
+  if not ok then return nil, err end
+  return scrub(self, self.ws:read(path, max_bytes))
 end
 
 function Runner:write(path, bytes)
-  return self.ws:write(path, bytes)
+  local ok, err = fresh(self)
+  if not ok then return nil, err end
+  return scrub(self, self.ws:write(path, bytes))
 end
 
 local TRASH = ".trash-"
@@ -59,7 +103,7 @@ local TRASH = ".trash-"
 local function remove_now(dir)
   local ok, err = core.fs.remove_tree(dir)
   if not ok and core.fs.exists(dir) then
-    error("the workspace could not be removed: " .. tostring(err and err.message), 0)
+    error("the workspace could not be removed: " .. reason_of(err), 0)
   end
 end
 

@@ -15,7 +15,6 @@ local policy = require("switchboard.policy")
 local fleet = require("switchboard.sandboxd.fleet")
 local routes = require("switchboard.sandboxd.routes")
 local runner = require("switchboard.sandboxd.runner")
-local workspace = require("switchboard.shell.workspace")
 
 local M = {}
 
@@ -27,7 +26,10 @@ local function limits_of(snap)
   return {
     max_header_bytes = s.max_header_bytes, max_body_bytes = s.max_body_bytes,
     request_timeout_ms = s.request_timeout_ms, idle_timeout_ms = s.idle_timeout_ms,
-    max_connections = s.max_connections,
+    max_connections = s.max_connections, max_connections_per_peer = s.max_connections_per_peer,
+    max_bodies_bytes = math.max(s.max_bodies_bytes, s.max_body_bytes),
+    -- an answer is streamed under res:drain's mark, so the queue never needs more than this
+    max_write_queue_bytes = 8 * 1024 * 1024,
   }
 end
 
@@ -42,7 +44,7 @@ function M.start(opts)
       or function() return policy.current().timeouts.sandbox.max_instances end,
     sleep_after_ms = function() return policy.current().timeouts.sandbox.sleep_after_ms end,
     new_runner = opts.new_runner or runner.factory(opts.root),
-    label = workspace.dir_name,
+    label = runner.label, -- a hash of the thread key: logs never carry the key
     log = log,
   }
   self.ctx = {
@@ -63,6 +65,7 @@ function M.start(opts)
   end
   local ok, srv, err = pcall(core.http.serve, {
     host = opts.host, port = opts.port, handler = counted, limits = limits_of(policy.current()),
+    on_head = routes.on_head(self.ctx),
   })
   if not ok then return nil, core.error("listen", tostring(srv)) end
   if not srv then return nil, err end

@@ -25,10 +25,27 @@ local core = require("switchboard.core")
 
 local M = {}
 
+-- bash by its absolute path, found once in the program's own PATH: the command's env may set
+-- PATH to anything, "" included (a sandboxd request's env does), which must change what the
+-- command finds, never whether bash starts.
+local bash_path
+function M.bash_path()
+  if bash_path == nil then
+    for dir in (os.getenv("PATH") or "/usr/local/bin:/usr/bin:/bin"):gmatch("[^:]+") do
+      if dir:sub(1, 1) == "/" and core.fs.exists(dir .. "/bash") then
+        bash_path = dir .. "/bash"
+        break
+      end
+    end
+    bash_path = bash_path or "bash"
+  end
+  return bash_path
+end
+
 -- The core.spawn arguments of one command, before any instance sees them.
 function M.spawn_args(spec)
   return {
-    argv = { "bash", "-c", spec.command },
+    argv = { M.bash_path(), "-c", spec.command },
     cwd = spec.cwd,
     env = spec.env,
     deadline_ms = spec.deadline_ms,

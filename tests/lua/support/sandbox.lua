@@ -81,7 +81,9 @@ function M.res()
   function r:write(bytes)
     assert(self.status and not self.finished, "write outside a response")
     self.writes[#self.writes + 1] = { t = core.now_ms(), bytes = bytes }
+    return true
   end
+  function r:drain() return true end
   function r:finish(bytes)
     assert(self.status and not self.finished, "finish outside a response")
     self.finished, self.body, self.t_end = true, bytes or "", core.now_ms()

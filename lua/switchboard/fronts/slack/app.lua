@@ -1,0 +1,152 @@
+-- The Slack bot: events in (Socket Mode and/or the Events API), asks to the dispatcher, cards
+-- back to the thread. commands/slack.lua parses options and starts it.
+--
+--   local app = app.new{bot_api, app_api?, secret?, bot = {user_id, bot_id, team_id, …},
+--                       dispatcher_opts = {stack, outputs_dir, …}, policy = policy.current}
+--   app:on_event(payload, source)        an event_callback payload
+--   app:on_interactive(payload)          a block_actions payload (the Stop button)
+--   app:start_socket_mode() → true | nil, err;   app:listen(host, port) → server | nil, err
+--   app:shutdown(drain_ms, kill_now)     stop reading, drain the asks, flush the cards
+local core = require("switchboard.core")
+local dispatcher = require("switchboard.dispatch.dispatcher")
+local dedup = require("switchboard.fronts.slack.dedup")
+local events = require("switchboard.fronts.slack.events")
+local front_mod = require("switchboard.fronts.slack.front")
+local http = require("switchboard.fronts.slack.http")
+local socket_mode = require("switchboard.fronts.slack.socket_mode")
+
+local M = {}
+local App = {}
+App.__index = App
+
+function M.new(opts)
+  local self = setmetatable({
+    bot = opts.bot, policy = opts.policy, secret = opts.secret, app_api = opts.app_api,
+    log = opts.log or core.log, closed = false, servers = {},
+  }, App)
+  local ttl = function() return self.policy().slack.events.dedup_ms end
+  self.seen_events = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
+  self.seen_messages = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
+  self.front = front_mod.new{ api = opts.bot_api, policy = opts.policy, log = self.log }
+  local dopts = {}
+  for k, v in pairs(opts.dispatcher_opts or {}) do dopts[k] = v end
+  dopts.front = self.front
+  dopts.policy = opts.policy
+  dopts.thread_key = function(thread) return "slack:" .. thread end
+  self.d = dispatcher.new(dopts)
+  return self
+end
+
+-- Policy: allowed workspaces ("token" = the bot's own), channels and users.
+function M.allowed(allow, bot, team, channel, user)
+  local team_ok = false
+  for _, w in ipairs(allow.workspaces) do
+    if w == team or (w == "token" and team == bot.team_id) then team_ok = true end
+  end
+  if not team_ok then return false end
+  local function listed(list, id)
+    if #list == 0 then return true end
+    for _, x in ipairs(list) do if x == id then return true end end
+    return false
+  end
+  return listed(allow.channels, channel) and listed(allow.users, user)
+end
+
+function App:on_event(payload, source)
+  if self.closed then return end
+  if type(payload) ~= "table" then return end
+  if not self.seen_events:first(payload.event_id) then
+    self.log("info", "slack.duplicate_event", { event_id = tostring(payload.event_id), source = source })
+    return
+  end
+  local ask, why = events.ask(payload, self.bot)
+  if not ask then
+    self.log("debug", "slack.event_ignored", { event_id = tostring(payload.event_id), why = why })
+    return
+  end
+  if not self.seen_messages:first(ask.channel .. "/" .. ask.ts) then
+    self.log("info", "slack.duplicate_message", { event_id = tostring(payload.event_id), source = source })
+    return
+  end
+  local snap = self.policy()
+  local where = { channel = ask.channel, thread_ts = ask.thread_ts, ask_ts = ask.ts }
+  if not M.allowed(snap.slack.allow, self.bot, ask.team, ask.channel, ask.user) then
+    self.log("info", "slack.refused", { team = ask.team, channel = ask.channel, user = ask.user })
+    return self.front:say(where, snap.slack.refusal)
+  end
+  local thread = events.thread_name(ask.team, ask.channel, ask.thread_ts)
+  self.log("info", "slack.ask", { thread = thread, user = ask.user, event_id = tostring(ask.event_id),
+                                  source = source })
+  self.front:note_ask(thread, where)
+  self.d:handle{ thread = thread, user = ask.user, text = ask.text }
+  -- The dispatcher posts during handle (a card's handle keeps its place); nothing later needs
+  -- the thread's entry, so a long-running bot does not keep one per thread it ever saw.
+  self.front:note_ask(thread, nil)
+end
+
+function App:on_interactive(payload)
+  local act, why = events.stop_action(payload, self.bot)
+  if not act then
+    self.log("debug", "slack.action_ignored", { why = why })
+    return
+  end
+  local snap = self.policy()
+  if not M.allowed(snap.slack.allow, self.bot, act.team, act.channel, act.user) then
+    self.log("info", "slack.refused", { team = act.team, channel = act.channel, user = act.user })
+    return
+  end
+  local thread = events.thread_name(act.team, act.channel, act.thread_ts)
+  local hit = self.d:stop(thread, "Stop pressed by <@" .. act.user .. ">")
+  self.log("info", "slack.stop", { thread = thread, user = act.user, asks = hit })
+end
+
+function App:on_envelope(env, conn_id)
+  local source = "socket:" .. tostring(conn_id)
+  if env.type == "events_api" then return self:on_event(env.payload, source) end
+  if env.type == "interactive" then return self:on_interactive(env.payload) end
+  self.log("debug", "slack.envelope_ignored", { type = tostring(env.type) })
+end
+
+function App:start_socket_mode()
+  self.sm = socket_mode.new{
+    api = self.app_api, policy = self.policy, log = self.log,
+    on_envelope = function(env, conn_id) self:on_envelope(env, conn_id) end,
+  }
+  return self.sm:start()
+end
+
+function App:handler(with_events)
+  if not with_events then
+    return http.handler{ secret = nil, policy = self.policy, health_only = true }
+  end
+  return http.handler{
+    secret = self.secret, policy = self.policy, log = self.log,
+    on_event = function(payload, retry) self:on_event(payload, retry and ("http retry " .. retry) or "http") end,
+    on_interactive = function(payload) self:on_interactive(payload) end,
+  }
+end
+
+function App:listen(host, port, with_events)
+  local limits = self.policy().timeouts.server
+  local ok, srv, err = pcall(core.http.serve, {
+    host = host, port = port, handler = self:handler(with_events),
+    limits = { max_header_bytes = limits.max_header_bytes, max_body_bytes = 1 << 20,
+               request_timeout_ms = limits.request_timeout_ms, idle_timeout_ms = limits.idle_timeout_ms,
+               max_connections = limits.max_connections },
+  })
+  if not ok then return nil, core.error("listen", tostring(srv)) end
+  if not srv then return nil, err end
+  self.servers[#self.servers + 1] = srv
+  return srv
+end
+
+-- TERM: no new events; running asks get drain_ms; then every card's last state is sent.
+function App:shutdown(drain_ms, kill_now)
+  self.closed = true
+  if self.sm then self.sm:stop() end
+  for _, srv in ipairs(self.servers) do srv:close() end
+  self.d:drain(drain_ms, kill_now)
+  self.front:flush(kill_now)
+end
+
+return M

@@ -1,0 +1,120 @@
+-- The status card (dispatch/card.lua, the same card data the console renders) as Block Kit.
+--
+--   blocks.render(card, {now_ms, max_block_chars, thread, file}) → {text, blocks}
+--
+--   agent:coding · local · acme/api                  context
+--   note: …                                           context, one per note
+--   $ npm test                                        the command, as code
+--   ✓ exit 0 after 3.2s                               the status line
+--   ```output```                                      the output, head and tail when cut
+--   [Stop]                                            while it is not final
+--
+-- file: where the whole output went when it did not fit: {permalink = url, name = …} or
+-- {error = why}. `text` is the notification fallback (the status line).
+local text = require("switchboard.fronts.slack.text")
+local card_mod = require("switchboard.dispatch.card")
+local events = require("switchboard.fronts.slack.events")
+
+local M = {}
+
+-- Slack's limit for a section's text (characters; we count bytes, never fewer).
+M.SECTION_LIMIT = 3000
+
+-- Triple backticks would end the code block early: break them with a zero-width space.
+local function code(s)
+  return "```" .. text.escape(s):gsub("```", "`\u{200B}``") .. "```"
+end
+
+-- The output cut to fit one section once escaped.
+local function body_code(body, budget, where)
+  local b = budget
+  for _ = 1, 8 do
+    local cut = card_mod.cut(body, math.max(0, b), where)
+    local out = code(cut)
+    if #out <= budget then return out end
+    b = math.floor(b * budget / #out) - 16 -- escaping grows the text by up to 5×
+  end
+  return code(card_mod.cut(body, 0, where))
+end
+
+-- Whether the card's output does not fit one section (then the front uploads it as a file):
+-- M.needs_file below.
+
+local function context(s)
+  return { type = "context", elements = { { type = "mrkdwn", text = s } } }
+end
+
+local function section(s)
+  return { type = "section", text = { type = "mrkdwn", text = s } }
+end
+
+-- A card this renderer does not know (another kind of run card): its text as the console
+-- prints it, in one code block, with the Stop button while it is not final.
+local function is_known(card)
+  return type(card) == "table" and type(card.status_line) == "function"
+    and type(card.body_text) == "function" and type(card.final) == "function"
+end
+
+function M.render_text(message, opts)
+  local max = math.min(opts.max_block_chars or M.SECTION_LIMIT, M.SECTION_LIMIT)
+  local body = tostring(message.text or "")
+  local out = { section(body_code(body, max)) }
+  if not message.final and opts.thread then
+    out[#out + 1] = {
+      type = "actions",
+      elements = { {
+        type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
+        text = { type = "plain_text", text = "Stop" },
+      } },
+    }
+  end
+  return { text = card_mod.cut_line(body:match("^[^\n]*") or "", 300), blocks = out }
+end
+
+function M.needs_file(card, max_block_chars)
+  if not is_known(card) then return false end
+  local body = card:body_text()
+  return card:final() and body ~= "" and #code(body) > (max_block_chars or M.SECTION_LIMIT)
+end
+
+-- opts.message: the dispatcher's message, for cards of a kind this renderer does not know.
+function M.render(card, opts)
+  if not is_known(card) then return M.render_text(opts.message or {}, opts) end
+  local max = math.min(opts.max_block_chars or M.SECTION_LIMIT, M.SECTION_LIMIT)
+  local head = { "*agent:" .. text.escape(card.agent or "?") .. "*" }
+  if card.backend then head[#head + 1] = text.escape(card.backend) end
+  if card.repo then head[#head + 1] = text.escape(card.repo) end
+  local blocks = { context(table.concat(head, " · ")) }
+  for _, note in ipairs(card.notes or {}) do
+    blocks[#blocks + 1] = context(text.escape(card_mod.cut_line("note: " .. note, max - 100)))
+  end
+  blocks[#blocks + 1] = section(code("$ " .. card_mod.cut(card.command or "", max // 2)))
+  local status = card:status_line(opts.now_ms, max)
+  blocks[#blocks + 1] = section(text.escape(status))
+  local body = card:body_text()
+  if card:final() and body ~= "" then
+    local where
+    if opts.file and opts.file.permalink then
+      where = opts.file.permalink
+    elseif opts.file and opts.file.error then
+      where = { error = opts.file.error }
+    end
+    blocks[#blocks + 1] = section(body_code(body, max, where))
+    if opts.file and opts.file.permalink then
+      blocks[#blocks + 1] = context(("The whole output: <%s|%s>"):format(opts.file.permalink,
+        text.escape(opts.file.name or "output.txt")))
+    end
+  end
+  if not card:final() and opts.thread then
+    blocks[#blocks + 1] = {
+      type = "actions",
+      elements = { {
+        type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
+        text = { type = "plain_text", text = "Stop" },
+      } },
+    }
+  end
+  return { text = card_mod.cut_line(status, 300), blocks = blocks }
+end
+
+return M

@@ -1,0 +1,224 @@
+-- The dispatcher's front interface for Slack: a card is posted in its thread at once
+-- (chat.postMessage, and a reaction on the ask), then edited in place (chat.update) as the work
+-- goes — at most once per `card.update_every_ms` per card, coalesced (only the newest state is
+-- sent) — and its final state always lands: a final update is retried through 429s and
+-- transport failures for `api.final_give_up_ms`. Output that does not fit the card goes up as
+-- a file in the thread (files.getUploadURLExternal → upload → files.completeUploadExternal) and
+-- the card links it.
+--
+--   local f = front.new{api = webapi, policy = policy.current}
+--   f:note_ask(thread, {channel, thread_ts, ask_ts})   before dispatcher:handle for that thread
+--   f:post(thread, msg) → handle;  f:update(handle, msg)     (the dispatcher calls these)
+--   f:say(where, text)             a plain answer in a thread (a refusal)
+--   f:flush(signal)                yields until every card's last state was sent (or signal)
+local core = require("switchboard.core")
+local blocks = require("switchboard.fronts.slack.blocks")
+local events = require("switchboard.fronts.slack.events")
+local text = require("switchboard.fronts.slack.text")
+
+local M = {}
+local F = {}
+F.__index = F
+
+function M.new(opts)
+  return setmetatable({
+    api = opts.api,
+    policy = opts.policy,
+    log = opts.log or core.log,
+    now_ms = opts.now_ms or core.now_ms,
+    threads = {},      -- thread name → {channel, thread_ts, ask_ts}
+    busy = 0,          -- card and answer tasks still sending
+    idle_waiters = {},
+    stats = { final_lag_ms = {} }, -- final card sent − final state known (bench)
+  }, F)
+end
+
+function F:note_ask(thread, where)
+  self.threads[thread] = where
+end
+
+local function settings(self)
+  return self.policy().slack
+end
+
+-- Runs fn as a counted task: flush() waits for every one.
+function F:spawn(fn)
+  self.busy = self.busy + 1
+  core.go(function()
+    local ok, err = xpcall(fn, debug.traceback)
+    if not ok then self.log("error", "slack.front_error", { error = tostring(err) }) end
+    self.busy = self.busy - 1
+    if self.busy == 0 then
+      local waiters = self.idle_waiters
+      self.idle_waiters = {}
+      for _, w in ipairs(waiters) do
+        if not w.woken then w.woken = true; core.wake(w.task, true) end
+      end
+    end
+  end)
+end
+
+function F:flush(signal)
+  if self.busy == 0 then return true end
+  local w = { task = core.current(), woken = false }
+  self.idle_waiters[#self.idle_waiters + 1] = w
+  if signal then
+    signal:on_abort(function()
+      if not w.woken then w.woken = true; core.wake(w.task, false) end
+    end)
+  end
+  return core.suspend()
+end
+
+local function log_failure(self, what, h, err)
+  self.log("warn", "slack.api_failed", { call = what, channel = h.where and h.where.channel,
+    error = err and (err.error or err.kind), message = err and err.message })
+end
+
+-- A plain answer (help, a refusal, "nothing to stop") in the thread.
+function F:say(where, message)
+  self:spawn(function()
+    local s = settings(self)
+    local _, err = self.api:call("chat.postMessage", {
+      channel = where.channel, thread_ts = where.thread_ts, text = text.escape(message),
+      unfurl_links = false, unfurl_media = false,
+    }, { channel = where.channel, give_up_ms = s.api.final_give_up_ms })
+    if err then log_failure(self, "chat.postMessage", { where = where }, err) end
+  end)
+end
+
+local function command_title(card)
+  local cmd = tostring(card.command or ""):gsub("%s+", " ")
+  if #cmd > 60 then cmd = cmd:sub(1, 57) .. "..." end
+  return "`" .. cmd .. "`"
+end
+
+-- Upload the whole output when it does not fit the card; remember where it went.
+function F:attach_output(h, card, s)
+  local content = "$ " .. tostring(card.command) .. "\n" .. card:body_text() .. "\n"
+  local name = ("output-%s.txt"):format((h.ts or "card"):gsub("%.", "-"))
+  local where = h.where
+  local got, err = self.api:call("files.getUploadURLExternal", { filename = name, length = #content },
+    { form = true, channel = where.channel, give_up_ms = s.api.final_give_up_ms })
+  if got then
+    local ok, uerr = self.api:upload(got.upload_url, content)
+    if not ok then err = uerr end
+  end
+  local done
+  if got and not err then
+    done, err = self.api:call("files.completeUploadExternal", {
+      files = { { id = got.file_id, title = "Output of " .. command_title(card) } },
+      channel_id = where.channel, thread_ts = where.thread_ts,
+    }, { form = true, channel = where.channel, give_up_ms = s.api.final_give_up_ms })
+  end
+  if err then
+    log_failure(self, "files upload", h, err)
+    h.file = { error = "the upload to Slack failed (" .. (err.error or err.kind or "?") .. ")" }
+    return
+  end
+  local f = done.files and done.files[1] or {}
+  h.file = { permalink = f.permalink or "", name = name }
+end
+
+function F:render(h, msg, s)
+  return blocks.render(msg.card, { now_ms = self.now_ms(), max_block_chars = s.card.max_block_chars,
+                                   thread = h.thread, file = h.file, message = msg })
+end
+
+-- Waits for the next state of the card (update() wakes it).
+local function next_state(h)
+  if h.pending then return true end
+  h.waiting = core.current()
+  core.suspend()
+  return h.pending ~= nil
+end
+
+function F:card_worker(h)
+  local s = settings(self)
+  local where = h.where
+  local msg = h.pending
+  h.pending = nil
+  local view = self:render(h, msg, s)
+  local posted, err = self.api:call("chat.postMessage", {
+    channel = where.channel, thread_ts = where.thread_ts, text = view.text, blocks = view.blocks,
+    unfurl_links = false, unfurl_media = false,
+  }, { channel = where.channel, give_up_ms = s.api.final_give_up_ms })
+  if not posted then
+    log_failure(self, "chat.postMessage", h, err)
+    h.dead = true
+    return
+  end
+  h.ts = posted.ts
+  h.last_ms = self.now_ms()
+  if msg.final then h.sent_final = true end
+  while not h.sent_final do
+    next_state(h)
+    local wait = h.last_ms + s.card.update_every_ms - self.now_ms()
+    if wait > 0 then core.sleep(wait) end
+    msg = h.pending
+    h.pending = nil
+    if msg.final and blocks.needs_file(msg.card, s.card.max_block_chars) then
+      self:attach_output(h, msg.card, s)
+    end
+    view = self:render(h, msg, s)
+    local _, uerr = self.api:call("chat.update", {
+      channel = where.channel, ts = h.ts, text = view.text, blocks = view.blocks,
+    }, { channel = where.channel, give_up_ms = msg.final and s.api.final_give_up_ms or 0 })
+    h.last_ms = self.now_ms()
+    if uerr then log_failure(self, "chat.update", h, uerr) end
+    if msg.final then
+      h.sent_final = true
+      if h.final_known_ms then
+        local lag = self.stats.final_lag_ms
+        lag[#lag + 1] = h.last_ms - h.final_known_ms
+      end
+    end
+  end
+end
+
+function F:post(thread, msg)
+  -- The ask being handled (for the reaction), else the place the thread's name says.
+  local where = self.threads[thread]
+  if where == nil then
+    local t = events.parse_thread(thread)
+    if t == nil then
+      self.log("error", "slack.post_unplaced", { thread = tostring(thread) })
+      return { thread = thread, dead = true, sent_final = true }
+    end
+    where = { channel = t.channel, thread_ts = t.thread_ts }
+  end
+  local h = { thread = thread, where = where, pending = msg }
+  if msg.card == nil then
+    self:say(where, msg.text)
+    h.sent_final = true
+    return h
+  end
+  if msg.final then h.final_known_ms = self.now_ms() end
+  if where.ask_ts and not where.reacted then
+    where.reacted = true
+    local s = settings(self)
+    self:spawn(function()
+      local _, err = self.api:call("reactions.add", { channel = where.channel, timestamp = where.ask_ts,
+        name = s.reaction }, { channel = where.channel })
+      if err and err.error ~= "already_reacted" then log_failure(self, "reactions.add", h, err) end
+    end)
+  end
+  self:spawn(function() self:card_worker(h) end)
+  return h
+end
+
+function F:update(h, msg)
+  if h.final_queued or h.sent_final or h.dead then return end
+  h.pending = msg
+  if msg.final then
+    h.final_queued = true
+    h.final_known_ms = self.now_ms()
+  end
+  local t = h.waiting
+  if t then
+    h.waiting = nil
+    core.wake(t)
+  end
+end
+
+return M

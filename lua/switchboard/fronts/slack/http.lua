@@ -1,0 +1,88 @@
+-- The Events API and interactivity over HTTP, on the engine's HTTP server, plus the bot's own
+-- health check.
+--
+--   local handler = http.handler{secret = signing secret, policy = policy.current,
+--                                on_event = fn(payload), on_interactive = fn(payload),
+--                                build = core.build, now_ms = core.wall_ms}
+--   core.http.serve{host, port, handler = handler}
+--
+--   GET  /healthz          200 {"ok":true,"build":{…}} (no signature needed)
+--   POST /slack/events     Events API: url_verification → the challenge; event_callback → 200
+--                          at once, then on_event in a task of its own
+--   POST /slack/actions    interactivity (form field payload=JSON) → 200, then on_interactive
+--
+-- Every POST must carry X-Slack-Request-Timestamp and X-Slack-Signature = "v0=" +
+-- hex(HMAC-SHA256(secret, "v0:" .. timestamp .. ":" .. raw body)), compared in constant time,
+-- with the timestamp within slack.events.window_ms of now; anything else is 401 and nothing
+-- runs. Retries (x-slack-retry-num) are answered 200 like the first delivery; the caller
+-- deduplicates on event_id.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+
+local M = {}
+
+local JSON = { ["content-type"] = "application/json" }
+local TEXT = { ["content-type"] = "text/plain; charset=utf-8" }
+
+-- → true | false, why (why is for the log, never for the client)
+function M.verify(secret, headers, body, now_s, window_s)
+  local ts = headers["x-slack-request-timestamp"]
+  local sig = headers["x-slack-signature"]
+  if not ts or not sig then return false, "unsigned" end
+  if not ts:match("^%d+$") or #ts > 12 then return false, "bad timestamp" end
+  if math.abs(now_s - tonumber(ts)) > window_s then return false, "stale timestamp" end
+  local want = "v0=" .. core.crypto.hex(core.crypto.hmac_sha256(secret, "v0:" .. ts .. ":" .. body))
+  if not core.crypto.ct_equal(want, sig) then return false, "wrong signature" end
+  return true
+end
+
+local function urldecode(s)
+  return (s:gsub("+", " "):gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+local function form_field(body, name)
+  for pair in body:gmatch("[^&]+") do
+    local k, v = pair:match("^([^=]*)=(.*)$")
+    if k and urldecode(k) == name then return urldecode(v) end
+  end
+  return nil
+end
+
+function M.handler(opts)
+  local log = opts.log or core.log
+  local now_ms = opts.now_ms or core.wall_ms
+  local build = opts.build or core.build
+  return function(req, res)
+    if req.path == "/healthz" and (req.method == "GET" or req.method == "HEAD") then
+      return res:send(200, JSON, cjson.encode({ ok = true, build = build }))
+    end
+    if opts.health_only or (req.path ~= "/slack/events" and req.path ~= "/slack/actions") then
+      return res:send(404, TEXT, "not found: Slack posts to /slack/events and /slack/actions\n")
+    end
+    if req.method ~= "POST" then
+      return res:send(405, { ["content-type"] = "text/plain", allow = "POST" }, "POST only\n")
+    end
+    local window_s = opts.policy().slack.events.window_ms / 1000
+    local ok, why = M.verify(opts.secret, req.headers, req.body, now_ms() / 1000, window_s)
+    if not ok then
+      log("warn", "slack.events_refused", { reason = why, remote = req.remote_addr })
+      return res:send(401, TEXT, "invalid request signature\n")
+    end
+    if req.path == "/slack/actions" then
+      local raw = form_field(req.body, "payload")
+      local dok, payload = pcall(cjson.decode, raw or "")
+      if not dok or type(payload) ~= "table" then return res:send(400, TEXT, "no payload\n") end
+      res:send(200)
+      return core.go(opts.on_interactive, payload)
+    end
+    local dok, payload = pcall(cjson.decode, req.body)
+    if not dok or type(payload) ~= "table" then return res:send(400, TEXT, "the body is not JSON\n") end
+    if payload.type == "url_verification" then
+      return res:send(200, JSON, cjson.encode({ challenge = tostring(payload.challenge or "") }))
+    end
+    res:send(200)
+    if payload.type == "event_callback" then core.go(opts.on_event, payload, req.headers["x-slack-retry-num"]) end
+  end
+end
+
+return M

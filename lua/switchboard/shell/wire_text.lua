@@ -1,0 +1,58 @@
+-- Command output on the wire (docs/contract.md#wire-protocol, docs/sandboxd.md): JSON strings must be
+-- UTF-8, command output is bytes. A stream that is valid UTF-8 goes as it is. One that is not is
+-- sent twice: `stdout` (or `stderr`) carries the text with every invalid byte replaced by U+FFFD,
+-- so an old client and a strict JSON decoder read a valid answer, and `stdoutBase64` (or
+-- `stderrBase64`) carries the exact bytes, which the executor puts back. Pure: no engine calls.
+local core = require("switchboard.core")
+
+local M = {}
+
+M.STREAMS = { "stdout", "stderr" }
+local REPLACEMENT = "\u{FFFD}"
+
+-- True when s is valid UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF).
+function M.valid(s)
+  return utf8.len(s) ~= nil
+end
+
+-- s with each byte that does not start a valid UTF-8 sequence replaced by U+FFFD.
+function M.lossy(s)
+  local out, at = {}, 1
+  while at <= #s do
+    local n, bad = utf8.len(s, at)
+    if n then
+      out[#out + 1] = s:sub(at)
+      break
+    end
+    out[#out + 1] = s:sub(at, bad - 1)
+    out[#out + 1] = REPLACEMENT
+    at = bad + 1
+  end
+  return table.concat(out)
+end
+
+-- In place, on the server: the streams of a result document made safe for JSON.
+function M.encode(doc)
+  for _, name in ipairs(M.STREAMS) do
+    local s = doc[name]
+    if type(s) == "string" and not M.valid(s) then
+      doc[name] = M.lossy(s)
+      doc[name .. "Base64"] = core.crypto.base64_encode(s)
+    end
+  end
+  return doc
+end
+
+-- In place, on the executor: the exact bytes back where the server sent them alongside.
+function M.decode(doc)
+  for _, name in ipairs(M.STREAMS) do
+    local b64 = doc[name .. "Base64"]
+    if type(b64) == "string" then
+      local bytes = core.crypto.base64_decode(b64)
+      if bytes then doc[name] = bytes end
+    end
+  end
+  return doc
+end
+
+return M

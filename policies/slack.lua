@@ -1,0 +1,39 @@
+-- The Slack front (`switchboard slack`): who may use the bot, and how it paces itself.
+-- Reloaded on SIGHUP like every policy file (`switchboard policy check` first).
+
+-- Who may ask. workspaces: team IDs (T…); "token" is the workspace the bot token belongs to.
+-- channels / users: IDs (C…/G…/D…, U…/W…); an empty list allows any. Everyone else gets
+-- `refusal`, posted in their thread, and nothing runs.
+allow = {
+  workspaces = { "token" },
+  channels = {},
+  users = {},
+}
+refusal = "Sorry, I can't take asks from you here. Ask whoever runs this bot to add you to its allow list."
+
+-- The emoji put on an ask when its card is posted.
+reaction = "eyes"
+
+card = {
+  update_every_ms = 1 * second,   -- at most one chat.update per card this often (newest state wins)
+  max_block_chars = 2900,         -- output beyond this (in one Block Kit section) goes up as a file
+}
+
+api = {
+  deadline_ms = 10 * second,          -- one Web API call
+  max_retry_after_ms = 60 * second,   -- a 429's Retry-After is honoured up to this
+  final_give_up_ms = 10 * minute,     -- a card's first post and final state are retried this long
+}
+
+socket = {
+  open_deadline_ms = 10 * second,     -- apps.connections.open → WebSocket → hello
+  ping_every_ms = 10 * second,        -- a ping this often; no pong for 3× this: reconnect
+  reconnect_ms = { 1 * second, 2 * second, 5 * second, 10 * second, 30 * second }, -- backoff after a drop
+}
+
+events = {
+  window_ms = 300 * second,           -- a signed request's timestamp may be this far from now
+  dedup_ms = 60 * minute,             -- an event_id (or message) seen within this runs once
+}
+
+drain_ms = 30 * second                -- on TERM, running asks get this long before they are killed

@@ -1,0 +1,38 @@
+-- Command output on the wire (shell/wire_text.lua): valid UTF-8 goes as it is; anything else as a
+-- lossy text plus the exact bytes in base64, which the executor puts back.
+local cjson = require("cjson")
+local text = require("switchboard.shell.wire_text")
+
+describe("sandboxd wire text", function()
+  it("tells valid UTF-8 from everything else", function()
+    for _, s in ipairs({ "", "plain", "héllo", "\u{10FFFF}", "日本" }) do assert.is_true(text.valid(s), s) end
+    for _, s in ipairs({ "\255", "a\254b", "\192\128", "\237\160\128", "\244\144\128\128", "\226\130" }) do
+      assert.is_false(text.valid(s), s)
+    end
+  end)
+
+  it("replaces every invalid byte with U+FFFD and keeps the rest", function()
+    assert.equal("a\u{FFFD}\u{FFFD}b", text.lossy("a\255\254b"))
+    assert.equal("é\u{FFFD}", text.lossy("é\195"))
+    assert.equal("\u{FFFD}\u{FFFD}", text.lossy("\192\128")) -- an overlong form is two bad bytes
+    assert.is_true(text.valid(text.lossy("\0\255\128abc\240")))
+  end)
+
+  it("round-trips any bytes through JSON that a strict decoder accepts", function()
+    local all = {}
+    for b = 0, 255 do all[#all + 1] = string.char(b) end
+    local raw = table.concat(all)
+    local doc = text.encode({ stdout = raw, stderr = "fine\n", exitCode = 0 })
+    local wire = cjson.encode(doc)
+    assert.truthy(utf8.len(wire))
+    assert.is_nil(doc.stderrBase64)
+    local back = text.decode(cjson.decode(wire))
+    assert.equal(raw, back.stdout)
+    assert.equal("fine\n", back.stderr)
+  end)
+
+  it("an answer without the base64 fields is left alone, and bad base64 is ignored", function()
+    assert.same({ stdout = "x" }, text.decode({ stdout = "x" }))
+    assert.same({ stdout = "x", stdoutBase64 = "%%%" }, text.decode({ stdout = "x", stdoutBase64 = "%%%" }))
+  end)
+end)
