@@ -3,7 +3,7 @@ local core = require("switchboard.core")
 local prologue = require("switchboard.commands.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
-local routes = require("switchboard.sandboxd.routes")
+local metrics = require("switchboard.metrics")
 
 local M = {
   name = "sandboxd",
@@ -80,21 +80,8 @@ local function usage_problem(p)
   end
 end
 
--- GET /metrics without the bearer, on an address of its own (keep it private: a scraper's
--- network). Nothing else is served there.
-function M.serve_metrics(host, port, snap)
-  local t = snap.timeouts.server
-  local ok, srv, err = pcall(core.http.serve, {
-    host = host, port = port,
-    limits = { max_header_bytes = t.max_header_bytes, max_body_bytes = 1024,
-      request_timeout_ms = t.request_timeout_ms, idle_timeout_ms = t.idle_timeout_ms, max_connections = 64 },
-    handler = function(req, res)
-      if req.path == "/metrics" and req.method == "GET" then return routes.metrics(res) end
-      res:send(404, { ["content-type"] = "text/plain" }, "only GET /metrics is served here\n")
-    end,
-  })
-  if not ok then return nil, core.error("listen", tostring(srv)) end
-  return srv, err
+function M.serve_metrics(host, port)
+  return metrics.serve(host, port)
 end
 
 function M.run(argv, ctx)
@@ -127,7 +114,7 @@ function M.run(argv, ctx)
   local mport
   if opts.metrics_listen then
     local mhost, mp = M.parse_listen(opts.metrics_listen)
-    local msrv, merr = M.serve_metrics(mhost, mp, snap)
+    local msrv, merr = M.serve_metrics(mhost, mp)
     if not msrv then
       srv:shutdown("metrics")
       return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.metrics_listen, tostring(merr and merr.message or merr)))

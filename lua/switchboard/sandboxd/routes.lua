@@ -400,7 +400,7 @@ end
 
 -- GET /metrics (behind the bearer here; `sandboxd --metrics-listen` serves it without one).
 function M.metrics(res)
-  return res:send(200, { ["content-type"] = metrics.CONTENT_TYPE }, metrics.render())
+  return metrics.answer(res)
 end
 
 function M.register_gauges(fleet)
