@@ -98,8 +98,8 @@ describe("switchboard policy check on a directory that is not there", function()
   it("says so in words: an engine error prints as its message, never a table address", async(function()
     local r = assert(core.spawn{ argv = { S.BIN, "policy", "check", "/nonexistent/policies" }, env = S.base_env(),
                                  deadline_ms = BOUND_MS }):wait()
-    assert.equal(1, r.exit)
-    assert.truthy(r.stderr:find('cannot list the policy directory: list "/nonexistent/policies": no such file or directory', 1, true), r.stderr)
+    assert.equal(2, r.exit) -- a usage error: the operator named a directory that is not there
+    assert.truthy(r.stderr:find('/nonexistent/policies does not exist: give the directory that holds your policy files', 1, true), r.stderr)
     assert.is_nil(r.stderr:find("table: 0x", 1, true))
   end))
 end)

@@ -25,7 +25,7 @@ json.encode_invalid_numbers(false)
 M.json = json
 
 local JSON = { ["content-type"] = "application/json", ["cache-control"] = "no-store" }
-local ROUTE_LIST = "POST /exec, POST /read, POST /write, GET /healthz"
+local ROUTE_LIST = "POST /exec, POST /read, POST /write, GET /healthz, GET /metrics"
 
 -- Answers are streamed out as the client reads them: a slice is written, then the handler waits
 -- (res:drain) until the socket took most of what is queued. A 12 MB answer never sits whole in
@@ -423,6 +423,7 @@ function M.on_head(ctx)
     if not check(req.headers[protocol.AUTH_HEADER]) then
       return auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY
     end
+    if req.path == "/metrics" and req.method == "GET" then return nil end -- no thread key
     local method = protocol.ROUTES[req.path]
     if method == nil then
       return 404, JSON, json.encode({ error = ("no route %s; the routes are %s"):format(req.path, ROUTE_LIST) })
