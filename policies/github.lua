@@ -23,3 +23,8 @@ scopes.write = {}
 -- Every call to the GitHub API (installation lookup, mint) gives up after this long and the
 -- command that needed the token fails naming the endpoint.
 request_timeout_ms = 10 * second
+
+-- Where an agent run clones a repository named in an ask ({repo} = OWNER/REPO). GitHub
+-- Enterprise Server: "https://ghe.example.com/{repo}.git". The credential never goes in it:
+-- git gets GH_TOKEN from the command's environment through a credential helper.
+clone_url = "https://github.com/{repo}.git"

@@ -11,6 +11,8 @@
 #include "../io/io.h"
 #include "../log/log_lua.h"
 #include "../proc/proc.h"
+#include "../secrets/secrets.h"
+#include "../sse/sse_lua.h"
 #include "../ws/ws.h"
 
 /* Each sets its fields on the table at the top of the stack; order only matters for the
@@ -18,7 +20,7 @@
 static int (*const openers[])(lua_State *) = {
     sb_engine_open,      sb_log_open,         sb_proc_open, sb_http_client_open,
     sb_http_server_open, sb_crypto_open,      sb_fs_open,   sb_stdin_open,
-    sb_ws_open,
+    sb_ws_open,          sb_secrets_open,     sb_sse_open,
 };
 
 static char finalizer_key;

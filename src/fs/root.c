@@ -37,6 +37,7 @@
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -46,8 +47,26 @@
 #define MAX_READ_LIMIT ((lua_Integer)1 << 53)
 
 typedef struct {
-  int fd; /* O_PATH|O_DIRECTORY|O_CLOEXEC; -1 once closed */
+  int fd;       /* O_PATH|O_DIRECTORY|O_CLOEXEC; -1 once closed */
+  int uid, gid; /* the owner every access is made as (setfsuid/setfsgid), or -1: the server */
 } fs_root;
+
+/* A walled sandbox instance's files are touched with its own host uid/gid (docs/isolation.md):
+ * permission checks are its, files it gets are its own. setfsuid is per thread and this runs
+ * on the loop thread only, between two calls that restore the server's ids. */
+static void as_owner(const fs_root *r) {
+  if (r->gid >= 0)
+    setfsgid((gid_t)r->gid);
+  if (r->uid >= 0)
+    setfsuid((uid_t)r->uid);
+}
+
+static void as_server(const fs_root *r) {
+  if (r->uid >= 0)
+    setfsuid(geteuid());
+  if (r->gid >= 0)
+    setfsgid(getegid());
+}
 
 /* The one way this file resolves a path: beneath `dirfd`, no magic links, retrying the
  * EAGAIN openat2 returns when a concurrent rename could have let `..` escape. */
@@ -278,9 +297,12 @@ static int l_read(lua_State *L) {
   lua_Integer max = luaL_optinteger(L, 3, (lua_Integer)SB_FS_DEFAULT_MAX_READ);
   luaL_argcheck(L, max >= 0 && max <= MAX_READ_LIMIT, 3, "max_bytes must be a count of bytes");
   /* O_NONBLOCK: opening a fifo an agent left in its workspace must not hang the loop. */
+  as_owner(r);
   int fd = beneath(r->fd, path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  int open_err = errno;
+  as_server(r);
   if (fd < 0)
-    return fail(L, "read", path, len, errno, 0, 0);
+    return fail(L, "read", path, len, open_err, 0, 0);
   long long size = 0;
   int rc = sb_fs_read_fd(L, fd, (size_t)max, &size);
   close(fd);
@@ -377,7 +399,9 @@ static int l_write(lua_State *L) {
     }
     lua_pop(L, 1);
   }
+  as_owner(r);
   int rc = confined_write(r->fd, path, data, n, mode, 0);
+  as_server(r);
   if (rc != 0)
     return fail(L, "write", path, len, rc, 0, 0);
   lua_pushboolean(L, 1);
@@ -498,11 +522,19 @@ static int l_tostring(lua_State *L) {
   return 1;
 }
 
-/* core.fs.root(dir) → root | nil, err */
+/* core.fs.root(dir [, {uid, gid}]) → root | nil, err */
 static int l_root(lua_State *L) {
   const char *dir = luaL_checkstring(L, 1);
   fs_root *r = lua_newuserdatauv(L, sizeof *r, 0);
   r->fd = -1;
+  r->uid = r->gid = -1;
+  if (lua_istable(L, 2)) { /* {uid =, gid =}: access as this owner (a walled instance's) */
+    lua_getfield(L, 2, "uid");
+    lua_getfield(L, 2, "gid");
+    r->uid = (int)luaL_optinteger(L, -2, -1);
+    r->gid = (int)luaL_optinteger(L, -1, -1);
+    lua_pop(L, 2);
+  }
   luaL_setmetatable(L, ROOT_MT);
   int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {

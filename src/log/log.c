@@ -116,22 +116,40 @@ static void put_timestamp(strbuf *b) {
   sb_puts(b, ts);
 }
 
+/* Replaces every occurrence of every registered secret. The scan resumes after each mask, so
+ * a secret that is itself part of the mask (say "redact") cannot make it loop. */
 static void scrub(strbuf *b) {
   static const char mask[] = "[redacted]";
-  for (size_t i = 0; i < G.n_secrets; i++) {
+  for (size_t i = 0; i < G.n_secrets && b->data != NULL; i++) {
     const char *secret = G.secrets[i];
     size_t sl = strlen(secret);
-    char *hit;
-    while (b->data && (hit = strstr(b->data, secret)) != NULL) {
-      size_t at = (size_t)(hit - b->data);
-      strbuf out = {0};
-      sb_put(&out, b->data, at);
+    if (sl == 0 || strstr(b->data, secret) == NULL)
+      continue;
+    strbuf out = {0};
+    const char *from = b->data, *hit;
+    while ((hit = strstr(from, secret)) != NULL) {
+      sb_put(&out, from, (size_t)(hit - from));
       sb_puts(&out, mask);
-      sb_puts(&out, b->data + at + sl);
-      free(b->data);
-      *b = out;
+      from = hit + sl;
+    }
+    sb_puts(&out, from);
+    free(b->data);
+    *b = out;
+  }
+}
+
+size_t sb_log_find_secret(const char *text, size_t n, size_t from, size_t *len) {
+  size_t best = n;
+  *len = 0;
+  for (size_t i = 0; i < G.n_secrets && from < n; i++) {
+    size_t sl = strlen(G.secrets[i]);
+    const char *hit = memmem(text + from, n - from, G.secrets[i], sl);
+    if (hit != NULL && (size_t)(hit - text) < best) {
+      best = (size_t)(hit - text);
+      *len = sl;
     }
   }
+  return best;
 }
 
 bool sb_log_enabled(const char *level) { return level_rank(level) >= G.min_level; }

@@ -16,6 +16,9 @@ typedef struct {
 void sb_log_set_json(bool json);
 void sb_log_set_min_level(const char *level); /* "debug" | "info" | "warn" | "error" */
 void sb_log_redact(const char *secret);        /* copies it; empty and short strings ignored */
+/* The earliest registered secret in text[from..n): its offset (n when there is none) and its
+ * length in *len. Length-aware (a NUL in text is a byte like any other). */
+size_t sb_log_find_secret(const char *text, size_t n, size_t from, size_t *len);
 bool sb_log_enabled(const char *level);
 void sb_log_write(const char *level, const char *event, const sb_log_field *fields, size_t n);
 /* An error with a location/traceback text, from the protected-call path. */

@@ -1,4 +1,5 @@
-/* The Lua face of logging (see log_lua.h): core.log, core.log_format, core.log_redact. */
+/* The Lua face of logging (see log_lua.h): core.log, core.log_format, core.log_redact,
+ * core.log_scrub. */
 #include "log_lua.h"
 #include "log.h"
 
@@ -58,7 +59,33 @@ static int l_log_redact(lua_State *L) {
   return 0;
 }
 
+/* core.log_scrub(text) → text with every registered secret replaced by "[redacted]": the same
+ * second line of defence for what Lua writes elsewhere (an agent run's transcript). */
+static int l_log_scrub(lua_State *L) {
+  size_t n, len;
+  const char *text = luaL_checklstring(L, 1, &n);
+  size_t at = sb_log_find_secret(text, n, 0, &len);
+  if (at == n) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  size_t from = 0;
+  while (at < n) {
+    luaL_addlstring(&b, text + from, at - from);
+    luaL_addstring(&b, "[redacted]");
+    from = at + len;
+    at = sb_log_find_secret(text, n, from, &len);
+  }
+  luaL_addlstring(&b, text + from, n - from);
+  luaL_pushresult(&b);
+  return 1;
+}
+
 int sb_log_open(lua_State *L) {
+  lua_pushcfunction(L, l_log_scrub);
+  lua_setfield(L, -2, "log_scrub");
   lua_pushcfunction(L, l_log);
   lua_setfield(L, -2, "log");
   lua_pushcfunction(L, l_log_format);

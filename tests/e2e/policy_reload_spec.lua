@@ -230,8 +230,12 @@ describe("policy reload on a running sandboxd (HUP)", function()
     put(dir, "timeouts.lua", variants[1])
     versions[1] = version_of(dir)
     local w = reload_watch()
+    -- --no-walls: this measures reloads under load with 3 s budgets; walled, each command's
+    -- cgroup v1 migration (three cgroup.procs writes, a global kernel lock shared with every
+    -- fork) takes seconds under 50 concurrent commands on a loaded 2-vCPU host — a known cost
+    -- of the walls on v1, docs/isolation.md "Cost", not a reload property.
     local h = S.start_sandboxd{ policies = dir, on_output = w.on_output,
-      args = { "--max-instances", tostring(WORKERS) } }
+      args = { "--max-instances", tostring(WORKERS), "--no-walls" } }
 
     -- 50 threads, each running commands (0.1 to 0.3 s) back to back until the reloads are over
     local stop, inflight, running, answered = false, 0, 0, 0

@@ -86,6 +86,7 @@ describe("dispatcher", function()
       stack = { workspace_root = root, backends = opts.backends, sink = opts.sink,
                 credentials = opts.credentials },
       outputs_dir = outputs,
+      model_client = opts.model_client or function() return nil, "no model credential (spec)" end,
     }
     return d
   end
@@ -227,17 +228,22 @@ describe("dispatcher", function()
     assert.same({}, front:cards())
   end)
 
-  it("answers a malformed ask and free text with what is possible", function()
+  it("answers a malformed ask with what is possible; free text is an agent run", function()
     make()
+    local run_ask
     run(function()
       ask("main", "run ls")
-      ask("main", "what is going on?")
+      run_ask = ask("main", "what is going on?")
       ask("main", "help")
+      d:wait_idle()
     end)
     assert.matches("^I could not read that ask: put the command in backticks: run `ls`%.\nAsk like this:", front.answers[1].text)
-    assert.matches("^I run commands here; free%-text asks need the agent runner", front.answers[2].text)
-    assert.matches("^Ask like this:\n", front.answers[3].text)
-    assert.matches("\nAgents:\n", front.answers[3].text)
+    assert.matches("^Ask like this:\n", front.answers[2].text)
+    assert.matches("\nAgents:\n", front.answers[2].text)
+    assert.equal("agent", run_ask.kind)
+    assert.equal("no_key", run_ask.card.state)
+    assert.matches("^%[main%] agent:coding\n> what is going on%?\n✗ not run — no model credential\nno model credential %(spec%)$",
+      front:cards()[1].final)
   end)
 
   it("answers a repository an agent cannot use, and a second repository in one thread", function()

@@ -27,7 +27,10 @@ in a workspace per thread under the state directory.
 
   run `COMMAND`                          the default agent runs COMMAND
   agent:NAME run `COMMAND` [in OWNER/REPO]
-  stop                                   stop this thread's running command
+  [agent:NAME] ANYTHING ELSE             an agent run: the model works with its tools until
+                                         done (needs $ANTHROPIC_API_KEY; a repository named
+                                         as `in OWNER/REPO` or a GitHub URL is cloned first)
+  stop                                   stop this thread's running command or agent run
   help                                   the grammar and the agents
   /thread NAME                           switch to thread NAME (each has its own workspace)
 
@@ -117,6 +120,7 @@ function M.run(argv, ctx)
       sink = sink,
     },
     outputs_dir = state.dir() .. "/outputs",
+    transcripts_dir = state.dir() .. "/transcripts",
     thread_key = function(thread) return "console:" .. thread end,
     help_extra = console_front.HELP_EXTRA,
   }

@@ -4,6 +4,8 @@ local prologue = require("switchboard.commands.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
 local metrics = require("switchboard.metrics")
+local instance = require("switchboard.shell.instance")
+local policy = require("switchboard.policy")
 
 local M = {
   name = "sandboxd",
@@ -17,7 +19,7 @@ M.EXIT = {
 }
 
 M.help = [[
-Usage: switchboard sandboxd --listen HOST:PORT --root DIR [--max-instances N]
+Usage: switchboard sandboxd --listen HOST:PORT --root DIR [--max-instances N] [--no-walls]
 
 Runs each conversation thread's commands in a workspace of its own under DIR, for the
 `sandbox` executor (`switchboard exec --backend sandbox`, or a bot whose policy chooses it).
@@ -35,6 +37,9 @@ Options:
   --metrics-listen HOST:PORT
                        also serve GET /metrics there without the bearer (Prometheus text format;
                        on --listen it needs the bearer like every route)
+  --no-walls           DEVELOPMENT ONLY: run commands without the walls (namespaces, cgroups,
+                       a uid of their own; docs/isolation.md) when this kernel cannot give
+                       them. Without the flag sandboxd refuses to start there, saying why.
 
 Signals:
   HUP        reload the policies (requests in flight keep the ones they started with)
@@ -42,7 +47,7 @@ Signals:
              what is left, put every instance to sleep and exit 0; a second signal skips the wait
 
 Exit status: 0 after a signal; 2 bad arguments; 71 cannot listen; 78 no SANDBOX_TOKEN, the
-policies do not load, or the root is unusable.
+policies do not load, the root is unusable, or the walls cannot be built.
 
 Examples:
   SANDBOX_TOKEN=$(openssl rand -hex 32) switchboard sandboxd --listen 127.0.0.1:8080 --root /var/lib/sandboxd
@@ -50,7 +55,7 @@ Examples:
   curl -H "authorization: Bearer $SANDBOX_TOKEN" http://127.0.0.1:8080/healthz
 ]]
 
-local SPEC = { listen = "string", root = "string", ["max-instances"] = "number",
+local SPEC = { listen = "string", root = "string", ["max-instances"] = "number", ["no-walls"] = "flag",
   ["metrics-listen"] = "string" }
 
 -- "HOST:PORT" or "[V6]:PORT" → host, port | nil, why
@@ -93,7 +98,9 @@ function M.run(argv, ctx)
   local function fail(code, message) return p:fail(code, message) end
 
   local token_env = snap.execution.sandbox.token_env
-  local token = (ctx.getenv or os.getenv)(token_env)
+  -- Read once and removed from the environment; the process is not dumpable (docs/isolation.md).
+  local token = ctx.getenv and ctx.getenv(token_env) or core.secrets.take_env(token_env)
+  core.secrets.not_dumpable()
   if token == nil or token == "" then
     return fail(M.EXIT.config, ("%s is not set: every route needs `authorization: Bearer <token>`, "
       .. "so sandboxd does not start without one. Set it to a long random secret (for example "
@@ -107,7 +114,24 @@ function M.run(argv, ctx)
   local swept = runner.sweep(root)
   if swept > 0 then core.log("info", "sandboxd.swept", { workspaces = swept }) end
 
-  local srv, serr = server.start{ host = host, port = port, root = root, token = token, max_instances = max }
+  local walls
+  if opts.no_walls then
+    core.log("warn", "sandboxd.no_walls", { warning = "--no-walls: commands run WITHOUT walls "
+      .. "(no namespaces, no cgroups, the server's own uid); for development only" })
+    io.stderr:write("switchboard sandboxd: WARNING: --no-walls: every command runs as this "
+      .. "server's user, with a view of the whole host; never serve real threads like this\n")
+  else
+    local why
+    walls, why = instance.host{ snap = snap, policy = policy.current, scratch = root, log = core.log }
+    if not walls then
+      return fail(M.EXIT.config, "cannot build the walls around sandbox instances: " .. tostring(why)
+        .. ". Run where the kernel gives user namespaces, cgroups and bubblewrap (docs/isolation.md), "
+        .. "or pass --no-walls to run without them for development only.")
+    end
+  end
+
+  local srv, serr = server.start{ host = host, port = port, root = root, token = token,
+    max_instances = max, walls = walls }
   if not srv then
     return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
   end
@@ -128,8 +152,10 @@ function M.run(argv, ctx)
     host = host, port = srv.port, root = root,
     max_instances = max or snap.timeouts.sandbox.max_instances, version = snap.version,
     metrics_port = mport,
+    walls = walls and ("cgroup v" .. walls.layout.version) or "none",
   })
   srv:wait()
+  if walls then walls:close() end
   return 0
 end
 

@@ -37,6 +37,8 @@ local stack = require("switchboard.exec.stack")
 local identity = require("switchboard.github.identity")
 local workspace = require("switchboard.shell.workspace")
 local card_mod = require("switchboard.dispatch.card")
+local run_card = require("switchboard.dispatch.run_card")
+local agent_run = require("switchboard.dispatch.agent_run")
 local help = require("switchboard.dispatch.help")
 local parser = require("switchboard.dispatch.parser")
 
@@ -53,6 +55,9 @@ D.__index = D
 --   thread_key     function(thread) → the executor's thread key (default: the thread itself)
 --   help_extra     more grammar rows for the help text (a front's own commands)
 --   now_ms         clock (default core.now_ms)
+--   model_client   function(snap) → a model client (agent/client.lua) | nil, why (default: from
+--                  ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL); free-text asks are agent runs
+--   transcripts_dir where agent runs' transcripts go (nil: not kept)
 function M.new(opts)
   assert(type(opts) == "table" and opts.front, "dispatcher.new: opts.front is required")
   local build_opts = {}
@@ -65,6 +70,8 @@ function M.new(opts)
     thread_key = opts.thread_key or function(thread) return thread end,
     help_extra = opts.help_extra,
     now_ms = opts.now_ms or core.now_ms,
+    model_client = opts.model_client,
+    transcripts_dir = opts.transcripts_dir,
     threads = {},
     active = 0,          -- asks queued or running
     idle_waiters = {},
@@ -232,6 +239,7 @@ function D:release(thread, agent, mode)
 end
 
 function D:run_ask(thread, ask)
+  if ask.kind == "agent" then return agent_run.run(self, thread, ask) end
   local c = ask.card
   if ask.stop.aborted then
     c:cancelled(ask.stop.reason or "stopped", self.now_ms())
@@ -350,7 +358,9 @@ function D:enqueue(msg, snap, parsed, name, def)
     agent = name,
     agent_def = def,
     repo = parsed.repo or (def.resources and def.resources.repository and thread.repo) or nil,
-    command = parsed.command,
+    command = parsed.command or parsed.text,
+    kind = parsed.kind == "free_text" and "agent" or "command",
+    text = parsed.text,
     snap = snap,
     created_ms = self.now_ms(),
     stop = core.signal(self.shutdown),
@@ -358,8 +368,13 @@ function D:enqueue(msg, snap, parsed, name, def)
   -- The thread's repository is bound by its first ask that names one, at once, so that a
   -- queued ask naming another is refused even before the first has run.
   if ask.repo then thread.repo = thread.repo or ask.repo end
-  ask.card = card_mod.new{ thread = msg.thread, user = msg.user, agent = name,
-                           command = parsed.command, repo = ask.repo }
+  if ask.kind == "agent" then
+    ask.card = run_card.new{ thread = msg.thread, user = msg.user, agent = name, ask = parsed.text,
+                             repo = ask.repo, max_turns = def.max_turns }
+  else
+    ask.card = card_mod.new{ thread = msg.thread, user = msg.user, agent = name,
+                             command = parsed.command, repo = ask.repo }
+  end
   if not thread.running and #thread.queue == 0 then ask.card:provisioning() end
   local first = self:card_message(ask, false)
   ask.shown = first.text
@@ -407,13 +422,20 @@ function D:handle(msg)
   if parsed.kind == "malformed" then
     return self:answer(msg.thread, self:help_text(snap, "I could not read that ask: " .. parsed.reason .. "."))
   end
-  if parsed.kind == "free_text" then
-    return self:answer(msg.thread, self:help_text(snap, "I run commands here; free-text asks need "
-      .. "the agent runner, which this front does not have yet. Put the command in backticks "
-      .. "after `run`."))
-  end
   if self.closed then
     return self:answer(msg.thread, "Not taking new asks: switchboard is shutting down.")
+  end
+  if parsed.kind == "free_text" then
+    -- An agent run: the repository it names binds only for an agent that works in one.
+    local name, def = self:resolve(snap, msg, { agent = parsed.agent })
+    if not name then return self:answer(msg.thread, def) end
+    local repo = def.resources and def.resources.repository and agent_run.repo_in(parsed.text)
+    if repo then
+      name, def = self:resolve(snap, msg, { agent = name, repo = repo })
+      if not name then return self:answer(msg.thread, def) end
+    end
+    parsed.repo = repo
+    return self:enqueue(msg, snap, parsed, name, def)
   end
   local name, def = self:resolve(snap, msg, parsed)
   if not name then return self:answer(msg.thread, def) end

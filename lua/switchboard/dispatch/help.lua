@@ -10,7 +10,8 @@ M.GRAMMAR = {
   { "run `COMMAND`", "run COMMAND with the default agent" },
   { "agent:NAME run `COMMAND`", "run it as agent NAME" },
   { "agent:NAME run `COMMAND` in OWNER/REPO", "… on a repository (agents that work on one)" },
-  { "stop", "stop this thread's running command (and drop its queued asks)" },
+  { "[agent:NAME] ANYTHING ELSE", "an agent run: the model works with the agent's tools until done" },
+  { "stop", "stop this thread's running command or run (and drop its queued asks)" },
   { "help", "this text" },
 }
 

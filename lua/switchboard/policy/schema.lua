@@ -219,6 +219,17 @@ function S.template(allowed_list, requires)
   end
 end
 
+-- An agent's system prompt: any number of lines, placeholders from PROMPT_VARS only.
+M.PROMPT_VARS = { "agent", "repository", "workspace", "tools" }
+function S.prompt(v, path, report)
+  if type(v) ~= "string" then return report(path, "must be a string, got " .. typename(v)) end
+  if #v > 64 * 1024 then return report(path, "must be at most 65536 bytes") end
+  local allowed = {}
+  for _, n in ipairs(M.PROMPT_VARS) do allowed[n] = true end
+  local why = template.check((v:gsub("\n", " ")), allowed)
+  if why then report(path, why) end
+end
+
 function S.rule(v, path, report)
   if not rule.is_rule(v) then
     report(path, "must be built with rule{...}, got " .. typename(v))
@@ -274,7 +285,7 @@ end
 local ms = S.ms
 
 M.files = {}
-M.order = { "timeouts", "github", "agents", "errors", "execution", "slack" }
+M.order = { "timeouts", "github", "agents", "errors", "execution", "slack", "isolation" }
 
 M.files.timeouts = {
   bash = S.record {
@@ -325,6 +336,7 @@ M.files.timeouts = {
 
 M.files.github = {
   request_timeout_ms = ms(SECOND, 5 * MINUTE),
+  clone_url = S.template({ "repo" }, { "{repo}" }),
   scopes = S.map("^[a-z][a-z0-9_]*$", "a scope name (a-z, 0-9, _)", S.record {
     permissions = S.optional(S.map("^[a-z][a-z_]*$", "a GitHub permission name",
       S.enum { "read", "write" })),
@@ -340,7 +352,31 @@ M.files.agents = {
     token_scope = S.optional(S.string { pattern = "^[a-z][a-z0-9_]*$", what = "a scope from policies/github.lua" }),
     max_run_minutes = S.int { min = 1, max = 24 * 60 },
     tools = S.list(S.string { pattern = "^[a-z][a-z0-9_]*$", what = "a tool name" }, { unique = true }),
+    model = S.optional(S.string { one_line = true, max_len = 200 }),
+    max_tokens = S.optional(S.int { min = 1, max = 1000000 }),
+    max_turns = S.optional(S.int { min = 1, max = 10000 }),
+    system_prompt = S.optional(S.prompt),
   }, { min = 1 }),
+  run_defaults = S.record {
+    model = S.string { one_line = true, max_len = 200 },
+    max_tokens = S.int { min = 1, max = 1000000 },
+    max_turns = S.int { min = 1, max = 10000 },
+    system_prompt = S.prompt,
+  },
+  model_api = S.record {
+    base_url = S.string { one_line = true, pattern = "^https?://[^%s]+$", what = "an http(s) URL" },
+    version = S.string { one_line = true, max_len = 40 },
+    request_timeout_ms = ms(SECOND, HOUR),
+    max_event_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" },
+    max_answer_bytes = S.int { min = 1024, max = 1024 * M.MIB, unit = "bytes" },
+    max_tool_result_bytes = S.int { min = 1024, max = 64 * M.MIB, unit = "bytes" },
+    retry = S.record {
+      max_attempts = S.int { min = 1, max = 20 },
+      first_ms = ms(0, 10 * MINUTE),
+      max_ms = ms(0, HOUR),
+      max_retry_after_ms = ms(0, HOUR),
+    },
+  },
   default_agent = agent_name,
   choose_agent = S.func,
 }
@@ -414,6 +450,24 @@ M.files.execution = {
   },
   missing = S.template({ "agent", "backend", "setting" }, { "{setting}" }),
   choose_backend = S.func,
+}
+
+M.files.isolation = {
+  local_walls = S.bool,
+  network = S.enum { "host", "none" },
+  memory_bytes = S.int { min = 16 * M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
+  pids_max = S.int { min = 8, max = 4194304 },
+  cpu_percent = S.int { min = 10, max = 102400 },
+  open_files = S.int { min = 64, max = 1048576 },
+  file_size_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
+  workspace_max_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
+  uid_base = S.int { min = 1000, max = 4000000000 },
+  uid_count = S.int { min = 1, max = 1000000 },
+  rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },
+  expose = S.list(S.string { pattern = "^[%w_][%w._-]*$", what = "a top-level name such as \"usr\"" },
+    { unique = true, max = 32 }),
+  hide = S.list(S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" }, { unique = true, max = 32 }),
+  cgroup_parent = S.string { pattern = "^[^\r\n]*$", one_line = true },
 }
 
 local slack_id = S.string { pattern = "^[A-Z0-9]+$", what = "a Slack ID (T…, C…, U…)" }
@@ -555,6 +609,9 @@ end
 function M.derive_agents(a)
   for key, def in pairs(a.agents) do
     def.name = def.name or key
+    for _, field in ipairs({ "model", "max_tokens", "max_turns", "system_prompt" }) do
+      if def[field] == nil then def[field] = a.run_defaults[field] end
+    end
     def.resources.repository = def.resources.repository == true
   end
 end

@@ -11,6 +11,7 @@
 --   runner:stop(reason)           → kill what still runs, delete the workspace (sleep; reason
 --                                   "idle" | "shutdown")
 local core = require("switchboard.core")
+local walled = require("switchboard.shell.walled")
 local workspace = require("switchboard.shell.workspace")
 
 local M = {}
@@ -28,6 +29,7 @@ function M.new(root, thread_key, opts)
     ws = ws,
     label = M.label(thread_key),
     stopped = core.signal(), -- sleep: every process of this instance is killed at once
+    walls = opts and opts.walls or nil, -- shell/instance.lua host: this instance gets walls
   }, Runner)
 end
 
@@ -37,8 +39,9 @@ function M.label(thread_key)
 end
 
 -- new_runner for fleet.new
-function M.factory(root)
-  return function(thread_key) return M.new(root, thread_key) end
+-- walls: the host's walls (shell/instance.lua), or nil for unwalled instances (--no-walls).
+function M.factory(root, walls)
+  return function(thread_key) return M.new(root, thread_key, { walls = walls }) end
 end
 
 -- An error's reason without the host path it names ("…: mkdir_p \"/srv/…\": Read-only file
@@ -76,6 +79,7 @@ end
 function Runner:exec(spec)
   local ok, err = fresh(self)
   if not ok then return nil, err end
+  if self.walls then return scrub(self, walled.exec(self, spec)) end
   return scrub(self, self.ws:run{
     command = spec.command,
     env = spec.env,
@@ -89,12 +93,20 @@ end
 function Runner:read(path, max_bytes)
   local ok, err = fresh(self)
   if not ok then return nil, err end
+  if self.walls then
+    return scrub(self, walled.with_root(self, function(root) return root:read(path, max_bytes) end))
+  end
   return scrub(self, self.ws:read(path, max_bytes))
 end
 
 function Runner:write(path, bytes)
   local ok, err = fresh(self)
   if not ok then return nil, err end
+  if self.walls then
+    local refused = walled.over_cap(self)
+    if refused then return nil, refused end
+    return scrub(self, walled.with_root(self, function(root) return root:write(path, bytes) end))
+  end
   return scrub(self, self.ws:write(path, bytes))
 end
 
@@ -115,6 +127,7 @@ end
 -- interrupted is removed by the next start's sweep.
 function Runner:stop(reason)
   self.stopped:abort("instance asleep")
+  if self.walls then walled.stop(self) end
   if not core.fs.exists(self.dir) then return end
   if reason == "shutdown" then return remove_now(self.dir) end
   local trash = ("%s/%s%s-%s"):format(self.root, TRASH, workspace.dir_name(self.key),

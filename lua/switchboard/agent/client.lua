@@ -1,0 +1,200 @@
+-- The model client: Anthropic's Messages API with streaming, over the engine's HTTP client
+-- (core.http.request) and SSE parser (core.sse). One call, create(), is one turn: it returns
+-- the whole assistant message, retrying on its own what the API says to retry:
+--
+--   429, 529, 500-504, an error event (overloaded, api_error) or a stream cut before
+--   message_stop (nothing was acted on yet, so the request is simply sent again)
+--       → wait `retry-after` (seconds) when the answer gives one, else a doubling backoff
+--         (policy: agents.lua model_api.retry), never past the run's deadline, at most
+--         max_attempts sends
+--   400, 401, 403, 404, 413 and other 4xx → a fatal error whose message says what to fix
+--
+-- The API key travels only in the x-api-key header. It is registered with the log's redaction
+-- when the client is made, and every message this module builds is scrubbed of it.
+--
+--   local c, why = client.from_env(getenv, snap)      -- why: the card text when no key is set
+--   local msg, err = c:create(body, {signal, deadline_ms, on_progress, on_wait})
+--     msg = {id, content, stop_reason, usage = {input_tokens, output_tokens}}
+--     err = {kind = "aborted" | "fatal" | "exhausted" | "budget", message, status?}
+local core = require("switchboard.core")
+local cjson = require("cjson.safe").new()
+local stream = require("switchboard.agent.stream")
+
+local M = {}
+local C = {}
+C.__index = C
+
+M.KEY_ENV = "ANTHROPIC_API_KEY"
+M.URL_ENV = "ANTHROPIC_BASE_URL"
+
+M.NO_KEY = "no model credential: ANTHROPIC_API_KEY is not set in switchboard's environment. "
+  .. "Set it to an Anthropic API key (console.anthropic.com → API keys) and start switchboard "
+  .. "again, e.g. `export ANTHROPIC_API_KEY=sk-ant-…`; to use a proxy or a stand-in, set "
+  .. "ANTHROPIC_BASE_URL as well."
+
+-- opts: api_key, base_url, settings (the snapshot's agents.model_api), request, sleep, now_ms,
+-- redact
+function M.new(opts)
+  assert(type(opts.api_key) == "string" and opts.api_key ~= "", "client.new: api_key is required")
+  local redact = opts.redact or core.log_redact
+  redact(opts.api_key)
+  local base = (opts.base_url or opts.settings.base_url):gsub("/+$", "")
+  return setmetatable({
+    key = opts.api_key,
+    url = base .. "/v1/messages",
+    settings = opts.settings,
+    request = opts.request or core.http.request,
+    sleep = opts.sleep or core.sleep,
+    now_ms = opts.now_ms or core.now_ms,
+  }, C)
+end
+
+-- The client switchboard's environment describes, or nil and the text a card shows.
+function M.from_env(getenv, snap)
+  getenv = getenv or os.getenv
+  local key = getenv(M.KEY_ENV)
+  if key == nil or key == "" then return nil, M.NO_KEY end
+  local base = getenv(M.URL_ENV)
+  if base == "" then base = nil end
+  return M.new{ api_key = key, base_url = base, settings = snap.agents.model_api }
+end
+
+function C:scrub(text)
+  text = tostring(text or "")
+  local at = 1
+  while true do
+    local i, j = text:find(self.key, at, true)
+    if not i then return text end
+    text = text:sub(1, i - 1) .. "[redacted]" .. text:sub(j + 1)
+    at = i + 10
+  end
+end
+
+local FIX = {
+  [400] = "the request was refused as invalid (400 %s: %s) — check model and max_tokens of this agent in policies/agents.lua",
+  [401] = "Anthropic rejected the API key (401 %s: %s) — set ANTHROPIC_API_KEY to a valid key (console.anthropic.com → API keys) and restart switchboard",
+  [403] = "the API key may not use this model (403 %s: %s) — give the key's workspace access to it, or choose another model in policies/agents.lua",
+  [404] = "the model or the endpoint does not exist (404 %s: %s) — check the agent's model in policies/agents.lua and ANTHROPIC_BASE_URL",
+  [413] = "the conversation grew too large for one request (413 %s: %s) — start a new thread with a narrower ask",
+}
+
+local function api_error(body)
+  local doc = cjson.decode(body or "")
+  local e = type(doc) == "table" and type(doc.error) == "table" and doc.error or {}
+  local kind = type(e.type) == "string" and e.type or "error"
+  local message = type(e.message) == "string" and e.message or "(no message)"
+  return kind, message:sub(1, 500)
+end
+
+local function retryable_status(status)
+  return status == 429 or status == 529 or (status >= 500 and status <= 504)
+end
+
+local function retry_after_ms(headers)
+  local v = headers and headers["retry-after"]
+  local n = v and tonumber(v:match("^%s*(%d+%.?%d*)%s*$"))
+  if n then return math.floor(n * 1000) end
+  return nil
+end
+
+-- One send. Returns "ok", message | "retry", why, wait_ms? | "fatal", err | "aborted", err
+function C:attempt(body_json, opts, timeout_ms)
+  local parser = core.sse.parser(self.settings.max_event_bytes)
+  local asm = stream.new{ on_progress = opts.on_progress }
+  local cut = opts.signal and core.signal(opts.signal) or core.signal()
+  local parse_err
+  local status, headers, resp_body = self.request{
+    method = "POST", url = self.url, body = body_json, signal = cut,
+    deadline_ms = timeout_ms, max_body = self.settings.max_answer_bytes,
+    headers = {
+      ["x-api-key"] = self.key,
+      ["anthropic-version"] = self.settings.version,
+      ["content-type"] = "application/json",
+      accept = "text/event-stream",
+    },
+    on_chunk = function(bytes)
+      if parse_err then return end
+      local events, err = parser:feed(bytes)
+      if not events then
+        parse_err = err.message
+        return cut:abort("unreadable stream")
+      end
+      for i = 1, #events, 2 do
+        local e = asm:event(events[i], events[i + 1])
+        if e then
+          parse_err = e.message
+          return cut:abort("unreadable stream")
+        end
+      end
+    end,
+  }
+  if opts.signal and opts.signal.aborted then
+    return "aborted", { kind = "aborted", message = tostring(opts.signal.reason or "stopped") }
+  end
+  if parse_err then return "retry", "the answer stream could not be read: " .. parse_err end
+  if status == nil then
+    local e = headers
+    return "retry", ("the model API did not answer (%s: %s)"):format(tostring(e.kind), self:scrub(e.message))
+  end
+  if status == 200 then
+    if asm.error then
+      local t = asm.error.type
+      local text = ("the model API failed mid-answer (%s: %s)"):format(t, self:scrub(asm.error.message))
+      if t == "overloaded_error" or t == "api_error" or t == "rate_limit_error" then return "retry", text end
+      return "fatal", { kind = "fatal", message = text }
+    end
+    if not asm.done then
+      return "retry", ("the answer stream was cut after %d events, before message_stop"):format(asm.events)
+    end
+    return "ok", asm:message()
+  end
+  local kind, message = api_error(resp_body)
+  message = self:scrub(message)
+  if retryable_status(status) then
+    return "retry", ("the model API answered %d %s: %s"):format(status, kind, message), retry_after_ms(headers)
+  end
+  local fix = FIX[status] or ("the model API refused the request (%d %%s: %%s)"):format(status)
+  return "fatal", { kind = "fatal", status = status, message = fix:format(kind, message) }
+end
+
+-- body: the request as a table (model, max_tokens, system, messages, tools); stream is set here.
+-- opts: signal (the run's hard stop), deadline_ms (core.now_ms clock: the run's end),
+-- on_progress(kind, stream), on_wait(ms, why) (a retry is about to wait)
+function C:create(body, opts)
+  opts = opts or {}
+  body.stream = true
+  local body_json = assert(cjson.encode(body))
+  local r = self.settings.retry
+  local backoff = r.first_ms
+  local last
+  for attempt = 1, r.max_attempts do
+    local left = opts.deadline_ms and (opts.deadline_ms - self.now_ms()) or self.settings.request_timeout_ms
+    if left <= 0 then
+      return nil, { kind = "budget", message = "the run's time ran out while waiting for the model"
+        .. (last and (" (" .. last .. ")") or "") }
+    end
+    local timeout = math.floor(math.min(self.settings.request_timeout_ms, left))
+    local outcome, a, b = self:attempt(body_json, opts, timeout)
+    if outcome == "ok" then return a end
+    if outcome ~= "retry" then return nil, a end
+    last = a
+    core.log("warn", "agent.model_retry", { attempt = attempt, reason = a })
+    if attempt == r.max_attempts then break end
+    local wait = b or backoff
+    if not b then backoff = math.min(backoff * 2, r.max_ms) end
+    if wait > r.max_retry_after_ms then wait = r.max_retry_after_ms end
+    left = opts.deadline_ms and (opts.deadline_ms - self.now_ms()) or math.huge
+    if wait >= left then
+      return nil, { kind = "budget", message = ("the model API asked to wait %ds, longer than the run has left (%s)")
+        :format(math.ceil(wait / 1000), a) }
+    end
+    if opts.on_wait then opts.on_wait(wait, a) end
+    if not self.sleep(wait, opts.signal) then
+      return nil, { kind = "aborted", message = tostring(opts.signal and opts.signal.reason or "stopped") }
+    end
+  end
+  return nil, { kind = "exhausted", message = ("the model API failed %d times in a row; the last: %s")
+    :format(r.max_attempts, last) }
+end
+
+return M

@@ -1,0 +1,59 @@
+-- The repository an ask names, made ready in the thread's workspace before the run's first
+-- turn: cloned the first time, fetched by a follow-up (the workspace already has .git). It
+-- runs as one command through the thread's executor, like any tool call, so it works the same
+-- on every backend and obeys the run's clock and hard stop.
+--
+-- The credential: git gets GH_TOKEN from the command's environment (the executor puts the
+-- agent's token there per command) through a credential helper given with `git -c` — which
+-- is never written to .git/config — so the token is in no argv, no URL and no file.
+--
+--   repo.prepare(executor, snap, "acme/api", {signal, remaining_ms}) → "cloned" | "fetched"
+--                                                                    | nil, problem, kind
+local template = require("switchboard.policy.template")
+local errors = require("switchboard.exec.errors")
+
+local M = {}
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local HELPER = [[!f() { test "$1" = get || exit 0; echo username=x-access-token; echo "password=$GH_TOKEN"; }; f]]
+
+-- The command that clones url into the current directory, or fetches when it is a checkout.
+function M.script(url)
+  return table.concat({
+    "set -e",
+    "export GIT_TERMINAL_PROMPT=0",
+    'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. HELPER) .. "; fi",
+    "if [ -d .git ]; then",
+    '  git "$@" fetch --quiet origin',
+    "  echo fetched",
+    "else",
+    '  git "$@" clone --quiet ' .. quote(url) .. " .",
+    "  echo cloned",
+    "fi",
+  }, "\n")
+end
+
+function M.url(snap, repo)
+  return template.fill(snap.github.clone_url, { repo = repo })
+end
+
+function M.prepare(ex, snap, repo, ctx)
+  local url = M.url(snap, repo)
+  local ok, result, err = pcall(ex.exec, ex, M.script(url), { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
+  if not ok then return nil, "the executor raised: " .. tostring(result), "infra" end
+  if result == nil then
+    local kind = errors.is_infra(err) and "infra" or errors.is_capacity(err) and "capacity" or "tool"
+    return nil, ("%s could not be cloned from %s: %s"):format(repo, url, tostring(err)), kind
+  end
+  if result.aborted then return nil, "stopped while cloning " .. repo, "stopped" end
+  if result.exit_code ~= 0 then
+    local text = (result.text or ""):gsub("^exit %-?%d+: ?", "")
+    return nil, ("git could not clone %s from %s (exit %s):\n%s\nCheck that the repository exists "
+      .. "and that switchboard's GitHub credential can read it (docs/github.md)."):format(
+      repo, url, tostring(result.exit_code), text), "git"
+  end
+  return (result.stdout or ""):match("fetched") and "fetched" or "cloned"
+end
+
+return M

@@ -1,0 +1,158 @@
+-- The Messages API's streamed answer, event by event (Anthropic's "Streaming Messages" docs):
+-- the SSE events core.sse yields become one assistant message.
+--
+--   message_start        {message = {id, model, usage = {input_tokens, …}}}
+--   content_block_start  {index, content_block = {type = "text" | "tool_use" | …}}
+--   content_block_delta  {index, delta = {type = "text_delta", text} |
+--                                         {type = "input_json_delta", partial_json}}
+--   content_block_stop   {index}          a tool_use's concatenated partial_json is decoded here
+--   message_delta        {delta = {stop_reason, stop_sequence}, usage = {output_tokens}}
+--   message_stop         the message is complete
+--   ping                 nothing
+--   error                {error = {type, message}} — the stream failed on the server's side
+-- Unknown events, block types and delta types are skipped; so are deltas for a block that
+-- never started.
+--
+--   local s = stream.new{on_progress = function(kind, s) end}   kind: "usage" | "block" | "text"
+--   local err = s:event(type, data)     -- nil, or {kind = "bad_event", message}
+--   s.done, s.error, s:message()        -- message = {id, content, stop_reason, usage}
+local cjson = require("cjson.safe").new()
+
+local M = {}
+local S = {}
+S.__index = S
+
+function M.new(opts)
+  opts = opts or {}
+  return setmetatable({
+    blocks = {},          -- index (0-based from the API) + 1 → block
+    json_parts = {},      -- index + 1 → list of partial_json fragments
+    usage = { input_tokens = 0, output_tokens = 0 },
+    done = false,
+    error = nil,          -- {type, message} of an error event
+    events = 0,
+    on_progress = opts.on_progress or function() end,
+  }, S)
+end
+
+local function num(v) return type(v) == "number" and v or 0 end
+
+local function take_usage(self, u)
+  if type(u) ~= "table" then return end
+  if u.input_tokens ~= nil then
+    self.usage.input_tokens = num(u.input_tokens) + num(u.cache_creation_input_tokens)
+      + num(u.cache_read_input_tokens)
+  end
+  if u.output_tokens ~= nil then self.usage.output_tokens = num(u.output_tokens) end
+  self.on_progress("usage", self)
+end
+
+local function slot(doc)
+  local i = doc.index
+  if type(i) ~= "number" or i ~= math.floor(i) or i < 0 or i > 10000 then return nil end
+  return math.tointeger(i) + 1
+end
+
+local H = {}
+
+function H.message_start(self, doc)
+  local m = doc.message
+  if type(m) ~= "table" then return "message_start without a message" end
+  self.id, self.model = m.id, m.model
+  take_usage(self, m.usage)
+end
+
+function H.content_block_start(self, doc)
+  local i, b = slot(doc), doc.content_block
+  if not i or type(b) ~= "table" then return "content_block_start without an index or a block" end
+  if b.type == "text" then
+    self.blocks[i] = { type = "text", text = type(b.text) == "string" and b.text or "" }
+  elseif b.type == "tool_use" then
+    if type(b.id) ~= "string" or type(b.name) ~= "string" then return "a tool_use block without an id or a name" end
+    self.blocks[i] = { type = "tool_use", id = b.id, name = b.name, input = {} }
+    self.json_parts[i] = {}
+  else
+    self.blocks[i] = false -- a type this client does not know: skipped
+  end
+  self.on_progress("block", self, self.blocks[i])
+end
+
+function H.content_block_delta(self, doc)
+  local i, d = slot(doc), doc.delta
+  if not i or type(d) ~= "table" then return "content_block_delta without an index or a delta" end
+  local b = self.blocks[i]
+  if not b then return end
+  if d.type == "text_delta" and b.type == "text" and type(d.text) == "string" then
+    b.text = b.text .. d.text
+    self.on_progress("text", self, b)
+  elseif d.type == "input_json_delta" and b.type == "tool_use" and type(d.partial_json) == "string" then
+    local parts = self.json_parts[i]
+    parts[#parts + 1] = d.partial_json
+  end
+end
+
+function H.content_block_stop(self, doc)
+  local i = slot(doc)
+  if not i then return "content_block_stop without an index" end
+  local b = self.blocks[i]
+  if not b or b.type ~= "tool_use" then return end
+  local raw = table.concat(self.json_parts[i])
+  self.json_parts[i] = nil
+  if raw:match("^%s*$") then return end -- a tool called without arguments
+  local input = cjson.decode(raw)
+  if type(input) == "table" then
+    b.input = input
+  else
+    b.input_error = "its input is not a JSON object"
+  end
+end
+
+function H.message_delta(self, doc)
+  local d = doc.delta
+  if type(d) == "table" then
+    if type(d.stop_reason) == "string" then self.stop_reason = d.stop_reason end
+  end
+  take_usage(self, doc.usage)
+end
+
+function H.message_stop(self)
+  self.done = true
+end
+
+function H.ping() end
+
+function H.error(self, doc)
+  local e = type(doc.error) == "table" and doc.error or {}
+  self.error = {
+    type = type(e.type) == "string" and e.type or "error",
+    message = type(e.message) == "string" and e.message or "(no message)",
+  }
+end
+
+-- One SSE event. Returns nil, or an error naming what could not be read.
+function S:event(type_, data)
+  self.events = self.events + 1
+  local h = H[type_]
+  if h == nil then return nil end -- unknown events are skipped
+  local doc = cjson.decode(data)
+  if type(doc) ~= "table" then
+    return { kind = "bad_event", message = ("the %s event's data is not a JSON object"):format(type_) }
+  end
+  local why = h(self, doc)
+  if why then return { kind = "bad_event", message = why } end
+  return nil
+end
+
+-- The assembled message: blocks of known types, in order.
+function S:message()
+  local content = {}
+  local max = 0
+  for i in pairs(self.blocks) do if i > max then max = i end end
+  for i = 1, max do
+    local b = self.blocks[i]
+    if b then content[#content + 1] = b end
+  end
+  return { id = self.id, content = content, stop_reason = self.stop_reason, usage = self.usage }
+end
+
+return M

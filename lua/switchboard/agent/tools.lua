@@ -1,0 +1,183 @@
+-- The agent's tools: bash, read_file and write_file, each a call on the thread's executor
+-- stack (tracing → health → backend; docs/executors.md). What a call returns becomes exactly
+-- one tool_result:
+--
+--   a result (any exit code)        → its rendered text (exit N: …, (no output), the 124 line)
+--   a tool error (escape, no file)  → is_error, its message
+--   a refusal (run budget spent)    → is_error, "exit 124: run budget exhausted …"
+--   an infra error                  → is_error, the sandbox failure; the health tracker counts it
+--   a capacity error (fleet busy)   → not an error of the model's: policy's fleet_busy_tool text
+--   bad input (not an object, no command) → is_error, what the input lacks
+--
+--   tools.definitions(snap, agent_def) → the API's `tools` list for the agent
+--   tools.call(executor, snap, tool_use, ctx) → {content, is_error, kind, command?, result?}
+--     ctx: signal, remaining_ms; kind: "result" | "tool" | "refused" | "infra" | "capacity" |
+--          "input"
+local budget = require("switchboard.shell.budget")
+local classify = require("switchboard.shell.classify")
+local errors = require("switchboard.exec.errors")
+
+local M = {}
+
+local function minutes(ms)
+  local m = ms / 60000
+  if m == math.floor(m) then return ("%d min"):format(m) end
+  return ("%g s"):format(ms / 1000)
+end
+
+local DEFS = {}
+
+function DEFS.bash(snap)
+  local b = snap.timeouts.bash
+  return {
+    name = "bash",
+    description = ("Run a bash command in the workspace (the repository's checkout is the "
+      .. "current directory) and return its exit status and output. Each call has a time "
+      .. "limit: %s (%d ms) by default, at most %s (%d ms). When a command needs longer — a "
+      .. "build, a full test suite, or a call that came back with exit 124 (timed out) — ask "
+      .. "for more time with a larger timeoutMs, up to %d.")
+      :format(minutes(b.default_ms), b.default_ms, minutes(b.max_ms), b.max_ms, b.max_ms),
+    input_schema = {
+      type = "object",
+      properties = {
+        command = { type = "string", description = "The command, run with bash -c." },
+        timeoutMs = { type = "integer", description = ("Time limit in milliseconds (default %d, "
+          .. "maximum %d; larger values are cut to the maximum)."):format(b.default_ms, b.max_ms) },
+      },
+      required = { "command" },
+    },
+  }
+end
+
+function DEFS.read_file(snap)
+  return {
+    name = "read_file",
+    description = "Read a whole file of the workspace. The path is relative to the workspace; "
+      .. "paths that leave it are refused. For a part of a large file use bash (sed -n, head).",
+    input_schema = {
+      type = "object",
+      properties = { path = { type = "string", description = "Path relative to the workspace." } },
+      required = { "path" },
+    },
+  }
+end
+
+function DEFS.write_file(snap)
+  return {
+    name = "write_file",
+    description = "Create or replace a file of the workspace with the given content (parent "
+      .. "directories are created). The path is relative to the workspace.",
+    input_schema = {
+      type = "object",
+      properties = {
+        path = { type = "string", description = "Path relative to the workspace." },
+        content = { type = "string", description = "The file's whole new content." },
+      },
+      required = { "path", "content" },
+    },
+  }
+end
+
+-- The tools an agent is offered: its policy list, in order, minus write_file for a readonly
+-- agent (the loader already refuses that combination; this is the second lock).
+function M.definitions(snap, def)
+  local out = {}
+  for _, name in ipairs(def.tools or {}) do
+    local make = DEFS[name]
+    if make and not (def.readonly and name == "write_file") then out[#out + 1] = make(snap) end
+  end
+  return out
+end
+
+function M.offered(snap, def, name)
+  for _, t in ipairs(M.definitions(snap, def)) do
+    if t.name == name then return true end
+  end
+  return false
+end
+
+local function outcome(kind, content, is_error, extra)
+  local o = extra or {}
+  o.kind, o.content, o.is_error = kind, content, is_error
+  return o
+end
+
+local function from_error(snap, err)
+  if errors.is_capacity(err) then
+    return outcome("capacity", classify.fleet_busy_tool_text(snap, tostring(err)), false, { error = err })
+  end
+  if errors.is_infra(err) then
+    return outcome("infra", "sandbox failure (infrastructure, not the command's exit status): "
+      .. tostring(err), true, { error = err })
+  end
+  if errors.is_refused(err) then
+    return outcome("refused", "exit " .. tostring(err.exit_code or 124) .. ": " .. tostring(err), true, { error = err })
+  end
+  return outcome("tool", tostring(err), true, { error = err })
+end
+
+local function protected(fn, ...)
+  local res = table.pack(pcall(fn, ...))
+  if not res[1] then return nil, errors.infra("the executor raised: " .. tostring(res[2])) end
+  return res[2], res[3]
+end
+
+local CALL = {}
+
+function CALL.bash(ex, snap, input, ctx)
+  local command = input.command
+  if type(command) ~= "string" or command:match("^%s*$") then
+    return outcome("input", "bash needs {\"command\": \"…\"}: the command was missing or empty", true)
+  end
+  local requested = input.timeoutMs
+  local timeout = type(requested) == "number" and budget.clamp(snap, requested) or nil
+  local result, err = protected(ex.exec, ex, command, {
+    timeout_ms = timeout, signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap,
+  })
+  if not result then return from_error(snap, err) end
+  return outcome("result", result.text or "", false, { result = result })
+end
+
+function CALL.read_file(ex, snap, input, ctx)
+  if type(input.path) ~= "string" or input.path == "" then
+    return outcome("input", "read_file needs {\"path\": \"…\"}", true)
+  end
+  local bytes, err = protected(ex.read_file, ex, input.path, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
+  if bytes == nil then return from_error(snap, err) end
+  if bytes == "" then return outcome("result", "(empty file)", false) end
+  return outcome("result", bytes, false)
+end
+
+function CALL.write_file(ex, snap, input, ctx)
+  if type(input.path) ~= "string" or input.path == "" or type(input.content) ~= "string" then
+    return outcome("input", "write_file needs {\"path\": \"…\", \"content\": \"…\"}", true)
+  end
+  local ok, err = protected(ex.write_file, ex, input.path, input.content,
+    { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
+  if not ok then return from_error(snap, err) end
+  return outcome("result", ("wrote %d bytes to %s"):format(#input.content, input.path), false)
+end
+
+-- use: {id, name, input, input_error?}; def: the agent's policy entry.
+function M.call(ex, snap, def, use, ctx)
+  if not M.offered(snap, def, use.name) then
+    return outcome("input", ("there is no tool %q for this agent; the tools are: %s"):format(
+      tostring(use.name), table.concat(def.tools or {}, ", ")), true)
+  end
+  if use.input_error then
+    return outcome("input", use.name .. " was called with input that is not a JSON object", true)
+  end
+  return CALL[use.name](ex, snap, use.input or {}, ctx)
+end
+
+-- The first line of a call's command (or its path), for the card.
+function M.describe(use)
+  local input = type(use.input) == "table" and use.input or {}
+  if use.name == "bash" and type(input.command) == "string" then
+    return "$ " .. (input.command:match("^%s*([^\n]*)") or "")
+  end
+  if type(input.path) == "string" then return use.name .. " " .. input.path end
+  return tostring(use.name)
+end
+
+return M

@@ -1,0 +1,138 @@
+-- A free-text ask in the dispatcher: the run of one agent in one thread, from its card's first
+-- line to its last. The dispatcher queues the ask like a command (one at a time per thread)
+-- and hands it here; this file provisions the thread's executor the same way, prepares the
+-- repository, runs agent/run.lua and ends the card.
+--
+--   agent_run.run(dispatcher, thread, ask)     in the thread's worker task
+--   agent_run.repo_in(text) → "OWNER/REPO" | nil  the repository a free-text ask names
+local core = require("switchboard.core")
+local client_mod = require("switchboard.agent.client")
+local repo_mod = require("switchboard.agent.repo")
+local run = require("switchboard.agent.run")
+local transcript = require("switchboard.agent.transcript")
+local identity = require("switchboard.github.identity")
+local parser = require("switchboard.dispatch.parser")
+
+local M = {}
+
+-- A GitHub URL anywhere, or OWNER/REPO right after "in", "on", "of", "for", "repo" or
+-- "repository" ("the tests in octo/app fail"): a bare a/b elsewhere is too often prose
+-- ("and/or", "src/main").
+function M.repo_in(text)
+  for url in text:gmatch("https?://github%.com/[%w._/-]+") do
+    local owner, name = url:match("^https?://github%.com/([^/]+)/([^/]+)")
+    if owner then
+      name = name:gsub("%.+$", ""):gsub("%.git$", "")
+      if parser.valid_repo(owner .. "/" .. name) then return owner .. "/" .. name end
+    end
+  end
+  local words = {}
+  for w in text:gmatch("%S+") do words[#words + 1] = w end
+  local lead = { ["in"] = true, on = true, of = true, ["for"] = true, repo = true, repository = true }
+  for i = 2, #words do
+    if lead[words[i - 1]:lower()] then
+      local w = words[i]:gsub("^[<(`'\"]+", ""):gsub("[>)`'\",;:!?]+$", ""):gsub("%.$", "")
+      if w:find("/", 1, true) and parser.valid_repo(w) then return w end
+    end
+  end
+  return nil
+end
+
+local function finish(d, ask, state, answer, problem)
+  ask.card:ended(state, d.now_ms(), answer, problem)
+  d:finish_card(ask)
+end
+
+local function workspace_of(built)
+  local inner = built.tracker and built.tracker.inner
+  return inner and inner.dir or nil
+end
+
+local function make_client(d, snap)
+  local factory = d.model_client or function(s) return client_mod.from_env(os.getenv, s) end
+  local ok, c, why = pcall(factory, snap)
+  if not ok then return nil, "the model client could not be made: " .. tostring(c) end
+  return c, why
+end
+
+function M.run(d, thread, ask)
+  local c = ask.card
+  local snap = ask.snap
+  if ask.stop.aborted then
+    c:cancelled(ask.stop.reason or "stopped", d.now_ms())
+    return d:finish_card(ask)
+  end
+  local client, why = make_client(d, snap)
+  if not client then return finish(d, ask, "no_key", nil, why) end
+
+  c:provisioning()
+  d:refresh(ask)
+  local built, err = d:executor_for(thread, ask)
+  if not built then
+    c:unprovisioned(err, d.now_ms())
+    return d:finish_card(ask)
+  end
+  c:provisioned(built.backend, built.note)
+  local no_token = identity.notice_for(d.build_opts.credentials, ask.agent_def)
+  if no_token then c:add_note(no_token) end
+
+  c:running(d.now_ms())
+  local ticker_done = core.signal()
+  core.go(function()
+    while core.sleep(snap.timeouts.console.refresh_ms, ticker_done) do d:refresh(ask) end
+  end)
+  local deadline = ask.created_ms + ask.agent_def.max_run_minutes * 60 * 1000
+  local t = transcript.open(d.transcripts_dir, d.thread_key(thread.name), ask.id)
+  if t.path then c.transcript_path = t.path end
+  core.log("info", "agent.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
+
+  local state, answer, problem
+  if ask.repo then
+    c:preparing("git: " .. ask.repo)
+    d:refresh(ask)
+    local done, prep_problem, kind = repo_mod.prepare(built.executor, snap, ask.repo, {
+      signal = ask.stop, remaining_ms = deadline - d.now_ms(),
+    })
+    t:write{ type = "repository", repo = ask.repo, outcome = done or kind, problem = prep_problem }
+    if done then
+      c:add_note(done .. " " .. ask.repo)
+      c.state = "running"
+    elseif kind == "stopped" or ask.stop.aborted then
+      state = "stopped"
+    elseif kind == "infra" then
+      state, problem = "infra", prep_problem
+    else
+      state, problem = "clone_failed", prep_problem
+    end
+  end
+  if not state then
+    local ok, s, a, p = xpcall(run.run, debug.traceback, {
+      snap = snap, def = ask.agent_def, agent = ask.agent, executor = built.executor,
+      tracker = built.tracker, client = client, card = c, signal = ask.stop, deadline_ms = deadline,
+      ask = ask.text, repo = ask.repo, workspace = workspace_of(built), transcript = t,
+      now_ms = d.now_ms,
+    })
+    if ok then
+      state, answer, problem = s, a, p
+    else
+      core.log("error", "agent.internal_error", { thread = thread.name, error = tostring(s) })
+      state, problem = "model_error", "internal error in the agent run: " .. tostring(s):match("^[^\n]*")
+    end
+  end
+  ticker_done:abort("finished")
+  if state == "stopped" or ask.stop.aborted then
+    state = "stopped"
+    d:release(thread, ask.agent, "always")
+  elseif built.tracker:tripped() then
+    d:release(thread, ask.agent, "always")
+  end
+  t:write{ type = "run_end", state = state, turns = c.turns, tokens_in = c.tokens_in,
+           tokens_out = c.tokens_out, duration_ms = d.now_ms() - (c.started_ms or d.now_ms()),
+           problem = problem, answer = answer }
+  t:close()
+  core.log("info", "agent.done", { thread = thread.name, agent = ask.agent, ask = ask.id, state = state,
+                                   turns = c.turns, tokens_in = c.tokens_in, tokens_out = c.tokens_out })
+  finish(d, ask, state, answer, problem)
+end
+
+return M

@@ -1,0 +1,140 @@
+-- The card of an agent run (a free-text ask): the same frame as a command's card
+-- (dispatch/card.lua: thread, agent, backend, repository, notes; cut to max_chars), with the
+-- run's own fields. A front that renders cards itself (Slack's Block Kit) reads the fields:
+--
+--   kind = "agent", ask (the request's text), state, turns, max_turns, tool_now (the call
+--   running now: "$ first line of its command" or "read_file PATH"), started_ms,
+--   finished_ms, tokens_in, tokens_out, waiting (a ⏳ line while the fleet or the API makes
+--   the run wait), answer (the model's last text), problem (why it ended, when not done)
+--
+--   [main] agent:coding · local · acme/api
+--   note: …
+--   > make a file hello.txt containing hi, then show it
+--   … turn 2 · $ cat hello.txt · 3s · 1,234 tokens in / 56 out
+-- and at the end:
+--   ✓ done after 3 turns in 4.2s · 2,345 tokens in / 120 out
+--   <the model's answer>
+local card = require("switchboard.dispatch.card")
+
+local M = {}
+local R = setmetatable({}, { __index = card })
+R.__index = R
+
+-- fields: thread, agent, ask, repo?, user?, max_turns?
+function M.new(fields)
+  local c = card.new{ thread = fields.thread, user = fields.user, agent = fields.agent,
+                      command = fields.ask, repo = fields.repo }
+  c.kind = "agent"
+  c.ask = fields.ask
+  c.max_turns = fields.max_turns
+  c.turns = 0
+  c.tokens_in, c.tokens_out = 0, 0
+  return setmetatable(c, R)
+end
+
+M.is_run_card = function(c) return getmetatable(c) == R end
+
+---------------------------------------------------------------------------------------------
+-- State changes (the run calls these)
+
+function R:preparing(what) self.state = "preparing"; self.tool_now = what end
+function R:turn(n) self.turns = n; self.tool_now = nil; self.waiting = nil end
+function R:tool(text) self.tool_now = text end
+function R:tool_done() self.tool_now = nil end
+function R:wait(text) self.waiting = text end
+function R:usage(tokens_in, tokens_out)
+  self.tokens_in, self.tokens_out = tokens_in, tokens_out
+end
+
+-- state: done | stopped | model_error | infra | budget | turns | no_key | clone_failed
+function R:ended(state, now_ms, answer, problem)
+  self.state = state
+  self.finished_ms = now_ms
+  self.answer = answer
+  self.problem = problem
+  self.tool_now, self.waiting = nil, nil
+end
+
+function R:final()
+  local st = self.state
+  return st ~= "queued" and st ~= "provisioning" and st ~= "running" and st ~= "preparing"
+end
+
+---------------------------------------------------------------------------------------------
+-- Text
+
+local function thousands(n)
+  local s = tostring(math.floor(n or 0))
+  return (s:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""))
+end
+
+function R:tokens_text()
+  return ("%s tokens in / %s out"):format(thousands(self.tokens_in), thousands(self.tokens_out))
+end
+
+local function plural(n, word) return ("%d %s%s"):format(n, word, n == 1 and "" or "s") end
+
+function R:elapsed_ms(now_ms)
+  if not self.started_ms then return nil end
+  return (self.finished_ms or now_ms or self.started_ms) - self.started_ms
+end
+
+function R:header(max_chars)
+  local first = { "[" .. tostring(self.thread) .. "] agent:" .. tostring(self.agent) }
+  if self.backend then first[#first + 1] = self.backend end
+  if self.repo then first[#first + 1] = self.repo end
+  local lines = { card.cut_line(table.concat(first, " · "), max_chars // 8) }
+  for _, note in ipairs(self.notes) do
+    lines[#lines + 1] = card.cut_line("note: " .. note, max_chars // 8)
+  end
+  lines[#lines + 1] = "> " .. card.cut_line(self.ask or "", max_chars // 4)
+  return table.concat(lines, "\n")
+end
+
+function R:status_line(now_ms, max_chars)
+  local st = self.state
+  local secs = card.seconds_text
+  if st == "queued" or st == "provisioning" or st == "cancelled" or st == "unprovisioned" then
+    return card.status_line(self, now_ms, max_chars)
+  end
+  local el = self:elapsed_ms(now_ms)
+  if st == "preparing" or st == "running" then
+    local parts = { "… " .. (st == "preparing" and "preparing" or ("turn " .. self.turns)) }
+    if self.tool_now then parts[#parts + 1] = card.cut_line(self.tool_now, max_chars // 4) end
+    parts[#parts + 1] = secs(el, true)
+    if self.tokens_in > 0 or self.tokens_out > 0 then parts[#parts + 1] = self:tokens_text() end
+    local line = table.concat(parts, " · ")
+    if self.waiting then line = line .. "\n" .. card.cut_line("⏳ " .. self.waiting, max_chars // 4) end
+    return line
+  end
+  local after = ("after %s in %s · %s"):format(plural(self.turns, "turn"), secs(el), self:tokens_text())
+  if st == "done" then return "✓ done " .. after end
+  if st == "stopped" then
+    return "■ stopped " .. after .. " — the model stream and the running command were stopped; the executor was released"
+  end
+  if st == "model_error" then return "✗ model API error " .. after end
+  if st == "infra" then return "✗ sandbox failure " .. after .. " — infrastructure, not the model's or the command's doing" end
+  if st == "budget" then return "⏱ run budget exhausted " .. after end
+  if st == "turns" then return ("⏹ stopped at the turn limit (%d) %s"):format(self.max_turns or self.turns, after) end
+  if st == "no_key" then return "✗ not run — no model credential" end
+  if st == "clone_failed" then return "✗ not run — the repository could not be cloned" end
+  return st
+end
+
+function R:body_text()
+  if not self:final() then return "" end
+  local parts = {}
+  if self.problem and self.problem ~= "" then parts[#parts + 1] = self.problem end
+  if self.answer and self.answer ~= "" then parts[#parts + 1] = self.answer end
+  return table.concat(parts, "\n\n")
+end
+
+function R:summary(now_ms)
+  local s = "[" .. tostring(self.thread) .. "] " .. tostring(self.agent)
+  if self.state == "running" then
+    return s .. " turn " .. self.turns .. " " .. card.seconds_text(self:elapsed_ms(now_ms), true)
+  end
+  return s .. " " .. self.state
+end
+
+return M

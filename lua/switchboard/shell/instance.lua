@@ -1,0 +1,409 @@
+-- Walls around a sandbox instance (docs/isolation.md): its own user, PID, mount, IPC and UTS
+-- namespaces (and network, for network = "none"), cgroups with the limits of
+-- policies/isolation.lua, rlimits per process, and a host uid of its own. The C helper
+-- switchboard-walls does the kernel work; this decides the paths, numbers and lifecycle.
+--
+--   local walls, why = instance.host{snap, helper?, log?}  -- once per server; why names what the
+--                                                          -- kernel lacks (nil, message)
+--   local inst = walls:new(workspace_dir, label)           -- nothing runs yet
+--   inst:start()  → true | nil, err      the namespaces and cgroups, on the first operation
+--   inst:argv(program_argv) → argv       core.spawn's argv that runs the program inside
+--   inst:counters() → {oom, pids}        the limit counters, before a command
+--   inst:explain(before, exit) → text?   a line naming the limit a command hit, or nil
+--   inst:stop()                          every process gone (cgroup kill), cgroups removed
+--   walls:close()                        the server's cgroup directories removed
+local core = require("switchboard.core")
+
+local M = {}
+
+local CONTROLLERS = { "memory", "pids", "cpu" }
+local READY_TIMEOUT_MS = 60000 -- a busy host with hundreds of instances waking at once is slow
+
+local Host = {}
+Host.__index = Host
+local Instance = {}
+Instance.__index = Instance
+
+local function read_text(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function gib(bytes)
+  if bytes % (1024 * 1024 * 1024) == 0 then return ("%d GiB"):format(bytes // (1024 ^ 3)) end
+  if bytes % (1024 * 1024) == 0 then return ("%d MiB"):format(bytes // (1024 ^ 2)) end
+  return ("%d bytes"):format(bytes)
+end
+M.size_text = gib
+
+-- The helper lives next to the switchboard binary.
+local function find_helper()
+  local env = os.getenv("SWITCHBOARD_WALLS_HELPER")
+  if env and env ~= "" then return env end
+  local exe = core.fs.realpath("/proc/self/exe")
+  local dir = exe and exe:match("^(.*)/[^/]+$")
+  return dir and (dir .. "/switchboard-walls") or nil
+end
+
+-- Where this process's cgroups are: {version = 1|2, dirs = {controller → dir}} or nil, why.
+local function cgroup_layout(parent)
+  local own = read_text("/proc/self/cgroup") or ""
+  local function below(mount, path)
+    if parent ~= "auto" then path = parent end
+    return (mount .. path):gsub("/+$", "")
+  end
+  if core.fs.exists("/sys/fs/cgroup/cgroup.controllers") then
+    local path = own:match("0::([^\n]*)") or "/"
+    local base = below("/sys/fs/cgroup", path)
+    local dirs = {}
+    for _, c in ipairs(CONTROLLERS) do dirs[c] = base end
+    return { version = 2, dirs = dirs, base = base }
+  end
+  local dirs, missing = {}, {}
+  for _, c in ipairs(CONTROLLERS) do
+    local mount = "/sys/fs/cgroup/" .. c
+    local path
+    for line in own:gmatch("[^\n]+") do
+      local ctrls, p = line:match("^%d+:([^:]*):(.*)$")
+      for name in (ctrls or ""):gmatch("[^,]+") do
+        if name == c then path = p end
+      end
+    end
+    if core.fs.exists(mount .. "/cgroup.procs") and path then
+      dirs[c] = below(mount, path)
+    else
+      missing[#missing + 1] = c
+    end
+  end
+  if #missing > 0 then
+    return nil, "the cgroup v1 controller(s) " .. table.concat(missing, ", ")
+      .. " are not mounted at /sys/fs/cgroup/<controller> (and there is no cgroup v2)"
+  end
+  return { version = 1, dirs = dirs }
+end
+
+-- Runs the helper to its end; returns the result.
+local function run_helper(self, args)
+  local argv = { self.helper }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  local proc, err = core.spawn{ argv = argv, env = { PATH = self.path }, deadline_ms = 30000 }
+  if not proc then return { exit = 127, stderr = tostring(err and err.message), stdout = "" } end
+  return proc:wait()
+end
+
+-- Removes the cgroup directories of servers that are gone (a kill -9 leaves them; their
+-- processes died with the server, and reap kills any straggler). Only names this module makes.
+local function sweep(self)
+  local seen = {}
+  for _, c in ipairs(CONTROLLERS) do
+    local base = self.layout.dirs[c]
+    if not seen[base] then
+      seen[base] = true
+      for _, name in ipairs(core.fs.list(base) or {}) do
+        if type(name) == "table" then name = name.name end
+        local pid = type(name) == "string" and name:match("^switchboard%-(%d+)$")
+        if pid and tonumber(pid) ~= self.pid and not core.fs.exists("/proc/" .. pid) then
+          local args = { "reap" }
+          for _, inst in ipairs(core.fs.list(base .. "/" .. name) or {}) do
+            if type(inst) == "table" then inst = inst.name end
+            if type(inst) == "string" and inst:match("^i%d+$") then
+              args[#args + 1] = "--cgroup"; args[#args + 1] = base .. "/" .. name .. "/" .. inst
+            end
+          end
+          args[#args + 1] = "--cgroup"; args[#args + 1] = base .. "/" .. name
+          run_helper(self, args)
+        end
+      end
+    end
+  end
+end
+
+-- Checks what the walls need, then proves it with a real instance (namespaces, cgroups, enter).
+-- opts: snap (policy snapshot), helper?, log?, scratch (a directory for the proof's workspace).
+function M.host(opts)
+  local iso = opts.snap.isolation
+  local helper = opts.helper or find_helper()
+  if not helper or not core.fs.exists(helper) then
+    return nil, "the walls helper switchboard-walls is not next to the switchboard binary "
+      .. "(build it: cmake --build build)"
+  end
+  local path = os.getenv("PATH") or "/usr/bin:/bin"
+  local has_bwrap = false
+  for dir in path:gmatch("[^:]+") do
+    if core.fs.exists(dir .. "/bwrap") then has_bwrap = true end
+  end
+  if not has_bwrap then return nil, "bwrap is not installed (apt-get install bubblewrap)" end
+  if not core.fs.exists("/proc/self/ns/user") then
+    return nil, "this kernel has no user namespaces (CONFIG_USER_NS)"
+  end
+  local max_userns = tonumber((read_text("/proc/sys/user/max_user_namespaces") or ""):match("%d+"))
+  if max_userns == 0 then return nil, "user namespaces are disabled (user.max_user_namespaces = 0)" end
+  local layout, why = cgroup_layout(iso.cgroup_parent)
+  if not layout then return nil, why end
+  local self = setmetatable({
+    helper = helper, path = path, log = opts.log or function() end, layout = layout,
+    pid = core.pid and core.pid() or tonumber((read_text("/proc/self/stat") or ""):match("^(%d+)")),
+    slots = {}, next_slot = 0, snap_fn = opts.policy, live = {},
+  }, Host)
+  self.server_dirs = {}
+  for _, c in ipairs(CONTROLLERS) do
+    self.server_dirs[c] = layout.dirs[c] .. "/switchboard-" .. self.pid
+  end
+  sweep(self)
+  for _, c in ipairs(CONTROLLERS) do
+    local ok, err = core.fs.mkdir_p(self.server_dirs[c], tonumber("755", 8))
+    if not ok then
+      return nil, ("cannot create the cgroup %s: %s (sandboxd needs to be root, or cgroup_parent "
+        .. "in policies/isolation.lua must name a cgroup delegated to it)"):format(
+          self.server_dirs[c], tostring(err and err.message))
+    end
+  end
+  if layout.version == 2 then
+    -- v2 hands controllers down explicitly; the server directory holds no process itself.
+    local f = io.open(self.server_dirs.memory .. "/cgroup.subtree_control", "w")
+    local ok = f and f:write("+memory +pids +cpu") and f:close()
+    if not ok then
+      self:close()
+      return nil, "cgroup v2: cannot enable memory, pids and cpu below " .. self.server_dirs.memory
+        .. " (enable them in the parent's cgroup.subtree_control, or set cgroup_parent)"
+    end
+  end
+  if opts.scratch then
+    -- bwrap, as the instance's uid, resolves its workspace's path: the root must be
+    -- traversable (not listable); each workspace stays 0700 and its own uid's.
+    local chmod = core.spawn{ argv = { "chmod", "0711", opts.scratch }, env = { PATH = path } }
+    local cr = chmod and chmod:wait()
+    if not cr or cr.exit ~= 0 then
+      self:close()
+      return nil, "cannot make " .. opts.scratch .. " traversable (chmod 0711)"
+    end
+    local ok, err = self:prove(opts.snap, opts.scratch)
+    if not ok then
+      self:close()
+      return nil, err
+    end
+  end
+  return self
+end
+
+-- One real instance, one command inside it: the only honest answer to "can this host wall?".
+function Host:prove(snap, scratch)
+  local dir = scratch .. "/.walls-probe-" .. core.crypto.hex(core.crypto.random_bytes(4))
+  local ok, err = core.fs.mkdir_p(dir, tonumber("700", 8))
+  if not ok then return nil, "cannot make " .. dir .. ": " .. tostring(err and err.message) end
+  local inst = self:new(dir, "probe", snap)
+  local started, start_err = inst:start()
+  local result
+  if started then
+    local proc = core.spawn{ argv = inst:argv({ "sh", "-c", "test -d /workspace && test ! -e /proc/1/environ -o -r /proc/1/environ" }),
+      env = { PATH = self.path }, deadline_ms = 15000 }
+    result = proc and proc:wait()
+  end
+  inst:stop()
+  core.fs.remove_tree(dir)
+  if not started then return nil, start_err.message end
+  if not result or result.exit ~= 0 then
+    return nil, "a command could not enter a test instance: " .. tostring(result and result.stderr)
+  end
+  return true
+end
+
+local function take_slot(self, count)
+  for _ = 1, count do
+    local n = self.next_slot % count
+    self.next_slot = self.next_slot + 1
+    if not self.slots[n] then
+      self.slots[n] = true
+      return n
+    end
+  end
+  return nil
+end
+
+-- snap: the policy snapshot the instance keeps for its life.
+function Host:new(workspace_dir, label, snap)
+  return setmetatable({
+    host = self, dir = workspace_dir, label = label, snap = snap or self.snap_fn(), state = "new",
+  }, Instance)
+end
+
+function Host:close()
+  local args = { "reap" }
+  for _, c in ipairs(CONTROLLERS) do
+    args[#args + 1] = "--cgroup"; args[#args + 1] = self.server_dirs[c]
+  end
+  run_helper(self, args)
+end
+
+local function cgroup_args(self)
+  local args = {}
+  local seen = {}
+  for _, c in ipairs(CONTROLLERS) do
+    if not seen[self.cgroups[c]] then
+      seen[self.cgroups[c]] = true
+      args[#args + 1] = "--cgroup"; args[#args + 1] = self.cgroups[c]
+    end
+  end
+  return args
+end
+
+local function limit_writes(self)
+  local iso, v2, cg = self.snap.isolation, self.host.layout.version == 2, self.cgroups
+  local w = {}
+  local function set(dir, file, value) w[#w + 1] = "--cg-write"; w[#w + 1] = dir .. "/" .. file .. "=" .. value end
+  if v2 then
+    set(cg.memory, "memory.max", tostring(iso.memory_bytes))
+    set(cg.memory, "memory.swap.max", "0")
+    set(cg.pids, "pids.max", tostring(iso.pids_max))
+    set(cg.cpu, "cpu.max", ("%d 100000"):format(iso.cpu_percent * 1000))
+  else
+    set(cg.memory, "memory.limit_in_bytes", tostring(iso.memory_bytes))
+    set(cg.pids, "pids.max", tostring(iso.pids_max))
+    set(cg.cpu, "cpu.cfs_period_us", "100000")
+    set(cg.cpu, "cpu.cfs_quota_us", tostring(iso.cpu_percent * 1000))
+  end
+  return w
+end
+
+-- Creates the namespaces and cgroups (once; later calls return at once). Waits for the
+-- helper's "ready <pid>".
+function Instance:start()
+  if self.state == "ready" then return true end
+  if self.state == "stopped" then return nil, core.error("workspace", "the instance is asleep") end
+  if self.starting then
+    core.sleep(READY_TIMEOUT_MS, self.starting)
+    if self.state == "ready" then return true end
+    return nil, self.start_err
+  end
+  local host, iso = self.host, self.snap.isolation
+  self.slot = take_slot(host, iso.uid_count)
+  if not self.slot then
+    return nil, core.error("workspace", ("every host uid of policies/isolation.lua uid_base "
+      .. "(%d + %d) is taken by an awake instance"):format(iso.uid_base, iso.uid_count))
+  end
+  self.uid = iso.uid_base + self.slot
+  self.cgroups = {}
+  for _, c in ipairs(CONTROLLERS) do self.cgroups[c] = host.server_dirs[c] .. "/i" .. self.slot end
+  self.starting = core.signal()
+  local argv = { host.helper, "hold", "--uid", tostring(self.uid), "--gid", tostring(self.uid),
+    "--workspace", self.dir, "--rootfs", iso.rootfs, "--net", iso.network }
+  for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
+  for _, a in ipairs(limit_writes(self)) do argv[#argv + 1] = a end
+  for _, name in ipairs(iso.expose) do argv[#argv + 1] = "--expose"; argv[#argv + 1] = name end
+  for _, p in ipairs(iso.hide) do argv[#argv + 1] = "--hide"; argv[#argv + 1] = p end
+  -- sandboxd's own root (every workspace) is never in view.
+  local root = self.dir:match("^(.*)/[^/]+$")
+  if root and root ~= "" then argv[#argv + 1] = "--hide"; argv[#argv + 1] = root end
+  local line = ""
+  self.stopped = core.signal()
+  local proc, err = core.spawn{
+    argv = argv, env = { PATH = host.path }, signal = self.stopped,
+    on_output = function(stream, bytes)
+      if stream ~= "stdout" or self.pid then return end
+      line = line .. bytes
+      local pid = line:match("^ready (%d+)\n")
+      if pid then
+        self.pid = tonumber(pid)
+        self.starting:abort("ready")
+      end
+    end,
+  }
+  if not proc then
+    self.start_err = core.error("workspace", "the walls helper could not start: " .. tostring(err and err.message))
+    self.starting:abort("failed")
+    return nil, self.start_err
+  end
+  self.proc = proc
+  self.done = core.signal()
+  core.go(function()
+    local r = proc:wait()
+    self.hold_result = r
+    if not self.pid then self.starting:abort("exited") end
+    self.done:abort("exited")
+  end)
+  core.sleep(READY_TIMEOUT_MS, self.starting)
+  if not self.pid then
+    local why = self.hold_result and self.hold_result.stderr or "no answer within 60 s"
+    self.start_err = core.error("workspace", "the instance's walls could not be built: "
+      .. (why:gsub("%s+$", "")))
+    self:stop()
+    return nil, self.start_err
+  end
+  self.state = "ready"
+  return true
+end
+
+-- core.spawn argv running `program` (a list) inside the instance, with the rlimits.
+function Instance:argv(program)
+  local iso = self.snap.isolation
+  local argv = { self.host.helper, "enter", "--pid", tostring(self.pid), "--uid", tostring(self.uid),
+    "--gid", tostring(self.uid), "--nofile", tostring(iso.open_files),
+    "--fsize", tostring(iso.file_size_bytes) }
+  for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
+  argv[#argv + 1] = "--"
+  for _, a in ipairs(program) do argv[#argv + 1] = a end
+  return argv
+end
+
+-- shell/run.lua's instance interface: the core.spawn arguments of a command, made to run
+-- inside this instance (started first when it is not yet).
+function Instance:spawn_args(args)
+  local ok, err = self:start()
+  if not ok then return nil, err end
+  args.argv = self:argv(args.argv)
+  args.cwd = nil -- the helper starts the command in /workspace
+  return args
+end
+
+-- The owner of the workspace's files, for core.fs.root(dir, owner).
+function Instance:owner() return { uid = self.uid, gid = self.uid } end
+
+local function counter(path, key)
+  local text = read_text(path)
+  return text and tonumber(text:match(key .. " (%d+)")) or 0
+end
+
+function Instance:counters()
+  local cg, v2 = self.cgroups, self.host.layout.version == 2
+  return {
+    oom = counter(cg.memory .. (v2 and "/memory.events" or "/memory.oom_control"), "oom_kill"),
+    pids = counter(cg.pids .. "/pids.events", "max"),
+  }
+end
+
+-- A line in words for the limit a command ran into, or nil.
+function Instance:explain(before, exit)
+  local now, iso = self:counters(), self.snap.isolation
+  local lines = {}
+  if now.oom > before.oom then
+    lines[#lines + 1] = ("killed: this sandbox's memory limit (%s) was reached — policies/isolation.lua memory_bytes")
+      :format(gib(iso.memory_bytes))
+  end
+  if now.pids > before.pids then
+    lines[#lines + 1] = ("refused: this sandbox's process limit (%d processes) was reached, so fork failed — policies/isolation.lua pids_max")
+      :format(iso.pids_max)
+  end
+  if #lines == 0 then return nil end
+  return table.concat(lines, "\n")
+end
+
+-- Every process of the instance is gone when this returns: the holder (and with it bwrap's
+-- init, and with that the whole PID namespace) is killed, then whatever is still in the
+-- instance's cgroups is killed and the cgroups removed.
+function Instance:stop()
+  if self.state == "stopped" then return end
+  self.state = "stopped"
+  if self.stopped then self.stopped:abort("instance asleep") end
+  if self.done then core.sleep(5000, self.done) end
+  if self.cgroups then
+    local args = { "reap" }
+    for _, a in ipairs(cgroup_args(self)) do args[#args + 1] = a end
+    run_helper(self.host, args)
+  end
+  if self.slot then self.host.slots[self.slot] = nil end
+end
+
+return M

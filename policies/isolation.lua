@@ -1,0 +1,46 @@
+-- The walls around every sandbox instance (docs/isolation.md). Operator-edited; reloaded on
+-- SIGHUP like the others: an instance takes the numbers current when it wakes and keeps them
+-- until it sleeps. Units: bytes (KiB, MiB).
+
+-- sandboxd always walls its instances (it refuses to start when the kernel cannot, unless
+-- started with --no-walls). The local executor walls its threads only when this is true: the
+-- console's default stays unwalled, and its card says so.
+local_walls = false
+
+-- Network of an instance: "host" (git, npm and gh need it) or "none" (its own empty network
+-- namespace: loopback only).
+network = "host"
+
+-- Per instance, through cgroups (v1 memory/pids/cpu controllers, or v2). A command that hits
+-- one is answered in words naming the setting.
+memory_bytes = 4096 * MiB        -- RAM + page cache of all its processes; past it the kernel kills
+pids_max = 512                   -- processes and threads at once; past it fork fails
+cpu_percent = 200                -- CPU time per wall second (a CFS quota), in % of one core
+
+-- Per process, through rlimits.
+open_files = 4096                -- RLIMIT_NOFILE
+file_size_bytes = 4096 * MiB     -- RLIMIT_FSIZE: no single file grows past this
+
+-- The workspace's size, measured after each command; past it the instance's next command or
+-- write is refused in words until files are deleted.
+workspace_max_bytes = 20480 * MiB
+
+-- Host uids/gids for instances: each awake instance gets uid_base + n (n < uid_count), its own,
+-- mapped to uid 1000 inside. Pick a range no host account uses.
+uid_base = 1200000
+uid_count = 65536
+
+-- What an instance sees of the host: an empty read-only root with these top-level entries of
+-- rootfs bound read-only (a sandbox image's root may be given instead of "/"), then each of
+-- hide covered by an empty directory (or /dev/null for a file). sandboxd's --root is never in
+-- view whatever this says; its workspace appears at /workspace, /tmp and /dev/shm are private.
+rootfs = "/"
+expose = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt", "var" }
+hide = {
+  "/etc/ssh", "/etc/switchboard", "/etc/sudoers", "/etc/sudoers.d",
+  "/var/lib/switchboard", "/var/log", "/var/backups", "/var/cache",
+}
+
+-- Where instance cgroups go: "auto" = below sandboxd's own cgroup (each controller's, on v1);
+-- else a cgroup path such as "/switchboard" (below each controller's mount) delegated to it.
+cgroup_parent = "auto"

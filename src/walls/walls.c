@@ -1,0 +1,579 @@
+/* switchboard-walls: the small privileged helper that puts a sandbox instance behind its walls
+ * (docs/isolation.md). sandboxd spawns it through the engine's process supervisor; it never
+ * decides anything — every path, uid and number comes from its argv, built by
+ * lua/switchboard/shell/instance.lua from policies/isolation.lua.
+ *
+ *   switchboard-walls hold  [common] [--expose NAME]... [--hide PATH]... --workspace DIR
+ *                           [--rootfs DIR] [--net host|none] [--hostname NAME]
+ *                           [--cg-write FILE=VALUE]...
+ *     Creates the instance: makes and joins its cgroups (--cgroup, created when missing, then
+ *     the --cg-write limits), drops to the instance's host uid/gid, and runs bwrap with new
+ *     user, PID, mount, IPC, UTS (and network, for --net none) namespaces around `sleep
+ *     infinity`. Prints "ready <pid>\n" (the host pid of the process inside the namespaces)
+ *     once they exist, then waits: it lives exactly as long as the instance. It dies with its
+ *     parent (PR_SET_PDEATHSIG), bwrap dies with it (--die-with-parent), and everything in the
+ *     PID namespace dies with bwrap's init.
+ *
+ *   switchboard-walls enter [common] --pid PID [--net host|none] [--nofile N] [--fsize BYTES]
+ *                           [--cwd DIR] -- PROGRAM ARG...
+ *     Runs one command inside an existing instance: joins its cgroups, applies the rlimits,
+ *     drops to its uid/gid, enters its namespaces through a pidfd, forks into the PID
+ *     namespace, and execs PROGRAM there with no capabilities and no_new_privs. Exits with the
+ *     command's status (re-raising its signal), so the supervisor sees what it would have seen.
+ *
+ *   switchboard-walls reap [--cgroup DIR]...
+ *     Kills every process left in the cgroups (cgroup.kill on v2, SIGKILL to each member of
+ *     cgroup.procs on v1, until empty) and removes the directories.
+ *
+ *   common: --uid UID --gid GID --cgroup DIR (repeatable)
+ *
+ * Exit statuses of the helper's own failures: 70 (EX_SOFTWARE) with one line on stderr
+ * beginning "walls:" that names what failed and why. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+  EXIT_WALLS = 70,
+  MAX_LIST = 64,       /* cgroups, exposed names, hidden paths, cgroup writes */
+  MAX_BWRAP_ARGS = 512,
+  REAP_ROUNDS = 200,   /* × 10 ms: how long reap waits for a cgroup to empty */
+};
+
+#ifndef CLONE_NEWCGROUP
+#define CLONE_NEWCGROUP 0x02000000
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+/* LeakSanitizer's exit-time check ptraces this process from a helper thread, which cannot work
+ * once we have entered another user namespace (it hangs there). The helper owns no heap memory
+ * of its own (static buffers only; reap's FILE is closed), so leaks are checked by reading;
+ * every other ASan check stays on. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "detect_leaks=0"; }
+#endif
+
+typedef struct {
+  const char *items[MAX_LIST];
+  int n;
+} list;
+
+/* Everything the argv says; strings point into argv (owned by the kernel's copy). */
+typedef struct {
+  const char *mode;
+  long uid, gid, pid;
+  list cgroups, expose, hide, cg_writes;
+  const char *workspace, *rootfs, *net, *hostname, *cwd;
+  long long nofile, fsize; /* -1: leave as inherited */
+  char **command;          /* enter: PROGRAM ARG... (NULL-terminated, inside argv) */
+} options;
+
+static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die(const char *fmt, ...) {
+  int err = errno;
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("walls: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  if (err != 0)
+    fprintf(stderr, ": %s", strerror(err));
+  fputc('\n', stderr);
+  _exit(EXIT_WALLS);
+}
+
+static long long number(const char *flag, const char *s) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno != 0 || *end != '\0' || end == s || v < 0) {
+    errno = 0;
+    die("%s needs a non-negative integer, not '%s'", flag, s);
+  }
+  return v;
+}
+
+static void push(list *l, const char *flag, const char *v) {
+  if (l->n >= MAX_LIST) {
+    errno = 0;
+    die("too many %s (at most %d)", flag, MAX_LIST);
+  }
+  l->items[l->n++] = v;
+}
+
+static void parse(int argc, char **argv, options *o) {
+  memset(o, 0, sizeof *o);
+  o->uid = o->gid = o->pid = -1;
+  o->nofile = o->fsize = -1;
+  o->rootfs = "/";
+  o->net = "host";
+  o->hostname = "sandbox";
+  o->cwd = "/workspace";
+  errno = 0;
+  if (argc < 2)
+    die("usage: switchboard-walls hold|enter|reap [options] (docs/isolation.md)");
+  o->mode = argv[1];
+  for (int i = 2; i < argc; i++) {
+    const char *f = argv[i];
+    if (strcmp(f, "--") == 0) {
+      o->command = &argv[i + 1];
+      return;
+    }
+    if (i + 1 >= argc)
+      die("%s needs a value", f);
+    const char *v = argv[++i];
+    if (strcmp(f, "--uid") == 0) o->uid = (long)number(f, v);
+    else if (strcmp(f, "--gid") == 0) o->gid = (long)number(f, v);
+    else if (strcmp(f, "--pid") == 0) o->pid = (long)number(f, v);
+    else if (strcmp(f, "--nofile") == 0) o->nofile = number(f, v);
+    else if (strcmp(f, "--fsize") == 0) o->fsize = number(f, v);
+    else if (strcmp(f, "--cgroup") == 0) push(&o->cgroups, f, v);
+    else if (strcmp(f, "--cg-write") == 0) push(&o->cg_writes, f, v);
+    else if (strcmp(f, "--expose") == 0) push(&o->expose, f, v);
+    else if (strcmp(f, "--hide") == 0) push(&o->hide, f, v);
+    else if (strcmp(f, "--workspace") == 0) o->workspace = v;
+    else if (strcmp(f, "--rootfs") == 0) o->rootfs = v;
+    else if (strcmp(f, "--net") == 0) o->net = v;
+    else if (strcmp(f, "--hostname") == 0) o->hostname = v;
+    else if (strcmp(f, "--cwd") == 0) o->cwd = v;
+    else die("unknown option %s", f);
+  }
+}
+
+/* ---- cgroups ----------------------------------------------------------------------------- */
+
+/* Writes `value` to `path` (a cgroup control file). Returns 0 or -1 with errno. */
+static int write_file(const char *path, const char *value) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  size_t n = strlen(value);
+  ssize_t w = write(fd, value, n);
+  int err = errno;
+  close(fd);
+  if (w != (ssize_t)n) {
+    errno = w < 0 ? err : EIO;
+    return -1;
+  }
+  return 0;
+}
+
+static void join_cgroups(const options *o, bool create) {
+  char path[PATH_MAX], pid[32];
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
+  for (int i = 0; i < o->cgroups.n; i++) {
+    const char *dir = o->cgroups.items[i];
+    if (create && mkdir(dir, 0755) < 0 && errno != EEXIST)
+      die("cannot create the cgroup %s", dir);
+  }
+  for (int i = 0; create && i < o->cg_writes.n; i++) {
+    char file[PATH_MAX];
+    const char *kv = o->cg_writes.items[i], *eq = strchr(kv, '=');
+    if (eq == NULL || (size_t)(eq - kv) >= sizeof file) {
+      errno = 0;
+      die("--cg-write needs FILE=VALUE, not '%s'", kv);
+    }
+    memcpy(file, kv, (size_t)(eq - kv));
+    file[eq - kv] = '\0';
+    if (write_file(file, eq + 1) < 0)
+      die("cannot set %s to %s", file, eq + 1);
+  }
+  for (int i = 0; i < o->cgroups.n; i++) {
+    snprintf(path, sizeof path, "%s/cgroup.procs", o->cgroups.items[i]);
+    if (write_file(path, pid) < 0)
+      die("cannot join the cgroup %s", o->cgroups.items[i]);
+  }
+}
+
+/* ---- credentials ------------------------------------------------------------------------- */
+
+/* Becomes the instance's host uid/gid for good (real, effective, saved; no supplementary
+ * groups). Afterwards this process has no capability in the host's user namespace. */
+static void drop_to(const options *o) {
+  if (o->uid < 0 || o->gid < 0 || o->uid == 0) {
+    errno = 0;
+    die("--uid (not 0) and --gid are required");
+  }
+  if (setgroups(0, NULL) < 0)
+    die("setgroups");
+  if (setresgid((gid_t)o->gid, (gid_t)o->gid, (gid_t)o->gid) < 0)
+    die("setresgid %ld", o->gid);
+  if (setresuid((uid_t)o->uid, (uid_t)o->uid, (uid_t)o->uid) < 0)
+    die("setresuid %ld", o->uid);
+}
+
+/* Dies with the parent (the signal is cleared by credential changes, so this comes after
+ * drop_to); if the parent is already gone, dies now. */
+static void die_with_parent(pid_t parent) {
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+    die("prctl(PR_SET_PDEATHSIG)");
+  if (getppid() != parent)
+    _exit(EXIT_WALLS);
+}
+
+/* ---- hold --------------------------------------------------------------------------------- */
+
+typedef struct {
+  char *argv[MAX_BWRAP_ARGS];
+  int n;
+  char scratch[MAX_LIST][PATH_MAX]; /* paths built for --expose */
+} bwrap_args;
+
+static void arg(bwrap_args *b, const char *s) {
+  if (b->n >= MAX_BWRAP_ARGS - 1) {
+    errno = 0;
+    die("too many bwrap arguments");
+  }
+  b->argv[b->n++] = (char *)s;
+}
+
+/* The instance's view: an empty read-only root with the exposed top-level entries of
+ * --rootfs bound read-only (a symlink such as /bin -> usr/bin recreated as one), the hidden
+ * paths covered by empty tmpfs, the workspace read-write at --cwd, private /tmp, /dev/shm,
+ * /dev and /proc. Nothing else of the host is there. */
+static void build_bwrap(const options *o, bwrap_args *b) {
+  arg(b, "bwrap");
+  arg(b, "--unshare-user");
+  arg(b, "--unshare-pid");
+  arg(b, "--unshare-ipc");
+  arg(b, "--unshare-uts");
+  if (strcmp(o->net, "none") == 0)
+    arg(b, "--unshare-net");
+  else if (strcmp(o->net, "host") != 0) {
+    errno = 0;
+    die("--net is host or none, not '%s'", o->net);
+  }
+  arg(b, "--uid"); arg(b, "1000");
+  arg(b, "--gid"); arg(b, "1000");
+  arg(b, "--hostname"); arg(b, o->hostname);
+  arg(b, "--die-with-parent");
+  arg(b, "--new-session");
+  arg(b, "--info-fd"); arg(b, "3");
+  arg(b, "--tmpfs"); arg(b, "/");
+  for (int i = 0; i < o->expose.n; i++) {
+    const char *name = o->expose.items[i];
+    char *src = b->scratch[i];
+    if (strchr(name, '/') != NULL || strcmp(name, "..") == 0 || strcmp(name, ".") == 0) {
+      errno = 0;
+      die("--expose takes a top-level name, not '%s'", name);
+    }
+    snprintf(src, PATH_MAX, "%s/%s", strcmp(o->rootfs, "/") == 0 ? "" : o->rootfs, name);
+    struct stat st;
+    if (lstat(src, &st) < 0)
+      continue; /* not on this host: nothing to show */
+    char *dest = src + strlen(src) - strlen(name) - 1; /* "/NAME" */
+    if (S_ISLNK(st.st_mode)) {
+      static char targets[MAX_LIST][PATH_MAX];
+      ssize_t n = readlink(src, targets[i], PATH_MAX - 1);
+      if (n < 0)
+        die("readlink %s", src);
+      targets[i][n] = '\0';
+      arg(b, "--symlink"); arg(b, targets[i]); arg(b, dest);
+    } else {
+      arg(b, "--ro-bind"); arg(b, src); arg(b, dest);
+    }
+  }
+  for (int i = 0; i < o->hide.n; i++) {
+    /* Covered only where the instance would see it: a directory by an empty tmpfs, a file
+     * by /dev/null. */
+    const char *path = o->hide.items[i];
+    char host[PATH_MAX];
+    struct stat st;
+    if (path[0] != '/') {
+      errno = 0;
+      die("--hide takes an absolute path, not '%s'", path);
+    }
+    /* Only under an exposed entry: elsewhere there is nothing of the host to cover. */
+    bool exposed = false;
+    for (int j = 0; j < o->expose.n; j++) {
+      size_t n = strlen(o->expose.items[j]);
+      if (strncmp(path + 1, o->expose.items[j], n) == 0 && (path[n + 1] == '/' || path[n + 1] == '\0'))
+        exposed = true;
+    }
+    snprintf(host, sizeof host, "%s%s", strcmp(o->rootfs, "/") == 0 ? "" : o->rootfs, path);
+    if (!exposed || stat(host, &st) < 0)
+      continue;
+    if (S_ISDIR(st.st_mode)) {
+      arg(b, "--tmpfs"); arg(b, path);
+    } else {
+      arg(b, "--ro-bind"); arg(b, "/dev/null"); arg(b, path);
+    }
+  }
+  /* fd 5: the workspace opened by us (as root, before dropping to the instance's uid, which
+   * cannot traverse sandboxd's root); a path swapped after that open changes nothing. */
+  arg(b, "--bind-fd"); arg(b, "5"); arg(b, o->cwd);
+  arg(b, "--tmpfs"); arg(b, "/tmp");
+  arg(b, "--dev"); arg(b, "/dev");
+  arg(b, "--tmpfs"); arg(b, "/dev/shm");
+  arg(b, "--proc"); arg(b, "/proc");
+  arg(b, "--remount-ro"); arg(b, "/");
+  arg(b, "--chdir"); arg(b, o->cwd);
+  /* bwrap's info arrives before the mounts are done; the holder's first word on fd 4 says
+   * the view is complete (entering earlier would join a half-built mount namespace). */
+  arg(b, "--"); arg(b, "sh"); arg(b, "-c");
+  arg(b, "echo ready >&4 && exec 4>&- && exec sleep infinity");
+  b->argv[b->n] = NULL;
+}
+
+/* Reads bwrap's info JSON ({"child-pid": N, ...}) to its end (bwrap closes it; closing it
+ * early would kill bwrap with SIGPIPE) and returns N, or -1 when bwrap ended first. */
+static long read_child_pid(int fd) {
+  char buf[1024];
+  size_t len = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + len, sizeof buf - 1 - len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    len += (size_t)r;
+    if (len == sizeof buf - 1)
+      break;
+  }
+  buf[len] = '\0';
+  const char *k = strstr(buf, "\"child-pid\"");
+  const char *colon = k ? strchr(k, ':') : NULL;
+  return colon ? strtol(colon + 1, NULL, 10) : -1;
+}
+
+static int mirror_status(int status) {
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  int sig = WTERMSIG(status);
+  signal(sig, SIG_DFL);
+  kill(getpid(), sig);
+  return 128 + sig;
+}
+
+static int hold(const options *o) {
+  pid_t parent = getppid();
+  if (o->workspace == NULL) {
+    errno = 0;
+    die("hold needs --workspace");
+  }
+  join_cgroups(o, true);
+  /* The workspace becomes the instance's own (a symlink in its place is refused); the fd goes
+   * to bwrap as the source of its bind mount. */
+  int ws = open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (ws < 0 || fchown(ws, (uid_t)o->uid, (gid_t)o->gid) < 0)
+    die("cannot give the workspace %s to uid %ld", o->workspace, o->uid);
+  drop_to(o);
+  die_with_parent(parent);
+  int info[2], ready[2];
+  if (pipe2(info, O_CLOEXEC) < 0 || pipe2(ready, O_CLOEXEC) < 0)
+    die("pipe");
+  /* built before the fork: the child only execs */
+  static bwrap_args b;
+  build_bwrap(o, &b);
+  pid_t pid = fork();
+  if (pid < 0)
+    die("fork");
+  if (pid == 0) {
+    /* fds 3, 4 and 5 for bwrap: first out of the way (any source may itself be 3-5), then into
+     * place (dup2 clears O_CLOEXEC on the copies; the detours keep theirs). */
+    int i = fcntl(info[1], F_DUPFD_CLOEXEC, 10), r = fcntl(ready[1], F_DUPFD_CLOEXEC, 10),
+        w = fcntl(ws, F_DUPFD_CLOEXEC, 10);
+    if (i < 0 || r < 0 || w < 0 || dup2(i, 3) < 0 || dup2(r, 4) < 0 || dup2(w, 5) < 0)
+      _exit(EXIT_WALLS);
+    execvp("bwrap", b.argv);
+    die("cannot run bwrap (apt-get install bubblewrap)");
+  }
+  close(info[1]);
+  close(ready[1]);
+  close(ws);
+  long inner = read_child_pid(info[0]);
+  close(info[0]);
+  char word[8];
+  ssize_t got;
+  do
+    got = read(ready[0], word, sizeof word);
+  while (got < 0 && errno == EINTR);
+  close(ready[0]);
+  if (got <= 0)
+    inner = -1;
+  if (inner > 0) {
+    printf("ready %ld\n", inner);
+    fflush(stdout);
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      die("waitpid");
+  if (inner <= 0) {
+    errno = 0;
+    die("bwrap could not create the instance's namespaces (its message is above)");
+  }
+  return mirror_status(status);
+}
+
+/* ---- enter -------------------------------------------------------------------------------- */
+
+/* Lowers a limit to `value`; never raises one (a server started under a lower hard limit
+ * keeps it for its instances). */
+static void set_limit(int resource, long long value, const char *name) {
+  if (value < 0)
+    return;
+  struct rlimit cur;
+  if (getrlimit(resource, &cur) == 0 && cur.rlim_max != RLIM_INFINITY && (rlim_t)value > cur.rlim_max)
+    value = (long long)cur.rlim_max;
+  struct rlimit rl = {(rlim_t)value, (rlim_t)value};
+  if (setrlimit(resource, &rl) < 0)
+    die("setrlimit %s %lld", name, value);
+}
+
+/* Namespaces of `pid` that differ from ours: the ones to enter. */
+static int namespaces_of(long pid) {
+  static const struct { const char *name; int flag; } kinds[] = {
+      {"user", CLONE_NEWUSER}, {"mnt", CLONE_NEWNS}, {"pid", CLONE_NEWPID},
+      {"ipc", CLONE_NEWIPC},   {"uts", CLONE_NEWUTS}, {"net", CLONE_NEWNET},
+  };
+  int flags = 0;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    char theirs[64], mine[64], a[64], b[64];
+    snprintf(theirs, sizeof theirs, "/proc/%ld/ns/%s", pid, kinds[i].name);
+    snprintf(mine, sizeof mine, "/proc/self/ns/%s", kinds[i].name);
+    ssize_t na = readlink(theirs, a, sizeof a - 1), nb = readlink(mine, b, sizeof b - 1);
+    if (na < 0 || nb < 0)
+      die("cannot read %s", na < 0 ? theirs : mine);
+    a[na] = b[nb] = '\0';
+    if (strcmp(a, b) != 0)
+      flags |= kinds[i].flag;
+  }
+  return flags;
+}
+
+static void drop_capabilities(void) {
+  struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct d[2];
+  memset(d, 0, sizeof d);
+  if (syscall(SYS_capset, &h, d) < 0)
+    die("capset");
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    die("prctl(PR_SET_NO_NEW_PRIVS)");
+}
+
+static int enter(const options *o) {
+  pid_t parent = getppid();
+  if (o->pid <= 0 || o->command == NULL || o->command[0] == NULL) {
+    errno = 0;
+    die("enter needs --pid and -- PROGRAM");
+  }
+  /* Taken while we still see the host's /proc; the pidfd pins the exact process, so a pid
+   * reused after the instance died is refused below rather than entered. */
+  int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)o->pid, 0);
+  if (pidfd < 0)
+    die("the instance's init (pid %ld) is gone", o->pid);
+  int flags = namespaces_of(o->pid);
+  if (!(flags & CLONE_NEWUSER) || !(flags & CLONE_NEWPID)) {
+    errno = 0;
+    die("pid %ld is not an instance (it shares our user or PID namespace)", o->pid);
+  }
+  join_cgroups(o, false);
+  set_limit(RLIMIT_NOFILE, o->nofile, "nofile");
+  set_limit(RLIMIT_FSIZE, o->fsize, "fsize");
+  drop_to(o);
+  die_with_parent(parent);
+  /* As the namespaces' owner uid we hold every capability inside them, which setns needs. */
+  if (setns(pidfd, flags) < 0)
+    die("setns into the instance (pid %ld)", o->pid);
+  close(pidfd);
+  /* The deadline's TERM goes to our whole process group: the command gets it and ends; we
+   * stay to report its status. (A KILL ends us, and PR_SET_PDEATHSIG ends the command.) */
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  pid_t me = getpid();
+  pid_t pid = fork(); /* the first child after setns(CLONE_NEWPID) is inside the namespace */
+  if (pid < 0)
+    die("fork into the instance");
+  if (pid == 0) {
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+      die("prctl(PR_SET_PDEATHSIG)");
+    (void)me; /* getppid() is 0 here: our parent is outside the PID namespace */
+    if (chdir(o->cwd) < 0)
+      die("chdir %s", o->cwd);
+    drop_capabilities();
+    execvp(o->command[0], o->command);
+    fprintf(stderr, "walls: cannot run %s: %s\n", o->command[0], strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      die("waitpid");
+  return mirror_status(status);
+}
+
+/* ---- reap --------------------------------------------------------------------------------- */
+
+/* Kills every member of one cgroup until it is empty, then removes it. Returns true when the
+ * directory is gone. */
+static bool reap_one(const char *dir) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/cgroup.kill", dir);
+  bool v2_kill = write_file(path, "1") == 0;
+  snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+  for (int round = 0; round < REAP_ROUNDS; round++) {
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+      return errno == ENOENT;
+    long pid;
+    int members = 0;
+    while (fscanf(f, "%ld", &pid) == 1) {
+      members++;
+      if (!v2_kill)
+        kill((pid_t)pid, SIGKILL);
+    }
+    fclose(f);
+    if (members == 0 && rmdir(dir) == 0)
+      return true;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return rmdir(dir) == 0 || errno == ENOENT;
+}
+
+static int reap(const options *o) {
+  int failed = 0;
+  for (int i = 0; i < o->cgroups.n; i++) {
+    if (!reap_one(o->cgroups.items[i])) {
+      fprintf(stderr, "walls: the cgroup %s could not be emptied and removed: %s\n",
+              o->cgroups.items[i], strerror(errno));
+      failed = 1;
+    }
+  }
+  return failed ? EXIT_WALLS : 0;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  parse(argc, argv, &o);
+  if (strcmp(o.mode, "hold") == 0)
+    return hold(&o);
+  if (strcmp(o.mode, "enter") == 0)
+    return enter(&o);
+  if (strcmp(o.mode, "reap") == 0)
+    return reap(&o);
+  errno = 0;
+  die("unknown mode '%s' (hold, enter or reap)", o.mode);
+}

@@ -1,0 +1,123 @@
+-- An agent run on a repository: the ask names OWNER/REPO, switchboard clones it into the
+-- thread's workspace through the executor before the first turn (a follow-up fetches), with
+-- the token handed to git through its environment. The GitHub side is
+-- tests/support/git_standin.py: git's smart-HTTP server behind basic auth on loopback, so a
+-- clone without the token fails as it does on github.com. A `git` shim first on PATH records
+-- every git command line the run starts.
+local core = require("switchboard.core")
+local bin = require("support.bin")
+local files = require("support.files")
+local cards = require("support.cards")
+local model = require("support.model")
+local policies = require("support.policies")
+
+local BIN = bin.path
+if BIN:sub(1, 1) ~= "/" then BIN = os.getenv("PWD") .. "/" .. BIN end
+
+local function sh(cmd)
+  local ok = os.execute(cmd)
+  assert(ok, "failed: " .. cmd)
+end
+
+local function cat(pattern)
+  local p = io.popen("cat " .. pattern .. " 2>/dev/null")
+  local s = p:read("a")
+  p:close()
+  return s
+end
+
+describe("agent runs on a repository", function()
+  local state, token, git, m
+
+  before_each(function()
+    state = files.tmpdir()
+    token = "ghs_spec" .. core.crypto.hex(core.crypto.random_bytes(16))
+    -- a bare repository acme/api with one commit, served by the stand-in
+    sh(("cd %s && mkdir -p repos/acme gitd shim && git init -q --bare repos/acme/api.git"
+      .. " && git init -q src && cd src && echo 'hello from acme' > README && git add README"
+      .. " && git -c user.email=s@x -c user.name=s commit -qm init"
+      .. " && git push -q ../repos/acme/api.git HEAD:refs/heads/main"
+      .. " && git -C ../repos/acme/api.git symbolic-ref HEAD refs/heads/main"):format(state))
+    local shim = state .. "/shim/git"
+    local f = assert(io.open(shim, "w"))
+    f:write("#!/bin/sh\nprintf '%s\\n' \"$*\" >> '" .. state .. "/git-argv'\nexec /usr/bin/git \"$@\"\n")
+    f:close()
+    sh("chmod +x " .. shim)
+    os.execute(("/usr/bin/python3 tests/support/git_standin.py --dir %s/gitd --root %s/repos --token %s >%s/gitd/out 2>&1 &")
+      :format(state, state, token, state))
+    core.run(function()
+      git = model.wait_for(function() return files.read(state .. "/gitd/port") end, 10000)
+    end)
+    assert(git, "the git stand-in did not start: " .. (files.read(state .. "/gitd/out") or ""))
+  end)
+
+  after_each(function()
+    if m then core.run(function() m.stop() end) end
+    m = nil
+    local pid = files.read(state .. "/gitd/pid")
+    if pid then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
+    os.execute("rm -rf '" .. state .. "'")
+    policies.cleanup()
+  end)
+
+  local function session(answers, lines, env_extra)
+    local pol = policies.dir{
+      github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. git .. '/{repo}.git"\n' end,
+    }
+    local r, reqs
+    core.run(function()
+      m = model.start()
+      m:script(answers)
+      local env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state .. "/st", ANTHROPIC_BASE_URL = m.url,
+                           ANTHROPIC_API_KEY = m.key, GH_TOKEN = token,
+                           PATH = state .. "/shim:" .. os.getenv("PATH") }
+      for k, v in pairs(env_extra or {}) do env[k] = v or nil end
+      local proc = assert(core.spawn{ argv = { BIN, "--policies", pol, "console" }, env = env,
+                                      stdin = table.concat(lines, "\n") .. "\n", deadline_ms = 120000 })
+      r = proc:wait()
+      reqs = m:requests()
+    end)
+    assert.is_false(r.timed_out)
+    return r.stdout, r.stderr, reqs
+  end
+
+  it("clones before the first turn with the token in no argv, .git/config, log or transcript; a follow-up fetches", function()
+    local out, err, reqs = session({
+      { content = { { type = "tool_use", name = "bash", input = { command = "cat README; echo token=$GH_TOKEN" } } } },
+      { content = { { type = "text", text = "The README greets you." } } },
+      { content = { { type = "text", text = "Still there." } } },
+    }, { "agent:coding what does the README in acme/api say?", "agent:coding and now?" }, nil)
+    local first = cards.find(out, "README in acme/api")
+    assert.matches("^%[main%] agent:coding · local · acme/api\nnote: cloned acme/api\n", first)
+    assert.matches("✓ done after 2 turns", first, 1, true)
+    local second = cards.find(out, "and now%?")
+    assert.matches("note: fetched acme/api", second, 1, true)
+    -- the command ran in the checkout
+    assert.matches("^hello from acme\ntoken=", model.tool_results(reqs[2])[1].content)
+    -- the stand-in refused the token-less try and served the authenticated one
+    local log = files.read(state .. "/gitd/log")
+    assert.matches("auth=none", log, 1, true)
+    assert.matches("POST /acme/api.git/git%-upload%-pack 200 auth=good", log)
+    -- where the token must never be
+    local ws = cat(state .. "/st/workspaces/*/.git/config")
+    assert.matches("url = http://127.0.0.1:" .. git .. "/acme/api.git", ws, 1, true)
+    assert.not_matches(token, ws, 1, true)
+    local argv = files.read(state .. "/git-argv")
+    assert.matches("clone", argv, 1, true)
+    assert.matches("fetch", argv, 1, true)
+    assert.not_matches(token, argv, 1, true)
+    assert.not_matches(token, out .. err, 1, true)
+    local transcript = cat(state .. "/st/transcripts/*/*.jsonl")
+    assert.matches("token=[redacted]", transcript, 1, true)
+    assert.not_matches(token, transcript, 1, true)
+  end)
+
+  it("a clone that fails is a legible card and no model turn", function()
+    local out, _, reqs = session({}, { "agent:coding fix the tests in acme/missing" }, nil)
+    local c = cards.find(out, "acme/missing")
+    assert.matches("✗ not run — the repository could not be cloned\ngit could not clone acme/missing from http://127.0.0.1:"
+      .. git .. "/acme/missing.git (exit 128):\nfatal: repository", c, 1, true)
+    assert.matches("Check that the repository exists", c, 1, true)
+    assert.equal(0, #reqs)
+  end)
+end)

@@ -1,0 +1,69 @@
+-- The model stand-in (tests/support/model_standin.py) from specs. Call inside core.run.
+--   local m = model.start()          m.url, m.key
+--   m:script{answer, …}              queue the answers (see the stand-in's header)
+--   m:requests()                     [{headers, body}] as received
+--   m:stop()
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local files = require("support.files")
+
+local M = {}
+
+local function wait_for(pred, ms)
+  local t0 = core.now_ms()
+  local v = pred()
+  while not v and core.now_ms() - t0 < ms do
+    core.sleep(20)
+    v = pred()
+  end
+  return v
+end
+M.wait_for = wait_for
+
+function M.start(opts)
+  opts = opts or {}
+  local dir = files.tmpdir()
+  local key = opts.key or ("sk-ant-spec-" .. core.crypto.hex(core.crypto.random_bytes(12)))
+  os.execute(("/usr/bin/python3 tests/support/model_standin.py --dir %s --key %s >%s/log 2>&1 &"):format(dir, key, dir))
+  local port = wait_for(function() return files.read(dir .. "/port") end, 10000)
+  assert(port, "the model stand-in did not start: " .. (files.read(dir .. "/log") or ""))
+  local h = { dir = dir, key = key, port = tonumber(port), pid = tonumber(files.read(dir .. "/pid")) }
+  h.url = "http://127.0.0.1:" .. h.port
+  function h.script(_, answers)
+    local status = core.http.request{ method = "PUT", url = h.url .. "/_script",
+      body = cjson.encode(answers), deadline_ms = 5000 }
+    assert(status == 200, "the model stand-in refused the script")
+  end
+  function h.requests()
+    local status, _, body = core.http.request{ method = "GET", url = h.url .. "/_requests", deadline_ms = 5000 }
+    assert(status == 200)
+    return cjson.decode(body)
+  end
+  function h.stop()
+    os.execute("kill -9 " .. h.pid .. " 2>/dev/null")
+    os.execute("rm -rf '" .. dir .. "'")
+  end
+  return h
+end
+
+-- The tool_result blocks of a request's last message, in order.
+function M.tool_results(request)
+  local msgs = request.body.messages
+  local last = msgs[#msgs]
+  local out = {}
+  if type(last.content) == "table" then
+    for _, b in ipairs(last.content) do
+      if b.type == "tool_result" then out[#out + 1] = b end
+    end
+  end
+  return out
+end
+
+-- The names of the tools a request offered.
+function M.tool_names(request)
+  local out = {}
+  for _, t in ipairs(request.body.tools or {}) do out[#out + 1] = t.name end
+  return out
+end
+
+return M
