@@ -13,7 +13,9 @@ sandbox = { url_env = "SANDBOX_URL", token_env = "SANDBOX_TOKEN" }
 -- Not provided by this build: an agent the policy sends to "resident" runs on a fresh
 -- sandbox with a note (exec/factory.lua). Kept so a policy naming it still loads.
 resident = { url_env = "RESIDENT_URL", token_env = "RESIDENT_TOKEN" }
-e2b = { api_key_env = "E2B_API_KEY" }
+-- e2b: the API key's variable; the sandbox template; the directory commands run in and file
+-- paths are relative to (E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL, E2B_DEBUG: docs/e2b.md).
+e2b = { api_key_env = "E2B_API_KEY", template = "base", workdir = "/home/user" }
 
 -- A backend chosen but not configured is refused with this text (never a silent fallback to
 -- this host). {agent}, {backend}, {setting} are filled in.

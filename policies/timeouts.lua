@@ -65,6 +65,21 @@ file_op = { budget_ms = 5 * minute }  -- /read and /write (plus the call margin)
 -- longest command cannot outlive the token it started with.
 token = { reuse_slack_ms = 5 * minute }
 
+-- The e2b backend (docs/e2b.md). A sandbox lives sandbox_timeout_ms after it was created or
+-- last stretched (E2B's own timeout reclaims it then); a command that would outlast that first
+-- stretches it to budget + call margin + this. A control-plane call waits api_timeout_ms (file
+-- ops wait file_op.budget_ms + call margin). envd's own deadline (Connect-Timeout-Ms) is
+-- budget + bash.kill_grace_ms + connect_grace_ms, a backstop behind our in-sandbox clamp; a
+-- hard stop's group kill waits stop_timeout_ms.
+e2b = {
+  sandbox_timeout_ms = 15 * minute,
+  api_timeout_ms = 30 * second,
+  keepalive_ping_ms = 50 * second,    -- Keepalive-Ping-Interval (sent in whole seconds)
+  connect_grace_ms = 5 * second,
+  stop_timeout_ms = 10 * second,
+  max_stream_bytes = 64 * MiB,        -- the largest process stream read (base64 output inflates)
+}
+
 -- Fail fast when the executor's transport failed this many times in a row.
 health = { max_consecutive_infra_failures = 2 }
 

@@ -2,7 +2,9 @@
  * (lua/switchboard/cli.lua) as the first task. Exit status comes from the CLI. */
 #include "core/core.h"
 #include "engine/engine.h"
+#include "install/lua_dir.h"
 
+#include <limits.h>
 #include <lualib.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,8 +37,8 @@ static int run(lua_State *L) {
   char **argv = lua_touserdata(L, 2);
   if (luaL_loadbuffer(L, bootstrap, sizeof bootstrap - 1, "=bootstrap") != LUA_OK)
     return lua_error(L);
-  const char *dir = getenv("SWITCHBOARD_LUA_DIR");
-  lua_pushstring(L, dir != NULL && dir[0] != '\0' ? dir : SB_LUA_DIR);
+  char dir[PATH_MAX];
+  lua_pushstring(L, sb_install_lua_dir(dir, sizeof dir, SB_LUA_DIR));
   luaL_checkstack(L, argc, "too many arguments");
   for (int i = 1; i < argc; i++)
     lua_pushstring(L, argv[i]);

@@ -10,6 +10,7 @@
 #include "../http/http.h"
 #include "../io/io.h"
 #include "../log/log_lua.h"
+#include "../notify/notify.h"
 #include "../proc/proc.h"
 #include "../secrets/secrets.h"
 #include "../sse/sse_lua.h"
@@ -20,7 +21,7 @@
 static int (*const openers[])(lua_State *) = {
     sb_engine_open,      sb_log_open,         sb_proc_open, sb_http_client_open,
     sb_http_server_open, sb_crypto_open,      sb_fs_open,   sb_stdin_open,
-    sb_ws_open,          sb_secrets_open,     sb_sse_open,
+    sb_ws_open,          sb_secrets_open,     sb_sse_open,         sb_notify_open,
 };
 
 static char finalizer_key;

@@ -40,7 +40,8 @@ the policies; TERM/INT stop reading, let running asks finish (timeouts console.d
 then kill them and exit 0; a second TERM/INT kills at once.
 
 Options:
-  --backend NAME          override policy's backend: local or sandbox
+  --backend NAME          override policy's backend: local, sandbox or e2b ($E2B_API_KEY;
+                          E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md)
   --sandbox-url URL       the sandboxd for --backend sandbox (token: $SANDBOX_TOKEN)
   --workspace-root DIR    where local workspaces live (default: $SWITCHBOARD_STATE_DIR/workspaces)
   --thread NAME           the thread to start in (default: main)
@@ -77,7 +78,7 @@ end
 
 -- TERM/INT: stop reading, let running asks finish for the drain time, then kill them; a
 -- second signal kills at once.
-local function drain_on_signals(d, front, reading)
+local function drain_on_signals(p, d, front, reading)
   local kill_now = core.signal()
   local draining = false
   local function on_stop_signal(name)
@@ -87,6 +88,7 @@ local function drain_on_signals(d, front, reading)
       return
     end
     draining = true
+    p:stopping()
     reading:abort("SIG" .. name)
     local grace = policy.current().timeouts.console.drain_ms
     if not d:is_idle() then
@@ -105,6 +107,10 @@ function M.run(argv, ctx)
   })
   if not p then return status end
   local opts = p.opts
+  local key_env = p.snap.execution.e2b.api_key_env
+  if opts.backend == "e2b" and (os.getenv(key_env) or "") == "" then
+    return p:fail(M.EXIT.config, ("--backend e2b needs $%s, an E2B API key (https://e2b.dev/dashboard?tab=keys)"):format(key_env))
+  end
   local sink, trace_status = p:trace_sink()
   if opts.trace and not sink then return trace_status end
 
@@ -117,6 +123,7 @@ function M.run(argv, ctx)
       sandbox_url = opts.sandbox_url,
       credentials = ctx.credentials,
       force_backend = opts.backend,
+      e2b_state_dir = state.dir(),
       sink = sink,
     },
     outputs_dir = state.dir() .. "/outputs",
@@ -138,13 +145,14 @@ function M.run(argv, ctx)
     end
   end)
   local reading = core.signal()
-  drain_on_signals(d, front, reading)
+  drain_on_signals(p, d, front, reading)
 
   local thread = opts.thread or "main"
   if core.isatty(0) then
     front:say(("switchboard console — thread %s. Type `help` for the grammar, /thread NAME to "
       .. "switch threads, Ctrl-D to quit."):format(thread))
   end
+  p:ready("reading asks from standard input, thread " .. thread)
   front:serve(d, { thread = thread, user = os.getenv("USER") or "console", stop = reading })
 
   d:wait_idle()

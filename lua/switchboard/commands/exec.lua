@@ -40,7 +40,8 @@ Options:
   --agent NAME            the agent whose resources and backend apply (default: policy's
                           default agent)
   --repo OWNER/NAME       the repository the agent works on
-  --backend NAME          override policy's backend: local or sandbox
+  --backend NAME          override policy's backend: local, sandbox or e2b ($E2B_API_KEY;
+                          E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md)
   --sandbox-url URL       the sandboxd to use with --backend sandbox (token: $SANDBOX_TOKEN)
   --trace FILE            write exec.* spans as JSON lines to FILE (`-` for stderr)
 
@@ -104,6 +105,7 @@ function M.run(argv, ctx)
     sandbox_url = opts.sandbox_url,
     credentials = ctx.credentials,
     force_backend = opts.backend,
+    e2b_state_dir = state.dir(),
     sink = sink,
   }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo, snap = snap })
   if not built then return p:fail(M.EXIT.config, tostring(err)) end

@@ -11,6 +11,9 @@
 --   p:say(line)                              -- a line on stdout
 --   p:reload_on_hup(report)                  -- report(new_snap | nil, errors, changes, old_version)
 --                                               after each HUP (changes: policy/flat.lua's)
+--                                               the service manager hears RELOADING=1, READY=1
+--   p:ready(status), p:stopping()            -- READY=1 / STOPPING=1 to the service manager
+--                                               ($NOTIFY_SOCKET; commands/notify.lua)
 --   p:notice(agent_def, say)                 -- the no-credential line, once, through say(line)
 --   p:trace_sink()                           -- --trace FILE's span sink (nil without --trace), or
 --                                               nil, status after saying why it cannot be opened
@@ -23,6 +26,7 @@ local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local tracing = require("switchboard.exec.tracing")
 local metrics = require("switchboard.metrics")
+local notify = require("switchboard.commands.notify")
 
 local M = {}
 
@@ -32,7 +36,7 @@ M.EXIT = {
   config = 78, -- the policies do not load, a backend is not configured (EX_CONFIG)
 }
 
-M.BACKENDS = { ["local"] = true, sandbox = true }
+M.BACKENDS = { ["local"] = true, sandbox = true, e2b = true }
 
 local P = {}
 P.__index = P
@@ -81,7 +85,7 @@ end
 
 function M.check_backend(name, backend, ctx)
   if backend == nil or M.BACKENDS[backend] then return true end
-  return nil, M.fail(name, M.EXIT.usage, ("--backend must be local or sandbox, got %q"):format(backend), ctx)
+  return nil, M.fail(name, M.EXIT.usage, ("--backend must be local, sandbox or e2b, got %q"):format(backend), ctx)
 end
 
 -- --backend sandbox needs a sandboxd to talk to: every command says so the same way, at
@@ -144,12 +148,20 @@ function P:reload_on_hup(report)
     })
   end
   core.on_signal("HUP", function()
+    notify.reloading()
     local old_version = policy.current().version
     local new, errs, changes = policy.reload()
     metrics.inc("switchboard_policy_reloads_total", { result = new and "ok" or "failed" })
     report(new, errs, changes or {}, old_version)
+    notify.ready(("policies %s%s"):format(policy.current().version,
+      new and "" or " (the reload failed; the previous policies answer)"))
   end)
 end
+
+-- A long-running command tells its service manager it serves (after listening, connecting,
+-- or starting to read) and that it stops (when a stop signal arrives, before draining).
+function P:ready(status) return notify.ready(status) end
+function P:stopping() return notify.stopping() end
 
 -- The sink for `--trace FILE` (`-` for stderr): nil when the option is absent.
 function P:trace_sink()

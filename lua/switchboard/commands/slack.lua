@@ -221,6 +221,7 @@ function M.run(argv, ctx)
       return
     end
     draining = true
+    p:stopping() -- STOPPING=1 to systemd (deploy/systemd/switchboard-bot.service)
     local grace = policy.current().slack.drain_ms
     core.log("info", "slack.draining", { signal = name, drain_ms = grace })
     app:shutdown(grace, kill_now)
@@ -228,6 +229,7 @@ function M.run(argv, ctx)
   end
   core.on_signal("TERM", on_stop_signal)
   core.on_signal("INT", on_stop_signal)
+  p:ready("connected to Slack") -- READY=1: Type=notify's start completes here
   core.suspend()
   if sink and sink.close then sink:close() end
   core.log("info", "slack.stopped", {})

@@ -7,7 +7,8 @@
 -- opts: policy (function → snapshot), workspace_root, getenv, credentials (optional object
 --       with :resolve_envs(scope) → NAME = value | nil, err), backends (optional overrides:
 --       name → constructor(config) for tests and later backends), force_backend (a
---       backend name that overrides policy: the CLI's --backend)
+--       backend name that overrides policy: the CLI's --backend), e2b_state_dir (where the
+--       e2b backend remembers each thread's sandbox id across processes)
 -- ctx:  thread_key, agent (name), repo?, ref?, snap? (the snapshot the ask captured; without
 --       it opts.policy() is read once here)
 local policy = require("switchboard.policy")
@@ -53,19 +54,26 @@ function BUILDERS.sandbox(opts, ctx, snap, agent)
   local token = getenv(cfg.token_env)
   if not token or token == "" then return missing(snap, ctx.agent, "sandbox", cfg.token_env) end
   return require("switchboard.exec.sandbox").new{
-    url = url, token = token, thread_key = ctx.thread_key, policy = opts.policy,
+    url = require("switchboard.exec.rendezvous").pick(url, ctx.thread_key),
+    token = token, thread_key = ctx.thread_key, policy = opts.policy,
+    build = require("switchboard.core").build.commit,
     resolve_envs = resolver(opts, agent, ctx),
   }
 end
 
-local function unavailable(name)
-  return function(opts, ctx, snap)
-    return nil, errors.tool(("agent %s runs on the %s backend, which this build of switchboard "
-      .. "does not provide yet; choose local or sandbox in policies/execution.lua")
-      :format(ctx.agent, name))
-  end
+
+-- E2B: the API key from the variable policy names; hosts from E2B's own variables (docs/e2b.md).
+function BUILDERS.e2b(opts, ctx, snap, agent)
+  local getenv = opts.getenv or os.getenv
+  local cfg = snap.execution.e2b
+  local key = getenv(cfg.api_key_env)
+  if not key or key == "" then return missing(snap, ctx.agent, "e2b", cfg.api_key_env) end
+  return require("switchboard.exec.e2b").new{
+    api_key = key, key_env = cfg.api_key_env, thread_key = ctx.thread_key, agent = ctx.agent,
+    policy = opts.policy, resolve_envs = resolver(opts, agent, ctx), getenv = getenv,
+    template = cfg.template, workdir = cfg.workdir, state_dir = opts.e2b_state_dir,
+  }
 end
-BUILDERS.e2b = unavailable("e2b")
 
 -- A resident needs onboarding this build cannot do: fall back per thread, loudly
 -- (docs/contract.md#provisioning).

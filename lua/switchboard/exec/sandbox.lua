@@ -42,6 +42,9 @@ local function no_envs() return {} end
 
 -- opts: url (the sandboxd base URL), token, thread_key, policy (fn → the current snapshot;
 --       read only when a call's opts carry no snap),
+--       build (this binary's commit, core.build.commit: the factory passes it; with it, the
+--       first call first reads sandboxd's /healthz once, and logs
+--       sandbox.version-skew at warn when the builds differ — log only, docs/contract.md#rollout-skew),
 --       resolve_envs (fn → NAME = value | nil, err; called on every exec, read and write),
 --       request (core.http.request by default), sleep (core.sleep), now_ms (core.now_ms) —
 --       the last three let specs drive the waits without real time.
@@ -56,6 +59,7 @@ function M.new(opts)
     thread_key = opts.thread_key or "default",
     policy = opts.policy,
     resolve_envs = opts.resolve_envs or no_envs,
+    build = opts.build,
     request = opts.request or core.http.request,
     sleep = opts.sleep or core.sleep,
     now_ms = opts.now_ms or core.now_ms,
@@ -227,6 +231,31 @@ local function send(self, snap, call)
   end
 end
 
+-- The build sandboxd answers /healthz with, or "unknown" for any failure or other shape.
+local function sandboxd_build(self, snap, signal)
+  local status, _, raw = self.request{
+    method = "GET", url = self.url .. "/healthz", headers = { authorization = "Bearer " .. self.token },
+    deadline_ms = snap.timeouts.call.margin_ms, max_body = snap.timeouts.sandbox.max_answer_bytes,
+    signal = signal,
+  }
+  local doc = status == 200 and decode(raw) or nil
+  local commit = type(doc) == "table" and type(doc.build) == "table" and doc.build.commit
+  return type(commit) == "string" and commit ~= "" and commit or "unknown"
+end
+
+-- Once per executor (one per thread, so once per sandbox instance), before its first call: a
+-- rollout can hand a new bot an instance still running the previous sandboxd. One GET bounded
+-- by the call margin; whatever it answers, the call then goes ahead unchanged (log only).
+local function check_build_once(self, snap, signal)
+  if self.build == nil or self.build_checked then return end
+  self.build_checked = true
+  local ok, theirs = pcall(sandboxd_build, self, snap, signal)
+  theirs = ok and theirs or "unknown"
+  if theirs ~= self.build then
+    core.log("warn", "sandbox.version-skew", { container = theirs, bot = self.build, url = self.url })
+  end
+end
+
 local function envs_of(self)
   local ok, envs, err = pcall(self.resolve_envs)
   if not ok then return nil, envs end
@@ -258,6 +287,7 @@ function M:exec(command, opts)
   local snap = opts.snap or self.policy()
   local bad_key = key_refusal(self, snap)
   if bad_key then return nil, bad_key end
+  check_build_once(self, snap, opts.signal)
   local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
   if not plan then return nil, errors.refused(refusal, 124) end
   local envs, env_err = envs_of(self)
@@ -292,6 +322,7 @@ local function file_call(self, route, fields, opts)
   local snap = opts.snap or self.policy()
   local bad_key = key_refusal(self, snap)
   if bad_key then return nil, bad_key end
+  check_build_once(self, snap, opts.signal)
   local envs, env_err = envs_of(self)
   if not envs then return nil, env_failure(env_err) end
   fields.env = envs

@@ -328,6 +328,14 @@ M.files.timeouts = {
   },
   file_op = S.record { budget_ms = ms(SECOND, HOUR) },
   token = S.record { reuse_slack_ms = ms(0, HOUR) },
+  e2b = S.record {
+    sandbox_timeout_ms = ms(SECOND, 24 * HOUR),
+    api_timeout_ms = ms(100, 10 * MINUTE),
+    keepalive_ping_ms = ms(SECOND, HOUR),
+    connect_grace_ms = ms(0, 10 * MINUTE),
+    stop_timeout_ms = ms(100, MINUTE),
+    max_stream_bytes = S.int { min = 64 * 1024, max = 4096 * M.MIB, unit = "bytes" },
+  },
   health = S.record { max_consecutive_infra_failures = S.int { min = 1, max = 100 } },
   process = S.record { max_output_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" } },
   console = S.record { refresh_ms = ms(100, MINUTE), drain_ms = ms(0, 10 * MINUTE) },
@@ -443,7 +451,11 @@ M.files.execution = {
   backend = S.map("^[a-z][a-z0-9_-]*$", "\"default\" or an agent name", S.enum(M.BACKEND_LIST)),
   sandbox = S.record { url_env = env_name, token_env = env_name },
   resident = S.record { url_env = env_name, token_env = env_name },
-  e2b = S.record { api_key_env = env_name, template = S.optional(S.string { one_line = true }) },
+  e2b = S.record {
+    api_key_env = env_name,
+    template = S.optional(S.string { one_line = true }),
+    workdir = S.optional(S.string { one_line = true, pattern = "^/", what = "an absolute path" }),
+  },
   child_env = S.record {
     pass = S.list(env_name, { unique = true }),
     set = S.map(ENV_NAME, "an environment variable name (A-Z, 0-9, _)", S.string { max_len = 4096 }),

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The sandbox image, built and run here with podman (issue 14 item 4): build-image from
+# BUILD_DIR (cached by its inputs; podman's layer cache rebuilds only the switchboard layer
+# for a new build), start it with a fresh SANDBOX_TOKEN, and drive sandboxd inside it from
+# the executor outside — `switchboard exec --backend sandbox --sandbox-url …` — for a command,
+# the toolchains' versions, a deadline (124), a stop, and the build check; then the
+# HEALTHCHECK and a clean TERM. Skipped (77) with the reason when podman cannot run here.
+#   deploy/tests/image_smoke.sh BUILD_DIR
+. "$(dirname "$0")/lib.sh"
+build="$(cd "${1:?BUILD_DIR}" && pwd)"
+need_root "the image smoke test"
+command -v podman >/dev/null || skip "podman is not installed (scripts/bootstrap installs podman and runc)"
+command -v debootstrap >/dev/null || skip "debootstrap is not installed (scripts/bootstrap installs it)"
+. "$DEPLOY_DIR/sandbox/podman-env"
+podman_setup
+sb_podman info >/dev/null 2>&1 || skip "podman cannot run containers here: $(sb_podman info 2>&1 | tail -1)"
+
+# A tag of this build tree's own: several checkouts on one machine build at once.
+tag="$("$DEPLOY_DIR/sandbox/build-image" "$build" \
+  "localhost/switchboard-sandbox:test-$(echo "$build" | sha256sum | cut -c1-12)")"
+ok "the image builds: $tag"
+
+name="switchboard-smoke-$$-$RANDOM"
+export SANDBOX_TOKEN="smoke-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
+work="$(mktemp -d)"
+cleanup() { sb_podman rm -f -t 0 "$name" >/dev/null 2>&1 || true; rm -rf "$work"; }
+trap cleanup EXIT
+# -e NAME without a value: the token goes from this environment, never through argv.
+# (podman says it cannot schedule the HEALTHCHECK without systemd; it is run by hand below)
+# --no-walls (appended to the entrypoint): a podman container on these machines may not make
+# the user namespaces bubblewrap needs; the walls have their own tests (docs/isolation.md).
+sb_podman run -d --name "$name" -e SANDBOX_TOKEN -p 127.0.0.1::8080 "$tag" --no-walls >/dev/null 2>"$work/run.log" \
+  || fail "podman run $tag: $(cat "$work/run.log")"
+port="$(sb_podman port "$name" 8080 | head -1 | sed 's/.*://')"
+[ -n "$port" ] || fail "no published port for 8080"
+url="http://127.0.0.1:$port"
+
+healthz() {
+  python3 -c 'import os, sys, urllib.request as u
+r = u.urlopen(u.Request(sys.argv[1] + "/healthz", headers={"authorization": "Bearer " + os.environ["SANDBOX_TOKEN"]}), timeout=4)
+print(r.read().decode())' "$url" 2>/dev/null
+}
+for _ in $(seq 1 120); do health="$(healthz)" && break; sleep 0.5; done
+[ -n "${health:-}" ] || { sb_podman logs "$name" >&2; fail "sandboxd in the container never answered /healthz"; }
+ok "sandboxd answers /healthz inside the container"
+
+sx() { "$build/switchboard" exec --backend sandbox --sandbox-url "$url" --thread smoke "$@"; }
+
+out="$(sx -- 'echo "in $(cat /etc/debian_version)"' 2>"$work/err")" || fail "exec through the sandbox: $out $(cat "$work/err")"
+expect_match '^in 12\.' "$out" "a command runs through the executor in the Debian 12 container"
+
+versions="$(sx -- 'node --version; npm --version; pnpm --version; git --version; gh --version | head -1; python3 --version; command -v docker' 2>"$work/err")" \
+  || fail "versions: $versions $(cat "$work/err")"
+pin() { sed -n "s/^ARG $1=//p" "$DEPLOY_DIR/sandbox/Containerfile"; }
+expect_match "^v$(pin NODE_VERSION)\$" "$(echo "$versions" | sed -n 1p)" "node is the pinned $(pin NODE_VERSION)"
+expect_match "^$(pin NPM_VERSION)\$" "$(echo "$versions" | sed -n 2p)" "npm is the pinned $(pin NPM_VERSION)"
+expect_match "^$(pin PNPM_VERSION)\$" "$(echo "$versions" | sed -n 3p)" "pnpm is the pinned $(pin PNPM_VERSION)"
+expect_match '^git version 2\.39\.5' "$(echo "$versions" | sed -n 4p)" "git is Debian's pinned 2.39.5"
+expect_match '^gh version 2\.23\.0' "$(echo "$versions" | sed -n 5p)" "gh is Debian's pinned 2.23.0"
+expect_match '^Python 3\.11\.2' "$(echo "$versions" | sed -n 6p)" "python3 is Debian's pinned 3.11.2"
+expect_eq "/usr/local/bin/docker" "$(echo "$versions" | sed -n 7p)" "docker on PATH is the lazy wrapper"
+
+t0=$(date +%s)
+set +e
+out="$(sx --timeout-ms 1500 -- 'sleep 60' 2>&1)"; status=$?
+set -e
+expect_eq 124 "$status" "a command past its deadline exits 124 through the container"
+[ $(( $(date +%s) - t0 )) -lt 40 ] || fail "the deadline took $(( $(date +%s) - t0 )) s"
+ok "the deadline ended the command long before its 60 s"
+
+# A stop: TERM to the executor ends the request; sandboxd kills the command in the container.
+"$build/switchboard" exec --backend sandbox --sandbox-url "$url" --thread smoke -- 'sleep 300; echo smoke-stop-marker' >/dev/null 2>&1 &
+client=$!
+for _ in $(seq 1 100); do
+  sb_podman exec "$name" pgrep -f smoke-stop-marker >/dev/null 2>&1 && break
+  sleep 0.2
+done
+sb_podman exec "$name" pgrep -f smoke-stop-marker >/dev/null 2>&1 || fail "the long command never started in the container"
+kill -TERM "$client"
+set +e; wait "$client"; status=$?; set -e
+expect_eq 130 "$status" "TERM stops the executor (exit 130)"
+for _ in $(seq 1 150); do
+  sb_podman exec "$name" pgrep -f smoke-stop-marker >/dev/null 2>&1 || break
+  sleep 0.2
+done
+if sb_podman exec "$name" pgrep -f smoke-stop-marker >/dev/null 2>&1; then fail "the stopped command still runs in the container"; fi
+ok "the stopped command is gone from the container"
+
+own="$("$build/switchboard" version --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["commit"])')"
+theirs="$(echo "$health" | python3 -c 'import json, sys; print(json.load(sys.stdin)["build"]["commit"])')"
+expect_eq "$own" "$theirs" "the container's sandboxd is this build (/healthz build.commit)"
+log="$(sx -- true 2>&1)"
+if echo "$log" | grep -q 'version-skew'; then fail "the executor saw skew against its own image: $log"; fi
+ok "the executor logs no version skew against the image of its own build"
+
+sb_podman healthcheck run "$name" >/dev/null 2>&1 || fail "the image's HEALTHCHECK fails on a running container"
+ok "the HEALTHCHECK passes"
+
+sb_podman stop -t 30 "$name" >/dev/null 2>&1
+expect_eq 0 "$(sb_podman inspect --format '{{.State.ExitCode}}' "$name")" "TERM ends the container cleanly (sandboxd exits 0 under tini)"
+echo "$checks passed, 0 failed"

@@ -1,0 +1,170 @@
+/* fuzz_connect: libFuzzer target for the Connect process stream the e2b executor reads from
+ * the network (lua/switchboard/exec/connect.lua, the envelope decoder, and the event reader of
+ * lua/switchboard/exec/e2b.lua behind it).
+ *
+ * The decoder is Lua, so this target embeds the interpreter like fuzz_exec_body.c. Each input
+ * is used twice:
+ *   1. as raw stream bytes, cut into pieces whose sizes come from the input's first bytes, fed
+ *      to a decoder and to the executor's stream reader (its on_chunk, exactly as libcurl would
+ *      call it). Whatever the split, the decoder must yield the same frames (or the same error)
+ *      as when fed the whole input at once, never raise, never yield a payload over its limit,
+ *      and account for every byte (frames + headers + partial() == bytes fed, until an error).
+ *   2. as a recipe for a well-formed stream — envelopes around JSON events of every shape
+ *      (start, data with base64 or not, end with odd exit codes, keepalive, unknown ones) and an
+ *      end-of-stream frame with or without an error — so that mutation reaches the event layer
+ *      behind the framing even though the Lua side gives no coverage signal (hence
+ *      -len_control=0, as for fuzz_exec_body).
+ * The reader must never raise; its output per stream never exceeds the policy's cap.
+ *
+ * Build: CC=clang cmake -S . -B build-fuzz -DSB_FUZZ=ON && cmake --build build-fuzz --target fuzz_connect
+ * Run:   build-fuzz/tests/fuzz/fuzz_connect -len_control=0 -max_len=4096 -max_total_time=60 \
+ *          tests/fuzz/corpus/connect */
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef SB_LUA_DIR
+#error "SB_LUA_DIR must name the program's Lua directory"
+#endif
+
+int luaopen_switchboard_core(lua_State *L);
+int luaopen_cjson(lua_State *L);
+
+static const char harness[] =
+    "local lua_dir = ...\n"
+    "package.path = lua_dir .. '/?.lua;' .. lua_dir .. '/?/init.lua;' .. package.path\n"
+    "local core = require('switchboard.core')\n"
+    "local cjson = require('cjson')\n"
+    "local connect = require('switchboard.exec.connect')\n"
+    "local e2b = require('switchboard.exec.e2b')\n"
+    "local snap = require('switchboard.policy').shipped()\n"
+    "local CAP = snap.timeouts.process.max_output_bytes\n"
+    "local MAX = 2048\n"
+    /* whole-input decoding: frames or the error */
+    "local function decode_whole(data)\n"
+    "  local d = connect.decoder{ max_message = MAX }\n"
+    "  local frames, err = d:feed(data)\n"
+    "  return frames, err, d\n"
+    "end\n"
+    "local function split(data, sizes)\n"
+    "  local pieces, pos, i = {}, 1, 1\n"
+    "  while pos <= #data do\n"
+    "    local n = sizes[(i - 1) % #sizes + 1]\n"
+    "    pieces[#pieces + 1] = data:sub(pos, pos + n - 1)\n"
+    "    pos, i = pos + n, i + 1\n"
+    "  end\n"
+    "  return pieces\n"
+    "end\n"
+    "local function check_stream(data, sizes)\n"
+    "  local whole, werr = decode_whole(data)\n"
+    "  local d = connect.decoder{ max_message = MAX }\n"
+    "  local got, err, fed, framed = {}, nil, 0, 0\n"
+    "  for _, piece in ipairs(split(data, sizes)) do\n"
+    "    local ok, frames, ferr = pcall(d.feed, d, piece)\n"
+    "    if not ok then error('feed raised: ' .. tostring(frames), 0) end\n"
+    "    if not frames then err = ferr; break end\n"
+    "    fed = fed + #piece\n"
+    "    for _, f in ipairs(frames) do\n"
+    "      assert(#f.data <= MAX, 'a payload over the limit')\n"
+    "      got[#got + 1] = f; framed = framed + 5 + #f.data\n"
+    "    end\n"
+    "    assert(framed + d:partial() == fed, 'bytes unaccounted for')\n"
+    "  end\n"
+    "  if werr then\n"
+    "    assert(err ~= nil, 'split input decoded where the whole failed: ' .. werr)\n"
+    "  else\n"
+    "    assert(err == nil, 'split input failed where the whole decoded: ' .. tostring(err))\n"
+    "    assert(#got == #whole, 'frame count differs with the split')\n"
+    "    for i = 1, #got do\n"
+    "      assert(got[i].data == whole[i].data and got[i].flags == whole[i].flags, 'frame differs')\n"
+    "    end\n"
+    "  end\n"
+    /* the executor's reader: on_chunk must never raise */
+    "  local cut = core.signal()\n"
+    "  local st = e2b.stream_reader(snap, cut)\n"
+    "  for _, piece in ipairs(split(data, sizes)) do\n"
+    "    local ok, e = pcall(st.on_chunk, piece)\n"
+    "    if not ok then error('on_chunk raised: ' .. tostring(e), 0) end\n"
+    "  end\n"
+    "  assert(st.out_len.stdout <= CAP and st.out_len.stderr <= CAP, 'output over the cap')\n"
+    "  if st.pid ~= nil then assert(math.type(st.pid) == 'integer' and st.pid > 0, 'bad pid') end\n"
+    "end\n"
+    /* a recipe: bytes → a well-formed stream of events */
+    "local function recipe(data)\n"
+    "  local i = 0\n"
+    "  local function byte() i = i + 1; return data:byte(i) or 0 end\n"
+    "  local function str() local n = byte() % 16; local s = data:sub(i + 1, i + n); i = i + n; return s end\n"
+    "  local function num()\n"
+    "    local k = byte() % 6\n"
+    "    if k == 0 then return byte() elseif k == 1 then return -byte() elseif k == 2 then return byte() + 0.5\n"
+    "    elseif k == 3 then return 2^53 elseif k == 4 then return str() end\n"
+    "    return cjson.null\n"
+    "  end\n"
+    "  local out = {}\n"
+    "  for _ = 1, byte() % 8 do\n"
+    "    local k, ev = byte() % 7, nil\n"
+    "    if k == 0 then ev = { start = { pid = num() } }\n"
+    "    elseif k == 1 then ev = { data = { stdout = core.crypto.base64_encode(string.rep(str(), byte() % 40 + 1)) } }\n"
+    "    elseif k == 2 then ev = { data = { stderr = byte() % 2 == 0 and str() or num() } }\n"
+    "    elseif k == 3 then ev = { ['end'] = { exitCode = num(), exited = byte() % 2 == 0, status = str(), error = str() } }\n"
+    "    elseif k == 4 then ev = { keepalive = {} }\n"
+    "    elseif k == 5 then ev = str()\n"
+    "    else ev = { [str()] = num() } end\n"
+    "    local ok, text = pcall(cjson.encode, { event = ev })\n"
+    "    out[#out + 1] = connect.encode(0, ok and text or '{}')\n"
+    "  end\n"
+    "  local trailer = byte() % 2 == 0 and '{}' or cjson.encode({ error = { code = str(), message = str() } })\n"
+    "  out[#out + 1] = connect.encode(2, trailer)\n"
+    "  return table.concat(out)\n"
+    "end\n"
+    "return function(data)\n"
+    "  local sizes = {}\n"
+    "  for k = 1, 4 do sizes[k] = (data:byte(k) or 7) % 13 + 1 end\n"
+    "  check_stream(data:sub(5), sizes)\n"
+    "  check_stream(recipe(data), sizes)\n"
+    "end\n";
+
+static lua_State *L;
+static int fn_ref = LUA_NOREF;
+
+static void preload(lua_State *S, const char *name, lua_CFunction open) {
+  luaL_getsubtable(S, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_pushcfunction(S, open);
+  lua_setfield(S, -2, name);
+  lua_pop(S, 1);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  L = luaL_newstate();
+  luaL_openlibs(L);
+  preload(L, "switchboard.core", luaopen_switchboard_core);
+  preload(L, "cjson", luaopen_cjson);
+  if (luaL_loadbuffer(L, harness, sizeof harness - 1, "=fuzz_connect") != LUA_OK) {
+    fprintf(stderr, "fuzz_connect: %s\n", lua_tostring(L, -1));
+    abort();
+  }
+  lua_pushstring(L, SB_LUA_DIR);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    fprintf(stderr, "fuzz_connect: the harness does not load: %s\n", lua_tostring(L, -1));
+    abort();
+  }
+  fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, fn_ref);
+  lua_pushlstring(L, (const char *)data, size);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+    fprintf(stderr, "fuzz_connect: %s\n", lua_tostring(L, -1));
+    abort();
+  }
+  lua_gc(L, LUA_GCSTEP, 0);
+  return 0;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""A sandboxd of another build, for version_skew_spec: GET /healthz answers
+{"ok": true, "build": {"commit": COMMIT}} (or STATUS with no build when --healthz-status is
+not 200); POST /exec runs nothing and answers a fixed success document. GET /_count tells how
+many /healthz requests arrived. Writes DIR/port once listening.
+
+    skewed_sandboxd.py --dir DIR --commit COMMIT [--healthz-status 200]
+"""
+import argparse
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOCK = threading.Lock()
+COUNT = {"healthz": 0}
+ARGS = None
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def _send(self, status, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/_count":
+            with LOCK:
+                return self._send(200, dict(COUNT))
+        if self.path == "/healthz":
+            with LOCK:
+                COUNT["healthz"] += 1
+            if ARGS.healthz_status != 200:
+                return self._send(ARGS.healthz_status, {"error": "not today"})
+            return self._send(200, {"ok": True, "build": {"commit": ARGS.commit, "builtAt": "2020-01-01T00:00:00Z"}})
+        self._send(404, {"error": "no such route"})
+
+    def do_POST(self):
+        n = int(self.headers.get("content-length") or 0)
+        self.rfile.read(n)
+        self._send(200, {"stdout": "ran\n", "stderr": "", "exitCode": 0, "durationMs": 1})
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--commit", required=True)
+    ap.add_argument("--healthz-status", type=int, default=200)
+    ARGS = ap.parse_args()
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    tmp = os.path.join(ARGS.dir, "port.tmp")
+    with open(tmp, "w") as f:
+        f.write(str(srv.server_address[1]))
+    os.rename(tmp, os.path.join(ARGS.dir, "port"))
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
