@@ -5,7 +5,11 @@
 --   readonly              never writes files; gets at most the read token.
 --   token_scope           "read" | "write" | nil — a scope from policies/github.lua.
 --   max_run_minutes       the run's wall clock; commands are clipped to what is left of it.
---   tools                 bash, read_file, write_file need resources.repository.
+--   tools                 bash, read_file, write_file, edit_file need resources.repository.
+--   pull_requests         true: when a run ends with changes in its repository, switchboard
+--                         commits them on the thread's branch, pushes with the agent's token
+--                         and opens (or updates) a pull request (`pull_request` below).
+--                         Needs the write token; a readonly agent may not have it.
 -- An agent run (a free-text ask) also reads, per agent, falling back to run_defaults below:
 --   model, max_tokens     the Anthropic model and its answer limit per turn
 --   max_turns             model turns per run before it stops with what it has
@@ -19,8 +23,9 @@ agents.coding = {
   readonly = false,
   token_scope = "write",
   max_run_minutes = 30,
-  tools = { "bash", "read_file", "write_file" },
+  tools = { "bash", "read_file", "write_file", "edit_file" },
   max_turns = 80,
+  pull_requests = true,
 }
 
 agents.review = {
@@ -55,6 +60,45 @@ run_defaults = {
   system_prompt = [[You are {agent}, an engineer working in {repository}, checked out in {workspace} (the current directory of every command).
 Work with the tools ({tools}) until the task is done: look before you change, run the tests or the command that shows the result, and fix what fails.
 When you are done, answer with a short summary of what you did and what you saw; say plainly what is left undone.]],
+}
+
+-- The repository's own instructions for agents: when a run's workspace holds a repository,
+-- these files (paths from its root) are read through the executor, in this order, and put at
+-- the end of the system prompt. A file longer than max_file_bytes is cut there with a note;
+-- once max_total_bytes are used the rest are cut (or left out) with a note. The card names
+-- the files used.
+instructions = {
+  files = { "AGENTS.md", "CLAUDE.md", ".github/copilot-instructions.md" },
+  max_file_bytes = 32 * KiB,
+  max_total_bytes = 64 * KiB,
+}
+
+-- The pull request of an agent with pull_requests = true. When its run ends with changes
+-- (files changed, or commits the agent made), the run commits what is uncommitted, pushes the
+-- thread's branch and opens a pull request against the default branch, or updates the one
+-- already open for that branch (a follow-up in the same thread pushes to the same branch).
+--   branch          {thread} = the thread's name as a-z0-9-, {short_id} = 8 hex of the thread
+--   author_name/_email  the commit's author and committer
+--   title, body     {ask}, {agent}, {repository}, {thread}, {thread_link} (the Slack
+--                   permalink, or "thread NAME" without one), {summary} (the model's answer),
+--                   {turns}, {branch}; the body is Markdown
+pull_request = {
+  branch = "switchboard/{thread}-{short_id}",
+  author_name = "switchboard[bot]",
+  author_email = "switchboard[bot]@users.noreply.github.com",
+  commit_message = "{title}\n\nAsked in {thread_link}:\n> {ask}",
+  title = "{ask}",
+  body = [[Asked of agent `{agent}` in {thread_link}:
+
+> {ask}
+
+## What the agent did
+
+{summary}
+
+---
+Opened by switchboard from branch `{branch}` after {turns} model turns. A follow-up in the same thread pushes to this branch and updates this pull request.]],
+  max_title_chars = 72,
 }
 
 -- The model API (Anthropic's Messages API, streamed). ANTHROPIC_BASE_URL in switchboard's

@@ -4,9 +4,14 @@ as a CGI program per request) behind HTTP basic authentication, as github.com an
 of a private repository: without the right password (the token) → 401 with
 `WWW-Authenticate: Basic`, which makes git ask its credential helper.
 
-    git_standin.py --dir DIR --root REPOS --token TOKEN
+    git_standin.py --dir DIR --root REPOS (--token TOKEN | --tokens-file FILE)
         serves REPOS/OWNER/NAME.git; writes DIR/pid, then DIR/port (last)
-        DIR/log gets one line per request: METHOD PATH STATUS auth=none|good|bad
+        DIR/log gets one line per request: METHOD PATH STATUS auth=none|good|bad|read
+    --token TOKEN        one token that may read and push
+    --tokens-file FILE   the installation tokens the GitHub stand-in minted, one "SCOPE TOKEN"
+                         per line, read at each request: any may clone and fetch; only a
+                         "write" one may push — a push with a read token is answered 403, as
+                         github.com answers a read-only installation token.
 """
 import argparse
 import base64
@@ -36,21 +41,43 @@ class Handler(BaseHTTPRequestHandler):
             user, _, password = base64.b64decode(h[6:]).decode().partition(":")
         except ValueError:
             return "bad"
-        return "good" if hmac.compare_digest(password.encode(), ARGS.token.encode()) else "bad"
+        for scope, token in self._tokens():
+            if hmac.compare_digest(password.encode(), token.encode()):
+                return "good" if scope == "write" else "read"
+        return "bad"
+
+    def _tokens(self):
+        if ARGS.token:
+            yield "write", ARGS.token
+        if ARGS.tokens_file and os.path.exists(ARGS.tokens_file):
+            with open(ARGS.tokens_file) as f:
+                for line in f:
+                    scope, _, token = line.strip().partition(" ")
+                    if token:
+                        yield scope, token
+
+    def _refuse(self, status, msg, auth, challenge):
+        msg = msg.encode()
+        self.send_response(status)
+        if challenge:
+            self.send_header("www-authenticate", 'Basic realm="GitHub stand-in"')
+        self.send_header("content-length", str(len(msg)))
+        self.end_headers()
+        self.wfile.write(msg)
+        return self._log(status, auth)
 
     def _serve(self):
         n = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(n) if n else b""
         auth = self._auth()
-        if auth != "good":
-            msg = b"Authentication required\n"
-            self.send_response(401)
-            self.send_header("www-authenticate", 'Basic realm="GitHub stand-in"')
-            self.send_header("content-length", str(len(msg)))
-            self.end_headers()
-            self.wfile.write(msg)
-            return self._log(401, auth)
         path, _, query = self.path.partition("?")
+        if auth not in ("good", "read"):
+            return self._refuse(401, "Authentication required\n", auth, True)
+        pushing = path.endswith("/git-receive-pack") or "service=git-receive-pack" in query
+        if pushing and auth != "good":
+            # what github.com says to a token without contents:write
+            return self._refuse(403, "remote: Permission to %s denied to switchboard[bot].\n"
+                                % path.split("/info/")[0].split("/git-")[0].strip("/"), auth, False)
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "GIT_PROJECT_ROOT": ARGS.root, "GIT_HTTP_EXPORT_ALL": "1",
@@ -89,7 +116,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
     ap.add_argument("--root", required=True)
-    ap.add_argument("--token", required=True)
+    ap.add_argument("--token")
+    ap.add_argument("--tokens-file")
     ARGS = ap.parse_args()
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True

@@ -72,6 +72,10 @@ function M.new(opts)
     mint_delay_ms = opts.mint_delay_ms or 0,
     skew_ms = 0,
     requests = {}, jwts = {}, tokens = {}, mints = {}, violations = {},
+    pulls = {}, -- repo → list of {number, head, base, title, body, state, html_url, updates, bodies}
+    tokens_file = opts.tokens_file, -- each mint appends "SCOPE TOKEN\n" (the git stand-in reads it)
+    repos_root = opts.repos_root,   -- bare repositories ROOT/OWNER/NAME.git: a PR's head must exist
+    pr_calls = {},                  -- {method, path, scope} of every pull-request call
     forced = {}, -- route → list of {status, body} to answer instead, in order
     stop = core.signal(),
   }, Standin)
@@ -221,6 +225,11 @@ function Standin:mint(id, req)
   local expires_s = self:now_s() + self.token_ttl_ms // 1000
   local perms = asked and copy(asked) or copy(inst.permissions)
   self.tokens[token] = { installation = id, permissions = perms, expires_s = expires_s, scope = scope }
+  if self.tokens_file then
+    local f = assert(io.open(self.tokens_file, "a"))
+    f:write(scope, " ", token, "\n")
+    f:close()
+  end
   self.mints[#self.mints + 1] = {
     installation = id, scope = scope, token = token, asked = asked and copy(asked) or nil,
     body = (req.body ~= "" and req.body) or nil, expires_at = iso(expires_s),
@@ -243,6 +252,92 @@ function Standin:with_token(req)
     for _, r in ipairs(inst.repos) do repos[#repos + 1] = { full_name = r } end
   end
   return json(200, { total_count = #repos, repositories = repos, permissions = t.permissions })
+end
+
+-- The installation token of a call (Authorization: Bearer|token), or nil.
+function Standin:token_of(req)
+  local auth = req.headers["authorization"] or ""
+  local token = auth:match("^[Bb]earer (.+)$") or auth:match("^token (.+)$")
+  local t = token and self.tokens[token]
+  if t == nil or t.expires_s <= self:now_s() then return nil end
+  return t
+end
+
+local function branch_exists(root, repo, branch)
+  if root == nil then return true end
+  local cmd = ("git --git-dir='%s/%s.git' rev-parse -q --verify 'refs/heads/%s' >/dev/null 2>&1")
+    :format(root, repo, branch:gsub("'", ""))
+  return os.execute(cmd) == true
+end
+
+local function unescape(s)
+  return (s:gsub("+", " "):gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+-- GitHub's pull-request routes, with an installation token: list (by head, state), create,
+-- update. A token without pull_requests:write gets 403 for create and update, as GitHub answers.
+function Standin:pull_request(req, repo, number)
+  local t = self:token_of(req)
+  if t == nil then return gh_error(401, "Bad credentials") end
+  self.pr_calls[#self.pr_calls + 1] = { method = req.method, path = req.path, scope = t.scope }
+  local inst = self.installations[t.installation]
+  if not covers(inst, repo) then return gh_error(404, "Not Found") end
+  local list = self.pulls[repo] or {}
+  self.pulls[repo] = list
+  local query = (req.query or ""):gsub("^%?", "")
+  if req.method == "GET" and number == nil then
+    local q = {}
+    for k, v in query:gmatch("([^&=]+)=([^&]*)") do q[unescape(k)] = unescape(v) end
+    local out = {}
+    for _, pr in ipairs(list) do
+      local head_ok = q.head == nil or q.head == (repo:match("^([^/]+)/") .. ":" .. pr.head)
+      local state_ok = (q.state or "open") == "all" or pr.state == (q.state or "open")
+      if head_ok and state_ok then out[#out + 1] = pr end
+    end
+    return json(200, out)
+  end
+  if (t.permissions.pull_requests or "") ~= "write" then
+    return gh_error(403, "Resource not accessible by integration")
+  end
+  local ok, doc = pcall(cjson.decode, req.body or "")
+  if not ok or type(doc) ~= "table" then return gh_error(400, "Problems parsing JSON") end
+  if req.method == "POST" and number == nil then
+    if type(doc.head) ~= "string" or type(doc.base) ~= "string" or type(doc.title) ~= "string" then
+      return gh_error(422, "Validation Failed")
+    end
+    if not branch_exists(self.repos_root, repo, doc.head) then
+      return json(422, { message = "Validation Failed", documentation_url = M.DOCS,
+        errors = { { resource = "PullRequest", field = "head", code = "invalid" } } })
+    end
+    for _, pr in ipairs(list) do
+      if pr.head == doc.head and pr.state == "open" then
+        return json(422, { message = "Validation Failed", documentation_url = M.DOCS, errors = { {
+          resource = "PullRequest", code = "custom",
+          message = "A pull request already exists for " .. repo:match("^([^/]+)/") .. ":" .. doc.head .. "." } } })
+      end
+    end
+    local n = #list + 1
+    local pr = { number = n, head = doc.head, base = doc.base, title = doc.title, body = doc.body,
+                 state = "open", html_url = "https://github.com/" .. repo .. "/pull/" .. n }
+    list[n] = pr
+    local status, headers, body = json(201, pr)
+    pr.bodies = { doc.body } -- every body it had, for assertions (not part of GitHub's answer)
+    return status, headers, body
+  end
+  if req.method == "PATCH" and number then
+    local pr = list[number]
+    if pr == nil then return gh_error(404, "Not Found") end
+    if doc.title then pr.title = doc.title end
+    if doc.body then pr.body = doc.body end
+    pr.updates = (pr.updates or 0) + 1
+    local bodies = pr.bodies
+    pr.bodies = nil
+    local status, headers, body = json(200, pr)
+    pr.bodies = bodies
+    if doc.body then bodies[#bodies + 1] = doc.body end
+    return status, headers, body
+  end
+  return gh_error(404, "Not Found")
 end
 
 -- The protocol, transport-free: req = {method, path, headers (lower-cased names), body}.
@@ -271,6 +366,9 @@ function Standin:handle(req)
   if req.method == "GET" and req.path == "/installation/repositories" then
     return answer(self:with_token(req))
   end
+  local pr_repo, pr_n = req.path:match("^/repos/([^/]+/[^/]+)/pulls/(%d+)$")
+  if not pr_repo then pr_repo = req.path:match("^/repos/([^/]+/[^/]+)/pulls$") end
+  if pr_repo then return answer(self:pull_request(req, pr_repo, pr_n and math.tointeger(tonumber(pr_n)))) end
   local claims, s, h, b = self:check_jwt(req)
   if claims == nil then return answer(s, h, b) end
 
@@ -305,7 +403,7 @@ function M.start(opts)
     host = "127.0.0.1", port = 0,
     handler = function(req, res)
       local status, headers, body = self:handle{
-        method = req.method, path = req.path, headers = req.headers, body = req.body,
+        method = req.method, path = req.path, query = req.query, headers = req.headers, body = req.body,
       }
       res:send(status, headers, body)
     end,
@@ -360,6 +458,7 @@ function M.world(opts)
     public_key = w.pub, app_id = "12345", client_id = opts.client_id,
     installations = opts.installations or M.default_installations(),
     wall_ms = w.wall_ms, mint_delay_ms = opts.mint_delay_ms,
+    tokens_file = opts.tokens_file, repos_root = opts.repos_root,
   }
   w.env = { GITHUB_APP_ID = "12345", GITHUB_APP_PRIVATE_KEY = w.priv, GITHUB_API_URL = w.gh.api_url }
   for k, v in pairs(opts.env or {}) do w.env[k] = v or nil end

@@ -124,6 +124,12 @@ def web_api(method, headers, body):
         m["text"], m["blocks"] = args.get("text"), args.get("blocks")
         m["updates"] += 1
         return 200, {}, {"ok": True, "channel": args["channel"], "ts": args["ts"]}
+    if method == "chat.getPermalink":
+        if not args.get("channel") or not args.get("message_ts"):
+            return 200, {}, {"ok": False, "error": "message_not_found"}
+        return 200, {}, {"ok": True, "channel": args["channel"],
+                         "permalink": "https://acme.slack.com/archives/%s/p%s"
+                         % (args["channel"], args["message_ts"].replace(".", ""))}
     if method == "reactions.add":
         state["reactions"].append(args)
         return 200, {}, {"ok": True}

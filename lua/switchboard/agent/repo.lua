@@ -17,6 +17,7 @@ local M = {}
 local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 local HELPER = [[!f() { test "$1" = get || exit 0; echo username=x-access-token; echo "password=$GH_TOKEN"; }; f]]
+M.HELPER = HELPER
 
 -- The command that clones url into the current directory, or fetches when it is a checkout.
 function M.script(url)

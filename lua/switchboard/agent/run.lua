@@ -15,10 +15,12 @@
 -- when the run ends part-way through an answer's calls, the rest are recorded as not run.
 --
 --   local state, answer, problem = run.run{snap, def, agent, executor, tracker, client,
---     card, signal, deadline_ms, ask, repo, workspace, transcript, now_ms}
+--     card, signal, deadline_ms, ask, repo, workspace, transcript, now_ms, instructions?}
+--   instructions: agent/instructions.lua's read, appended to the system prompt
 local core = require("switchboard.core")
 local template = require("switchboard.policy.template")
 local tools = require("switchboard.agent.tools")
+local instructions = require("switchboard.agent.instructions")
 
 local M = {}
 
@@ -122,7 +124,7 @@ end
 function M.run(o)
   o.now_ms = o.now_ms or core.now_ms
   o.tools = tools.definitions(o.snap, o.def)
-  o.system = M.system_prompt(o.snap, o.def, o)
+  o.system = instructions.append(M.system_prompt(o.snap, o.def, o), o.instructions)
   local messages = { { role = "user", content = o.ask } }
   local answer = ""
   local tokens_in, tokens_out = 0, 0

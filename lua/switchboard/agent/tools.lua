@@ -1,4 +1,4 @@
--- The agent's tools: bash, read_file and write_file, each a call on the thread's executor
+-- The agent's tools: bash, read_file, write_file and edit_file, each a call on the thread's executor
 -- stack (tracing → health → backend; docs/executors.md). What a call returns becomes exactly
 -- one tool_result:
 --
@@ -10,6 +10,9 @@
 --   bad input (not an object, no command) → is_error, what the input lacks
 --
 --   tools.definitions(snap, agent_def) → the API's `tools` list for the agent
+--   edit_file reads and writes the file through the executor's file routes (the same confined
+--   paths as read_file/write_file): old_text must occur exactly once unless replace_all; else
+--   a tool error saying how often it occurred (and where), or showing the nearest lines.
 --   tools.call(executor, snap, tool_use, ctx) → {content, is_error, kind, command?, result?}
 --     ctx: signal, remaining_ms; kind: "result" | "tool" | "refused" | "infra" | "capacity" |
 --          "input"
@@ -78,13 +81,36 @@ function DEFS.write_file(snap)
   }
 end
 
--- The tools an agent is offered: its policy list, in order, minus write_file for a readonly
--- agent (the loader already refuses that combination; this is the second lock).
+function DEFS.edit_file(snap)
+  return {
+    name = "edit_file",
+    description = "Replace an exact piece of text in a file of the workspace. old_text must "
+      .. "occur in the file exactly once — include enough surrounding lines to make it unique — "
+      .. "unless replace_all is true, which replaces every occurrence. Whitespace and line "
+      .. "breaks must match exactly. Prefer this to write_file for changing part of a file.",
+    input_schema = {
+      type = "object",
+      properties = {
+        path = { type = "string", description = "Path relative to the workspace." },
+        old_text = { type = "string", description = "The exact text to replace (not empty)." },
+        new_text = { type = "string", description = "The text to put in its place." },
+        replace_all = { type = "boolean", description = "Replace every occurrence (default false)." },
+      },
+      required = { "path", "old_text", "new_text" },
+    },
+  }
+end
+
+-- Tools that change the workspace: never offered to a readonly agent.
+M.WRITE_TOOLS = { write_file = true, edit_file = true }
+
+-- The tools an agent is offered: its policy list, in order, minus the write tools for a
+-- readonly agent (the loader already refuses that combination; this is the second lock).
 function M.definitions(snap, def)
   local out = {}
   for _, name in ipairs(def.tools or {}) do
     local make = DEFS[name]
-    if make and not (def.readonly and name == "write_file") then out[#out + 1] = make(snap) end
+    if make and not (def.readonly and M.WRITE_TOOLS[name]) then out[#out + 1] = make(snap) end
   end
   return out
 end
@@ -156,6 +182,117 @@ function CALL.write_file(ex, snap, input, ctx)
     { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if not ok then return from_error(snap, err) end
   return outcome("result", ("wrote %d bytes to %s"):format(#input.content, input.path), false)
+end
+
+-- The byte offsets where needle starts in hay (plain text, not overlapping).
+local function occurrences(hay, needle)
+  local at, pos = {}, 1
+  while true do
+    local i = hay:find(needle, pos, true)
+    if not i then return at end
+    at[#at + 1] = i
+    pos = i + #needle
+  end
+end
+
+local function line_of(text, offset)
+  local n = 1
+  for _ in text:sub(1, offset - 1):gmatch("\n") do n = n + 1 end
+  return n
+end
+
+local function lines_of(text)
+  local out = {}
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do out[#out + 1] = line end
+  if text:sub(-1) == "\n" then out[#out] = nil end
+  return out
+end
+
+-- How alike two lines are: the share of character pairs (bigrams) they have in common.
+local function likeness(a, b)
+  a, b = a:match("^%s*(.-)%s*$"), b:match("^%s*(.-)%s*$")
+  if a == b then return 1 end
+  if #a < 2 or #b < 2 then return 0 end
+  local pairs_a, n = {}, 0
+  for i = 1, #a - 1 do
+    local p = a:sub(i, i + 1)
+    pairs_a[p] = (pairs_a[p] or 0) + 1
+  end
+  for i = 1, #b - 1 do
+    local p = b:sub(i, i + 1)
+    if (pairs_a[p] or 0) > 0 then pairs_a[p] = pairs_a[p] - 1; n = n + 1 end
+  end
+  return 2 * n / (#a + #b - 2)
+end
+
+M.CONTEXT_LINES = 2
+
+-- The file's lines nearest to old_text's first non-blank line, numbered, with context.
+function M.nearest(text, old_text)
+  local want = old_text:match("[^\n]*%S[^\n]*") or old_text
+  local lines = lines_of(text)
+  local best, best_i = -1, nil
+  for i, line in ipairs(lines) do
+    local score = likeness(line, want)
+    if score > best then best, best_i = score, i end
+  end
+  if not best_i or best <= 0 then return "(no line of the file resembles it)" end
+  local out = {}
+  for i = math.max(1, best_i - M.CONTEXT_LINES), math.min(#lines, best_i + M.CONTEXT_LINES) do
+    out[#out + 1] = ("%5d%s %s"):format(i, i == best_i and ">" or " ", lines[i])
+  end
+  return table.concat(out, "\n")
+end
+
+local function replace_at(text, at, old_len, new_text)
+  local out, pos = {}, 1
+  for _, i in ipairs(at) do
+    out[#out + 1] = text:sub(pos, i - 1)
+    out[#out + 1] = new_text
+    pos = i + old_len
+  end
+  out[#out + 1] = text:sub(pos)
+  return table.concat(out)
+end
+
+function CALL.edit_file(ex, snap, input, ctx)
+  local path, old, new = input.path, input.old_text, input.new_text
+  if type(path) ~= "string" or path == "" or type(old) ~= "string" or type(new) ~= "string" then
+    return outcome("input", "edit_file needs {\"path\": \"…\", \"old_text\": \"…\", \"new_text\": \"…\"}", true)
+  end
+  if old == "" then
+    return outcome("input", "edit_file: old_text is empty; to create a file or replace it whole use write_file", true)
+  end
+  local opts = { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap }
+  local text, err = protected(ex.read_file, ex, path, opts)
+  if text == nil then return from_error(snap, err) end
+  if text:find("\0", 1, true) or not utf8.len(text) then
+    return outcome("tool", ("edit_file: %s is not a text file (it has NUL bytes or is not UTF-8); "
+      .. "edit_file only changes text files"):format(path), true)
+  end
+  local at = occurrences(text, old)
+  if #at == 0 then
+    return outcome("tool", ("edit_file: old_text occurs 0 times in %s, so nothing was changed. "
+      .. "It must match the file exactly, whitespace and line breaks included. The nearest lines:\n%s")
+      :format(path, M.nearest(text, old)), true)
+  end
+  if #at > 1 and input.replace_all ~= true then
+    local where = {}
+    for i, offset in ipairs(at) do
+      if i > 10 then where[#where + 1] = "…"; break end
+      where[#where + 1] = tostring(line_of(text, offset))
+    end
+    return outcome("tool", ("edit_file: old_text occurs %d times in %s (at lines %s), so nothing was "
+      .. "changed. Include more of the surrounding lines to make it unique, or set replace_all to "
+      .. "true to replace all %d."):format(#at, path, table.concat(where, ", "), #at), true)
+  end
+  local ok, werr = protected(ex.write_file, ex, path, replace_at(text, at, #old, new), opts)
+  if not ok then return from_error(snap, werr) end
+  local first = line_of(text, at[1])
+  if #at == 1 then
+    return outcome("result", ("edited %s: replaced 1 occurrence at line %d"):format(path, first), false)
+  end
+  return outcome("result", ("edited %s: replaced %d occurrences (the first at line %d)"):format(path, #at, first), false)
 end
 
 -- use: {id, name, input, input_error?}; def: the agent's policy entry.

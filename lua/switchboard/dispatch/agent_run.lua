@@ -8,6 +8,8 @@
 local core = require("switchboard.core")
 local client_mod = require("switchboard.agent.client")
 local repo_mod = require("switchboard.agent.repo")
+local instructions = require("switchboard.agent.instructions")
+local publish = require("switchboard.agent.publish")
 local run = require("switchboard.agent.run")
 local transcript = require("switchboard.agent.transcript")
 local identity = require("switchboard.github.identity")
@@ -55,6 +57,37 @@ local function make_client(d, snap)
   return c, why
 end
 
+-- A run that ended with its work done (or its turns used) in a repository, of an agent whose
+-- policy lets it open pull requests, publishes its changes; a readonly agent never does.
+function M.publishes(ask, state)
+  local def = ask.agent_def
+  return ask.repo ~= nil and def.pull_requests == true and not def.readonly
+    and (state == "done" or state == "turns") and not ask.stop.aborted
+end
+
+function M.publish(d, thread, ask, built, t, answer, deadline)
+  local c = ask.card
+  c:tool("git: committing and pushing the changes")
+  d:refresh(ask)
+  local ok, res, problem, kind = pcall(publish.run, {
+    executor = built.executor, snap = ask.snap, repo = ask.repo, thread = thread.name,
+    thread_key = d.thread_key(thread.name), link = ask.link, ask = ask.text, agent = ask.agent,
+    answer = answer, turns = c.turns, creds = d.build_opts.credentials, scope = ask.agent_def.token_scope,
+    signal = ask.stop, remaining_ms = deadline - d.now_ms(),
+  })
+  c:tool_done()
+  if not ok then res, problem, kind = nil, "internal error while publishing: " .. tostring(res), "internal" end
+  if res and res.state == "published" then
+    c.pull_request = { url = res.pr.url, number = res.pr.number, action = res.pr.action, branch = res.branch }
+  elseif res == nil then
+    c.publish_problem = problem
+  end
+  t:write{ type = "publish", state = res and res.state or "failed", kind = kind, branch = res and res.branch,
+           sha = res and res.sha, pull_request = c.pull_request, problem = problem }
+  core.log(res and "info" or "warn", "agent.publish", { thread = thread.name, repo = ask.repo,
+    state = res and res.state or "failed", kind = kind, pr = c.pull_request and c.pull_request.number })
+end
+
 function M.run(d, thread, ask)
   local c = ask.card
   local snap = ask.snap
@@ -86,7 +119,7 @@ function M.run(d, thread, ask)
   if t.path then c.transcript_path = t.path end
   core.log("info", "agent.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
 
-  local state, answer, problem
+  local state, answer, problem, guide
   if ask.repo then
     c:preparing("git: " .. ask.repo)
     d:refresh(ask)
@@ -97,6 +130,9 @@ function M.run(d, thread, ask)
     if done then
       c:add_note(done .. " " .. ask.repo)
       c.state = "running"
+      guide = instructions.read(built.executor, snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
+      if guide.note then c:add_note(guide.note) end
+      t:write{ type = "instructions", files = guide.files }
     elseif kind == "stopped" or ask.stop.aborted then
       state = "stopped"
     elseif kind == "infra" then
@@ -110,7 +146,7 @@ function M.run(d, thread, ask)
       snap = snap, def = ask.agent_def, agent = ask.agent, executor = built.executor,
       tracker = built.tracker, client = client, card = c, signal = ask.stop, deadline_ms = deadline,
       ask = ask.text, repo = ask.repo, workspace = workspace_of(built), transcript = t,
-      now_ms = d.now_ms,
+      now_ms = d.now_ms, instructions = guide,
     })
     if ok then
       state, answer, problem = s, a, p
@@ -119,6 +155,7 @@ function M.run(d, thread, ask)
       state, problem = "model_error", "internal error in the agent run: " .. tostring(s):match("^[^\n]*")
     end
   end
+  if M.publishes(ask, state) then M.publish(d, thread, ask, built, t, answer, deadline) end
   ticker_done:abort("finished")
   if state == "stopped" or ask.stop.aborted then
     state = "stopped"

@@ -355,6 +355,9 @@ function D:enqueue(msg, snap, parsed, name, def)
     id = self.seq,
     thread = msg.thread,
     user = msg.user,
+    -- the thread's link, when the front has one (Slack: a permalink, looked up when needed);
+    -- a pull request's body links back to it
+    link = msg.permalink or (self.front.link_for and self.front:link_for(msg.thread)) or nil,
     agent = name,
     agent_def = def,
     repo = parsed.repo or (def.resources and def.resources.repository and thread.repo) or nil,

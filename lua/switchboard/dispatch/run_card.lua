@@ -5,7 +5,9 @@
 --   kind = "agent", ask (the request's text), state, turns, max_turns, tool_now (the call
 --   running now: "$ first line of its command" or "read_file PATH"), started_ms,
 --   finished_ms, tokens_in, tokens_out, waiting (a ⏳ line while the fleet or the API makes
---   the run wait), answer (the model's last text), problem (why it ended, when not done)
+--   the run wait), answer (the model's last text), problem (why it ended, when not done),
+--   pull_request ({url, number, action = opened|updated, branch} when the run opened or
+--   updated one), publish_problem (why its changes could not be pushed or the PR opened)
 --
 --   [main] agent:coding · local · acme/api
 --   note: …
@@ -124,9 +126,17 @@ end
 function R:body_text()
   if not self:final() then return "" end
   local parts = {}
+  local pr, lead = self.pull_request, nil
+  if pr then
+    lead = ("⇢ pull request #%s %s: %s (branch %s)"):format(tostring(pr.number), pr.action, tostring(pr.url), pr.branch)
+  elseif self.publish_problem then
+    lead = "✗ no pull request — " .. self.publish_problem
+  end
   if self.problem and self.problem ~= "" then parts[#parts + 1] = self.problem end
   if self.answer and self.answer ~= "" then parts[#parts + 1] = self.answer end
-  return table.concat(parts, "\n\n")
+  local text = table.concat(parts, "\n\n")
+  if lead then return text == "" and lead or (lead .. "\n" .. text) end
+  return text
 end
 
 function R:summary(now_ms)

@@ -29,6 +29,10 @@ Identity.__index = Identity
 
 function Identity:describe() return self.line end
 
+-- The REST API's base URL for calls made with this identity's tokens (pull requests):
+-- the App's GITHUB_API_URL, else the bot's GITHUB_API_URL, else api.github.com.
+function Identity:api_url() return self.api or app.DEFAULT_API_URL end
+
 function Identity:notice()
   if self.kind ~= "none" or self.noticed then return nil end
   self.noticed = true
@@ -164,6 +168,7 @@ local function app_identity(getenv, opts, app_id, key_value)
   if api_url ~= app.DEFAULT_API_URL then line = line .. " at " .. api_url end
   local self = setmetatable(new("app", line), AppIdentity)
   self.app_id = app_id
+  self.api = api_url
   self.installation_id = iid
   self.policy = policy
   self.wall_ms = wall_ms
@@ -205,8 +210,10 @@ function M.from_env(getenv, opts)
     return app_identity(getenv, opts, app_id, key_value)
   end
   local token = nonempty(getenv("GH_TOKEN"))
-  if token then return plain(token, opts.redact or core.log_redact) end
-  return none()
+  local api = nonempty(getenv("GITHUB_API_URL"))
+  local id = token and plain(token, opts.redact or core.log_redact) or none()
+  if api then id.api = api:gsub("/+$", "") end
+  return id
 end
 
 return M

@@ -18,7 +18,9 @@ M.BACKENDS = { ["local"] = true, sandbox = true, resident = true, e2b = true }
 M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b" }
 
 -- Tools that run through an executor, so an agent offering one must declare a repository.
-M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true }
+M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true, edit_file = true }
+-- Tools that change the workspace: never offered to a readonly agent.
+M.WRITE_TOOLS = { write_file = true, edit_file = true }
 
 ---------------------------------------------------------------------------------------------
 -- Formatting helpers
@@ -230,6 +232,21 @@ function S.prompt(v, path, report)
   if why then report(path, why) end
 end
 
+-- A multi-line text with placeholders from vars (a list of names) only.
+function S.text(vars, max_len)
+  local allowed = {}
+  for _, n in ipairs(vars) do allowed[n] = true end
+  return function(v, path, report)
+    if type(v) ~= "string" then return report(path, "must be a string, got " .. typename(v)) end
+    if #v > (max_len or 64 * 1024) then return report(path, ("must be at most %d bytes"):format(max_len or 65536)) end
+    local why = template.check((v:gsub("\n", " ")), allowed)
+    if why then report(path, why) end
+  end
+end
+
+-- The pull request's texts (policies/agents.lua pull_request).
+M.PR_VARS = { "ask", "agent", "repository", "thread", "thread_link", "summary", "turns", "branch", "title" }
+
 function S.rule(v, path, report)
   if not rule.is_rule(v) then
     report(path, "must be built with rule{...}, got " .. typename(v))
@@ -364,7 +381,22 @@ M.files.agents = {
     max_tokens = S.optional(S.int { min = 1, max = 1000000 }),
     max_turns = S.optional(S.int { min = 1, max = 10000 }),
     system_prompt = S.optional(S.prompt),
+    pull_requests = S.optional(S.bool),
   }, { min = 1 }),
+  instructions = S.record {
+    files = S.list(S.string { pattern = "^[%w._-][%w._/-]*$", what = "a path inside the repository" }, { unique = true, max = 20 }),
+    max_file_bytes = S.int { min = 256, max = 1024 * 1024, unit = "bytes" },
+    max_total_bytes = S.int { min = 256, max = 4 * 1024 * 1024, unit = "bytes" },
+  },
+  pull_request = S.record {
+    branch = S.template({ "thread", "short_id" }, { "{short_id}" }),
+    author_name = S.string { one_line = true, max_len = 100 },
+    author_email = S.string { one_line = true, pattern = "^[^%s@]+@[^%s@]+$", what = "an e-mail address" },
+    commit_message = S.text(M.PR_VARS, 8192),
+    title = S.text(M.PR_VARS, 1024),
+    body = S.text(M.PR_VARS, 60000),
+    max_title_chars = S.int { min = 20, max = 256 },
+  },
   run_defaults = S.record {
     model = S.string { one_line = true, max_len = 200 },
     max_tokens = S.int { min = 1, max = 1000000 },
@@ -602,12 +634,18 @@ function M.cross.agents(a, report)
         report(string.format("%s.tools[%d]", p, i), string.format(
           "%s runs in a workspace, so agent %s must declare resources = { repository = true }", tool, key))
       end
-      if def.readonly and tool == "write_file" then
-        report(string.format("%s.tools[%d]", p, i), "a readonly agent cannot have write_file")
+      if def.readonly and M.WRITE_TOOLS[tool] then
+        report(string.format("%s.tools[%d]", p, i), "a readonly agent cannot have " .. tool)
       end
     end
     if def.token_scope ~= nil and not repo then
       report(p .. ".token_scope", "an agent without a repository gets no credential; remove token_scope or declare resources.repository")
+    end
+    if def.pull_requests and def.readonly then
+      report(p .. ".pull_requests", "a readonly agent never pushes; remove pull_requests or readonly")
+    end
+    if def.pull_requests and not repo then
+      report(p .. ".pull_requests", "needs resources = { repository = true }")
     end
     if def.readonly and def.token_scope == "write" then
       report(p .. ".token_scope", "a readonly agent must not get the write token")

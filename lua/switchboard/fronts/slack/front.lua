@@ -10,6 +10,7 @@
 --   f:note_ask(thread, {channel, thread_ts, ask_ts})   before dispatcher:handle for that thread
 --   f:post(thread, msg) → handle;  f:update(handle, msg)     (the dispatcher calls these)
 --   f:say(where, text)             a plain answer in a thread (a refusal)
+--   f:link_for(thread) → function() → permalink | nil   (during dispatcher:handle for it)
 --   f:flush(signal)                yields until every card's last state was sent (or signal)
 local core = require("switchboard.core")
 local blocks = require("switchboard.fronts.slack.blocks")
@@ -73,6 +74,22 @@ end
 local function log_failure(self, what, h, err)
   self.log("warn", "slack.api_failed", { call = what, channel = h.where and h.where.channel,
     error = err and (err.error or err.kind), message = err and err.message })
+end
+
+-- The thread's permalink, looked up only when it is needed (a pull request's body links back
+-- to the thread): → function() → url | nil. chat.getPermalink on the thread's first message.
+function F:link_for(thread)
+  local where = self.threads[thread]
+  if not (where and where.channel and where.thread_ts) then return nil end
+  local api, log = self.api, self.log
+  return function()
+    local res, err = api:call("chat.getPermalink", { channel = where.channel, message_ts = where.thread_ts },
+      { channel = where.channel })
+    if res and type(res.permalink) == "string" then return res.permalink end
+    log("warn", "slack.api_failed", { call = "chat.getPermalink", channel = where.channel,
+      error = err and (err.error or err.kind), message = err and err.message })
+    return nil
+  end
 end
 
 -- A plain answer (help, a refusal, "nothing to stop") in the thread.

@@ -1,0 +1,174 @@
+-- The end of a run of an agent that may open pull requests (pull_requests = true in
+-- policies/agents.lua): when its repository has changes (files changed, or commits the agent
+-- made), commit what is uncommitted on the thread's branch, push it, and open the pull request
+-- — or update the one already open for the branch, so a follow-up in the same thread lands in
+-- the same pull request.
+--
+-- The git part is one command through the thread's executor, like the clone (agent/repo.lua):
+-- git gets GH_TOKEN (the agent's token, put in the command's environment per command) through
+-- a credential helper given with `git -c`, so the token is in no argv, URL or .git/config.
+-- The REST part (github/pulls.lua) runs here, with the same agent's token resolved from the
+-- identity.
+--
+--   publish.branch(snap, thread_name, thread_key) → "switchboard/main-1a2b3c4d"
+--   publish.run(o) → {state = "none"} | {state = "published", branch, pr = {number, url, action}}
+--                  | nil, problem, kind ("git" | "push_refused" | "protected" | "conflict" |
+--                                        "not_found" | "github" | "infra" | "stopped" | "credential")
+--     o: executor, snap, repo, thread, thread_key, link, ask, agent, answer, turns, creds,
+--        signal, remaining_ms, request?
+local core = require("switchboard.core")
+local template = require("switchboard.policy.template")
+local errors = require("switchboard.exec.errors")
+local pulls = require("switchboard.github.pulls")
+local repo_mod = require("switchboard.agent.repo")
+
+local M = {}
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function slug(s)
+  s = tostring(s):lower():gsub("[^a-z0-9]+", "-"):gsub("^-+", ""):gsub("-+$", "")
+  if s == "" then s = "thread" end
+  return s:sub(1, 40):gsub("-+$", "")
+end
+
+-- The thread's branch: stable for the thread, so every run of it pushes to the same one.
+function M.branch(snap, thread_name, thread_key)
+  local short = core.crypto.hex(core.crypto.sha256(tostring(thread_key or thread_name))):sub(1, 8)
+  return template.fill(snap.agents.pull_request.branch, { thread = slug(thread_name), short_id = short })
+end
+
+-- The command: stage and commit what is uncommitted on the branch, and push it when the
+-- branch differs from what the remote has. Its stdout's last lines say what happened:
+--   @@base NAME       the remote's default branch
+--   @@none            nothing to push
+--   @@pushed SHA      pushed
+-- A failed push exits 20 with git's own words on stdout.
+function M.script(branch, name, email, message)
+  local helper = repo_mod.HELPER
+  return table.concat({
+    "set -e",
+    "export GIT_TERMINAL_PROMPT=0",
+    'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. helper) .. "; fi",
+    "base=$(git symbolic-ref --short refs/remotes/origin/HEAD 2>/dev/null | sed 's|^origin/||')",
+    '[ -n "$base" ] || base=$(git remote show origin 2>/dev/null | sed -n "s/.*HEAD branch: //p")',
+    'echo "@@base $base"',
+    "git add -A",
+    "if ! git diff --cached --quiet; then",
+    "  git checkout -q -B " .. quote(branch),
+    "  git -c user.name=" .. quote(name) .. " -c user.email=" .. quote(email)
+      .. " commit -q -F - <<'SWITCHBOARD_MESSAGE'",
+    message,
+    "SWITCHBOARD_MESSAGE",
+    "elif [ \"$(git rev-parse --abbrev-ref HEAD)\" != " .. quote(branch) .. " ]; then",
+    "  git checkout -q -B " .. quote(branch),
+    "fi",
+    "remote=$(git rev-parse -q --verify refs/remotes/origin/" .. quote(branch) .. " || "
+      .. 'git rev-parse -q --verify "refs/remotes/origin/$base" || true)',
+    'if [ "$(git rev-parse HEAD)" = "$remote" ]; then echo "@@none"; exit 0; fi',
+    'if ! out=$(git "$@" push --porcelain origin ' .. quote("HEAD:refs/heads/" .. branch) .. " 2>&1); then",
+    '  printf "%s\\n" "$out"; exit 20',
+    "fi",
+    "git update-ref " .. quote("refs/remotes/origin/" .. branch) .. " HEAD",
+    'echo "@@pushed $(git rev-parse HEAD)"',
+  }, "\n")
+end
+
+-- What a refused push means, from git's words, and what to do about it.
+function M.push_problem(repo, branch, text)
+  local t = text:lower()
+  if t:find("gh006") or t:find("protected branch") then
+    return ("GitHub refused the push to %s in %s: the branch is protected (GH006). Change "
+      .. "pull_request.branch in policies/agents.lua to a name the branch protection rules do not "
+      .. "cover, or relax the rule for switchboard's App:\n%s"):format(branch, repo, text), "protected"
+  end
+  if t:find("non%-fast%-forward") or t:find("fetch first") or t:find("%[rejected%]") then
+    return ("The push to %s in %s was rejected: the branch on GitHub has commits this workspace "
+      .. "lacks (someone pushed to it). Ask the agent to pull and merge origin/%s, or delete the "
+      .. "branch on GitHub to start it again:\n%s"):format(branch, repo, branch, text), "conflict"
+  end
+  if t:find("403") or t:find("permission to") or t:find("denied") or t:find("write access") then
+    return ("GitHub refused the push to %s (403): the token this agent got cannot write to the "
+      .. "repository. A readonly (read-scoped) token never can; give the agent token_scope = "
+      .. "\"write\" in policies/agents.lua and the App \"Contents: Read and write\":\n%s"):format(repo, text), "push_refused"
+  end
+  if t:find("not found") or t:find("404") then
+    return ("GitHub answered 404 for %s: the App is not installed on it or does not cover it "
+      .. "(App page → Install App → Configure → add the repository):\n%s"):format(repo, text), "not_found"
+  end
+  if t:find("401") or t:find("authentication failed") or t:find("could not read username") then
+    return ("GitHub did not accept the credential for the push to %s: set up the GitHub App "
+      .. "(docs/github.md) or GH_TOKEN:\n%s"):format(repo, text), "credential"
+  end
+  return ("git could not push %s to %s:\n%s"):format(branch, repo, text), "git"
+end
+
+local function texts(o, branch)
+  local pol = o.snap.agents.pull_request
+  local link = o.link
+  if type(link) == "function" then
+    local ok, url = pcall(link)
+    link = ok and type(url) == "string" and url ~= "" and url or nil
+  end
+  local ask = (o.ask or ""):gsub("%s+", " "):match("^%s*(.-)%s*$")
+  local vars = {
+    ask = ask, agent = o.agent, repository = o.repo, thread = tostring(o.thread),
+    thread_link = link or ("thread " .. tostring(o.thread)),
+    summary = (o.answer and o.answer ~= "") and o.answer or "(the agent gave no summary)",
+    turns = tostring(o.turns or 0), branch = branch,
+  }
+  local title = template.fill(pol.title, vars):gsub("%s+", " ")
+  if utf8.len(title) and utf8.len(title) > pol.max_title_chars then
+    title = title:sub(1, utf8.offset(title, pol.max_title_chars - 1) - 1) .. "…"
+  end
+  vars.title = title
+  return title, template.fill(pol.body, vars), template.fill(pol.commit_message, vars)
+end
+
+function M.run(o)
+  local pol = o.snap.agents.pull_request
+  local branch = M.branch(o.snap, o.thread, o.thread_key)
+  local title, body, message = texts(o, branch)
+  local ok, result, err = pcall(o.executor.exec, o.executor,
+    M.script(branch, pol.author_name, pol.author_email, message),
+    { signal = o.signal, remaining_ms = o.remaining_ms, snap = o.snap })
+  if not ok then return nil, "the executor raised: " .. tostring(result), "infra" end
+  if result == nil then
+    local kind = errors.is_infra(err) and "infra" or "git"
+    return nil, ("the changes could not be committed and pushed: %s"):format(tostring(err)), kind
+  end
+  if result.aborted then return nil, "stopped while pushing", "stopped" end
+  local out = result.stdout or ""
+  if result.exit_code == 20 then
+    return nil, M.push_problem(o.repo, branch, (out:gsub("@@base[^\n]*\n", "")):match("^%s*(.-)%s*$"))
+  end
+  if result.exit_code ~= 0 then
+    return nil, ("git could not commit the changes on %s (exit %s):\n%s"):format(branch,
+      tostring(result.exit_code), (result.text or ""):gsub("^exit %-?%d+: ?", "")), "git"
+  end
+  local base = out:match("@@base ([^\n]*)")
+  if out:find("@@none") then return { state = "none", branch = branch } end
+  local sha = out:match("@@pushed (%x+)")
+  if not sha then return nil, "git gave no answer about the push:\n" .. out, "git" end
+  if base == nil or base == "" then
+    return nil, ("pushed %s to %s, but the remote's default branch is unknown, so no pull request "
+      .. "was opened; open it on GitHub"):format(branch, o.repo), "github"
+  end
+  local envs, cerr = o.creds and o.creds:resolve_envs(o.scope, { repo = o.repo })
+  if not (envs and envs.GH_TOKEN) then
+    return nil, ("pushed %s to %s, but no token could be had for the pull request: %s"):format(
+      branch, o.repo, tostring(cerr or "no GitHub credential (docs/github.md)")), "credential"
+  end
+  local pr, perr = pulls.open_or_update{
+    api_url = o.creds:api_url(), token = envs.GH_TOKEN, repo = o.repo, branch = branch, base = base,
+    title = title, body = body, timeout_ms = o.snap.github.request_timeout_ms, request = o.request,
+    user_agent = o.user_agent,
+  }
+  if not pr then
+    return nil, ("pushed %s to %s (commit %s), but the pull request failed: %s"):format(
+      branch, o.repo, sha:sub(1, 12), perr), "github"
+  end
+  return { state = "published", branch = branch, sha = sha, pr = pr, base = base }
+end
+
+return M

@@ -1,0 +1,107 @@
+-- Pull requests through GitHub's REST API, with an installation (or plain) token: the one
+-- open for a branch is looked up and updated, else one is opened.
+--
+--   GET   /repos/{o}/{r}/pulls?head={o}:{branch}&state=open   the open PR of the branch
+--   POST  /repos/{o}/{r}/pulls   {title, head, base, body}     open one (201)
+--   PATCH /repos/{o}/{r}/pulls/{n}   {body}                    update it (200)
+--
+--   local pr, err = pulls.open_or_update{api_url, token, repo, branch, base, title, body,
+--                                        timeout_ms, request?, user_agent?}
+--     → {number, url, action = "opened" | "updated"} | nil, "what happened and what to do"
+--
+-- The token travels only in the Authorization header; error texts never quote it.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local app = require("switchboard.github.app")
+
+local M = {}
+
+local function urlencode(s)
+  return (s:gsub("[^%w%-._~]", function(c) return ("%%%02X"):format(c:byte()) end))
+end
+
+local function says(doc)
+  if type(doc) ~= "table" then return "" end
+  local parts = {}
+  if type(doc.message) == "string" then parts[#parts + 1] = doc.message end
+  for _, e in ipairs(type(doc.errors) == "table" and doc.errors or {}) do
+    if type(e) == "table" and type(e.message) == "string" then parts[#parts + 1] = e.message end
+  end
+  if #parts == 0 then return "" end
+  return " (GitHub said: " .. table.concat(parts, "; "):gsub("[\r\n]+", " "):sub(1, 300) .. ")"
+end
+
+-- What a refused call means and what to do about it.
+function M.explain(status, doc, what, repo)
+  local said = says(doc)
+  if status == 401 then
+    return ("GitHub refused the token when it tried to %s (401)%s — the installation token expired or "
+      .. "was revoked; ask again to mint a new one"):format(what, said)
+  end
+  if status == 403 then
+    return ("GitHub refused to %s in %s (403)%s — the token may not write pull requests: give the "
+      .. "App \"Pull requests: Read and write\", accept the new permission on the installation, "
+      .. "and check that this agent gets the write token (token_scope in policies/agents.lua)")
+      :format(what, repo, said)
+  end
+  if status == 404 then
+    return ("GitHub answered 404 when it tried to %s in %s%s — the App is not installed on the "
+      .. "repository or does not cover it: App page → Install App → Configure → add %s")
+      :format(what, repo, said, repo)
+  end
+  if status == 422 then
+    return ("GitHub could not %s in %s (422)%s — if the branch has no commits that the base "
+      .. "lacks, there is nothing to review; if a pull request already exists for it, close "
+      .. "or reuse it"):format(what, repo, said)
+  end
+  return ("GitHub answered %s when it tried to %s in %s%s — try again later"):format(
+    tostring(status), what, repo, said)
+end
+
+local function call(o, method, path, doc)
+  local body = doc and cjson.encode(doc) or nil
+  local headers = {
+    ["Accept"] = app.ACCEPT,
+    ["X-GitHub-Api-Version"] = app.API_VERSION,
+    ["User-Agent"] = o.user_agent or "OpenSwitchboard",
+    ["Authorization"] = "Bearer " .. o.token,
+  }
+  if body then headers["Content-Type"] = "application/json" end
+  local request = o.request or core.http.request
+  local status, _, resp = request{ method = method, url = o.api_url .. path, headers = headers,
+                                   body = body, deadline_ms = o.timeout_ms or 10000 }
+  if status == nil then
+    return nil, nil, ("GitHub API %s %s is unreachable or slow — check GITHUB_API_URL and this "
+      .. "host's network, then ask again"):format(method, o.api_url .. path)
+  end
+  local ok, decoded = pcall(cjson.decode, resp or "")
+  return status, ok and decoded or nil
+end
+
+function M.open_or_update(o)
+  local owner = o.repo:match("^([^/]+)/")
+  local base_path = "/repos/" .. o.repo .. "/pulls"
+  local status, doc, err = call(o, "GET", ("%s?head=%s&state=open"):format(base_path,
+    urlencode(owner .. ":" .. o.branch)))
+  if status == nil then return nil, err end
+  if status ~= 200 or type(doc) ~= "table" then
+    return nil, M.explain(status, doc, "look up the pull request of " .. o.branch, o.repo)
+  end
+  local open = doc[1]
+  if type(open) == "table" and open.number then
+    local n = math.tointeger(open.number) or open.number
+    -- the title stays the first ask's (a person may have edited it); the body tells the latest run
+    status, doc, err = call(o, "PATCH", ("%s/%d"):format(base_path, n), { body = o.body })
+    if status == nil then return nil, err end
+    if status ~= 200 then return nil, M.explain(status, doc, "update pull request #" .. n, o.repo) end
+    return { number = n, url = doc.html_url or open.html_url, action = "updated" }
+  end
+  status, doc, err = call(o, "POST", base_path, { title = o.title, head = o.branch, base = o.base, body = o.body })
+  if status == nil then return nil, err end
+  if status ~= 201 or type(doc) ~= "table" then
+    return nil, M.explain(status, doc, "open a pull request from " .. o.branch, o.repo)
+  end
+  return { number = math.tointeger(doc.number) or doc.number, url = doc.html_url, action = "opened" }
+end
+
+return M
