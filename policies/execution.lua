@@ -10,9 +10,22 @@ backend = { default = "local" }
 
 -- Each backend's configuration comes from the bot's environment; these name the variables.
 sandbox = { url_env = "SANDBOX_URL", token_env = "SANDBOX_TOKEN" }
--- Not provided by this build: an agent the policy sends to "resident" runs on a fresh
--- sandbox with a note (exec/factory.lua). Kept so a policy naming it still loads.
-resident = { url_env = "RESIDENT_URL", token_env = "RESIDENT_TOKEN" }
+-- resident: base_url (or the variable url_env names) and the bearer in token_env. A repository
+-- agent whose resident is not warm falls back to `fallback` (the per-thread backend) with a
+-- note. install: the first row whose file the checkout has gives the command run once at
+-- onboarding (and after a fetch that changes the file); deps are copied into each thread's
+-- worktree (copy-on-write where the file system can).
+resident = {
+  url_env = "RESIDENT_URL", token_env = "RESIDENT_TOKEN",
+  -- base_url = "http://127.0.0.1:8090",
+  fallback = "sandbox",
+  install = {
+    { file = "pnpm-lock.yaml", command = "pnpm install --frozen-lockfile", deps = { "node_modules" } },
+    { file = "package-lock.json", command = "npm ci", deps = { "node_modules" } },
+    { file = "yarn.lock", command = "yarn install --frozen-lockfile", deps = { "node_modules" } },
+    { file = "requirements.txt", command = "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt", deps = { ".venv" } },
+  },
+}
 -- e2b: the API key's variable; the sandbox template; the directory commands run in and file
 -- paths are relative to (E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL, E2B_DEBUG: docs/e2b.md).
 e2b = { api_key_env = "E2B_API_KEY", template = "base", workdir = "/home/user" }

@@ -65,6 +65,18 @@ file_op = { budget_ms = 5 * minute }  -- /read and /write (plus the call margin)
 -- longest command cannot outlive the token it started with.
 token = { reuse_slack_ms = 5 * minute }
 
+resident = {
+  negative_cache_ms = 30 * second,    -- a failed /status probe is remembered this long
+  probe_timeout_ms = 5 * second,
+  -- The resident server (`switchboard resident`, docs/resident.md):
+  fetch_every_ms = 5 * minute,        -- each onboarded repository is fetched on this schedule
+  warm_after_start_ms = 0,            -- after a (re)start checkouts are cold until this first fetch
+  clone_timeout_ms = 10 * minute,     -- one clone or fetch
+  install_timeout_ms = 20 * minute,   -- the repository's install command (npm ci, pip …)
+  attach_timeout_ms = 2 * minute,     -- one `git worktree add` plus the copy of its dependencies
+  min_free_mb = 512,                  -- less free disk under the root is "degraded (disk full)"
+}
+
 -- The e2b backend (docs/e2b.md). A sandbox lives sandbox_timeout_ms after it was created or
 -- last stretched (E2B's own timeout reclaims it then); a command that would outlast that first
 -- stretches it to budget + call margin + this. A control-plane call waits api_timeout_ms (file

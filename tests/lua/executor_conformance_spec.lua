@@ -1,5 +1,5 @@
 -- The executor conformance suite (docs/executors.md): the same cases against every backend —
--- null, local, sandbox (a real sandboxd on loopback) and e2b (the E2B stand-in, a real process
+-- null, local, sandbox (a real sandboxd on loopback), resident and e2b (the E2B stand-in, a real process
 -- speaking E2B's protocols). A backend is one entry in BACKENDS:
 --
 --   name        the backend's name (ex.backend must say it, null says "local")
@@ -10,7 +10,7 @@
 --   infra(t)    provokes a transport failure for thread key t → must be ExecInfraError
 --   capacity(t) provokes a full fleet/account for thread key t → must be ExecCapacityError
 --
--- A resident backend is one more entry: start its server, make its executor, say what it can.
+-- resident: a real `switchboard resident` (--no-walls) with a local repository onboarded.
 local core = require("switchboard.core")
 local async = require("support.async")
 local S = require("support.sandbox")
@@ -148,6 +148,32 @@ do
           if ex:exec("true") then break end
         end
       end
+    end,
+  }
+end
+
+do
+  -- the resident: a real `switchboard resident` on loopback with a local repository onboarded
+  local R = require("support.resident")
+  local resident = require("switchboard.exec.resident")
+  local base, server
+  local function make_on(url, k)
+    return resident.new{ url = url, token = R.TOKEN, thread_key = k, repo = "acme/api", policy = policy }
+  end
+  BACKENDS[#BACKENDS + 1] = {
+    name = "resident", symlinks = true,
+    start = function()
+      base = R.make_base()
+      server = R.start(base, { policies = R.policy_dir() })
+      assert(R.onboard(server, "acme/api") == "warm", "the resident did not onboard acme/api")
+    end,
+    stop = function() server.stop(); server.wait(); S.rm(server.root); S.rm(base) end,
+    make = function(k) return make_on(server.url, k) end,
+    -- nothing listens there any more: the attach before the first command fails
+    infra = function(k)
+      local gone = R.start(base, { policies = R.policy_dir() })
+      gone.stop(); gone.wait(); S.rm(gone.root)
+      return make_on(gone.url, k)
     end,
   }
 end

@@ -40,7 +40,7 @@ the policies; TERM/INT stop reading, let running asks finish (timeouts console.d
 then kill them and exit 0; a second TERM/INT kills at once.
 
 Options:
-  --backend NAME          override policy's backend: local, sandbox or e2b ($E2B_API_KEY;
+  --backend NAME          override policy's backend: local, sandbox, resident or e2b ($E2B_API_KEY;
                           E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md)
   --sandbox-url URL       the sandboxd for --backend sandbox (token: $SANDBOX_TOKEN)
   --workspace-root DIR    where local workspaces live (default: $SWITCHBOARD_STATE_DIR/workspaces)

@@ -4,7 +4,7 @@ local prologue = require("switchboard.commands.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
 local metrics = require("switchboard.metrics")
-local instance = require("switchboard.shell.instance")
+local walls_mod = require("switchboard.commands.walls")
 local policy = require("switchboard.policy")
 
 local M = {
@@ -114,21 +114,8 @@ function M.run(argv, ctx)
   local swept = runner.sweep(root)
   if swept > 0 then core.log("info", "sandboxd.swept", { workspaces = swept }) end
 
-  local walls
-  if opts.no_walls then
-    core.log("warn", "sandboxd.no_walls", { warning = "--no-walls: commands run WITHOUT walls "
-      .. "(no namespaces, no cgroups, the server's own uid); for development only" })
-    io.stderr:write("switchboard sandboxd: WARNING: --no-walls: every command runs as this "
-      .. "server's user, with a view of the whole host; never serve real threads like this\n")
-  else
-    local why
-    walls, why = instance.host{ snap = snap, policy = policy.current, scratch = root, log = core.log }
-    if not walls then
-      return fail(M.EXIT.config, "cannot build the walls around sandbox instances: " .. tostring(why)
-        .. ". Run where the kernel gives user namespaces, cgroups and bubblewrap (docs/isolation.md), "
-        .. "or pass --no-walls to run without them for development only.")
-    end
-  end
+  local walls, status = walls_mod.build(p, opts, snap, root, "sandboxd", "sandbox instances", M.EXIT.config)
+  if walls == false then return status end
 
   local srv, serr = server.start{ host = host, port = port, root = root, token = token,
     max_instances = max, walls = walls }

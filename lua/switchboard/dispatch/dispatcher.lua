@@ -34,6 +34,7 @@ local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local stack = require("switchboard.exec.stack")
+local resident = require("switchboard.exec.resident")
 local identity = require("switchboard.github.identity")
 local workspace = require("switchboard.shell.workspace")
 local card_mod = require("switchboard.dispatch.card")
@@ -421,6 +422,12 @@ function D:handle(msg)
       self:answer(msg.thread, "Nothing is running in this thread; there is nothing to stop.")
     end
     return
+  end
+  if parsed.kind == "onboard" then
+    return core.go(function()
+      self:answer(msg.thread, resident.onboard_text(snap, self.build_opts.getenv or os.getenv, parsed.repo,
+        self.build_opts.resident_url))
+    end)
   end
   if parsed.kind == "malformed" then
     return self:answer(msg.thread, self:help_text(snap, "I could not read that ask: " .. parsed.reason .. "."))

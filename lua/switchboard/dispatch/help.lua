@@ -12,6 +12,7 @@ M.GRAMMAR = {
   { "agent:NAME run `COMMAND` in OWNER/REPO", "… on a repository (agents that work on one)" },
   { "[agent:NAME] ANYTHING ELSE", "an agent run: the model works with the agent's tools until done" },
   { "stop", "stop this thread's running command or run (and drop its queued asks)" },
+  { "repo onboard OWNER/REPO", "onboard a repository on the resident once (clone, install, kept warm)" },
   { "help", "this text" },
 }
 

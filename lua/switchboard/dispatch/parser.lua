@@ -4,6 +4,7 @@
 --   [@switchboard] agent:NAME run `COMMAND`               a named agent
 --   [@switchboard] agent:NAME run `COMMAND` in OWNER/REPO … on a repository
 --   stop                                                  stop this thread's running command
+--   repo onboard OWNER/REPO                               onboard a repository on the resident
 --   help                                                  what is possible
 --
 -- A command sits between single backticks (the last backtick closes it, so a command may hold
@@ -12,7 +13,7 @@
 --
 -- parse(text) → one of
 --   {kind = "run", agent = NAME | nil, command = COMMAND, repo = "OWNER/REPO" | nil}
---   {kind = "stop"} | {kind = "help"}
+--   {kind = "stop"} | {kind = "help"} | {kind = "onboard", repo = "OWNER/REPO"}
 --   {kind = "malformed", reason = TEXT}   reason says what was wrong and how to write it
 --   {kind = "free_text", agent = NAME | nil, text = TEXT}   an ask with no `run`
 -- Nothing here knows which agents exist: the dispatcher checks the name against policy.
@@ -141,6 +142,12 @@ function M.parse(text)
     return { kind = "help" }
   end
   if lower:match("^stop[.!]*$") then return { kind = "stop" } end
+  local onboard_target = s:match("^[Rr][Ee][Pp][Oo]%s+[Oo][Nn][Bb][Oo][Aa][Rr][Dd]%s*(.-)%s*$")
+  if onboard_target then
+    local repo = repo_of(onboard_target)
+    if repo == nil then return malformed("say which repository to onboard: repo onboard OWNER/REPO; " .. M.REPO_HINT) end
+    return { kind = "onboard", repo = repo }
+  end
 
   local agent
   local name, after = s:match("^[Aa][Gg][Ee][Nn][Tt]:(%S*)(.*)$")

@@ -7,14 +7,16 @@
 -- opts: policy (function → snapshot), workspace_root, getenv, credentials (optional object
 --       with :resolve_envs(scope) → NAME = value | nil, err), backends (optional overrides:
 --       name → constructor(config) for tests and later backends), force_backend (a
---       backend name that overrides policy: the CLI's --backend), e2b_state_dir (where the
---       e2b backend remembers each thread's sandbox id across processes)
+--       backend name that overrides policy: the CLI's --backend), resident_url (overrides
+--       the resident's URL), resident_request (the probe's transport; specs count probes),
+--       e2b_state_dir (where the e2b backend remembers each thread's sandbox id across processes)
 -- ctx:  thread_key, agent (name), repo?, ref?, snap? (the snapshot the ask captured; without
 --       it opts.policy() is read once here)
 local policy = require("switchboard.policy")
 local template = require("switchboard.policy.template")
 local errors = require("switchboard.exec.errors")
 local null_executor = require("switchboard.exec.null")
+local core = require("switchboard.core")
 
 local M = {}
 
@@ -75,12 +77,53 @@ function BUILDERS.e2b(opts, ctx, snap, agent)
   }
 end
 
--- A resident needs onboarding this build cannot do: fall back per thread, loudly
--- (docs/contract.md#provisioning).
+-- The resident (docs/resident.md): chosen only for a repository agent whose repository is warm
+-- there. The factory probes /status with timeouts.resident.probe_timeout_ms; a transport
+-- failure is remembered for timeouts.resident.negative_cache_ms (no probe, straight to the
+-- fallback); anything but warm falls back to the per-thread backend (execution.resident.fallback,
+-- sandbox) with a note on the card that says why (docs/contract.md#provisioning).
+local unreachable_until = {} -- resident URL → now_ms until which it is not probed again
+
+function M.forget_probes() unreachable_until = {} end
+
+local function resident_note(status, doc, repo)
+  if status == 404 then
+    return ("resident: %s is not onboarded — onboard it once with `repo onboard %s` (or "
+      .. "`switchboard resident onboard %s`)"):format(repo, repo, repo)
+  end
+  if status == 200 then
+    return ("resident %s%s"):format(tostring(doc.state), doc.reason and (" (" .. tostring(doc.reason) .. ")") or "")
+  end
+  return ("resident answered /status with HTTP %d"):format(status)
+end
+
 function BUILDERS.resident(opts, ctx, snap, agent)
-  local ex, err = BUILDERS.sandbox(opts, ctx, snap, agent)
+  local cfg = snap.execution.resident
+  local resident = require("switchboard.exec.resident")
+  local url, token = resident.configured(snap, opts.getenv or os.getenv, opts.resident_url)
+  if not url then return missing(snap, ctx.agent, "resident", token) end
+  local why
+  if not ctx.repo then
+    why = "resident needs the thread's repository (none was resolved)"
+  elseif (unreachable_until[url] or 0) > core.now_ms() then
+    why = "resident unreachable (a probe failed in the last " .. snap.timeouts.resident.negative_cache_ms // 1000 .. " s)"
+  else
+    local status, doc = resident.probe{ url = url, token = token, repo = ctx.repo,
+      timeout_ms = snap.timeouts.resident.probe_timeout_ms, request = opts.resident_request }
+    if status == 200 and doc.state == "warm" then
+      return resident.new{ url = url, token = token, thread_key = ctx.thread_key, repo = ctx.repo, ref = ctx.ref,
+        policy = opts.policy, resolve_envs = resolver(opts, agent, ctx) }
+    elseif status == nil then
+      unreachable_until[url] = core.now_ms() + snap.timeouts.resident.negative_cache_ms
+      why = "resident unreachable (" .. tostring(doc and doc.message or "transport failure"):match("^[^\n]*") .. ")"
+    else
+      why = resident_note(status, doc, ctx.repo)
+    end
+  end
+  local fallback = cfg.fallback or "sandbox"
+  local ex, err = BUILDERS[fallback == "local" and "local_" or fallback](opts, ctx, snap, agent)
   if not ex then return nil, err end
-  return ex, "sandbox", "resident unavailable (not provided by this build) — using fresh sandbox"
+  return ex, fallback, ("%s — using fresh %s"):format(why, fallback == "local" and "local workspace" or "sandbox")
 end
 
 function M.make_executor(opts, ctx)

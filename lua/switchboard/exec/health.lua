@@ -16,7 +16,10 @@ local Tracker = {}
 Tracker.__index = Tracker
 
 local function observe(self, ok, ...)
-  if ok then
+  local result = ...
+  if ok and type(result) == "table" and result.runtime_replaced then
+    return -- the first runtime replacement in a row: neither counted nor a reset
+  elseif ok then
     self.count = 0
     self.last_error = nil
   else
@@ -44,7 +47,7 @@ local function forward(self, method, ...)
   if res[1] == nil and res.n >= 2 then
     observe(self, false, res[2])
   else
-    observe(self, true)
+    observe(self, true, res[1])
   end
   return table.unpack(res, 1, res.n)
 end

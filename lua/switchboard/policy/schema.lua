@@ -345,6 +345,16 @@ M.files.timeouts = {
   },
   file_op = S.record { budget_ms = ms(SECOND, HOUR) },
   token = S.record { reuse_slack_ms = ms(0, HOUR) },
+  resident = S.record {
+    negative_cache_ms = ms(0, HOUR),
+    probe_timeout_ms = ms(100, MINUTE),
+    fetch_every_ms = ms(SECOND, 24 * HOUR),
+    warm_after_start_ms = ms(0, 24 * HOUR),
+    clone_timeout_ms = ms(SECOND, 2 * HOUR),
+    install_timeout_ms = ms(SECOND, 4 * HOUR),
+    attach_timeout_ms = ms(SECOND, HOUR),
+    min_free_mb = S.int { min = 0, max = 1024 * 1024 * 1024, unit = "MiB" },
+  },
   e2b = S.record {
     sandbox_timeout_ms = ms(SECOND, 24 * HOUR),
     api_timeout_ms = ms(100, 10 * MINUTE),
@@ -482,7 +492,15 @@ M.files.errors = {
 M.files.execution = {
   backend = S.map("^[a-z][a-z0-9_-]*$", "\"default\" or an agent name", S.enum(M.BACKEND_LIST)),
   sandbox = S.record { url_env = env_name, token_env = env_name },
-  resident = S.record { url_env = env_name, token_env = env_name },
+  resident = S.record {
+    url_env = env_name, token_env = env_name,
+    base_url = S.optional(S.string { one_line = true, pattern = "^https?://" , what = "an http(s) URL" }),
+    fallback = S.optional(S.enum({ "sandbox", "local" })),
+    install = S.list(S.record {
+      file = S.string { one_line = true }, command = S.string { one_line = true },
+      deps = S.list(S.string { one_line = true }),
+    }),
+  },
   e2b = S.record {
     api_key_env = env_name,
     template = S.optional(S.string { one_line = true }),

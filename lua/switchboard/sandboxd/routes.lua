@@ -417,23 +417,28 @@ local ROUTES = { ["/exec"] = exec_route, ["/read"] = read_route, ["/write"] = wr
 -- (an unauthenticated client cannot make the server hold megabytes), 404/405 for a route or
 -- method that does not exist, 400 for a missing or malformed thread key. Returns nil to go on,
 -- or status, headers, body.
-function M.on_head(ctx)
+-- table (optional, for another server on the same pattern — the resident): routes (path →
+-- method), list (their text for a 404), keyless (paths that need no thread key).
+function M.on_head(ctx, table_)
   local check = auth.checker(ctx.token)
+  local routes = table_ and table_.routes or protocol.ROUTES
+  local list = table_ and table_.list or ROUTE_LIST
+  local keyless = table_ and table_.keyless or { ["/healthz"] = true }
   return function(req)
     if not check(req.headers[protocol.AUTH_HEADER]) then
       return auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY
     end
     if req.path == "/metrics" and req.method == "GET" then return nil end -- no thread key
-    local method = protocol.ROUTES[req.path]
+    local method = routes[req.path]
     if method == nil then
-      return 404, JSON, json.encode({ error = ("no route %s; the routes are %s"):format(req.path, ROUTE_LIST) })
+      return 404, JSON, json.encode({ error = ("no route %s; the routes are %s"):format(req.path, list) })
     end
     if req.method ~= method then
       local headers = { allow = method }
       for k, v in pairs(JSON) do headers[k] = v end
       return 405, headers, json.encode({ error = ("%s takes %s"):format(req.path, method) })
     end
-    if req.path == "/healthz" then return nil end
+    if keyless[req.path] then return nil end
     local snap = ctx.policy()
     local ok, why = protocol.check_thread_key(req.headers[protocol.THREAD_HEADER], snap.timeouts.sandbox.max_thread_key_bytes)
     if not ok then

@@ -29,6 +29,9 @@ function M.new(root, thread_key, opts)
     ws = ws,
     label = M.label(thread_key),
     stopped = core.signal(), -- sleep: every process of this instance is killed at once
+    -- opts.existing: the directory is this runner's own already (the resident's worktree,
+    -- made by /attach), not an earlier instance's leftovers to clear
+    checked = opts and opts.existing or nil,
     walls = opts and opts.walls or nil, -- shell/instance.lua host: this instance gets walls
   }, Runner)
 end

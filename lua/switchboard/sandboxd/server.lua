@@ -32,6 +32,7 @@ local function limits_of(snap)
     max_write_queue_bytes = 8 * 1024 * 1024,
   }
 end
+M.limits_of = limits_of -- the resident listens with the same limits
 
 function M.start(opts)
   local log = opts.log or core.log

@@ -1,0 +1,211 @@
+-- The resident executor (docs/resident.md, docs/contract.md#provisioning): a thread's commands
+-- run in its own worktree of a repository's warm checkout on `switchboard resident`.
+--
+-- /exec, /read and /write are sandboxd's wire protocol, so they go through the sandbox
+-- executor (exec/sandbox.lua: the budget, timeoutMs in the body only when the caller asked,
+-- the wait of budget + call margin, the dual failure shape, fleet-busy, credentials per call);
+-- this module adds what the resident has that sandboxd does not:
+--   * /attach before the first command; one re-attach when the server answers not-attached
+--     (the worktree was evicted, or the resident restarted); still not attached → infra with
+--     code infra/attach;
+--   * a runtime replaced under a command (the server's named answer, or a dropped connection
+--     after which /healthz shows a new generation): the first is an ordinary result the model
+--     reads (exit 127, "run it again") that leaves the fail-fast count alone; the policy's
+--     errors.runtime_replaced_infra_after in a row is infra with code infra/runtime-replaced;
+--   * release("always") sends /detach with force (the thread's processes are killed and its
+--     worktree evicted); "if-clean" keeps the worktree for the thread's next ask.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local sandbox = require("switchboard.exec.sandbox")
+local errors = require("switchboard.exec.errors")
+local classify = require("switchboard.shell.classify")
+local render = require("switchboard.shell.render")
+local protocol = require("switchboard.shell.protocol")
+
+local M = {}
+M.__index = M
+
+M.NOT_ATTACHED = "not-attached"
+M.REPLACED = "runtime-replaced"
+
+local function first_line(s) return (tostring(s or ""):match("^[^\n]*")) end
+
+local function decode(raw)
+  local ok, doc = pcall(cjson.decode, raw or "")
+  if ok and type(doc) == "table" then return doc end
+end
+
+-- opts: url, token, thread_key, repo (OWNER/NAME), ref?, policy, resolve_envs, request?
+function M.new(opts)
+  assert(type(opts.repo) == "string", "resident executor: opts.repo is required")
+  local self = setmetatable({
+    backend = "resident", url = (opts.url:gsub("/+$", "")), token = opts.token,
+    thread_key = opts.thread_key or "default", repo = opts.repo, ref = opts.ref, policy = opts.policy,
+    request = opts.request or core.http.request, attached = false, replaced = 0,
+  }, M)
+  -- Every wire answer passes here, so the in-body reasons the sandbox executor does not know
+  -- (not-attached, runtime-replaced) can be read after it has judged them.
+  local function request(req)
+    self.last = nil
+    local status, headers, raw = self.request(req)
+    self.last = { status = status, doc = status and decode(raw) or nil }
+    return status, headers, raw
+  end
+  self.wire = sandbox.new{ url = opts.url, token = opts.token, thread_key = self.thread_key,
+    policy = opts.policy, resolve_envs = opts.resolve_envs, request = request }
+  return self
+end
+
+local function call(self, method, path, body, deadline_ms, signal)
+  local status, headers, raw = self.request{
+    method = method, url = self.url .. path, deadline_ms = deadline_ms, signal = signal,
+    headers = { authorization = "Bearer " .. self.token, ["content-type"] = "application/json",
+                [protocol.THREAD_HEADER] = self.thread_key },
+    body = body and cjson.encode(body) or nil,
+  }
+  if status == nil then return nil, headers end
+  return status, decode(raw) or {}
+end
+
+-- POST /attach → true | nil, infra error
+local function attach(self, snap, signal)
+  local status, doc = call(self, "POST", "/attach", { repo = self.repo, ref = self.ref },
+    snap.timeouts.resident.attach_timeout_ms + snap.timeouts.call.margin_ms, signal)
+  if status == 200 then
+    self.attached, self.generation = true, doc.generation
+    return true
+  end
+  local why = status and ("HTTP %d: %s"):format(status, first_line(doc.error or "no error text"))
+    or first_line(doc and doc.message or "transport failure")
+  return nil, errors.infra(("the resident could not attach this thread to %s (%s)"):format(self.repo, why),
+    classify.span_code(snap, "attach"))
+end
+
+local function last_reason(self)
+  local d = self.last and self.last.doc
+  return type(d) == "table" and (d.reason or d.code) or nil
+end
+
+-- After a transport failure: a resident that answers /healthz with another generation was
+-- replaced under the command.
+local function replaced_under(self, snap)
+  if not self.generation or (self.last and self.last.status) then return false end
+  local status, doc = call(self, "GET", "/healthz", nil, snap.timeouts.resident.probe_timeout_ms)
+  return status == 200 and doc.generation ~= nil and doc.generation ~= self.generation
+end
+
+-- One wire call with attach before it and one re-attach; fn() → the sandbox executor's answer.
+local function attached_call(self, snap, signal, fn)
+  for attempt = 1, 2 do
+    if not self.attached then
+      local ok, err = attach(self, snap, signal)
+      if not ok then return nil, err end
+    end
+    local a, b = fn()
+    if a ~= nil or last_reason(self) ~= M.NOT_ATTACHED then return a, b end
+    self.attached = false
+    if attempt == 2 then
+      return nil, errors.infra(("the resident lost this thread's worktree of %s again right after a re-attach")
+        :format(self.repo), classify.span_code(snap, "attach"))
+    end
+  end
+end
+
+function M:exec(command, opts)
+  opts = opts or {}
+  local snap = opts.snap or self.policy()
+  local wopts = {}
+  for k, v in pairs(opts) do wopts[k] = v end
+  wopts.snap = snap
+  local r, err = attached_call(self, snap, opts.signal, function() return self.wire:exec(command, wopts) end)
+  if r then
+    self.replaced = 0
+    return r
+  end
+  local named = errors.is_infra(err) and last_reason(self) == M.REPLACED
+  if not (named or (errors.is_infra(err) and replaced_under(self, snap))) then return nil, err end
+  self.attached = false -- a new runtime knows no threads; the next command attaches again
+  self.replaced = self.replaced + 1
+  local text = named and tostring(err)
+    or "resident runtime replaced under the command: the resident restarted (a new generation answers); run it again"
+  if classify.runtime_replaced_is_infra(snap, self.replaced) then
+    return nil, errors.infra(("%s (runtime replaced %d times in a row)"):format(text, self.replaced),
+      classify.span_code(snap, "runtime_replaced"))
+  end
+  local result = render.result(snap, { exit_code = protocol.FAILURE_EXIT, stdout = "", stderr = text })
+  result.runtime_replaced = true -- the health tracker leaves its count alone for this one
+  return result
+end
+
+function M:read_file(path, opts)
+  opts = opts or {}
+  local snap = opts.snap or self.policy()
+  return attached_call(self, snap, opts.signal, function() return self.wire:read_file(path, opts) end)
+end
+
+function M:write_file(path, bytes, opts)
+  opts = opts or {}
+  local snap = opts.snap or self.policy()
+  return attached_call(self, snap, opts.signal, function() return self.wire:write_file(path, bytes, opts) end)
+end
+
+-- "always" (a hard stop, a read-only run): /detach with force — the thread's processes are
+-- killed and its worktree evicted. "if-clean": the worktree stays for the next ask.
+function M:release(mode)
+  if mode ~= "always" then return true end
+  local snap = self.policy()
+  local status, doc = call(self, "POST", "/detach", { force = true },
+    snap.timeouts.resident.probe_timeout_ms + snap.timeouts.call.margin_ms)
+  self.attached = false
+  if status == 200 then return true end
+  return nil, errors.infra("the resident did not detach this thread: "
+    .. (status and ("HTTP " .. status) or first_line(doc and doc.message)))
+end
+
+-- The factory's probe: GET /status?repo= → status, doc | nil, transport error.
+function M.probe(opts)
+  local status, headers, raw = (opts.request or core.http.request){
+    method = "GET", url = opts.url:gsub("/+$", "") .. "/status?repo=" .. opts.repo,
+    headers = { authorization = "Bearer " .. opts.token }, deadline_ms = opts.timeout_ms,
+  }
+  if status == nil then return nil, headers end
+  return status, decode(raw) or {}
+end
+
+-- The resident this bot talks to: url, token | nil, the setting that is missing.
+function M.configured(snap, getenv, url_override)
+  local cfg = snap.execution.resident
+  local url = url_override or getenv(cfg.url_env)
+  if url == nil or url == "" then url = cfg.base_url end
+  if not url then return nil, cfg.url_env end
+  local token = getenv(cfg.token_env)
+  if not token or token == "" then return nil, cfg.token_env end
+  return url, token
+end
+
+-- `repo onboard OWNER/REPO` from a front: asks the resident to onboard and says what happens
+-- next (the text the thread gets).
+function M.onboard_text(snap, getenv, repo, url_override)
+  local url, token = M.configured(snap, getenv, url_override)
+  if not url then
+    return ("I cannot onboard %s: no resident is configured (%s is not set in the bot's environment)."):format(repo, token)
+  end
+  local status, headers, raw = core.http.request{ method = "POST", url = url:gsub("/+$", "") .. "/onboard",
+    headers = { authorization = "Bearer " .. token, ["content-type"] = "application/json" },
+    body = cjson.encode({ repo = repo }), deadline_ms = snap.timeouts.resident.probe_timeout_ms }
+  if status == nil then
+    return ("I cannot onboard %s: the resident cannot be reached (%s); try again in a minute."):format(repo,
+      first_line(headers and headers.message))
+  end
+  local doc = decode(raw) or {}
+  if status ~= 202 then
+    return ("The resident refused to onboard %s (HTTP %d: %s)."):format(repo, status, first_line(doc.error or "no reason given"))
+  end
+  if doc.state == "warm" then
+    return ("%s is already onboarded and warm on the resident; its asks run there."):format(repo)
+  end
+  return ("Onboarding %s on the resident: it is cloned and its install command runs once; asks on it use "
+    .. "the resident as soon as it is warm (until then they run in a fresh sandbox, and the card says why)."):format(repo)
+end
+
+return M
