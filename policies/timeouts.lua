@@ -37,7 +37,6 @@ recycle = { threshold_ms = 60 * second }
 sandbox = {
   heartbeat_ms = 15 * second,         -- one space on /exec while the command runs
   default_budget_ms = 280 * second,   -- the server's budget when the request names none
-  keepalive_ms = 60 * second,         -- renew the instance's activity clock while a command runs
   sleep_after = "5m",                 -- an idle instance sleeps after this (<n>s, <n>m or <n>h)
   max_instances = 25,                 -- awake instances at once; `sandboxd --max-instances` overrides
   max_thread_key_bytes = 256,         -- the longest x-thread-key a server accepts

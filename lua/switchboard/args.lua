@@ -43,6 +43,9 @@ function M.parse(argv, spec)
         end
         opts[key] = value
       end
+    elseif word:match("^%-[^%-%d]") then
+      -- A short option nobody defines: named, never taken for a word.
+      return nil, ("unknown option %s (see --help)"):format(word:sub(1, 2))
     else
       words[#words + 1] = word
     end

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 
 enum { REDACT_MIN_LEN = 6 };
@@ -153,10 +154,37 @@ size_t sb_log_find_secret(const char *text, size_t n, size_t from, size_t *len) 
 
 bool sb_log_enabled(const char *level) { return level_rank(level) >= G.min_level; }
 
+/* Is stderr systemd's journal? systemd sets JOURNAL_STREAM to "DEV:INODE" of the stream it
+ * connected; a child that inherited the variable but writes elsewhere must not match.
+ * Decided once: stderr does not change under a running process. */
+static bool stderr_is_journal(void) {
+  static int known = -1;
+  if (known >= 0)
+    return known == 1;
+  known = 0;
+  const char *js = getenv("JOURNAL_STREAM");
+  unsigned long long dev = 0, ino = 0;
+  struct stat st;
+  if (js != NULL && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
+      (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino)
+    known = 1;
+  return known == 1;
+}
+
+/* The sd-daemon(3) priority prefix journald reads: "<3>" error … "<7>" debug. */
+static const char *journal_prefix(const char *level) {
+  static const char *prefixes[] = {"<7>", "<6>", "<4>", "<3>"};
+  return prefixes[level_rank(level)];
+}
+
 void sb_log_write(const char *level, const char *event, const sb_log_field *fields, size_t n) {
   if (!sb_log_enabled(level))
     return;
   strbuf b = {0};
+  /* On the journal each line carries its priority; the journal keeps its own timestamps. */
+  bool journal = stderr_is_journal();
+  if (journal)
+    sb_puts(&b, journal_prefix(level));
   if (G.json) {
     sb_puts(&b, "{\"ts\":\"");
     put_timestamp(&b);
@@ -179,8 +207,10 @@ void sb_log_write(const char *level, const char *event, const sb_log_field *fiel
     }
     sb_puts(&b, "}\n");
   } else {
-    put_timestamp(&b);
-    sb_puts(&b, " ");
+    if (!journal) {
+      put_timestamp(&b);
+      sb_puts(&b, " ");
+    }
     sb_puts(&b, level);
     sb_puts(&b, " ");
     put_escaped(&b, event);

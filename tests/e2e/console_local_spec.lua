@@ -166,7 +166,7 @@ describe("switchboard console (local backend, through a pipe)", function()
       .. "command's process group was killed; the executor was released\n%[stopped: stop asked in this thread",
       blocks(out)[1])
     local ms = tonumber(out:match("stop_to_exit_ms=(%d+)"))
-    assert.is_true(ms < 10000, "the stop took " .. ms .. " ms")
+    assert.is_true(ms < 30000, "the stop took " .. ms .. " ms") -- generous; the command runs 60 s
     assert.is_false(alive(tonumber(read_file(state .. "/pid"))), "the shell survived")
     assert.is_false(alive(tonumber(read_file(state .. "/bg"))), "its background job survived")
   end)
@@ -233,7 +233,8 @@ describe("switchboard console (local backend, through a pipe)", function()
     assert.matches("exit=0\n", out)
     local b = blocks(out)
     assert.matches("^%[main%] agent:coding · local\n%$ echo before\n✓ exit 0", b[1])
-    assert.matches("^policies reloaded %(version %x+%); new asks use them$", b[2])
+    -- the old and the new version, and what changed
+    assert.matches('^policies reloaded %(version %x+ → %x+%); new asks use them\n  agents: default_agent "coding" → "general"$', b[2])
     assert.matches("^%[main%] agent:general · local\n%$ echo after\n✗ not run\n", b[3])
   end)
 
@@ -254,7 +255,7 @@ describe("switchboard console (local backend, through a pipe)", function()
     ]])
     assert.equal(0, r.exit, r.stderr)
     local out = read_file(state .. "/out")
-    assert.matches("policy reload failed, nothing changed:\n  policies/timeouts%.lua:%d+: ", out)
+    assert.matches("policy reload failed, nothing changed:\n  pol/timeouts%.lua:%d+: ", out) -- the file edited
     assert.matches("\n✓ exit 0 after [%d.]+s\nstill", out)
   end)
 

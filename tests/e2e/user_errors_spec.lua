@@ -137,7 +137,7 @@ describe("user-facing errors", function()
       { args = { "policy", "lint" }, status = 2, says = 'unknown subcommand "lint"' },
       { args = { "policy", "check", "a", "b" }, status = 2 },
       { args = { "policy", "check", "--bogus" }, status = 2, says = "unknown option --bogus" },
-      { args = { "policy", "check", "/nonexistent/dir" }, status = 1, says = "cannot list the policy directory" },
+      { args = { "policy", "check", "/nonexistent/dir" }, status = 2, says = "/nonexistent/dir does not exist" },
       { args = { "policy", "check", broken }, status = 1, says = "bash.max_ms" },
       { args = { "policy", "check", raising_policies("{}") }, status = 1, says = "timeouts.lua" },
       { args = { "policy", "check", raising_policies("setmetatable({}, {})") }, status = 1, says = "timeouts.lua" },

@@ -49,7 +49,7 @@ describe("policy bounds on the engine", function()
     it("refuses a file using " .. a.name .. " with file:line, at once", function()
       local snap, errs, start, ms = load_with(a.code)
       assert.is_nil(snap)
-      local want = ("policies/timeouts.lua:%d: "):format(start + a.line)
+      local want = ("/timeouts.lua:%d: "):format(start + a.line)
       assert.truthy(P.has(errs, want, a.says), table.concat(errs, "\n"))
       assert.is_true(ms < 5000, ("the refusal took %.0f ms"):format(ms))
     end)
@@ -77,7 +77,7 @@ describe("policy bounds on the engine", function()
 
   it("does not let policy code replace the string library for others", function()
     local _, errs, start = load_with('string.find = function() return 1 end')
-    assert.truthy(P.has(errs, ("policies/timeouts.lua:%d: "):format(start), "string.find cannot be assigned"),
+    assert.truthy(P.has(errs, ("/timeouts.lua:%d: "):format(start), "string.find cannot be assigned"),
       table.concat(errs, "\n"))
   end)
 

@@ -4,6 +4,7 @@
 local core = require("switchboard.core")
 local prologue = require("switchboard.commands.prologue")
 local policy = require("switchboard.policy")
+local flat = require("switchboard.policy.flat")
 local state = require("switchboard.state")
 local card = require("switchboard.dispatch.card")
 local dispatcher = require("switchboard.dispatch.dispatcher")
@@ -60,20 +61,10 @@ local SPEC = {
   thread = "string", trace = "string",
 }
 
--- --backend sandbox needs a sandboxd to talk to: say so at start, not at every ask.
+-- Kept for callers of the old name: the prologue's check, as (ok, why).
 function M.check_sandbox(snap, url, getenv)
-  local cfg = snap.execution.sandbox
-  url = url or getenv(cfg.url_env)
-  if url == nil or url == "" then
-    return false, ("--backend sandbox needs --sandbox-url URL (or $%s): the address of a running "
-      .. "`switchboard sandboxd`"):format(cfg.url_env)
-  end
-  local token = getenv(cfg.token_env)
-  if token == nil or token == "" then
-    return false, ("--backend sandbox needs $%s, the bearer token the sandboxd was started with")
-      :format(cfg.token_env)
-  end
-  return true
+  local why = prologue.sandbox_problem(snap, url, getenv)
+  return why == nil, why
 end
 
 local function usage_problem(p)
@@ -116,10 +107,6 @@ function M.run(argv, ctx)
   })
   if not p then return status end
   local opts = p.opts
-  if opts.backend == "sandbox" then
-    local ok, why = M.check_sandbox(p.snap, opts.sandbox_url, os.getenv)
-    if not ok then return p:fail(M.EXIT.config, why) end
-  end
   local key_env = p.snap.execution.e2b.api_key_env
   if opts.backend == "e2b" and (os.getenv(key_env) or "") == "" then
     return p:fail(M.EXIT.config, ("--backend e2b needs $%s, an E2B API key (https://e2b.dev/dashboard?tab=keys)"):format(key_env))
@@ -144,9 +131,15 @@ function M.run(argv, ctx)
     thread_key = function(thread) return "console:" .. thread end,
     help_extra = console_front.HELP_EXTRA,
   }
-  p:reload_on_hup(function(new, errs)
+  p:reload_on_hup(function(new, errs, changes, old_version)
     if new then
-      front:say(("policies reloaded (version %s); new asks use them"):format(new.version:sub(1, 12)))
+      local lines = { ("policies reloaded (version %s → %s); new asks use them"):format(
+        (old_version or "none"):sub(1, 12), new.version:sub(1, 12)) }
+      for _, c in ipairs(changes or {}) do
+        lines[#lines + 1] = "  " .. c.file .. ": " .. flat.change_text(c)
+          .. (c.restart and " (takes effect on restart)" or "")
+      end
+      front:say(table.concat(lines, "\n"))
     else
       front:say("policy reload failed, nothing changed:\n  " .. table.concat(errs, "\n  "))
     end

@@ -6,6 +6,7 @@ local errors = require("switchboard.exec.errors")
 local render = require("switchboard.shell.render")
 local stack = require("switchboard.exec.stack")
 local state = require("switchboard.state")
+local parser = require("switchboard.dispatch.parser")
 
 local M = {
   name = "exec",
@@ -82,6 +83,11 @@ local function usage_problem(p)
   if p.rest == nil or #p.rest == 0 then
     return "no command given; usage: switchboard exec [OPTIONS] -- COMMAND..."
   end
+  -- the same rule the console's `in OWNER/REPO` follows
+  if p.opts.repo ~= nil and not parser.valid_repo(p.opts.repo) then
+    return ("--repo %q is not a repository name; %s"):format(p.opts.repo,
+      parser.REPO_HINT:gsub("`in ", "`--repo "))
+  end
 end
 
 function M.run(argv, ctx)
@@ -103,7 +109,7 @@ function M.run(argv, ctx)
     sink = sink,
   }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo, snap = snap })
   if not built then return p:fail(M.EXIT.config, tostring(err)) end
-  local function note(line) io.stderr:write("note: ", line, "\n") end
+  local function note(line) p:note(line) end
   if built.note then note(built.note) end
   p:notice(policy.agent(snap, agent), note)
 
@@ -121,6 +127,11 @@ function M.run(argv, ctx)
   end
   io.stdout:write(result.text, "\n")
   if result.aborted then return M.EXIT.stopped end
+  if result.timed_out then
+    -- The text names the model's knob (timeoutMs); a person at a shell has this one.
+    p:note(("the command hit its budget; from the command line give it more with "
+      .. "--timeout-ms N (up to %d, timeouts bash.max_ms)"):format(snap.timeouts.bash.max_ms))
+  end
   return result.exit_code
 end
 

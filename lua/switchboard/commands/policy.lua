@@ -1,39 +1,78 @@
--- `switchboard policy check [DIR]`: validate a policy directory offline, like `nginx -t`.
+-- `switchboard policy check|show [--diff] [DIR]`: validate a policy directory offline, like
+-- `nginx -t`, and print the effective values with where each came from.
+--
+-- A directory other than the shipped one is an overlay: it holds only the files and settings
+-- the operator changes; every file it lacks, and every setting its files leave alone, comes
+-- from the shipped set.
 
 local loader = require("switchboard.policy.loader")
 local policy = require("switchboard.policy")
+local flat = require("switchboard.policy.flat")
 local prologue = require("switchboard.commands.prologue")
 
 local HELP = [[
 usage: switchboard policy check [DIR]
+       switchboard policy show [--diff] [DIR]
 
-Loads every policy file in DIR (default: --policies / SWITCHBOARD_POLICIES, else the shipped
-set) exactly as a reload would: runs each file in its sandboxed environment, checks types,
-ranges and cross-field rules, runs every classification rule's examples and calls every
-policy hook on sample input under its instruction budget. Nothing running is touched.
+DIR (default: --policies / SWITCHBOARD_POLICIES, else the shipped set) holds only what you
+change: a file there is run after the shipped file of the same name, so it may set just one
+value (`bash.max_ms = 30 * minute` in timeouts.lua); a file it lacks is the shipped one.
 
-Prints the problems as FILE:LINE: message and exits 1, or prints the version a reload of
-this directory would log and exits 0.
+check  loads DIR exactly as a reload would: runs each file in its sandboxed environment,
+       checks types, ranges and cross-field rules, runs every classification rule's examples
+       and calls every policy hook on sample input under its instruction budget. Nothing
+       running is touched. Prints the problems as FILE:LINE: message (the real path of the
+       file you edited) and exits 1, or prints the version a reload would log and exits 0.
+show   prints every effective setting, `file  key = value  # where it was set`.
+       --diff: only the settings DIR changes from the shipped set (shipped → yours).
 
 examples:
   switchboard policy check                       # the policies in use
-  switchboard policy check /etc/switchboard/policies
-  $EDITOR /etc/switchboard/policies/timeouts.lua && \
-    switchboard policy check /etc/switchboard/policies && \
-    kill -HUP "$(pidof switchboard)"
+  switchboard policy check /etc/switchboard
+  switchboard policy show --diff /etc/switchboard
+  $EDITOR /etc/switchboard/timeouts.lua && \
+    switchboard policy check /etc/switchboard && \
+    switchboard reload --pid-file /run/switchboard/sandboxd.pid
 
-exit status: 0 valid, 1 invalid, 2 usage error]]
+exit status: 0 valid, 1 invalid, 2 usage error (including a DIR that is missing or a file)]]
 
 local M = {
   name = "policy",
-  summary = "validate the policy files offline (switchboard policy check [DIR])",
+  summary = "check or show the policies (switchboard policy check|show [--diff] [DIR])",
   help = HELP,
 }
 
+local function err_writer(p)
+  return p.ctx.err or function(line) io.stderr:write(line, "\n") end
+end
+
+-- nil when dir is a directory, else the words saying what it is instead.
+local function not_a_dir(dir)
+  local f, oerr = io.open(dir, "r")
+  if not f then
+    if tostring(oerr):find("No such file", 1, true) then
+      return ("%s does not exist: give the directory that holds your policy files"):format(dir)
+    end
+    return ("%s cannot be opened: %s"):format(dir, tostring(oerr))
+  end
+  local _, rerr, code = f:read(1)
+  f:close()
+  if code == 21 then return nil end -- EISDIR: a directory
+  return ("%s is a file, not a directory: give the directory that holds it (%s)"):format(
+    dir, dir:match("^(.*)/[^/]*$") or ".")
+end
+
+local function load(p, dir)
+  local opts = {}
+  for k, v in pairs(p.ctx.load or {}) do opts[k] = v end
+  opts.base = opts.base or policy.shipped_dir()
+  return loader.load(dir, opts)
+end
+
 local function check(p, dir)
-  local snap, errs = loader.load(dir, p.ctx.load)
+  local snap, errs = load(p, dir)
   if not snap then
-    local err = p.ctx.err or function(line) io.stderr:write(line, "\n") end
+    local err = err_writer(p)
     for _, e in ipairs(errs) do err(e) end
     err(string.format("policy check failed: %d problem%s in %s", #errs, #errs == 1 and "" or "s", dir))
     return 1
@@ -45,13 +84,45 @@ local function check(p, dir)
   return 0
 end
 
+local function show(p, dir)
+  local snap, errs = load(p, dir)
+  if not snap then
+    local err = err_writer(p)
+    for _, e in ipairs(errs) do err(e) end
+    err(string.format("policy show: %d problem%s in %s (see switchboard policy check)", #errs,
+      #errs == 1 and "" or "s", dir))
+    return 1
+  end
+  if p.opts.diff then
+    local shipped = load(p, policy.shipped_dir())
+    local changes = shipped and flat.changes(shipped, snap) or {}
+    local where = {}
+    for _, e in ipairs(flat.entries(snap)) do where[e.key] = e.where end
+    p:say(("# %s over the shipped %s: %d setting%s changed"):format(dir, policy.shipped_dir(),
+      #changes, #changes == 1 and "" or "s"))
+    for _, c in ipairs(changes) do
+      p:say(("%-10s %s  # %s"):format(c.file, flat.change_text(c), where[c.key] or "removed"))
+    end
+    return 0
+  end
+  p:say(("# effective policies of %s (version %s)"):format(dir, snap.version))
+  for _, e in ipairs(flat.entries(snap)) do
+    p:say(("%-10s %s = %s  # %s%s"):format(e.file, e.path, e.text, e.where or "derived",
+      e.shipped and " (shipped)" or ""))
+  end
+  return 0
+end
+
+local SUB = { check = check, show = show }
+
 local function usage_problem(p)
   local words = p.words
-  if words[1] ~= "check" then
-    return ("%s; usage: switchboard policy check [DIR] (see --help)"):format(
+  if not SUB[words[1]] then
+    return ("%s; usage: switchboard policy check|show [DIR] (see --help)"):format(
       words[1] and ("unknown subcommand %q"):format(words[1]) or "no subcommand given")
   end
-  if #words > 2 then return ("unexpected %q: check takes one DIR"):format(words[3]) end
+  if #words > 2 then return ("unexpected %q: %s takes one DIR"):format(words[3], words[1]) end
+  if p.opts.diff and words[1] ~= "show" then return "--diff goes with show: switchboard policy show --diff [DIR]" end
 end
 
 -- argv: the words after `policy`. ctx: {policies_dir = the global --policies or
@@ -60,9 +131,13 @@ end
 -- with: checking them is the job, and a broken set is its answer (exit 1), not a failure.
 function M.run(argv, ctx)
   if argv and argv[1] == "help" then argv = { "--help" } end
-  local p, status = prologue.start(M, argv, ctx, { spec = { policies = "string" }, usage = usage_problem })
+  local p, status = prologue.start(M, argv, ctx,
+    { spec = { policies = "string", diff = "flag" }, usage = usage_problem })
   if not p then return status end
-  return check(p, p.words[2] or p.opts.policies or p.ctx.policies_dir or policy.default_dir())
+  local dir = p.words[2] or p.opts.policies or p.ctx.policies_dir or policy.default_dir()
+  local why = not_a_dir(dir)
+  if why then return p:fail(prologue.EXIT.usage, why) end
+  return SUB[p.words[1]](p, dir)
 end
 
 return M

@@ -9,7 +9,8 @@
 --   p.snap                                   -- the policies as loaded (policies = true)
 --   p:fail(status, message)                  -- "switchboard NAME: message" on stderr → status
 --   p:say(line)                              -- a line on stdout
---   p:reload_on_hup(report)                  -- report(new_snap | nil, errors) after each HUP;
+--   p:reload_on_hup(report)                  -- report(new_snap | nil, errors, changes, old_version)
+--                                               after each HUP (changes: policy/flat.lua's)
 --                                               the service manager hears RELOADING=1, READY=1
 --   p:ready(status), p:stopping()            -- READY=1 / STOPPING=1 to the service manager
 --                                               ($NOTIFY_SOCKET; commands/notify.lua)
@@ -24,6 +25,7 @@ local args = require("switchboard.args")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local tracing = require("switchboard.exec.tracing")
+local metrics = require("switchboard.metrics")
 local notify = require("switchboard.commands.notify")
 
 local M = {}
@@ -47,10 +49,26 @@ end
 local function err_of(ctx) return ctx and ctx.err or writer(io.stderr) end
 local function out_of(ctx) return ctx and ctx.out or writer(io.stdout) end
 
+-- With --log-format json (ctx.log_json) a fatal start-up error is a log document too.
 function M.fail(name, status, message, ctx)
+  if ctx and ctx.log_json and not ctx.err then
+    core.log("error", name .. ".fatal", { message = tostring(message), status = status })
+    return status
+  end
   err_of(ctx)("switchboard " .. name .. ": " .. tostring(message))
   return status
 end
+
+-- A note for the person at the terminal ("note: …" on stderr), or a warn document in JSON.
+function M.note(ctx, line)
+  if ctx and ctx.log_json and not ctx.err then
+    core.log("warn", "note", { message = line })
+  else
+    (ctx and ctx.err or writer(io.stderr))("note: " .. line)
+  end
+end
+
+function P:note(line) return M.note(self.ctx, line) end
 
 function P:fail(status, message)
   return M.fail(self.name, status, message, self.ctx)
@@ -68,6 +86,22 @@ end
 function M.check_backend(name, backend, ctx)
   if backend == nil or M.BACKENDS[backend] then return true end
   return nil, M.fail(name, M.EXIT.usage, ("--backend must be local, sandbox, resident or e2b, got %q"):format(backend), ctx)
+end
+
+-- --backend sandbox needs a sandboxd to talk to: every command says so the same way, at
+-- start, with the configuration status. Returns true or nil, the words.
+function M.sandbox_problem(snap, url, getenv)
+  local cfg = snap.execution.sandbox
+  url = url or getenv(cfg.url_env)
+  if url == nil or url == "" then
+    return ("--backend sandbox needs --sandbox-url URL (or $%s): the address of a running "
+      .. "`switchboard sandboxd`"):format(cfg.url_env)
+  end
+  local token = getenv(cfg.token_env)
+  if token == nil or token == "" then
+    return ("--backend sandbox needs $%s, the bearer token the sandboxd was started with")
+      :format(cfg.token_env)
+  end
 end
 
 -- what: {spec, backend (boolean: validate opts.backend), usage (optional fn(p) → the usage
@@ -95,6 +129,10 @@ function M.start(cmd, argv, ctx, what)
     local snap, status = M.load_policies(cmd.name, self.ctx)
     if not snap then return nil, status end
     self.snap = snap
+    if what.backend and opts.backend == "sandbox" then
+      local why = M.sandbox_problem(snap, opts.sandbox_url, ctx.getenv or os.getenv)
+      if why then return nil, self:fail(M.EXIT.config, why) end
+    end
   end
   return self
 end
@@ -103,15 +141,18 @@ end
 -- changes). report(new_snap, nil) or report(nil, errors) says how it went; by default a log line.
 function P:reload_on_hup(report)
   local name = self.name
-  report = report or function(new, errs)
+  report = report or function(new, errs, changes, old_version)
     core.log(new and "info" or "warn", name .. ".reload", {
       ok = new ~= nil, errors = errs and #errs or 0, version = policy.current().version,
+      old_version = old_version, changed = changes and #changes or 0,
     })
   end
   core.on_signal("HUP", function()
     notify.reloading()
-    local new, errs = policy.reload()
-    report(new, errs)
+    local old_version = policy.current().version
+    local new, errs, changes = policy.reload()
+    metrics.inc("switchboard_policy_reloads_total", { result = new and "ok" or "failed" })
+    report(new, errs, changes or {}, old_version)
     notify.ready(("policies %s%s"):format(policy.current().version,
       new and "" or " (the reload failed; the previous policies answer)"))
   end)

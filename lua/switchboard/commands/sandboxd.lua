@@ -3,6 +3,7 @@ local core = require("switchboard.core")
 local prologue = require("switchboard.commands.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
+local metrics = require("switchboard.metrics")
 local walls_mod = require("switchboard.commands.walls")
 local policy = require("switchboard.policy")
 
@@ -33,6 +34,9 @@ Options:
                        own: leftover workspaces in it are removed at start)
   --max-instances N    awake instances at once (default: timeouts sandbox.max_instances, 25); one
                        more thread gets the fleet-busy answer and nothing runs
+  --metrics-listen HOST:PORT
+                       also serve GET /metrics there without the bearer (Prometheus text format;
+                       on --listen it needs the bearer like every route)
   --no-walls           DEVELOPMENT ONLY: run commands without the walls (namespaces, cgroups,
                        a uid of their own; docs/isolation.md) when this kernel cannot give
                        them. Without the flag sandboxd refuses to start there, saying why.
@@ -51,7 +55,8 @@ Examples:
   curl -H "authorization: Bearer $SANDBOX_TOKEN" http://127.0.0.1:8080/healthz
 ]]
 
-local SPEC = { listen = "string", root = "string", ["max-instances"] = "number", ["no-walls"] = "flag" }
+local SPEC = { listen = "string", root = "string", ["max-instances"] = "number", ["no-walls"] = "flag",
+  ["metrics-listen"] = "string" }
 
 -- "HOST:PORT" or "[V6]:PORT" → host, port | nil, why
 function M.parse_listen(text)
@@ -71,10 +76,17 @@ local function usage_problem(p)
   if not opts.root or opts.root == "" then return "--root DIR is required (see --help)" end
   local host, why = M.parse_listen(opts.listen)
   if not host then return why end
+  if opts.metrics_listen and not M.parse_listen(opts.metrics_listen) then
+    return (select(2, M.parse_listen(opts.metrics_listen)):gsub("^%-%-listen", "--metrics-listen"))
+  end
   local max = opts.max_instances
   if max ~= nil and (math.type(max) ~= "integer" and max ~= math.floor(max) or max < 1) then
     return "--max-instances needs a whole number of at least 1"
   end
+end
+
+function M.serve_metrics(host, port)
+  return metrics.serve(host, port)
 end
 
 function M.run(argv, ctx)
@@ -110,12 +122,23 @@ function M.run(argv, ctx)
   if not srv then
     return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
   end
+  local mport
+  if opts.metrics_listen then
+    local mhost, mp = M.parse_listen(opts.metrics_listen)
+    local msrv, merr = M.serve_metrics(mhost, mp)
+    if not msrv then
+      srv:shutdown("metrics")
+      return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.metrics_listen, tostring(merr and merr.message or merr)))
+    end
+    mport = msrv.port
+  end
   p:reload_on_hup() -- logs sandboxd.reload ok=… errors=… version=…; RELOADING=1/READY=1
   core.on_signal("TERM", function() p:stopping(); srv:shutdown("TERM") end)
   core.on_signal("INT", function() p:stopping(); srv:shutdown("INT") end)
   core.log("info", "sandboxd.listening", {
     host = host, port = srv.port, root = root,
     max_instances = max or snap.timeouts.sandbox.max_instances, version = snap.version,
+    metrics_port = mport,
     walls = walls and ("cgroup v" .. walls.layout.version) or "none",
   })
   p:ready(("listening on %s:%d, policies %s"):format(host, srv.port, snap.version))

@@ -2,6 +2,7 @@
 -- (--listen + SLACK_SIGNING_SECRET); the Web API with SLACK_BOT_TOKEN. See docs/slack.md.
 local core = require("switchboard.core")
 local prologue = require("switchboard.commands.prologue")
+local metrics = require("switchboard.metrics")
 local policy = require("switchboard.policy")
 local state = require("switchboard.state")
 local console = require("switchboard.commands.console")
@@ -37,6 +38,7 @@ Environment:
 Options:
   --listen HOST:PORT         serve the Events API (and GET /healthz) on this address
   --health-listen HOST:PORT  serve only GET /healthz (for Socket Mode deployments)
+  --metrics-listen HOST:PORT serve only GET /metrics (Prometheus text format; keep it private)
   --backend NAME             override policy's backend: local or sandbox
   --sandbox-url URL          the sandboxd for --backend sandbox (token: $SANDBOX_TOKEN)
   --workspace-root DIR       where local workspaces live (default: $SWITCHBOARD_STATE_DIR/workspaces)
@@ -55,7 +57,7 @@ Examples:
 ]]
 
 local SPEC = {
-  listen = "string", ["health-listen"] = "string", backend = "string", ["sandbox-url"] = "string",
+  listen = "string", ["health-listen"] = "string", ["metrics-listen"] = "string", backend = "string", ["sandbox-url"] = "string",
   ["workspace-root"] = "string", trace = "string",
 }
 
@@ -126,6 +128,9 @@ local function usage_problem(p)
   if p.opts.listen and not host_port(p.opts.listen) then
     return "--listen takes HOST:PORT, e.g. 127.0.0.1:3000"
   end
+  if p.opts.metrics_listen and not host_port(p.opts.metrics_listen) then
+    return "--metrics-listen takes HOST:PORT, e.g. 127.0.0.1:9091"
+  end
   if p.opts.health_listen and not host_port(p.opts.health_listen) then
     return "--health-listen takes HOST:PORT, e.g. 127.0.0.1:8081"
   end
@@ -179,6 +184,12 @@ function M.run(argv, ctx)
     local srv, lerr = app:listen(health_host, health_port, false)
     if not srv then return p:fail(M.EXIT.config, "--health-listen: " .. tostring(lerr.message)) end
     core.log("info", "slack.listening", { host = health_host, port = srv.port, serves = "health" })
+  end
+  if opts.metrics_listen then
+    local mhost, mport = host_port(opts.metrics_listen)
+    local srv, merr = metrics.serve(mhost, mport)
+    if not srv then return p:fail(M.EXIT.config, "--metrics-listen: " .. tostring(merr and merr.message or merr)) end
+    core.log("info", "slack.listening", { host = mhost, port = srv.port, serves = "metrics" })
   end
   if e.app then
     local ok, serr = app:start_socket_mode()

@@ -18,6 +18,7 @@ local cjson = require("cjson")
 local budget = require("switchboard.shell.budget")
 local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
+local tracing = require("switchboard.exec.tracing")
 local render = require("switchboard.shell.render")
 local protocol = require("switchboard.shell.protocol")
 local wire_text = require("switchboard.shell.wire_text")
@@ -140,14 +141,41 @@ local function judge_file(snap, route, status, doc, raw)
     return { verdict = "infra", code = classify.span_code(snap, "inbody"),
       message = message(snap, "bad_answer", { who = M.WHO, route = route, detail = detail_of(nil, raw) }) }
   end
+  -- A present but blank error reads as /exec's does: the never-empty empty_error text.
+  if type(doc) == "table" and classify.is_empty_error(snap, doc.error) then
+    return { verdict = "infra", code = classify.span_code(snap, "inbody"),
+      message = message(snap, "empty_error", {}) }
+  end
   if status >= 400 and status < 500 and status ~= 401 and status ~= 408 and status ~= 429
       and type(doc) == "table" and type(doc.error) == "string" and doc.error:find("%S") then
-    return { verdict = "tool", message = doc.error }
+    return { verdict = "tool", message = classify.thrown_text(snap, doc.error) }
   end
   return {
     verdict = "infra", code = classify.span_code(snap, "http", status),
     message = message(snap, "http_status", { who = M.WHO, route = route, status = status, detail = detail_of(doc, raw) }),
   }
+end
+
+-- One HTTP request as an http.request span, a child of the operation's exec.* span when the
+-- tracing decorator handed one down (opts.span): route, attempt and status — never a body.
+local function http_call(self, req, call)
+  local parent = call.span
+  if type(parent) ~= "table" or parent.trace_id == nil then return self.request(req) end
+  call.attempt = (call.attempt or 0) + 1
+  local span = tracing.start_span("http.request", parent,
+    { route = call.route, method = req.method, attempt = call.attempt },
+    { sink = parent.sink, clock = parent.clock })
+  local done <close> = setmetatable({}, { __close = function(_, err)
+    if err ~= nil then span:finish("error", err) end
+  end })
+  local status, headers, raw = self.request(req)
+  if status == nil then
+    span:finish("error", headers)
+  else
+    span.attributes.status = status
+    span:finish(status < 500 and "ok" or "error", { kind = "http", code = tostring(status) })
+  end
+  return status, headers, raw
 end
 
 -- Send one request (the same bytes every time) and follow the policy's re-send rules.
@@ -166,7 +194,7 @@ local function send(self, snap, call)
   while true do
     if call.signal and call.signal.aborted then return { verdict = "stopped" } end
     local t0 = self.now_ms()
-    local status, headers, raw = self.request(req)
+    local status, headers, raw = http_call(self, req, call)
     if status == nil then
       local err = headers or {}
       if err.kind == "aborted" or (call.signal and call.signal.aborted) then return { verdict = "stopped" } end
@@ -269,7 +297,7 @@ function M:exec(command, opts)
   local verdict, capacity = send(self, snap, {
     route = "/exec", body = encode(body), budget_ms = budget_ms,
     deadline_ms = budget.send_deadline(snap, plan.timeout_ms), wait_request = plan.timeout_ms,
-    signal = opts.signal,
+    signal = opts.signal, span = opts.span,
   })
   if verdict == nil then return nil, capacity end
   if verdict.verdict == "stopped" then
@@ -302,6 +330,7 @@ local function file_call(self, route, fields, opts)
   local verdict, capacity = send(self, snap, {
     route = route, body = encode(fields), budget_ms = file_budget,
     deadline_ms = budget.file_op_deadline(snap), wait_request = file_budget, signal = opts.signal,
+    span = opts.span,
   })
   if verdict == nil then return nil, capacity end
   if verdict.verdict == "stopped" then

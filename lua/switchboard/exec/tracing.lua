@@ -16,6 +16,7 @@
 -- error={kind, code?}?}
 
 local cjson = require("cjson")
+local metrics = require("switchboard.metrics")
 
 local M = {}
 
@@ -160,6 +161,21 @@ local function with_span(opts, span)
   return out
 end
 
+-- The bot's side of switchboard_commands_total / _duration_seconds: every exec through an
+-- executor stack (an infra or capacity failure included; a refusal ran nothing).
+local function count_command(result, err)
+  local outcome
+  if type(result) == "table" then
+    outcome = result.aborted and "stopped" or result.timed_out and "124" or "exit"
+    if type(result.duration_ms) == "number" then
+      metrics.observe("switchboard_command_duration_seconds", result.duration_ms / 1000)
+    end
+  elseif type(err) == "table" and (err.kind == "infra" or err.kind == "capacity") then
+    outcome = err.kind
+  end
+  if outcome then metrics.inc("switchboard_commands_total", { outcome = outcome }) end
+end
+
 -- Run inner[method] with args, the opts argument (at opts_at) replaced by a copy carrying
 -- the span; end the span by the outcome and hand the outcome back unchanged.
 local function traced(self, op, method, opts_at, ...)
@@ -178,6 +194,7 @@ local function traced(self, op, method, opts_at, ...)
     if err ~= nil then span:finish("error", err) end
   end })
   local res = table.pack(self.inner[method](self.inner, table.unpack(args, 1, args.n)))
+  if op == "exec" then count_command(res[1], res[2]) end
   if res[1] == nil and res.n >= 2 then
     span:finish("error", res[2])
   else

@@ -16,6 +16,7 @@
 -- "config", status?}); tostring(err) is the message.
 local core = require("switchboard.core")
 local cjson = require("cjson")
+local metrics = require("switchboard.metrics")
 
 local M = {}
 
@@ -332,7 +333,14 @@ end
 -- Mint an installation token for one scope. scope: the policy's scope table ({permissions =
 -- {name = "read"|"write"}} or {} for the full grant). → {token, expires_ms, expires_at} | nil, err
 -- found_for: the repository the installation was looked up for (nil when it was configured).
+-- Every mint counts in switchboard_github_token_mints_total{result}.
 function App:mint(installation_id, scope_name, scope, found_for)
+  local token, err = self:mint_once(installation_id, scope_name, scope, found_for)
+  metrics.inc("switchboard_github_token_mints_total", { result = token and "ok" or "failed" })
+  return token, err
+end
+
+function App:mint_once(installation_id, scope_name, scope, found_for)
   local perms = nil
   if scope.permissions ~= nil then
     perms = {}

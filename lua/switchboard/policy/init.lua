@@ -12,6 +12,7 @@
 
 local loader = require("switchboard.policy.loader")
 local schema = require("switchboard.policy.schema")
+local flat = require("switchboard.policy.flat")
 
 local M = {}
 
@@ -75,8 +76,9 @@ local function now_ms()
   return os.clock() * 1000
 end
 
+-- Every directory but the shipped one is an overlay over it: it holds only what it changes.
 local function load_opts()
-  return { hash = state.opts.hash, bounded = state.opts.bounded }
+  return { hash = state.opts.hash, bounded = state.opts.bounded, base = M.shipped_dir() }
 end
 
 function M.configure(opts)
@@ -113,10 +115,26 @@ local function build(dir, event, failed_event)
     })
     return nil, errs
   end
+  local old = state.current
   state.current = snap
   state.dir = dir
-  log("info", event, { dir = dir, version = snap.version, duration_ms = ms })
-  return snap
+  if old == nil or event ~= "policy.reloaded" then
+    log("info", event, { dir = dir, version = snap.version, duration_ms = ms })
+    return snap
+  end
+  -- A reload says what it changed: one line per key, a warning for each key that only a
+  -- restart applies.
+  local changes = flat.changes(old, snap)
+  log("info", event, { dir = dir, version = snap.version, old_version = old.version,
+    duration_ms = ms, changed = #changes })
+  for _, c in ipairs(changes) do
+    log(c.restart and "warn" or "info", c.restart and "policy.restart_required" or "policy.changed", {
+      file = c.file, key = c.path, old = c.old or "(unset)", new = c.new or "(unset)",
+      change = flat.change_text(c),
+      note = c.restart and "read when the server starts: restart the process to apply it" or nil,
+    })
+  end
+  return snap, nil, changes
 end
 
 function M.load_initial(dir)
@@ -164,8 +182,8 @@ end
 
 local function where(fn)
   local info = debug.getinfo(fn, "S")
-  if info and info.short_src and info.linedefined and info.linedefined > 0 then
-    return info.short_src .. ":" .. info.linedefined
+  if info and info.source and info.linedefined and info.linedefined > 0 then
+    return info.source:gsub("^@", "") .. ":" .. info.linedefined
   end
   return "?"
 end

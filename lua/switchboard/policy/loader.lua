@@ -65,7 +65,7 @@ local function lua_bounded(budget, fn, ...)
   debug.sethook(co, function()
     local info = debug.getinfo(2, "Sl")
     local where = info and info.currentline and info.currentline > 0
-      and string.format("%s:%d: ", info.short_src, info.currentline) or ""
+      and string.format("%s:%d: ", info.source:gsub("^@", ""), info.currentline) or ""
     error(where .. "instruction budget exhausted", 0)
   end, "", budget)
   local res = table.pack(coroutine.resume(co, ...))
@@ -257,12 +257,15 @@ local function read_file(path)
   return data
 end
 
--- The first "policies/x.lua:N: message" in an error text, else nil.
+-- The first "<path>/x.lua:N: message" in an error text as "short:N: message", else short:1.
+-- Lua shortens a long chunkname ("...end/of/path/x.lua:N:"), so the file's base name is
+-- what is looked for.
 local function located(err, short)
   local first = err:match("^[^\n]*")
-  local pos, msg = first:match("^(" .. short:gsub("%p", "%%%0") .. ":%d+): (.*)$")
-  if pos then return pos .. ": " .. msg end
-  local line = err:match(short:gsub("%p", "%%%0") .. ":(%d+):")
+  local base = short:match("[^/]*$"):gsub("%p", "%%%0")
+  local line, msg = first:match(base .. ":(%d+): (.*)$")
+  if line then return string.format("%s:%s: %s", short, line, msg) end
+  line = err:match(base .. ":(%d+):")
   local text = first:gsub("^[^:]*:%d+: ", "")
   return string.format("%s:%s: %s", short, line or "1", text)
 end
@@ -270,27 +273,31 @@ end
 ---------------------------------------------------------------------------------------------
 -- One file's environment: known settings, proxies that remember the line of each assignment.
 
-local function new_env(name, fields, src_lines)
-  local short = "policies/" .. name .. ".lua"
-  local chunkname = "@" .. short
-  local lines = {}                                   -- path → line of its last assignment
-  local rule_lines = setmetatable({}, { __mode = "k" }) -- rule → line of rule{...}
+-- A file may run in layers (the shipped file, then the operator's overlay) in one
+-- environment: every position is a {short = the file's real path, line = n} pair.
+local function new_env(name, fields)
+  local chunks = {}                                  -- chunkname → {short, lines = source lines}
+  local lines = {}                                   -- path → {short, line} of its last assignment
+  local rule_lines = setmetatable({}, { __mode = "k" }) -- rule → {short, line} of rule{...}
+  local ctl
   local proxies = setmetatable({}, { __mode = "k" })    -- proxy → its data table
   local settings = {}
   local frozen = nil
 
+  -- The position running now: the innermost frame of one of this file's layers.
   local function here()
     for level = 2, 40 do
       local info = debug.getinfo(level, "Sl")
       if not info then break end
-      if info.source == chunkname then return info.currentline end
+      local c = chunks[info.source]
+      if c then return { short = c.short, line = info.currentline } end
     end
-    return nil
+    return { short = ctl.short, line = nil }
   end
 
   local function fail(msg)
-    local line = here()
-    error(string.format("%s:%s: %s", short, line or "1", msg), 0)
+    local at = here()
+    error(string.format("%s:%s: %s", at.short, at.line or "1", msg), 0)
   end
 
   local function child(path, k)
@@ -398,14 +405,32 @@ local function new_env(name, fields, src_lines)
     end,
   })
 
-  local ctl = { env = env, short = short, chunkname = chunkname, lines = lines, rule_lines = rule_lines }
+  ctl = { env = env, short = "policies/" .. name .. ".lua", lines = lines, rule_lines = rule_lines,
+          layers = {} }
+
+  -- Adds a layer (a file's real path and source lines); returns its chunkname for load().
+  function ctl.layer(short, src_lines, shipped)
+    local chunkname = "@" .. short
+    chunks[chunkname] = { short = short, lines = src_lines }
+    ctl.short = short
+    ctl.layers[#ctl.layers + 1] = { short = short, shipped = shipped == true }
+    return chunkname
+  end
+
+  function ctl.is_shipped(short)
+    for _, l in ipairs(ctl.layers) do if l.short == short then return l.shipped end end
+    return false
+  end
 
   -- Settings as plain tables, or nil, message on a cycle.
   function ctl.values()
     local out = {}
     for k, v in pairs(settings) do
       local u, cyclic = unwrap(v, {})
-      if cyclic then return nil, string.format("%s:%s: %s contains itself", short, lines[k] or 1, k) end
+      if cyclic then
+        local at = lines[k] or {}
+        return nil, string.format("%s:%s: %s contains itself", at.short or ctl.short, at.line or 1, k)
+      end
       out[k] = u
     end
     return out
@@ -415,23 +440,39 @@ local function new_env(name, fields, src_lines)
 
   -- The line for a path: the last assignment of it or of its nearest recorded parent, moved
   -- back to the line that names the key when that assignment was a multi-line constructor.
+  -- Returns the file (its real path) and the line.
   function ctl.line_for(path)
     local p = path
     while p and p ~= "" do
-      local l = lines[p]
-      if l then
+      local at = lines[p]
+      if at and at.line then
+        local l = at.line
+        local src_lines = chunks["@" .. at.short] and chunks["@" .. at.short].lines or {}
         local key = p:match("([%a_][%w_]*)$")
         if key and not p:find("%]$") then
           for i = l, math.max(1, l - 60), -1 do
             local text = src_lines[i]
-            if text and text:find("%f[%w_]" .. key .. "%s*=[^=]") then return i end
+            if text and text:find("%f[%w_]" .. key .. "%s*=[^=]") then return at.short, i end
           end
         end
-        return l
+        return at.short, l
       end
       p = p:match("^(.*)%.[%a_][%w_]*$") or p:match("^(.*)%[[^%]]*%]$")
     end
-    return 1
+    return ctl.short, 1
+  end
+
+  -- "file:line" for a path; a problem the shipped layer set but whose message names a
+  -- setting the operator's layer changed points at the operator's line instead.
+  function ctl.where(path, msg)
+    local short, line = ctl.line_for(path)
+    if ctl.is_shipped(short) and msg then
+      for other in msg:gmatch("[%a_][%w_]*%.[%a_][%w_.]*[%w_]") do
+        local os_, ol = ctl.line_for(other)
+        if lines[other] and not ctl.is_shipped(os_) then return os_ .. ":" .. ol end
+      end
+    end
+    return short .. ":" .. line
   end
 
   return ctl
@@ -472,39 +513,67 @@ local function split_lines(src)
   return out
 end
 
-local function load_one(dir, name, opts, errs)
-  local path = dir .. "/" .. name .. ".lua"
-  local short = "policies/" .. name .. ".lua"
-  local src, rerr = (opts.read or read_file)(path)
-  if not src then
-    errs[#errs + 1] = string.format("%s:1: cannot read the file: %s", short, tostring(rerr))
-    return nil
-  end
-  local ctl = new_env(name, schema.files[name], split_lines(src))
-  local fn, perr = load(src, ctl.chunkname, "t", ctl.env)
+local function missing(err)
+  return tostring(err):find("No such file", 1, true) ~= nil
+end
+
+-- Runs one layer of a file in ctl's environment; false after recording the problem.
+local function run_layer(ctl, short, src, shipped, opts, errs)
+  local chunkname = ctl.layer(short, split_lines(src), shipped)
+  local fn, perr = load(src, chunkname, "t", ctl.env)
   if not fn then
     errs[#errs + 1] = located(perr, short)
-    return nil, src
+    return false
   end
   local bounded = opts.bounded or M.bounded
   local ok, berr = bounded(M.load_limits(opts.load_instructions), fn)
   if not ok then
     errs[#errs + 1] = located(tostring(berr), short)
-    return nil, src
+    return false
+  end
+  return true
+end
+
+-- One file: the shipped layer (when dir is an overlay over opts.base), then dir's own file,
+-- which may be absent in an overlay. Returns ctl, {layer sources} or nil.
+local function load_one(dir, name, opts, errs)
+  local read = opts.read or read_file
+  local layers = {}
+  local base = opts.base
+  if base then
+    local short = base .. "/" .. name .. ".lua"
+    local src, rerr = read(short)
+    if not src then
+      errs[#errs + 1] = string.format("%s:1: cannot read the shipped file: %s", short, tostring(rerr))
+      return nil, layers
+    end
+    layers[#layers + 1] = { short = short, src = src, shipped = true }
+  end
+  local short = dir .. "/" .. name .. ".lua"
+  local src, rerr = read(short)
+  if src then
+    layers[#layers + 1] = { short = short, src = src }
+  elseif not (base and missing(rerr)) then
+    errs[#errs + 1] = string.format("%s:1: cannot read the file: %s", short, tostring(rerr))
+    return nil, layers
+  end
+  local ctl = new_env(name, schema.files[name])
+  for _, l in ipairs(layers) do
+    if not run_layer(ctl, l.short, l.src, l.shipped, opts, errs) then return nil, layers end
   end
   local values, cerr = ctl.values()
   if not values then
     errs[#errs + 1] = cerr
-    return nil, src
+    return nil, layers
   end
   ctl.settings = values
-  return ctl, src
+  return ctl, layers
 end
 
 local function validate_file(name, ctl, errs)
   local n0 = #errs
   local function report(path, msg)
-    errs[#errs + 1] = string.format("%s:%d: %s %s", ctl.short, ctl.line_for(path), path, msg)
+    errs[#errs + 1] = string.format("%s: %s %s", ctl.where(path, msg), path, msg)
   end
   local fields = schema.files[name]
   for _, k in ipairs(schema.sorted_keys(fields)) do
@@ -523,20 +592,20 @@ local function check_rules(ctl, errs, counts)
   for _, k in ipairs(schema.sorted_keys(ctl.settings)) do
     local r = ctl.settings[k]
     if rule.is_rule(r) then
-      local line = ctl.rule_lines[r] or ctl.line_for(k)
+      local at = ctl.rule_lines[r]
+      local where = at and at.line and (at.short .. ":" .. at.line) or ctl.where(k)
       local rebuilt, rerrs = rule.rebuild(r)
       for _, e in ipairs(rerrs or {}) do
-        errs[#errs + 1] = string.format("%s:%d: rule %s: %s", ctl.short, line, k, e)
+        errs[#errs + 1] = string.format("%s: rule %s: %s", where, k, e)
       end
       r = rebuilt or r
-      ctl.rule_lines[r] = line
+      ctl.rule_lines[r] = at
       ctl.settings[k] = r
       counts.rules = counts.rules + 1
       local failures, n = r:check_examples()
       counts.examples = counts.examples + n
       for _, f in ipairs(failures) do
-        errs[#errs + 1] = string.format("%s:%d: rule %s: example %s", ctl.short,
-          ctl.rule_lines[r] or ctl.line_for(k), k, f)
+        errs[#errs + 1] = string.format("%s: rule %s: example %s", where, k, f)
       end
     end
   end
@@ -549,14 +618,19 @@ local function check_hooks(snap, ctls, opts, errs, counts)
     local h = schema.hooks[hook]
     local ctl = ctls[h.file]
     local fn = snap[h.file][h.name]
-    local line = debug.getinfo(fn, "S").linedefined
-    if line == nil or line < 1 then line = ctl.line_for(h.name) end
+    local info = debug.getinfo(fn, "S")
+    local where
+    if info.linedefined and info.linedefined > 0 and info.source:sub(1, 1) == "@" then
+      where = info.source:sub(2) .. ":" .. info.linedefined
+    else
+      where = ctl.where(h.name)
+    end
     for _, ctx in ipairs(samples[hook]) do
       counts.hook_calls = counts.hook_calls + 1
       local ok, res = bounded(opts.hook_instructions or M.limits.hook_instructions, fn, ctx, snap[h.file])
       local why
       if not ok then
-        why = "failed: " .. tostring(res):match("^[^\n]*"):gsub("^policies/[%w_]+%.lua:%d+: ", "")
+        why = "failed: " .. tostring(res):match("^[^\n]*"):gsub("^[^:]*%.lua:%d+: ", "")
       else
         local valid, vwhy = schema.hook_validate[hook](res, snap)
         if not valid then why = vwhy end
@@ -564,7 +638,7 @@ local function check_hooks(snap, ctls, opts, errs, counts)
       if why then
         local args = {}
         for _, k in ipairs(schema.sorted_keys(ctx)) do args[#args + 1] = k .. "=" .. show(ctx[k]) end
-        errs[#errs + 1] = string.format("%s:%d: hook %s({%s}) %s", ctl.short, line, h.name,
+        errs[#errs + 1] = string.format("%s: hook %s({%s}) %s", where, h.name,
           table.concat(args, ", "), why)
         break
       end
@@ -573,17 +647,21 @@ local function check_hooks(snap, ctls, opts, errs, counts)
 end
 
 -- The policy set's version: sha256 over every file's name, length and bytes, in name order.
+-- An overlay's version also covers the shipped layer under it (an upgrade changes it).
 local function version_of(sources, hash)
   local names = schema.sorted_keys(sources)
   local parts = {}
   for _, name in ipairs(names) do
-    local src = sources[name]
-    parts[#parts + 1] = string.format("%s.lua\0%d\0%s", name, #src, src)
+    for _, l in ipairs(sources[name]) do
+      local label = (l.shipped and "shipped/" or "") .. name .. ".lua"
+      parts[#parts + 1] = string.format("%s\0%d\0%s", label, #l.src, l.src)
+    end
   end
   return hash(table.concat(parts))
 end
 
--- opts: hash(bytes) → hex (default core sha256), bounded(budget, fn, ...), read(path),
+-- opts: base (the shipped directory: dir is then an overlay holding only what it changes),
+--       hash(bytes) → hex (default core sha256), bounded(budget, fn, ...), read(path),
 --       list(dir) → names (default core.fs.list when the engine is loaded),
 --       load_instructions, hook_instructions.
 function M.load(dir, opts)
@@ -591,6 +669,22 @@ function M.load(dir, opts)
   local errs = {}
   dir = (dir or "policies"):gsub("/+$", "")
   if dir == "" then dir = "/" end
+  if opts.base then
+    -- The same directory however it is written (relative, absolute, through a link) is not
+    -- an overlay of itself.
+    local c = core()
+    local function norm(d)
+      local real = c and c.fs and c.fs.realpath and c.fs.realpath(d)
+      if type(real) == "string" then return real end
+      return (d:gsub("/+$", ""):gsub("^%./", ""):gsub("/%./", "/"))
+    end
+    local base = opts.base:gsub("/+$", "")
+    if norm(base) == norm(dir) then base = dir end
+    local layered = {}
+    for k, v in pairs(opts) do layered[k] = v end
+    layered.base = base ~= dir and base or nil
+    opts = layered
+  end
 
   local list = opts.list
   if list == nil then
@@ -609,7 +703,7 @@ function M.load(dir, opts)
     for _, n in ipairs(names) do
       if type(n) == "table" then n = n.name end
       if type(n) == "string" and n:find("%.lua$") and not known[n] then
-        errs[#errs + 1] = string.format("policies/%s:1: not a known policy file (known: %s.lua)", n,
+        errs[#errs + 1] = string.format("%s/%s:1: not a known policy file (known: %s.lua)", dir, n,
           table.concat(M.FILES, ".lua, "))
       end
     end
@@ -617,8 +711,8 @@ function M.load(dir, opts)
 
   local ctls, sources, valid = {}, {}, true
   for _, name in ipairs(M.FILES) do
-    local ctl, src = load_one(dir, name, opts, errs)
-    sources[name] = src
+    local ctl, layers = load_one(dir, name, opts, errs)
+    sources[name] = layers
     if ctl then
       ctls[name] = ctl
       if not validate_file(name, ctl, errs) then valid = false end
@@ -636,7 +730,7 @@ function M.load(dir, opts)
   schema.derive_timeouts(snap.timeouts)
   schema.derive_agents(snap.agents)
   schema.cross_files(snap, function(file, path, msg)
-    errs[#errs + 1] = string.format("%s:%d: %s %s", ctls[file].short, ctls[file].line_for(path), path, msg)
+    errs[#errs + 1] = string.format("%s: %s %s", ctls[file].where(path, msg), path, msg)
   end)
   if #errs > 0 then return nil, errs end
 
@@ -651,6 +745,17 @@ function M.load(dir, opts)
   if not ok then return nil, { tostring(version) } end
   snap.version = version
   snap.dir = dir
+  snap.base = opts.base
+  -- where(file, path) → "real/path.lua:LINE", shipped? : where each effective value was set
+  local shipped_of = {}
+  for _, name in ipairs(M.FILES) do
+    local ctl = ctls[name]
+    shipped_of[name] = function(path)
+      local short, line = ctl.line_for(path)
+      return short .. ":" .. line, ctl.is_shipped(short)
+    end
+  end
+  snap.where = function(file, path) return shipped_of[file](path) end
   snap.checked = counts
   return freeze(snap)
 end

@@ -326,7 +326,6 @@ M.files.timeouts = {
   sandbox = S.record {
     heartbeat_ms = ms(100, 5 * MINUTE),
     default_budget_ms = ms(SECOND, 24 * HOUR),
-    keepalive_ms = ms(SECOND, HOUR),
     sleep_after = S.sleep_after,
     max_instances = S.int { min = 1, max = 100000 },
     max_thread_key_bytes = S.int { min = 16, max = 4096, unit = "bytes" },
@@ -585,12 +584,6 @@ function M.cross.timeouts(t, report)
   if sb.default_budget_ms < b.floor_ms or sb.default_budget_ms > b.max_ms then
     report("sandbox.default_budget_ms", string.format("must lie within [bash.floor_ms, bash.max_ms] = [%s, %s], got %s",
       M.human_ms(b.floor_ms), M.human_ms(b.max_ms), M.human_ms(sb.default_budget_ms)))
-  end
-  local sleep_ms = M.parse_sleep_after(sb.sleep_after)
-  if sleep_ms and sb.keepalive_ms >= sleep_ms then
-    report("sandbox.keepalive_ms", string.format(
-      "must be shorter than sandbox.sleep_after (%s = %s), or the instance sleeps under a running command; got %s",
-      sb.sleep_after, M.human_ms(sleep_ms), M.human_ms(sb.keepalive_ms)))
   end
   -- A file travels as base64 (4 bytes per 3) in a /write request and a /read answer.
   local b64 = 4 * ((sb.max_file_bytes + 2) // 3)

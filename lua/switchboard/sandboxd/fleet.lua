@@ -31,6 +31,8 @@ function M.new(opts)
   return setmetatable({
     instances = {},       -- thread key → instance (awake ones only)
     awake = 0,
+    slept = {},           -- thread key → true: put to sleep and not woken since (metrics)
+    sleeping = 0,
     closed = false,
     stop = core.signal(), -- ends every idle watch when the fleet closes
     opts = opts,
@@ -67,6 +69,7 @@ function Fleet:acquire(key)
     }
     self.instances[key] = inst
     self.awake = self.awake + 1
+    if self.slept[key] then self.slept[key], self.sleeping = nil, self.sleeping - 1 end
     self.log("info", "sandboxd.instance_woke", { instance = inst.label, awake = self.awake })
   end
   inst.busy = inst.busy + 1
@@ -89,6 +92,7 @@ function Fleet:sleep(inst, reason)
   if self.instances[inst.key] ~= inst then return end
   self.instances[inst.key] = nil
   self.awake = self.awake - 1
+  if not self.slept[inst.key] then self.slept[inst.key], self.sleeping = true, self.sleeping + 1 end
   inst.asleep = true
   local ok, err = pcall(inst.runner.stop, inst.runner, reason)
   self.log(ok and "info" or "error", "sandboxd.instance_slept", {

@@ -7,6 +7,7 @@
 local core = require("switchboard.core")
 local cjson = require("cjson")
 local auth = require("switchboard.sandboxd.auth")
+local metrics = require("switchboard.metrics")
 local envmod = require("switchboard.sandboxd.env")
 local protocol = require("switchboard.shell.protocol")
 local budget = require("switchboard.shell.budget")
@@ -24,7 +25,7 @@ json.encode_invalid_numbers(false)
 M.json = json
 
 local JSON = { ["content-type"] = "application/json", ["cache-control"] = "no-store" }
-local ROUTE_LIST = "POST /exec, POST /read, POST /write, GET /healthz"
+local ROUTE_LIST = "POST /exec, POST /read, POST /write, GET /healthz, GET /metrics"
 
 -- Answers are streamed out as the client reads them: a slice is written, then the handler waits
 -- (res:drain) until the socket took most of what is queued. A 12 MB answer never sits whole in
@@ -121,13 +122,25 @@ end
 -- (nobody is left to read its answer).
 local function heartbeat(res, interval_ms, done, stop)
   -- done is checked after every sleep: the timer and the command's end can fall in one turn.
+  local last = core.now_ms()
   while core.sleep(interval_ms, done) and not done.aborted do
     if res.closed then
       stop:abort("client gone")
       return
     end
+    local now = core.now_ms()
+    if now - last > 1.5 * interval_ms then metrics.inc("switchboard_heartbeat_gaps_total") end
+    last = now
     res:write(" ")
   end
+end
+
+-- The outcome a command counts under in switchboard_commands_total.
+local function outcome_of(r, doc)
+  if doc.error ~= nil then return r and r.aborted and "stopped" or "infra" end
+  if r and r.aborted then return "stopped" end
+  if r and r.timed_out then return "124" end
+  return "exit"
 end
 
 -- The environment every command starts from (policies/execution.lua child_env), built once per
@@ -221,6 +234,8 @@ local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
   else
     doc = result_document(snap, r, limit_ms, max_output)
   end
+  metrics.inc("switchboard_commands_total", { outcome = outcome_of(r, doc) })
+  if doc.durationMs then metrics.observe("switchboard_command_duration_seconds", doc.durationMs / 1000) end
   ctx.log("debug", "sandboxd.exec", {
     instance = inst.label, exit = doc.exitCode, duration_ms = doc.durationMs,
     timed_out = r and r.timed_out or nil, failed = doc.error ~= nil or nil,
@@ -243,6 +258,8 @@ local function exec_route(ctx, snap, key, call, res)
   local inst, why = ctx.fleet:acquire(key)
   if not inst then
     if why == "fleet-busy" then
+      metrics.inc("switchboard_fleet_busy_total")
+      metrics.inc("switchboard_commands_total", { outcome = "capacity" })
       return send_json(res, 200, classify.fleet_busy_exec_answer(snap, fleet_cause(ctx)))
     end
     return refuse(res, "/exec", 503, closed_text())
@@ -260,10 +277,12 @@ end
 
 local FS_STATUS = { escape = 403, not_found = 404, not_a_file = 400, too_large = 413 }
 
-local function fs_failure(res, route, err)
+-- The text goes through the same never-empty rule as /exec's failures (classify.thrown_text).
+local function fs_failure(snap, res, route, err)
   local status = FS_STATUS[err and err.kind] or 500
   return send_json(res, status, {
-    error = tostring(err and err.message or "the file operation failed"), reason = err and err.kind,
+    error = classify.thrown_text(snap, err and { message = err.message, name = err.kind } or nil),
+    reason = err and err.kind,
   })
 end
 
@@ -272,6 +291,7 @@ local function file_instance(ctx, snap, key, res)
   local inst, why = ctx.fleet:acquire(key)
   if inst then return inst end
   if why == "fleet-busy" then
+    metrics.inc("switchboard_fleet_busy_total")
     local status, doc = classify.fleet_busy_http_answer(snap, fleet_cause(ctx))
     send_json(res, status, doc)
   else
@@ -286,8 +306,8 @@ local function read_route(ctx, snap, key, call, res)
   if not inst then return end
   local ok, bytes, err = pcall(inst.runner.read, inst.runner, path, snap.timeouts.sandbox.max_file_bytes)
   ctx.fleet:release(inst)
-  if not ok then return fs_failure(res, "/read", { message = "internal error: " .. first_line(bytes) }) end
-  if bytes == nil then return fs_failure(res, "/read", err) end
+  if not ok then return fs_failure(snap, res, "/read", { message = "internal error: " .. first_line(bytes) }) end
+  if bytes == nil then return fs_failure(snap, res, "/read", err) end
   send_json(res, 200, { content = core.crypto.base64_encode(bytes), encoding = "base64", size = #bytes })
 end
 
@@ -297,8 +317,8 @@ local function write_route(ctx, snap, key, call, res)
   if not inst then return end
   local ok, done, err = pcall(inst.runner.write, inst.runner, path, bytes)
   ctx.fleet:release(inst)
-  if not ok then return fs_failure(res, "/write", { message = "internal error: " .. first_line(done) }) end
-  if not done then return fs_failure(res, "/write", err) end
+  if not ok then return fs_failure(snap, res, "/write", { message = "internal error: " .. first_line(done) }) end
+  if not done then return fs_failure(snap, res, "/write", err) end
   send_json(res, 200, { ok = true, size = #bytes })
 end
 
@@ -378,6 +398,17 @@ function M.parse(snap, route, raw)
   return parse(snap, body)
 end
 
+-- GET /metrics (behind the bearer here; `sandboxd --metrics-listen` serves it without one).
+function M.metrics(res)
+  return metrics.answer(res)
+end
+
+function M.register_gauges(fleet)
+  if fleet == nil then return end
+  metrics.gauge("switchboard_instances", { state = "awake" }, function() return fleet.awake end)
+  metrics.gauge("switchboard_instances", { state = "sleeping" }, function() return fleet.sleeping or 0 end)
+end
+
 local ROUTES = { ["/exec"] = exec_route, ["/read"] = read_route, ["/write"] = write_route }
 
 -- The checks that need no body, run by the HTTP server when a request's head is complete and
@@ -397,6 +428,7 @@ function M.on_head(ctx, table_)
     if not check(req.headers[protocol.AUTH_HEADER]) then
       return auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY
     end
+    if req.path == "/metrics" and req.method == "GET" then return nil end -- no thread key
     local method = routes[req.path]
     if method == nil then
       return 404, JSON, json.encode({ error = ("no route %s; the routes are %s"):format(req.path, list) })
@@ -423,10 +455,12 @@ end
 function M.handler(ctx)
   local check = auth.checker(ctx.token)
   ctx.log = ctx.log or function() end
+  M.register_gauges(ctx.fleet)
   return function(req, res)
     if not check(req.headers and req.headers[protocol.AUTH_HEADER]) then
       return res:send(auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY)
     end
+    if req.path == "/metrics" and req.method == "GET" then return M.metrics(res) end
     local method = protocol.ROUTES[req.path]
     if method == nil then
       return send_json(res, 404, { error = ("no route %s; the routes are %s"):format(req.path, ROUTE_LIST) })

@@ -14,7 +14,6 @@ M.TOKEN = "spec-token-" .. core.crypto.hex(core.crypto.random_bytes(8))
 M.FAST = [[
 sandbox.heartbeat_ms = 100
 sandbox.sleep_after = "2s"
-sandbox.keepalive_ms = 1 * second
 bash.floor_ms = 100
 bash.kill_grace_ms = 300
 server.drain_ms = 1 * second

@@ -1,0 +1,231 @@
+-- `switchboard doctor`: checks everything this environment configures, like `gh auth status`,
+-- and prints one line per check with what to fix. Nothing is changed; nothing is minted.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local prologue = require("switchboard.commands.prologue")
+local policy = require("switchboard.policy")
+local identity = require("switchboard.github.identity")
+
+local M = {
+  name = "doctor",
+  summary = "check the policies, GitHub App, Slack tokens, model key, sandboxd and walls",
+}
+
+M.help = [[
+Usage: switchboard doctor [--sandbox-url URL]
+
+Checks what this environment configures and prints one line per check:
+
+  ok    policies  …            the policies load (--policies / $SWITCHBOARD_POLICIES)
+  ok    github    …            the GitHub App's key signs a JWT and the installation answers,
+                               with the permissions it grants (GITHUB_APP_ID, …)
+  ok    slack     …            SLACK_BOT_TOKEN / SLACK_APP_TOKEN pass auth.test
+  ok    model     …            ANTHROPIC_API_KEY is accepted (GET /v1/models)
+  ok    sandboxd  …            SANDBOX_URL answers /healthz with this binary's build
+  ok    walls     …            the kernel offers what the walls need (cgroup v2, user namespaces)
+
+A check whose settings are absent says `skip` and which variable turns it on; a failing one
+says `FAIL` and what to do. Tokens are sent only to the service they belong to and never
+printed. SLACK_API_URL, ANTHROPIC_BASE_URL and GITHUB_API_URL point a check elsewhere.
+
+Exit status: 0 nothing failed; 1 a check failed; 2 usage.
+
+Examples:
+  switchboard doctor
+  SANDBOX_URL=http://127.0.0.1:8080 SANDBOX_TOKEN=… switchboard doctor
+]]
+
+local SPEC = { ["sandbox-url"] = "string" }
+
+local function nonempty(v)
+  if type(v) == "string" and v:find("%S") then return v end
+  return nil
+end
+
+local function first_line(s) return (tostring(s):match("^[^\n]*")) end
+
+-- One HTTP call with the deadline every check shares; → status, doc (decoded JSON or nil) |
+-- nil, why
+local function call(args)
+  local status, headers, body = core.http.request(args)
+  if status == nil then
+    local err = headers
+    return nil, type(err) == "table" and (err.message or err.kind) or tostring(err)
+  end
+  local ok, doc = pcall(cjson.decode, body or "")
+  return status, ok and type(doc) == "table" and doc or nil
+end
+
+---------------------------------------------------------------------------------------------
+-- The checks: each returns "ok" | "skip" | "FAIL", the text.
+
+local function check_policies(ctx)
+  local snap, errs = policy.load_initial(ctx.policies_dir)
+  if not snap then
+    return "FAIL", ("%s — fix: edit that line, then `switchboard policy check`"):format(first_line(errs[1]))
+  end
+  return "ok", ("%s (version %s)"):format(snap.dir, snap.version:sub(1, 12))
+end
+
+local function permissions_text(perms)
+  if type(perms) ~= "table" then return "none listed" end
+  local names = {}
+  for k, v in pairs(perms) do names[#names + 1] = k .. ":" .. tostring(v) end
+  table.sort(names)
+  return table.concat(names, " ")
+end
+
+local function check_github(ctx)
+  local id = ctx.credentials or identity.from_env(ctx.getenv)
+  if id.kind == "none" then
+    return "skip", "no GitHub credential (set GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY, or GH_TOKEN)"
+  end
+  if id.kind ~= "app" then
+    if id.kind == "env" then return "ok", "GH_TOKEN from the environment (passed through; not checked)" end
+    return "FAIL", id:describe()
+  end
+  local jwt, jerr = id.app:jwt()
+  if not jwt then
+    return "FAIL", tostring(jerr) .. " — fix: GITHUB_APP_PRIVATE_KEY must be the App's private key (PEM or a file path)"
+  end
+  if id.installation_id == nil then
+    local status, doc = id.app:call("GET", "/app/installations")
+    if status ~= 200 then
+      return "FAIL", ("the App's JWT signs, but GET /app/installations answered %s — fix: check GITHUB_APP_ID and the key belong to one App"):format(tostring(status or doc))
+    end
+    return "ok", ("%s: key signs; %d installation(s); set GITHUB_APP_INSTALLATION_ID to check one's permissions")
+      :format(id:describe(), type(doc) == "table" and #doc or 0)
+  end
+  local status, doc = id.app:call("GET", "/app/installations/" .. id.installation_id)
+  if status == 200 and type(doc) == "table" then
+    return "ok", ("%s: key signs; installation %d (%s) grants %s"):format(id:describe(), id.installation_id,
+      type(doc.account) == "table" and tostring(doc.account.login) or "?", permissions_text(doc.permissions))
+  end
+  if status == 401 then
+    return "FAIL", ("GitHub refused the App's JWT (401) — fix: GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY must belong to the same App, and this host's clock must be right")
+  end
+  if status == 404 then
+    return "FAIL", ("installation %d not found (404) — fix: GITHUB_APP_INSTALLATION_ID is the number at the end of the installation's settings URL"):format(id.installation_id)
+  end
+  return "FAIL", ("GET /app/installations/%d: %s"):format(id.installation_id, tostring(status or doc))
+end
+
+local function check_slack(ctx, snap)
+  local names = { "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN" }
+  local base = (nonempty(ctx.getenv("SLACK_API_URL")) or "https://slack.com/api"):gsub("/+$", "")
+  local said, any = {}, false
+  for _, name in ipairs(names) do
+    local token = nonempty(ctx.getenv(name))
+    if token then
+      any = true
+      core.log_redact(token)
+      local status, doc = call{ method = "POST", url = base .. "/auth.test",
+        headers = { authorization = "Bearer " .. token, ["content-type"] = "application/x-www-form-urlencoded" },
+        body = "", deadline_ms = snap.github.request_timeout_ms }
+      if status ~= 200 or type(doc) ~= "table" then
+        return "FAIL", ("%s: auth.test at %s answered %s — fix: check the network or SLACK_API_URL"):format(name, base, tostring(status or doc))
+      end
+      if doc.ok ~= true then
+        return "FAIL", ("%s: auth.test says %s — fix: copy the token again from the app's settings (api.slack.com/apps)")
+          :format(name, tostring(doc.error or "not ok"))
+      end
+      said[#said + 1] = ("%s ok (team %s, user %s)"):format(name, tostring(doc.team or "?"), tostring(doc.user or doc.user_id or "?"))
+    end
+  end
+  if not any then return "skip", "no Slack token (set SLACK_BOT_TOKEN and SLACK_APP_TOKEN)" end
+  return "ok", table.concat(said, "; ")
+end
+
+local function check_model(ctx, snap)
+  local key = nonempty(ctx.getenv("ANTHROPIC_API_KEY"))
+  if not key then return "skip", "no model key (set ANTHROPIC_API_KEY)" end
+  core.log_redact(key)
+  local base = (nonempty(ctx.getenv("ANTHROPIC_BASE_URL")) or "https://api.anthropic.com"):gsub("/+$", "")
+  local status, doc = call{ method = "GET", url = base .. "/v1/models",
+    headers = { ["x-api-key"] = key, ["anthropic-version"] = "2023-06-01" },
+    deadline_ms = snap.github.request_timeout_ms }
+  if status == 200 then return "ok", ("ANTHROPIC_API_KEY accepted by %s"):format(base) end
+  if status == 401 or status == 403 then
+    return "FAIL", ("ANTHROPIC_API_KEY refused by %s (%d) — fix: create a key in the console and set it again"):format(base, status)
+  end
+  return "FAIL", ("%s/v1/models answered %s — fix: check the network or ANTHROPIC_BASE_URL"):format(base, tostring(status or doc))
+end
+
+local function check_sandboxd(ctx, snap, url)
+  local cfg = snap.execution.sandbox
+  url = nonempty(url) or nonempty(ctx.getenv(cfg.url_env))
+  if not url then return "skip", ("no sandboxd configured (set %s or --sandbox-url)"):format(cfg.url_env) end
+  local token = nonempty(ctx.getenv(cfg.token_env))
+  if not token then return "FAIL", ("%s is set but %s is not — fix: give the bot the token sandboxd was started with"):format(cfg.url_env, cfg.token_env) end
+  core.log_redact(token)
+  local status, doc = call{ method = "GET", url = url:gsub("/+$", "") .. "/healthz",
+    headers = { authorization = "Bearer " .. token }, deadline_ms = snap.github.request_timeout_ms }
+  if status == nil then return "FAIL", ("%s/healthz: %s — fix: start `switchboard sandboxd` there, or correct %s"):format(url, tostring(doc), cfg.url_env) end
+  if status == 401 then return "FAIL", ("%s refused the token (401) — fix: %s must equal the sandboxd's"):format(url, cfg.token_env) end
+  if status ~= 200 or type(doc) ~= "table" then return "FAIL", ("%s/healthz answered %s"):format(url, tostring(status)) end
+  local theirs = type(doc.build) == "table" and tostring(doc.build.commit) or "?"
+  local ours = core.build.commit
+  if theirs ~= ours then
+    return "FAIL", ("%s runs build %s, this binary is %s — fix: deploy the same build to both"):format(url, theirs, ours)
+  end
+  return "ok", ("%s answers /healthz with this build (%s); %s of %s instances awake"):format(url, ours,
+    tostring(doc.instances and doc.instances.awake), tostring(doc.instances and doc.instances.max))
+end
+
+local function read_first(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("l")
+  f:close()
+  return s
+end
+
+local function check_walls(ctx)
+  local root = ctx.sysroot or ""
+  local problems = {}
+  if not read_first(root .. "/sys/fs/cgroup/cgroup.controllers") then
+    problems[#problems + 1] = "no cgroup v2 at /sys/fs/cgroup (boot with the unified hierarchy)"
+  end
+  local max_ns = tonumber(read_first(root .. "/proc/sys/user/max_user_namespaces") or "0")
+  if not max_ns or max_ns < 1 then
+    problems[#problems + 1] = "user namespaces are off (sysctl user.max_user_namespaces=15000)"
+  end
+  if #problems > 0 then return "FAIL", table.concat(problems, "; ") end
+  return "ok", "cgroup v2 and user namespaces are available"
+end
+
+---------------------------------------------------------------------------------------------
+
+function M.run(argv, ctx)
+  local p, status = prologue.start(M, argv, ctx, { spec = SPEC, usage = function(p)
+    if #p.words > 0 then return ("unexpected %q (see --help)"):format(p.words[1]) end
+  end })
+  if not p then return status end
+  ctx = p.ctx
+  ctx.getenv = ctx.getenv or os.getenv
+  local failed = 0
+  local function line(name, verdict, text)
+    if verdict == "FAIL" then failed = failed + 1 end
+    p:say(("%-5s %-9s %s"):format(verdict, name, text))
+  end
+  local verdict, text = check_policies(ctx)
+  line("policies", verdict, text)
+  -- the other checks need numbers from a policy: the one that loaded, else the shipped one
+  local snap = policy.current()
+  local checks = {
+    { "github", function() return check_github(ctx) end },
+    { "slack", function() return check_slack(ctx, snap) end },
+    { "model", function() return check_model(ctx, snap) end },
+    { "sandboxd", function() return check_sandboxd(ctx, snap, p.opts.sandbox_url) end },
+    { "walls", function() return check_walls(ctx) end },
+  }
+  for _, c in ipairs(checks) do
+    local ok, v, t = pcall(c[2])
+    if not ok then v, t = "FAIL", "the check itself failed: " .. first_line(v) end
+    line(c[1], v, t)
+  end
+  p:say(failed == 0 and "doctor: nothing failed" or ("doctor: %d check%s failed"):format(failed, failed == 1 and "" or "s"))
+  return failed == 0 and 0 or 1
+end
+
+return M

@@ -1,0 +1,101 @@
+-- `switchboard doctor` against the GitHub stand-in (tests/support/github_standin.lua), loopback
+-- stand-ins for Slack's auth.test and Anthropic's GET /v1/models speaking their real shapes,
+-- and a real sandboxd. One line per check; a wrong setting is a FAIL line with a fix.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local async = require("support.async")
+local S = require("support.sandbox")
+local bin = require("support.bin")
+local standin = require("support.github_standin")
+
+-- Slack's auth.test (POST, bearer token) and Anthropic's models list (x-api-key), on loopback.
+local function services(good)
+  local seen = {}
+  local srv = core.http.serve{ host = "127.0.0.1", port = 0, handler = function(req, res)
+    local json = { ["content-type"] = "application/json" }
+    seen[#seen + 1] = req.method .. " " .. req.path
+    if req.path == "/api/auth.test" and req.method == "POST" then
+      local auth = req.headers.authorization or ""
+      if auth == "Bearer " .. good.slack_bot or auth == "Bearer " .. good.slack_app then
+        return res:send(200, json, cjson.encode({ ok = true, team = "Acme", user = "switchboard", team_id = "T1", user_id = "U1" }))
+      end
+      return res:send(200, json, cjson.encode({ ok = false, error = "invalid_auth" }))
+    end
+    if req.path == "/v1/models" and req.method == "GET" then
+      if req.headers["x-api-key"] == good.model and req.headers["anthropic-version"] then
+        return res:send(200, json, cjson.encode({ data = { { id = "claude-x", type = "model" } }, has_more = false }))
+      end
+      return res:send(401, json, cjson.encode({ type = "error", error = { type = "authentication_error", message = "invalid x-api-key" } }))
+    end
+    res:send(404, json, "{}")
+  end }
+  return srv, "http://127.0.0.1:" .. srv.port, seen
+end
+
+local function lines(text)
+  local out = {}
+  for l in text:gmatch("[^\n]+") do
+    local verdict, name = l:match("^(%S+)%s+(%S+)")
+    if verdict then out[name] = { verdict = verdict, text = l } end
+  end
+  return out
+end
+
+describe("switchboard doctor", function()
+  after_each(function() S.cleanup_servers() end)
+
+  it("checks every configured service and says what to fix", async(function()
+    local good = { slack_bot = "xoxb-good-123456", slack_app = "xapp-good-123456", model = "sk-ant-good-123456" }
+    local srv, url = services(good)
+    local priv, pub = standin.keys()
+    local gh = standin.start{ public_key = pub, app_id = "12345", installations = standin.default_installations() }
+    local sb = S.start_sandboxd()
+    local env = {
+      GITHUB_APP_ID = "12345", GITHUB_APP_PRIVATE_KEY = priv, GITHUB_API_URL = gh.api_url,
+      GITHUB_APP_INSTALLATION_ID = "678",
+      SLACK_BOT_TOKEN = good.slack_bot, SLACK_APP_TOKEN = good.slack_app, SLACK_API_URL = url .. "/api",
+      ANTHROPIC_API_KEY = good.model, ANTHROPIC_BASE_URL = url,
+      SANDBOX_URL = sb.url, SANDBOX_TOKEN = S.TOKEN,
+    }
+    local r = bin.run({ "doctor" }, { env = env })
+    local l = lines(r.stdout)
+    for _, name in ipairs({ "policies", "github", "slack", "model", "sandboxd" }) do
+      assert.equal("ok", l[name] and l[name].verdict, name .. ":\n" .. r.stdout .. r.stderr)
+    end
+    assert.truthy(l.walls, r.stdout)
+    assert.truthy(l.github.text:find("installation 678 (acme) grants", 1, true), l.github.text)
+    assert.truthy(l.github.text:find("contents:write", 1, true) or l.github.text:find("contents:", 1, true), l.github.text)
+    assert.truthy(l.sandboxd.text:find("with this build", 1, true))
+    for _, secret in pairs(good) do assert.falsy((r.stdout .. r.stderr):find(secret, 1, true)) end
+    if l.walls.verdict == "ok" then assert.equal(0, r.exit) end
+
+    -- each wrong setting: a FAIL line that says what to do, exit 1
+    local bad = {}
+    for k, v in pairs(env) do bad[k] = v end
+    bad.SLACK_BOT_TOKEN = "xoxb-wrong-000000"
+    bad.ANTHROPIC_API_KEY = "sk-ant-wrong-00000"
+    bad.SANDBOX_TOKEN = "wrong-sandbox-token"
+    bad.GITHUB_APP_INSTALLATION_ID = "999"
+    r = bin.run({ "doctor" }, { env = bad })
+    assert.equal(1, r.exit)
+    l = lines(r.stdout)
+    assert.equal("FAIL", l.slack.verdict)
+    assert.truthy(l.slack.text:find("invalid_auth", 1, true))
+    assert.equal("FAIL", l.model.verdict)
+    assert.truthy(l.model.text:find("fix:", 1, true))
+    assert.equal("FAIL", l.sandboxd.verdict)
+    assert.truthy(l.sandboxd.text:find("401", 1, true))
+    assert.equal("FAIL", l.github.verdict)
+    assert.truthy(l.github.text:find("installation 999 not found", 1, true), l.github.text)
+
+    -- nothing configured: skip lines that name the variable
+    r = bin.run({ "doctor" })
+    l = lines(r.stdout)
+    assert.equal("skip", l.slack.verdict)
+    assert.truthy(l.slack.text:find("SLACK_BOT_TOKEN", 1, true))
+    assert.equal("skip", l.github.verdict)
+    assert.equal("skip", l.sandboxd.verdict)
+    gh.server:close()
+    srv:close()
+  end))
+end)
