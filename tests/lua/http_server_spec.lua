@@ -2,85 +2,20 @@
 -- clients in other processes (tests/c/http_probe for raw, slow, malformed and vanishing
 -- clients; curl for a real one). Nothing here blocks the loop: a client runs in the
 -- background and the test task polls its output files with core.sleep.
-local BUILD = os.getenv("SB_BUILD_DIR") or "./build"
-package.cpath = BUILD .. "/lua/?.so;" .. package.cpath
-local core = require("switchboard.core")
-
-local PROBE = BUILD .. "/tests/http_probe"
-core.log_format("text", "error") -- rejected peers log at info/warn; keep the run readable
-
--- A private scratch directory (not /tmp/lua_*, which other runs may sweep).
-local dir = assert(io.popen("mktemp -d \"${TMPDIR:-/tmp}/sb-http-spec.XXXXXX\""):read("l"))
-
-local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function wait_until(what, fn, ms)
-  local deadline = core.now_ms() + (ms or 5000)
-  while true do
-    local v = fn()
-    if v then return v end
-    if core.now_ms() > deadline then error("timed out waiting for " .. what, 2) end
-    core.sleep(10)
-  end
-end
-
-local n_clients = 0
-
--- Starts a client command in the background; its stdout and stderr go to files.
-local function background(cmd)
-  n_clients = n_clients + 1
-  local base = dir .. "/c" .. n_clients
-  local c = {out_path = base .. ".out", err_path = base .. ".err", done_path = base .. ".done"}
-  -- children must not inherit a sanitizer runtime preloaded into the interpreter
-  assert(os.execute(string.format("(env -u LD_PRELOAD %s > %s 2> %s; echo $? > %s) &", cmd, q(c.out_path),
-                                  q(c.err_path), q(c.done_path))))
-  function c.output() return read_file(c.out_path) end
-  function c.status() return read_file(c.err_path) end
-  function c.wait(ms)
-    wait_until("client " .. cmd, function() return read_file(c.done_path) ~= "" end, ms)
-    return c.output(), c.status()
-  end
-  function c.wait_output(text, ms)
-    return wait_until(string.format("%q in the response", text), function()
-      return c.output():find(text, 1, true) ~= nil
-    end, ms)
-  end
-  return c
-end
-
--- http_probe HOST PORT step... (see tests/c/http_probe.c)
-local function probe(port, steps, timeout_ms)
-  local args = {}
-  for i, s in ipairs(steps) do args[i] = q(s) end
-  return background(string.format("%s --timeout %d 127.0.0.1 %d %s", PROBE,
-                                  timeout_ms or 8000, port, table.concat(args, " ")))
-end
-
-local function get(path, extra)
-  return "send:GET " .. path .. " HTTP/1.1\\r\\nHost: t\\r\\n" .. (extra or "") .. "\\r\\n"
-end
-
-local function serve(handler, limits)
-  return assert(core.http.serve{host = "127.0.0.1", port = 0, handler = handler, limits = limits})
-end
-
-local function status_of(response)
-  return tonumber(response:match("^HTTP/1%.1 (%d%d%d)"))
-end
-
-local function body_of(response)
-  return response:match("\r\n\r\n(.*)$")
-end
+local P = require("support.http_peers")
+local BUILD = P.BUILD
+local core = P.core
+local PROBE = P.PROBE
+local dir = P.dir
+local q = P.q
+local read_file = P.read_file
+local wait_until = P.wait_until
+local background = P.background
+local probe = P.probe
+local get = P.get
+local serve = P.serve
+local status_of = P.status_of
+local body_of = P.body_of
 
 -- Decodes a chunked body; errors on bad framing. Returns the body and whether it ended.
 local function dechunk(s)
