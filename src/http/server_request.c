@@ -215,7 +215,7 @@ static int on_headers_complete(llhttp_t *p) {
   if (p->http_major != 1 || p->http_minor > 1)
     return fail(r, 505, "HTTP version not supported: send HTTP/1.1");
   if (!only_chunked_coding(r))
-    return fail(r, 501, "not implemented: the only transfer-coding accepted is chunked");
+    return fail(r, 501, "unsupported transfer-coding: send the body plain or chunked");
   /* A declared length over the limit is refused before a byte of it is read. */
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > r->limits.max_body_bytes)
     return fail(r, 413, "request body too large");
