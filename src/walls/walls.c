@@ -6,11 +6,15 @@
  *   switchboard-walls hold  [common] [--expose NAME]... [--hide PATH]... --workspace DIR
  *                           [--rootfs DIR] [--net host|none] [--hostname NAME]
  *                           [--cg-write FILE=VALUE]... [--socket PATH --nofile N --fsize BYTES]
+ *                           [--ro-bind PATH]...
  *     Creates the instance: makes and joins its cgroups (--cgroup, created when missing, then
  *     the --cg-write limits), drops to the instance's host uid/gid, and runs bwrap with new
  *     user, PID, mount, IPC, UTS (and network, for --net none) namespaces around `sleep
  *     infinity`. Prints "ready <pid>\n" (the host pid of the process inside the namespaces)
- *     once they exist, then waits: it lives exactly as long as the instance. It dies with its
+ *     once they exist, then waits: it lives exactly as long as the instance. Each --ro-bind
+ *     directory (absolute) appears read-only at the same path inside (the resident's shared git
+ *     objects); it is opened here, before dropping to the instance's uid, so that uid needs no
+ *     way to the path on the host. It dies with its
  *     parent (PR_SET_PDEATHSIG), bwrap dies with it (--die-with-parent), and everything in the
  *     PID namespace dies with bwrap's init.
  *
@@ -102,7 +106,7 @@ typedef struct {
 typedef struct {
   const char *mode;
   long uid, gid, pid;
-  list cgroups, expose, hide, cg_writes;
+  list cgroups, expose, hide, cg_writes, ro_binds;
   const char *workspace, *rootfs, *net, *hostname, *cwd;
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
   long long nofile, fsize; /* -1: leave as inherited */
@@ -177,6 +181,7 @@ static void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--cg-write") == 0) push(&o->cg_writes, f, v);
     else if (strcmp(f, "--expose") == 0) push(&o->expose, f, v);
     else if (strcmp(f, "--hide") == 0) push(&o->hide, f, v);
+    else if (strcmp(f, "--ro-bind") == 0) push(&o->ro_binds, f, v);
     else if (strcmp(f, "--workspace") == 0) o->workspace = v;
     else if (strcmp(f, "--rootfs") == 0) o->rootfs = v;
     else if (strcmp(f, "--net") == 0) o->net = v;
@@ -264,6 +269,8 @@ typedef struct {
   char *argv[MAX_BWRAP_ARGS];
   int n;
   char scratch[MAX_LIST][PATH_MAX]; /* paths built for --expose */
+  int ro_fds[MAX_LIST];             /* --ro-bind directories, opened before the drop (CLOEXEC) */
+  char ro_fd_text[MAX_LIST][16];    /* their numbers, as bwrap's arguments */
 } bwrap_args;
 
 static void arg(bwrap_args *b, const char *s) {
@@ -353,6 +360,11 @@ static void build_bwrap(const options *o, bwrap_args *b) {
   arg(b, "--dev"); arg(b, "/dev");
   arg(b, "--tmpfs"); arg(b, "/dev/shm");
   arg(b, "--proc"); arg(b, "/proc");
+  /* After /tmp's tmpfs, so a directory below /tmp is not covered by it. */
+  for (int i = 0; i < o->ro_binds.n; i++) {
+    snprintf(b->ro_fd_text[i], sizeof b->ro_fd_text[i], "%d", b->ro_fds[i]);
+    arg(b, "--ro-bind-fd"); arg(b, b->ro_fd_text[i]); arg(b, o->ro_binds.items[i]);
+  }
   arg(b, "--remount-ro"); arg(b, "/");
   arg(b, "--chdir"); arg(b, o->cwd);
   /* bwrap's info arrives before the mounts are done; the holder's first word on fd 4 says
@@ -413,13 +425,26 @@ static int hold(const options *o) {
   /* Bound while we are still the server's user, in a directory only it can reach; the
    * listening fd is all we keep of it after dropping to the instance's uid. */
   int listener = o->socket ? bind_spawner(o->socket) : -1;
+  /* built before the fork: the child only execs */
+  static bwrap_args b;
+  /* Read-only binds: opened as the server's user, at 10 or above (clear of the 3-5 bwrap
+   * takes), close-on-exec until the child clears it for bwrap alone. */
+  for (int k = 0; k < o->ro_binds.n; k++) {
+    const char *path = o->ro_binds.items[k];
+    int fd = path[0] == '/' ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (fd < 0 && path[0] != '/')
+      errno = 0;
+    b.ro_fds[k] = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    if (fd >= 0)
+      close(fd);
+    if (b.ro_fds[k] < 0)
+      die("--ro-bind takes an absolute directory; cannot open '%s'", path);
+  }
   drop_to(o);
   die_with_parent(parent);
   int info[2], ready[2];
   if (pipe2(info, O_CLOEXEC) < 0 || pipe2(ready, O_CLOEXEC) < 0)
     die("pipe");
-  /* built before the fork: the child only execs */
-  static bwrap_args b;
   build_bwrap(o, &b);
   pid_t pid = fork();
   if (pid < 0)
@@ -431,12 +456,17 @@ static int hold(const options *o) {
         w = fcntl(ws, F_DUPFD_CLOEXEC, 10);
     if (i < 0 || r < 0 || w < 0 || dup2(i, 3) < 0 || dup2(r, 4) < 0 || dup2(w, 5) < 0)
       _exit(EXIT_WALLS);
+    for (int k = 0; k < o->ro_binds.n; k++)
+      if (fcntl(b.ro_fds[k], F_SETFD, 0) < 0)
+        _exit(EXIT_WALLS);
     execvp("bwrap", b.argv);
     die("cannot run bwrap (apt-get install bubblewrap)");
   }
   close(info[1]);
   close(ready[1]);
   close(ws);
+  for (int k = 0; k < o->ro_binds.n; k++)
+    close(b.ro_fds[k]);
   long inner = read_child_pid(info[0]);
   close(info[0]);
   char word[8];

@@ -116,6 +116,7 @@ end
 local function install(self, e, snap)
   local row = detect(snap, e.checkout)
   e.install = row
+  e.lock = nil
   if not row then return true end
   local base = child_env.base(snap, self.getenv)
   local r, err = run.bash{ command = row.command, cwd = e.checkout, env = base,
@@ -130,6 +131,29 @@ local function install(self, e, snap)
   return true
 end
 
+-- What the install depends on at the checkout's HEAD: the row's file and its blob id ("" when
+-- no row matches). A change after a fetch means the install runs again.
+local function lock_of(self, e, snap)
+  local row = detect(snap, e.checkout)
+  if not row then return "" end
+  local ok, r = tool(self, { "git", "-C", e.checkout, "rev-parse", "--verify", "--quiet", "HEAD:" .. row.file }, nil, 10000)
+  return row.file .. "@" .. (ok and r.stdout:match("%x+") or "untracked")
+end
+M.lock_of = lock_of
+
+-- The way from the root to the checkout's objects, traversable (not listable) by every uid:
+-- bwrap, as a thread's instance uid, resolves the objects directory it binds read-only into
+-- the instance (routes.lua); the threads root is 0711 for the same reason.
+local function open_way(self, e)
+  local dirs, d = { self.root .. "/repos" }, self.root .. "/repos"
+  for part in e.name:gmatch("[^/]+") do d = d .. "/" .. part; dirs[#dirs + 1] = d end
+  dirs[#dirs + 1] = e.checkout
+  dirs[#dirs + 1] = e.checkout .. "/.git"
+  local argv = { "chmod", "0711", "--" }
+  for _, x in ipairs(dirs) do argv[#argv + 1] = x end
+  return tool(self, argv, nil, 10000)
+end
+
 local function onboard_task(self, e)
   local snap = self.policy()
   local t = snap.timeouts.resident
@@ -138,8 +162,13 @@ local function onboard_task(self, e)
   local ok, why = core.fs.mkdir_p(parent, tonumber("700", 8))
   e.onboard_failed = true -- until the end: a failed onboarding is not fetched, only redone
   if not ok then return set(self, e, "degraded", "cannot create the checkout: " .. tostring(why and why.message)) end
-  ok, why = tool(self, { "git", "clone", "--quiet", "--", self.git_base .. e.name, e.checkout }, nil, t.clone_timeout_ms)
+  ok, why = tool(self, { "git", "clone", "--quiet", "--", e.upstream, e.checkout }, nil, t.clone_timeout_ms)
   if not ok then return set(self, e, "degraded", "clone failed: " .. why) end
+  -- Threads borrow these objects (alternates): a gc here must never drop one a thread's
+  -- commits may still reach (an upstream force-push leaves its old commits unreachable here).
+  tool(self, { "git", "-C", e.checkout, "config", "gc.pruneExpire", "never" }, nil, 10000)
+  ok, why = open_way(self, e)
+  if not ok then return set(self, e, "degraded", "cannot open the checkout's objects to threads: " .. why) end
   ok, why = install(self, e, snap)
   if not ok then return set(self, e, "degraded", why) end
   e.onboard_failed = nil
@@ -152,22 +181,37 @@ function Repos:onboard(name)
   if not ok then return nil, why end
   local e = self.entries[name]
   if e and (e.state == "onboarding" or e.state == "warm" or e.state == "cold") then return e end
-  e = e or { name = name, checkout = self:dir(name) .. "/checkout" }
+  e = e or { name = name, checkout = self:dir(name) .. "/checkout", upstream = self.git_base .. name }
   self.entries[name] = e
   set(self, e, "onboarding")
   core.go(onboard_task, self, e)
   return e
 end
 
--- One scheduled refresh of an onboarded repository: fetch, re-run the install when its file
--- changed, settle. Onboarding repositories are left alone; a failed onboarding stays degraded
--- until someone onboards it again.
+-- One scheduled refresh of an onboarded repository: fetch, move the checkout's tree to
+-- origin/HEAD (the commit threads attach at by default, so the dependencies copied into them
+-- match it), re-run the install when that changed its file (or the last install failed),
+-- settle. While the install runs the state is onboarding (threads fall back); a failed
+-- re-install is degraded with its reason and is tried again at the next refresh. Onboarding
+-- repositories are left alone; a failed onboarding stays degraded until onboarded again.
 function Repos:refresh(e)
   if e.state == "onboarding" or e.onboard_failed then return end
   local snap = self.policy()
-  local ok, why = tool(self, { "git", "-C", e.checkout, "fetch", "--quiet", "--prune", "origin" }, nil,
-    snap.timeouts.resident.clone_timeout_ms)
+  local limit = snap.timeouts.resident.clone_timeout_ms
+  local ok, why = tool(self, { "git", "-C", e.checkout, "fetch", "--quiet", "--prune", "origin" }, nil, limit)
   if not ok then return set(self, e, "degraded", "fetch failed: " .. why) end
+  e.lock = e.lock or lock_of(self, e, snap)
+  ok, why = tool(self, { "git", "-C", e.checkout, "reset", "--quiet", "--hard", "origin/HEAD" }, nil, limit)
+  if not ok then return set(self, e, "degraded", "fetch failed: " .. why) end
+  local lock = lock_of(self, e, snap)
+  if lock ~= e.lock or e.install_failed then
+    set(self, e, "onboarding", e.install_failed and "install: trying again" or
+      ("install: %s changed"):format(lock:match("^[^@]*") ~= "" and lock:match("^[^@]*") or "the install file"))
+    ok, why = install(self, e, snap)
+    e.install_failed = not ok or nil
+    if not ok then return set(self, e, "degraded", why) end
+  end
+  e.lock = lock
   settle(self, e, snap)
 end
 
@@ -177,8 +221,9 @@ local function adopt(self)
     for _, repo in ipairs(core.fs.list(self.root .. "/repos/" .. owner) or {}) do
       local name = owner .. "/" .. repo
       if M.check_name(name) and core.fs.exists(self:dir(name) .. "/" .. MARKER) then
-        local e = { name = name, checkout = self:dir(name) .. "/checkout" }
+        local e = { name = name, checkout = self:dir(name) .. "/checkout", upstream = self.git_base .. name }
         e.install = detect(self.policy(), e.checkout)
+        open_way(self, e)
         self.entries[name] = e
         set(self, e, "cold", "not fetched since the resident started")
       end

@@ -76,8 +76,41 @@ end
 -- (threads_root/<dir_name(key)>), so sandboxd's runner runs commands and files in it as is.
 
 local function head_commit(ctx, dir)
-  local ok, r = repos_mod.tool(ctx.repos, { "git", "-C", dir, "rev-parse", "HEAD" }, nil, 10000)
+  -- the resident's own git, on a tree that may be the thread uid's already (a re-attach)
+  local ok, r = repos_mod.tool(ctx.repos, { "git", "-c", "safe.directory=*", "-C", dir, "rev-parse", "HEAD" }, nil, 10000)
   return ok and r.stdout:match("%x+") or nil
+end
+
+-- The thread's own repository at `target` (docs/resident.md "A thread's repository"): a
+-- `.git` directory of its own (HEAD, index, refs, config: private, read-write) whose object
+-- store borrows the warm checkout's through objects/info/alternates — nothing is copied; only
+-- the thread's new objects are written to its own store. The refs are the checkout's
+-- remote-tracking branches and tags (a local fetch: every object is there already, so none
+-- moves); `origin` is the upstream URL, so fetch, push and gh go where a user expects.
+-- Not `git clone --shared`: that would take the checkout's local branches as origin/*, and
+-- leave origin pointing at the checkout's path.
+local function make_repo(ctx, e, dir, ref, limit)
+  local function git(...)
+    return repos_mod.tool(ctx.repos, { "git", ... }, nil, limit)
+  end
+  local ok, err = git("init", "--quiet", "--", dir)
+  if not ok then return nil, err end
+  ok, err = core.fs.write_file(dir .. "/.git/objects/info/alternates", e.checkout .. "/.git/objects\n")
+  if not ok then return nil, "cannot write the alternates: " .. tostring(err and err.message or err) end
+  ok, err = git("-C", dir, "fetch", "--quiet", "--no-tags", "--", e.checkout,
+    "+refs/remotes/origin/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
+  if not ok then return nil, err end
+  local url = e.upstream or (ctx.repos.git_base .. e.name)
+  ok, err = git("-C", dir, "remote", "add", "origin", url)
+  if not ok then return nil, err end
+  local hok, head = git("-C", e.checkout, "symbolic-ref", "--quiet", "refs/remotes/origin/HEAD")
+  local target = hok and head.stdout:match("^(refs/remotes/origin/%S+)")
+  if target then git("-C", dir, "symbolic-ref", "refs/remotes/origin/HEAD", target) end
+  local want = ref or "origin/HEAD"
+  ok, err = git("-C", dir, "checkout", "--quiet", "--detach", want)
+  if not ok and ref then ok, err = git("-C", dir, "checkout", "--quiet", "--detach", "origin/" .. ref) end
+  if not ok then return nil, err end
+  return true
 end
 
 local function copy_deps(ctx, e, dir, deadline_ms)
@@ -109,7 +142,7 @@ local function attach(ctx, key, body, res)
     return refuse(res, "/attach", 409, ("this thread is attached to %s; detach it first"):format(t.repo), "attached-elsewhere")
   end
   local dir = workspace.path(ctx.threads_root, key)
-  local reused = core.fs.exists(dir .. "/.git")
+  local reused = core.fs.exists(dir .. "/.git/objects/info/alternates")
   local limit = ctx.policy().timeouts.resident.attach_timeout_ms
   if ctx.attaching[key] then
     return refuse(res, "/attach", 409, "this thread is already attaching; send the request again in a moment", "attaching")
@@ -118,13 +151,11 @@ local function attach(ctx, key, body, res)
   local busy <close> = setmetatable({}, { __close = function() ctx.attaching[key] = nil end })
   if not reused then
     core.fs.remove_tree(dir)
-    repos_mod.tool(ctx.repos, { "git", "-C", e.checkout, "worktree", "prune" }, nil, limit)
-    local target = ref or "origin/HEAD"
-    local ok, err = repos_mod.tool(ctx.repos, { "git", "-C", e.checkout, "worktree", "add", "--detach", "--quiet", "--", dir, target }, nil, limit)
-    if not ok and ref then
-      ok, err = repos_mod.tool(ctx.repos, { "git", "-C", e.checkout, "worktree", "add", "--detach", "--quiet", "--", dir, "origin/" .. ref }, nil, limit)
+    local ok, err = make_repo(ctx, e, dir, ref, limit)
+    if not ok then
+      core.fs.remove_tree(dir)
+      return refuse(res, "/attach", 500, "the thread's repository could not be made: " .. err, "attach-failed")
     end
-    if not ok then return refuse(res, "/attach", 500, "the worktree could not be made: " .. err, "attach-failed") end
     local copied, cerr = copy_deps(ctx, e, dir, limit)
     if not copied then return refuse(res, "/attach", 500, "the dependencies could not be copied: " .. cerr, "attach-failed") end
     repos_mod.tool(ctx.repos, { "chmod", "0700", "--", dir }, nil, limit) -- the thread's alone, like a workspace
@@ -137,6 +168,12 @@ local function attach(ctx, key, body, res)
   if ctx.walls then
     -- The thread's instance (its namespaces, cgroups and host uid) exists from the attach on;
     -- the worktree becomes that uid's, so its commands can edit every file in it.
+    if not t.runner.instance then
+      -- made here rather than by walled.ensure: the instance shows the checkout's objects
+      -- (the thread's alternates) read-only at the same path, and nothing else of the checkout
+      t.runner.instance = ctx.walls:new(dir, t.runner.key)
+      t.runner.instance.ro_binds = { e.checkout .. "/.git/objects" }
+    end
     local ok, err = walled.ensure(t.runner)
     if ok then
       local uid = t.runner.instance:owner().uid
@@ -161,8 +198,6 @@ local function detach(ctx, key, body, res)
   ctx.threads[key] = nil
   local r = t and t.runner or runner.new(ctx.threads_root, key, { existing = true })
   r:stop("detach") -- kills every running command's process group, then moves the worktree away
-  local e = t and ctx.repos:get(t.repo)
-  if e then repos_mod.tool(ctx.repos, { "git", "-C", e.checkout, "worktree", "prune" }, nil, 30000) end
   ctx.log("info", "resident.detached", { thread = runner.label(key), killed = killed, force = body.force == true })
   send_json(res, 200, { detached = core.fs.exists(dir) == false, killed = killed })
 end

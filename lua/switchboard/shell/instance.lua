@@ -6,6 +6,8 @@
 --   local walls, why = instance.host{snap, helper?, log?}  -- once per server; why names what the
 --                                                          -- kernel lacks (nil, message)
 --   local inst = walls:new(workspace_dir, label)           -- nothing runs yet
+--   inst.ro_binds = {dir, ...}           (before start) host directories shown read-only at the
+--                                        same path inside (the resident's shared git objects)
 --   inst:start()  → true | nil, err      the namespaces and cgroups, on the first operation
 --   inst:argv(program_argv) → argv       core.spawn's argv that runs the program inside
 --   inst:counters() → {oom, pids}        the limit counters, before a command
@@ -310,6 +312,7 @@ function Instance:start()
   -- sandboxd's own root (every workspace) is never in view.
   local root = self.dir:match("^(.*)/[^/]+$")
   if root and root ~= "" then argv[#argv + 1] = "--hide"; argv[#argv + 1] = root end
+  for _, p in ipairs(self.ro_binds or {}) do argv[#argv + 1] = "--ro-bind"; argv[#argv + 1] = p end
   local line = ""
   self.stopped = core.signal()
   local proc, err = core.spawn{
