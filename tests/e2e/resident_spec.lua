@@ -63,7 +63,7 @@ describe("resident server and executor on loopback", function()
     S.rm(base)
   end)
 
-  it("onboards once (clone + install), answers /status, attaches a worktree (not a clone) with its deps", function()
+  it("onboards once (clone + install), answers /status, attaches a repository of its own borrowing the checkout's objects, with its deps", function()
     core.run(function()
       local h = start(base, { policies = dir })
       assert.equal("404", (state_of(h, "acme/api")))
@@ -76,11 +76,18 @@ describe("resident server and executor on loopback", function()
       assert.equal(200, status)
       assert.is_false(a.reused)
       local wt = workspace.path(h.root .. "/threads", "T1")
-      -- a worktree: .git is a file pointing into the warm checkout, not a repository of its own
-      assert.matches("^gitdir: " .. checkout:gsub("%p", "%%%0"), S.read(wt .. "/.git"))
+      -- its own .git (refs, index, HEAD), the checkout's objects through alternates: not one
+      -- object copied; origin is the upstream, not the checkout's path
+      assert.equal(checkout .. "/.git/objects\n", S.read(wt .. "/.git/objects/info/alternates"))
+      local function git(d, args)
+        local p = io.popen((NO_PRELOAD .. "git -C %s %s 2>&1"):format(d, args)); local out = p:read("a"); p:close()
+        return out
+      end
+      assert.matches("\ncount: 0\n.*\nsize%-pack: 0\n", "\n" .. git(wt, "count-objects -v"))
+      assert.equal("file://" .. base .. "/base/acme/api\n", git(wt, "remote get-url origin"))
+      assert.equal(git(checkout, "rev-parse origin/HEAD"), git(wt, "rev-parse HEAD"))
+      assert.equal(a.commit .. "\n", git(wt, "rev-parse HEAD"))
       assert.equal("installed\n", S.read(wt .. "/deps/ok"))
-      local p = io.popen((NO_PRELOAD .. "git -C %s worktree list"):format(checkout)); local list = p:read("a"); p:close()
-      assert.truthy(list:find(wt, 1, true))
       -- a failed onboarding is degraded with its reason
       assert.equal("degraded", onboard(h, "acme/missing"))
       local _, d = state_of(h, "acme/missing")
@@ -212,8 +219,6 @@ describe("resident server and executor on loopback", function()
       assert.truthy(S.wait_for(function() return not alive(pid) end, 10000))
       assert.truthy(S.wait_for(function() return out.r or out.err end, 10000))
       assert.is_false(core.fs.exists(wt))
-      local p = io.popen((NO_PRELOAD .. "git -C %s/repos/acme/api/checkout worktree list"):format(h.root)); local list = p:read("a"); p:close()
-      assert.is_nil(list:find(wt, 1, true))
       h.stop(); h.wait()
     end)
   end)
@@ -367,6 +372,103 @@ describe("resident server and executor on loopback", function()
       assert.matches("^fetch failed: git fetch exited", doc.reason)
       sh(("mv %s/base/acme/api.away %s/base/acme/api"):format(base, base))
       assert.truthy(S.wait_for(function() return state_of(h, "acme/api") == "warm" end, 20000))
+      h.stop(); h.wait()
+    end)
+  end)
+
+  it("a fetch that changes the install's file re-runs the install; one that does not, does not; a failed re-install is degraded until a good one", function()
+    core.run(function()
+      local h = start(base, { policies = dir })
+      assert.equal("warm", onboard(h, "acme/api"))
+      local checkout = h.root .. "/repos/acme/api/checkout"
+      local installs = h.root .. "/repos/acme/api/installs.log"
+      local function push(file, text)
+        sh(("cd %s/src && printf '%%s' '%s' > %s && git add -A && git -c user.email=t@t -c user.name=t commit -qm %s"
+          .. " && git push -q %s/base/acme/api HEAD:refs/heads/$(git symbolic-ref --short HEAD)"):format(base, text, file, file, base))
+      end
+      local function runs() local t = S.read(installs) or ""; local n = 0; for _ in t:gmatch("\n") do n = n + 1 end; return n end
+      -- the install's file changes: the next fetch installs again (deps/ok says v2; one run logged)
+      push("setup.sh", "mkdir -p deps && echo installed v2 > deps/ok && echo run >> ../installs.log\n")
+      assert.truthy(S.wait_for(function() return S.read(checkout .. "/deps/ok") == "installed v2\n" end, 20000),
+        "the fetch that changed setup.sh did not re-run the install")
+      assert.truthy(S.wait_for(function() return state_of(h, "acme/api") == "warm" end, 20000))
+      assert.equal(1, runs())
+      -- a new thread starts from the new commit with the new dependencies
+      local ex = new_ex(h, snap, { thread = "T-v2" })
+      assert.equal("installed v2", assert(ex:exec("cat deps/ok")).text)
+      -- a commit that leaves setup.sh alone: fetched (NEW2, then NEW3 after it), no install
+      push("NEW2", "two")
+      assert.truthy(S.wait_for(function() return S.read(checkout .. "/NEW2") end, 20000))
+      push("NEW3", "three")
+      assert.truthy(S.wait_for(function() return S.read(checkout .. "/NEW3") end, 20000))
+      assert.equal(1, runs())
+      -- a re-install that fails: degraded with the install's reason; fixed upstream, warm again
+      push("setup.sh", "echo no such registry >&2; exit 7\n")
+      assert.truthy(S.wait_for(function() return state_of(h, "acme/api") == "degraded" end, 20000))
+      local _, doc = state_of(h, "acme/api")
+      assert.equal("install failed: `sh setup.sh` exited 7: no such registry", doc.reason)
+      push("setup.sh", "mkdir -p deps && echo installed v3 > deps/ok && echo run >> ../installs.log\n")
+      assert.truthy(S.wait_for(function() return state_of(h, "acme/api") == "warm" end, 20000))
+      assert.equal("installed v3\n", S.read(checkout .. "/deps/ok"))
+      assert.equal(2, runs())
+      h.stop(); h.wait()
+    end)
+  end)
+
+  it("git inside walled threads: status, log, diff, a commit on a branch; private to the thread; the shared objects read-only", function()
+    core.run(function()
+      local h, log = start(base, { policies = dir, walls = true, may_fail = true })
+      if not h then
+        assert.matches("cannot build the walls", log)
+        pending("this kernel gives no walls: " .. (log:match("cannot build the walls[^\n]*") or ""))
+        return
+      end
+      assert.equal("warm", onboard(h, "acme/api"))
+      local checkout = h.root .. "/repos/acme/api/checkout"
+      local function host_git(args)
+        local p = io.popen((NO_PRELOAD .. "git -C %s %s 2>&1"):format(checkout, args)); local out = p:read("a"); p:close()
+        return out
+      end
+      local function host_has(object)
+        return os.execute((NO_PRELOAD .. "git -C %s cat-file -e %s 2>/dev/null"):format(checkout, object)) == true
+      end
+      local refs_before = host_git("for-each-ref")
+      local one, two = new_ex(h, snap, { thread = "T-one" }), new_ex(h, snap, { thread = "T-two" })
+      local id = "-c user.email=t@t -c user.name=t"
+      local r = assert(one:exec("id -u; git status --porcelain; echo edited >> README; git status --short; "
+        .. "git diff --stat | tail -1; git log --oneline | wc -l; git checkout -q -b feature && git " .. id
+        .. " commit -qam mine && git rev-parse HEAD && git log -1 --format=%s && git remote get-url origin"))
+      assert.equal(0, r.exit_code, r.text)
+      local lines = {}
+      for l in r.text:gmatch("[^\n]+") do lines[#lines + 1] = l end
+      assert.equal("1000", lines[1])
+      assert.equal(" M README", lines[2])
+      assert.matches("1 file changed, 1 insertion", lines[3])
+      assert.equal("1", lines[4])
+      local sha = lines[5]
+      assert.matches("^%x+$", sha)
+      assert.equal(40, #sha)
+      assert.equal("mine", lines[6])
+      assert.equal("file://" .. base .. "/base/acme/api", lines[7])
+      -- the other thread sees neither the branch nor the commit; nor does the warm checkout
+      r = assert(two:exec(("git branch --list feature | wc -l; git cat-file -e %s 2>/dev/null && echo has || echo missing; "
+        .. "git status --porcelain | wc -l; git rev-parse --abbrev-ref HEAD"):format(sha)))
+      assert.equal("0\nmissing\n0\nHEAD", r.text)
+      assert.equal(refs_before, host_git("for-each-ref"))
+      assert.is_true(host_has("HEAD"))
+      assert.is_false(host_has(sha))
+      -- the shared objects are there read-only: writing into them fails, as a file or through git
+      r = assert(one:exec("alt=$(cat .git/objects/info/alternates); test -d \"$alt\" && echo bound; "
+        .. "touch \"$alt/pwned\" 2>&1; echo unshared | GIT_OBJECT_DIRECTORY=\"$alt\" git hash-object -w --stdin 2>&1"))
+      assert.equal(128, r.exit_code) -- git's own failure to write there
+      assert.matches("^exit 128: bound\ntouch: cannot touch '[^']*/pwned': Read%-only file system\n", r.text)
+      assert.matches("error: unable to create temporary file: Read-only file system", r.text, 1, true)
+      assert.is_false(core.fs.exists(checkout .. "/.git/objects/pwned"))
+      local p = io.popen(NO_PRELOAD .. "sh -c 'echo unshared | git hash-object --stdin'"); local unshared = p:read("l"); p:close()
+      assert.is_false(host_has(unshared))
+      -- the thread's own commit survives a re-attach of the same thread (its repository is kept)
+      r = assert(one:exec("git rev-parse feature"))
+      assert.equal(sha, r.text)
       h.stop(); h.wait()
     end)
   end)

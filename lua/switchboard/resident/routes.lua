@@ -113,14 +113,21 @@ local function make_repo(ctx, e, dir, ref, limit)
   return true
 end
 
+-- The install's dependency directories, copied in (copy-on-write where the file system can),
+-- and ignored by the thread's git (.git/info/exclude): they are the resident's, not the tree's,
+-- whether or not the repository ignores them itself.
 local function copy_deps(ctx, e, dir, deadline_ms)
+  local exclude = { "# copied in by the resident from the warm checkout (docs/resident.md)" }
   for _, d in ipairs(e.install and e.install.deps or {}) do
+    exclude[#exclude + 1] = "/" .. d .. "/"
     local from = e.checkout .. "/" .. d
     if core.fs.exists(from) and not core.fs.exists(dir .. "/" .. d) then
       local ok, why = repos_mod.tool(ctx.repos, { "cp", "-a", "--reflink=auto", "--", from, dir .. "/" .. d }, nil, deadline_ms)
       if not ok then return nil, why end
     end
   end
+  local ok, err = core.fs.write_file(dir .. "/.git/info/exclude", table.concat(exclude, "\n") .. "\n")
+  if not ok then return nil, "cannot write .git/info/exclude: " .. tostring(err and err.message or err) end
   return true
 end
 
