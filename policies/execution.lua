@@ -14,7 +14,7 @@ sandbox = { url_env = "SANDBOX_URL", token_env = "SANDBOX_TOKEN" }
 -- agent whose resident is not warm falls back to `fallback` (the per-thread backend) with a
 -- note. install: the first row whose file the checkout has gives the command run once at
 -- onboarding (and after a fetch that changes the file); deps are copied into each thread's
--- worktree (copy-on-write where the file system can).
+-- repository (copy-on-write where the file system can).
 resident = {
   url_env = "RESIDENT_URL", token_env = "RESIDENT_TOKEN",
   -- base_url = "http://127.0.0.1:8090",

@@ -73,7 +73,7 @@ resident = {
   warm_after_start_ms = 0,            -- after a (re)start checkouts are cold until this first fetch
   clone_timeout_ms = 10 * minute,     -- one clone or fetch
   install_timeout_ms = 20 * minute,   -- the repository's install command (npm ci, pip …)
-  attach_timeout_ms = 2 * minute,     -- one `git worktree add` plus the copy of its dependencies
+  attach_timeout_ms = 2 * minute,     -- the thread's repository (shared objects) plus its dependencies' copy
   min_free_mb = 512,                  -- less free disk under the root is "degraded (disk full)"
 }
 

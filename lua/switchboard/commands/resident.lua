@@ -22,8 +22,9 @@ Usage: switchboard resident --listen HOST:PORT --root DIR [--git-base URL] [--no
 The first form serves the resident: each onboarded repository is cloned once from
 GIT-BASE/OWNER/NAME under DIR, its install command runs once (npm ci, pnpm install, pip …:
 policies/execution.lua resident.install) and it is fetched every timeouts resident.fetch_every_ms.
-Each conversation thread attaches its own `git worktree` of the warm checkout and runs commands
-there over sandboxd's wire protocol. Every route needs `authorization: Bearer $RESIDENT_TOKEN`
+Each conversation thread attaches its own repository of the warm checkout (its own refs and
+index, the checkout's objects shared read-only) and runs commands there over sandboxd's wire
+protocol. Every route needs `authorization: Bearer $RESIDENT_TOKEN`
 (the variable policies/execution.lua resident.token_env names); the server refuses to start
 without it.
 

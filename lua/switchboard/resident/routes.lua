@@ -150,7 +150,7 @@ local function attach(ctx, key, body, res)
     return refuse(res, "/attach", 409, ("this thread is attached to %s; detach it first"):format(t.repo), "attached-elsewhere")
   end
   local dir = workspace.path(ctx.threads_root, key)
-  local reused = core.fs.exists(dir .. "/.git/objects/info/alternates")
+  local reused = core.fs.exists(dir .. "/.git") -- (an older resident's worktree too: its files are kept)
   local limit = ctx.policy().timeouts.resident.attach_timeout_ms
   if ctx.attaching[key] then
     return refuse(res, "/attach", 409, "this thread is already attaching; send the request again in a moment", "attaching")
