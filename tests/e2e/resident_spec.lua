@@ -88,6 +88,13 @@ describe("resident server and executor on loopback", function()
       assert.equal(git(checkout, "rev-parse origin/HEAD"), git(wt, "rev-parse HEAD"))
       assert.equal(a.commit .. "\n", git(wt, "rev-parse HEAD"))
       assert.equal("installed\n", S.read(wt .. "/deps/ok"))
+      -- a push from the thread reaches the upstream (origin), with the objects it borrows
+      local ex = new_ex(h, snap)
+      local r = assert(ex:exec("git checkout -q -b pushed && echo more >> README && git -c user.email=t@t "
+        .. "-c user.name=t commit -qam pushed && git push -q origin pushed 2>&1 && git rev-parse HEAD && git status --porcelain"))
+      assert.equal(0, r.exit_code, r.text)
+      assert.equal(git(base .. "/base/acme/api", "rev-parse pushed"), r.text .. "\n")
+      assert.equal("", git(checkout, "branch --list pushed")) -- the checkout's refs: untouched
       -- a failed onboarding is degraded with its reason
       assert.equal("degraded", onboard(h, "acme/missing"))
       local _, d = state_of(h, "acme/missing")
