@@ -13,8 +13,9 @@
  *     infinity`. Prints "ready <pid>\n" (the host pid of the process inside the namespaces)
  *     once they exist, then waits: it lives exactly as long as the instance. Each --ro-bind
  *     directory (absolute) appears read-only at the same path inside (the resident's shared git
- *     objects); it is opened here, before dropping to the instance's uid, so that uid needs no
- *     way to the path on the host. It dies with its
+ *     objects). It is opened here (a directory, not a symlink) and handed to bwrap as an fd;
+ *     bwrap still resolves that fd's path as the instance's uid, so the way to it must be
+ *     traversable by that uid (the resident makes it 0711). It dies with its
  *     parent (PR_SET_PDEATHSIG), bwrap dies with it (--die-with-parent), and everything in the
  *     PID namespace dies with bwrap's init.
  *
@@ -427,8 +428,9 @@ static int hold(const options *o) {
   int listener = o->socket ? bind_spawner(o->socket) : -1;
   /* built before the fork: the child only execs */
   static bwrap_args b;
-  /* Read-only binds: opened as the server's user, at 10 or above (clear of the 3-5 bwrap
-   * takes), close-on-exec until the child clears it for bwrap alone. */
+  /* Read-only binds: opened (a directory, not a symlink) at 10 or above, clear of the 3-5
+   * bwrap takes; close-on-exec until the child clears it for bwrap alone, so no command of the
+   * instance inherits one. */
   for (int k = 0; k < o->ro_binds.n; k++) {
     const char *path = o->ro_binds.items[k];
     int fd = path[0] == '/' ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
