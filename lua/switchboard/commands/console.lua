@@ -34,10 +34,12 @@ in a workspace per thread under the state directory.
   help                                   the grammar and the agents
   /thread NAME                           switch to thread NAME (each has its own workspace)
 
-On a terminal the running asks' elapsed time updates in place; from a pipe each final card is
-printed, and the console exits once input ends and the last ask has finished. SIGHUP reloads
-the policies; TERM/INT stop reading, let running asks finish (timeouts console.drain_ms),
-then kill them and exit 0; a second TERM/INT kills at once.
+On a terminal the running asks' elapsed time updates in place, on a status line cut to the
+window's width, above the line you type (Backspace, Ctrl-U, Ctrl-W; Enter sends it; Ctrl-D on
+an empty line ends input); from a pipe each final card is printed, and the console exits once
+input ends and the last ask has finished. SIGHUP reloads the policies; TERM/INT (Ctrl-C)
+stop reading, let running asks finish (timeouts console.drain_ms), then kill them and exit 0;
+a second TERM/INT kills at once.
 
 Options:
   --backend NAME          override policy's backend: local, sandbox, resident or e2b ($E2B_API_KEY;
