@@ -24,7 +24,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <termios.h>
-#include <unistd.h>
 
 static struct {
   bool restore_registered; /* the shutdown callback and the atexit hook are in place */
