@@ -93,6 +93,8 @@ const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "detect_leaks=0"; }
 #endif
 
+static char **arg_area; /* main's argv: blanked by the spawner (serve) */
+
 typedef struct {
   const char *items[MAX_LIST];
   int n;
@@ -631,62 +633,143 @@ static int write_full(int fd, const void *buf, size_t len) {
   return 0;
 }
 
-/* The request's header: its body length and exactly three fds (stdin, stdout, stderr), moved
- * to fds 0-2 of this process. Returns 0 or -1 (any fd received is closed). */
-static int receive_header(int conn, uint32_t *len) {
+/* ---- the spawner's connections ------------------------------------------------------------ */
+
+/* The spawner serves every command of its instance itself, in one poll loop: no process per
+ * connection. A connection carries one command: the header (u32 body length, with the
+ * command's stdin, stdout and stderr as SCM_RIGHTS), the body (request.h), then single bytes,
+ * each a signal for the command's group; back goes the command's wait status (4 bytes). The
+ * socket closing before the command ends means SIGKILL to its group at once (the client — the
+ * engine, or `run` — is gone). */
+enum { MAX_CONNS = 256 }; /* commands at once in one instance; pids_max bounds them anyway */
+
+typedef struct {
+  bool used;
+  int fd;               /* the connection (non-blocking); -1 once the client has gone */
+  int fds[3];           /* the command's stdin, stdout, stderr as received; -1: none (yet) */
+  unsigned char hdr[4]; /* the header's bytes so far */
+  size_t hdr_got;
+  uint32_t len;         /* the body's length, from the header */
+  char *body;           /* owned; the body's bytes so far */
+  size_t got;
+  pid_t pid;            /* the command, also its process group; 0 until it starts */
+} conn;
+
+static conn conns[MAX_CONNS]; /* static: the spawner has no other long-lived heap */
+
+static void conn_drop_request(conn *c) {
+  for (int i = 0; i < 3; i++) {
+    if (c->fds[i] >= 0)
+      close(c->fds[i]);
+    c->fds[i] = -1;
+  }
+  free(c->body);
+  c->body = NULL;
+}
+
+static void conn_free(conn *c) {
+  conn_drop_request(c);
+  if (c->fd >= 0)
+    close(c->fd);
+  memset(c, 0, sizeof *c);
+  c->fd = c->fds[0] = c->fds[1] = c->fds[2] = -1;
+}
+
+/* Sends the 4-byte wait status; the client reads nothing else, so its receive buffer has
+ * room (a lost status reads as "the instance ended" there, never as a wrong status). */
+static void conn_reply(conn *c, int status) {
+  if (c->fd >= 0)
+    (void)!send(c->fd, &status, sizeof status, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* A request that cannot run: its reason on the command's stderr (when it came), status 70. */
+static void conn_refuse(conn *c, const char *why) {
+  if (c->fds[2] >= 0)
+    dprintf(c->fds[2], "walls: %s\n", why);
+  conn_reply(c, EXIT_WALLS << 8);
+  conn_free(c);
+}
+
+/* Reads what there is of the header. Returns 1 when it is complete, 0 to wait for more, -1
+ * when the connection is done for (closed, or not exactly three fds with the first byte). */
+static int receive_header(conn *c) {
   union {
     char buf[CMSG_SPACE(4 * sizeof(int))];
     struct cmsghdr align;
   } control;
-  int fds[4] = {-1, -1, -1, -1}, nfds = 0, rc = -1;
-  struct iovec iov = {len, sizeof *len};
+  struct iovec iov = {c->hdr + c->hdr_got, sizeof c->hdr - c->hdr_got};
   struct msghdr msg;
   memset(&msg, 0, sizeof msg);
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control.buf;
   msg.msg_controllen = sizeof control.buf;
-  ssize_t r;
-  do
-    r = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
-  while (r < 0 && errno == EINTR);
+  ssize_t r = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  if (r < 0 && (errno == EAGAIN || errno == EINTR))
+    return 0;
   if (r <= 0)
-    goto out;
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+    return -1;
+  int got = 0, fds[4] = {-1, -1, -1, -1};
+  for (struct cmsghdr *m = CMSG_FIRSTHDR(&msg); m != NULL; m = CMSG_NXTHDR(&msg, m)) {
+    if (m->cmsg_level != SOL_SOCKET || m->cmsg_type != SCM_RIGHTS)
       continue;
-    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < n && nfds < 4; i++)
-      memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    size_t n = (m->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(m) + i * sizeof(int), sizeof(int));
+      if (got < 4)
+        fds[got++] = fd;
+      else
+        close(fd);
+    }
   }
-  if (nfds != 3 || (msg.msg_flags & MSG_CTRUNC) ||
-      ((size_t)r < sizeof *len && read_full(conn, (char *)len + r, sizeof *len - (size_t)r) < 0))
-    goto out;
-  /* out of the way of 0-2 first (a received fd may already be one of them), then into place */
-  for (int i = 0; i < 3; i++) {
-    int moved = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
-    if (moved < 0)
-      goto out;
+  bool first = c->hdr_got == 0;
+  c->hdr_got += (size_t)r;
+  if (first && got == 3 && !(msg.msg_flags & MSG_CTRUNC)) {
+    memcpy(c->fds, fds, sizeof c->fds);
+    got = 0;
+  }
+  for (int i = 0; i < got; i++)
     close(fds[i]);
-    fds[i] = moved;
-  }
-  for (int i = 0; i < 3; i++)
-    if (dup2(fds[i], i) < 0)
-      goto out;
-  rc = 0;
-out:
-  for (int i = 0; i < nfds; i++)
-    if (fds[i] > 2)
-      close(fds[i]);
-  return rc;
+  if (c->fds[0] < 0)
+    return -1; /* the fds come with the first byte, exactly three, or the request is void */
+  if (c->hdr_got < sizeof c->hdr)
+    return 0;
+  memcpy(&c->len, c->hdr, sizeof c->len);
+  return 1;
 }
 
-static void exec_command(const options *o, const walls_request *req) __attribute__((noreturn));
-static void exec_command(const options *o, const walls_request *req) {
+/* Reads what there is of the body. Returns 1 when complete, 0 to wait, -1 on a closed socket. */
+static int receive_body(conn *c) {
+  while (c->got < c->len) {
+    ssize_t r = read(c->fd, c->body + c->got, c->len - c->got);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+      return 0;
+    if (r <= 0)
+      return -1;
+    c->got += (size_t)r;
+  }
+  return 1;
+}
+
+/* In the forked child: the received fds become 0-2, then the command runs in a process group
+ * of its own with the rlimits, no capabilities and no_new_privs. */
+static void exec_command(const options *o, const walls_request *req, const int fds[3])
+    __attribute__((noreturn));
+static void exec_command(const options *o, const walls_request *req, const int fds[3]) {
   extern char **environ;
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
+  /* out of the way of 0-2 first (a received fd may already be one of them), then into place
+   * (dup2 clears close-on-exec on the copies; everything else of the spawner's has it) */
+  int moved[3];
+  for (int i = 0; i < 3; i++)
+    if ((moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
+      _exit(EXIT_WALLS);
+  for (int i = 0; i < 3; i++)
+    if (dup2(moved[i], i) < 0)
+      _exit(EXIT_WALLS);
   if (setpgid(0, 0) < 0)
     die("setpgid");
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
@@ -702,120 +785,167 @@ static void exec_command(const options *o, const walls_request *req) {
   _exit(errno == ENOENT ? 127 : 126);
 }
 
-/* One command, in a child of the holder (so inside the PID namespace and the cgroups): reads
- * the request, starts the command in a process group of its own, forwards the client's
- * signal bytes to that group, and sends back its wait status. When the client goes away (it
- * was killed) the group is killed at once; when the command ends, what it left in its group
- * dies with it (the supervisor's rule for unwalled commands). */
-static void handle(const options *o, int conn) __attribute__((noreturn));
-static char **arg_area; /* main's argv: the holder's cmdline, which a command could read */
-
-static void handle(const options *o, int conn) {
-  static walls_request req;
-  /* Inside the PID namespace a command sees this process's /proc/PID/cmdline (world-readable
-   * whatever its dumpability): blank the holder's arguments (host paths, uids, cgroups) here. */
-  for (int i = 1; arg_area != NULL && arg_area[i] != NULL; i++)
-    memset(arg_area[i], 0, strlen(arg_area[i]));
-  uint32_t len = 0;
+/* The request is complete: parse it and fork the command (a child of the spawner, so born
+ * inside the PID namespace and the instance's cgroups). */
+static void start_command(const options *o, conn *c) {
+  static walls_request req; /* large (pointer arrays); used only between parse and fork */
   const char *why = "";
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || receive_header(conn, &len) < 0)
-    _exit(EXIT_WALLS); /* no stderr of the client's yet: it sees the socket close */
-  if (len > WALLS_MAX_REQUEST) {
-    errno = 0;
-    die("a request of %u bytes is over the limit", len);
+  if (walls_request_parse(c->body, c->len, &req, &why) < 0) {
+    char line[160];
+    snprintf(line, sizeof line, "a malformed request: %s", why);
+    conn_refuse(c, line);
+    return;
   }
-  char *body = malloc(len ? len : 1);
-  if (body == NULL || read_full(conn, body, len) < 0)
-    die("cannot read the request");
-  if (walls_request_parse(body, len, &req, &why) < 0) {
-    errno = 0;
-    die("a malformed request: %s", why);
-  }
-  sigset_t chld;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  int sfd = signalfd(-1, &chld, SFD_CLOEXEC); /* SIGCHLD is blocked since serve */
-  if (sfd < 0)
-    die("signalfd");
   pid_t pid = fork();
-  if (pid < 0)
-    die("fork into the instance");
+  if (pid < 0) {
+    conn_refuse(c, "cannot fork into the instance (its process limit?)");
+    return;
+  }
   if (pid == 0)
-    exec_command(o, &req);
+    exec_command(o, &req, c->fds);
   (void)setpgid(pid, pid); /* also here: a signal forwarded at once must find the group */
-  free(body);
-  bool client = true;
+  c->pid = pid;
+  conn_drop_request(c);
+}
+
+/* Progress on a readable connection. */
+static void conn_readable(const options *o, conn *c) {
+  if (c->pid > 0) { /* running: signal bytes, or the client's end */
+    unsigned char sig[16];
+    ssize_t n = read(c->fd, sig, sizeof sig);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+      return;
+    if (n <= 0) {
+      kill(-c->pid, SIGKILL); /* the client was killed: so is the command */
+      close(c->fd);
+      c->fd = -1; /* the slot stays until the command is reaped */
+      return;
+    }
+    for (ssize_t i = 0; i < n; i++)
+      if (sig[i] == SIGTERM || sig[i] == SIGINT || sig[i] == SIGHUP || sig[i] == SIGKILL ||
+          sig[i] == SIGQUIT || sig[i] == SIGUSR1 || sig[i] == SIGUSR2 || sig[i] == SIGSTOP ||
+          sig[i] == SIGCONT)
+        kill(-c->pid, sig[i]);
+    return;
+  }
+  if (c->hdr_got < sizeof c->hdr) {
+    int h = receive_header(c);
+    if (h < 0) {
+      conn_free(c);
+      return;
+    }
+    if (h == 0)
+      return;
+    if (c->len > WALLS_MAX_REQUEST) {
+      conn_refuse(c, "a request over the size limit");
+      return;
+    }
+    c->body = malloc(c->len ? c->len : 1);
+    if (c->body == NULL) {
+      conn_refuse(c, "out of memory for the request");
+      return;
+    }
+  }
+  int b = receive_body(c);
+  if (b < 0)
+    conn_free(c);
+  else if (b > 0)
+    start_command(o, c);
+}
+
+/* Reaps every child that has ended: bwrap (the instance is over: returns true with its wait
+ * status in *bwrap_status) or a command (its group is killed, its status sent). */
+static bool reap_children(pid_t bwrap, int *bwrap_status) {
+  int status;
+  pid_t done;
+  bool over = false;
+  while ((done = waitpid(-1, &status, WNOHANG)) > 0) {
+    if (done == bwrap) {
+      *bwrap_status = status;
+      over = true;
+      continue;
+    }
+    for (int i = 0; i < MAX_CONNS; i++) {
+      conn *c = &conns[i];
+      if (c->used && c->pid == done) {
+        kill(-done, SIGKILL); /* what it left in its group dies with it */
+        conn_reply(c, status);
+        conn_free(c);
+        break;
+      }
+    }
+  }
+  return over;
+}
+
+static void accept_all(int listener) {
   for (;;) {
-    struct pollfd p[2] = {{client ? conn : -1, POLLIN, 0}, {sfd, POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) {
-      if (errno == EINTR)
-        continue;
-      kill(-pid, SIGKILL);
-      die("poll");
+    int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+      return;
+    conn *c = NULL;
+    for (int i = 0; i < MAX_CONNS && c == NULL; i++)
+      if (!conns[i].used)
+        c = &conns[i];
+    if (c == NULL) {
+      close(fd); /* the client sees the socket close without a status */
+      continue;
     }
-    if (p[0].revents) {
-      unsigned char sig[16];
-      ssize_t n = read(conn, sig, sizeof sig);
-      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-        kill(-pid, SIGKILL); /* the client was killed: so is the command */
-        client = false;
-      }
-      for (ssize_t i = 0; i < n; i++)
-        if (sig[i] == SIGTERM || sig[i] == SIGINT || sig[i] == SIGHUP || sig[i] == SIGKILL)
-          kill(-pid, sig[i]);
-    }
-    if (p[1].revents) {
-      struct signalfd_siginfo si;
-      int status;
-      (void)!read(sfd, &si, sizeof si);
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        kill(-pid, SIGKILL);
-        if (client)
-          (void)write_full(conn, &status, sizeof status);
-        _exit(0);
-      }
-    }
+    conn_free(c);
+    c->used = true;
+    c->fd = fd;
   }
 }
 
-/* The holder's loop: one child per connection; ends with bwrap (the instance). */
+/* The holder's loop; ends with bwrap (the instance), returning its status mirrored. */
 static int serve(const options *o, int listener, pid_t bwrap) {
+  /* Outside the PID namespace nothing inside sees this process; its arguments (host paths,
+   * uids, cgroups) are blanked anyway, as a second line. */
+  for (int i = 1; arg_area != NULL && arg_area[i] != NULL; i++)
+    memset(arg_area[i], 0, strlen(arg_area[i]));
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
   if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0)
     die("sigprocmask");
-  int sfd = signalfd(-1, &chld, SFD_CLOEXEC);
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0)
     die("signalfd");
+  if (fcntl(listener, F_SETFL, O_NONBLOCK) < 0)
+    die("fcntl");
+  for (int i = 0; i < MAX_CONNS; i++)
+    conn_free(&conns[i]);
+  static struct pollfd p[MAX_CONNS + 2];
+  static int which[MAX_CONNS + 2];
+  int bwrap_status = 0;
   for (;;) {
-    struct pollfd p[2] = {{listener, POLLIN, 0}, {sfd, POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) {
+    int n = 0;
+    p[n++] = (struct pollfd){listener, POLLIN, 0};
+    p[n++] = (struct pollfd){sfd, POLLIN, 0};
+    for (int i = 0; i < MAX_CONNS; i++)
+      if (conns[i].used && conns[i].fd >= 0) {
+        which[n] = i;
+        p[n++] = (struct pollfd){conns[i].fd, POLLIN, 0};
+      }
+    if (poll(p, (nfds_t)n, -1) < 0) {
       if (errno == EINTR)
         continue;
       die("poll");
     }
     if (p[1].revents) {
       struct signalfd_siginfo si;
-      int status;
-      pid_t done;
-      (void)!read(sfd, &si, sizeof si);
-      while ((done = waitpid(-1, &status, WNOHANG)) > 0)
-        if (done == bwrap)
-          return mirror_status(status);
-    }
-    if (p[0].revents & POLLIN) {
-      int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
-      if (conn < 0)
-        continue;
-      pid_t h = fork();
-      if (h == 0) {
-        close(listener);
-        close(sfd);
-        handle(o, conn);
+      while (read(sfd, &si, sizeof si) > 0) {
       }
-      close(conn); /* on a failed fork the client sees the socket close */
+      if (reap_children(bwrap, &bwrap_status))
+        return mirror_status(bwrap_status); /* the PID namespace took every command with it */
     }
+    for (int k = 2; k < n; k++) {
+      conn *c = &conns[which[k]];
+      if (p[k].revents && c->used && c->fd == p[k].fd)
+        conn_readable(o, c);
+    }
+    if (p[0].revents & POLLIN)
+      accept_all(listener);
   }
 }
 

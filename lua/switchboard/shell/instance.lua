@@ -7,7 +7,8 @@
 --                                                          -- kernel lacks (nil, message)
 --   local inst = walls:new(workspace_dir, label)           -- nothing runs yet
 --   inst:start()  → true | nil, err      the namespaces and cgroups, on the first operation
---   inst:argv(program_argv) → argv       core.spawn's argv that runs the program inside
+--   inst:spawn_args(args) → args         core.spawn's arguments that run the command inside
+--   inst:argv(program_argv) → argv       the same through the `run` client (for diagnosis)
 --   inst:counters() → {oom, pids}        the limit counters, before a command
 --   inst:explain(before, exit) → text?   a line naming the limit a command hit, or nil
 --   inst:stop()                          every process gone (cgroup kill), cgroups removed
@@ -207,8 +208,8 @@ function Host:prove(snap, scratch)
   local started, start_err = inst:start()
   local result
   if started then
-    local proc = core.spawn{ argv = inst:argv({ "sh", "-c", "test -d /workspace && test ! -e /proc/1/environ -o -r /proc/1/environ" }),
-      env = { PATH = self.path }, deadline_ms = 15000 }
+    local proc = core.spawn(inst:spawn_args{ argv = { "sh", "-c", "test -d /workspace && test ! -e /proc/1/environ -o -r /proc/1/environ" },
+      env = { PATH = self.path }, deadline_ms = 15000 })
     result = proc and proc:wait()
   end
   inst:stop()
@@ -349,10 +350,9 @@ function Instance:start()
   return true
 end
 
--- core.spawn argv running `program` (a list) inside the instance: the client that hands it,
--- its stdio and its environment to the instance's spawner (the holder, already inside the
--- namespaces and cgroups, so nothing migrates per command). The env travels over the socket,
--- never in argv.
+-- core.spawn argv running `program` (a list) inside the instance through the `run` client
+-- (a process of its own; the engine speaks the same protocol itself: spawn_args). Kept for
+-- diagnosis from a shell.
 function Instance:argv(program)
   local argv = { self.host.helper, "run", self.socket, "--" }
   for _, a in ipairs(program) do argv[#argv + 1] = a end
@@ -360,12 +360,15 @@ function Instance:argv(program)
 end
 
 -- shell/run.lua's instance interface: the core.spawn arguments of a command, made to run
--- inside this instance (started first when it is not yet).
+-- inside this instance (started first when it is not yet). The engine hands the command, its
+-- pipes and its environment to the instance's spawner (the holder, already inside the
+-- namespaces and cgroups, so nothing migrates per command and no process of ours sits in
+-- between); the env travels over the socket, never in argv.
 function Instance:spawn_args(args)
   local ok, err = self:start()
   if not ok then return nil, err end
-  args.argv = self:argv(args.argv)
-  args.cwd = nil -- the helper starts the command in /workspace
+  args.walls = self.socket
+  args.cwd = "/workspace" -- inside the instance
   return args
 end
 
