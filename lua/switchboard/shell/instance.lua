@@ -6,6 +6,7 @@
 --   local walls, why = instance.host{snap, helper?, log?}  -- once per server; why names what the
 --                                                          -- kernel lacks (nil, message)
 --   local inst = walls:new(workspace_dir, label)           -- nothing runs yet
+--   local inst = walls:claim(workspace_dir, label, network?) -- the spare when it fits (below)
 --   inst:start()  → true | nil, err      the namespaces and cgroups, on the first operation
 --   inst:spawn_args(args) → args         core.spawn's arguments that run the command inside
 --   inst:argv(program_argv) → argv       the same through the `run` client (for diagnosis)
@@ -22,6 +23,7 @@ local READY_TIMEOUT_MS = 60000 -- a busy host with hundreds of instances waking 
 
 local Host = {}
 Host.__index = Host
+local build_spare -- below, with Host:claim
 local Instance = {}
 Instance.__index = Instance
 
@@ -147,7 +149,7 @@ function M.host(opts)
   local self = setmetatable({
     helper = helper, path = path, log = opts.log or function() end, layout = layout,
     pid = core.pid and core.pid() or tonumber((read_text("/proc/self/stat") or ""):match("^(%d+)")),
-    slots = {}, next_slot = 0, snap_fn = opts.policy, live = {},
+    slots = {}, next_slot = 0, snap_fn = opts.policy, live = {}, spares = {},
   }, Host)
   self.server_dirs = {}
   for _, c in ipairs(CONTROLLERS) do
@@ -195,6 +197,7 @@ function M.host(opts)
       self:close()
       return nil, err
     end
+    build_spare(self, opts.scratch) -- the first thread's instance is ready before it asks
   end
   return self
 end
@@ -240,7 +243,91 @@ function Host:new(workspace_dir, label, snap)
   }, Instance)
 end
 
+-- Spare instances (policies/isolation.lua spare_instances): building an instance costs
+-- 15-20 ms on a quiet host, most of it the kernel's (the first cgroup-v1 attach waits an RCU
+-- grace period; bwrap's two dozen mounts; its init's exec), and much more under load. So the
+-- server keeps spare_instances of them built ahead, each on a workspace of its own in the
+-- same root (".spare-<16 hex>", swept at start like any leftover workspace), and a new thread
+-- takes one: its workspace directory is renamed onto the thread's (the bind mount follows the
+-- directory, not its name), and a replacement is built in the background. A spare built under
+-- an older policy snapshot or another network is not used (it is stopped; the thread's
+-- instance is built as before).
+function build_spare(self, root)
+  if self.refilling or self.closed then return end
+  local want = self.snap_fn and (self.snap_fn().isolation.spare_instances or 0) or 0
+  if #self.spares >= want then return end
+  self.refilling = true
+  core.go(function()
+    while not self.closed and #self.spares < want do
+      local snap = self.snap_fn()
+      local dir = ("%s/.spare-%s"):format(root, core.crypto.hex(core.crypto.random_bytes(8)))
+      local inst
+      if core.fs.mkdir_p(dir, tonumber("700", 8)) then
+        inst = self:new(dir, "spare", snap)
+        inst.spare = true
+        self.building = inst
+        local ok = inst:start()
+        self.building = nil
+        if not ok and not inst.claimed then
+          inst:stop(); core.fs.remove_tree(dir)
+        end
+        if not ok then inst = nil end
+      end
+      if not inst then break end -- a host that cannot build one now: the next claim tries again
+      if self.closed and not inst.claimed then
+        inst:stop(); core.fs.remove_tree(dir)
+      elseif not inst.claimed then
+        self.spares[#self.spares + 1] = inst
+      end
+    end
+    self.refilling = false
+  end)
+end
+
+local function discard(inst)
+  core.go(function()
+    inst:stop()
+    core.fs.remove_tree(inst.dir)
+  end)
+end
+
+-- The instance for a new thread's workspace (an empty directory the caller just made): a spare
+-- renamed onto it when one fits, else a new one (started on first use, as from new).
+function Host:claim(workspace_dir, label, network)
+  local snap = self.snap_fn()
+  local root = workspace_dir:match("^(.*)/[^/]+$")
+  local inst
+  local building = self.building
+  if #self.spares == 0 and building and building.snap == snap and not building.claimed then
+    -- one is being built: waiting for it is never slower than building another beside it
+    building.claimed = true
+    if building:start() then self.spares[1] = building else discard(building) end
+  end
+  while #self.spares > 0 and not inst do
+    local spare = table.remove(self.spares, 1)
+    local fits = spare.snap == snap and spare.state == "ready"
+      and (network or snap.isolation.network) == (spare.network or spare.snap.isolation.network)
+      and spare.dir:match("^(.*)/[^/]+$") == root
+    if fits and os.rename(spare.dir, workspace_dir) then
+      spare.dir, spare.label, spare.network, spare.spare = workspace_dir, label, network, nil
+      inst = spare
+    else
+      discard(spare)
+    end
+  end
+  inst = inst or self:new(workspace_dir, label, snap)
+  if network then inst.network = network end
+  if root and root ~= "" then build_spare(self, root) end
+  return inst
+end
+
 function Host:close()
+  self.closed = true
+  for _, spare in ipairs(self.spares) do
+    spare:stop()
+    core.fs.remove_tree(spare.dir)
+  end
+  self.spares = {}
   if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
   local args = { "reap" }
   for _, c in ipairs(CONTROLLERS) do
@@ -304,6 +391,7 @@ function Instance:start()
     "--workspace", self.dir, "--rootfs", iso.rootfs, "--net", self.network or iso.network,
     "--socket", self.socket, "--nofile", tostring(iso.open_files),
     "--fsize", tostring(iso.file_size_bytes) }
+  if self.spare then argv[#argv + 1] = "--nice"; argv[#argv + 1] = "10" end -- built in the background
   for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
   for _, a in ipairs(limit_writes(self)) do argv[#argv + 1] = a end
   for _, name in ipairs(iso.expose) do argv[#argv + 1] = "--expose"; argv[#argv + 1] = name end
