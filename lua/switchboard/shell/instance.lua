@@ -328,6 +328,11 @@ function Host:close()
     core.fs.remove_tree(spare.dir)
   end
   self.spares = {}
+  local building = self.building
+  if building and not building.claimed then -- killed mid-build: its start returns a failure
+    building:stop()
+    core.fs.remove_tree(building.dir)
+  end
   if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
   local args = { "reap" }
   for _, c in ipairs(CONTROLLERS) do
