@@ -231,6 +231,13 @@ static void join_cgroups(const options *o, bool create) {
       die("cannot set %s to %s", file, eq + 1);
   }
   for (int i = 0; i < o->cgroups.n; i++) {
+    /* On cgroup v1, "0" written to `tasks` moves this thread (the helper has no other): the
+     * kernel (6.0 on) skips the global threadgroup rwsem for it, whose write side waits an RCU
+     * grace period (10 ms here, most of an instance's start); cgroup.procs takes it. v2 has
+     * no `tasks` file. */
+    snprintf(path, sizeof path, "%s/tasks", o->cgroups.items[i]);
+    if (write_file(path, "0") == 0)
+      continue;
     snprintf(path, sizeof path, "%s/cgroup.procs", o->cgroups.items[i]);
     if (write_file(path, pid) < 0)
       die("cannot join the cgroup %s", o->cgroups.items[i]);
