@@ -368,9 +368,17 @@ static void build_bwrap(const options *o, bwrap_args *b) {
   arg(b, "--remount-ro"); arg(b, "/");
   arg(b, "--chdir"); arg(b, o->cwd);
   /* bwrap's info arrives before the mounts are done; the holder's first word on fd 4 says
-   * the view is complete (entering earlier would join a half-built mount namespace). */
-  arg(b, "--"); arg(b, "sh"); arg(b, "-c");
-  arg(b, "echo ready >&4 && exec 4>&- && exec sleep infinity");
+   * the view is complete (entering earlier would join a half-built mount namespace). On the
+   * host's own root the word comes from this helper itself (`init`, exec'd through fd 6, our
+   * binary opened before bwrap started: one exec instead of sh's and sleep's); a rootfs of
+   * its own may have a libc this binary cannot load, so there its sh and sleep do it. */
+  arg(b, "--");
+  if (strcmp(o->rootfs, "/") == 0) {
+    arg(b, "/proc/self/fd/6"); arg(b, "init");
+  } else {
+    arg(b, "sh"); arg(b, "-c");
+    arg(b, "echo ready >&4 && exec 4>&- && exec sleep infinity");
+  }
   b->argv[b->n] = NULL;
 }
 
@@ -430,6 +438,9 @@ static int hold(const options *o) {
   int info[2], ready[2];
   if (pipe2(info, O_CLOEXEC) < 0 || pipe2(ready, O_CLOEXEC) < 0)
     die("pipe");
+  int self_exe = open("/proc/self/exe", O_RDONLY | O_CLOEXEC); /* the init, for build_bwrap */
+  if (self_exe < 0)
+    die("open /proc/self/exe");
   /* built before the fork: the child only execs */
   static bwrap_args b;
   build_bwrap(o, &b);
@@ -440,8 +451,9 @@ static int hold(const options *o) {
     /* fds 3, 4 and 5 for bwrap: first out of the way (any source may itself be 3-5), then into
      * place (dup2 clears O_CLOEXEC on the copies; the detours keep theirs). */
     int i = fcntl(info[1], F_DUPFD_CLOEXEC, 10), r = fcntl(ready[1], F_DUPFD_CLOEXEC, 10),
-        w = fcntl(ws, F_DUPFD_CLOEXEC, 10);
-    if (i < 0 || r < 0 || w < 0 || dup2(i, 3) < 0 || dup2(r, 4) < 0 || dup2(w, 5) < 0)
+        w = fcntl(ws, F_DUPFD_CLOEXEC, 10), x = fcntl(self_exe, F_DUPFD_CLOEXEC, 10);
+    if (i < 0 || r < 0 || w < 0 || x < 0 || dup2(i, 3) < 0 || dup2(r, 4) < 0 ||
+        dup2(w, 5) < 0 || dup2(x, 6) < 0)
       _exit(EXIT_WALLS);
     /* A spare's build yields the CPU to the commands running meanwhile. Only bwrap (its mounts,
      * then an init that sleeps) is niced: the spawner, and so every command, keeps ours. */
@@ -453,6 +465,7 @@ static int hold(const options *o) {
   close(info[1]);
   close(ready[1]);
   close(ws);
+  close(self_exe);
   long inner = read_child_pid(info[0]);
   close(info[0]);
   char word[8];
@@ -1090,9 +1103,23 @@ static int reap(const options *o) {
   return failed ? EXIT_WALLS : 0;
 }
 
+/* The instance's init (pid 2 of its PID namespace, bwrap's child), on the host's root: says
+ * the view is complete on fd 4, keeps nothing of ours open, and sleeps until the instance
+ * ends (the PID namespace's end kills it). */
+static int init(void) __attribute__((noreturn));
+static int init(void) {
+  (void)!write(4, "ready\n", 6);
+  close(4);
+  close(6); /* this binary, as bwrap was handed it */
+  for (;;)
+    pause();
+}
+
 int main(int argc, char **argv) {
   options o;
   arg_area = argv;
+  if (argc == 2 && strcmp(argv[1], "init") == 0)
+    return init();
   parse(argc, argv, &o);
   if (strcmp(o.mode, "hold") == 0)
     return hold(&o);
