@@ -694,12 +694,16 @@ static void conn_drop_request(conn *c) {
   c->body = NULL;
 }
 
+static void conn_init(conn *c) {
+  memset(c, 0, sizeof *c);
+  c->fd = c->fds[0] = c->fds[1] = c->fds[2] = -1;
+}
+
 static void conn_free(conn *c) {
   conn_drop_request(c);
   if (c->fd >= 0)
     close(c->fd);
-  memset(c, 0, sizeof *c);
-  c->fd = c->fds[0] = c->fds[1] = c->fds[2] = -1;
+  conn_init(c);
 }
 
 /* Sends the 4-byte wait status; the client reads nothing else, so its receive buffer has
@@ -918,7 +922,6 @@ static void accept_all(int listener) {
       close(fd); /* the client sees the socket close without a status */
       continue;
     }
-    conn_free(c);
     c->used = true;
     c->fd = fd;
   }
@@ -941,7 +944,7 @@ static int serve(const options *o, int listener, pid_t bwrap) {
   if (fcntl(listener, F_SETFL, O_NONBLOCK) < 0)
     die("fcntl");
   for (int i = 0; i < MAX_CONNS; i++)
-    conn_free(&conns[i]);
+    conn_init(&conns[i]);
   static struct pollfd p[MAX_CONNS + 2];
   static int which[MAX_CONNS + 2];
   int bwrap_status = 0;
