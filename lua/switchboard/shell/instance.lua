@@ -3,7 +3,7 @@
 -- policies/isolation.lua, rlimits per process, and a host uid of its own. The C helper
 -- switchboard-walls does the kernel work; this decides the paths, numbers and lifecycle.
 --
---   local walls, why = instance.host{snap, helper?, log?}  -- once per server; why names what the
+--   local walls, why = instance.host{snap, helper?, log?, spares?}  -- once per server; why names what the
 --                                                          -- kernel lacks (nil, message)
 --   local inst = walls:new(workspace_dir, label)           -- nothing runs yet
 --   local inst = walls:claim(workspace_dir, label, network?) -- the spare when it fits (below)
@@ -150,6 +150,7 @@ function M.host(opts)
     helper = helper, path = path, log = opts.log or function() end, layout = layout,
     pid = core.pid and core.pid() or tonumber((read_text("/proc/self/stat") or ""):match("^(%d+)")),
     slots = {}, next_slot = 0, snap_fn = opts.policy, live = {}, spares = {},
+    spares_on = opts.spares == true, -- spare instances built ahead (Host:claim)
   }, Host)
   self.server_dirs = {}
   for _, c in ipairs(CONTROLLERS) do
@@ -251,9 +252,10 @@ end
 -- takes one: its workspace directory is renamed onto the thread's (the bind mount follows the
 -- directory, not its name), and a replacement is built in the background. A spare built under
 -- an older policy snapshot or another network is not used (it is stopped; the thread's
--- instance is built as before).
+-- instance is built as before). Only where the caller asks (instance.host{spares = true}:
+-- sandboxd, whose new threads start on empty workspaces in its root).
 function build_spare(self, root)
-  if self.refilling or self.closed then return end
+  if self.refilling or self.closed or not self.spares_on then return end
   local want = self.snap_fn and (self.snap_fn().isolation.spare_instances or 0) or 0
   if #self.spares >= want then return end
   self.refilling = true
