@@ -482,6 +482,7 @@ local function counter(self, name, path, key)
   local f = files[name]
   if not f then
     f = io.open(path, "r")
+    if f then f:setvbuf("no") end -- no 4 KiB buffer per file held by sandboxd per instance
     files[name] = f
   end
   local text = f and f:seek("set", 0) and f:read("a")
