@@ -25,6 +25,11 @@ file_size_bytes = 4096 * MiB     -- RLIMIT_FSIZE: no single file grows past this
 -- write is refused in words until files are deleted.
 workspace_max_bytes = 20480 * MiB
 
+-- Instances built ahead, each taken by the next new thread (its first command then skips the
+-- instance's start: cgroups, namespaces, mounts, 15-20 ms on a quiet host and far more under
+-- load); a taken one is replaced in the background. 0: every instance is built on demand.
+spare_instances = 1
+
 -- Host uids/gids for instances: each awake instance gets uid_base + n (n < uid_count), its own,
 -- mapped to uid 1000 inside. Pick a range no host account uses.
 uid_base = 1200000

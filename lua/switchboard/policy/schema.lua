@@ -523,6 +523,7 @@ M.files.isolation = {
   open_files = S.int { min = 64, max = 1048576 },
   file_size_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   workspace_max_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
+  spare_instances = S.int { min = 0, max = 16 },
   uid_base = S.int { min = 1000, max = 4000000000 },
   uid_count = S.int { min = 1, max = 1000000 },
   rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },

@@ -28,7 +28,7 @@ function M.ensure(r)
     if not ok then
       return nil, core.error("workspace", "the workspace could not be created: " .. tostring(err and err.message))
     end
-    r.instance = r.walls:new(r.dir, r.key)
+    r.instance = r.walls:claim(r.dir, r.key) -- a spare built ahead when one fits
   end
   local ok, err = r.instance:start()
   if not ok then return nil, err end
