@@ -5,7 +5,7 @@
 --
 --   local walls, why = instance.host{snap, helper?, log?}  -- once per server; why names what the
 --                                                          -- kernel lacks (nil, message)
---   local inst = walls:new(workspace_dir, label)           -- nothing runs yet
+--   local inst = walls:new(workspace_dir, label, snap?, {network?}) -- nothing runs yet
 --   inst:start()  → true | nil, err      the namespaces and cgroups, on the first operation
 --   inst:argv(program_argv) → argv       core.spawn's argv that runs the program inside
 --   inst:counters() → {oom, pids}        the limit counters, before a command
@@ -232,10 +232,12 @@ local function take_slot(self, count)
   return nil
 end
 
--- snap: the policy snapshot the instance keeps for its life.
-function Host:new(workspace_dir, label, snap)
+-- snap: the policy snapshot the instance keeps for its life. opts.network: "host" | "none"
+-- for this instance (the agent's, from the request), else the snapshot's isolation.network.
+function Host:new(workspace_dir, label, snap, opts)
   return setmetatable({
     host = self, dir = workspace_dir, label = label, snap = snap or self.snap_fn(), state = "new",
+    network = opts and opts.network or nil,
   }, Instance)
 end
 
