@@ -207,11 +207,9 @@ end
 -- run behind walls.
 function M:walls_note()
   if self.walls then
-    return ("local executor: walled (namespaces, cgroups, network %s — policies/isolation.lua local_walls)")
-      :format(self.network)
+    return ("local executor: walled, network %s (policies/isolation.lua local_walls)"):format(self.network)
   end
-  return "local executor: unwalled — commands run as this host's user with its files and network "
-    .. "(policies/isolation.lua local_walls = false)"
+  return "local executor: unwalled — commands run as this host's user (policies/isolation.lua local_walls)"
 end
 
 -- "always" (a hard stop, a read-only run): stop whatever still runs — with walls, the thread's

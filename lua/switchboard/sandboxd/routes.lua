@@ -274,7 +274,7 @@ end
 local function mismatch_text(snap, inst, want)
   return ("this thread's sandbox instance is awake with network %q; this request asks for %q. "
     .. "An instance's network is fixed when it is made (policies/agents.lua network): ask in "
-    .. "another thread, or again once this one's instance has slept (after %s idle, timeouts "
+    .. "another thread, or again once this one's instance has slept (after %ds idle, timeouts "
     .. "sandbox.sleep_after)"):format(tostring(inst.network), want.network,
       classify.seconds(snap.timeouts.sandbox.sleep_after_ms))
 end
