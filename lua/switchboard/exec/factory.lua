@@ -56,8 +56,13 @@ local function local_walls(opts, snap, root)
   if local_hosts[root] then return local_hosts[root] end
   local ok, err = core.fs.mkdir_p(root, tonumber("700", 8))
   if not ok then return nil, "cannot create " .. root .. ": " .. tostring(err and err.message) end
-  local host, why = opts.walls_host and opts.walls_host(snap, root) or require("switchboard.shell.instance").host{
-    snap = snap, policy = opts.policy, scratch = root, log = core.log }
+  local host, why
+  if opts.walls_host then
+    host, why = opts.walls_host(snap, root)
+  else
+    host, why = require("switchboard.shell.instance").host{
+      snap = snap, policy = opts.policy, scratch = root, log = core.log }
+  end
   if not host then return nil, why end
   local_hosts[root] = host
   return host
