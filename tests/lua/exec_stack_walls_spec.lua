@@ -81,4 +81,21 @@ describe("exec/stack: the local executor's walls line and network", function()
     local coding = assert(build(snap, "coding", { walls_host = ok_host }))
     assert.same({ "local executor: walled, network host (policies/isolation.lua local_walls)" }, coding.notes)
   end)
+
+  it("network none is never dropped on the way: e2b refuses it, the resident is passed over for a fresh sandbox with a note", function()
+    local snap = snap_with()
+    local env = { E2B_API_KEY = "e2b-key", RESIDENT_URL = "http://127.0.0.1:9", RESIDENT_TOKEN = "rt",
+      SANDBOX_URL = "http://127.0.0.1:9", SANDBOX_TOKEN = "st" }
+    local getenv = function(name) return env[name] end
+    local built, err = build(snap, "offline", { force_backend = "e2b", getenv = getenv })
+    assert.is_nil(built)
+    assert.truthy(errors.is_tool(err))
+    assert.truthy(err.message:find('agent offline asks for network "none", but an e2b sandbox keeps its network', 1, true), err.message)
+    local probes = 0
+    built = assert(build(snap, "offline", { force_backend = "resident", getenv = getenv,
+      resident_request = function() probes = probes + 1 end }), "resident fallback")
+    assert.equal("sandbox", built.backend)
+    assert.equal(0, probes)
+    assert.same({ 'resident does not give network "none", which agent offline declares — using fresh sandbox' }, built.notes)
+  end)
 end)

@@ -112,6 +112,10 @@ end
 
 -- E2B: the API key from the variable policy names; hosts from E2B's own variables (docs/e2b.md).
 function BUILDERS.e2b(opts, ctx, snap, agent)
+  if M.network_of(snap, agent) == "none" then
+    return nil, errors.tool(("agent %s asks for network \"none\", but an e2b sandbox keeps its "
+      .. "network; use the sandbox backend for it (policies/execution.lua)"):format(tostring(ctx.agent)))
+  end
   local getenv = opts.getenv or os.getenv
   local cfg = snap.execution.e2b
   local key = getenv(cfg.api_key_env)
@@ -149,7 +153,10 @@ function BUILDERS.resident(opts, ctx, snap, agent)
   local url, token = resident.configured(snap, opts.getenv or os.getenv, opts.resident_url)
   if not url then return missing(snap, ctx.agent, "resident", token) end
   local why
-  if not ctx.repo then
+  if M.network_of(snap, agent) == "none" then
+    -- the resident's worktrees get their walls at /attach, with its own policy's network
+    why = "resident does not give network \"none\", which agent " .. tostring(ctx.agent) .. " declares"
+  elseif not ctx.repo then
     why = "resident needs the thread's repository (none was resolved)"
   elseif (unreachable_until[url] or 0) > core.now_ms() then
     why = "resident unreachable (a probe failed in the last " .. snap.timeouts.resident.negative_cache_ms // 1000 .. " s)"
