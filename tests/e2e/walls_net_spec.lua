@@ -234,8 +234,10 @@ describe_walls("the local executor behind walls (policies/isolation.lua local_wa
       assert.equal("/workspace", lines[2])
       assert.truthy(lines[3]:find("No such file", 1, true) or lines[3] == "", r.stdout)
       assert.equal(web.nonce, lines[4])
-      -- a follow-up in the thread, a new instance (a new process): its files are still its own
-      r = run(walled_dir, "online", "cat own.txt && echo more >> own.txt && echo ok")
+      -- a follow-up in the thread: a new instance (a new process) with another host uid (another
+      -- uid range); the workspace's files are handed to it
+      local moved_dir = policy_dir(("local_walls = true\nuid_base = %d\nuid_count = 32"):format(UID_BASE + 32))
+      r = run(moved_dir, "online", "cat own.txt && echo more >> own.txt && echo ok")
       assert.equal(0, r.exit, r.stdout .. r.stderr)
       assert.equal("mine\nok\n", r.stdout)
       -- the agent's network none holds in the local executor's walls too
