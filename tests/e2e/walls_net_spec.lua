@@ -258,3 +258,72 @@ describe_walls("the local executor behind walls (policies/isolation.lua local_wa
     end)
   end)
 end)
+
+describe_walls("the local executor behind walls, in one process (the console's case)", function()
+  local instance = require("switchboard.shell.instance")
+  local procs = require("support.procs")
+
+  local function read(path)
+    local f = io.open(path, "rb")
+    if not f then return nil end
+    local s = f:read("a")
+    f:close()
+    return s
+  end
+
+  -- processes on this host whose uid is in this run's range, zombies excluded
+  local function instance_procs()
+    local out = {}
+    for _, pid in ipairs(procs.pids()) do
+      local status = read("/proc/" .. pid .. "/status") or ""
+      local uid = tonumber(status:match("\nUid:%s+%d+%s+(%d+)"))
+      if uid and uid >= UID_BASE and uid < UID_BASE + UID_COUNT and status:match("\nState:%s+(%S)") ~= "Z" then
+        out[#out + 1] = pid
+      end
+    end
+    return out
+  end
+
+  it("agents of a thread share its instance and the network rule; files go through the handle; a hard stop ends the instance", function()
+    core.run(function()
+      local dir = policy_dir("local_walls = true")
+      local snap = assert(policies.load(dir))
+      local root = S.tmpdir()
+      local bin_dir = S.BIN:match("^(.*)/[^/]+$")
+      local host
+      local opts = { policy = function() return snap end, workspace_root = root, force_backend = "local",
+        walls_host = function(s, r)
+          local why
+          host, why = instance.host{ snap = s, policy = function() return snap end, scratch = r,
+            helper = bin_dir .. "/switchboard-walls" }
+          return host, why
+        end }
+      local function executor(agent)
+        local built = assert(stack.build(opts, { thread_key = "console:walled", agent = agent, snap = snap }))
+        return built.executor, built
+      end
+      local coding, built = executor("coding")
+      assert.same({ "local executor: walled, network host (policies/isolation.lua local_walls)" }, built.notes)
+      assert(coding:write_file("note.txt", "from write_file\n", { snap = snap }))
+      local r = assert(coding:exec("cat note.txt; id -u; setsid sleep 1000 >/dev/null 2>&1 & echo started", { snap = snap }))
+      assert.equal("from write_file\n1000\nstarted", r.text)
+      assert.equal("from write_file\n", assert(coding:read_file("note.txt", { snap = snap })))
+      assert.truthy(#instance_procs() >= 1)
+      -- another agent of the thread, another network: refused in words while the instance is awake
+      local offline = executor("offline")
+      local none, err = offline:exec("echo never", { snap = snap })
+      assert.is_nil(none)
+      assert.truthy(errors.is_tool(err), tostring(err))
+      assert.truthy(err.message:find('awake with network "host"; agent work asking for "none"', 1, true), err.message)
+      -- a hard stop ends the thread's instance, the daemon its command left included
+      coding:release("always")
+      assert.truthy(S.wait_for(function() return #instance_procs() == 0 end, 30000), "an instance process outlived the release")
+      -- the thread's next instance is offline's, off the network, on the same workspace
+      r = assert(offline:exec("cat note.txt; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", { snap = snap }))
+      assert.equal("from write_file\nlo", r.text)
+      offline:release("always")
+      host:close()
+      S.rm(root)
+    end)
+  end)
+end)

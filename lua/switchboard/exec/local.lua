@@ -193,8 +193,9 @@ function M:write_file(path, bytes, opts)
   local ok, err
   if self.walls then
     local r = instances[self.dir]
-    err = r and walled.over_cap(r)
-    if not err then ok, err = walled_file(self, function(root) return root:write(path, bytes) end) end
+    local refused = r and walled.over_cap(r)
+    if refused then return nil, errors.tool(refused.message) end -- names the cap and what to do
+    ok, err = walled_file(self, function(root) return root:write(path, bytes) end)
     if not ok and errors.is_tool(err) then return nil, err end
   else
     ok, err = self.ws:write(path, bytes)
