@@ -3,12 +3,14 @@
 -- until it sleeps. Units: bytes (KiB, MiB).
 
 -- sandboxd always walls its instances (it refuses to start when the kernel cannot, unless
--- started with --no-walls). The local executor walls its threads only when this is true: the
--- console's default stays unwalled, and its card says so.
+-- started with --no-walls). The local executor (the console, `switchboard exec`) walls its
+-- threads only when this is true — then it needs what sandboxd needs (root, bwrap, user
+-- namespaces, cgroups) and refuses to provision without it. Every local card says which.
 local_walls = false
 
--- Network of an instance: "host" (git, npm and gh need it) or "none" (its own empty network
--- namespace: loopback only).
+-- Network of an instance whose agent declares none (policies/agents.lua network): "host"
+-- (git, npm and gh need it) or "none" (its own empty network namespace: loopback only). Fixed
+-- when the instance is made; sandboxd also applies it to requests that carry no network.
 network = "host"
 
 -- Per instance, through cgroups (v1 memory/pids/cpu controllers, or v2). A command that hits

@@ -392,6 +392,7 @@ M.files.agents = {
     max_turns = S.optional(S.int { min = 1, max = 10000 }),
     system_prompt = S.optional(S.prompt),
     pull_requests = S.optional(S.bool),
+    network = S.optional(S.enum { "host", "none" }),
   }, { min = 1 }),
   instructions = S.record {
     files = S.list(S.string { pattern = "^[%w._-][%w._/-]*$", what = "a path inside the repository" }, { unique = true, max = 20 }),

@@ -51,6 +51,8 @@ function M.start(opts)
   self.ctx = {
     fleet = self.fleet, token = opts.token, policy = policy.current, build = core.build,
     log = log, stopping = core.signal(), getenv = opts.getenv,
+    -- without walls an instance shares the host's network: "none" is refused, never ignored
+    networks = opts.walls and { host = true, none = true } or { host = true },
   }
   local handler = routes.handler(self.ctx)
   -- The count drops however the handler ends; a raise passes through uncaught to the engine's

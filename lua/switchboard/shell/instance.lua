@@ -5,7 +5,7 @@
 --
 --   local walls, why = instance.host{snap, helper?, log?, spares?}  -- once per server; why names what the
 --                                                          -- kernel lacks (nil, message)
---   local inst = walls:new(workspace_dir, label)           -- nothing runs yet
+--   local inst = walls:new(workspace_dir, label, snap?, {network?}) -- nothing runs yet
 --   local inst = walls:claim(workspace_dir, label, network?) -- the spare when it fits (below)
 --   inst.ro_binds = {dir, ...}           (before start) host directories shown read-only at the
 --                                        same path inside (the resident's shared git objects)
@@ -239,10 +239,12 @@ local function take_slot(self, count)
   return nil
 end
 
--- snap: the policy snapshot the instance keeps for its life.
-function Host:new(workspace_dir, label, snap)
+-- snap: the policy snapshot the instance keeps for its life. opts.network: "host" | "none"
+-- for this instance (the agent's, from the request), else the snapshot's isolation.network.
+function Host:new(workspace_dir, label, snap, opts)
   return setmetatable({
     host = self, dir = workspace_dir, label = label, snap = snap or self.snap_fn(), state = "new",
+    network = opts and opts.network or nil,
   }, Instance)
 end
 
@@ -319,8 +321,7 @@ function Host:claim(workspace_dir, label, network)
       discard(spare)
     end
   end
-  inst = inst or self:new(workspace_dir, label, snap)
-  if network then inst.network = network end
+  inst = inst or self:new(workspace_dir, label, snap, { network = network })
   if root and root ~= "" then build_spare(self, root) end
   return inst
 end
