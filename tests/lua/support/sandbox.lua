@@ -167,7 +167,9 @@ function M.start_sandboxd(opts)
   function h.log() return table.concat(chunks) end
   core.go(function() h.result = proc:wait() end)
   local port = M.wait_for(function()
-    return h.log():match("sandboxd%.listening[^\n]*port=(%d+)") or h.result
+    return h.log():match("sandboxd%.listening[^\n]*port=(%d+)")
+      or h.log():match('"event":"sandboxd%.listening"[^\n]*"port":(%d+)') -- --log-format json
+      or h.result
   end, opts.start_timeout_ms or 10000)
   if type(port) ~= "string" and opts.may_fail ~= true then
     error("sandboxd did not start:\n" .. h.log(), 2)
