@@ -1,9 +1,9 @@
-/* SIGHUP, SIGTERM and SIGINT on the loop. core.on_signal(name, fn) runs fn in a new task each
- * time the signal arrives. A signal is watched from the first on_signal call naming it; a
- * watched TERM or INT whose handler was removed asks the engine to exit 0: the loop stops,
- * core.run returns, and the shutdown (which kills every live process group) runs after uv_run
- * returned — never from inside this callback, since libuv's loop is not reentrant.
- * The handles are unreferenced so that listening never keeps the loop alive. */
+/* SIGHUP, SIGTERM, SIGINT and SIGWINCH (a terminal's resize) on the loop. core.on_signal(name,
+ * fn) runs fn in a new task each time the signal arrives. A signal is watched from the first
+ * on_signal call naming it; a watched TERM or INT whose handler was removed asks the engine to
+ * exit 0: the loop stops, core.run returns, and the shutdown (which kills every live process
+ * group) runs after uv_run returned — never from inside this callback, since libuv's loop is
+ * not reentrant. The handles are unreferenced so that listening never keeps the loop alive. */
 #include "engine.h"
 #include "engine_internal.h"
 #include "../log/log.h"
@@ -21,6 +21,7 @@ static struct {
     {"HUP", SIGHUP, {0}, LUA_NOREF, false},
     {"TERM", SIGTERM, {0}, LUA_NOREF, false},
     {"INT", SIGINT, {0}, LUA_NOREF, false},
+    {"WINCH", SIGWINCH, {0}, LUA_NOREF, false},
 };
 enum { N_WATCHED = sizeof watched / sizeof watched[0] };
 
@@ -29,9 +30,10 @@ static void signal_arrived(uv_signal_t *h, int signo) {
   size_t i = (size_t)(uintptr_t)h->data;
   lua_State *L = sb_main_state();
   sb_log_field f[] = {{"signal", watched[i].name, false}};
-  sb_log_write("info", "signal.received", f, 1);
+  /* a resize comes in bursts while a window is dragged: not worth an info line each */
+  sb_log_write(watched[i].signo == SIGWINCH ? "debug" : "info", "signal.received", f, 1);
   if (watched[i].handler_ref == LUA_NOREF) {
-    if (watched[i].signo != SIGHUP)
+    if (watched[i].signo == SIGTERM || watched[i].signo == SIGINT)
       sb_engine_request_exit(0);
     return;
   }
@@ -64,7 +66,7 @@ static int l_on_signal(lua_State *L) {
                                              : luaL_ref(L, LUA_REGISTRYINDEX);
     return 0;
   }
-  return luaL_argerror(L, 1, "\"HUP\", \"TERM\" or \"INT\" expected");
+  return luaL_argerror(L, 1, "\"HUP\", \"TERM\", \"INT\" or \"WINCH\" expected");
 }
 
 int sb_os_signals_open(lua_State *L) {

@@ -125,6 +125,15 @@ static int l_read_stdin(lua_State *L) {
   return sb_task_yield(L);
 }
 
+uv_tty_t *sb_stdin_tty(void) {
+  if (!S.opened) {
+    if (!open_stdin())
+      return NULL;
+    S.opened = true;
+  }
+  return !S.is_file && ((uv_handle_t *)&S.h)->type == UV_TTY ? &S.h.tty : NULL;
+}
+
 static int l_isatty(lua_State *L) {
   lua_Integer fd = luaL_optinteger(L, 1, 1);
   lua_pushboolean(L, fd >= 0 && fd <= 1024 && isatty((int)fd));

@@ -34,10 +34,12 @@ in a workspace per thread under the state directory.
   help                                   the grammar and the agents
   /thread NAME                           switch to thread NAME (each has its own workspace)
 
-On a terminal the running asks' elapsed time updates in place; from a pipe each final card is
-printed, and the console exits once input ends and the last ask has finished. SIGHUP reloads
-the policies; TERM/INT stop reading, let running asks finish (timeouts console.drain_ms),
-then kill them and exit 0; a second TERM/INT kills at once.
+On a terminal the running asks' elapsed time updates in place, on a status line cut to the
+window's width, above the line you type (Backspace, Ctrl-U, Ctrl-W; Enter sends it; Ctrl-D on
+an empty line ends input); from a pipe each final card is printed, and the console exits once
+input ends and the last ask has finished. SIGHUP reloads the policies; TERM/INT (Ctrl-C)
+stop reading, let running asks finish (timeouts console.drain_ms), then kill them and exit 0;
+a second TERM/INT kills at once.
 
 Options:
   --backend NAME          override policy's backend: local, sandbox, resident or e2b ($E2B_API_KEY;
@@ -101,6 +103,20 @@ local function drain_on_signals(p, d, front, reading)
   core.on_signal("INT", on_stop_signal)
 end
 
+-- The console front for this process's standard streams. On a terminal the status line is cut
+-- to its width (again at each SIGWINCH); when standard input is that terminal too, the front
+-- owns the input line, with the terminal in raw mode (no echo: the front draws what is typed)
+-- until the console ends — core.tty_mode's own hooks restore it on any other way out.
+local function terminal_front()
+  local tty = core.isatty(1)
+  if not tty then return console_front.new{ tty = false } end
+  local width = core.tty_size(1)
+  local edit = core.isatty(0) and core.tty_mode("raw") or false
+  local front = console_front.new{ tty = true, edit = edit, width = width }
+  core.on_signal("WINCH", function() front:resize((core.tty_size(1))) end)
+  return front
+end
+
 function M.run(argv, ctx)
   local p, status = prologue.start(M, argv, ctx, {
     spec = SPEC, backend = true, usage = usage_problem, policies = true,
@@ -114,7 +130,7 @@ function M.run(argv, ctx)
   local sink, trace_status = p:trace_sink()
   if opts.trace and not sink then return trace_status end
 
-  local front = console_front.new{ tty = core.isatty(1) }
+  local front = terminal_front()
   local d = dispatcher.new{
     front = front,
     policy = policy.current,
@@ -157,6 +173,7 @@ function M.run(argv, ctx)
 
   d:wait_idle()
   front:close()
+  if front.edit then core.tty_mode("normal") end
   if sink and sink.close then sink:close() end
   return 0
 end
