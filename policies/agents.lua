@@ -6,6 +6,9 @@
 --   token_scope           "read" | "write" | nil — a scope from policies/github.lua.
 --   max_run_minutes       the run's wall clock; commands are clipped to what is left of it.
 --   tools                 bash, read_file, write_file, edit_file need resources.repository.
+--   network               "host" | "none": the network of the agent's sandbox instance
+--                         (docs/isolation.md). Absent: policies/isolation.lua network. "none"
+--                         needs walls (sandboxd, or the local executor with local_walls).
 --   pull_requests         true: when a run ends with changes in its repository, switchboard
 --                         commits them on the thread's branch, pushes with the agent's token
 --                         and opens (or updates) a pull request (`pull_request` below).

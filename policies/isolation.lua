@@ -3,12 +3,14 @@
 -- until it sleeps. Units: bytes (KiB, MiB).
 
 -- sandboxd always walls its instances (it refuses to start when the kernel cannot, unless
--- started with --no-walls). The local executor walls its threads only when this is true: the
--- console's default stays unwalled, and its card says so.
+-- started with --no-walls). The local executor (the console, `switchboard exec`) walls its
+-- threads only when this is true — then it needs what sandboxd needs (root, bwrap, user
+-- namespaces, cgroups) and refuses to provision without it. Every local card says which.
 local_walls = false
 
--- Network of an instance: "host" (git, npm and gh need it) or "none" (its own empty network
--- namespace: loopback only).
+-- Network of an instance whose agent declares none (policies/agents.lua network): "host"
+-- (git, npm and gh need it) or "none" (its own empty network namespace: loopback only). Fixed
+-- when the instance is made; sandboxd also applies it to requests that carry no network.
 network = "host"
 
 -- Per instance, through cgroups (v1 memory/pids/cpu controllers, or v2). A command that hits
@@ -24,6 +26,11 @@ file_size_bytes = 4096 * MiB     -- RLIMIT_FSIZE: no single file grows past this
 -- The workspace's size, measured after each command; past it the instance's next command or
 -- write is refused in words until files are deleted.
 workspace_max_bytes = 20480 * MiB
+
+-- Instances built ahead, each taken by the next new thread (its first command then skips the
+-- instance's start: cgroups, namespaces, mounts, 15-20 ms on a quiet host and far more under
+-- load); a taken one is replaced in the background. 0: every instance is built on demand.
+spare_instances = 1
 
 -- Host uids/gids for instances: each awake instance gets uid_base + n (n < uid_count), its own,
 -- mapped to uid 1000 inside. Pick a range no host account uses.

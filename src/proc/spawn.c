@@ -1,5 +1,6 @@
 /* Spawning (see spawn.h): options into argv/envp, PATH lookup, posix_spawn. */
 #include "spawn.h"
+#include "walls/request.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -7,7 +8,10 @@
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -188,7 +192,7 @@ int sb_spawn_start(const sb_spawn_args *a, bool with_stdin, sb_spawned *out) {
     }
     goto done;
   }
-  *out = (sb_spawned){pid, pidfd, in[1], o[0], e[0]};
+  *out = (sb_spawned){pid, pidfd, in[1], o[0], e[0], -1};
   in[1] = o[0] = e[0] = -1; /* now the caller's */
 done:
   /* The child's ends always; the parent's too unless they were handed over. */
@@ -198,5 +202,89 @@ done:
   close_fd(&o[1]);
   close_fd(&e[0]);
   close_fd(&e[1]);
+  return rc;
+}
+
+int sb_spawn_walled(const sb_spawn_args *a, const char *socket_path, bool with_stdin,
+                    sb_spawned *out, char **rest, size_t *rest_len) {
+  int in[2] = {-1, -1}, o[2] = {-1, -1}, e[2] = {-1, -1}, sock = -1;
+  size_t len = 0;
+  char *body = NULL; /* owned until the end */
+  struct sockaddr_un addr;
+  int rc = 0;
+  *rest = NULL;
+  *rest_len = 0;
+  memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  if (strlen(socket_path) >= sizeof addr.sun_path) {
+    rc = ENAMETOOLONG;
+    goto done;
+  }
+  strcpy(addr.sun_path, socket_path);
+  body = walls_request_encode(a->argv, a->envp, a->cwd ? a->cwd : "/workspace", &len);
+  if (body == NULL) {
+    rc = E2BIG;
+    goto done;
+  }
+  /* without stdin the command reads /dev/null, opened here: the spawner needs three fds */
+  if ((with_stdin ? pipe2(in, O_CLOEXEC) : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
+      pipe2(o, O_CLOEXEC) != 0 || pipe2(e, O_CLOEXEC) != 0) {
+    rc = errno;
+    goto done;
+  }
+  sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (sock < 0 || connect(sock, (struct sockaddr *)&addr, sizeof addr) < 0) {
+    rc = errno; /* EAGAIN: its backlog is full; ECONNREFUSED, ENOENT: no spawner */
+    goto done;
+  }
+  uint32_t header = (uint32_t)len;
+  int fds[3] = {in[0], o[1], e[1]};
+  union {
+    char buf[CMSG_SPACE(sizeof fds)];
+    struct cmsghdr align;
+  } control;
+  memset(&control, 0, sizeof control);
+  struct iovec iov[2] = {{&header, sizeof header}, {body, len}};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 2;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof control.buf;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof fds);
+  memcpy(CMSG_DATA(c), fds, sizeof fds);
+  ssize_t sent;
+  do
+    sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
+  if (sent < (ssize_t)sizeof header) { /* a fresh socket's buffer takes the header at least */
+    rc = sent < 0 ? errno : EPIPE;
+    goto done;
+  }
+  size_t taken = (size_t)sent - sizeof header;
+  if (taken < len) {
+    *rest = malloc(len - taken);
+    if (*rest == NULL) {
+      rc = ENOMEM;
+      goto done;
+    }
+    memcpy(*rest, body + taken, len - taken);
+    *rest_len = len - taken;
+  }
+  *out = (sb_spawned){0, -1, in[1], o[0], e[0], sock};
+  in[1] = o[0] = e[0] = sock = -1; /* now the caller's */
+done:
+  /* the child's ends are the spawner's now (or were never sent); ours unless handed over */
+  close_fd(&in[0]);
+  close_fd(&in[1]);
+  close_fd(&o[0]);
+  close_fd(&o[1]);
+  close_fd(&e[0]);
+  close_fd(&e[1]);
+  close_fd(&sock);
+  free(body);
   return rc;
 }

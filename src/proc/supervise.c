@@ -6,11 +6,19 @@
  * whatever it left behind in its group is killed, so no background job outlives its command.
  * stdout and stderr are captured up to a per-stream cap; past it the bytes are drained and
  * dropped, so memory stays at the cap however much a child writes. The environment is exactly
- * the table given, through envp. */
+ * the table given, through envp.
+ *
+ * A walled child (opts.walls = the socket of a sandbox instance's spawner, docs/isolation.md)
+ * is started by the spawner inside the instance instead: the engine makes the pipes, hands
+ * them over the socket (spawn.c) and watches the socket instead of a pidfd. Its wait status
+ * arrives there (walls/request.h); a signal for its group is a byte written there; the socket
+ * closing — the engine killed, or an abort that cannot wait — kills the group inside. So
+ * deadline, grace, abort, capture and streaming are the same code for both kinds. */
 #include "proc.h"
 #include "spawn.h"
 #include "../engine/engine.h"
 #include "../log/log.h"
+#include "walls/request.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -61,8 +69,23 @@ typedef struct sb_proc {
   int term_signal;
   double started_ms, ended_ms;
   int open_handles;
+  /* walled: the spawner's connection instead of the pidfd; pid is 0 */
+  bool walled, ctl_open;
+  uv_pipe_t ctl;
+  unsigned char reply[2 * WALLS_REPLY_LEN]; /* room for one byte too many: refused, not cut */
+  size_t reply_len;
   struct sb_proc *prev, *next; /* the live list */
 } sb_proc;
+
+/* One write on a walled child's socket (the rest of its request, or a signal byte); owns its
+ * bytes, and is freed by its callback alone, so it may outlive its sb_proc's handles. */
+typedef struct {
+  uv_write_t req;
+  size_t len;
+  char bytes[];
+} ctl_write;
+
+static void walled_signal(struct sb_proc *p, int signo);
 
 static sb_proc *live_head;
 static int live_count;
@@ -93,7 +116,9 @@ static void live_remove(sb_proc *p) {
 }
 
 static void signal_group(sb_proc *p, int signo) {
-  if (p->pid > 0)
+  if (p->walled)
+    walled_signal(p, signo);
+  else if (p->pid > 0)
     kill(-p->pid, signo); /* ESRCH once the group is empty: nothing to do */
 }
 
@@ -212,10 +237,10 @@ static void linger_expired(uv_timer_t *t) {
   maybe_finish(p);
 }
 
-static void record_exit(sb_proc *p, int status) {
+static void record_end(sb_proc *p, int exit_code, int signo) {
   p->exited = true;
-  p->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-  p->term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  p->exit_status = exit_code;
+  p->term_signal = signo;
   p->ended_ms = sb_now_ms();
   uv_timer_stop(&p->deadline);
   uv_timer_stop(&p->grace);
@@ -225,11 +250,16 @@ static void record_exit(sb_proc *p, int status) {
   maybe_finish(p);
 }
 
+static void record_exit(sb_proc *p, int status) {
+  record_end(p, WIFEXITED(status) ? WEXITSTATUS(status) : 0,
+             WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 /* Reaps the leader if it has exited (without waiting) and records its exit. Returns whether it
  * had. */
 static bool reap_if_exited(sb_proc *p) {
-  if (p->exited)
-    return true;
+  if (p->exited || p->walled) /* a walled child's end arrives on its socket */
+    return p->exited;
   int wstatus = 0;
   pid_t got = waitpid(p->pid, &wstatus, WNOHANG);
   if (got == 0)
@@ -300,9 +330,83 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
 }
 
+/* ---- walled: the spawner's socket ---------------------------------------------------------- */
+
+static void ctl_written(uv_write_t *req, int status) {
+  (void)status; /* a failed write: the socket is gone, and its end is handled on the read side */
+  free(req->data);
+}
+
+static void ctl_send(sb_proc *p, const void *bytes, size_t len) {
+  ctl_write *w = malloc(sizeof *w + len);
+  if (w == NULL)
+    return;
+  memcpy(w->bytes, bytes, len);
+  w->len = len;
+  w->req.data = w;
+  uv_buf_t buf = uv_buf_init(w->bytes, (unsigned)len);
+  if (uv_write(&w->req, (uv_stream_t *)&p->ctl, &buf, 1, ctl_written) != 0)
+    free(w);
+}
+
+static void ctl_close(sb_proc *p) {
+  if (!p->ctl_open)
+    return;
+  p->ctl_open = false;
+  uv_read_stop((uv_stream_t *)&p->ctl);
+  close_handle(p, (uv_handle_t *)&p->ctl); /* closing the socket: SIGKILL to a live group */
+}
+
+/* A signal for the walled child's group: one byte to the spawner, after whatever of the
+ * request is still queued. SIGKILL too goes as a byte, so the status still comes back. */
+static void walled_signal(sb_proc *p, int signo) {
+  if (p->exited || !p->ctl_open)
+    return;
+  unsigned char b = (unsigned char)signo;
+  ctl_send(p, &b, 1);
+}
+
+/* The socket ended without a whole reply: the instance ended (it was stopped, or the spawner
+ * died) or it sent what cannot be a reply. Either way the command is over: said in words on
+ * its stderr, and recorded as killed. */
+static void walled_lost(sb_proc *p, const char *why) {
+  capture_append(&p->err, why, strlen(why));
+  if (p->on_output_ref != LUA_NOREF)
+    stream_to_lua(p, &p->err, why, strlen(why));
+  ctl_close(p);
+  record_end(p, 0, SIGKILL);
+}
+
+static void alloc_reply(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  sb_proc *p = h->data;
+  *buf = uv_buf_init((char *)p->reply + p->reply_len, (unsigned)(sizeof p->reply - p->reply_len));
+}
+
+static void on_reply(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  sb_proc *p = s->data;
+  if (p->exited)
+    return;
+  if (nread < 0) {
+    walled_lost(p, "\nwalls: the sandbox instance ended while the command ran\n");
+    return;
+  }
+  p->reply_len += (size_t)nread;
+  int code, signo;
+  int rc = walls_reply_decode(p->reply, p->reply_len, &code, &signo);
+  if (rc < 0) {
+    walled_lost(p, "\nwalls: the instance's spawner sent what is not a wait status\n");
+  } else if (rc > 0) {
+    ctl_close(p); /* the spawner already killed what the command left in its group */
+    record_end(p, code, signo);
+  }
+}
+
 /* ---- deadline and abort ------------------------------------------------------------------- */
 
 static void grace_expired(uv_timer_t *t) { signal_group(t->data, SIGKILL); }
+
 
 static void deadline_expired(uv_timer_t *t) {
   sb_proc *p = t->data;
@@ -379,6 +483,20 @@ static int push_spawn_fail(lua_State *L, const char *program, const char *cwd, i
   return n;
 }
 
+static int push_walled_fail(lua_State *L, const char *program, const char *socket_path, int err) {
+  if (err == E2BIG)
+    lua_pushfstring(L, "cannot start '%s' inside the sandbox instance: the command and its "
+                       "environment are over the spawner's limits (%d arguments, %d variables, "
+                       "%d bytes)", program, WALLS_MAX_ARGS, WALLS_MAX_ENV, WALLS_MAX_REQUEST);
+  else
+    lua_pushfstring(L, "cannot start '%s' inside the sandbox instance: its spawner at %s does "
+                       "not answer (%s); is the instance asleep?", program, socket_path,
+                    strerror(err));
+  int n = sb_push_fail(L, "spawn", lua_tostring(L, -1));
+  lua_remove(L, -3); /* the message text */
+  return n;
+}
+
 static void capture_open(sb_proc *p, capture *c, const char *name, size_t limit, int fd) {
   uv_pipe_init(sb_loop(), &c->pipe, 0);
   uv_pipe_open(&c->pipe, fd);
@@ -422,6 +540,10 @@ static int l_spawn(lua_State *L) {
   lua_getfield(L, 1, "signal");
   sb_abort *sig = sb_abort_opt(L, -1);
   lua_pop(L, 1);
+  lua_getfield(L, 1, "walls"); /* left on the stack: it anchors the string */
+  if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING)
+    luaL_error(L, "opts.walls must be the path of an instance's spawner socket");
+  const char *walls = lua_tostring(L, -1);
   sb_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
   memset(p, 0, sizeof *p);
   luaL_setmetatable(L, PROC_MT);
@@ -434,11 +556,16 @@ static int l_spawn(lua_State *L) {
   p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
 
   sb_spawned child;
-  int rc = sb_spawn_start(&a, p->stdin_ref != LUA_NOREF, &child);
+  char *rest = NULL; /* walled: the request's bytes the socket did not take at once */
+  size_t rest_len = 0;
+  int rc = walls ? sb_spawn_walled(&a, walls, p->stdin_ref != LUA_NOREF, &child, &rest, &rest_len)
+                 : sb_spawn_start(&a, p->stdin_ref != LUA_NOREF, &child);
   if (rc != 0) {
     release_refs(L, p);
     luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref);
     p->self_ref = LUA_NOREF;
+    if (walls)
+      return push_walled_fail(L, a.argv[0], walls, rc);
     return push_spawn_fail(L, a.argv[0], a.cwd, rc);
   }
   /* From here on nothing raises: the child is supervised until it is reaped. */
@@ -452,10 +579,22 @@ static int l_spawn(lua_State *L) {
   timer_init(p, &p->deadline);
   timer_init(p, &p->grace);
   timer_init(p, &p->linger);
-  uv_poll_init(sb_loop(), &p->exit_poll, p->pidfd);
-  p->exit_poll.data = p;
-  p->open_handles++;
-  uv_poll_start(&p->exit_poll, UV_READABLE, child_exited);
+  if (walls) {
+    p->walled = p->ctl_open = true;
+    uv_pipe_init(sb_loop(), &p->ctl, 0);
+    uv_pipe_open(&p->ctl, child.ctl_fd);
+    p->ctl.data = p;
+    p->open_handles++;
+    if (rest != NULL)
+      ctl_send(p, rest, rest_len); /* queued first: signal bytes go after it */
+    free(rest);
+    uv_read_start((uv_stream_t *)&p->ctl, alloc_reply, on_reply);
+  } else {
+    uv_poll_init(sb_loop(), &p->exit_poll, p->pidfd);
+    p->exit_poll.data = p;
+    p->open_handles++;
+    uv_poll_start(&p->exit_poll, UV_READABLE, child_exited);
+  }
   if (child.stdin_fd >= 0)
     feed_stdin(L, p, child.stdin_fd);
   if (deadline_ms > 0)
@@ -545,11 +684,12 @@ static void proc_shutdown(void *ud) {
     sb_proc *p = live_head;
     live_remove(p);
     signal_group(p, SIGKILL);
-    if (!p->exited) {
+    if (!p->exited && !p->walled) {
       while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR) {
       }
-      p->exited = true;
     }
+    p->exited = true;
+    ctl_close(p); /* the socket closes now: the spawner kills a walled group at once */
     p->finished = true;
     p->waiter = NULL;
     sb_abort_unlisten(&p->on_abort);

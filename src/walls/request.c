@@ -2,6 +2,7 @@
 #include "walls/request.h"
 
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <string.h>
 
 /* The next NUL-terminated string at *pos, or NULL when the body ends first. */
@@ -93,4 +94,24 @@ char *walls_request_encode(char *const *argv, char *const *envp, const char *cwd
   }
   *len = total;
   return body;
+}
+
+int walls_reply_decode(const unsigned char *bytes, size_t len, int *exit_code, int *signo) {
+  int status;
+  *exit_code = *signo = 0;
+  if (len < WALLS_REPLY_LEN)
+    return 0;
+  if (len > WALLS_REPLY_LEN)
+    return -1;
+  memcpy(&status, bytes, sizeof status);
+  if (WIFEXITED(status) && (status & ~0xff00) == 0) {
+    *exit_code = WEXITSTATUS(status);
+    return 1;
+  }
+  /* killed: the signal in the low 7 bits, maybe the core-dump bit, nothing above */
+  if (WIFSIGNALED(status) && (status & ~0xff) == 0 && WTERMSIG(status) <= 64) {
+    *signo = WTERMSIG(status);
+    return 1;
+  }
+  return -1;
 }

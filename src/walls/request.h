@@ -1,6 +1,8 @@
-/* The spawner's request (docs/isolation.md "Commands start inside the instance"): what
- * `switchboard-walls run` sends to the instance's `serve` loop over its unix socket, after a
- * 4-byte length header that carries the command's stdin, stdout and stderr (SCM_RIGHTS).
+/* The spawner's protocol (docs/isolation.md): what a client — the engine's supervisor
+ * (src/proc/spawn.c, core.spawn{walls = SOCKET}) or `switchboard-walls run` — sends to the
+ * instance's `serve` loop over its unix socket, after a 4-byte length header that carries the
+ * command's stdin, stdout and stderr (SCM_RIGHTS); then single bytes, each a signal for the
+ * command's process group. The spawner answers with the reply below, once the command ended.
  *
  *   body = u32 argc | u32 envc | cwd NUL | argv[0] NUL ... | env[0] NUL ...
  *
@@ -33,5 +35,16 @@ int walls_request_parse(char *body, size_t len, walls_request *out, const char *
 /* The body for argv/envp/cwd in a new malloc'd buffer (the caller frees it) and its length in
  * *len; NULL when it would exceed the limits above. */
 char *walls_request_encode(char *const *argv, char *const *envp, const char *cwd, size_t *len);
+
+/* The reply: the command's wait status (as waitpid gives it), 4 bytes in the host's order.
+ * The engine decodes it from bytes that come from inside the instance, so it trusts nothing
+ * (tests/fuzz/fuzz_walls_reply.c). */
+enum { WALLS_REPLY_LEN = 4 };
+
+/* Decodes the `len` bytes received so far. Returns 1 when they are a whole reply — the
+ * command exited with *exit_code (0-255, *signo 0) or was killed by *signo (1-64, *exit_code
+ * 0) — 0 when more bytes are needed, -1 when they cannot be a reply (too many bytes, or a
+ * status that is neither an exit nor a death by a signal). */
+int walls_reply_decode(const unsigned char *bytes, size_t len, int *exit_code, int *signo);
 
 #endif

@@ -6,6 +6,7 @@
  *   switchboard-walls hold  [common] [--expose NAME]... [--hide PATH]... --workspace DIR
  *                           [--rootfs DIR] [--net host|none] [--hostname NAME]
  *                           [--cg-write FILE=VALUE]... [--socket PATH --nofile N --fsize BYTES]
+ *                           [--nice N]
  *     Creates the instance: makes and joins its cgroups (--cgroup, created when missing, then
  *     the --cg-write limits), drops to the instance's host uid/gid, and runs bwrap with new
  *     user, PID, mount, IPC, UTS (and network, for --net none) namespaces around `sleep
@@ -93,6 +94,8 @@ const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "detect_leaks=0"; }
 #endif
 
+static char **arg_area; /* main's argv: blanked by the spawner (serve) */
+
 typedef struct {
   const char *items[MAX_LIST];
   int n;
@@ -106,6 +109,7 @@ typedef struct {
   const char *workspace, *rootfs, *net, *hostname, *cwd;
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
   long long nofile, fsize; /* -1: leave as inherited */
+  long long nice;          /* hold: bwrap's niceness (a spare built in the background); -1: ours */
   char **command;          /* enter: PROGRAM ARG... (NULL-terminated, inside argv) */
 } options;
 
@@ -145,7 +149,7 @@ static void push(list *l, const char *flag, const char *v) {
 static void parse(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   o->uid = o->gid = o->pid = -1;
-  o->nofile = o->fsize = -1;
+  o->nofile = o->fsize = o->nice = -1;
   o->rootfs = "/";
   o->net = "host";
   o->hostname = "sandbox";
@@ -173,6 +177,7 @@ static void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--pid") == 0) o->pid = (long)number(f, v);
     else if (strcmp(f, "--nofile") == 0) o->nofile = number(f, v);
     else if (strcmp(f, "--fsize") == 0) o->fsize = number(f, v);
+    else if (strcmp(f, "--nice") == 0) o->nice = number(f, v);
     else if (strcmp(f, "--cgroup") == 0) push(&o->cgroups, f, v);
     else if (strcmp(f, "--cg-write") == 0) push(&o->cg_writes, f, v);
     else if (strcmp(f, "--expose") == 0) push(&o->expose, f, v);
@@ -226,6 +231,13 @@ static void join_cgroups(const options *o, bool create) {
       die("cannot set %s to %s", file, eq + 1);
   }
   for (int i = 0; i < o->cgroups.n; i++) {
+    /* On cgroup v1, "0" written to `tasks` moves this thread (the helper has no other): the
+     * kernel (6.0 on) skips the global threadgroup rwsem for it, whose write side waits an RCU
+     * grace period (10 ms here, most of an instance's start); cgroup.procs takes it. v2 has
+     * no `tasks` file. */
+    snprintf(path, sizeof path, "%s/tasks", o->cgroups.items[i]);
+    if (write_file(path, "0") == 0)
+      continue;
     snprintf(path, sizeof path, "%s/cgroup.procs", o->cgroups.items[i]);
     if (write_file(path, pid) < 0)
       die("cannot join the cgroup %s", o->cgroups.items[i]);
@@ -356,9 +368,17 @@ static void build_bwrap(const options *o, bwrap_args *b) {
   arg(b, "--remount-ro"); arg(b, "/");
   arg(b, "--chdir"); arg(b, o->cwd);
   /* bwrap's info arrives before the mounts are done; the holder's first word on fd 4 says
-   * the view is complete (entering earlier would join a half-built mount namespace). */
-  arg(b, "--"); arg(b, "sh"); arg(b, "-c");
-  arg(b, "echo ready >&4 && exec 4>&- && exec sleep infinity");
+   * the view is complete (entering earlier would join a half-built mount namespace). On the
+   * host's own root the word comes from this helper itself (`init`, exec'd through fd 6, our
+   * binary opened before bwrap started: one exec instead of sh's and sleep's); a rootfs of
+   * its own may have a libc this binary cannot load, so there its sh and sleep do it. */
+  arg(b, "--");
+  if (strcmp(o->rootfs, "/") == 0) {
+    arg(b, "/proc/self/fd/6"); arg(b, "init");
+  } else {
+    arg(b, "sh"); arg(b, "-c");
+    arg(b, "echo ready >&4 && exec 4>&- && exec sleep infinity");
+  }
   b->argv[b->n] = NULL;
 }
 
@@ -418,6 +438,9 @@ static int hold(const options *o) {
   int info[2], ready[2];
   if (pipe2(info, O_CLOEXEC) < 0 || pipe2(ready, O_CLOEXEC) < 0)
     die("pipe");
+  int self_exe = open("/proc/self/exe", O_RDONLY | O_CLOEXEC); /* the init, for build_bwrap */
+  if (self_exe < 0)
+    die("open /proc/self/exe");
   /* built before the fork: the child only execs */
   static bwrap_args b;
   build_bwrap(o, &b);
@@ -428,15 +451,21 @@ static int hold(const options *o) {
     /* fds 3, 4 and 5 for bwrap: first out of the way (any source may itself be 3-5), then into
      * place (dup2 clears O_CLOEXEC on the copies; the detours keep theirs). */
     int i = fcntl(info[1], F_DUPFD_CLOEXEC, 10), r = fcntl(ready[1], F_DUPFD_CLOEXEC, 10),
-        w = fcntl(ws, F_DUPFD_CLOEXEC, 10);
-    if (i < 0 || r < 0 || w < 0 || dup2(i, 3) < 0 || dup2(r, 4) < 0 || dup2(w, 5) < 0)
+        w = fcntl(ws, F_DUPFD_CLOEXEC, 10), x = fcntl(self_exe, F_DUPFD_CLOEXEC, 10);
+    if (i < 0 || r < 0 || w < 0 || x < 0 || dup2(i, 3) < 0 || dup2(r, 4) < 0 ||
+        dup2(w, 5) < 0 || dup2(x, 6) < 0)
       _exit(EXIT_WALLS);
+    /* A spare's build yields the CPU to the commands running meanwhile. Only bwrap (its mounts,
+     * then an init that sleeps) is niced: the spawner, and so every command, keeps ours. */
+    if (o->nice > 0 && setpriority(PRIO_PROCESS, 0, (int)(o->nice > 19 ? 19 : o->nice)) < 0)
+      die("setpriority %lld", o->nice);
     execvp("bwrap", b.argv);
     die("cannot run bwrap (apt-get install bubblewrap)");
   }
   close(info[1]);
   close(ready[1]);
   close(ws);
+  close(self_exe);
   long inner = read_child_pid(info[0]);
   close(info[0]);
   char word[8];
@@ -631,62 +660,147 @@ static int write_full(int fd, const void *buf, size_t len) {
   return 0;
 }
 
-/* The request's header: its body length and exactly three fds (stdin, stdout, stderr), moved
- * to fds 0-2 of this process. Returns 0 or -1 (any fd received is closed). */
-static int receive_header(int conn, uint32_t *len) {
+/* ---- the spawner's connections ------------------------------------------------------------ */
+
+/* The spawner serves every command of its instance itself, in one poll loop: no process per
+ * connection. A connection carries one command: the header (u32 body length, with the
+ * command's stdin, stdout and stderr as SCM_RIGHTS), the body (request.h), then single bytes,
+ * each a signal for the command's group; back goes the command's wait status (4 bytes). The
+ * socket closing before the command ends means SIGKILL to its group at once (the client — the
+ * engine, or `run` — is gone). */
+enum { MAX_CONNS = 256 }; /* commands at once in one instance; pids_max bounds them anyway */
+
+typedef struct {
+  bool used;
+  int fd;               /* the connection (non-blocking); -1 once the client has gone */
+  int fds[3];           /* the command's stdin, stdout, stderr as received; -1: none (yet) */
+  unsigned char hdr[4]; /* the header's bytes so far */
+  size_t hdr_got;
+  uint32_t len;         /* the body's length, from the header */
+  char *body;           /* owned; the body's bytes so far */
+  size_t got;
+  pid_t pid;            /* the command, also its process group; 0 until it starts */
+} conn;
+
+static conn conns[MAX_CONNS]; /* static: the spawner has no other long-lived heap */
+
+static void conn_drop_request(conn *c) {
+  for (int i = 0; i < 3; i++) {
+    if (c->fds[i] >= 0)
+      close(c->fds[i]);
+    c->fds[i] = -1;
+  }
+  free(c->body);
+  c->body = NULL;
+}
+
+static void conn_init(conn *c) {
+  memset(c, 0, sizeof *c);
+  c->fd = c->fds[0] = c->fds[1] = c->fds[2] = -1;
+}
+
+static void conn_free(conn *c) {
+  conn_drop_request(c);
+  if (c->fd >= 0)
+    close(c->fd);
+  conn_init(c);
+}
+
+/* Sends the 4-byte wait status; the client reads nothing else, so its receive buffer has
+ * room (a lost status reads as "the instance ended" there, never as a wrong status). */
+static void conn_reply(conn *c, int status) {
+  if (c->fd >= 0)
+    (void)!send(c->fd, &status, sizeof status, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* A request that cannot run: its reason on the command's stderr (when it came), status 70. */
+static void conn_refuse(conn *c, const char *why) {
+  if (c->fds[2] >= 0)
+    dprintf(c->fds[2], "walls: %s\n", why);
+  conn_reply(c, EXIT_WALLS << 8);
+  conn_free(c);
+}
+
+/* Reads what there is of the header. Returns 1 when it is complete, 0 to wait for more, -1
+ * when the connection is done for (closed, or not exactly three fds with the first byte). */
+static int receive_header(conn *c) {
   union {
     char buf[CMSG_SPACE(4 * sizeof(int))];
     struct cmsghdr align;
   } control;
-  int fds[4] = {-1, -1, -1, -1}, nfds = 0, rc = -1;
-  struct iovec iov = {len, sizeof *len};
+  struct iovec iov = {c->hdr + c->hdr_got, sizeof c->hdr - c->hdr_got};
   struct msghdr msg;
   memset(&msg, 0, sizeof msg);
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control.buf;
   msg.msg_controllen = sizeof control.buf;
-  ssize_t r;
-  do
-    r = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
-  while (r < 0 && errno == EINTR);
+  ssize_t r = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  if (r < 0 && (errno == EAGAIN || errno == EINTR))
+    return 0;
   if (r <= 0)
-    goto out;
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+    return -1;
+  int got = 0, fds[4] = {-1, -1, -1, -1};
+  for (struct cmsghdr *m = CMSG_FIRSTHDR(&msg); m != NULL; m = CMSG_NXTHDR(&msg, m)) {
+    if (m->cmsg_level != SOL_SOCKET || m->cmsg_type != SCM_RIGHTS)
       continue;
-    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < n && nfds < 4; i++)
-      memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    size_t n = (m->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(m) + i * sizeof(int), sizeof(int));
+      if (got < 4)
+        fds[got++] = fd;
+      else
+        close(fd);
+    }
   }
-  if (nfds != 3 || (msg.msg_flags & MSG_CTRUNC) ||
-      ((size_t)r < sizeof *len && read_full(conn, (char *)len + r, sizeof *len - (size_t)r) < 0))
-    goto out;
-  /* out of the way of 0-2 first (a received fd may already be one of them), then into place */
-  for (int i = 0; i < 3; i++) {
-    int moved = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
-    if (moved < 0)
-      goto out;
+  bool first = c->hdr_got == 0;
+  c->hdr_got += (size_t)r;
+  if (first && got == 3 && !(msg.msg_flags & MSG_CTRUNC)) {
+    memcpy(c->fds, fds, sizeof c->fds);
+    got = 0;
+  }
+  for (int i = 0; i < got; i++)
     close(fds[i]);
-    fds[i] = moved;
-  }
-  for (int i = 0; i < 3; i++)
-    if (dup2(fds[i], i) < 0)
-      goto out;
-  rc = 0;
-out:
-  for (int i = 0; i < nfds; i++)
-    if (fds[i] > 2)
-      close(fds[i]);
-  return rc;
+  if (c->fds[0] < 0)
+    return -1; /* the fds come with the first byte, exactly three, or the request is void */
+  if (c->hdr_got < sizeof c->hdr)
+    return 0;
+  memcpy(&c->len, c->hdr, sizeof c->len);
+  return 1;
 }
 
-static void exec_command(const options *o, const walls_request *req) __attribute__((noreturn));
-static void exec_command(const options *o, const walls_request *req) {
+/* Reads what there is of the body. Returns 1 when complete, 0 to wait, -1 on a closed socket. */
+static int receive_body(conn *c) {
+  while (c->got < c->len) {
+    ssize_t r = read(c->fd, c->body + c->got, c->len - c->got);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+      return 0;
+    if (r <= 0)
+      return -1;
+    c->got += (size_t)r;
+  }
+  return 1;
+}
+
+/* In the forked child: the received fds become 0-2, then the command runs in a process group
+ * of its own with the rlimits, no capabilities and no_new_privs. */
+static void exec_command(const options *o, const walls_request *req, const int fds[3])
+    __attribute__((noreturn));
+static void exec_command(const options *o, const walls_request *req, const int fds[3]) {
   extern char **environ;
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
+  /* out of the way of 0-2 first (a received fd may already be one of them), then into place
+   * (dup2 clears close-on-exec on the copies; everything else of the spawner's has it) */
+  int moved[3];
+  for (int i = 0; i < 3; i++)
+    if ((moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
+      _exit(EXIT_WALLS);
+  for (int i = 0; i < 3; i++)
+    if (dup2(moved[i], i) < 0)
+      _exit(EXIT_WALLS);
   if (setpgid(0, 0) < 0)
     die("setpgid");
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
@@ -702,120 +816,166 @@ static void exec_command(const options *o, const walls_request *req) {
   _exit(errno == ENOENT ? 127 : 126);
 }
 
-/* One command, in a child of the holder (so inside the PID namespace and the cgroups): reads
- * the request, starts the command in a process group of its own, forwards the client's
- * signal bytes to that group, and sends back its wait status. When the client goes away (it
- * was killed) the group is killed at once; when the command ends, what it left in its group
- * dies with it (the supervisor's rule for unwalled commands). */
-static void handle(const options *o, int conn) __attribute__((noreturn));
-static char **arg_area; /* main's argv: the holder's cmdline, which a command could read */
-
-static void handle(const options *o, int conn) {
-  static walls_request req;
-  /* Inside the PID namespace a command sees this process's /proc/PID/cmdline (world-readable
-   * whatever its dumpability): blank the holder's arguments (host paths, uids, cgroups) here. */
-  for (int i = 1; arg_area != NULL && arg_area[i] != NULL; i++)
-    memset(arg_area[i], 0, strlen(arg_area[i]));
-  uint32_t len = 0;
+/* The request is complete: parse it and fork the command (a child of the spawner, so born
+ * inside the PID namespace and the instance's cgroups). */
+static void start_command(const options *o, conn *c) {
+  static walls_request req; /* large (pointer arrays); used only between parse and fork */
   const char *why = "";
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || receive_header(conn, &len) < 0)
-    _exit(EXIT_WALLS); /* no stderr of the client's yet: it sees the socket close */
-  if (len > WALLS_MAX_REQUEST) {
-    errno = 0;
-    die("a request of %u bytes is over the limit", len);
+  if (walls_request_parse(c->body, c->len, &req, &why) < 0) {
+    char line[160];
+    snprintf(line, sizeof line, "a malformed request: %s", why);
+    conn_refuse(c, line);
+    return;
   }
-  char *body = malloc(len ? len : 1);
-  if (body == NULL || read_full(conn, body, len) < 0)
-    die("cannot read the request");
-  if (walls_request_parse(body, len, &req, &why) < 0) {
-    errno = 0;
-    die("a malformed request: %s", why);
-  }
-  sigset_t chld;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  int sfd = signalfd(-1, &chld, SFD_CLOEXEC); /* SIGCHLD is blocked since serve */
-  if (sfd < 0)
-    die("signalfd");
   pid_t pid = fork();
-  if (pid < 0)
-    die("fork into the instance");
+  if (pid < 0) {
+    conn_refuse(c, "cannot fork into the instance (its process limit?)");
+    return;
+  }
   if (pid == 0)
-    exec_command(o, &req);
+    exec_command(o, &req, c->fds);
   (void)setpgid(pid, pid); /* also here: a signal forwarded at once must find the group */
-  free(body);
-  bool client = true;
+  c->pid = pid;
+  conn_drop_request(c);
+}
+
+/* Progress on a readable connection. */
+static void conn_readable(const options *o, conn *c) {
+  if (c->pid > 0) { /* running: signal bytes, or the client's end */
+    unsigned char sig[16];
+    ssize_t n = read(c->fd, sig, sizeof sig);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+      return;
+    if (n <= 0) {
+      kill(-c->pid, SIGKILL); /* the client was killed: so is the command */
+      close(c->fd);
+      c->fd = -1; /* the slot stays until the command is reaped */
+      return;
+    }
+    for (ssize_t i = 0; i < n; i++)
+      if (sig[i] == SIGTERM || sig[i] == SIGINT || sig[i] == SIGHUP || sig[i] == SIGKILL ||
+          sig[i] == SIGQUIT || sig[i] == SIGUSR1 || sig[i] == SIGUSR2 || sig[i] == SIGSTOP ||
+          sig[i] == SIGCONT)
+        kill(-c->pid, sig[i]);
+    return;
+  }
+  if (c->hdr_got < sizeof c->hdr) {
+    int h = receive_header(c);
+    if (h < 0) {
+      conn_free(c);
+      return;
+    }
+    if (h == 0)
+      return;
+    if (c->len > WALLS_MAX_REQUEST) {
+      conn_refuse(c, "a request over the size limit");
+      return;
+    }
+    c->body = malloc(c->len ? c->len : 1);
+    if (c->body == NULL) {
+      conn_refuse(c, "out of memory for the request");
+      return;
+    }
+  }
+  int b = receive_body(c);
+  if (b < 0)
+    conn_free(c);
+  else if (b > 0)
+    start_command(o, c);
+}
+
+/* Reaps every child that has ended: bwrap (the instance is over: returns true with its wait
+ * status in *bwrap_status) or a command (its group is killed, its status sent). */
+static bool reap_children(pid_t bwrap, int *bwrap_status) {
+  int status;
+  pid_t done;
+  bool over = false;
+  while ((done = waitpid(-1, &status, WNOHANG)) > 0) {
+    if (done == bwrap) {
+      *bwrap_status = status;
+      over = true;
+      continue;
+    }
+    for (int i = 0; i < MAX_CONNS; i++) {
+      conn *c = &conns[i];
+      if (c->used && c->pid == done) {
+        kill(-done, SIGKILL); /* what it left in its group dies with it */
+        conn_reply(c, status);
+        conn_free(c);
+        break;
+      }
+    }
+  }
+  return over;
+}
+
+static void accept_all(int listener) {
   for (;;) {
-    struct pollfd p[2] = {{client ? conn : -1, POLLIN, 0}, {sfd, POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) {
-      if (errno == EINTR)
-        continue;
-      kill(-pid, SIGKILL);
-      die("poll");
+    int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+      return;
+    conn *c = NULL;
+    for (int i = 0; i < MAX_CONNS && c == NULL; i++)
+      if (!conns[i].used)
+        c = &conns[i];
+    if (c == NULL) {
+      close(fd); /* the client sees the socket close without a status */
+      continue;
     }
-    if (p[0].revents) {
-      unsigned char sig[16];
-      ssize_t n = read(conn, sig, sizeof sig);
-      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-        kill(-pid, SIGKILL); /* the client was killed: so is the command */
-        client = false;
-      }
-      for (ssize_t i = 0; i < n; i++)
-        if (sig[i] == SIGTERM || sig[i] == SIGINT || sig[i] == SIGHUP || sig[i] == SIGKILL)
-          kill(-pid, sig[i]);
-    }
-    if (p[1].revents) {
-      struct signalfd_siginfo si;
-      int status;
-      (void)!read(sfd, &si, sizeof si);
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        kill(-pid, SIGKILL);
-        if (client)
-          (void)write_full(conn, &status, sizeof status);
-        _exit(0);
-      }
-    }
+    c->used = true;
+    c->fd = fd;
   }
 }
 
-/* The holder's loop: one child per connection; ends with bwrap (the instance). */
+/* The holder's loop; ends with bwrap (the instance), returning its status mirrored. */
 static int serve(const options *o, int listener, pid_t bwrap) {
+  /* Outside the PID namespace nothing inside sees this process; its arguments (host paths,
+   * uids, cgroups) are blanked anyway, as a second line. */
+  for (int i = 1; arg_area != NULL && arg_area[i] != NULL; i++)
+    memset(arg_area[i], 0, strlen(arg_area[i]));
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
   if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0)
     die("sigprocmask");
-  int sfd = signalfd(-1, &chld, SFD_CLOEXEC);
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0)
     die("signalfd");
+  if (fcntl(listener, F_SETFL, O_NONBLOCK) < 0)
+    die("fcntl");
+  for (int i = 0; i < MAX_CONNS; i++)
+    conn_init(&conns[i]);
+  static struct pollfd p[MAX_CONNS + 2];
+  static int which[MAX_CONNS + 2];
+  int bwrap_status = 0;
   for (;;) {
-    struct pollfd p[2] = {{listener, POLLIN, 0}, {sfd, POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) {
+    int n = 0;
+    p[n++] = (struct pollfd){listener, POLLIN, 0};
+    p[n++] = (struct pollfd){sfd, POLLIN, 0};
+    for (int i = 0; i < MAX_CONNS; i++)
+      if (conns[i].used && conns[i].fd >= 0) {
+        which[n] = i;
+        p[n++] = (struct pollfd){conns[i].fd, POLLIN, 0};
+      }
+    if (poll(p, (nfds_t)n, -1) < 0) {
       if (errno == EINTR)
         continue;
       die("poll");
     }
     if (p[1].revents) {
       struct signalfd_siginfo si;
-      int status;
-      pid_t done;
-      (void)!read(sfd, &si, sizeof si);
-      while ((done = waitpid(-1, &status, WNOHANG)) > 0)
-        if (done == bwrap)
-          return mirror_status(status);
-    }
-    if (p[0].revents & POLLIN) {
-      int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
-      if (conn < 0)
-        continue;
-      pid_t h = fork();
-      if (h == 0) {
-        close(listener);
-        close(sfd);
-        handle(o, conn);
+      while (read(sfd, &si, sizeof si) > 0) {
       }
-      close(conn); /* on a failed fork the client sees the socket close */
+      if (reap_children(bwrap, &bwrap_status))
+        return mirror_status(bwrap_status); /* the PID namespace took every command with it */
     }
+    for (int k = 2; k < n; k++) {
+      conn *c = &conns[which[k]];
+      if (p[k].revents && c->used && c->fd == p[k].fd)
+        conn_readable(o, c);
+    }
+    if (p[0].revents & POLLIN)
+      accept_all(listener);
   }
 }
 
@@ -946,9 +1106,23 @@ static int reap(const options *o) {
   return failed ? EXIT_WALLS : 0;
 }
 
+/* The instance's init (pid 2 of its PID namespace, bwrap's child), on the host's root: says
+ * the view is complete on fd 4, keeps nothing of ours open, and sleeps until the instance
+ * ends (the PID namespace's end kills it). */
+static int init(void) __attribute__((noreturn));
+static int init(void) {
+  (void)!write(4, "ready\n", 6);
+  close(4);
+  close(6); /* this binary, as bwrap was handed it */
+  for (;;)
+    pause();
+}
+
 int main(int argc, char **argv) {
   options o;
   arg_area = argv;
+  if (argc == 2 && strcmp(argv[1], "init") == 0)
+    return init();
   parse(argc, argv, &o);
   if (strcmp(o.mode, "hold") == 0)
     return hold(&o);

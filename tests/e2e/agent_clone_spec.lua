@@ -88,7 +88,7 @@ describe("agent runs on a repository", function()
       { content = { { type = "text", text = "Still there." } } },
     }, { "agent:coding what does the README in acme/api say?", "agent:coding and now?" }, nil)
     local first = cards.find(out, "README in acme/api")
-    assert.matches("^%[main%] agent:coding · local · acme/api\nnote: cloned acme/api\n", first)
+    assert.matches("^%[main%] agent:coding · local · acme/api\nnote: local executor: unwalled[^\n]*\nnote: cloned acme/api\n", first)
     assert.matches("✓ done after 2 turns", first, 1, true)
     local second = cards.find(out, "and now%?")
     assert.matches("note: fetched acme/api", second, 1, true)

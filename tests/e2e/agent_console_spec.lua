@@ -119,7 +119,7 @@ describe("agent runs in switchboard console", function()
     assert.matches("exit=0\n", out)
     local c = cards.find(out, "^%[main%] agent:coding")
     assert.is_not_nil(c, out .. err)
-    assert.matches("^%[main%] agent:coding · local\n> make a file hello.txt containing hi, then show it\n"
+    assert.matches("^%[main%] agent:coding · local\nnote: local executor: unwalled[^\n]*\n> make a file hello.txt containing hi, then show it\n"
       .. "✓ done after 4 turns in [%d.]+s · 1,500 tokens in / 100 out\nhello.txt contains hi.$", c)
     assert.equal("hi\n", files.read(state .. "/workspaces/" .. (io.popen("ls " .. state .. "/workspaces"):read("l")) .. "/hello.txt"))
     assert.equal(4, #reqs)

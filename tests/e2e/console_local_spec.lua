@@ -66,11 +66,11 @@ describe("switchboard console (local backend, through a pipe)", function()
     assert.equal(0, r.exit, r.stderr)
     local b = blocks(r.stdout)
     assert.equal("thread: other", b[1])
-    assert.matches("^%[main%] agent:coding · local\n%$ echo hi > marker.txt\n✓ exit 0 after [%d.]+s\n%(no output%)$",
+    assert.matches("^%[main%] agent:coding · local\nnote: local executor: unwalled[^\n]*\n%$ echo hi > marker.txt\n✓ exit 0 after [%d.]+s\n%(no output%)$",
       find_block(r.stdout, "echo hi"))
-    assert.matches("^%[main%] agent:coding · local\n%$ cat marker.txt\n✓ exit 0 after [%d.]+s\nhi$",
-      find_block(r.stdout, "^%[main%][^\n]*\n%$ cat"))
-    assert.matches("^%[other%] agent:coding · local\n%$ cat marker.txt\n✗ exit 1 after [%d.]+s\n.*No such file",
+    assert.matches("^%[main%] agent:coding · local\nnote: local executor: unwalled[^\n]*\n%$ cat marker.txt\n✓ exit 0 after [%d.]+s\nhi$",
+      find_block(r.stdout, "^%[main%][^\n]*\nnote: [^\n]*\n%$ cat"))
+    assert.matches("^%[other%] agent:coding · local\nnote: local executor: unwalled[^\n]*\n%$ cat marker.txt\n✗ exit 1 after [%d.]+s\n.*No such file",
       find_block(r.stdout, "^%[other%]"))
     -- no configuration: the workspaces live under the state directory
     local p = io.popen("ls '" .. state .. "/workspaces'")
@@ -162,7 +162,7 @@ describe("switchboard console (local backend, through a pipe)", function()
     assert.equal(0, r.exit, r.stderr)
     local out = read_file(state .. "/out")
     assert.matches("exit=0\n", out)
-    assert.matches("^%[main%] agent:coding · local\n%$ sleep 60 & [^\n]*\n■ stopped after [%d.]+s — the "
+    assert.matches("^%[main%] agent:coding · local\nnote: local executor: unwalled[^\n]*\n%$ sleep 60 & [^\n]*\n■ stopped after [%d.]+s — the "
       .. "command's process group was killed; the executor was released\n%[stopped: stop asked in this thread",
       blocks(out)[1])
     local ms = tonumber(out:match("stop_to_exit_ms=(%d+)"))
@@ -232,7 +232,7 @@ describe("switchboard console (local backend, through a pipe)", function()
     local out = read_file(state .. "/out")
     assert.matches("exit=0\n", out)
     local b = blocks(out)
-    assert.matches("^%[main%] agent:coding · local\n%$ echo before\n✓ exit 0", b[1])
+    assert.matches("^%[main%] agent:coding · local\nnote: local executor: unwalled[^\n]*\n%$ echo before\n✓ exit 0", b[1])
     -- the old and the new version, and what changed
     assert.matches('^policies reloaded %(version %x+ → %x+%); new asks use them\n  agents: default_agent "coding" → "general"$', b[2])
     assert.matches("^%[main%] agent:general · local\n%$ echo after\n✗ not run\n", b[3])

@@ -44,6 +44,17 @@ local function instance_procs()
   return out
 end
 
+-- The distinct host uids of this run's live instance processes (one per awake instance): their
+-- count, and the set.
+local function instance_uids()
+  local seen, n = {}, 0
+  for _, pid in ipairs(instance_procs()) do
+    local uid = tonumber((read("/proc/" .. pid .. "/status") or ""):match("\nUid:%s+%d+%s+(%d+)"))
+    if uid and not seen[uid] then seen[uid], n = true, n + 1 end
+  end
+  return n, seen
+end
+
 local function exec(h, thread, command, extra)
   local body = { command = command }
   for k, v in pairs(extra or {}) do body[k] = v end
@@ -125,15 +136,14 @@ describe_walls("sandboxd walls: what a command sees and cannot do", function()
       }, "\n"))
       assert.equal(0, r.exitCode, r.stderr)
       assert.is_nil((r.stdout .. r.stderr):find(S.TOKEN, 1, true))
-      -- its parent is the instance's spawner (inside the PID namespace, not dumpable): neither
-      -- the server nor readable
+      -- its parent is the instance's spawner, outside the PID namespace (and not dumpable):
+      -- $PPID is 0, so neither the server nor the spawner is there to read or signal
       local ppid = tonumber(r.stdout:match("ppid=(%d+)\n"))
-      assert.truthy(ppid and ppid ~= h.pid, r.stdout)
-      assert.truthy(r.stdout:find("/proc/" .. ppid .. "/environ: Permission denied", 1, true), r.stdout)
+      assert.equal(0, ppid, r.stdout)
       assert.is_nil(r.stdout:find("--socket", 1, true), r.stdout)  -- nor its argv (host paths)
       assert.truthy(r.stdout:find("kill=1", 1, true), r.stdout)
       local nprocs = tonumber(r.stdout:match("\n(%d+)\n1000\n$"))
-      assert.is_true(nprocs ~= nil and nprocs < 12, r.stdout)  -- init, the holder, this shell and its pipeline
+      assert.is_true(nprocs ~= nil and nprocs < 12, r.stdout)  -- init, this shell and its pipeline
       -- the server is still there, and its own environment no longer holds the bearer
       assert.equal(200, (S.call(h.url, "/healthz", { thread = false })))
       assert.is_nil((read("/proc/" .. h.pid .. "/environ") or ""):find(S.TOKEN, 1, true))
@@ -231,7 +241,9 @@ end)
 describe_walls("sandboxd walls: nothing left behind", function()
   it("a daemon a command started dies when its instance sleeps, and when the server stops", function()
     core.run(function()
-      local h = S.start_sandboxd{ policies = policy_dir() }
+      -- no spare instance here: every process of this run's uids must go when the one
+      -- instance sleeps (the spare's own end is the next test's)
+      local h = S.start_sandboxd{ policies = policy_dir("spare_instances = 0") }
       -- the previous test's instances are reaped, but a killed process leaves its cgroup before
       -- it has finished exiting (freeing a memory hog's pages takes a while on a loaded host)
       assert.is_true(S.wait_for(function() return #instance_procs() == 0 end, 20000),
@@ -243,6 +255,47 @@ describe_walls("sandboxd walls: nothing left behind", function()
       assert.is_true(S.wait_for(function() return #instance_procs() == 0 end, 20000), "left: " .. #instance_procs())
       exec(h, "B", "setsid sleep 1000 >/dev/null 2>&1 < /dev/null & echo started")
       assert.is_true(#instance_procs() >= 2)
+      h:stop("TERM")
+      assert.equal(0, h:wait().exit)
+      assert.same({}, instance_procs())
+    end)
+  end)
+
+  it("a new thread takes the spare instance (empty, its own), a replacement is built, all gone at stop", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir("spare_instances = 1") }
+      -- the spare is built at start, before any thread asks
+      assert.is_true(S.wait_for(function() return instance_uids() == 1 end, 20000), "no spare: " .. instance_uids())
+      -- the directories in sandboxd's root, by name → inode
+      local function dirs()
+        local p = io.popen("cd '" .. h.root .. "' && stat -c '%n %i' .[!.]* * 2>/dev/null")
+        local t = {}
+        for name, inode in p:read("a"):gmatch("(%S+) (%d+)\n") do t[name] = inode end
+        p:close()
+        return t
+      end
+      local spare_inode
+      for name, inode in pairs(dirs()) do
+        if name:match("^%.spare%-") then spare_inode = inode end
+      end
+      assert.truthy(spare_inode, "no spare workspace in the root")
+      local r = exec(h, "S1", "ls -A /workspace | wc -l; id -u; echo mine > f")
+      assert.equal(0, r.exitCode, r.stderr)
+      assert.equal("0\n1000\n", r.stdout) -- a fresh workspace, the instance's own user inside
+      local taken
+      for name, inode in pairs(dirs()) do
+        if inode == spare_inode then taken = name end
+      end
+      -- the spare's workspace is now the thread's (renamed onto its name)
+      assert.truthy(taken and not taken:match("^%.spare%-"), tostring(taken))
+      local status, doc = file_op(h, "S1", "/read", { path = "f" })
+      assert.equal(200, status)
+      assert.equal("mine\n", core.crypto.base64_decode(doc.content))
+      -- another thread's spare is another instance: it does not see S1's file
+      r = exec(h, "S2", "ls -A /workspace | wc -l")
+      assert.equal("0\n", r.stdout)
+      -- S1, S2 and a new spare
+      assert.is_true(S.wait_for(function() return instance_uids() == 3 end, 20000), "uids: " .. instance_uids())
       h:stop("TERM")
       assert.equal(0, h:wait().exit)
       assert.same({}, instance_procs())

@@ -6,12 +6,13 @@
  * gets req.body. Each input is used twice:
  *   1. as the raw body of /exec, /read and /write (the first byte picks the route), and
  *   2. as a recipe for a well-formed JSON object whose fields (command, timeoutMs, env, path,
- *      content, encoding) take values of every JSON type — so that mutation reaches the
+ *      content, encoding, network) take values of every JSON type — so that mutation reaches the
  *      semantic checks behind the JSON parser even though the Lua interpreter and lua-cjson are
  *      not coverage-instrumented.
  * The Lua side (below) calls switchboard.sandboxd.routes.parse with the shipped policy and
  * aborts on any raise or broken invariant: a parsed /exec has a non-empty NUL-free command, an
- * env of shell identifiers to NUL-free strings and a budget inside the policy's bounds; a
+ * env of shell identifiers to NUL-free strings and a budget inside the policy's bounds; any
+ * parsed body's network is absent, "host" or "none"; a
  * refusal has a 4xx status and a non-empty reason.
  *
  * Build: CC=clang cmake -S . -B build-fuzz -DSB_FUZZ=ON && cmake --build build-fuzz --target fuzz_exec_body
@@ -51,6 +52,7 @@ static const char harness[] =
     "    assert(type(why) == 'string' and why:find('%S'), 'an empty reason')\n"
     "    return\n"
     "  end\n"
+    "  assert(call.network == nil or call.network == 'host' or call.network == 'none', 'network')\n"
     "  if route == '/exec' then\n"
     "    assert(type(call.command) == 'string' and call.command:find('%S') and not call.command:find('\\0', 1, true))\n"
     "    assert(math.type(call.limit_ms) == 'integer', 'limit type')\n"
@@ -92,10 +94,13 @@ static const char harness[] =
     "    return str()\n"
     "  end\n"
     "  local body = {}\n"
-    "  for _, field in ipairs({ 'command', 'timeoutMs', 'env', 'path', 'content', 'encoding' }) do\n"
+    "  for _, field in ipairs({ 'command', 'timeoutMs', 'env', 'path', 'content', 'encoding', 'network' }) do\n"
     "    if byte() % 3 ~= 0 then body[field] = value(0) end\n"
     "  end\n"
     "  if byte() % 2 == 0 then body.encoding = 'base64' end\n"
+    /* network: the two values it takes, and near misses (case, blank) */
+    "  local n = byte() % 6\n"
+    "  if n < 4 then body.network = ({ 'host', 'none', 'NONE', '' })[n + 1] end\n"
     "  local ok, text = pcall(cjson.encode, body)\n"
     "  return ok and text or '{}'\n"
     "end\n"

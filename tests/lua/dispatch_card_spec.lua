@@ -181,3 +181,19 @@ describe("dispatch card", function()
       .. "but SANDBOX_URL is not set$", u:render{ max_chars = MAX })
   end)
 end)
+
+describe("dispatch card: notes from exec/stack.lua", function()
+  it("shows every line of a list under the header, in order (the factory's, then the walls line)", function()
+    local c = card.new{ thread = "t1", agent = "coding", command = "ls" }
+    c:provisioning()
+    c:provisioned("local", { "resident unreachable — using fresh local workspace",
+      "local executor: unwalled — commands run as this host's user (policies/isolation.lua local_walls)" })
+    assert.equal(table.concat({
+      "[t1] agent:coding · local",
+      "note: resident unreachable — using fresh local workspace",
+      "note: local executor: unwalled — commands run as this host's user (policies/isolation.lua local_walls)",
+      "$ ls",
+      "… provisioning",
+    }, "\n"), c:render{ max_chars = MAX, now_ms = 0 })
+  end)
+end)

@@ -138,7 +138,7 @@ describe("dispatcher", function()
       assert.not_equal(built, d.threads.main.executors.review)
     end)
     local cards = front:cards()
-    assert.matches("^%[main%] agent:coding · local\n%$ cat marker.txt\n✓ exit 0 after [%d.]+s\nhi$", cards[2].final)
+    assert.matches("^%[main%] agent:coding · local\nnote: local executor: unwalled — commands run as this host's user %(policies/isolation.lua local_walls%)\n%$ cat marker.txt\n✓ exit 0 after [%d.]+s\nhi$", cards[2].final)
   end)
 
   it("runs two threads at the same time", function()

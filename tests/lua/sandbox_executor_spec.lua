@@ -496,3 +496,50 @@ describe("sandbox executor: output that is not UTF-8 (issue 16 item 5)", functio
     assert.is_nil(r.text:find("\u{FFFD}", 1, true))
   end)
 end)
+
+describe("sandbox executor: the agent's network (docs/isolation.md)", function()
+  local function make(answers, network)
+    local sent = {}
+    local tracker = health.new(sandbox.new{
+      url = "http://sandboxd.test:1", token = "tok", thread_key = "T", network = network,
+      policy = function() return shipped end,
+      request = function(req)
+        sent[#sent + 1] = req
+        local a = table.remove(answers, 1)
+        return a.status, {}, cjson.encode(a.body)
+      end,
+      sleep = function() return true end, now_ms = function() return 0 end,
+    }, shipped)
+    return tracker, sent
+  end
+
+  it("rides in the body of every route, and only when the agent has one", function()
+    local ex, sent = make({ ok_doc(), { status = 200, body = { content = "" } }, { status = 200, body = { ok = true } } }, "none")
+    assert(ex:exec("true")); assert(ex:read_file("f")); assert(ex:write_file("f", ""))
+    for i = 1, 3 do assert.equal("none", cjson.decode(sent[i].body).network) end
+    local plain, psent = make({ ok_doc() }, nil)
+    assert(plain:exec("true"))
+    assert.is_nil(cjson.decode(psent[1].body).network)
+  end)
+
+  it("a 409 about the network is a tool error with sandboxd's text, not infrastructure; another 409 is", function()
+    local text = 'this thread\'s sandbox instance is awake with network "host"; this request asks for "none".'
+    local ex = make({
+      { status = 409, body = { error = text, reason = "network-mismatch", stdout = "", stderr = text, exitCode = 127 } },
+      { status = 409, body = { error = "no", reason = "network-unavailable" } },
+      { status = 409, body = { error = text, reason = "network-mismatch" } },
+      { status = 409, body = { error = "something else", reason = "other" } },
+    }, "none")
+    local r, err = ex:exec("curl x")
+    assert.is_nil(r)
+    assert.truthy(errors.is_tool(err))
+    assert.equal(text, err.message)
+    assert.is_nil(select(1, ex:exec("curl x")))
+    local _, ferr = ex:read_file("f")
+    assert.truthy(errors.is_tool(ferr), tostring(ferr))
+    assert.equal(0, ex.count) -- fail-fast counts none of them
+    local _, other = ex:exec("curl x")
+    assert.truthy(errors.is_infra(other), tostring(other))
+    assert.equal(1, ex.count)
+  end)
+end)

@@ -142,3 +142,34 @@ describe("sandboxd fleet", function()
     end)
   end)
 end)
+
+describe("sandboxd fleet: an instance's network", function()
+  it("is handed to the runner when the instance wakes, and an awake instance is not handed out for another", function()
+    core.run(function()
+      local wants = {}
+      local f = fleet.new{
+        max_instances = function() return 5 end, sleep_after_ms = function() return 60000 end,
+        new_runner = function(key, want)
+          wants[#wants + 1] = want
+          return { stop = function() end }
+        end,
+      }
+      local a = assert(f:acquire("A", { network = "none" }))
+      assert.equal("none", wants[1].network)
+      assert.equal("none", a.network)
+      local inst, why, awake = f:acquire("A", { network = "host" })
+      assert.is_nil(inst)
+      assert.equal("network-mismatch", why)
+      assert.equal(a, awake)
+      assert.equal(a, assert(f:acquire("A", { network = "none" })))
+      assert.equal(a, assert(f:acquire("A"))) -- no want: not a question of network (the resident)
+      assert.equal(1, #wants)
+      -- once it slept, the thread's next request makes it with its own network
+      f:release(a); f:release(a); f:release(a)
+      f:sleep(a, "idle")
+      local b = assert(f:acquire("A", { network = "host" }))
+      assert.equal("host", b.network)
+      f:close()
+    end)
+  end)
+end)

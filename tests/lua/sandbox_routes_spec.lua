@@ -453,3 +453,40 @@ describe("sandboxd routes: /healthz", function()
     end)
   end)
 end)
+
+describe("sandboxd routes: the body's network", function()
+  it("is absent, host or none on every route; anything else is 400 in words", function()
+    for _, route in ipairs({ "/exec", "/read", "/write" }) do
+      local base = { command = "true", path = "f", content = "" }
+      local function parse(network)
+        base.network = network
+        return routes.parse(snap, route, cjson.encode(base))
+      end
+      assert.is_nil(assert(parse(nil)).network)
+      assert.equal("host", assert(parse("host")).network)
+      assert.equal("none", assert(parse("none")).network)
+      for _, bad in ipairs({ "None", "", "bridge", 1, true, { "none" } }) do
+        local call, status, why = parse(bad)
+        assert.is_nil(call)
+        assert.equal(400, status)
+        assert.truthy(why:find('^the request\'s network must be "host" or "none" %(policies/agents.lua network%), got '), why)
+      end
+    end
+  end)
+
+  it("none on a server without walls is 409 network-unavailable; nothing runs", function()
+    run(function()
+      local h = setup()
+      h.ctx.networks = { host = true }
+      local res = h.call("/exec", { body = { command = "touch ran", network = "none" } })
+      assert.equal(409, res.status)
+      local doc = cjson.decode(res.body)
+      assert.equal("network-unavailable", doc.reason)
+      assert.equal(127, doc.exitCode)
+      res = h.call("/exec", { body = { command = "ls", network = "host" } })
+      assert.equal(200, res.status)
+      assert.equal("", cjson.decode(res.body).stdout)
+      h.done()
+    end)
+  end)
+end)

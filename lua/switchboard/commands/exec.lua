@@ -110,7 +110,7 @@ function M.run(argv, ctx)
   }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo, snap = snap })
   if not built then return p:fail(M.EXIT.config, tostring(err)) end
   local function note(line) p:note(line) end
-  if built.note then note(built.note) end
+  for _, line in ipairs(built.notes or { built.note }) do note(line) end
   p:notice(policy.agent(snap, agent), note)
 
   local stop = core.signal()

@@ -18,7 +18,10 @@ function M.build(p, opts, snap, root, who, what, config_status)
       .. "server's user, with a view of the whole host; never serve real threads like this\n")
     return nil
   end
-  local walls, why = instance.host{ snap = snap, policy = policy.current, scratch = root, log = core.log }
+  -- spare instances only for sandboxd: its new threads start on empty workspaces in root (the
+  -- resident's start on worktrees it made)
+  local walls, why = instance.host{ snap = snap, policy = policy.current, scratch = root, log = core.log,
+    spares = who == "sandboxd" }
   if not walls then
     return false, p:fail(config_status, "cannot build the walls around " .. what .. ": " .. tostring(why)
       .. ". Run where the kernel gives user namespaces, cgroups and bubblewrap (docs/isolation.md), "

@@ -105,7 +105,7 @@ function M.run(d, thread, ask)
     c:unprovisioned(err, d.now_ms())
     return d:finish_card(ask)
   end
-  c:provisioned(built.backend, built.note)
+  c:provisioned(built.backend, built.notes or built.note)
   local no_token = identity.notice_for(d.build_opts.credentials, ask.agent_def)
   if no_token then c:add_note(no_token) end
 

@@ -40,10 +40,13 @@ end
 
 function M:provisioning() self.state = "provisioning" end
 
--- backend: where the commands run; note: the factory's named fallback reason, if any.
+-- backend: where the commands run; note: a line to show (the factory's named fallback reason,
+-- the local executor's walls), or a list of them (exec/stack.lua's notes).
 function M:provisioned(backend, note)
   self.backend = backend
-  if note and note ~= "" then self.notes[#self.notes + 1] = note end
+  for _, line in ipairs(type(note) == "table" and note or { note }) do
+    if line ~= "" then self.notes[#self.notes + 1] = line end
+  end
 end
 
 function M:add_note(note) self.notes[#self.notes + 1] = note end

@@ -253,7 +253,7 @@ function D:run_ask(thread, ask)
     c:unprovisioned(err, self.now_ms())
     return self:finish_card(ask)
   end
-  c:provisioned(built.backend, built.note)
+  c:provisioned(built.backend, built.notes or built.note)
   -- An agent that should carry a GitHub token but has no credential to get one: say so once.
   local no_token = identity.notice_for(self.build_opts.credentials, ask.agent_def)
   if no_token then c:add_note(no_token) end

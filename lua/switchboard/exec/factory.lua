@@ -9,7 +9,9 @@
 --       name → constructor(config) for tests and later backends), force_backend (a
 --       backend name that overrides policy: the CLI's --backend), resident_url (overrides
 --       the resident's URL), resident_request (the probe's transport; specs count probes),
---       e2b_state_dir (where the e2b backend remembers each thread's sandbox id across processes)
+--       e2b_state_dir (where the e2b backend remembers each thread's sandbox id across processes),
+--       walls_host (optional fn(snap, root) → host | nil, why: builds the local executor's
+--       walls when policies/isolation.lua local_walls is true; shell/instance.lua host by default)
 -- ctx:  thread_key, agent (name), repo?, ref?, snap? (the snapshot the ask captured; without
 --       it opts.policy() is read once here)
 local policy = require("switchboard.policy")
@@ -37,14 +39,57 @@ local function missing(snap, agent_name, backend, setting)
   }))
 end
 
+-- The network an agent's instances get: its own (policies/agents.lua network), else
+-- policies/isolation.lua network (docs/isolation.md).
+function M.network_of(snap, agent)
+  return agent.network or (snap.isolation and snap.isolation.network) or "host"
+end
+
 local BUILDERS = {}
+
+-- The local executor's walls (policies/isolation.lua local_walls = true): one host per
+-- workspace root for this process, built (and proven with a real instance) on first use.
+-- A host that cannot wall is never replaced by running unwalled: provisioning fails, saying why.
+local local_hosts = {} -- workspace root → shell/instance.lua host
+
+local function local_walls(opts, snap, root)
+  if local_hosts[root] then return local_hosts[root] end
+  local ok, err = core.fs.mkdir_p(root, tonumber("700", 8))
+  if not ok then return nil, "cannot create " .. root .. ": " .. tostring(err and err.message) end
+  local host, why
+  if opts.walls_host then
+    host, why = opts.walls_host(snap, root)
+  else
+    host, why = require("switchboard.shell.instance").host{
+      snap = snap, policy = opts.policy, scratch = root, log = core.log }
+  end
+  if not host then return nil, why end
+  local_hosts[root] = host
+  return host
+end
 
 function BUILDERS.local_(opts, ctx, snap, agent)
   local root = opts.workspace_root
   if not root then return missing(snap, ctx.agent, "local", "a workspace root") end
+  local network, walls = M.network_of(snap, agent), nil
+  if snap.isolation.local_walls then
+    local why
+    walls, why = local_walls(opts, snap, root)
+    if not walls then
+      return nil, errors.tool("policies/isolation.lua asks for walls around local threads "
+        .. "(local_walls = true), but they cannot be built here: " .. tostring(why)
+        .. ". Run where the kernel gives user namespaces, cgroups and bubblewrap, as root "
+        .. "(docs/isolation.md), or set local_walls = false to run unwalled")
+    end
+  elseif network == "none" then
+    return nil, errors.tool(("agent %s asks for network \"none\", but the local executor runs "
+      .. "unwalled (policies/isolation.lua local_walls = false) and cannot take its commands off "
+      .. "the network; set local_walls = true, or use the sandbox backend"):format(tostring(ctx.agent)))
+  end
   return require("switchboard.exec.local").new{
     root = root, thread_key = ctx.thread_key, policy = opts.policy,
     resolve_envs = resolver(opts, agent, ctx), getenv = opts.getenv,
+    walls = walls, network = network,
   }
 end
 
@@ -60,12 +105,17 @@ function BUILDERS.sandbox(opts, ctx, snap, agent)
     token = token, thread_key = ctx.thread_key, policy = opts.policy,
     build = require("switchboard.core").build.commit,
     resolve_envs = resolver(opts, agent, ctx),
+    network = M.network_of(snap, agent),
   }
 end
 
 
 -- E2B: the API key from the variable policy names; hosts from E2B's own variables (docs/e2b.md).
 function BUILDERS.e2b(opts, ctx, snap, agent)
+  if M.network_of(snap, agent) == "none" then
+    return nil, errors.tool(("agent %s asks for network \"none\", but an e2b sandbox keeps its "
+      .. "network; use the sandbox backend for it (policies/execution.lua)"):format(tostring(ctx.agent)))
+  end
   local getenv = opts.getenv or os.getenv
   local cfg = snap.execution.e2b
   local key = getenv(cfg.api_key_env)
@@ -103,7 +153,10 @@ function BUILDERS.resident(opts, ctx, snap, agent)
   local url, token = resident.configured(snap, opts.getenv or os.getenv, opts.resident_url)
   if not url then return missing(snap, ctx.agent, "resident", token) end
   local why
-  if not ctx.repo then
+  if M.network_of(snap, agent) == "none" then
+    -- the resident's worktrees get their walls at /attach, with its own policy's network
+    why = "resident does not give network \"none\", which agent " .. tostring(ctx.agent) .. " declares"
+  elseif not ctx.repo then
     why = "resident needs the thread's repository (none was resolved)"
   elseif (unreachable_until[url] or 0) > core.now_ms() then
     why = "resident unreachable (a probe failed in the last " .. snap.timeouts.resident.negative_cache_ms // 1000 .. " s)"

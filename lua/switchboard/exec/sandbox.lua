@@ -3,6 +3,8 @@
 -- #credential-transport and #timeout-send-deadline).
 --
 --   * Every request carries authorization, content-type and x-thread-key — nothing else.
+--   * The agent's network ("host" | "none") rides in the body on every route; sandboxd refuses
+--     (409, a tool error here) a request whose network the thread's awake instance lacks.
 --   * The env map is resolved once per CALL (resolve_envs(), never at construction) and rides
 --     in the body on every route — env: {} when empty — never in a header or the command text.
 --   * Every send waits budget + call margin for the headers AND the streamed body; a body that
@@ -46,6 +48,8 @@ local function no_envs() return {} end
 --       first call first reads sandboxd's /healthz once, and logs
 --       sandbox.version-skew at warn when the builds differ — log only, docs/contract.md#rollout-skew),
 --       resolve_envs (fn → NAME = value | nil, err; called on every exec, read and write),
+--       network ("host" | "none": the agent's, policies/agents.lua; sent on every route and
+--       fixed by sandboxd when the request makes the thread's instance; nil sends none),
 --       request (core.http.request by default), sleep (core.sleep), now_ms (core.now_ms) —
 --       the last three let specs drive the waits without real time.
 function M.new(opts)
@@ -59,6 +63,7 @@ function M.new(opts)
     thread_key = opts.thread_key or "default",
     policy = opts.policy,
     resolve_envs = opts.resolve_envs or no_envs,
+    network = opts.network,
     build = opts.build,
     request = opts.request or core.http.request,
     sleep = opts.sleep or core.sleep,
@@ -109,9 +114,17 @@ end
 -- so its field is `verdict`, never `kind`):
 --   {verdict = "ok", doc} | {verdict = "fleet_busy"} | {verdict = "container_starting", message}
 --   | {verdict = "infra", message, code} | {verdict = "tool", message}
+-- Refusals about the instance's network (docs/isolation.md): nothing ran, the text says why and
+-- what to do; the model and the card read it, and it is no infrastructure failure.
+local NETWORK_REFUSALS = { [protocol.NETWORK_MISMATCH] = true, [protocol.NETWORK_UNAVAILABLE] = true }
+
 local function judge_exec(snap, route, status, doc, raw, elapsed_ms)
   if status ~= 200 then
     if status == 503 and classify.is_fleet_busy_answer(doc) then return { verdict = "fleet_busy" } end
+    if status == 409 and type(doc) == "table" and NETWORK_REFUSALS[doc.reason]
+        and type(doc.error) == "string" and doc.error:find("%S") then
+      return { verdict = "tool", message = doc.error }
+    end
     return {
       verdict = "infra", code = classify.span_code(snap, "http", status),
       message = message(snap, "http_status", { who = M.WHO, route = route, status = status, detail = detail_of(doc, raw) }),
@@ -292,7 +305,7 @@ function M:exec(command, opts)
   if not plan then return nil, errors.refused(refusal, 124) end
   local envs, env_err = envs_of(self)
   if not envs then return nil, env_failure(env_err) end
-  local body = { command = command, env = envs, timeoutMs = plan.timeout_ms }
+  local body = { command = command, env = envs, timeoutMs = plan.timeout_ms, network = self.network }
   local budget_ms = budget.clamp(snap, plan.timeout_ms)
   local verdict, capacity = send(self, snap, {
     route = "/exec", body = encode(body), budget_ms = budget_ms,
@@ -306,6 +319,7 @@ function M:exec(command, opts)
       clip_line = plan.clip_line,
     })
   end
+  if verdict.verdict == "tool" then return nil, errors.tool(verdict.message) end
   if verdict.verdict ~= "ok" then return nil, errors.infra(verdict.message, verdict.code) end
   local doc = wire_text.decode(verdict.doc) -- output that was not UTF-8: its exact bytes
   return render.result(snap, {
@@ -326,6 +340,7 @@ local function file_call(self, route, fields, opts)
   local envs, env_err = envs_of(self)
   if not envs then return nil, env_failure(env_err) end
   fields.env = envs
+  fields.network = self.network
   local file_budget = snap.timeouts.file_op.budget_ms
   local verdict, capacity = send(self, snap, {
     route = route, body = encode(fields), budget_ms = file_budget,

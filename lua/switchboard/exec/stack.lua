@@ -10,7 +10,8 @@ local function discard() end
 
 -- opts: the factory's opts plus sink (a tracing sink; spans are dropped without one)
 -- ctx:  the factory's ctx (ctx.snap: the snapshot the ask captured)
--- Returns {executor (traced), tracker, backend, note} or nil, err.
+-- Returns {executor (traced), tracker, backend, note (the factory's), notes (every line the card
+-- shows under its header: the factory's note, then the local executor's walls line)} or nil, err.
 function M.build(opts, ctx)
   local snap = ctx.snap or opts.policy()
   local fctx = { snap = snap }
@@ -18,11 +19,17 @@ function M.build(opts, ctx)
   local selection, err = factory.make_executor(opts, fctx)
   if not selection then return nil, err end
   local tracker = health.new(selection.executor, snap)
+  -- The card says whether the local executor walls its commands (docs/isolation.md): the
+  -- console's default runs them as the operator, on the operator's host.
+  local notes = { selection.note }
+  local walls_note = selection.executor.walls_note
+  if walls_note then notes[#notes + 1] = walls_note(selection.executor) end
   return {
     executor = tracing.new(tracker, { sink = opts.sink or discard, backend = selection.backend }),
     tracker = tracker,
     backend = selection.backend,
     note = selection.note,
+    notes = notes,
   }
 end
 

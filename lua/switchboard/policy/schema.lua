@@ -392,6 +392,7 @@ M.files.agents = {
     max_turns = S.optional(S.int { min = 1, max = 10000 }),
     system_prompt = S.optional(S.prompt),
     pull_requests = S.optional(S.bool),
+    network = S.optional(S.enum { "host", "none" }),
   }, { min = 1 }),
   instructions = S.record {
     files = S.list(S.string { pattern = "^[%w._-][%w._/-]*$", what = "a path inside the repository" }, { unique = true, max = 20 }),
@@ -523,6 +524,7 @@ M.files.isolation = {
   open_files = S.int { min = 64, max = 1048576 },
   file_size_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   workspace_max_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
+  spare_instances = S.int { min = 0, max = 16 },
   uid_base = S.int { min = 1000, max = 4000000000 },
   uid_count = S.int { min = 1, max = 1000000 },
   rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },

@@ -6,8 +6,9 @@
 -- in its own namespaces changes nothing here.
 --
 --   local fleet = fleet.new{max_instances = fn → n, sleep_after_ms = fn → ms,
---                           new_runner = fn(key) → runner, label = fn(key) → text, log = fn}
---   local inst, why = fleet:acquire(key)  -- one more operation in flight; why: "fleet-busy" | "closed"
+--                           new_runner = fn(key, want?) → runner, label = fn(key) → text, log = fn}
+--   local inst, why = fleet:acquire(key, want?) -- one more operation in flight; why: "fleet-busy"
+--                                         -- | "closed" | "network-mismatch" (want: {network})
 --   fleet:release(inst)                   -- that operation ended; idle from now when none is left
 --   fleet:close()                         -- every instance to sleep; nothing wakes any more
 --
@@ -58,14 +59,20 @@ local function watch(self, inst)
   inst.watching = false
 end
 
-function Fleet:acquire(key)
+-- want (optional): {network} — what the instance is made with when this wakes it; an awake
+-- instance made with another network is not handed out ("network-mismatch", and the instance).
+function Fleet:acquire(key, want)
   if self.closed then return nil, "closed" end
   local inst = self.instances[key]
+  if inst ~= nil and want and want.network and want.network ~= inst.network then
+    return nil, "network-mismatch", inst
+  end
   if inst == nil then
     if self.awake >= self:max() then return nil, "fleet-busy" end
     inst = {
-      key = key, label = self.label(key), runner = self.opts.new_runner(key), busy = 0,
+      key = key, label = self.label(key), runner = self.opts.new_runner(key, want), busy = 0,
       woke_ms = core.now_ms(), idle_since = core.now_ms(), watching = false,
+      network = want and want.network or nil,
     }
     self.instances[key] = inst
     self.awake = self.awake + 1

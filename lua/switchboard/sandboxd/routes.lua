@@ -253,17 +253,62 @@ local function closed_text()
   return "sandboxd is shutting down and takes no new work; send the request again once it is back"
 end
 
+-- Network per agent (docs/isolation.md "The local executor, and network per agent"): what the
+-- request asks of the thread's instance — {network}, the body's value or this server's
+-- policies/isolation.lua network — fixed when the request creates the instance. nil for a
+-- server that does not give instances networks of their own (ctx.networks unset: the resident,
+-- whose threads' walls are built at /attach). nil, status, why, reason when this server cannot
+-- give it.
+local function wanted(ctx, snap, call)
+  if not ctx.networks then return nil end
+  local network = call.network or snap.isolation.network
+  if not ctx.networks[network] then
+    return nil, 409, ("this sandboxd runs without walls (--no-walls) and cannot take an instance off "
+      .. "the network; the request asks for network %q (policies/agents.lua network, else "
+      .. "policies/isolation.lua network). Run sandboxd with its walls, or use an agent with "
+      .. "network \"host\""):format(network), protocol.NETWORK_UNAVAILABLE
+  end
+  return { network = network }
+end
+
+local function mismatch_text(snap, inst, want)
+  return ("this thread's sandbox instance is awake with network %q; this request asks for %q. "
+    .. "An instance's network is fixed when it is made (policies/agents.lua network): ask in "
+    .. "another thread, or again once this one's instance has slept (after %ds idle, timeouts "
+    .. "sandbox.sleep_after)"):format(tostring(inst.network), want.network,
+      classify.seconds(snap.timeouts.sandbox.sleep_after_ms))
+end
+
+-- The thread's instance for a request, or nil after answering. Every refusal here ran nothing.
+local function instance_for(ctx, snap, key, call, route, res)
+  local want, status, why, reason = wanted(ctx, snap, call)
+  if status then
+    refuse(res, route, status, why, reason)
+    return nil
+  end
+  local inst, busy, awake = ctx.fleet:acquire(key, want)
+  if inst then return inst end
+  if busy == protocol.NETWORK_MISMATCH then
+    refuse(res, route, 409, mismatch_text(snap, awake, want), protocol.NETWORK_MISMATCH)
+  elseif busy == "fleet-busy" then
+    metrics.inc("switchboard_fleet_busy_total")
+    if route == "/exec" then
+      metrics.inc("switchboard_commands_total", { outcome = "capacity" })
+      send_json(res, 200, classify.fleet_busy_exec_answer(snap, fleet_cause(ctx)))
+    else
+      local fstatus, doc = classify.fleet_busy_http_answer(snap, fleet_cause(ctx))
+      send_json(res, fstatus, doc)
+    end
+  else
+    refuse(res, route, 503, closed_text())
+  end
+  return nil
+end
+
 local function exec_route(ctx, snap, key, call, res)
   local command, env, limit_ms = call.command, call.env, call.limit_ms
-  local inst, why = ctx.fleet:acquire(key)
-  if not inst then
-    if why == "fleet-busy" then
-      metrics.inc("switchboard_fleet_busy_total")
-      metrics.inc("switchboard_commands_total", { outcome = "capacity" })
-      return send_json(res, 200, classify.fleet_busy_exec_answer(snap, fleet_cause(ctx)))
-    end
-    return refuse(res, "/exec", 503, closed_text())
-  end
+  local inst = instance_for(ctx, snap, key, call, "/exec", res)
+  if not inst then return end
   local state = { started = false, done = core.signal() }
   local ok, err = xpcall(run_exec, debug.traceback, ctx, snap, inst, command, env, limit_ms, res, state)
   state.done:abort("done") -- the heartbeat ends on every path, a raise included
@@ -286,23 +331,9 @@ local function fs_failure(snap, res, route, err)
   })
 end
 
--- The thread's instance for a file op, or nil after answering (503 fleet-busy / shutting down).
-local function file_instance(ctx, snap, key, res)
-  local inst, why = ctx.fleet:acquire(key)
-  if inst then return inst end
-  if why == "fleet-busy" then
-    metrics.inc("switchboard_fleet_busy_total")
-    local status, doc = classify.fleet_busy_http_answer(snap, fleet_cause(ctx))
-    send_json(res, status, doc)
-  else
-    send_json(res, 503, { error = closed_text() })
-  end
-  return nil
-end
-
 local function read_route(ctx, snap, key, call, res)
-  local path = call.path
-  local inst = file_instance(ctx, snap, key, res)
+  local path, route = call.path, "/read"
+  local inst = instance_for(ctx, snap, key, call, route, res)
   if not inst then return end
   local ok, bytes, err = pcall(inst.runner.read, inst.runner, path, snap.timeouts.sandbox.max_file_bytes)
   ctx.fleet:release(inst)
@@ -312,8 +343,8 @@ local function read_route(ctx, snap, key, call, res)
 end
 
 local function write_route(ctx, snap, key, call, res)
-  local path, bytes = call.path, call.bytes
-  local inst = file_instance(ctx, snap, key, res)
+  local path, bytes, route = call.path, call.bytes, "/write"
+  local inst = instance_for(ctx, snap, key, call, route, res)
   if not inst then return end
   local ok, done, err = pcall(inst.runner.write, inst.runner, path, bytes)
   ctx.fleet:release(inst)
@@ -333,9 +364,10 @@ end
 ---------------------------------------------------------------------------------------------
 -- Request bodies: parse(snap, route, raw) is pure (nothing waits, nothing runs) and never
 -- raises, whatever the bytes — tests/fuzz/fuzz_exec_body.c holds it to that. It returns
---   /exec  → {command, env, limit_ms}   (env through envFromRequest, limit clamped by policy)
---   /read  → {path}
---   /write → {path, bytes}
+--   /exec  → {command, env, limit_ms, network?}   (env through envFromRequest, limit clamped by
+--            policy; network "host" | "none", nil when the body has none)
+--   /read  → {path, network?}
+--   /write → {path, bytes, network?}
 -- or nil, status, why (why is never empty).
 
 local function path_of(body, route)
@@ -345,6 +377,13 @@ local function path_of(body, route)
   end
   if path:find("\0", 1, true) then return nil, 400, "the path contains a NUL byte" end
   return path
+end
+
+-- The network the request asks its instance to have (nil: the server's default), or false, why.
+local function network_of(body)
+  local network, why = protocol.check_network(body.network)
+  if network == false then return false, "the request's " .. why end
+  return network
 end
 
 local PARSE = {}
@@ -357,13 +396,18 @@ function PARSE.exec(snap, body)
   if command:find("\0", 1, true) then
     return nil, 400, "the command contains a NUL byte, which a shell command cannot carry"
   end
-  return { command = command, env = envmod.from_request(body), limit_ms = budget.server_budget(snap, body.timeoutMs) }
+  local network, why = network_of(body)
+  if network == false then return nil, 400, why end
+  return { command = command, env = envmod.from_request(body), limit_ms = budget.server_budget(snap, body.timeoutMs),
+           network = network }
 end
 
 function PARSE.read(snap, body)
   local path, status, why = path_of(body, "/read")
   if not path then return nil, status, why end
-  return { path = path }
+  local network, nwhy = network_of(body)
+  if network == false then return nil, 400, nwhy end
+  return { path = path, network = network }
 end
 
 function PARSE.write(snap, body)
@@ -387,7 +431,9 @@ function PARSE.write(snap, body)
   if #bytes > max then
     return nil, 413, ("the file is %d bytes; at most %d are accepted"):format(#bytes, max), "too_large"
   end
-  return { path = path, bytes = bytes }
+  local network, nwhy = network_of(body)
+  if network == false then return nil, 400, nwhy end
+  return { path = path, bytes = bytes, network = network }
 end
 
 function M.parse(snap, route, raw)
@@ -450,6 +496,8 @@ function M.on_head(ctx, table_)
 end
 
 -- ctx: fleet, token, policy (fn → snapshot), build ({commit, built_at}), log(level, event, fields),
+--      networks (the set of networks this server's instances can have: {host, none} with walls,
+--      {host} without; nil: the body's network is checked but not applied — the resident),
 --      stopping (a signal: aborted when the drain is over — running commands are killed),
 --      drain_ms (set when stopping), getenv (for the child environment's pass list)
 function M.handler(ctx)

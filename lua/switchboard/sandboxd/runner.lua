@@ -19,7 +19,9 @@ local M = {}
 local Runner = {}
 Runner.__index = Runner
 
--- opts.instance: the walls this instance's commands run inside (shell/run.lua), if any.
+-- opts.walls: the host's walls (shell/instance.lua) this instance is built with, if any;
+-- opts.network: its network ("host" | "none"; nil = policies/isolation.lua network);
+-- opts.existing: the directory is this runner's own already.
 function M.new(root, thread_key, opts)
   local ws = workspace.open(root, thread_key, opts)
   return setmetatable({
@@ -33,6 +35,8 @@ function M.new(root, thread_key, opts)
     -- made by /attach), not an earlier instance's leftovers to clear
     checked = opts and opts.existing or nil,
     walls = opts and opts.walls or nil, -- shell/instance.lua host: this instance gets walls
+    -- "host" | "none" | nil (policies/isolation.lua network): fixed when the walls are built
+    network = opts and opts.network or nil,
   }, Runner)
 end
 
@@ -43,8 +47,12 @@ end
 
 -- new_runner for fleet.new
 -- walls: the host's walls (shell/instance.lua), or nil for unwalled instances (--no-walls).
+-- want: the fleet's {network} for the instance being woken (routes check it first: without
+-- walls only "host" gets here).
 function M.factory(root, walls)
-  return function(thread_key) return M.new(root, thread_key, { walls = walls }) end
+  return function(thread_key, want)
+    return M.new(root, thread_key, { walls = walls, network = want and want.network })
+  end
 end
 
 -- An error's reason without the host path it names ("…: mkdir_p \"/srv/…\": Read-only file

@@ -52,6 +52,8 @@ function M.start(opts)
   self.ctx = {
     fleet = self.fleet, token = opts.token, policy = policy.current, build = core.build,
     log = log, stopping = core.signal(), getenv = opts.getenv,
+    -- without walls an instance shares the host's network: "none" is refused, never ignored
+    networks = opts.walls and { host = true, none = true } or { host = true },
   }
   local on_head, handler = request_log.wrap{ event = "sandboxd.request", log = log,
     on_head = routes.on_head(self.ctx), handler = routes.handler(self.ctx) }

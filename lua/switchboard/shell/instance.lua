@@ -3,11 +3,13 @@
 -- policies/isolation.lua, rlimits per process, and a host uid of its own. The C helper
 -- switchboard-walls does the kernel work; this decides the paths, numbers and lifecycle.
 --
---   local walls, why = instance.host{snap, helper?, log?}  -- once per server; why names what the
+--   local walls, why = instance.host{snap, helper?, log?, spares?}  -- once per server; why names what the
 --                                                          -- kernel lacks (nil, message)
---   local inst = walls:new(workspace_dir, label)           -- nothing runs yet
+--   local inst = walls:new(workspace_dir, label, snap?, {network?}) -- nothing runs yet
+--   local inst = walls:claim(workspace_dir, label, network?) -- the spare when it fits (below)
 --   inst:start()  → true | nil, err      the namespaces and cgroups, on the first operation
---   inst:argv(program_argv) → argv       core.spawn's argv that runs the program inside
+--   inst:spawn_args(args) → args         core.spawn's arguments that run the command inside
+--   inst:argv(program_argv) → argv       the same through the `run` client (for diagnosis)
 --   inst:counters() → {oom, pids}        the limit counters, before a command
 --   inst:explain(before, exit) → text?   a line naming the limit a command hit, or nil
 --   inst:stop()                          every process gone (cgroup kill), cgroups removed
@@ -21,6 +23,7 @@ local READY_TIMEOUT_MS = 60000 -- a busy host with hundreds of instances waking 
 
 local Host = {}
 Host.__index = Host
+local build_spare -- below, with Host:claim
 local Instance = {}
 Instance.__index = Instance
 
@@ -146,7 +149,8 @@ function M.host(opts)
   local self = setmetatable({
     helper = helper, path = path, log = opts.log or function() end, layout = layout,
     pid = core.pid and core.pid() or tonumber((read_text("/proc/self/stat") or ""):match("^(%d+)")),
-    slots = {}, next_slot = 0, snap_fn = opts.policy, live = {},
+    slots = {}, next_slot = 0, snap_fn = opts.policy, live = {}, spares = {},
+    spares_on = opts.spares == true, -- spare instances built ahead (Host:claim)
   }, Host)
   self.server_dirs = {}
   for _, c in ipairs(CONTROLLERS) do
@@ -194,6 +198,7 @@ function M.host(opts)
       self:close()
       return nil, err
     end
+    build_spare(self, opts.scratch) -- the first thread's instance is ready before it asks
   end
   return self
 end
@@ -207,8 +212,8 @@ function Host:prove(snap, scratch)
   local started, start_err = inst:start()
   local result
   if started then
-    local proc = core.spawn{ argv = inst:argv({ "sh", "-c", "test -d /workspace && test ! -e /proc/1/environ -o -r /proc/1/environ" }),
-      env = { PATH = self.path }, deadline_ms = 15000 }
+    local proc = core.spawn(inst:spawn_args{ argv = { "sh", "-c", "test -d /workspace && test ! -e /proc/1/environ -o -r /proc/1/environ" },
+      env = { PATH = self.path }, deadline_ms = 15000 })
     result = proc and proc:wait()
   end
   inst:stop()
@@ -232,14 +237,105 @@ local function take_slot(self, count)
   return nil
 end
 
--- snap: the policy snapshot the instance keeps for its life.
-function Host:new(workspace_dir, label, snap)
+-- snap: the policy snapshot the instance keeps for its life. opts.network: "host" | "none"
+-- for this instance (the agent's, from the request), else the snapshot's isolation.network.
+function Host:new(workspace_dir, label, snap, opts)
   return setmetatable({
     host = self, dir = workspace_dir, label = label, snap = snap or self.snap_fn(), state = "new",
+    network = opts and opts.network or nil,
   }, Instance)
 end
 
+-- Spare instances (policies/isolation.lua spare_instances): building an instance costs
+-- 15-20 ms on a quiet host, most of it the kernel's (the first cgroup-v1 attach waits an RCU
+-- grace period; bwrap's two dozen mounts; its init's exec), and much more under load. So the
+-- server keeps spare_instances of them built ahead, each on a workspace of its own in the
+-- same root (".spare-<16 hex>", swept at start like any leftover workspace), and a new thread
+-- takes one: its workspace directory is renamed onto the thread's (the bind mount follows the
+-- directory, not its name), and a replacement is built in the background. A spare built under
+-- an older policy snapshot or another network is not used (it is stopped; the thread's
+-- instance is built as before). Only where the caller asks (instance.host{spares = true}:
+-- sandboxd, whose new threads start on empty workspaces in its root).
+function build_spare(self, root)
+  if self.refilling or self.closed or not self.spares_on then return end
+  local want = self.snap_fn and (self.snap_fn().isolation.spare_instances or 0) or 0
+  if #self.spares >= want then return end
+  self.refilling = true
+  core.go(function()
+    while not self.closed and #self.spares < want do
+      local snap = self.snap_fn()
+      local dir = ("%s/.spare-%s"):format(root, core.crypto.hex(core.crypto.random_bytes(8)))
+      local inst
+      if core.fs.mkdir_p(dir, tonumber("700", 8)) then
+        inst = self:new(dir, "spare", snap)
+        inst.spare = true
+        self.building = inst
+        local ok = inst:start()
+        self.building = nil
+        if not ok and not inst.claimed then
+          inst:stop(); core.fs.remove_tree(dir)
+        end
+        if not ok then inst = nil end
+      end
+      if not inst then break end -- a host that cannot build one now: the next claim tries again
+      if self.closed and not inst.claimed then
+        inst:stop(); core.fs.remove_tree(dir)
+      elseif not inst.claimed then
+        self.spares[#self.spares + 1] = inst
+      end
+    end
+    self.refilling = false
+  end)
+end
+
+local function discard(inst)
+  core.go(function()
+    inst:stop()
+    core.fs.remove_tree(inst.dir)
+  end)
+end
+
+-- The instance for a new thread's workspace (an empty directory the caller just made): a spare
+-- renamed onto it when one fits, else a new one (started on first use, as from new).
+function Host:claim(workspace_dir, label, network)
+  local snap = self.snap_fn()
+  local root = workspace_dir:match("^(.*)/[^/]+$")
+  local inst
+  local building = self.building
+  if #self.spares == 0 and building and building.snap == snap and not building.claimed then
+    -- one is being built: waiting for it is never slower than building another beside it
+    building.claimed = true
+    if building:start() then self.spares[1] = building else discard(building) end
+  end
+  while #self.spares > 0 and not inst do
+    local spare = table.remove(self.spares, 1)
+    local fits = spare.snap == snap and spare.state == "ready"
+      and (network or snap.isolation.network) == (spare.network or spare.snap.isolation.network)
+      and spare.dir:match("^(.*)/[^/]+$") == root
+    if fits and os.rename(spare.dir, workspace_dir) then
+      spare.dir, spare.label, spare.network, spare.spare = workspace_dir, label, network, nil
+      inst = spare
+    else
+      discard(spare)
+    end
+  end
+  inst = inst or self:new(workspace_dir, label, snap, { network = network })
+  if root and root ~= "" then build_spare(self, root) end
+  return inst
+end
+
 function Host:close()
+  self.closed = true
+  for _, spare in ipairs(self.spares) do
+    spare:stop()
+    core.fs.remove_tree(spare.dir)
+  end
+  self.spares = {}
+  local building = self.building
+  if building and not building.claimed then -- killed mid-build: its start returns a failure
+    building:stop()
+    core.fs.remove_tree(building.dir)
+  end
   if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
   local args = { "reap" }
   for _, c in ipairs(CONTROLLERS) do
@@ -303,6 +399,7 @@ function Instance:start()
     "--workspace", self.dir, "--rootfs", iso.rootfs, "--net", self.network or iso.network,
     "--socket", self.socket, "--nofile", tostring(iso.open_files),
     "--fsize", tostring(iso.file_size_bytes) }
+  if self.spare then argv[#argv + 1] = "--nice"; argv[#argv + 1] = "10" end -- built in the background
   for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
   for _, a in ipairs(limit_writes(self)) do argv[#argv + 1] = a end
   for _, name in ipairs(iso.expose) do argv[#argv + 1] = "--expose"; argv[#argv + 1] = name end
@@ -349,10 +446,9 @@ function Instance:start()
   return true
 end
 
--- core.spawn argv running `program` (a list) inside the instance: the client that hands it,
--- its stdio and its environment to the instance's spawner (the holder, already inside the
--- namespaces and cgroups, so nothing migrates per command). The env travels over the socket,
--- never in argv.
+-- core.spawn argv running `program` (a list) inside the instance through the `run` client
+-- (a process of its own; the engine speaks the same protocol itself: spawn_args). Kept for
+-- diagnosis from a shell.
 function Instance:argv(program)
   local argv = { self.host.helper, "run", self.socket, "--" }
   for _, a in ipairs(program) do argv[#argv + 1] = a end
@@ -360,28 +456,45 @@ function Instance:argv(program)
 end
 
 -- shell/run.lua's instance interface: the core.spawn arguments of a command, made to run
--- inside this instance (started first when it is not yet).
+-- inside this instance (started first when it is not yet). The engine hands the command, its
+-- pipes and its environment to the instance's spawner (the holder, already inside the
+-- namespaces and cgroups, so nothing migrates per command and no process of ours sits in
+-- between); the env travels over the socket, never in argv.
 function Instance:spawn_args(args)
   local ok, err = self:start()
   if not ok then return nil, err end
-  args.argv = self:argv(args.argv)
-  args.cwd = nil -- the helper starts the command in /workspace
+  args.walls = self.socket
+  args.cwd = "/workspace" -- inside the instance
   return args
 end
 
 -- The owner of the workspace's files, for core.fs.root(dir, owner).
 function Instance:owner() return { uid = self.uid, gid = self.uid } end
 
-local function counter(path, key)
-  local text = read_text(path)
+-- The counter files stay open while the instance is awake (read twice per command: a seek and
+-- a read cost a fifth of an open, a read and a close); closed by stop.
+local function counter(self, name, path, key)
+  if self.state == "stopped" then return 0 end -- its cgroups are gone or going
+  local files = self.counter_files
+  if not files then
+    files = {}
+    self.counter_files = files
+  end
+  local f = files[name]
+  if not f then
+    f = io.open(path, "r")
+    if f then f:setvbuf("no") end -- no 4 KiB buffer per file held by sandboxd per instance
+    files[name] = f
+  end
+  local text = f and f:seek("set", 0) and f:read("a")
   return text and tonumber(text:match(key .. " (%d+)")) or 0
 end
 
 function Instance:counters()
   local cg, v2 = self.cgroups, self.host.layout.version == 2
   return {
-    oom = counter(cg.memory .. (v2 and "/memory.events" or "/memory.oom_control"), "oom_kill"),
-    pids = counter(cg.pids .. "/pids.events", "max"),
+    oom = counter(self, "oom", cg.memory .. (v2 and "/memory.events" or "/memory.oom_control"), "oom_kill"),
+    pids = counter(self, "pids", cg.pids .. "/pids.events", "max"),
   }
 end
 
@@ -409,6 +522,8 @@ function Instance:stop()
   self.state = "stopped"
   if self.stopped then self.stopped:abort("instance asleep") end
   if self.done then core.sleep(5000, self.done) end
+  for _, f in pairs(self.counter_files or {}) do f:close() end -- before the cgroups go
+  self.counter_files = nil
   if self.cgroups then
     local args = { "reap" }
     for _, a in ipairs(cgroup_args(self)) do args[#args + 1] = a end

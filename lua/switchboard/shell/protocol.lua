@@ -3,14 +3,18 @@
 -- route names, the request headers, the thread-key rule and the answer shapes. Pure: no
 -- engine calls, nothing that waits.
 --
---   POST /exec   {command, timeoutMs?, env}  → 200 at once, " " every heartbeat, then one JSON
+--   POST /exec   {command, timeoutMs?, env, network?}  → 200 at once, " " every heartbeat, then one JSON
 --                document {stdout, stderr, exitCode, durationMs} or the failure shape
 --                {error, reason?, stdout: "", stderr: <same text>, exitCode: 127}
---   POST /read   {path, env}                 → 200 {content (base64), encoding: "base64", size}
---   POST /write  {path, content, encoding?, env} → 200 {ok: true, size}
+--   POST /read   {path, env, network?}       → 200 {content (base64), encoding: "base64", size}
+--   POST /write  {path, content, encoding?, env, network?} → 200 {ok: true, size}
 --   GET  /healthz                            → 200 {ok, build: {commit, builtAt}}
 --   every route: authorization: Bearer <token>; /exec, /read, /write: x-thread-key
 --   file-route failures: 4xx/5xx {error, reason?}; a full fleet: 503 {error, reason: "fleet-busy"}
+--   network ("host" | "none"; absent = sandboxd's policies/isolation.lua network) is fixed when
+--   the request creates the thread's instance; a request whose network differs from the awake
+--   instance's is refused 409, reason "network-mismatch" (docs/isolation.md), and "none" on a
+--   server without walls 409, reason "network-unavailable".
 
 local M = {}
 
@@ -39,6 +43,22 @@ function M.check_thread_key(key, max_bytes)
     return false, "x-thread-key must not start or end with a space"
   end
   return true
+end
+
+-- The networks an instance can have (policies/isolation.lua network, policies/agents.lua
+-- agents.NAME.network).
+M.NETWORKS = { host = true, none = true }
+M.NETWORK_MISMATCH = "network-mismatch"
+M.NETWORK_UNAVAILABLE = "network-unavailable"
+
+-- A body's network field: nil (absent: the server's default), or the value; false and why when
+-- it is neither.
+function M.check_network(value)
+  if value == nil then return nil end
+  if type(value) == "string" and M.NETWORKS[value] then return value end
+  local shown = type(value) == "string" and ("%q"):format(value:sub(1, 40)) or ("a JSON " .. (type(value) == "userdata" and "null" or type(value)))
+  return false, ("network must be \"host\" or \"none\" (policies/agents.lua network), got %s")
+    :format(shown)
 end
 
 -- The failure shape every /exec failure is answered with: old and new executors both render it.

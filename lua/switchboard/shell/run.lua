@@ -19,8 +19,8 @@
 --   err = the engine's spawn failure ({kind, message}) when the shell could not start
 --
 -- instance: an object with :spawn_args(args) → args | nil, err. It receives the table that
--- would go to core.spawn and returns the one to use (for example argv prefixed with the helper
--- that enters the instance's namespaces). Without one the command runs on this host in cwd.
+-- would go to core.spawn and returns the one to use (for example with `walls`, the socket of
+-- the instance's spawner that starts it inside). Without one the command runs on this host in cwd.
 local core = require("switchboard.core")
 
 local M = {}

@@ -1,7 +1,7 @@
 -- Running a thread's work behind its instance's walls (docs/isolation.md): the runner-side
 -- glue between a runner (sandboxd's, or the local executor's when policy asks) and
 -- shell/instance.lua. A runner `r` has r.dir (its workspace on the host), r.walls (the host's
--- walls) and r.stopped (its sleep signal); this adds r.instance, r.handle (the workspace's
+-- walls), r.stopped (its sleep signal) and r.network (nil = the policy's); this adds r.instance, r.handle (the workspace's
 -- directory handle, opened once when the instance is made and held until it sleeps) and the
 -- workspace-size state.
 --
@@ -28,7 +28,8 @@ function M.ensure(r)
     if not ok then
       return nil, core.error("workspace", "the workspace could not be created: " .. tostring(err and err.message))
     end
-    r.instance = r.walls:new(r.dir, r.key)
+    -- a spare built ahead when one fits this thread's network (the agent's, from the request)
+    r.instance = r.walls:claim(r.dir, r.key, r.network)
   end
   local ok, err = r.instance:start()
   if not ok then return nil, err end

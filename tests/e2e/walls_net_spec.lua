@@ -1,0 +1,329 @@
+-- Black-box: network per agent (issue 10, docs/isolation.md "The local executor, and network per
+-- agent"). A loopback HTTP server this spec runs in its own process on the host is what a
+-- command tries to reach: from an instance made with network "none" it cannot (and says so in
+-- words), from one made with "host" it can. The network is the agent's (policies/agents.lua)
+-- and reaches sandboxd on the wire through the executor; it is fixed when the instance is made.
+-- The local executor walls its threads when policies/isolation.lua local_walls is true.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local S = require("support.sandbox")
+local policies = require("support.policies")
+local bin = require("support.bin")
+local factory = require("switchboard.exec.factory")
+local stack = require("switchboard.exec.stack")
+local errors = require("switchboard.exec.errors")
+
+local UID_BASE = 1400000 + (core.crypto.random_bytes(2):byte(1) * 256 + core.crypto.random_bytes(1):byte()) * 64
+local UID_COUNT = 64
+
+-- Two agents besides the shipped ones: offline (network "none") and online (network "host").
+local AGENTS = [[
+agents.offline = {
+  description = "Works in a repository without any network.",
+  resources = { repository = true }, readonly = false, max_run_minutes = 10,
+  tools = { "bash", "read_file", "write_file" }, network = "none",
+}
+agents.online = {
+  description = "Works in a repository with the host's network.",
+  resources = { repository = true }, readonly = false, max_run_minutes = 10,
+  tools = { "bash", "read_file", "write_file" }, network = "host",
+}
+]]
+
+local function policy_dir(isolation_extra)
+  return policies.dir{
+    -- an instance stays awake for the whole test, however busy the machine
+    timeouts = function(src) return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"60s\"\n" end,
+    agents = function(src) return src .. "\n" .. AGENTS end,
+    isolation = function(src)
+      return src .. ("\nuid_base = %d\nuid_count = %d\n"):format(UID_BASE, UID_COUNT) .. (isolation_extra or "") .. "\n"
+    end,
+  }
+end
+
+-- A loopback HTTP server on the host, in this process: every GET answers its nonce.
+local function host_server()
+  local nonce = "pong-" .. core.crypto.hex(core.crypto.random_bytes(6))
+  local hits = 0
+  local srv = assert(core.http.serve{ host = "127.0.0.1", port = 0, handler = function(_, res)
+    hits = hits + 1
+    res:send(200, { ["content-type"] = "text/plain" }, nonce)
+  end })
+  return { srv = srv, nonce = nonce, hits = function() return hits end,
+    curl = ("curl -sS --max-time 10 http://127.0.0.1:%d/"):format(srv.port) }
+end
+
+local function exec(h, thread, command, extra)
+  local body = { command = command }
+  for k, v in pairs(extra or {}) do body[k] = v end
+  local status, _, raw = S.call(h.url, "/exec", { thread = thread, body = body, deadline_ms = 120000 })
+  return status, cjson.decode(raw)
+end
+
+-- Whether this kernel gives the walls: one real sandboxd start answers it (as walls_spec.lua).
+local walls_available, walls_why, walls_broken
+do
+  local ok, err = pcall(core.run, function()
+    local h = S.start_sandboxd{ policies = policy_dir(), may_fail = true }
+    if h.port then
+      walls_available = h.log():find('walls="cgroup v', 1, true) ~= nil
+      h:stop("KILL"); h:wait()
+    else
+      h:wait()
+      walls_why = h.log():match("cannot build the walls[^\n]*")
+      if not walls_why then walls_broken = "sandboxd did not start: " .. h.log() end
+    end
+  end)
+  if not ok then walls_broken = tostring(err) end
+  S.cleanup_servers()
+end
+
+after_each(S.cleanup_servers)
+teardown(S.cleanup)
+
+local describe_walls = walls_available and describe or function(name)
+  describe(name, function()
+    if walls_broken then
+      it("starts", function() error(walls_broken, 0) end)
+    else
+      pending("this kernel cannot give the walls: " .. tostring(walls_why))
+    end
+  end)
+end
+
+describe("network on the wire: checked before anything runs", function()
+  local dir = policy_dir()
+
+  it("an unknown network is 400 in words on every route; none on a sandboxd without walls is 409, never ignored", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir, args = { "--no-walls" } }
+      local status, doc = exec(h, "N1", "echo ran", { network = "bridge" })
+      assert.equal(400, status)
+      assert.equal('the request\'s network must be "host" or "none" (policies/agents.lua network), got "bridge"', doc.error)
+      assert.equal(127, doc.exitCode) -- /exec's dual failure shape
+      status, doc = exec(h, "N1", "echo ran", { network = 5 })
+      assert.equal(400, status)
+      assert.truthy(doc.error:find("got a JSON number", 1, true), doc.error)
+      local st, _, raw = S.call(h.url, "/read", { thread = "N1", body = { path = "x", network = cjson.null } })
+      assert.equal(400, st)
+      assert.truthy(raw:find("got a JSON null", 1, true), raw)
+      st, _, raw = S.call(h.url, "/write", { thread = "N1", body = { path = "x", content = "y", network = "NONE" } })
+      assert.equal(400, st, raw)
+      -- unwalled, an instance shares the host's network: "none" is refused, nothing runs
+      status, doc = exec(h, "N1", "echo ran > ran.txt", { network = "none" })
+      assert.equal(409, status)
+      assert.equal("network-unavailable", doc.reason)
+      assert.truthy(doc.error:find("runs without walls (--no-walls) and cannot take an instance off the network", 1, true), doc.error)
+      status, doc = exec(h, "N1", "cat ran.txt 2>&1; echo ok", { network = "host" })
+      assert.equal(200, status)
+      assert.equal(0, doc.exitCode)
+      assert.truthy(doc.stdout:find("No such file", 1, true), doc.stdout)
+      h:stop(); h:wait()
+    end)
+  end)
+end)
+
+describe_walls("network per agent, walled (sandboxd)", function()
+  local dir = policy_dir()
+  local snap = assert(policies.load(dir))
+
+  it("an instance made with network none cannot reach a loopback server on the host, in words; one made with host can", function()
+    core.run(function()
+      local web = host_server()
+      local h = S.start_sandboxd{ policies = dir }
+      local status, off = exec(h, "W-off", web.curl, { network = "none" })
+      assert.equal(200, status)
+      assert.equal(7, off.exitCode, off.stderr) -- curl: could not connect
+      assert.truthy(off.stderr:find("Failed to connect to 127.0.0.1 port " .. web.srv.port, 1, true), off.stderr)
+      assert.equal(0, web.hits())
+      -- the instance has a network of its own: loopback only
+      local _, lo = exec(h, "W-off", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", { network = "none" })
+      assert.equal("lo\n", lo.stdout, lo.stderr)
+      local on
+      status, on = exec(h, "W-on", web.curl, { network = "host" })
+      assert.equal(200, status)
+      assert.equal(0, on.exitCode, on.stderr)
+      assert.equal(web.nonce, on.stdout)
+      assert.equal(1, web.hits())
+      -- no field: the server's policies/isolation.lua network (host, shipped)
+      local _, def = exec(h, "W-default", web.curl)
+      assert.equal(web.nonce, def.stdout, def.stderr)
+      h:stop(); h:wait()
+      web.srv:close()
+    end)
+  end)
+
+  it("the network is fixed when the instance is made: another one for the awake instance is refused 409 in words, on every route", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local status, doc = exec(h, "W-fixed", "echo kept > kept.txt", { network = "none" })
+      assert.equal(200, status)
+      assert.equal(0, doc.exitCode)
+      status, doc = exec(h, "W-fixed", "echo ran > ran.txt", { network = "host" })
+      assert.equal(409, status)
+      assert.equal("network-mismatch", doc.reason)
+      assert.truthy(doc.error:find('this thread\'s sandbox instance is awake with network "none"; this request asks for "host"', 1, true), doc.error)
+      assert.truthy(doc.error:find("slept (after 60s idle, timeouts sandbox.sleep_after)", 1, true), doc.error)
+      -- the request that omits the field asks for the default (host): refused too
+      status = exec(h, "W-fixed", "true")
+      assert.equal(409, status)
+      local st, _, raw = S.call(h.url, "/write", { thread = "W-fixed", body = { path = "w.txt", content = "w", network = "host" } })
+      assert.equal(409, st)
+      assert.equal("network-mismatch", cjson.decode(raw).reason)
+      st, _, raw = S.call(h.url, "/read", { thread = "W-fixed", body = { path = "kept.txt", network = "none" } })
+      assert.equal(200, st, raw)
+      assert.equal("kept\n", core.crypto.base64_decode(cjson.decode(raw).content))
+      -- nothing the refused requests asked for ran
+      status, doc = exec(h, "W-fixed", "ls", { network = "none" })
+      assert.equal("kept.txt\n", doc.stdout)
+      h:stop(); h:wait()
+    end)
+  end)
+
+  it("the agent's network reaches the wire through the executor: offline cannot reach the host's server, online can; a mismatch is a tool error", function()
+    core.run(function()
+      local web = host_server()
+      local h = S.start_sandboxd{ policies = dir }
+      local opts = { policy = function() return snap end, sandbox_url = h.url, force_backend = "sandbox",
+        getenv = function(name) if name == snap.execution.sandbox.token_env then return S.TOKEN end end }
+      local function executor(agent, thread)
+        local built = assert(stack.build(opts, { thread_key = thread, agent = agent, snap = snap }))
+        assert.equal("sandbox", built.backend)
+        assert.same({}, built.notes) -- no walls line: sandboxd always walls
+        return built.executor
+      end
+      local off = assert(executor("offline", "E-1"):exec(web.curl, { snap = snap }))
+      assert.equal(7, off.exit_code, off.text)
+      assert.truthy(off.text:find("Failed to connect", 1, true), off.text)
+      local on = assert(executor("online", "E-2"):exec(web.curl, { snap = snap }))
+      assert.equal(0, on.exit_code, on.text)
+      assert.equal(web.nonce, on.text)
+      -- an agent without network of its own gets policies/isolation.lua network (host)
+      assert.equal("host", factory.network_of(snap, snap.agents.agents.coding))
+      -- online in offline's thread: refused in words, a tool error (not infrastructure)
+      local r, err = executor("online", "E-1"):exec("echo never", { snap = snap })
+      assert.is_nil(r)
+      assert.truthy(errors.is_tool(err), tostring(err))
+      assert.truthy(tostring(err):find('awake with network "none"; this request asks for "host"', 1, true), tostring(err))
+      local _, ferr = executor("online", "E-1"):write_file("f.txt", "x", { snap = snap })
+      assert.truthy(errors.is_tool(ferr), tostring(ferr))
+      assert.equal(1, web.hits())
+      h:stop(); h:wait()
+      web.srv:close()
+    end)
+  end)
+end)
+
+describe_walls("the local executor behind walls (policies/isolation.lua local_walls = true)", function()
+  it("switchboard exec runs walled, says so, keeps the agent's network; unwalled it says that and refuses network none", function()
+    core.run(function()
+      local web = host_server()
+      local root = S.tmpdir()
+      local walled_dir = policy_dir("local_walls = true")
+      local function run(pol, agent, command, thread)
+        return bin.run({ "--policies", pol, "exec", "--workspace-root", root, "--thread", thread or "L1",
+          "--agent", agent, "--", command })
+      end
+      -- walled: uid 1000 of its own namespace in /workspace, the host's root hidden
+      local r = run(walled_dir, "online", "id -u; pwd; echo mine > own.txt; ls " .. root .. " 2>&1 | head -1; " .. web.curl)
+      assert.equal(0, r.exit, r.stdout .. r.stderr)
+      assert.truthy(r.stderr:find("local executor: walled, network host (policies/isolation.lua local_walls)", 1, true), r.stderr)
+      local lines = {}
+      for line in r.stdout:gmatch("[^\n]+") do lines[#lines + 1] = line end
+      assert.equal("1000", lines[1])
+      assert.equal("/workspace", lines[2])
+      assert.truthy(lines[3]:find("No such file", 1, true) or lines[3] == "", r.stdout)
+      assert.equal(web.nonce, lines[4])
+      -- a follow-up in the thread: a new instance (a new process) with another host uid (another
+      -- uid range); the workspace's files are handed to it
+      local moved_dir = policy_dir(("local_walls = true\nuid_base = %d\nuid_count = 32"):format(UID_BASE + 32))
+      r = run(moved_dir, "online", "cat own.txt && echo more >> own.txt && echo ok")
+      assert.equal(0, r.exit, r.stdout .. r.stderr)
+      assert.equal("mine\nok\n", r.stdout)
+      -- the agent's network none holds in the local executor's walls too
+      r = run(walled_dir, "offline", web.curl, "L2")
+      assert.equal(7, r.exit, r.stdout .. r.stderr)
+      assert.truthy(r.stderr:find("local executor: walled, network none", 1, true), r.stderr)
+      assert.equal(1, web.hits())
+      -- unwalled (the shipped default): the note says so, and network none is refused in words
+      local plain = policy_dir()
+      r = run(plain, "online", "echo hi", "L3")
+      assert.equal(0, r.exit, r.stderr)
+      assert.truthy(r.stderr:find("local executor: unwalled — commands run as this host's user", 1, true), r.stderr)
+      r = run(plain, "offline", "echo never", "L3")
+      assert.equal(78, r.exit) -- provisioning refused (switchboard exec's configuration status)
+      assert.truthy((r.stdout .. r.stderr):find('agent offline asks for network "none", but the local executor runs unwalled', 1, true), r.stdout .. r.stderr)
+      web.srv:close()
+      S.rm(root)
+    end)
+  end)
+end)
+
+describe_walls("the local executor behind walls, in one process (the console's case)", function()
+  local instance = require("switchboard.shell.instance")
+  local procs = require("support.procs")
+
+  local function read(path)
+    local f = io.open(path, "rb")
+    if not f then return nil end
+    local s = f:read("a")
+    f:close()
+    return s
+  end
+
+  -- processes on this host whose uid is in this run's range, zombies excluded
+  local function instance_procs()
+    local out = {}
+    for _, pid in ipairs(procs.pids()) do
+      local status = read("/proc/" .. pid .. "/status") or ""
+      local uid = tonumber(status:match("\nUid:%s+%d+%s+(%d+)"))
+      if uid and uid >= UID_BASE and uid < UID_BASE + UID_COUNT and status:match("\nState:%s+(%S)") ~= "Z" then
+        out[#out + 1] = pid
+      end
+    end
+    return out
+  end
+
+  it("agents of a thread share its instance and the network rule; files go through the handle; a hard stop ends the instance", function()
+    core.run(function()
+      local dir = policy_dir("local_walls = true")
+      local snap = assert(policies.load(dir))
+      local root = S.tmpdir()
+      local bin_dir = S.BIN:match("^(.*)/[^/]+$")
+      local host
+      local opts = { policy = function() return snap end, workspace_root = root, force_backend = "local",
+        walls_host = function(s, r)
+          local why
+          host, why = instance.host{ snap = s, policy = function() return snap end, scratch = r,
+            helper = bin_dir .. "/switchboard-walls" }
+          return host, why
+        end }
+      local function executor(agent)
+        local built = assert(stack.build(opts, { thread_key = "console:walled", agent = agent, snap = snap }))
+        return built.executor, built
+      end
+      local coding, built = executor("coding")
+      assert.same({ "local executor: walled, network host (policies/isolation.lua local_walls)" }, built.notes)
+      assert(coding:write_file("note.txt", "from write_file\n", { snap = snap }))
+      local r = assert(coding:exec("cat note.txt; id -u; setsid sleep 1000 >/dev/null 2>&1 & echo started", { snap = snap }))
+      assert.equal("from write_file\n1000\nstarted", r.text)
+      assert.equal("from write_file\n", assert(coding:read_file("note.txt", { snap = snap })))
+      assert.truthy(#instance_procs() >= 1)
+      -- another agent of the thread, another network: refused in words while the instance is awake
+      local offline = executor("offline")
+      local none, err = offline:exec("echo never", { snap = snap })
+      assert.is_nil(none)
+      assert.truthy(errors.is_tool(err), tostring(err))
+      assert.truthy(err.message:find('awake with network "host"; agent work asking for "none"', 1, true), err.message)
+      -- a hard stop ends the thread's instance, the daemon its command left included
+      coding:release("always")
+      assert.truthy(S.wait_for(function() return #instance_procs() == 0 end, 30000), "an instance process outlived the release")
+      -- the thread's next instance is offline's, off the network, on the same workspace
+      r = assert(offline:exec("cat note.txt; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", { snap = snap }))
+      assert.equal("from write_file\nlo", r.text)
+      offline:release("always")
+      host:close()
+      S.rm(root)
+    end)
+  end)
+end)

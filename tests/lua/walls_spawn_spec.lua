@@ -1,0 +1,122 @@
+-- core.spawn{walls = SOCKET} (docs/engine.md, docs/isolation.md): a command started by a real
+-- sandbox instance's spawner keeps every semantic of an unwalled one — result, stdin, streamed
+-- output, the deadline's TERM then 124, proc:kill, an abort — and says in words when its
+-- instance ends under it. Needs what sandboxd needs (root, user namespaces, cgroups, bwrap);
+-- where the kernel lacks it the spec says why and runs nothing.
+local core = require("switchboard.core")
+local S = require("support.sandbox")
+local policies = require("support.policies")
+local instance = require("switchboard.shell.instance")
+
+-- host uids of this run's own (other specs and engineers use theirs)
+local UID_BASE = 1400000 + (core.crypto.random_bytes(1):byte() * 256 + core.crypto.random_bytes(1):byte()) * 8
+local snap = assert(policies.load(policies.dir{
+  isolation = function(src) return src .. ("\nuid_base = %d\nuid_count = 8\n"):format(UID_BASE) end,
+}))
+local HELPER = (os.getenv("SWITCHBOARD_BIN") or "./build/switchboard"):gsub("switchboard$", "switchboard-walls")
+local walls, why, scratch
+
+local function start_instance()
+  local ws = scratch .. "/w-" .. core.crypto.hex(core.crypto.random_bytes(4))
+  assert(core.fs.mkdir_p(ws, tonumber("700", 8)))
+  local inst = walls:new(ws, "spec", snap)
+  assert(inst:start())
+  return inst
+end
+
+-- The spawn arguments of `bash -c cmd` inside inst, with extra options.
+local function args(inst, cmd, extra)
+  local a = { argv = { "/bin/bash", "-c", cmd }, env = { PATH = "/usr/bin:/bin" } }
+  for k, v in pairs(extra or {}) do a[k] = v end
+  return assert(inst:spawn_args(a))
+end
+
+describe("core.spawn behind the walls", function()
+  setup(function()
+    core.run(function()
+      scratch = S.tmpdir()
+      os.execute("chmod 0711 '" .. scratch .. "'")
+      walls, why = instance.host{ snap = snap, policy = function() return snap end, helper = HELPER }
+    end)
+  end)
+  teardown(function()
+    if walls then core.run(function() walls:close() end) end
+    if scratch then S.rm(scratch) end
+    S.cleanup()
+  end)
+
+  local function walled_it(name, fn)
+    it(name, function()
+      if not walls then
+        -- the same answer sandboxd gives: the walls cannot be built here, and why
+        assert.truthy(why and why ~= "", "no walls and no reason")
+        print("skipped (the kernel cannot wall here): " .. why)
+        return
+      end
+      core.run(fn)
+    end)
+  end
+
+  walled_it("runs inside the instance: the result, exit codes, stdin, streamed output", function()
+    local inst = start_instance()
+    local chunks = {}
+    local proc = assert(core.spawn(args(inst, "id -u; cat; echo err >&2; pwd; exit 3", {
+      stdin = "from stdin\n",
+      on_output = function(stream, bytes) chunks[#chunks + 1] = stream .. ":" .. bytes end,
+    })))
+    assert.equal(0, proc.pid) -- its pid is the instance's
+    local r = proc:wait()
+    assert.equal(3, r.exit)
+    assert.equal("1000\nfrom stdin\n/workspace\n", r.stdout)
+    assert.equal("err\n", r.stderr)
+    assert.is_false(r.timed_out)
+    assert.truthy(table.concat(chunks):find("stdout:", 1, true))
+    inst:stop()
+  end)
+
+  walled_it("a deadline sends TERM to the group, then KILL after the grace: 124", function()
+    local inst = start_instance()
+    local t0 = core.now_ms()
+    local r = assert(core.spawn(args(inst, "trap '' TERM; sleep 1000 & sleep 1000",
+      { deadline_ms = 300, kill_grace_ms = 300 }))):wait()
+    assert.equal(124, r.exit)
+    assert.is_true(r.timed_out)
+    assert.is_true(core.now_ms() - t0 < 30000) -- bounded, not timed: the grace's KILL ended it
+    -- the group is gone: nothing of it is left in the instance
+    local left = assert(core.spawn(args(inst, "pgrep -c sleep || true"))):wait()
+    assert.equal("0\n", left.stdout)
+    inst:stop()
+  end)
+
+  walled_it("proc:kill and an abort reach the command's group", function()
+    local inst = start_instance()
+    local up = false
+    local proc = assert(core.spawn(args(inst, "echo up; exec sleep 1000", {
+      on_output = function() up = true end })))
+    assert.is_true(S.wait_for(function() return up end, 20000))
+    proc:kill("TERM")
+    local r = proc:wait()
+    assert.equal(15, r.signal)
+    assert.equal(143, r.exit)
+    local sig = core.signal()
+    local p2 = assert(core.spawn(args(inst, "exec sleep 1000", { signal = sig })))
+    core.go(function() core.sleep(100); sig:abort("stop") end)
+    r = p2:wait()
+    assert.is_true(r.aborted)
+    assert.equal(9, r.signal)
+    inst:stop()
+  end)
+
+  walled_it("the instance ending under a command: killed, said in words; a gone spawner is a spawn failure", function()
+    local inst = start_instance()
+    local proc = assert(core.spawn(args(inst, "exec sleep 1000")))
+    core.go(function() core.sleep(200); inst:stop() end)
+    local r = proc:wait()
+    assert.equal(9, r.signal)
+    assert.truthy(r.stderr:find("the sandbox instance ended while the command ran", 1, true), r.stderr)
+    local p, err = core.spawn{ argv = { "/bin/true" }, walls = inst.socket }
+    assert.is_nil(p)
+    assert.equal("spawn", err.kind)
+    assert.truthy(err.message:find("does not answer", 1, true), err.message)
+  end)
+end)
