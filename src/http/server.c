@@ -655,6 +655,8 @@ static int l_res_index(lua_State *L) {
     lua_pushboolean(L, r->phase == RES_FINISHED);
   else if (strcmp(key, "started") == 0)
     lua_pushboolean(L, r->phase != RES_FRESH);
+  else if (strcmp(key, "status") == 0) /* for a request log; 0 until a head was sent */
+    lua_pushinteger(L, r->status);
   else {
     luaL_getmetatable(L, RES_MT);
     lua_getfield(L, -1, key);

@@ -245,10 +245,16 @@ describe("agent runs in switchboard console", function()
       CONSOLE < in > out 2> err & pid=$!
       exec 3> in
       echo 'agent:coding think hard' >&3
-      for i in $(seq 400); do [ -f streaming ] && break; sleep 0.05; done
+      for i in $(seq 1200); do [ -f streaming ] && break; sleep 0.05; done
+      # message_start is in the console's socket now; stop once the console has read it (its
+      # connection to the stand-in has nothing left to receive), so the card counts its usage
+      # however slowly a loaded machine schedules the console
+      port=$(printf '%04X' "${ANTHROPIC_BASE_URL##*:}")
+      unread() { awk -v p=":$port" 'substr($3, length($3) - 4) == p && $4 == "01" { split($5, q, ":"); if (q[2] != "00000000") n++ } END { print n + 0 }' /proc/net/tcp /proc/net/tcp6; }
+      for i in $(seq 1200); do [ "$(unread)" = 0 ] && break; sleep 0.05; done
       start=$(date +%s%N)
       echo stop >&3
-      for i in $(seq 400); do grep -q 'stopped after' out && break; sleep 0.05; done
+      for i in $(seq 1200); do grep -q 'stopped after' out && break; sleep 0.05; done
       echo "stop_ms=$(( ($(date +%s%N) - start) / 1000000 ))" >> out
       exec 3>&-
       wait $pid; echo "exit=$?" >> out
@@ -256,7 +262,9 @@ describe("agent runs in switchboard console", function()
     assert.matches("exit=0\n", out)
     assert.matches("■ stopped after 1 turn in [%d.]+s · 100 tokens in / 1 out — the model stream",
       cards.find(out, "^%[main%] agent:coding"))
-    assert.is_true(tonumber(out:match("stop_ms=(%d+)")) < 5000)
+    -- at once: the stream holds for 60 s, so a stop that waited for the answer would take that
+    -- long; half of it is room for a loaded machine and still fails a stop that waits
+    assert.is_true(tonumber(out:match("stop_ms=(%d+)")) < 30000, out)
   end)
 
   it("stop mid-command kills the command's process group at once", function()

@@ -98,4 +98,42 @@ describe("switchboard doctor", function()
     gh.server:close()
     srv:close()
   end))
+
+  -- The walls as `sandboxd` proves them at start: the helper runs and a throwaway instance runs
+  -- a command. A host that cannot wall (no user namespaces, no cgroups) is told what to fix,
+  -- which is checked here by breaking what a spec can break without root over the kernel: the
+  -- helper's path, its mode, bwrap on PATH.
+  it("proves the walls as sandboxd's start-up does, one FAIL line with the fix for each break", async(function()
+    local dir = S.tmpdir()
+    local function walls(env)
+      local r = bin.run({ "doctor" }, { env = env })
+      local l = lines(r.stdout).walls
+      assert.truthy(l, r.stdout .. r.stderr)
+      return l, r
+    end
+    local ok = walls()
+    -- a host without the walls answers FAIL with its reason; this one (the suite's walls
+    -- specs run here) must give them
+    assert.equal("ok", ok.verdict, ok.text)
+    assert.truthy(ok.text:find("switchboard-walls runs; a test instance", 1, true), ok.text)
+
+    local l, r = walls({ SWITCHBOARD_WALLS_HELPER = dir .. "/missing/switchboard-walls" })
+    assert.equal("FAIL", l.verdict)
+    assert.equal(1, r.exit)
+    assert.truthy(l.text:find(dir .. "/missing/switchboard-walls (SWITCHBOARD_WALLS_HELPER) does not run: No such file", 1, true), l.text)
+    assert.truthy(l.text:find("fix: build it", 1, true), l.text)
+
+    local f = assert(io.open(dir .. "/switchboard-walls", "w"))
+    f:write("#!/bin/sh\nexit 0\n")
+    f:close()
+    l = walls({ SWITCHBOARD_WALLS_HELPER = dir .. "/switchboard-walls" }) -- mode 0644: not runnable
+    assert.equal("FAIL", l.verdict)
+    assert.truthy(l.text:find("does not run: Permission denied", 1, true), l.text)
+
+    l = walls({ PATH = dir }) -- a PATH without bwrap
+    assert.equal("FAIL", l.verdict)
+    assert.truthy(l.text:find("bwrap is not installed", 1, true), l.text)
+    assert.truthy(l.text:find("fix: apt-get install bubblewrap", 1, true), l.text)
+    S.rm(dir)
+  end))
 end)

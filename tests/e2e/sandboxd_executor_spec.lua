@@ -69,7 +69,7 @@ describe("sandbox executor → sandboxd", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = dir }
       local ex = executor(h)
-      assert.equal("OK", ex:exec("sleep 0.2 && echo OK", { timeout_ms = 2000 }).text)
+      assert.equal("OK", ex:exec("sleep 0.2 && echo OK", { timeout_ms = 20000 }).text)
       local r = assert(ex:exec("sleep 5 && echo NO", { timeout_ms = 500 }))
       assert.equal(124, r.exit_code)
       assert.truthy(r.text:find("^exit 124: command timed out in the sandbox after 1s %(the command's limit, 500 ms%); if it needs longer, pass a larger timeoutMs %(up to 1200000%)"), r.text)

@@ -186,7 +186,8 @@ describe("dispatcher", function()
       local t0 = core.now_ms()
       ask("main", "stop")
       d:wait_idle()
-      assert.is_true(core.now_ms() - t0 < 5000, "stop took " .. (core.now_ms() - t0) .. " ms")
+      -- at once: well under the command's 60 s, with room for a loaded machine
+      assert.is_true(core.now_ms() - t0 < 30000, "stop took " .. (core.now_ms() - t0) .. " ms")
       assert.equal("stopped", long.card.state)
       assert.matches("■ stopped after [%d.]+s — the command's process group was killed; the executor was released",
         front:cards()[1].final)
@@ -465,7 +466,7 @@ describe("dispatcher", function()
       eventually(function() return a.card.state == "running" end, "the command to run")
       local t0 = core.now_ms()
       assert.is_false(d:drain(300))
-      assert.is_true(core.now_ms() - t0 < 5000)
+      assert.is_true(core.now_ms() - t0 < 30000) -- well under the command's 60 s
       assert.equal("stopped", a.card.state)
       assert.matches("drain time ran out", a.card.body)
     end)

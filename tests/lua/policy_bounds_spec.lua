@@ -51,7 +51,9 @@ describe("policy bounds on the engine", function()
       assert.is_nil(snap)
       local want = ("/timeouts.lua:%d: "):format(start + a.line)
       assert.truthy(P.has(errs, want, a.says), table.concat(errs, "\n"))
-      assert.is_true(ms < 5000, ("the refusal took %.0f ms"):format(ms))
+      -- bounded: an unbounded attack runs for minutes or for ever; 20 s leaves a loaded
+      -- machine room (the instruction budget trips in well under a second on an idle one)
+      assert.is_true(ms < 20000, ("the refusal took %.0f ms"):format(ms))
     end)
   end
 

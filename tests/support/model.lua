@@ -25,7 +25,7 @@ function M.start(opts)
   local dir = files.tmpdir()
   local key = opts.key or ("sk-ant-spec-" .. core.crypto.hex(core.crypto.random_bytes(12)))
   os.execute(("/usr/bin/python3 tests/support/model_standin.py --dir %s --key %s >%s/log 2>&1 &"):format(dir, key, dir))
-  local port = wait_for(function() return files.read(dir .. "/port") end, 10000)
+  local port = wait_for(function() return files.read(dir .. "/port") end, 60000) -- a bound for a loaded machine
   assert(port, "the model stand-in did not start: " .. (files.read(dir .. "/log") or ""))
   local h = { dir = dir, key = key, port = tonumber(port), pid = tonumber(files.read(dir .. "/pid")) }
   h.url = "http://127.0.0.1:" .. h.port

@@ -20,7 +20,8 @@ An answer (all fields optional):
   split            characters per text_delta / input_json_delta fragment (default 3)
   chunk            bytes per socket write (default 7)
   hold_ms          pause after message_start (a long answer; `stop` lands in it)
-  touch            a path created when the stream starts
+  touch            a path created when the stream starts; with hold_ms, once the events
+                   before the hold (message_start) are written to the client's socket
   cut_after        close the connection after this many events (a stream cut mid-answer)
   status, error, headers   an HTTP error instead: {"status": 429, "headers": {"retry-after": "1"},
                     "error": {"type": "rate_limit_error", "message": "…"}}
@@ -163,7 +164,7 @@ class Handler(BaseHTTPRequestHandler):
         if answer.get("status"):
             err = answer.get("error") or {"type": "api_error", "message": "stand-in error"}
             return self._error(answer["status"], err["type"], err["message"], answer.get("headers"))
-        if answer.get("touch"):
+        if answer.get("touch") and not answer.get("hold_ms"):
             open(answer["touch"], "w").close()
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
@@ -183,6 +184,9 @@ class Handler(BaseHTTPRequestHandler):
                         self._chunk(pending)
                         pending = b""
                     if answer.get("hold_ms"):
+                        self.wfile.flush()
+                        if answer.get("touch"):
+                            open(answer["touch"], "w").close()
                         time.sleep(answer["hold_ms"] / 1000.0)
                     continue
                 if cut_after is not None and sent >= cut_after:

@@ -5,6 +5,7 @@ local cjson = require("cjson")
 local prologue = require("switchboard.commands.prologue")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
+local instance = require("switchboard.shell.instance")
 
 local M = {
   name = "doctor",
@@ -22,7 +23,9 @@ Checks what this environment configures and prints one line per check:
   ok    slack     …            SLACK_BOT_TOKEN / SLACK_APP_TOKEN pass auth.test
   ok    model     …            ANTHROPIC_API_KEY is accepted (GET /v1/models)
   ok    sandboxd  …            SANDBOX_URL answers /healthz with this binary's build
-  ok    walls     …            the kernel offers what the walls need (cgroup v2, user namespaces)
+  ok    walls     …            the walls sandboxd needs are proven as its start-up does: the
+                               switchboard-walls helper runs, and a throwaway instance
+                               (bubblewrap, user namespaces, cgroups) runs a command
 
 A check whose settings are absent says `skip` and which variable turns it on; a failing one
 says `FAIL` and what to do. Tokens are sent only to the service they belong to and never
@@ -180,18 +183,70 @@ local function read_first(path)
   return s
 end
 
-local function check_walls(ctx)
+-- The helper sandboxd would use: $SWITCHBOARD_WALLS_HELPER, else next to this binary.
+local function walls_helper(ctx)
+  local env = nonempty(ctx.getenv("SWITCHBOARD_WALLS_HELPER"))
+  if env then return env, "SWITCHBOARD_WALLS_HELPER" end
+  local exe = core.fs.realpath("/proc/self/exe")
+  local dir = type(exe) == "string" and exe:match("^(.*)/[^/]+$")
+  return dir and (dir .. "/switchboard-walls") or "switchboard-walls", "next to the switchboard binary"
+end
+
+-- What to change when the proof failed: the kernel switches that refuse user namespaces, read
+-- where this host has them (a missing file is a kernel without that switch).
+local function userns_fix(ctx)
   local root = ctx.sysroot or ""
-  local problems = {}
-  if not read_first(root .. "/sys/fs/cgroup/cgroup.controllers") then
-    problems[#problems + 1] = "no cgroup v2 at /sys/fs/cgroup (boot with the unified hierarchy)"
+  if read_first(root .. "/proc/sys/kernel/unprivileged_userns_clone") == "0" then
+    return "sysctl -w kernel.unprivileged_userns_clone=1 (Debian's switch for user namespaces)"
   end
-  local max_ns = tonumber(read_first(root .. "/proc/sys/user/max_user_namespaces") or "0")
-  if not max_ns or max_ns < 1 then
-    problems[#problems + 1] = "user namespaces are off (sysctl user.max_user_namespaces=15000)"
+  if read_first(root .. "/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1" then
+    return "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile for bwrap"
   end
-  if #problems > 0 then return "FAIL", table.concat(problems, "; ") end
-  return "ok", "cgroup v2 and user namespaces are available"
+  local max_ns = tonumber(read_first(root .. "/proc/sys/user/max_user_namespaces") or "")
+  if max_ns == 0 then return "sysctl -w user.max_user_namespaces=15000" end
+  return nil
+end
+
+-- The walls proven the way `switchboard sandboxd` proves them when it starts (shell/instance.lua
+-- host{scratch}): the helper runs, bwrap is installed, the kernel gives user namespaces and
+-- cgroups, and a throwaway instance is built in a scratch directory and runs a command.
+local function check_walls(ctx, snap)
+  local helper, from = walls_helper(ctx)
+  local probe, perr = core.spawn{ argv = { helper }, env = {}, deadline_ms = 10000 }
+  if not probe then
+    local why = type(perr) == "table" and perr.message or tostring(perr)
+    return "FAIL", ("the walls helper %s (%s) does not run: %s — fix: build it (cmake --build build) "
+      .. "or install it next to switchboard, or point SWITCHBOARD_WALLS_HELPER at it"):format(helper, from,
+      first_line(why):gsub("^cannot start '[^']*': ", ""))
+  end
+  local pr = probe:wait()
+  if pr.signal then
+    return "FAIL", ("the walls helper %s died of signal %s when started — fix: rebuild it for this host "
+      .. "(cmake --build build)"):format(helper, tostring(pr.signal))
+  end
+  local scratch = ("/tmp/switchboard-doctor-%s"):format(core.crypto.hex(core.crypto.random_bytes(6)))
+  local made, merr = core.fs.mkdir_p(scratch, tonumber("700", 8))
+  if not made then
+    return "FAIL", ("cannot make a scratch directory %s for the test instance: %s — fix: make /tmp writable")
+      :format(scratch, tostring(merr and merr.message))
+  end
+  local walls, why = instance.host{ snap = snap, policy = function() return snap end, scratch = scratch,
+    helper = helper }
+  if walls then walls:close() end
+  core.fs.remove_tree(scratch)
+  if not walls then
+    why = first_line(why)
+    local fix
+    if why:find("bwrap is not installed", 1, true) then
+      why, fix = "bwrap is not installed (not on PATH)", "apt-get install bubblewrap"
+    elseif why:find("namespace") or why:find("uid map") or why:find("Operation not permitted")
+        or why:find("Permission denied") then
+      fix = userns_fix(ctx)
+    end
+    return "FAIL", why .. (fix and (" — fix: " .. fix) or " — see docs/isolation.md")
+  end
+  return "ok", ("%s runs; a test instance (namespaces, cgroup v%d) ran a command, as sandboxd's "
+    .. "start-up proves it"):format(helper, walls.layout.version)
 end
 
 ---------------------------------------------------------------------------------------------
@@ -217,7 +272,7 @@ function M.run(argv, ctx)
     { "slack", function() return check_slack(ctx, snap) end },
     { "model", function() return check_model(ctx, snap) end },
     { "sandboxd", function() return check_sandboxd(ctx, snap, p.opts.sandbox_url) end },
-    { "walls", function() return check_walls(ctx) end },
+    { "walls", function() return check_walls(ctx, snap) end },
   }
   for _, c in ipairs(checks) do
     local ok, v, t = pcall(c[2])

@@ -48,10 +48,13 @@ M.QUOTE_BYTES = 200
 --   a kill of an empty group) goes nowhere. set -m gives the job a process group of its own
 --   (its id is the job's pid, $t); timeout makes the limit reach that group; TERM to the
 --   wrapper (a stop) KILLs the group; a normal end KILLs what the command left in it.
+--   The trap names the group by $!, not $t: bash sets $! as soon as the job is forked, while a
+--   wrapper descheduled on a loaded machine may take a TERM between the fork and `t=$!` — with
+--   $t empty the kill went nowhere and a background child outlived the stop.
 M.WRAPPER = table.concat({
   'exec 3>&2 2>/dev/null',
   'set -m',
-  [[trap 'kill -KILL -- "-$t"; exit 143' TERM]],
+  [[trap 'kill -KILL -- "-$!"; exit 143' TERM]],
   'timeout -k "$1" "$2" /bin/bash -c "$3" 2>&3 3>&- &',
   't=$!',
   'wait "$t"; rc=$?',

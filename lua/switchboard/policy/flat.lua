@@ -47,18 +47,34 @@ local function walk(file, path, v, out)
   end
 end
 
-function M.entries(snap)
-  local out = {}
+-- The leaves of a snapshot without where they were set: a snapshot is frozen, so they are
+-- walked once per snapshot (a reload compares the new one with the one it replaces, which the
+-- reload before walked already). Where each was set (ctl.line_for) costs most of a walk and a
+-- change does not need it.
+local leaves_of = setmetatable({}, { __mode = "k" })
+local function leaves(snap)
+  local out = leaves_of[snap]
+  if out then return out end
+  out = {}
   for _, file in ipairs(schema.order) do
     local part = snap[file]
     for _, k in ipairs(schema.sorted_keys(part)) do walk(file, k, part[k], out) end
   end
-  for _, e in ipairs(out) do
-    e.key = e.file .. ":" .. e.path
+  for _, e in ipairs(out) do e.key = e.file .. ":" .. e.path end
+  leaves_of[snap] = out
+  return out
+end
+
+function M.entries(snap)
+  local out = {}
+  for i, leaf in ipairs(leaves(snap)) do
+    local e = {}
+    for k, v in pairs(leaf) do e[k] = v end
     if snap.where then
       local ok, where, shipped = pcall(snap.where, e.file, e.path)
       if ok then e.where, e.shipped = where, shipped end
     end
+    out[i] = e
   end
   return out
 end
@@ -66,15 +82,16 @@ end
 -- What differs between two snapshots, in file then path order.
 function M.changes(old, new)
   local before, seen, out = {}, {}, {}
-  for _, e in ipairs(M.entries(old)) do before[e.key] = e end
-  for _, e in ipairs(M.entries(new)) do
+  local old_leaves = leaves(old)
+  for _, e in ipairs(old_leaves) do before[e.key] = e end
+  for _, e in ipairs(leaves(new)) do
     seen[e.key] = true
     local o = before[e.key]
     if o == nil or o.text ~= e.text then
       out[#out + 1] = { file = e.file, path = e.path, key = e.key, old = o and o.text, new = e.text }
     end
   end
-  for _, e in ipairs(M.entries(old)) do
+  for _, e in ipairs(old_leaves) do
     if not seen[e.key] then
       out[#out + 1] = { file = e.file, path = e.path, key = e.key, old = e.text, new = nil }
     end

@@ -10,6 +10,7 @@
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local routes = require("switchboard.resident.routes")
+local request_log = require("switchboard.sandboxd.request_log")
 local sandboxd_server = require("switchboard.sandboxd.server")
 local repos = require("switchboard.resident.repos")
 
@@ -33,7 +34,8 @@ function M.start(opts)
     threads_root = opts.root .. "/threads", stopping = core.signal(), generation = self.generation,
     getenv = opts.getenv, walls = opts.walls,
   }
-  local handler = routes.handler(self.ctx)
+  local on_head, handler = request_log.wrap{ event = "resident.request", log = log,
+    on_head = routes.on_head(self.ctx), handler = routes.handler(self.ctx) }
   local function done()
     self.inflight = self.inflight - 1
     if self.inflight == 0 and self.quiet then self.quiet:abort("idle") end
@@ -45,7 +47,7 @@ function M.start(opts)
   end
   local ok, srv, err = pcall(core.http.serve, {
     host = opts.host, port = opts.port, handler = counted, limits = sandboxd_server.limits_of(policy.current()),
-    on_head = routes.on_head(self.ctx),
+    on_head = on_head,
   })
   if not ok then return nil, core.error("listen", tostring(srv)) end
   if not srv then return nil, err end

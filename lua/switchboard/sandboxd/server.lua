@@ -14,6 +14,7 @@ local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local fleet = require("switchboard.sandboxd.fleet")
 local routes = require("switchboard.sandboxd.routes")
+local request_log = require("switchboard.sandboxd.request_log")
 local runner = require("switchboard.sandboxd.runner")
 
 local M = {}
@@ -54,7 +55,8 @@ function M.start(opts)
     -- without walls an instance shares the host's network: "none" is refused, never ignored
     networks = opts.walls and { host = true, none = true } or { host = true },
   }
-  local handler = routes.handler(self.ctx)
+  local on_head, handler = request_log.wrap{ event = "sandboxd.request", log = log,
+    on_head = routes.on_head(self.ctx), handler = routes.handler(self.ctx) }
   -- The count drops however the handler ends; a raise passes through uncaught to the engine's
   -- one protected call (which logs it with its traceback and answers 500).
   local function done()
@@ -68,7 +70,7 @@ function M.start(opts)
   end
   local ok, srv, err = pcall(core.http.serve, {
     host = opts.host, port = opts.port, handler = counted, limits = limits_of(policy.current()),
-    on_head = routes.on_head(self.ctx),
+    on_head = on_head,
   })
   if not ok then return nil, core.error("listen", tostring(srv)) end
   if not srv then return nil, err end

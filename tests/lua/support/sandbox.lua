@@ -167,8 +167,10 @@ function M.start_sandboxd(opts)
   function h.log() return table.concat(chunks) end
   core.go(function() h.result = proc:wait() end)
   local port = M.wait_for(function()
-    return h.log():match("sandboxd%.listening[^\n]*port=(%d+)") or h.result
-  end, opts.start_timeout_ms or 10000)
+    return h.log():match("sandboxd%.listening[^\n]*port=(%d+)")
+      or h.log():match('"event":"sandboxd%.listening"[^\n]*"port":(%d+)') -- --log-format json
+      or h.result
+  end, opts.start_timeout_ms or 60000) -- a bound for a loaded machine; the line ends the wait
   if type(port) ~= "string" and opts.may_fail ~= true then
     error("sandboxd did not start:\n" .. h.log(), 2)
   end
@@ -217,7 +219,7 @@ end
 function M.start_standin()
   local dir = M.tmpdir()
   os.execute(("python3 tests/support/sandbox_standin.py --dir %s >%s/log 2>&1 &"):format(dir, dir))
-  local port = M.wait_for(function() return M.read(dir .. "/port") end, 10000)
+  local port = M.wait_for(function() return M.read(dir .. "/port") end, 60000) -- loaded machines start python slowly
   assert(port, "the stand-in did not start: " .. (M.read(dir .. "/log") or ""))
   local h = { dir = dir, port = tonumber(port), pid = tonumber(M.read(dir .. "/pid")) }
   h.url = "http://127.0.0.1:" .. h.port
