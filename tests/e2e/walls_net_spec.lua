@@ -60,36 +60,12 @@ local function exec(h, thread, command, extra)
   return status, cjson.decode(raw)
 end
 
--- Whether this kernel gives the walls: one real sandboxd start answers it (as walls_spec.lua).
-local walls_available, walls_why, walls_broken
-do
-  local ok, err = pcall(core.run, function()
-    local h = S.start_sandboxd{ policies = policy_dir(), may_fail = true }
-    if h.port then
-      walls_available = h.log():find('walls="cgroup v', 1, true) ~= nil
-      h:stop("KILL"); h:wait()
-    else
-      h:wait()
-      walls_why = h.log():match("cannot build the walls[^\n]*")
-      if not walls_why then walls_broken = "sandboxd did not start: " .. h.log() end
-    end
-  end)
-  if not ok then walls_broken = tostring(err) end
-  S.cleanup_servers()
-end
+-- Whether this kernel gives the walls (support/walls.lua): one real sandboxd start answers it.
+local describe_walls = require("support.walls").probe(policy_dir(),
+  { describe = describe, it = it, pending = pending })
 
 after_each(S.cleanup_servers)
 teardown(S.cleanup)
-
-local describe_walls = walls_available and describe or function(name)
-  describe(name, function()
-    if walls_broken then
-      it("starts", function() error(walls_broken, 0) end)
-    else
-      pending("this kernel cannot give the walls: " .. tostring(walls_why))
-    end
-  end)
-end
 
 describe("network on the wire: checked before anything runs", function()
   local dir = policy_dir()
@@ -262,20 +238,13 @@ end)
 describe_walls("the local executor behind walls, in one process (the console's case)", function()
   local instance = require("switchboard.shell.instance")
   local procs = require("support.procs")
-
-  local function read(path)
-    local f = io.open(path, "rb")
-    if not f then return nil end
-    local s = f:read("a")
-    f:close()
-    return s
-  end
+  local files = require("support.files")
 
   -- processes on this host whose uid is in this run's range, zombies excluded
   local function instance_procs()
     local out = {}
     for _, pid in ipairs(procs.pids()) do
-      local status = read("/proc/" .. pid .. "/status") or ""
+      local status = files.read("/proc/" .. pid .. "/status") or ""
       local uid = tonumber(status:match("\nUid:%s+%d+%s+(%d+)"))
       if uid and uid >= UID_BASE and uid < UID_BASE + UID_COUNT and status:match("\nState:%s+(%S)") ~= "Z" then
         out[#out + 1] = pid

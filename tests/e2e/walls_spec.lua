@@ -68,37 +68,12 @@ local function file_op(h, thread, route, body)
   return status, cjson.decode(raw)
 end
 
--- Whether this kernel gives the walls: one real sandboxd start answers it.
-local walls_available, walls_why, walls_broken
-do
-  local ok, err = pcall(core.run, function()
-    local h = S.start_sandboxd{ policies = policy_dir(), may_fail = true }
-    if h.port then
-      walls_available = h.log():find('walls="cgroup v', 1, true) ~= nil
-      h:stop("KILL"); h:wait()
-    else
-      h:wait()
-      walls_why = h.log():match("cannot build the walls[^\n]*")
-      -- anything else is a failure of sandboxd, not a kernel lacking a feature: no skipping
-      if not walls_why then walls_broken = "sandboxd did not start: " .. h.log() end
-    end
-  end)
-  if not ok then walls_broken = tostring(err) end
-  S.cleanup_servers()
-end
+-- Whether this kernel gives the walls (support/walls.lua): one real sandboxd start answers it.
+local describe_walls = require("support.walls").probe(policy_dir(),
+  { describe = describe, it = it, pending = pending })
 
 after_each(S.cleanup_servers)
 teardown(S.cleanup)
-
-local describe_walls = walls_available and describe or function(name)
-  describe(name, function()
-    if walls_broken then
-      it("starts", function() error(walls_broken, 0) end)
-    else
-      pending("this kernel cannot give the walls: " .. tostring(walls_why))
-    end
-  end)
-end
 
 describe("sandboxd: starting with and without walls", function()
   it("refuses to start when the walls cannot be built, naming what is missing and --no-walls", function()
