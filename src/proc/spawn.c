@@ -237,34 +237,13 @@ int sb_spawn_walled(const sb_spawn_args *a, const char *socket_path, bool with_s
     rc = errno; /* EAGAIN: its backlog is full; ECONNREFUSED, ENOENT: no spawner */
     goto done;
   }
-  uint32_t header = (uint32_t)len;
   int fds[3] = {in[0], o[1], e[1]};
-  union {
-    char buf[CMSG_SPACE(sizeof fds)];
-    struct cmsghdr align;
-  } control;
-  memset(&control, 0, sizeof control);
-  struct iovec iov[2] = {{&header, sizeof header}, {body, len}};
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = iov;
-  msg.msg_iovlen = 2;
-  msg.msg_control = control.buf;
-  msg.msg_controllen = sizeof control.buf;
-  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof fds);
-  memcpy(CMSG_DATA(c), fds, sizeof fds);
-  ssize_t sent;
-  do
-    sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
-  while (sent < 0 && errno == EINTR);
-  if (sent < (ssize_t)sizeof header) { /* a fresh socket's buffer takes the header at least */
-    rc = sent < 0 ? errno : EPIPE;
+  long sent = walls_request_send(sock, body, len, fds);
+  if (sent < 0) {
+    rc = errno;
     goto done;
   }
-  size_t taken = (size_t)sent - sizeof header;
+  size_t taken = (size_t)sent;
   if (taken < len) {
     *rest = malloc(len - taken);
     if (*rest == NULL) {

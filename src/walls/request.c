@@ -1,9 +1,11 @@
 /* The spawner's request body: parse and encode (request.h). */
 #include "walls/request.h"
 
+#include <errno.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 /* The next NUL-terminated string at *pos, or NULL when the body ends first. */
 static char *next_string(char *body, size_t len, size_t *pos) {
@@ -114,4 +116,36 @@ int walls_reply_decode(const unsigned char *bytes, size_t len, int *exit_code, i
     return 1;
   }
   return -1;
+}
+
+long walls_request_send(int sock, const char *body, size_t len, const int fds[3]) {
+  uint32_t header = (uint32_t)len;
+  union {
+    char buf[CMSG_SPACE(3 * sizeof(int))];
+    struct cmsghdr align;
+  } control;
+  memset(&control, 0, sizeof control);
+  struct iovec iov[2] = {{&header, sizeof header}, {(void *)body, len}};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 2;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof control.buf;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(3 * sizeof(int));
+  memcpy(CMSG_DATA(c), fds, 3 * sizeof(int));
+  ssize_t sent;
+  do
+    sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
+  if (sent < 0)
+    return -1;
+  if (sent < (ssize_t)sizeof header) { /* a fresh socket's buffer takes the header at least */
+    errno = EPIPE;
+    return -1;
+  }
+  return (long)((size_t)sent - sizeof header);
 }

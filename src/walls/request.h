@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 enum {
   WALLS_MAX_REQUEST = 4 * 1024 * 1024, /* bytes of one body: a command text plus its env */
@@ -35,6 +36,12 @@ int walls_request_parse(char *body, size_t len, walls_request *out, const char *
 /* The body for argv/envp/cwd in a new malloc'd buffer (the caller frees it) and its length in
  * *len; NULL when it would exceed the limits above. */
 char *walls_request_encode(char *const *argv, char *const *envp, const char *cwd, size_t *len);
+
+/* Sends the 4-byte header for a body of `len` bytes, the three stdio `fds` (SCM_RIGHTS) with it,
+ * and as much of `body` as the socket takes now (retried on EINTR; MSG_NOSIGNAL). Returns how
+ * many of the body's bytes went (0..len; the rest is the caller's to send), or -1 with errno
+ * when not even the header went. */
+long walls_request_send(int sock, const char *body, size_t len, const int fds[3]);
 
 /* The reply: the command's wait status (as waitpid gives it), 4 bytes in the host's order.
  * The engine decodes it from bytes that come from inside the instance, so it trusts nothing

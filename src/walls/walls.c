@@ -1053,30 +1053,9 @@ static int run(const options *o) {
     die("the command and its environment are over the spawner's limits (%d arguments, %d "
         "variables, %d bytes)", WALLS_MAX_ARGS, WALLS_MAX_ENV, WALLS_MAX_REQUEST);
   }
-  uint32_t header = (uint32_t)len;
   int fds[3] = {0, 1, 2};
-  union {
-    char buf[CMSG_SPACE(sizeof fds)];
-    struct cmsghdr align;
-  } control;
-  memset(&control, 0, sizeof control);
-  struct iovec iov = {&header, sizeof header};
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.buf;
-  msg.msg_controllen = sizeof control.buf;
-  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof fds);
-  memcpy(CMSG_DATA(c), fds, sizeof fds);
-  ssize_t sent;
-  do
-    sent = sendmsg(s, &msg, MSG_NOSIGNAL);
-  while (sent < 0 && errno == EINTR);
-  int ok = sent == (ssize_t)sizeof header && write_full(s, body, len) == 0;
+  long sent = walls_request_send(s, body, len, fds); /* a blocking socket: the rest follows */
+  int ok = sent >= 0 && write_full(s, body + sent, len - (size_t)sent) == 0;
   free(body);
   if (!ok)
     die("cannot send the command to the instance's spawner");

@@ -74,6 +74,34 @@ describe("core.spawn behind the walls", function()
     inst:stop()
   end)
 
+  -- A request larger than a unix socket's buffer (six variables of 100 KiB, each under the
+  -- kernel's 128 KiB per string): the engine's non-blocking socket takes the header, the fds and
+  -- a first part, and the rest follows as the socket drains.
+  local function big_env()
+    local env = { PATH = "/usr/bin:/bin" }
+    for i = 1, 6 do env["BIG" .. i] = string.rep(tostring(i), 100 * 1024) end
+    return env
+  end
+  local BIG_SCRIPT, BIG_OUT = 'id -u; cat; echo "${#BIG1}${BIG6: -1}"; exit 5', "1000\nvia %s\n1024006\n" -- 102400, then the last "6"
+
+  walled_it("a request larger than the socket's buffer arrives whole", function()
+    local inst = start_instance()
+    local r = assert(core.spawn(args(inst, BIG_SCRIPT, { env = big_env(), stdin = "via engine\n" }))):wait()
+    assert.equal(5, r.exit, r.stderr)
+    assert.equal(BIG_OUT:format("engine"), r.stdout)
+    inst:stop()
+  end)
+
+  walled_it("the diagnostic `run` client (switchboard-walls run) speaks the same protocol", function()
+    local inst = start_instance()
+    local r = assert(core.spawn{
+      argv = inst:argv{ "/bin/bash", "-c", BIG_SCRIPT }, env = big_env(), stdin = "via run\n",
+    }):wait()
+    assert.equal(5, r.exit, r.stderr)
+    assert.equal(BIG_OUT:format("run"), r.stdout)
+    inst:stop()
+  end)
+
   walled_it("a deadline sends TERM to the group, then KILL after the grace: 124", function()
     local inst = start_instance()
     local t0 = core.now_ms()
