@@ -78,14 +78,37 @@ class Sandbox:
         return os.path.join(self.root, vm_path.lstrip("/"))
 
     def die(self):
-        """The VM is gone: everything in it dies (each process's whole group)."""
+        """The VM is gone: everything in it dies, whatever process group a command's children
+        moved to (the executor's wrapper puts each command in a group of its own with set -m).
+        Each process here starts a session of its own, so the VM's processes are those of
+        these sessions; a few rounds catch a fork under way."""
         self.alive = False
-        for pid, p in list(self.procs.items()):
-            if p.poll() is None or group_exists(pid):
+        sessions = set(self.procs)
+        for _ in range(20):
+            members = processes_in_sessions(sessions)
+            if not members:
+                return
+            for pid in members:
                 try:
-                    os.killpg(pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+
+
+def processes_in_sessions(sessions):
+    """The live (not zombie) processes whose session id is in `sessions`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) in sessions:
+            found.append(int(name))
+    return found
 
 
 def group_exists(pgid):
@@ -379,7 +402,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             p = subprocess.Popen([proc_spec["cmd"]] + list(proc_spec.get("args") or []), cwd=cwd, env=env,
                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 process_group=0)
+                                 start_new_session=True)  # its group and session: see Sandbox.die
         except OSError as e:
             self.send_response(200)
             self.send_header("content-type", "application/connect+json")
