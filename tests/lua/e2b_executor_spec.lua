@@ -365,13 +365,21 @@ describe("e2b executor: deadlines and stops", function()
     assert.matches("stopped by the user", r.text)
     local pid = bg_pid(ex)
     assert.is_true(E.wait_for(function() return not procs.alive(pid) end, 20000))
-    -- the stop was E2B's SendSignal SIGTERM to the wrapper (whose trap KILLs the group)
+    -- the stop was E2B's SendSignal SIGTERM to the wrapper (whose trap KILLs the group) — or,
+    -- when it came before the start event was read (a loaded machine), the stop by the
+    -- command's mark (its own case below makes that path certain)
+    local e2b = require("switchboard.exec.e2b")
     local starts = requests_to("^/process%.Process/Start$")
-    local sig = requests_to("^/process%.Process/SendSignal$")
-    local body = cjson.decode(sig[#sig].body)
-    assert.equal("SIGNAL_SIGTERM", body.signal)
-    assert.equal(ex:sandbox_id(), sig[#sig].headers["e2b-sandbox-id"])
-    assert.equal(require("switchboard.exec.e2b").WRAPPER, start_body(starts[#starts]).process.args[2])
+    local last = start_body(starts[#starts]).process.args
+    if last[2] == e2b.STOP_MARKED then
+      assert.equal(e2b.WRAPPER, start_body(starts[#starts - 1]).process.args[2])
+    else
+      local sig = requests_to("^/process%.Process/SendSignal$")
+      local body = cjson.decode(sig[#sig].body)
+      assert.equal("SIGNAL_SIGTERM", body.signal)
+      assert.equal(ex:sandbox_id(), sig[#sig].headers["e2b-sandbox-id"])
+      assert.equal(e2b.WRAPPER, last[2])
+    end
   end))
 
   it("nothing a command leaves behind outlives its normal end", async(function()
@@ -380,6 +388,29 @@ describe("e2b executor: deadlines and stops", function()
     assert.equal("done", r.text)
     local pid = bg_pid(ex)
     assert.is_true(E.wait_for(function() return not procs.alive(pid) end, 20000))
+  end))
+end)
+
+describe("e2b executor: a stop before the start event", function()
+  it("reaches the command by its mark: the group ends though the pid was never read", async(function()
+    local ex = executor()
+    ex:exec("true")
+    h:faults{ { on = "start", start_after_ms = 60000 } }
+    local stop = core.signal()
+    core.go(function()
+      E.wait_for(function() return (ex:read_file("bg.pid") or ""):match("%d+\n") end, 60000)
+      stop:abort("stopped by the user")
+    end)
+    local signals_before = #requests_to("^/process%.Process/SendSignal$")
+    local r = assert(ex:exec(BG .. "sleep 30", { signal = stop }))
+    assert.is_true(r.aborted)
+    local pid = bg_pid(ex)
+    assert.is_true(E.wait_for(function() return not procs.alive(pid) end, 20000), "the background job survived the stop")
+    assert.equal(signals_before, #requests_to("^/process%.Process/SendSignal$")) -- no pid to signal
+    local starts = requests_to("^/process%.Process/Start$")
+    local args = start_body(starts[#starts]).process.args
+    assert.equal(require("switchboard.exec.e2b").STOP_MARKED, args[2])
+    assert.equal(start_body(starts[#starts - 1]).process.args[7], args[4]) -- the command's own mark
   end))
 end)
 

@@ -95,9 +95,9 @@ class Sandbox:
                     pass
 
 
-def processes_in_sessions(sessions):
-    """The live (not zombie) processes whose session id is in `sessions`."""
-    found = []
+def process_stats():
+    """(pid, state, pgid, session) of every process, from /proc/PID/stat (one that ends while
+    it is read is skipped)."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -106,25 +106,18 @@ def processes_in_sessions(sessions):
                 fields = fh.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[0] != "Z" and int(fields[3]) in sessions:
-            found.append(int(name))
-    return found
+        yield int(name), fields[0], int(fields[2]), int(fields[3])
+
+
+def processes_in_sessions(sessions):
+    """The live (not zombie) processes whose session id is in `sessions`."""
+    return [pid for pid, state, _, sid in process_stats() if state != "Z" and sid in sessions]
 
 
 def group_exists(pgid):
     """Some process is in group pgid. (While one is, the kernel never hands that number out as
     a new pid, so signalling the group cannot reach a stranger that reused the leader's pid.)"""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name) as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            return True
-    return False
+    return any(group == pgid for _, _, group, _ in process_stats())
 
 
 def take_fault(route):
@@ -440,6 +433,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             for _ in range(int(f.get("keepalives_first", 0))):
                 write(frame(0, {"event": {"keepalive": {}}}))
+            if f.get("start_after_ms"):  # the process runs, its start event not sent yet
+                time.sleep(f["start_after_ms"] / 1000)
             write(frame(0, {"event": {"start": {"pid": p.pid}}}))
             if f.get("stall"):
                 threading.Thread(target=reap_later, daemon=True).start()

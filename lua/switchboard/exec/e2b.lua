@@ -19,6 +19,7 @@
 --   * A hard stop drops the stream at once, then sends E2B's SendSignal SIGTERM to the
 --     wrapper, whose trap KILLs the group; if that call fails, a second process call sends the
 --     wrapper the same TERM. (SendSignal SIGKILL, E2B's own kill, would reach the pid only.)
+--     A stop before the start event was read has no pid yet: it goes by the command's mark.
 --   * Failures: a transport failure, a 5xx, a stream cut mid-command or a broken envelope is
 --     ExecInfraError (span code infra, or timeout / http <status>); a refused API key or
 --     access token is infra naming the key; a sandbox that disappeared (404 on connect or the
@@ -51,18 +52,34 @@ M.QUOTE_BYTES = 200
 --   The trap names the group by $!, not $t: bash sets $! as soon as the job is forked, while a
 --   wrapper descheduled on a loaded machine may take a TERM between the fork and `t=$!` — with
 --   $t empty the kill went nowhere and a background child outlived the stop.
+--   $4 is the command's mark (random hex): the wrapper keeps its pid in /tmp/.switchboard-MARK.pid
+--   while it runs, and does not start the command when /tmp/.switchboard-MARK.stop exists — so a
+--   stop that comes before envd's start event has named the pid still reaches it (M.STOP_MARKED):
+--   the stopper writes .stop, then TERMs the pid in .pid; the wrapper writes .pid (its trap set),
+--   then looks for .stop. One of the two always sees the other's file.
 M.WRAPPER = table.concat({
   'exec 3>&2 2>/dev/null',
+  'm=/tmp/.switchboard-$4',
   'set -m',
-  [[trap 'kill -KILL -- "-$!"; exit 143' TERM]],
+  [[trap 'kill -KILL -- "-$!"; rm -f "$m.pid" "$m.stop"; exit 143' TERM]],
+  'echo "$$" > "$m.pid"',
+  '[ -e "$m.stop" ] && { rm -f "$m.pid" "$m.stop"; exit 143; }',
   'timeout -k "$1" "$2" /bin/bash -c "$3" 2>&3 3>&- &',
   't=$!',
   'wait "$t"; rc=$?',
   'kill -KILL -- "-$t"',
+  'rm -f "$m.pid" "$m.stop"',
   'exit "$rc"',
 }, "\n")
 -- The stop's fallback when SendSignal cannot be sent: the same TERM from inside ($1: the pid).
 M.STOP = 'kill -TERM -- "$1"'
+-- The stop of a command whose pid is not known yet ($1: its mark; see M.WRAPPER).
+M.STOP_MARKED = table.concat({
+  'm=/tmp/.switchboard-$1',
+  ': > "$m.stop"',
+  'p=$(cat "$m.pid" 2>/dev/null) && [ -n "$p" ] && kill -TERM -- "$p"',
+  'exit 0',
+}, "\n")
 
 local json = cjson.new()
 json.decode_invalid_numbers(false)
@@ -494,10 +511,21 @@ end
 -- Stop a command whose outcome we will not read (a hard stop, a stream that broke off): TERM
 -- to its wrapper, which KILLs the command's process group. st: the command's stream record;
 -- nothing is done once its process is known to have ended (its pid could by then be anyone's).
-local function stop_command(self, snap, sb, st)
+local function stop_command(self, snap, sb, st, by_mark)
   local pid = st.pid
-  if not (sb and sb.token and pid) or st.ended then return false end
+  if not (sb and sb.token) or st.ended then return false end
   local stop_ms = snap.timeouts.e2b.stop_timeout_ms
+  if not pid then
+    -- a hard stop before the start event was read (it can come first on a loaded machine):
+    -- by the command's mark. (A stream that broke off before the start is not chased: the
+    -- sandbox is likely gone, and a process call would only add its wait.)
+    if not (by_mark and st.mark) then return false end
+    local k, kstatus = run_process(self, snap, sb, {
+      args = { "-c", M.STOP_MARKED, "switchboard-stop", st.mark },
+      connect_timeout_ms = stop_ms, deadline_ms = stop_ms,
+    })
+    return kstatus == 200 and k.ended ~= nil
+  end
   local status = self.request{
     method = "POST", url = envd_base(self, sb) .. "/process.Process/SendSignal",
     headers = envd_headers(sb, { ["content-type"] = "application/json", ["connect-protocol-version"] = "1" }),
@@ -635,16 +663,19 @@ function M:exec(command, opts)
 
   local grace_ms = t.bash.kill_grace_ms
   local t0 = self.now_ms()
+  local mark = core.crypto.hex(core.crypto.random_bytes(8))
   local st, status = run_process(self, snap, sb, {
-    args = { "-c", M.WRAPPER, "switchboard", ("%.3f"):format(grace_ms / 1000), ("%.3f"):format(limit_ms / 1000), command },
+    args = { "-c", M.WRAPPER, "switchboard", ("%.3f"):format(grace_ms / 1000), ("%.3f"):format(limit_ms / 1000),
+      command, mark },
     envs = envs,
     connect_timeout_ms = limit_ms + grace_ms + t.e2b.connect_grace_ms,
     deadline_ms = budget.send_deadline(snap, limit_ms),
     signal = opts.signal,
   })
   local elapsed = self.now_ms() - t0
+  st.mark = mark
   if opts.signal and opts.signal.aborted and not st.ended then
-    stop_command(self, snap, sb, st)
+    stop_command(self, snap, sb, st, true)
     return render.result(snap, {
       aborted = true, abort_reason = stop_reason(opts.signal),
       stdout = table.concat(st.stdout), stderr = table.concat(st.stderr),
