@@ -122,6 +122,25 @@ describe("core.http.serve", function()
     end)
   end)
 
+  it("keeps a connection alive after a POST with a body, for a second POST", function()
+    core.run(function()
+      local ports, bodies = {}, {}
+      local srv = serve(function(req, res)
+        ports[#ports + 1] = req.remote_port
+        bodies[#bodies + 1] = req.body
+        res:send(200, nil, "p" .. #ports)
+      end)
+      local post = "send:POST /exec HTTP/1.1\\r\\nHost: t\\r\\nContent-Length: 5\\r\\n\\r\\n"
+      local c = probe(srv.port, {post .. "one-1", "wait:p1", post .. "two-2", "wait:p2", "close"})
+      local out = c.wait()
+      assert.same({"one-1", "two-2"}, bodies)
+      assert.equal(ports[1], ports[2]) -- one connection carried both
+      assert.equal(2, select(2, out:gsub("HTTP/1%.1 200 OK", "")))
+      assert.is_nil(out:find("connection: close", 1, true))
+      srv:close()
+    end)
+  end)
+
   it("serves 200 clients at once, each handler in its own task", function()
     core.run(function()
       local N, inside, peak = 200, 0, 0
