@@ -197,7 +197,9 @@ local function mistake_document(text)
 end
 
 local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
-  res:start(200, JSON)
+  -- the head waits for the first heartbeat or the answer: a command that ends before the
+  -- first heartbeat is answered in one write (head, document, last chunk)
+  res:start(200, JSON, { hold = true })
   state.started = true
   local stop = core.signal(ctx.stopping)
   local done = state.done
