@@ -248,7 +248,13 @@ local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
 end
 
 local function fleet_cause(ctx)
-  return ("sandboxd has %d of %d instances awake"):format(ctx.fleet.awake, ctx.fleet:max())
+  local text = ("sandboxd has %d of %d instances awake"):format(ctx.fleet.awake, ctx.fleet:max())
+  local d = ctx.descriptors
+  if d and ctx.fleet:max() >= d.capacity then -- the open-files limit binds, not the policy
+    text = text .. ("; its open-files limit (%d) holds no more: raise LimitNOFILE / ulimit -Hn for sandboxd")
+      :format(d.limit)
+  end
+  return text
 end
 
 local function closed_text()
