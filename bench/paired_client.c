@@ -300,6 +300,10 @@ int main(int argc, char **argv) {
       for (int i = 0; i < clients; i++) {
         ws[j][i] = (worker){.k = &ks[j], .c = {.fd = -1, .port = ks[j].port}};
         snprintf(ws[j][i].thread, sizeof ws[j][i].thread, "paired-%d", i);
+        /* warm up: each client's instance wakes and its connection opens before the slices */
+        worker *w = &ws[j][i];
+        if (w->k->is_raw ? raw_once(w->k->cmd) : http_once(&w->c, w->thread))
+          w->errors++;
       }
     }
     for (int p = 0; p < pairs; p++)
