@@ -574,11 +574,20 @@ static int l_res_start(lua_State *L) {
   return 1;
 }
 
-/* res:write(bytes) → true, or false when the peer is gone (the bytes are dropped). */
+/* res:write(bytes [, i [, j]]) → true, or false when the peer is gone (the bytes are dropped).
+ * i, j: the slice bytes:sub(i, j) would give, sent without making that copy. */
 static int l_res_write(lua_State *L) {
   res_ud *r = check_res(L);
   size_t n;
   const char *data = luaL_checklstring(L, 2, &n);
+  if (!lua_isnoneornil(L, 3)) {
+    lua_Integer i = luaL_checkinteger(L, 3), j = luaL_optinteger(L, 4, (lua_Integer)n);
+    luaL_argcheck(L, i >= 1, 3, "must be at least 1");
+    if (j > (lua_Integer)n)
+      j = (lua_Integer)n;
+    data += i - 1;
+    n = j >= i ? (size_t)(j - i + 1) : 0;
+  }
   if (r->phase == RES_FRESH)
     return luaL_error(L, "res:write: call res:start first");
   if (r->phase == RES_FINISHED)

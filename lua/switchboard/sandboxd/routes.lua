@@ -35,7 +35,7 @@ local SLICE = 64 * 1024
 -- Writes text as body slices; false when the peer went away.
 local function stream(res, text)
   for at = 1, #text, SLICE do
-    if not res:write(text:sub(at, at + SLICE - 1)) then return false end
+    if not res:write(text, at, at + SLICE - 1) then return false end -- a slice, not a copy
     if not res:drain() then return false end
   end
   return true
@@ -242,7 +242,7 @@ local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
     instance = inst.label, exit = doc.exitCode, duration_ms = doc.durationMs,
     timed_out = r and r.timed_out or nil, failed = doc.error ~= nil or nil,
   })
-  local text = json.encode(wire_text.encode(doc))
+  local text = wire_text.answer_json(doc, json)
   if #text <= SLICE then return res:finish(text) end
   if stream(res, text) then res:finish() end
 end
