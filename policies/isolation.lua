@@ -35,6 +35,11 @@ file_size_bytes = 4096 * MiB     -- RLIMIT_FSIZE: no single file grows past this
 -- write is refused in words until files are deleted.
 workspace_max_bytes = 20480 * MiB
 
+-- Instances started at once by one server; more wait their turn. Each start is a few spawns
+-- on the server's event loop: a burst of new threads then never holds up the heartbeats of
+-- commands already running (issue 28).
+starts_at_once = 8
+
 -- Instances built ahead, each taken by the next new thread (its first command then skips the
 -- instance's start: cgroups, namespaces, mounts, 15-20 ms on a quiet host and far more under
 -- load); a taken one is replaced in the background. 0: every instance is built on demand.
