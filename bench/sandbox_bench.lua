@@ -186,7 +186,7 @@ function MODES.concurrent(commands, sleep_s, heartbeat_ms)
       local times = {}
       local t0 = core.now_ms()
       local status, _, body = S.call(h.url, "/exec", {
-        thread = "c" .. i, body = { command = "sleep " .. sleep_s }, deadline_ms = (sleep_s + 60) * 1000,
+        thread = "c" .. i, body = { command = "sleep " .. sleep_s }, deadline_ms = (sleep_s + 300) * 1000, -- thousands of instances start on a busy host first
         on_chunk = function() times[#times + 1] = core.now_ms() end,
       })
       local doc = status == 200 and cjson.decode(body) or nil

@@ -28,18 +28,30 @@ end
 -- the loop turns over between starts.
 local gate = { busy = 0, queue = {} }
 
-local function enter_gate(limit)
-  while gate.busy >= limit do
+-- A slot is handed from the task that leaves to the first in the queue (busy stays), so a
+-- waiter is woken exactly once and never re-queued.
+local function leave_gate()
+  local turn = table.remove(gate.queue, 1)
+  if turn then turn:abort("your turn") else gate.busy = gate.busy - 1 end
+end
+
+-- A closer that leaves the gate, or nil when `stop` (the runner's sleep) came first.
+local function enter_gate(limit, stop)
+  if gate.busy < limit then
+    gate.busy = gate.busy + 1
+  else
     local turn = core.signal()
     gate.queue[#gate.queue + 1] = turn
-    core.sleep(1000, turn) -- a wake-up is never lost for long: the queue is polled each second
+    local either = core.signal(turn, stop)
+    while not turn.aborted and not stop.aborted do core.sleep(60000, either) end
+    if not turn.aborted then -- stopped while waiting: out of the queue, no slot taken
+      for i, t in ipairs(gate.queue) do
+        if t == turn then table.remove(gate.queue, i) break end
+      end
+      return nil
+    end
   end
-  gate.busy = gate.busy + 1
-  return setmetatable({}, { __close = function()
-    gate.busy = gate.busy - 1
-    local turn = table.remove(gate.queue, 1)
-    if turn then turn:abort("your turn") end
-  end })
+  return setmetatable({}, { __close = leave_gate })
 end
 
 function M.ensure(r)
@@ -54,7 +66,8 @@ function M.ensure(r)
   end
   local ok, err
   if r.instance.state ~= "ready" and not r.instance.starting then
-    local _ <close> = enter_gate(r.instance.snap.isolation.starts_at_once)
+    local slot <close> = enter_gate(r.instance.snap.isolation.starts_at_once, r.stopped)
+    if not slot then return nil, core.error("workspace", "the instance is asleep") end
     ok, err = r.instance:start()
   else
     ok, err = r.instance:start()
