@@ -8,6 +8,7 @@ local state = require("switchboard.state")
 local console = require("switchboard.commands.console")
 local webapi = require("switchboard.fronts.slack.webapi")
 local app_mod = require("switchboard.fronts.slack.app")
+local record_mod = require("switchboard.store.record")
 
 local M = {
   name = "slack",
@@ -159,6 +160,14 @@ function M.run(argv, ctx)
   if not bot then return p:fail(M.EXIT.config, berr) end
   core.log("info", "slack.bot", { user_id = bot.user_id, team_id = bot.team_id, name = bot.user })
 
+  core.fs.mkdir_p(state.dir(), tonumber("700", 8))
+  local rec, rec_err = record_mod.open(state.dir() .. "/record.db", { excerpt_bytes = snap.record.excerpt_bytes })
+  if not rec then
+    return p:fail(M.EXIT.config, ("cannot open the thread record %s/record.db: %s (check the state "
+      .. "directory's permissions and free space)"):format(state.dir(), tostring(rec_err)))
+  end
+  local record_stop = core.signal()
+
   local app = app_mod.new{
     bot = bot, policy = policy.current, secret = e.secret, bot_api = bot_api,
     app_api = e.app and webapi.new{ url = e.api_url, token = e.app, deadline_ms = a.deadline_ms,
@@ -170,8 +179,13 @@ function M.run(argv, ctx)
         force_backend = opts.backend, sink = sink,
       },
       outputs_dir = state.dir() .. "/outputs",
+      transcripts_dir = state.dir() .. "/transcripts",
+      record = rec,
     },
   }
+  -- the threads the record keeps, before the first event can arrive
+  app.d:restore()
+  rec:keep_expiring(policy.current, record_stop)
 
   if opts.listen then
     local listen_host, listen_port = host_port(opts.listen)
@@ -232,6 +246,8 @@ function M.run(argv, ctx)
   p:ready("connected to Slack") -- READY=1: Type=notify's start completes here
   core.suspend()
   if sink and sink.close then sink:close() end
+  record_stop:abort("stopped")
+  rec:close()
   core.log("info", "slack.stopped", {})
   return 0
 end
