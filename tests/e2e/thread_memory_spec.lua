@@ -193,11 +193,15 @@ describe("a thread that remembers", function()
     }
     start_bot()
     local T = "1700000200.000100"
-    st:envelope("events_api", SL.mention{ ts = T, text = "agent:coding wait a while" })
-    SL.wait(function()
+    st:envelope("events_api", SL.mention{ ts = T, text = "agent:coding wait a while in acme/api" })
+    local ok = pcall(SL.wait, function()
       local c = st:cards(T)[1]
       return c and SL.card_text(c):find("sleep 35", 1, true)
     end, "the first run's command", 60000)
+    if not ok then
+      local c = st:cards(T)[1]
+      error("no command on the card: " .. (c and SL.card_text(c) or "(no card)") .. "\n" .. require("cjson").encode(m:requests()[2].body.messages))
+    end
     st:envelope("events_api", SL.mention{ ts = "1700000200.000200", thread_ts = T, text = "wait again" })
     SL.wait(function()
       for _, c in ipairs(st:cards(T)) do
@@ -224,7 +228,7 @@ describe("a thread that remembers", function()
     }
     start_bot()
     local T = "1700000300.000100"
-    st:envelope("events_api", SL.mention{ ts = T, text = "agent:coding what is the answer" })
+    st:envelope("events_api", SL.mention{ ts = T, text = "agent:coding what is the answer in acme/api" })
     wait_finals(st, T, 1)
     st:envelope("events_api", SL.mention{ ts = "1700000300.000200", thread_ts = T, text = "now run something long" })
     SL.wait(function() return files.read(marker) end, "the long command to start", 60000)
@@ -236,7 +240,7 @@ describe("a thread that remembers", function()
     local reqs = m:requests()
     assert.equal(3, #reqs)
     local said = texts(reqs[3])
-    for _, line in ipairs({ "user: what is the answer", "assistant: The answer is 42.",
+    for _, line in ipairs({ "user: what is the answer in acme/api", "assistant: The answer is 42.",
                             "now run something long", "where were we" }) do
       assert.is_not_nil(said:find(line, 1, true), ("lost: %q in\n%s"):format(line, said))
     end
