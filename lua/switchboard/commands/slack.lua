@@ -9,6 +9,7 @@ local console = require("switchboard.commands.console")
 local webapi = require("switchboard.fronts.slack.webapi")
 local app_mod = require("switchboard.fronts.slack.app")
 local record_mod = require("switchboard.store.record")
+local pages_routes = require("switchboard.pages.routes")
 
 local M = {
   name = "slack",
@@ -167,6 +168,7 @@ function M.run(argv, ctx)
       .. "directory's permissions and free space)"):format(state.dir(), tostring(rec_err)))
   end
   local record_stop = core.signal()
+  local pages_base -- the first listener's own address, when policy names no base_url
 
   local app = app_mod.new{
     bot = bot, policy = policy.current, secret = e.secret, bot_api = bot_api,
@@ -181,7 +183,14 @@ function M.run(argv, ctx)
       outputs_dir = state.dir() .. "/outputs",
       transcripts_dir = state.dir() .. "/transcripts",
       record = rec,
+      page_url = function(token)
+        local pages = policy.current().record.pages
+        local base = pages.base_url or pages_base
+        if not pages.enabled or not base then return nil end
+        return base .. "/runs/" .. token
+      end,
     },
+    pages = pages_routes.handler{ record = rec, policy = policy.current },
   }
   -- the threads the record keeps, before the first event can arrive
   app.d:restore()
@@ -192,12 +201,14 @@ function M.run(argv, ctx)
     local srv, lerr = app:listen(listen_host, listen_port, true)
     if not srv then return p:fail(M.EXIT.config, "--listen: " .. tostring(lerr.message)) end
     core.log("info", "slack.listening", { host = listen_host, port = srv.port, serves = "events" })
+    pages_base = pages_base or ("http://%s:%d"):format(listen_host, srv.port)
   end
   if opts.health_listen then
     local health_host, health_port = host_port(opts.health_listen)
     local srv, lerr = app:listen(health_host, health_port, false)
     if not srv then return p:fail(M.EXIT.config, "--health-listen: " .. tostring(lerr.message)) end
     core.log("info", "slack.listening", { host = health_host, port = srv.port, serves = "health" })
+    pages_base = pages_base or ("http://%s:%d"):format(health_host, srv.port)
   end
   if opts.metrics_listen then
     local mhost, mport = host_port(opts.metrics_listen)

@@ -115,7 +115,11 @@ function M.record_start(d, thread, ask, built, t)
   local rrun = d:remember("run_start", d.record.run_start, { thread = thread.name, ask = ask.text,
     agent = ask.agent, model = ask.agent_def.model, user = ask.user, backend = built.backend })
   if not rrun then return nil end
-  if d.page_url then ask.card.page_url = d.page_url(rrun.token) end
+  local url = d.page_url and d.page_url(rrun.token)
+  if url then
+    ask.card.page_url = url
+    ask.card:add_note("run page: " .. url)
+  end
   local write = t.write
   t.write = function(self, rec)
     write(self, rec)

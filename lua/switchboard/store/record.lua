@@ -14,7 +14,8 @@
 --   rec:conversation(key) → messages (array, oldest first)
 --   rec:save_conversation(key, messages, mark) → mark   appends what is new since mark (the
 --       same message tables as last time) or rewrites the thread's conversation (compacted)
---   rec:run_start{thread, ask, agent, model, user?} → run {id, token}
+--   rec:run_start{thread, ask, agent, model, user?} → run {id, token}   token: the page's
+--       secret (32 hex digits); the record keeps only its SHA-256
 --   rec:event(run, record)                      a transcript line (agent/transcript.lua's shape)
 --   rec:run_end(run, {outcome, turns, tokens_in, tokens_out, cost?, answer?, problem?, pr_url?})
 --   rec:page(token) → run row, events | nil     for the run page
@@ -36,7 +37,7 @@ M.SCHEMA = {
         role TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (thread, seq))]] },
   { [[CREATE TABLE IF NOT EXISTS runs (
         id INTEGER PRIMARY KEY, thread TEXT NOT NULL REFERENCES threads(key) ON DELETE CASCADE,
-        token TEXT NOT NULL UNIQUE, ask TEXT, agent TEXT, model TEXT, user TEXT,
+        token_sha256 TEXT NOT NULL UNIQUE, ask TEXT, agent TEXT, model TEXT, user TEXT,
         started_ms INTEGER NOT NULL, ended_ms INTEGER, outcome TEXT, turns INTEGER,
         tokens_in INTEGER, tokens_out INTEGER, cost REAL, answer TEXT, problem TEXT, pr_url TEXT)]] },
   { [[CREATE TABLE IF NOT EXISTS events (
@@ -151,10 +152,11 @@ end
 
 function R:run_start(o)
   local token = core.crypto.hex(core.crypto.random_bytes(16))
+  local digest = core.crypto.hex(core.crypto.sha256(token))
   local res, info = self.db:batch{
     touch(self, o.thread),
-    { "INSERT INTO runs (thread, token, ask, agent, model, user, started_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-      o.thread, token, text(self, o.ask), o.agent, o.model, o.user, now(self), n = 8 },
+    { "INSERT INTO runs (thread, token_sha256, ask, agent, model, user, started_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+      o.thread, digest, text(self, o.ask), o.agent, o.model, o.user, now(self), n = 8 },
   }
   if not res then return nil, info end
   return { id = info.last_id, token = token, seq = 0, thread = o.thread, backend = o.backend }
@@ -163,7 +165,7 @@ end
 -- The id of a run, read back once (batch results carry the last statement's rowid).
 local function run_id(self, run)
   if run.id then return run.id end
-  local rows = self.db:run("SELECT id FROM runs WHERE token = ?", run.token)
+  local rows = self.db:run("SELECT id FROM runs WHERE token_sha256 = ?", core.crypto.hex(core.crypto.sha256(run.token)))
   run.id = rows and rows[1] and rows[1].id
   return run.id
 end
@@ -211,7 +213,7 @@ function R:run_end(run, o)
 end
 
 function R:page(token)
-  local rows, err = self.db:run("SELECT * FROM runs WHERE token = ?", token)
+  local rows, err = self.db:run("SELECT * FROM runs WHERE token_sha256 = ?", core.crypto.hex(core.crypto.sha256(token)))
   if not rows then return nil, err end
   local run = rows[1]
   if not run then return nil end

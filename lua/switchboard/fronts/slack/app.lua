@@ -23,6 +23,7 @@ function M.new(opts)
   local self = setmetatable({
     bot = opts.bot, policy = opts.policy, secret = opts.secret, app_api = opts.app_api,
     log = opts.log or core.log, closed = false, servers = {},
+    pages = opts.pages, -- the run pages' handler (pages/routes.lua), served on every listener
   }, App)
   local ttl = function() return self.policy().slack.events.dedup_ms end
   self.seen_events = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
@@ -117,10 +118,10 @@ end
 
 function App:handler(with_events)
   if not with_events then
-    return http.handler{ secret = nil, policy = self.policy, health_only = true }
+    return http.handler{ secret = nil, policy = self.policy, health_only = true, pages = self.pages }
   end
   return http.handler{
-    secret = self.secret, policy = self.policy, log = self.log,
+    secret = self.secret, policy = self.policy, log = self.log, pages = self.pages,
     on_event = function(payload, retry) self:on_event(payload, retry and ("http retry " .. retry) or "http") end,
     on_interactive = function(payload) self:on_interactive(payload) end,
   }
