@@ -63,7 +63,7 @@ describe("a thread that remembers", function()
   local state, gitport, st, bot, m, w, pol
 
   local function start_bot()
-    bot = SL.bot(st, { state_dir = state .. "/st", policies = pol, env = {
+    bot = SL.bot(st, { state_dir = state .. "/st", policies = pol, args = { "--health-listen", "127.0.0.1:0" }, env = {
       ANTHROPIC_BASE_URL = m.url, ANTHROPIC_API_KEY = m.key, GITHUB_APP_ID = "12345",
       GITHUB_APP_PRIVATE_KEY = state .. "/app.pem", GITHUB_API_URL = w.gh.api_url, GH_TOKEN = false,
       HOME = state,
@@ -123,7 +123,13 @@ describe("a thread that remembers", function()
   end
 
   it("continues the conversation, the branch and the pull request across a restart and a lost workspace", async(function()
+    local two_calls = { content = {
+      { type = "text", text = "Looking first." },
+      { type = "tool_use", name = "bash", input = { command = "cat README.md; echo <b>not-bold</b>" } },
+      { type = "tool_use", name = "read_file", input = { path = "README.md" } },
+    } }
     m:script{
+      two_calls, bash("seq 1 3000"),
       bash("echo one >> README.md"), say("Added one."),
       bash("echo two >> README.md"), say("Added two."),
       bash("echo three >> README.md"), say("Added three."),
@@ -149,8 +155,8 @@ describe("a thread that remembers", function()
 
     -- (a) the third run's first request carries the first two asks and their answers, in order
     local reqs = m:requests()
-    assert.equal(6, #reqs)
-    local said = texts(reqs[5])
+    assert.equal(8, #reqs)
+    local said = texts(reqs[7])
     local want = { "user: add a line one to README.md in acme/api", "assistant: Added one.",
                    "user: also add a line two", "assistant: Added two.", "user: also add a line three" }
     local pos = 0
@@ -160,7 +166,7 @@ describe("a thread that remembers", function()
       pos = at
     end
     -- the repository is the thread's after the restart: the system prompt names it
-    assert.matches("acme/api", reqs[5].body.system, 1, true)
+    assert.matches("acme/api", reqs[7].body.system, 1, true)
 
     -- (c)(d) one branch, three commits in a line on top of main; the PR's body kept the first section
     local branch = card3:match("branch (switchboard/[%w%-]+)")
@@ -176,6 +182,33 @@ describe("a thread that remembers", function()
     assert.is_not_nil(first, body)
     assert.is_not_nil(third, body)
     assert.is_true(first < third)
+
+    -- (h) the first run's page (the longest run here: four tool calls, one output of 14 kB)
+    -- in headless Chromium: every tool call with its input and output; a wrong token is 404
+    local url = SL.card_text(f1[1]):match("run page: <?(http://[^%s>|]+)")
+    assert.is_not_nil(url, SL.card_text(f1[1]))
+    -- the bot restarted on another port since (a deployment sets record.pages.base_url)
+    url = url:gsub("^http://[^/]+", "http://127.0.0.1:" .. bot.health_port)
+    local p = io.popen(("timeout 120 chromium --headless --no-sandbox --disable-gpu --dump-dom '%s' 2>/dev/null"):format(url))
+    local dom = p:read("a")
+    p:close()
+    for _, want_text in ipairs({ "add a line one to README.md in acme/api", "Looking first.",
+        "cat README.md; echo &lt;b&gt;not-bold&lt;/b&gt;", "&lt;b&gt;not-bold&lt;/b&gt;", "read_file",
+        "seq 1 3000", "2999\n3000", "echo one &gt;&gt; README.md", "Added one.", "pull request #1" }) do
+      local plain = want_text:gsub("\\n", "\n")
+      assert.is_not_nil(dom:find(plain, 1, true), ("the page lacks %q:\n%s"):format(plain, dom:sub(1, 3000)))
+    end
+    local _, tool_divs = dom:gsub('class="tool', "")
+    assert.equal(4, tool_divs)
+    assert.is_nil(dom:find("<b>not-bold</b>", 1, true), "the page did not escape a command's output")
+    sh(("timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=390,2400 "
+      .. "--screenshot=%s/run-page.png '%s' >/dev/null 2>&1"):format(state, url))
+    assert.is_true(#(files.read(state .. "/run-page.png") or "") > 1000, "no screenshot")
+    if os.getenv("SB_KEEP_SCREENSHOT") then sh(("cp %s/run-page.png %s"):format(state, os.getenv("SB_KEEP_SCREENSHOT"))) end
+    local wrong = url:gsub("/runs/(%x)", function(c) return "/runs/" .. (c == "0" and "1" or "0") end)
+    local status = core.http.request{ method = "GET", url = wrong, deadline_ms = 10000 }
+    assert.equal(404, status)
+    assert.equal(200, (core.http.request{ method = "GET", url = url, deadline_ms = 10000 }))
 
     -- Slack runs write transcripts, and the record holds the runs
     assert.matches("%.jsonl", capture(("ls -R %s/st/transcripts"):format(state)))

@@ -10,6 +10,7 @@ local M = {}
 local ESC = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }
 local function esc(s)
   if s == nil then return "" end
+  if math.type(s) == "float" and s == math.floor(s) and s < 2^53 then s = math.tointeger(s) end
   return (tostring(s):gsub("[&<>\"']", ESC))
 end
 M.esc = esc
@@ -32,14 +33,14 @@ summary{cursor:pointer;color:#235}
 ]]
 
 local function ms_text(ms)
-  if not ms then return "—" end
-  if ms < 1000 then return ("%d ms"):format(ms) end
+  if type(ms) ~= "number" then return "—" end
+  if ms < 1000 then return ("%d ms"):format(math.floor(ms)) end
   return ("%.1f s"):format(ms / 1000)
 end
 
 local function when(ms)
-  if not ms then return "—" end
-  return os.date("!%Y-%m-%d %H:%M:%S UTC", ms // 1000)
+  if type(ms) ~= "number" then return "—" end
+  return os.date("!%Y-%m-%d %H:%M:%S UTC", math.floor(ms // 1000))
 end
 
 local function tool_input_text(input)
@@ -76,7 +77,7 @@ local function turns_html(events, open_bytes)
           out[#out + 1] = '<div class="text">' .. esc(b.text) .. "</div>"
         elseif b.type == "tool_use" then
           local r = results[b.id]
-          out[#out + 1] = ('<div class="tool%s"><div><b>%s</b>%s</div><pre>%s</pre>%s</div>'):format(
+          out[#out + 1] = ('<div class="tool%s"><div><strong>%s</strong>%s</div><pre>%s</pre>%s</div>'):format(
             r and r.is_error and " err" or "", esc(b.name),
             r and (" · " .. ms_text(r.duration_ms) .. (r.is_error and " · error" or "")) or " · not run",
             esc(tool_input_text(b.input)), r and output_html(r.content, open_bytes) or "")
