@@ -121,9 +121,12 @@ function M.record_start(d, thread, ask, built, t)
     ask.card:add_note("run page: " .. url)
   end
   local write = t.write
+  -- events are not waited for (the FIFO keeps their order, and the conversation's save after
+  -- each turn, which is waited for, commits after them): the run does not pay two more
+  -- thread-pool round trips per turn
   t.write = function(self, rec)
     write(self, rec)
-    d:remember("event", d.record.event, rrun, rec)
+    core.go(function() d:remember("event", d.record.event, rrun, rec) end)
   end
   return rrun
 end
