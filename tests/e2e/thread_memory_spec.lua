@@ -252,6 +252,68 @@ describe("a thread that remembers", function()
     stop_bot()
   end))
 
+  it("gives the first run the thread's earlier messages with their authors, and an attached image as an image block", async(function()
+    m:script{ say("I see the screenshot."), say("Still here.") }
+    start_bot()
+    local T = "1700000400.000100"
+    st:control("thread", { channel = "C0GEN", ts = T, messages = {
+      { ts = T, user = "U0BEN", text = "login fails with a 500 since this morning" },
+      { ts = "1700000400.000150", user = "U0ANA", text = "the stack trace says TimeoutError in auth.js" },
+    } })
+    -- a 1×1 PNG and a log file attached to the mention; a zip is named and skipped
+    local png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    local _, img = st:control("file", { name = "shot.png", mimetype = "image/png", content_b64 = png })
+    local _, log = st:control("file", { name = "server.log", mimetype = "text/plain",
+      content_b64 = core.crypto.base64_encode("ERROR TimeoutError at auth.js:42\n") })
+    local _, zip = st:control("file", { name = "dump.zip", mimetype = "application/zip", content_b64 = "UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==" })
+    local ev = SL.mention{ ts = "1700000400.000200", thread_ts = T, text = "agent:general what is wrong here?" }
+    ev.event.files = { img, log, zip }
+    st:envelope("events_api", ev)
+    local f = wait_finals(st, T, 1)
+    local card = SL.card_text(f[1])
+    assert.matches("context: 2 earlier messages of this thread", card, 1, true)
+    assert.matches("dump.zip (application/zip) was not read", card, 1, true)
+    local req = m:requests()[1]
+    local content = req.body.messages[#req.body.messages].content
+    local kinds, all = {}, {}
+    for _, b in ipairs(content) do
+      kinds[#kinds + 1] = b.type
+      if b.type == "text" then all[#all + 1] = b.text end
+      if b.type == "image" then
+        assert.equal("base64", b.source.type)
+        assert.equal("image/png", b.source.media_type)
+        assert.equal(png, b.source.data)
+      end
+    end
+    assert.same({ "text", "image", "text", "text" }, kinds)
+    all = table.concat(all, "\n")
+    assert.matches("ben: login fails with a 500 since this morning", all, 1, true)
+    assert.matches("ana: the stack trace says TimeoutError in auth.js", all, 1, true)
+    assert.matches("ERROR TimeoutError at auth.js:42", all, 1, true)
+    assert.matches("what is wrong here?", all, 1, true)
+    -- every file was fetched with the bot token
+    for _, dl in ipairs(st:state().downloads) do assert.equal("bot", dl.token) end
+    assert.equal(2, #st:state().downloads)
+    -- a follow-up does not get the thread's messages again (its conversation has them)
+    st:envelope("events_api", SL.mention{ ts = "1700000400.000300", thread_ts = T, text = "agent:general and now?" })
+    wait_finals(st, T, 2)
+    local second = m:requests()[2]
+    local last = second.body.messages[#second.body.messages]
+    assert.equal("and now?", type(last.content) == "string" and last.content or last.content[1].text)
+    stop_bot()
+  end))
+
+  it("starts a run from a direct message", async(function()
+    m:script{ say("Hello from a DM.") }
+    start_bot()
+    st:envelope("events_api", SL.mention{ ts = "1700000500.000100", channel = "D0ANA", channel_type = "im",
+      type = "message", text = "agent:general hi there" })
+    local f = wait_finals(st, "1700000500.000100", 1)
+    assert.matches("Hello from a DM.", SL.card_text(f[1]), 1, true)
+    assert.equal(1, #m:requests())
+    stop_bot()
+  end))
+
   it("loses nothing acknowledged when the bot is SIGKILLed mid-run, and the thread continues", async(function()
     local marker = state .. "/orphan.pid"
     m:script{

@@ -91,6 +91,26 @@ function M.publish(d, thread, ask, built, t, answer, deadline)
     state = res and res.state or "failed", kind = kind, pr = c.pull_request and c.pull_request.number })
 end
 
+-- The front's context for this run (Slack: the thread's earlier messages on its first run, the
+-- ask's files): content blocks put before the ask's text, notes on the card.
+function M.gather_context(d, thread, ask)
+  if not ask.prepare then return end
+  local history = M.history(d, thread)
+  local ok, blocks, notes = pcall(ask.prepare, history == nil or #history == 0)
+  if not ok then
+    core.log("error", "agent.context_failed", { thread = thread.name, error = tostring(blocks) })
+    ask.card:add_note("the context from the front could not be read: " .. tostring(blocks):match("^[^\n]*"))
+    return
+  end
+  for _, n in ipairs(notes or {}) do ask.card:add_note(n) end
+  if blocks and #blocks > 0 then
+    local content = {}
+    for i, b in ipairs(blocks) do content[i] = b end
+    content[#content + 1] = { type = "text", text = ask.text }
+    ask.content = content
+  end
+end
+
 -- The thread's conversation so far: this process's copy, or the record's after a restart.
 function M.history(d, thread)
   if thread.history == nil and d.record then
@@ -188,6 +208,7 @@ function M.run(d, thread, ask)
       state, problem = "clone_failed", prep_problem
     end
   end
+  if not state then M.gather_context(d, thread, ask) end
   if not state then
     local ok, s, a, p, res = xpcall(run.run, debug.traceback, {
       snap = snap, def = ask.agent_def, agent = ask.agent, executor = built.executor,

@@ -406,6 +406,9 @@ function D:enqueue(msg, snap, parsed, name, def)
     command = parsed.command or parsed.text,
     kind = parsed.kind == "free_text" and "agent" or "command",
     text = parsed.text,
+    -- a front's context for an agent run: prepare(first_in_thread) → blocks, notes (Slack:
+    -- the thread's earlier messages, the ask's files); called when the run starts
+    prepare = msg.prepare,
     snap = snap,
     created_ms = self.now_ms(),
     stop = core.signal(self.shutdown),
@@ -466,7 +469,7 @@ function D:stop(thread_name, reason)
 end
 
 -- A message from a front. Returns at once: a run goes to its thread's queue.
--- msg: {thread, user, text}. Returns the ask for a run, else nil.
+-- msg: {thread, user, text, prepare?}. Returns the ask for a run, else nil.
 function D:handle(msg)
   local snap = self.policy()
   local parsed = parser.parse(msg.text)

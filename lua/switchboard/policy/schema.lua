@@ -559,6 +559,13 @@ M.files.slack = {
   },
   events = S.record { window_ms = ms(SECOND, HOUR), dedup_ms = ms(SECOND, 24 * HOUR) },
   drain_ms = ms(0, HOUR),
+  context = S.record {
+    max_messages = S.int { min = 0, max = 1000, unit = "messages" },
+    max_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
+    max_files = S.int { min = 0, max = 20, unit = "files" },
+    max_image_bytes = S.int { min = 0, max = 5 * 1024 * 1024, unit = "bytes" },
+    max_text_file_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
+  },
 }
 
 M.files.record = {
