@@ -135,6 +135,8 @@ function M.record_start(d, thread, ask, built, t)
   local rrun = d:remember("run_start", d.record.run_start, { thread = thread.name, ask = ask.text,
     agent = ask.agent, model = ask.agent_def.model, user = ask.user, backend = built.backend })
   if not rrun then return nil end
+  -- the thread's backend, and the key its sandbox or resident instance is bound by
+  d:remember("thread", d.record.bind, thread.name, { backend = built.backend, instance = d.thread_key(thread.name) })
   local url = d.page_url and d.page_url(rrun.token)
   if url then
     ask.card.page_url = url

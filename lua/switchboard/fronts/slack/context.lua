@@ -24,9 +24,17 @@ local function name_of(api, id, names)
   if type(id) ~= "string" then return "someone" end
   if names[id] then return names[id] end
   local body = api:call("users.info", { user = id }, { form = true })
-  local u = body and body.user
-  local name = u and ((u.profile and u.profile.display_name ~= "" and u.profile.display_name) or u.real_name or u.name)
-  names[id] = type(name) == "string" and name ~= "" and name or id
+  local u = type(body) == "table" and body.user or nil
+  local name
+  if type(u) == "table" then
+    local profile = type(u.profile) == "table" and u.profile or {}
+    local candidates = { profile.display_name, u.real_name, u.name }
+    for i = 1, 3 do
+      local v = candidates[i]
+      if type(v) == "string" and v ~= "" then name = v break end
+    end
+  end
+  names[id] = name or id
   return names[id]
 end
 
@@ -51,7 +59,8 @@ function M.thread_block(api, pol, o)
       :format(tostring(err and err.error or err))
   end
   local earlier = {}
-  for _, m in ipairs(body.messages or {}) do
+  local messages = type(body) == "table" and type(body.messages) == "table" and body.messages or {}
+  for _, m in ipairs(messages) do
     if type(m) == "table" and type(m.ts) == "string" and tonumber(m.ts) and tonumber(m.ts) < tonumber(o.ask_ts)
         and m.bot_id == nil and m.subtype == nil and type(m.text) == "string" and m.text ~= "" then
       earlier[#earlier + 1] = m
