@@ -86,7 +86,11 @@ core.run(function()
 end)
 ]]):format(os.getenv("SB_BUILD_DIR") or "./build", path, dir .. "/committed"))
     f:close()
-    local proc = core.spawn{ argv = { "lua5.4", script }, max_output = 4096 }
+    -- the writer is the same interpreter busted runs in (under the sanitized build, with the
+    -- runtimes preloaded)
+    local env = {}
+    for _, k in ipairs({ "PATH", "LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS" }) do env[k] = os.getenv(k) end
+    local proc = core.spawn{ argv = { "lua5.4", script }, env = env, max_output = 4096 }
     -- wait for the writer to say the batch committed, then SIGKILL it
     local deadline = core.now_ms() + 60000
     local seen = false
@@ -94,7 +98,7 @@ end)
       local m = io.open(dir .. "/committed", "r")
       if m then m:close(); seen = true else core.sleep(20) end
     end
-    assert.is_true(seen)
+    assert.is_true(seen, "the writer did not commit: " .. tostring(proc.stderr or ""))
     proc:kill("KILL")
     local res = proc:wait()
     assert.equal(9, res.signal)
