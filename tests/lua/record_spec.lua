@@ -68,4 +68,33 @@ describe("the thread's record", function()
     assert.is_nil((rec:page(run.token)))
     rec:close()
   end))
+  it("serves a page on the HTTP server only for its token and only while policy serves pages", async(function()
+    local routes = require("switchboard.pages.routes")
+    local rec = assert(record.open(dir .. "/r.db"))
+    local run = assert(rec:run_start{ thread = "t", ask = "the ask", agent = "coding", model = "m" })
+    assert(rec:run_end(run, { outcome = "done", turns = 0 }))
+    local pages = { enabled = true, tool_open_bytes = 100 }
+    local handler = routes.handler{ record = rec, policy = function() return { record = { pages = pages } } end }
+    local srv = assert(core.http.serve{ host = "127.0.0.1", port = 0, handler = function(req, res)
+      if not handler(req, res) then res:send(418, {}, "not a page route\n") end
+    end })
+    local base = ("http://127.0.0.1:%d"):format(srv.port)
+    local function get(path, method)
+      local status, headers, body = core.http.request{ method = method or "GET", url = base .. path, deadline_ms = 10000 }
+      return status, headers, body
+    end
+    local status, headers, body = get("/runs/" .. run.token)
+    assert.equal(200, status)
+    assert.matches("^text/html", headers["content-type"])
+    assert.matches("the ask", body, 1, true)
+    assert.equal(404, (get("/runs/" .. ("f"):rep(32))))
+    assert.equal(404, (get("/runs/" .. run.token:sub(1, 31))))
+    assert.equal(404, (get("/runs/../../etc/passwd")))
+    assert.equal(405, (get("/runs/" .. run.token, "POST")))
+    assert.equal(418, (get("/healthz")))
+    pages.enabled = false
+    assert.equal(404, (get("/runs/" .. run.token)))
+    srv:close()
+    rec:close()
+  end))
 end)

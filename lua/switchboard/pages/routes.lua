@@ -17,7 +17,7 @@ local TEXT = { ["content-type"] = "text/plain; charset=utf-8" }
 
 function M.handler(o)
   return function(req, res)
-    local token = req.path:match("^/runs/([^/]*)$")
+    local token = req.path:match("^/runs/(.*)$")
     if not token then return false end
     if req.method ~= "GET" and req.method ~= "HEAD" then
       res:send(405, { ["content-type"] = "text/plain", allow = "GET, HEAD" }, "GET only\n")
