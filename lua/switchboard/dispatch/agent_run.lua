@@ -229,6 +229,9 @@ function M.run(d, thread, ask)
     end
   end
   if M.publishes(ask, state) then M.publish(d, thread, ask, built, t, answer, deadline) end
+  -- with a record, the conversation lives there between runs: a bot with many threads does
+  -- not hold every conversation (images included) in memory; the next run reads it back
+  if d.record and thread.mark then thread.history, thread.mark = nil, nil end
   ticker_done:abort("finished")
   if state == "stopped" or ask.stop.aborted then
     state = "stopped"
