@@ -189,7 +189,7 @@ describe("a thread that remembers", function()
     assert.is_not_nil(url, SL.card_text(f1[1]))
     -- the bot restarted on another port since (a deployment sets record.pages.base_url)
     url = url:gsub("^http://[^/]+", "http://127.0.0.1:" .. bot.health_port)
-    local p = io.popen(("timeout 120 chromium --headless --no-sandbox --disable-gpu --dump-dom '%s' 2>/dev/null"):format(url))
+    local p = io.popen(("env -u LD_PRELOAD timeout 120 chromium --headless --no-sandbox --disable-gpu --dump-dom '%s' 2>/dev/null"):format(url))
     local dom = p:read("a")
     p:close()
     for _, want_text in ipairs({ "add a line one to README.md in acme/api", "Looking first.",
@@ -201,7 +201,7 @@ describe("a thread that remembers", function()
     local _, tool_divs = dom:gsub('class="tool', "")
     assert.equal(4, tool_divs)
     assert.is_nil(dom:find("<b>not-bold</b>", 1, true), "the page did not escape a command's output")
-    sh(("timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=390,2400 "
+    sh(("env -u LD_PRELOAD timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=390,2400 "
       .. "--screenshot=%s/run-page.png '%s' >/dev/null 2>&1"):format(state, url))
     assert.is_true(#(files.read(state .. "/run-page.png") or "") > 1000, "no screenshot")
     if os.getenv("SB_KEEP_SCREENSHOT") then sh(("cp %s/run-page.png %s"):format(state, os.getenv("SB_KEEP_SCREENSHOT"))) end
