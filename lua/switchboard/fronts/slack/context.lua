@@ -100,9 +100,10 @@ end
 
 -- One attached file → a block, or a note saying why it was skipped.
 function M.file_block(api, pol, o, file)
-  local name = type(file.name) == "string" and file.name or (file.title or "a file")
+  local name = type(file.name) == "string" and file.name or type(file.title) == "string" and file.title or "a file"
   local mime = type(file.mimetype) == "string" and file.mimetype:lower() or ""
   local size = tonumber(file.size)
+  size = size and size == size and size >= 0 and size < 2^53 and math.floor(size) or nil
   if IMAGES[mime] then
     if size and size > pol.max_image_bytes then
       return nil, ("%s was not read: %d bytes, over slack.context.max_image_bytes"):format(name, size)
@@ -113,7 +114,8 @@ function M.file_block(api, pol, o, file)
       "read " .. name .. " (image)"
   end
   if is_text(mime) then
-    local bytes, why = download(api, o, file, math.max(size or 0, pol.max_text_file_bytes) + 1)
+    -- a text file up to four times the bound is read and cut; a larger one is skipped
+    local bytes, why = download(api, o, file, 4 * pol.max_text_file_bytes)
     if not bytes then return nil, name .. " was not read: " .. why end
     if not utf8.len(bytes) then return nil, name .. " was not read: it is not UTF-8 text" end
     local text, cut = utf8_cut(bytes, pol.max_text_file_bytes)
