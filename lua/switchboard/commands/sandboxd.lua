@@ -108,7 +108,7 @@ function M.run(argv, ctx)
   end
   core.log_redact(token)
 
-  local ok, err = core.fs.mkdir_p(opts.root, tonumber("700", 8))
+  local ok, err = walls_mod.make_root(opts.root)
   if not ok then return fail(M.EXIT.config, "--root: " .. tostring(err.message)) end
   local root = core.fs.realpath(opts.root) or opts.root
   local swept = runner.sweep(root)

@@ -8,6 +8,18 @@ local instance = require("switchboard.shell.instance")
 
 local M = {}
 
+-- A server's --root: the missing directories above it made searchable (0755, as any /var/lib
+-- directory; an instance's uid walks through them to its workspace: docs/isolation.md), the root
+-- itself private (0700; the walls make it 0711, searchable but not listable). → true | nil, err
+function M.make_root(dir)
+  local parent = dir:match("^(.+)/[^/]+/*$")
+  if parent and not core.fs.exists(parent) then
+    local ok, err = core.fs.mkdir_p(parent, tonumber("755", 8))
+    if not ok then return nil, err end
+  end
+  return core.fs.mkdir_p(dir, tonumber("700", 8))
+end
+
 -- p: the command's prologue; who: "sandboxd" | "resident"; what: "sandbox instances" | …
 -- Returns walls (nil with --no-walls) or false, status after saying why.
 function M.build(p, opts, snap, root, who, what, config_status)
