@@ -32,10 +32,15 @@ workspace_max_bytes = 20480 * MiB
 -- load); a taken one is replaced in the background. 0: every instance is built on demand.
 spare_instances = 1
 
--- Host uids/gids for instances: each awake instance gets uid_base + n (n < uid_count), its own,
--- mapped to uid 1000 inside. Pick a range no host account uses.
+-- Host uids/gids for instances: each awake instance gets base + n (n < uid_count), its own,
+-- mapped to uid 1000 inside. Pick a range no host account uses. Several walled servers on one
+-- host (two sandboxd, a sandboxd and a resident) never share uids: each registers its block
+-- (/run/switchboard/walls) and takes the first of uid_blocks blocks of uid_count uids from
+-- uid_base that no other holds — base = uid_base + k * uid_count — or refuses to start, naming
+-- the servers in the way. Read at start: a reload does not move a running server's block.
 uid_base = 1200000
 uid_count = 65536
+uid_blocks = 16
 
 -- What an instance sees of the host: an empty read-only root with these top-level entries of
 -- rootfs bound read-only (a sandbox image's root may be given instead of "/"), then each of

@@ -150,7 +150,8 @@ function M.run(argv, ctx)
   core.on_signal("TERM", function() srv:shutdown("TERM") end)
   core.on_signal("INT", function() srv:shutdown("INT") end)
   core.log("info", "resident.listening", { host = host, port = srv.port, root = root, generation = srv.generation,
-    version = snap.version, walls = walls and ("cgroup v" .. walls.layout.version) or "none" })
+    version = snap.version, walls = walls and ("cgroup v" .. walls.layout.version) or "none",
+    uids = walls and walls:uid_range() or nil })
   srv:wait()
   if walls then walls:close() end
   return 0

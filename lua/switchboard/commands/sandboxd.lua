@@ -140,6 +140,7 @@ function M.run(argv, ctx)
     max_instances = max or snap.timeouts.sandbox.max_instances, version = snap.version,
     metrics_port = mport,
     walls = walls and ("cgroup v" .. walls.layout.version) or "none",
+    uids = walls and walls:uid_range() or nil,
   })
   p:ready(("listening on %s:%d, policies %s"):format(host, srv.port, snap.version))
   srv:wait()

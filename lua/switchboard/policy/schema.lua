@@ -527,6 +527,7 @@ M.files.isolation = {
   spare_instances = S.int { min = 0, max = 16 },
   uid_base = S.int { min = 1000, max = 4000000000 },
   uid_count = S.int { min = 1, max = 1000000 },
+  uid_blocks = S.int { min = 1, max = 256 },
   rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },
   expose = S.list(S.string { pattern = "^[%w_][%w._-]*$", what = "a top-level name such as \"usr\"" },
     { unique = true, max = 32 }),

@@ -3,7 +3,7 @@
 -- policies/isolation.lua, rlimits per process, and a host uid of its own. The C helper
 -- switchboard-walls does the kernel work; this decides the paths, numbers and lifecycle.
 --
---   local walls, why = instance.host{snap, helper?, log?, spares?}  -- once per server; why names what the
+--   local walls, why = instance.host{snap, helper?, log?, spares?, owner?}  -- once per server; why names what the
 --                                                          -- kernel lacks (nil, message)
 --   local inst = walls:new(workspace_dir, label, snap?, {network?}) -- nothing runs yet
 --   local inst = walls:claim(workspace_dir, label, network?) -- the spare when it fits (below)
@@ -17,6 +17,7 @@
 --   inst:stop()                          every process gone (cgroup kill), cgroups removed
 --   walls:close()                        the server's cgroup directories removed
 local core = require("switchboard.core")
+local uids = require("switchboard.shell.uids")
 
 local M = {}
 
@@ -154,6 +155,12 @@ function M.host(opts)
     slots = {}, next_slot = 0, snap_fn = opts.policy, live = {}, spares = {},
     spares_on = opts.spares == true, -- spare instances built ahead (Host:claim)
   }, Host)
+  -- This server's block of host uids, registered so that no other walled server on the host
+  -- takes the same (shell/uids.lua); fixed until close, whatever a reload says.
+  local claim, claim_why = uids.claim{ base = iso.uid_base, count = iso.uid_count, blocks = iso.uid_blocks,
+    owner = opts.owner, dir = opts.uid_registry }
+  if not claim then return nil, claim_why, "uids-taken" end
+  self.uid_claim = claim
   self.server_dirs = {}
   for _, c in ipairs(CONTROLLERS) do
     self.server_dirs[c] = layout.dirs[c] .. "/switchboard-" .. self.pid
@@ -162,6 +169,7 @@ function M.host(opts)
   for _, c in ipairs(CONTROLLERS) do
     local ok, err = core.fs.mkdir_p(self.server_dirs[c], tonumber("755", 8))
     if not ok then
+      claim:release()
       return nil, ("cannot create the cgroup %s: %s (sandboxd needs to be root, or cgroup_parent "
         .. "in policies/isolation.lua must name a cgroup delegated to it)"):format(
           self.server_dirs[c], tostring(err and err.message))
@@ -326,6 +334,12 @@ function Host:claim(workspace_dir, label, network)
   return inst
 end
 
+-- "FIRST-LAST": the host uids this server's instances take (for its start line).
+function Host:uid_range()
+  local c = self.uid_claim
+  return ("%d-%d"):format(c.base, c.base + c.count - 1)
+end
+
 function Host:close()
   self.closed = true
   for _, spare in ipairs(self.spares) do
@@ -339,6 +353,7 @@ function Host:close()
     core.fs.remove_tree(building.dir)
   end
   if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
+  if self.uid_claim then self.uid_claim:release() end
   local args = { "reap" }
   for _, c in ipairs(CONTROLLERS) do
     args[#args + 1] = "--cgroup"; args[#args + 1] = self.server_dirs[c]
@@ -387,12 +402,13 @@ function Instance:start()
     return nil, self.start_err
   end
   local host, iso = self.host, self.snap.isolation
-  self.slot = take_slot(host, iso.uid_count)
+  local block = host.uid_claim
+  self.slot = take_slot(host, block.count)
   if not self.slot then
-    return nil, core.error("workspace", ("every host uid of policies/isolation.lua uid_base "
-      .. "(%d + %d) is taken by an awake instance"):format(iso.uid_base, iso.uid_count))
+    return nil, core.error("workspace", ("every host uid of this server's block (%d + %d: policies/isolation.lua "
+      .. "uid_base, uid_count) is taken by an awake instance"):format(block.base, block.count))
   end
-  self.uid = iso.uid_base + self.slot
+  self.uid = block.base + self.slot
   self.cgroups = {}
   for _, c in ipairs(CONTROLLERS) do self.cgroups[c] = host.server_dirs[c] .. "/i" .. self.slot end
   self.starting = core.signal()
