@@ -44,10 +44,13 @@ uid_blocks = 16
 
 -- What an instance sees of the host: an empty read-only root with these top-level entries of
 -- rootfs bound read-only (a sandbox image's root may be given instead of "/"), then each of
--- hide covered by an empty directory (or /dev/null for a file). sandboxd's --root is never in
--- view whatever this says; its workspace appears at /workspace, /tmp and /dev/shm are private.
+-- hide covered by an empty directory (or /dev/null for a file). An allow-list: what a build
+-- needs (programs, libraries, /etc's configuration), not /var (every server's state lives there:
+-- /var/lib/sandboxd, /var/lib/resident, /var/lib/switchboard), /home, /root or /srv. Whatever this
+-- says, no walled server's --root on the host (its own or another's) is ever in view; the
+-- workspace appears at /workspace, /tmp and /dev/shm are private.
 rootfs = "/"
-expose = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt", "var" }
+expose = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt" }
 hide = {
   "/etc/ssh", "/etc/switchboard", "/etc/sudoers", "/etc/sudoers.d",
   "/var/lib/switchboard", "/var/log", "/var/backups", "/var/cache",

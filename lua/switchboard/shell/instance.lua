@@ -161,6 +161,7 @@ function M.host(opts)
     owner = opts.owner, dir = opts.uid_registry }
   if not claim then return nil, claim_why, "uids-taken" end
   self.uid_claim = claim
+  self.root = opts.scratch -- the server's --root
   self.server_dirs = {}
   for _, c in ipairs(CONTROLLERS) do
     self.server_dirs[c] = layout.dirs[c] .. "/switchboard-" .. self.pid
@@ -422,9 +423,16 @@ function Instance:start()
   for _, a in ipairs(limit_writes(self)) do argv[#argv + 1] = a end
   for _, name in ipairs(iso.expose) do argv[#argv + 1] = "--expose"; argv[#argv + 1] = name end
   for _, p in ipairs(iso.hide) do argv[#argv + 1] = "--hide"; argv[#argv + 1] = p end
-  -- sandboxd's own root (every workspace) is never in view.
-  local root = self.dir:match("^(.*)/[^/]+$")
-  if root and root ~= "" then argv[#argv + 1] = "--hide"; argv[#argv + 1] = root end
+  -- No server's state is in view: the allow-list (expose) leaves out /var, and whatever it
+  -- lets in, this server's own root (every workspace; the resident's repos/), the workspace's
+  -- directory and every other walled server's registered root are covered.
+  local hidden = {}
+  for _, dir in ipairs({ host.root or "", self.dir:match("^(.*)/[^/]+$") or "", table.unpack(host.uid_claim:roots()) }) do
+    if dir ~= "" and not hidden[dir] then
+      hidden[dir] = true
+      argv[#argv + 1] = "--hide"; argv[#argv + 1] = dir
+    end
+  end
   for _, p in ipairs(self.ro_binds or {}) do argv[#argv + 1] = "--ro-bind"; argv[#argv + 1] = p end
   local line = ""
   self.stopped = core.signal()

@@ -7,6 +7,7 @@
 --
 --   local claim, why = uids.claim{ base, count, blocks, owner = {kind, root, listen} }
 --     claim.base, claim.count     the block this server's instances take uids from
+--     claim:roots()              every live server's --root (for the instances' hide list)
 --     claim:release()
 --
 -- The block is the first of `blocks` consecutive ones from `base` (each `count` uids) that no
@@ -81,6 +82,15 @@ local serial = 0 -- claims made by this process
 local Claim = {}
 Claim.__index = Claim
 
+-- The --root of every live walled server on the host (ours included): never in an instance's view.
+function Claim:roots()
+  local out = {}
+  for _, c in ipairs(others(self.dir, self.path)) do
+    if c.root and c.root:sub(1, 1) == "/" then out[#out + 1] = c.root end
+  end
+  return out
+end
+
 function Claim:release()
   if self.path then os.remove(self.path) end
   self.path = nil
@@ -120,7 +130,7 @@ function M.claim(opts)
       for _, c in ipairs(others(dir, path)) do
         if overlaps(c, base, opts.count) and earlier(c, me) then lost = true end
       end
-      if not lost then return setmetatable({ base = base, count = opts.count, path = path }, Claim) end
+      if not lost then return setmetatable({ base = base, count = opts.count, path = path, dir = dir }, Claim) end
       os.remove(path)
     end
   end
