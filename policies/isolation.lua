@@ -50,6 +50,10 @@ uid_blocks = 16
 -- says, no walled server's --root on the host (its own or another's) is ever in view; the
 -- workspace appears at /workspace, /tmp and /dev/shm are private.
 rootfs = "/"
+-- The instance's host name (its UTS namespace is its own either way). "" keeps the name it
+-- starts with: in a container whose seccomp profile refuses sethostname without CAP_SYS_ADMIN
+-- (podman's and Docker's defaults), the sandbox image sets this (docs/deploy.md).
+hostname = "sandbox"
 expose = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt" }
 hide = {
   "/etc/ssh", "/etc/switchboard", "/etc/sudoers", "/etc/sudoers.d",

@@ -312,7 +312,9 @@ static void build_bwrap(const options *o, bwrap_args *b) {
   }
   arg(b, "--uid"); arg(b, "1000");
   arg(b, "--gid"); arg(b, "1000");
-  arg(b, "--hostname"); arg(b, o->hostname);
+  if (o->hostname[0] != '\0') { /* "": the UTS namespace is still its own, the name is kept */
+    arg(b, "--hostname"); arg(b, o->hostname);
+  }
   arg(b, "--die-with-parent");
   arg(b, "--new-session");
   arg(b, "--info-fd"); arg(b, "3");

@@ -417,7 +417,7 @@ function Instance:start()
   local argv = { host.helper, "hold", "--uid", tostring(self.uid), "--gid", tostring(self.uid),
     "--workspace", self.dir, "--rootfs", iso.rootfs, "--net", self.network or iso.network,
     "--socket", self.socket, "--nofile", tostring(iso.open_files),
-    "--fsize", tostring(iso.file_size_bytes) }
+    "--fsize", tostring(iso.file_size_bytes), "--hostname", iso.hostname }
   if self.spare then argv[#argv + 1] = "--nice"; argv[#argv + 1] = "10" end -- built in the background
   for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
   for _, a in ipairs(limit_writes(self)) do argv[#argv + 1] = a end
