@@ -26,7 +26,7 @@ ok "the image builds: $tag"
 name="switchboard-smoke-$$-$RANDOM"
 export SANDBOX_TOKEN="smoke-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
 work="$(mktemp -d)"
-cleanup() { sb_podman rm -f -t 0 "$name" >/dev/null 2>&1 || true; sb_walls_release "$name"; rm -rf "$work"; }
+cleanup() { sb_podman rm -f -v -t 0 "$name" >/dev/null 2>&1 || true; sb_walls_release "$name"; rm -rf "$work"; }
 trap cleanup EXIT
 [ -e /sys/fs/cgroup/memory/cgroup.procs ] \
   || fail "the walls' flags here delegate cgroup v1 controllers; this host has no cgroup v1 memory controller (docs/deploy.md)"
