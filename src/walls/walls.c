@@ -14,8 +14,8 @@
  *     once they exist, then waits: it lives exactly as long as the instance. Each --ro-bind
  *     directory (absolute) appears read-only at the same path inside (the resident's shared git
  *     objects). It is opened here (a directory, not a symlink) and handed to bwrap as an fd;
- *     bwrap still resolves that fd's path as the instance's uid, so the way to it must be
- *     traversable by that uid (the resident makes it 0711). It dies with its
+ *     bwrap still resolves that fd's path as the instance's uid, so where that uid cannot
+ *     search the way to it (or to the workspace), it is staged first (stage_reachable). It dies with its
  *     parent (PR_SET_PDEATHSIG), bwrap dies with it (--die-with-parent), and everything in the
  *     PID namespace dies with bwrap's init.
  *
