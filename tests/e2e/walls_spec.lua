@@ -16,7 +16,8 @@ local function policy_dir(isolation_extra)
   return policies.dir{
     timeouts = function(src) return src .. "\n" .. S.FAST .. "\n" end,
     isolation = function(src)
-      return src .. ("\nuid_base = %d\nuid_count = %d\n"):format(UID_BASE, UID_COUNT) .. (isolation_extra or "") .. "\n"
+      -- uid_blocks = 1: the processes counted below are this range's, so never move to another
+      return src .. ("\nuid_base = %d\nuid_count = %d\nuid_blocks = 1\n"):format(UID_BASE, UID_COUNT) .. (isolation_extra or "") .. "\n"
     end,
   }
 end
