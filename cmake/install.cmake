@@ -52,10 +52,11 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 # The shared libraries' packages come from dpkg-shlibdeps (libc6, libcurl4, liblua5.4-0,
 # libssl3, libuv1, lua-cjson); the rest is what the program runs: bash -c for every command,
-# coreutils' timeout, procps' /bin/kill (the units' ExecReload), adduser for the postinst.
+# coreutils' timeout, procps' /bin/kill (the units' ExecReload), adduser for the postinst,
+# bubblewrap for the walls sandboxd and the resident refuse to start without (docs/isolation.md).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps")
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "git, ca-certificates, bubblewrap")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps, bubblewrap")
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "git, ca-certificates")
 # conffiles: every file under /etc, listed from the same glob the install rule uses, so dpkg
 # keeps an operator's edits across upgrades.
 file(GLOB SB_POLICY_FILES RELATIVE ${CMAKE_SOURCE_DIR}/policies CONFIGURE_DEPENDS

@@ -45,17 +45,29 @@ starts_at_once = 8
 -- load); a taken one is replaced in the background. 0: every instance is built on demand.
 spare_instances = 1
 
--- Host uids/gids for instances: each awake instance gets uid_base + n (n < uid_count), its own,
--- mapped to uid 1000 inside. Pick a range no host account uses.
+-- Host uids/gids for instances: each awake instance gets base + n (n < uid_count), its own,
+-- mapped to uid 1000 inside. Pick a range no host account uses. Several walled servers on one
+-- host (two sandboxd, a sandboxd and a resident) never share uids: each registers its block
+-- (/run/switchboard/walls) and takes the first of uid_blocks blocks of uid_count uids from
+-- uid_base that no other holds — base = uid_base + k * uid_count — or refuses to start, naming
+-- the servers in the way. Read at start: a reload does not move a running server's block.
 uid_base = 1200000
 uid_count = 65536
+uid_blocks = 16
 
 -- What an instance sees of the host: an empty read-only root with these top-level entries of
 -- rootfs bound read-only (a sandbox image's root may be given instead of "/"), then each of
--- hide covered by an empty directory (or /dev/null for a file). sandboxd's --root is never in
--- view whatever this says; its workspace appears at /workspace, /tmp and /dev/shm are private.
+-- hide covered by an empty directory (or /dev/null for a file). An allow-list: what a build
+-- needs (programs, libraries, /etc's configuration), not /var (every server's state lives there:
+-- /var/lib/sandboxd, /var/lib/resident, /var/lib/switchboard), /home, /root or /srv. Whatever this
+-- says, no walled server's --root on the host (its own or another's) is ever in view; the
+-- workspace appears at /workspace, /tmp and /dev/shm are private.
 rootfs = "/"
-expose = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt", "var" }
+-- The instance's host name (its UTS namespace is its own either way). "" keeps the name it
+-- starts with: in a container whose seccomp profile refuses sethostname without CAP_SYS_ADMIN
+-- (podman's and Docker's defaults), the sandbox image sets this (docs/deploy.md).
+hostname = "sandbox"
+expose = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt" }
 hide = {
   "/etc/ssh", "/etc/switchboard", "/etc/sudoers", "/etc/sudoers.d",
   "/var/lib/switchboard", "/var/log", "/var/backups", "/var/cache",

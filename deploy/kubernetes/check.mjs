@@ -2,7 +2,9 @@
 // "Kubernetes"): every document is checked against the Kubernetes API's own OpenAPI schemas
 // (npm's kubernetes-models: types, required fields, enums), then against what the deployment
 // needs — the size and ceiling in deploy/instance.json, selectors that match their pods, the
-// headless Service, probes, and the bot's SANDBOX_URL naming exactly the StatefulSet's pods.
+// headless Service, probes, and the bot's SANDBOX_URL naming exactly the StatefulSet's pods;
+// every container's probes, resources, securityContext (locked down, the walls' exceptions
+// only on sandboxd and only those) and secrets from Secret objects.
 // No cluster is needed, so the suite runs it everywhere.   node check.mjs
 import { readFileSync, readdirSync } from "node:fs";
 import path from "node:path";
@@ -20,6 +22,7 @@ function check(what, cond, detail = "") {
 
 const MODELS = {
   "v1/Service": "kubernetes-models/v1/Service",
+  "v1/ConfigMap": "kubernetes-models/v1/ConfigMap",
   "apps/v1/StatefulSet": "kubernetes-models/apps/v1/StatefulSet",
   "apps/v1/Deployment": "kubernetes-models/apps/v1/Deployment",
   "policy/v1/PodDisruptionBudget": "kubernetes-models/policy/v1/PodDisruptionBudget",
@@ -84,6 +87,46 @@ check("the bot's SANDBOX_URL names exactly the StatefulSet's pods", JSON.stringi
   `${urls.join(",")} vs ${pods.join(",")}`);
 check("the bot runs `switchboard slack`", bot.spec.template.spec.containers[0].command.includes("slack"));
 check("one bot at a time (Recreate, one replica)", bot.spec.replicas === 1 && bot.spec.strategy.type === "Recreate");
+
+// Every container of every workload: probes, resources, a locked-down securityContext.
+const WALLS_CAPS = ["CHOWN", "DAC_OVERRIDE", "SETUID", "SETGID", "KILL"]; // docs/deploy.md
+const SECRETISH = /TOKEN|SECRET|KEY|PASSWORD/;
+for (const w of [sts, bot]) {
+  const pod = w.spec.template.spec;
+  for (const ct of pod.containers) {
+    const who = `${w.metadata.name}/${ct.name}`;
+    const sc = ct.securityContext ?? {};
+    const seccomp = sc.seccompProfile?.type ?? pod.securityContext?.seccompProfile?.type;
+    const walls = w === sts;
+    check(`${who}: liveness and readiness probes`, ct.livenessProbe && ct.readinessProbe);
+    check(`${who}: requests and limits for cpu and memory`,
+      ["cpu", "memory"].every((k) => ct.resources?.requests?.[k] && ct.resources?.limits?.[k]), JSON.stringify(ct.resources));
+    check(`${who}: never privileged, no privilege escalation, a read-only root`,
+      sc.privileged !== true && sc.allowPrivilegeEscalation === false && sc.readOnlyRootFilesystem === true, JSON.stringify(sc));
+    check(`${who}: every capability dropped`, (sc.capabilities?.drop ?? []).includes("ALL"));
+    const added = sc.capabilities?.add ?? [];
+    check(`${who}: capabilities added back are ${walls ? "only the walls' own" : "none"}`,
+      walls ? added.every((c) => WALLS_CAPS.includes(c)) : added.length === 0, JSON.stringify(added));
+    check(`${who}: ${walls ? "seccomp RuntimeDefault, or Unconfined for the walls' namespaces" : "seccomp RuntimeDefault"}`,
+      seccomp === "RuntimeDefault" || (walls && seccomp === "Unconfined"), String(seccomp));
+    if (!walls) check(`${who}: runs as a user other than root`, sc.runAsNonRoot === true && sc.runAsUser > 0);
+    if (sc.procMount === "Unmasked") check(`${who}: an unmasked /proc only in a pod of its own user namespace`, pod.hostUsers === false);
+    for (const e of ct.env ?? []) {
+      if (SECRETISH.test(e.name)) {
+        check(`${who}: ${e.name} comes from a Secret`, e.value === undefined && e.valueFrom?.secretKeyRef?.name !== undefined);
+      }
+    }
+    check(`${who}: other variables from Secret objects only`, (ct.envFrom ?? []).every((f) => f.secretRef && !f.configMapRef));
+  }
+}
+const botC = bot.spec.template.spec.containers[0];
+check("the bot sends every command to sandboxd (--backend sandbox), never to its own pod",
+  botC.command.join(" ").includes("--backend sandbox"));
+check("the bot's SANDBOX_TOKEN comes from the sandbox's Secret",
+  botC.env.find((e) => e.name === "SANDBOX_TOKEN")?.valueFrom?.secretKeyRef?.name === "switchboard-sandbox");
+check("the bot's probes: /healthz live, /readyz ready",
+  botC.livenessProbe?.httpGet?.path === "/healthz" && botC.readinessProbe?.httpGet?.path === "/readyz");
+check("sandboxd never runs --no-walls", !c.command.includes("--no-walls"));
 
 console.log(`${passed} passed, ${failures.length} failed`);
 process.exit(failures.length ? 1 : 0);

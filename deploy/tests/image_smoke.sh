@@ -3,8 +3,11 @@
 # BUILD_DIR (cached by its inputs; podman's layer cache rebuilds only the switchboard layer
 # for a new build), start it with a fresh SANDBOX_TOKEN, and drive sandboxd inside it from
 # the executor outside — `switchboard exec --backend sandbox --sandbox-url …` — for a command,
-# the toolchains' versions, a deadline (124), a stop, and the build check; then the
-# HEALTHCHECK and a clean TERM. Skipped (77) with the reason when podman cannot run here.
+# the toolchains' versions, a deadline (124), a stop, and the build check; the walls attacks
+# (deploy/tests/image_walls_spec.lua, the same as tests/e2e/walls_spec.lua's) against it; then
+# the HEALTHCHECK and a clean TERM. The container runs walled, with the flags docs/deploy.md
+# gives ("The wall in a container": sb_walls_flags in deploy/sandbox/podman-env), never
+# --no-walls. Skipped (77) with the reason when podman cannot run here.
 #   deploy/tests/image_smoke.sh BUILD_DIR
 . "$(dirname "$0")/lib.sh"
 build="$(cd "${1:?BUILD_DIR}" && pwd)"
@@ -23,14 +26,16 @@ ok "the image builds: $tag"
 name="switchboard-smoke-$$-$RANDOM"
 export SANDBOX_TOKEN="smoke-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
 work="$(mktemp -d)"
-cleanup() { sb_podman rm -f -t 0 "$name" >/dev/null 2>&1 || true; rm -rf "$work"; }
+cleanup() { sb_podman rm -f -v -t 0 "$name" >/dev/null 2>&1 || true; sb_walls_release "$name"; rm -rf "$work"; }
 trap cleanup EXIT
+[ -e /sys/fs/cgroup/memory/cgroup.procs ] \
+  || fail "the walls' flags here delegate cgroup v1 controllers; this host has no cgroup v1 memory controller (docs/deploy.md)"
+mapfile -t walls_flags < <(sb_walls_flags "$name") || fail "cannot make the delegated cgroup subtree"
+echo "podman run ${walls_flags[*]} -e SANDBOX_TOKEN $tag"
 # -e NAME without a value: the token goes from this environment, never through argv.
 # (podman says it cannot schedule the HEALTHCHECK without systemd; it is run by hand below)
-# --no-walls (appended to the entrypoint): a podman container on these machines may not make
-# the user namespaces bubblewrap needs; the walls have their own tests (docs/isolation.md).
-sb_podman run -d --name "$name" -e SANDBOX_TOKEN -p 127.0.0.1::8080 "$tag" --no-walls >/dev/null 2>"$work/run.log" \
-  || fail "podman run $tag: $(cat "$work/run.log")"
+sb_podman run -d --name "$name" "${walls_flags[@]}" -e SANDBOX_TOKEN -p 127.0.0.1::8080 "$tag" \
+  >/dev/null 2>"$work/run.log" || fail "podman run $tag: $(cat "$work/run.log")"
 port="$(sb_podman port "$name" 8080 | head -1 | sed 's/.*://')"
 [ -n "$port" ] || fail "no published port for 8080"
 url="http://127.0.0.1:$port"
@@ -43,6 +48,9 @@ print(r.read().decode())' "$url" 2>/dev/null
 for _ in $(seq 1 120); do health="$(healthz)" && break; sleep 0.5; done
 [ -n "${health:-}" ] || { sb_podman logs "$name" >&2; fail "sandboxd in the container never answered /healthz"; }
 ok "sandboxd answers /healthz inside the container"
+sb_podman logs "$name" 2>&1 | grep -q '"walls":"cgroup v1"' \
+  || { sb_podman logs "$name" >&2; fail "sandboxd in the container is not walled (no walls=\"cgroup v1\" on its listening line)"; }
+ok "sandboxd in the container runs walled (cgroup v1, in the delegated subtree)"
 
 sx() { "$build/switchboard" exec --backend sandbox --sandbox-url "$url" --thread smoke "$@"; }
 
@@ -92,6 +100,13 @@ expect_eq "$own" "$theirs" "the container's sandboxd is this build (/healthz bui
 log="$(sx -- true 2>&1)"
 if echo "$log" | grep -q 'version-skew'; then fail "the executor saw skew against its own image: $log"; fi
 ok "the executor logs no version skew against the image of its own build"
+
+# The walls attacks, from a command inside the container against the sandboxd beside it.
+server_pid="$(sb_podman exec "$name" pgrep -o -x switchboard)" || fail "no sandboxd process in the container"
+(cd "$REPO_DIR" && SB_BUILD_DIR="$build" SB_IMAGE_URL="$url" SB_IMAGE_PID="$server_pid" \
+   timeout 600 busted --output=utfTerminal deploy/tests/image_walls_spec.lua) >"$work/walls.log" 2>&1 \
+  || { cat "$work/walls.log" >&2; fail "a walls attack succeeded inside the container (deploy/tests/image_walls_spec.lua)"; }
+ok "every walls attack fails inside the container: $(grep -o '[0-9]* success[a-z]*' "$work/walls.log")"
 
 sb_podman healthcheck run "$name" >/dev/null 2>&1 || fail "the image's HEALTHCHECK fails on a running container"
 ok "the HEALTHCHECK passes"

@@ -14,8 +14,8 @@
  *     once they exist, then waits: it lives exactly as long as the instance. Each --ro-bind
  *     directory (absolute) appears read-only at the same path inside (the resident's shared git
  *     objects). It is opened here (a directory, not a symlink) and handed to bwrap as an fd;
- *     bwrap still resolves that fd's path as the instance's uid, so the way to it must be
- *     traversable by that uid (the resident makes it 0711). It dies with its
+ *     bwrap still resolves that fd's path as the instance's uid, so where that uid cannot
+ *     search the way to it (or to the workspace), it is staged first (stage_reachable). It dies with its
  *     parent (PR_SET_PDEATHSIG), bwrap dies with it (--die-with-parent), and everything in the
  *     PID namespace dies with bwrap's init.
  *
@@ -63,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -311,7 +312,9 @@ static void build_bwrap(const options *o, bwrap_args *b) {
   }
   arg(b, "--uid"); arg(b, "1000");
   arg(b, "--gid"); arg(b, "1000");
-  arg(b, "--hostname"); arg(b, o->hostname);
+  if (o->hostname[0] != '\0') { /* "": the UTS namespace is still its own, the name is kept */
+    arg(b, "--hostname"); arg(b, o->hostname);
+  }
   arg(b, "--die-with-parent");
   arg(b, "--new-session");
   arg(b, "--info-fd"); arg(b, "3");
@@ -365,8 +368,8 @@ static void build_bwrap(const options *o, bwrap_args *b) {
       arg(b, "--ro-bind"); arg(b, "/dev/null"); arg(b, path);
     }
   }
-  /* fd 5: the workspace opened by us (as root, before dropping to the instance's uid, which
-   * cannot traverse sandboxd's root); a path swapped after that open changes nothing. */
+  /* fd 5: the workspace opened by us before dropping to the instance's uid (staged where that
+   * uid cannot walk to it: stage_reachable); a path swapped after that open changes nothing. */
   arg(b, "--bind-fd"); arg(b, "5"); arg(b, o->cwd);
   arg(b, "--tmpfs"); arg(b, "/tmp");
   arg(b, "--dev"); arg(b, "/dev");
@@ -430,6 +433,78 @@ static int bind_spawner(const char *path);
 static void enter_instance(long pid, pid_t parent);
 static int serve(const options *o, int listener, pid_t bwrap);
 
+/* ---- a way to the workspace the instance's uid can walk ---------------------------------- */
+
+/* bwrap resolves a --bind-fd/--ro-bind-fd source by its path (the target of /proc/self/fd/N)
+ * as the instance's uid, so every directory above it must be searchable by that uid: a --root
+ * under /root (0700) is not. Returns the first directory above `path` the uid cannot search
+ * (copied into `blocked`, its stat in `*st`), or false when the way is open. */
+static bool way_blocked(const options *o, const char *path, char *blocked, size_t size, struct stat *st) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s", path);
+  for (char *end = p; (end = strchr(end, '/')) != NULL; end++) {
+    char keep = end[1];
+    end[1] = '\0'; /* p is now one directory above the path, with its slash */
+    bool last = keep == '\0';
+    if (!last && stat(p, st) == 0) {
+      mode_t bit = st->st_uid == (uid_t)o->uid ? S_IXUSR : st->st_gid == (gid_t)o->gid ? S_IXGRP : S_IXOTH;
+      if ((st->st_mode & bit) == 0) {
+        if (end > p)
+          *end = '\0'; /* "/root", not "/root/" */
+        snprintf(blocked, size, "%s", p);
+        return true;
+      }
+    }
+    end[1] = keep;
+  }
+  return false;
+}
+
+/* A directory (open as `fd`) whose way is blocked is bind-mounted, in a mount namespace of this
+ * helper's own (made on the first such directory: unshare needs CAP_SYS_ADMIN, which a
+ * container's root may lack), below a fresh tmpfs over the spawner socket's directory (its
+ * socket is bound already; the host's view is unchanged), whose way is /tmp's. Returns the
+ * staged copy's fd (close-on-exec, at 10 or above); `fd` is closed. Where it cannot, dies
+ * naming the directory in the way and its mode. */
+static int stage_reachable(const options *o, int fd, const char *path, int k) {
+  static bool staged;
+  char blocked[PATH_MAX], dir[PATH_MAX], src[32];
+  struct stat st;
+  if (!way_blocked(o, path, blocked, sizeof blocked, &st))
+    return fd;
+  const char *slash = o->socket ? strrchr(o->socket, '/') : NULL;
+  int len = slash ? (int)(slash - o->socket) : 0;
+  if (!staged && (len == 0 || unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 ||
+                  (snprintf(dir, sizeof dir, "%.*s", len, o->socket),
+                   mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0711,size=64k") < 0))) {
+    errno = 0;
+    die("the instance's uid %ld cannot reach %s: %s is mode %04o (owner uid %d), and bubblewrap "
+        "resolves the path as that uid (a mount namespace to bypass it needs CAP_SYS_ADMIN). Make "
+        "it searchable (chmod o+x %s) or choose a --root whose parents are (docs/isolation.md)",
+        o->uid, path, blocked, (unsigned)(st.st_mode & 07777), (int)st.st_uid, blocked);
+  }
+  staged = true;
+  /* A bind mount's source must be in this namespace: the directory again, here, and the same
+   * one (a path swapped meanwhile is refused). */
+  int here = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat was, now;
+  if (here < 0 || fstat(fd, &was) < 0 || fstat(here, &now) < 0 || was.st_dev != now.st_dev ||
+      was.st_ino != now.st_ino)
+    die("%s changed while the instance was being made", path);
+  snprintf(dir, sizeof dir, "%.*s/%d", len, o->socket, k);
+  snprintf(src, sizeof src, "/proc/self/fd/%d", here);
+  if (mkdir(dir, 0711) < 0 || mount(src, dir, NULL, MS_BIND, NULL) < 0)
+    die("cannot stage %s at %s for the instance's uid", path, dir);
+  close(here);
+  int again = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int moved = again < 0 ? -1 : fcntl(again, F_DUPFD_CLOEXEC, 10);
+  if (moved < 0)
+    die("cannot open the staged %s", dir);
+  close(again);
+  close(fd);
+  return moved;
+}
+
 static int hold(const options *o) {
   pid_t parent = getppid();
   if (o->workspace == NULL) {
@@ -460,7 +535,9 @@ static int hold(const options *o) {
       close(fd);
     if (b.ro_fds[k] < 0)
       die("--ro-bind takes an absolute directory; cannot open '%s'", path);
+    b.ro_fds[k] = stage_reachable(o, b.ro_fds[k], path, k + 1);
   }
+  ws = stage_reachable(o, ws, o->workspace, 0);
   drop_to(o);
   die_with_parent(parent);
   int info[2], ready[2];

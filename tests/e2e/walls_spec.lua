@@ -16,7 +16,8 @@ local function policy_dir(isolation_extra)
   return policies.dir{
     timeouts = function(src) return src .. "\n" .. S.FAST .. "\n" end,
     isolation = function(src)
-      return src .. ("\nuid_base = %d\nuid_count = %d\n"):format(UID_BASE, UID_COUNT) .. (isolation_extra or "") .. "\n"
+      -- uid_blocks = 1: the processes counted below are this range's, so never move to another
+      return src .. ("\nuid_base = %d\nuid_count = %d\nuid_blocks = 1\n"):format(UID_BASE, UID_COUNT) .. (isolation_extra or "") .. "\n"
     end,
   }
 end
@@ -69,7 +70,16 @@ local function file_op(h, thread, route, body)
 end
 
 -- Whether this kernel gives the walls (support/walls.lua): one real sandboxd start answers it.
-local describe_walls = require("support.walls").probe(policy_dir(),
+-- The attacks themselves live in support/walls.lua: the image's test runs the same ones.
+local function against(h)
+  return function(thread, command, extra) return exec(h, thread, command, extra) end, {
+    token = S.TOKEN, pid = h.pid, root = h.root,
+    healthz = function() return (S.call(h.url, "/healthz", { thread = false })) end,
+  }
+end
+
+local walls = require("support.walls")
+local describe_walls = walls.probe(policy_dir(),
   { describe = describe, it = it, pending = pending })
 
 after_each(S.cleanup_servers)
@@ -100,27 +110,8 @@ describe_walls("sandboxd walls: what a command sees and cannot do", function()
   it("cannot read the server's environment or memory, nor signal it; sees only its own processes", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = dir }
-      local r = exec(h, "A", table.concat({
-        "echo ppid=$PPID",
-        "cat /proc/$PPID/environ 2>&1 | tr '\\0' '\\n'",
-        "for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null | tr '\\0' '\\n'; done",
-        ("kill -TERM %d 2>&1; echo kill=$?"):format(h.pid),
-        ("cat /proc/%d/mem 2>&1 | head -c 100; echo"):format(h.pid),
-        "ls /proc | grep -c '^[0-9]'",
-        "id -u",
-      }, "\n"))
-      assert.equal(0, r.exitCode, r.stderr)
-      assert.is_nil((r.stdout .. r.stderr):find(S.TOKEN, 1, true))
-      -- its parent is the instance's spawner, outside the PID namespace (and not dumpable):
-      -- $PPID is 0, so neither the server nor the spawner is there to read or signal
-      local ppid = tonumber(r.stdout:match("ppid=(%d+)\n"))
-      assert.equal(0, ppid, r.stdout)
-      assert.is_nil(r.stdout:find("--socket", 1, true), r.stdout)  -- nor its argv (host paths)
-      assert.truthy(r.stdout:find("kill=1", 1, true), r.stdout)
-      local nprocs = tonumber(r.stdout:match("\n(%d+)\n1000\n$"))
-      assert.is_true(nprocs ~= nil and nprocs < 12, r.stdout)  -- init, this shell and its pipeline
-      -- the server is still there, and its own environment no longer holds the bearer
-      assert.equal(200, (S.call(h.url, "/healthz", { thread = false })))
+      walls.attacks.server(against(h))
+      -- and the server's own environment no longer holds the bearer
       assert.is_nil((read("/proc/" .. h.pid .. "/environ") or ""):find(S.TOKEN, 1, true))
       h:stop(); h:wait()
     end)
@@ -129,26 +120,7 @@ describe_walls("sandboxd walls: what a command sees and cannot do", function()
   it("sees no other workspace, no server root and no secret files; its own work (git, files, /usr) succeeds", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = dir }
-      local marker = "secret-of-A-" .. core.crypto.hex(core.crypto.random_bytes(6))
-      assert.equal(0, exec(h, "A", "echo hush > " .. marker).exitCode)
-      local r = exec(h, "B", table.concat({
-        "ls -a /workspace/.. | tr '\\n' ' '; echo",
-        ("find / -xdev -name '%s*' 2>/dev/null | head -1"):format(marker),
-        ("test -e '%s' && echo ROOT-VISIBLE"):format(h.root),
-        "cat /etc/shadow 2>/dev/null && echo SHADOW-READ",
-        "ls /etc/ssh 2>/dev/null | head -1",
-        "git init -q repo && cd repo && echo x > f && git add f && git -c user.email=a@b -c user.name=a commit -qm one && git log --format=%s",
-        "head -c 4 /usr/bin/env | od -c | head -1 | grep -q E && echo usr-ok",
-        "echo mine > /workspace/own && cat /workspace/own",
-        "touch /usr/pwned 2>/dev/null || echo usr-readonly",
-      }, "\n"))
-      assert.equal(0, r.exitCode, r.stderr)
-      assert.is_nil(r.stdout:find(marker, 1, true), r.stdout)
-      assert.is_nil(r.stdout:find("ROOT-VISIBLE", 1, true))
-      assert.is_nil(r.stdout:find("SHADOW-READ", 1, true))
-      for _, want in ipairs({ "one\n", "usr-ok\n", "mine\n", "usr-readonly\n" }) do
-        assert.truthy(r.stdout:find(want, 1, true), want .. " in " .. r.stdout)
-      end
+      walls.attacks.neighbours(against(h))
       h:stop(); h:wait()
     end)
   end)
@@ -156,18 +128,7 @@ describe_walls("sandboxd walls: what a command sees and cannot do", function()
   it("another thread's GH_TOKEN is not readable from /proc while its command runs", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = dir }
-      local secret = "ghs_" .. core.crypto.hex(core.crypto.random_bytes(12))
-      local done = false
-      core.go(function()
-        exec(h, "A", "sleep 3", { env = { GH_TOKEN = secret } })
-        done = true
-      end)
-      core.sleep(700)
-      local r = exec(h, "B", "for p in /proc/[0-9]*; do cat $p/environ 2>/dev/null | tr '\\0' '\\n'; done; echo scanned")
-      assert.truthy(r.stdout:find("scanned", 1, true))
-      assert.is_nil(r.stdout:find(secret, 1, true))
-      assert.is_false(done, "the first command should still have been running")
-      S.wait_for(function() return done end, 20000)
+      walls.attacks.gh_token(against(h))
       h:stop(); h:wait()
     end)
   end)
@@ -319,19 +280,9 @@ describe_walls("sandboxd walls: limits, answered in words", function()
   it("a fork bomb is bounded by the pids limit and named; others keep answering", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = dir }
-      local bomb
-      core.go(function()
-        -- a fork loop that does not retry (bash's own fork retries until children exit)
-        bomb = exec(h, "bomb", "python3 -c 'import os, time\nn = 0\ntry:\n  while n < 300:\n"
-          .. "    if os.fork() == 0:\n      time.sleep(20); os._exit(0)\n    n += 1\nexcept OSError as e:\n"
-          .. "  print(\"stopped\", n, e.errno)'", { timeoutMs = 30000 })
-      end)
-      assert.equal("fine\n", exec(h, "other", "echo fine").stdout)
-      S.wait_for(function() return bomb end, 60000)
-      local n = tonumber(bomb.stdout:match("stopped (%d+) 11"))
-      assert.is_true(n ~= nil and n < 48, bomb.stdout)
-      assert.truthy(bomb.stderr:find("this sandbox's process limit (48 processes) was reached, so fork failed — policies/isolation.lua pids_max", 1, true), bomb.stderr)
-      assert.equal(200, (S.call(h.url, "/healthz", { thread = false })))
+      local run, ctx = against(h)
+      ctx.pids_max = 48
+      walls.attacks.fork_bomb(run, ctx)
       h:stop(); h:wait()
     end)
   end)

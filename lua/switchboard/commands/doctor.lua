@@ -231,7 +231,7 @@ local function check_walls(ctx, snap)
       :format(scratch, tostring(merr and merr.message))
   end
   local walls, why = instance.host{ snap = snap, policy = function() return snap end, scratch = scratch,
-    helper = helper }
+    helper = helper, owner = { kind = "doctor", root = scratch } }
   if walls then walls:close() end
   core.fs.remove_tree(scratch)
   if not walls then

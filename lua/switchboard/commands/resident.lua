@@ -136,7 +136,7 @@ function M.run(argv, ctx)
       .. "and give the bot the same value."):format(name, name))
   end
   core.log_redact(token)
-  local ok, err = core.fs.mkdir_p(opts.root, tonumber("700", 8))
+  local ok, err = walls_mod.make_root(opts.root)
   if not ok then return p:fail(M.EXIT.config, "--root: " .. tostring(err.message)) end
   local root = core.fs.realpath(opts.root) or opts.root
   local walls, wstatus = walls_mod.build(p, opts, snap, root, "resident", "the resident's threads", M.EXIT.config)
@@ -150,7 +150,8 @@ function M.run(argv, ctx)
   core.on_signal("TERM", function() srv:shutdown("TERM") end)
   core.on_signal("INT", function() srv:shutdown("INT") end)
   core.log("info", "resident.listening", { host = host, port = srv.port, root = root, generation = srv.generation,
-    version = snap.version, walls = walls and ("cgroup v" .. walls.layout.version) or "none" })
+    version = snap.version, walls = walls and ("cgroup v" .. walls.layout.version) or "none",
+    uids = walls and walls:uid_range() or nil })
   srv:wait()
   if walls then walls:close() end
   return 0

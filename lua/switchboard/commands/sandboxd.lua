@@ -109,7 +109,7 @@ function M.run(argv, ctx)
   end
   core.log_redact(token)
 
-  local ok, err = core.fs.mkdir_p(opts.root, tonumber("700", 8))
+  local ok, err = walls_mod.make_root(opts.root)
   if not ok then return fail(M.EXIT.config, "--root: " .. tostring(err.message)) end
   local root = core.fs.realpath(opts.root) or opts.root
   local swept = runner.sweep(root)
@@ -147,6 +147,7 @@ function M.run(argv, ctx)
     max_instances = max or snap.timeouts.sandbox.max_instances, version = snap.version,
     metrics_port = mport,
     walls = walls and ("cgroup v" .. walls.layout.version) or "none",
+    uids = walls and walls:uid_range() or nil,
   })
   p:ready(("listening on %s:%d, policies %s"):format(host, srv.port, snap.version))
   srv:wait()

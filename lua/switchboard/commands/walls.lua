@@ -8,6 +8,18 @@ local instance = require("switchboard.shell.instance")
 
 local M = {}
 
+-- A server's --root: the missing directories above it made searchable (0755, as any /var/lib
+-- directory; an instance's uid walks through them to its workspace: docs/isolation.md), the root
+-- itself private (0700; the walls make it 0711, searchable but not listable). → true | nil, err
+function M.make_root(dir)
+  local parent = dir:match("^(.+)/[^/]+/*$")
+  if parent and not core.fs.exists(parent) then
+    local ok, err = core.fs.mkdir_p(parent, tonumber("755", 8))
+    if not ok then return nil, err end
+  end
+  return core.fs.mkdir_p(dir, tonumber("700", 8))
+end
+
 -- p: the command's prologue; who: "sandboxd" | "resident"; what: "sandbox instances" | …
 -- Returns walls (nil with --no-walls) or false, status after saying why.
 function M.build(p, opts, snap, root, who, what, config_status)
@@ -20,8 +32,12 @@ function M.build(p, opts, snap, root, who, what, config_status)
   end
   -- spare instances only for sandboxd: its new threads start on empty workspaces in root (the
   -- resident's start on worktrees it made)
-  local walls, why = instance.host{ snap = snap, policy = policy.current, scratch = root, log = core.log,
+  local walls, why, kind = instance.host{ snap = snap, policy = policy.current, scratch = root, log = core.log,
+    owner = { kind = who, root = root, listen = opts.listen },
     spares = who == "sandboxd" }
+  if walls == nil and kind == "uids-taken" then
+    return false, p:fail(config_status, "cannot build the walls around " .. what .. ": " .. tostring(why))
+  end
   if not walls then
     return false, p:fail(config_status, "cannot build the walls around " .. what .. ": " .. tostring(why)
       .. ". Run where the kernel gives user namespaces, cgroups and bubblewrap (docs/isolation.md), "

@@ -61,7 +61,8 @@ local function local_walls(opts, snap, root)
     host, why = opts.walls_host(snap, root)
   else
     host, why = require("switchboard.shell.instance").host{
-      snap = snap, policy = opts.policy, scratch = root, log = core.log }
+      snap = snap, policy = opts.policy, scratch = root, log = core.log,
+      owner = { kind = "local executor", root = root } }
   end
   if not host then return nil, why end
   local_hosts[root] = host

@@ -87,12 +87,12 @@ function S.func(v, path, report)
   if type(v) ~= "function" then report(path, "must be a function, got " .. typename(v)) end
 end
 
--- A string; opts: pattern (with a human description), max_len, one_line.
+-- A string; opts: pattern (with a human description), max_len, one_line, empty_ok ("" allowed).
 function S.string(opts)
   opts = opts or {}
   return function(v, path, report)
     if type(v) ~= "string" then return report(path, "must be a string, got " .. typename(v)) end
-    if v:find("^%s*$") then return report(path, "must not be empty") end
+    if v:find("^%s*$") and not (opts.empty_ok and v == "") then return report(path, "must not be empty") end
     if opts.one_line and v:find("[\r\n]") then return report(path, "must be one line") end
     if opts.max_len and #v > opts.max_len then
       return report(path, string.format("must be at most %d bytes, got %d", opts.max_len, #v))
@@ -529,6 +529,8 @@ M.files.isolation = {
   starts_at_once = S.int { min = 1, max = 1024 },
   uid_base = S.int { min = 1000, max = 4000000000 },
   uid_count = S.int { min = 1, max = 1000000 },
+  uid_blocks = S.int { min = 1, max = 256 },
+  hostname = S.string { pattern = "^[%w.-]*$", what = "a host name, or \"\"", empty_ok = true },
   rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },
   expose = S.list(S.string { pattern = "^[%w_][%w._-]*$", what = "a top-level name such as \"usr\"" },
     { unique = true, max = 32 }),

@@ -3,7 +3,7 @@
 -- policies/isolation.lua, rlimits per process, and a host uid of its own. The C helper
 -- switchboard-walls does the kernel work; this decides the paths, numbers and lifecycle.
 --
---   local walls, why = instance.host{snap, helper?, log?, spares?}  -- once per server; why names what the
+--   local walls, why = instance.host{snap, helper?, log?, spares?, owner?}  -- once per server; why names what the
 --                                                          -- kernel lacks (nil, message)
 --   local inst = walls:new(workspace_dir, label, snap?, {network?}) -- nothing runs yet
 --   local inst = walls:claim(workspace_dir, label, network?) -- the spare when it fits (below)
@@ -17,6 +17,7 @@
 --   inst:stop()                          every process gone (cgroup kill), cgroups removed
 --   walls:close()                        the server's cgroup directories removed
 local core = require("switchboard.core")
+local uids = require("switchboard.shell.uids")
 
 local M = {}
 
@@ -154,6 +155,13 @@ function M.host(opts)
     slots = {}, next_slot = 0, snap_fn = opts.policy, live = {}, spares = {},
     spares_on = opts.spares == true, -- spare instances built ahead (Host:claim)
   }, Host)
+  -- This server's block of host uids, registered so that no other walled server on the host
+  -- takes the same (shell/uids.lua); fixed until close, whatever a reload says.
+  local claim, claim_why = uids.claim{ base = iso.uid_base, count = iso.uid_count, blocks = iso.uid_blocks,
+    owner = opts.owner, dir = opts.uid_registry }
+  if not claim then return nil, claim_why, "uids-taken" end
+  self.uid_claim = claim
+  self.root = opts.scratch -- the server's --root
   self.server_dirs = {}
   for _, c in ipairs(CONTROLLERS) do
     self.server_dirs[c] = layout.dirs[c] .. "/switchboard-" .. self.pid
@@ -162,6 +170,7 @@ function M.host(opts)
   for _, c in ipairs(CONTROLLERS) do
     local ok, err = core.fs.mkdir_p(self.server_dirs[c], tonumber("755", 8))
     if not ok then
+      claim:release()
       return nil, ("cannot create the cgroup %s: %s (sandboxd needs to be root, or cgroup_parent "
         .. "in policies/isolation.lua must name a cgroup delegated to it)"):format(
           self.server_dirs[c], tostring(err and err.message))
@@ -326,6 +335,12 @@ function Host:claim(workspace_dir, label, network)
   return inst
 end
 
+-- "FIRST-LAST": the host uids this server's instances take (for its start line).
+function Host:uid_range()
+  local c = self.uid_claim
+  return ("%d-%d"):format(c.base, c.base + c.count - 1)
+end
+
 function Host:close()
   self.closed = true
   for _, spare in ipairs(self.spares) do
@@ -339,6 +354,7 @@ function Host:close()
     core.fs.remove_tree(building.dir)
   end
   if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
+  if self.uid_claim then self.uid_claim:release() end
   local args = { "reap" }
   for _, c in ipairs(CONTROLLERS) do
     args[#args + 1] = "--cgroup"; args[#args + 1] = self.server_dirs[c]
@@ -387,12 +403,13 @@ function Instance:start()
     return nil, self.start_err
   end
   local host, iso = self.host, self.snap.isolation
-  self.slot = take_slot(host, iso.uid_count)
+  local block = host.uid_claim
+  self.slot = take_slot(host, block.count)
   if not self.slot then
-    return nil, core.error("workspace", ("every host uid of policies/isolation.lua uid_base "
-      .. "(%d + %d) is taken by an awake instance"):format(iso.uid_base, iso.uid_count))
+    return nil, core.error("workspace", ("every host uid of this server's block (%d + %d: policies/isolation.lua "
+      .. "uid_base, uid_count) is taken by an awake instance"):format(block.base, block.count))
   end
-  self.uid = iso.uid_base + self.slot
+  self.uid = block.base + self.slot
   self.cgroups = {}
   for _, c in ipairs(CONTROLLERS) do self.cgroups[c] = host.server_dirs[c] .. "/i" .. self.slot end
   self.starting = core.signal()
@@ -400,15 +417,22 @@ function Instance:start()
   local argv = { host.helper, "hold", "--uid", tostring(self.uid), "--gid", tostring(self.uid),
     "--workspace", self.dir, "--rootfs", iso.rootfs, "--net", self.network or iso.network,
     "--socket", self.socket, "--nofile", tostring(iso.open_files),
-    "--fsize", tostring(iso.file_size_bytes) }
+    "--fsize", tostring(iso.file_size_bytes), "--hostname", iso.hostname }
   if self.spare then argv[#argv + 1] = "--nice"; argv[#argv + 1] = "10" end -- built in the background
   for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
   for _, a in ipairs(limit_writes(self)) do argv[#argv + 1] = a end
   for _, name in ipairs(iso.expose) do argv[#argv + 1] = "--expose"; argv[#argv + 1] = name end
   for _, p in ipairs(iso.hide) do argv[#argv + 1] = "--hide"; argv[#argv + 1] = p end
-  -- sandboxd's own root (every workspace) is never in view.
-  local root = self.dir:match("^(.*)/[^/]+$")
-  if root and root ~= "" then argv[#argv + 1] = "--hide"; argv[#argv + 1] = root end
+  -- No server's state is in view: the allow-list (expose) leaves out /var, and whatever it
+  -- lets in, this server's own root (every workspace; the resident's repos/), the workspace's
+  -- directory and every other walled server's registered root are covered.
+  local hidden = {}
+  for _, dir in ipairs({ host.root or "", self.dir:match("^(.*)/[^/]+$") or "", table.unpack(host.uid_claim:roots()) }) do
+    if dir ~= "" and not hidden[dir] then
+      hidden[dir] = true
+      argv[#argv + 1] = "--hide"; argv[#argv + 1] = dir
+    end
+  end
   for _, p in ipairs(self.ro_binds or {}) do argv[#argv + 1] = "--ro-bind"; argv[#argv + 1] = p end
   local line = ""
   self.stopped = core.signal()
