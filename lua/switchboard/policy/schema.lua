@@ -452,6 +452,7 @@ local message_specs = {
   server_failure = S.template({ "detail" }, { "{detail}" }),
   server_stopped = S.template({ "drain_s" }),
   transport_failed = S.template({ "who", "route", "detail" }, { "{route}", "{detail}" }),
+  not_connected = S.template({ "who", "route", "detail" }, { "{route}", "{detail}" }),
   http_status = S.template({ "who", "route", "status", "detail" }, { "{route}", "{status}", "{detail}" }),
   bad_answer = S.template({ "who", "route", "detail" }, { "{route}", "{detail}" }),
 }
