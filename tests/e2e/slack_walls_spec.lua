@@ -192,8 +192,13 @@ describe_walls("the shipped bot's commands read no secret of it", function()
 
   it("pointed at a sandboxd (the package's setup): the three attacks post no secret", async(function()
     local h = S.start_sandboxd{ policies = S.policy_dir() }
-    local bot = SL.bot(st, { walled = true, state_dir = tmp.dir("slack"),
+    local bot = SL.bot(st, { walled = true, state_dir = tmp.dir("slack"), args = { "--health-listen", "127.0.0.1:0" },
       env = bot_env{ SANDBOX_URL = h.url, SANDBOX_TOKEN = S.TOKEN } })
+    -- ready: Slack connected, policies loaded, the sandboxd answering its /healthz with the bearer
+    local status, _, body = core.http.request{ method = "GET", deadline_ms = 10000,
+      url = ("http://127.0.0.1:%d/readyz"):format(bot.health_port) }
+    assert.equal(200, status, body)
+    assert.is_true(cjson.decode(body).checks.sandbox.ok, body)
     local texts = attack(st)
     for _, text in ipairs(texts) do
       assert.truthy(text:find("· sandbox", 1, true), text) -- the shipped policy picked the sandbox

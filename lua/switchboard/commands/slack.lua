@@ -232,6 +232,7 @@ function M.run(argv, ctx)
                                      max_retry_after_ms = a.max_retry_after_ms } or nil,
     sandbox_urls = factory.configured(snap, stack_opts).sandbox and sandbox_url
       and rendezvous.split(sandbox_url) or nil,
+    sandbox_token = os.getenv(snap.execution.sandbox.token_env),
     dispatcher_opts = {
       stack = stack_opts,
       outputs_dir = state.dir() .. "/outputs",

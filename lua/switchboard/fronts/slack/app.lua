@@ -3,7 +3,7 @@
 --
 --   local app = app.new{bot_api, app_api?, secret?, bot = {user_id, bot_id, team_id, …},
 --                       dispatcher_opts = {stack, outputs_dir, …}, policy = policy.current,
---                       sandbox_urls = {…}? (the sandboxd list /readyz probes), unwalled_note?}
+--                       sandbox_urls = {…}?, sandbox_token? (the sandboxd list /readyz probes)}
 --   app:on_event(payload, source)        an event_callback payload
 --   app:on_interactive(payload)          a block_actions payload (the Stop button)
 --   app:start_socket_mode() → true | nil, err;   app:listen(host, port) → server | nil, err
@@ -37,7 +37,7 @@ function M.new(opts)
   dopts.thread_key = function(thread) return "slack:" .. thread end
   self.d = dispatcher.new(dopts)
   self.readiness = readiness.new{ socket = function() return self.sm end, policy = opts.policy,
-                                  sandbox_urls = opts.sandbox_urls }
+                                  sandbox_urls = opts.sandbox_urls, sandbox_token = opts.sandbox_token }
   return self
 end
 

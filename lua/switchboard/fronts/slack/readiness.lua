@@ -2,7 +2,8 @@
 -- /healthz): docs/deploy.md "Health and readiness".
 --
 --   local r = readiness.new{socket = function() → sm | nil, policy = policy.current,
---                           sandbox_urls = {"http://127.0.0.1:8080"} | nil, request, cache_ms}
+--                           sandbox_urls = {"http://127.0.0.1:8080"} | nil, sandbox_token,
+--                           request, cache_ms}
 --   r:check() → ready (boolean), checks {slack = {ok, …}, policies = {ok, …}, sandbox = {ok, …}?}
 --
 -- slack: a Socket Mode connection is open (none while it is reconnecting, or when reconnecting
@@ -18,6 +19,7 @@ R.__index = R
 function M.new(opts)
   return setmetatable({
     socket = opts.socket, policy = opts.policy, sandbox_urls = opts.sandbox_urls,
+    sandbox_token = opts.sandbox_token,
     request = opts.request or core.http.request, cache_ms = opts.cache_ms or 2000,
     probe_ms = opts.probe_ms or 3000, cached = nil, cached_at = nil,
   }, R)
@@ -40,8 +42,9 @@ local function policies_check(self)
 end
 
 local function probe(self, url)
+  -- sandboxd's /healthz needs the bearer like every route: a 401 is a wrong token, not ready
   local status = self.request{ method = "GET", url = url:gsub("/+$", "") .. "/healthz",
-                               deadline_ms = self.probe_ms }
+    headers = { authorization = "Bearer " .. tostring(self.sandbox_token) }, deadline_ms = self.probe_ms }
   if status == 200 then return true end
   return false, status and ("answered HTTP " .. tostring(status)) or "unreachable"
 end
