@@ -31,6 +31,9 @@ tarball="$("$DEPLOY_DIR/sandbox/make-base" --rootfs)"
 root="$work/root"
 mkdir "$root"
 tar -C "$root" -xf "$tarball"
+# The tarball's "./" keeps make-base's mktemp mode (0700); a real / is 0755, and the bot's
+# stage runs as the switchboard user, which must traverse it.
+chmod 0755 "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 cp "$deb" "$root/tmp/"
 [ ! -e "$root$build" ] && [ ! -e "$root$REPO_DIR" ] || fail "the clean root holds the build tree"
