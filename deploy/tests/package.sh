@@ -163,4 +163,27 @@ expect_eq "bash.max_ms = 30 * minute" "$(in_root cat /etc/switchboard/policies/t
 expect_match 'bash\.max_ms 1200000 → 1800000' "$(in_root switchboard policy show --diff /etc/switchboard/policies)" \
   "the overlay applies over the upgraded shipped set"
 
+# ---- purge, and the upgrade from a package that copied the policies into /etc ------------
+in_root dpkg --purge switchboard >"$work/purge.log" 2>&1 || { cat "$work/purge.log" >&2; fail "dpkg --purge switchboard"; }
+in_root test ! -e /etc/switchboard/bot.env || fail "the purge left /etc/switchboard/bot.env"
+ok "a purge removes the environment files the postinst made"
+# The layout of packages before 0.1.0+git, rebuilt with dpkg-deb: every shipped policy a
+# conffile under /etc/switchboard/policies.
+old="$work/old-0.1.0"
+mkdir -p "$old/DEBIAN" "$old/etc/switchboard/policies"
+cp "$REPO_DIR"/policies/*.lua "$old/etc/switchboard/policies/"
+(cd "$old" && find etc -type f | sed 's|^|/|' | sort) >"$old/DEBIAN/conffiles"
+printf 'Package: switchboard\nVersion: 0.1.0\nArchitecture: all\nMaintainer: spec <spec@localhost>\nDescription: the layout before 0.1.0+git\n' \
+  >"$old/DEBIAN/control"
+dpkg-deb --root-owner-group -b "$old" "$root/tmp/switchboard_0.1.0_all.deb" >/dev/null
+in_root dpkg -i /tmp/switchboard_0.1.0_all.deb >"$work/old.log" 2>&1 || { cat "$work/old.log" >&2; fail "dpkg -i the 0.1.0 layout"; }
+printf '\n-- edited by the operator\nspare_instances = 0\n' >>"$root/etc/switchboard/policies/isolation.lua"
+in_root apt-get install -y --no-install-recommends "/tmp/$(basename "$deb2")" >"$work/upgrade-old.log" 2>&1 \
+  || { tail -30 "$work/upgrade-old.log" >&2; fail "apt-get install ./$(basename "$deb2") over 0.1.0"; }
+expect_eq "README isolation.lua.dpkg-bak" "$(in_root ls /etc/switchboard/policies | tr '\n' ' ' | sed 's/ $//')" \
+  "the upgrade from 0.1.0 removed the unedited policy copies and kept the edited one as .dpkg-bak"
+in_root switchboard policy check /etc/switchboard/policies >"$work/check2.log" 2>&1 \
+  || { cat "$work/check2.log" >&2; fail "policy check after the upgrade from 0.1.0"; }
+ok "the overlay directory left by that upgrade passes policy check (the shipped set under /usr/share)"
+
 echo "$checks passed, 0 failed"

@@ -35,9 +35,10 @@ chroot "$root" install -d -o switchboard -g switchboard -m 0700 /var/lib/switchb
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin sh -c \
   "set -a; . /etc/switchboard/sandboxd.env; set +a; exec $(unit_exec switchboard-sandboxd.service)" \
   >"$work/sandboxd.log" 2>&1 &
-chroot "$root" setpriv --reuid=switchboard --regid=switchboard --init-groups \
-  env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/var/lib/switchboard SWITCHBOARD_STATE_DIR=/var/lib/switchboard \
-  sh -c "set -a; . /etc/switchboard/bot.env; set +a; exec $(unit_exec switchboard-bot.service)" \
+# As systemd does: the environment file read as root, then the unit's User=/Group=.
+chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/var/lib/switchboard \
+  SWITCHBOARD_STATE_DIR=/var/lib/switchboard sh -c "set -a; . /etc/switchboard/bot.env; set +a;
+  exec setpriv --reuid=switchboard --regid=switchboard --init-groups $(unit_exec switchboard-bot.service)" \
   >"$work/bot.log" 2>&1 &
 bot=$!
 
