@@ -80,7 +80,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION net)
 # libssl3, libuv1, lua-cjson); the rest is what the program runs: bash -c for every command,
 # coreutils' timeout, procps' /bin/kill (the units' ExecReload), adduser for the postinst.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps, libwebsockets-evlib-uv")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "git, ca-certificates, bubblewrap")
 # conffiles: the one file the package puts under /etc (the environment files are the
 # postinst's, made once; the policies there are the operator's own).

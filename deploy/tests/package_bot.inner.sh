@@ -29,7 +29,9 @@ printf 'SLACK_API_URL=http://127.0.0.1:%s/api\n' "$port" >>"$root/etc/switchboar
 
 unit_exec() { sed -n 's/^ExecStart=//p' "$root/lib/systemd/system/$1"; }
 # What systemd does before ExecStart= here: StateDirectory= (owned by User=), EnvironmentFile=.
-chroot "$root" install -d -o switchboard -g switchboard -m 0700 /var/lib/switchboard /var/lib/switchboard/sandboxd
+# 0711, not the unit's 0700: an instance's uid must traverse the parents of sandboxd's --root
+# until issue 21 §2's fix (the workspace handle opened before privileges drop) is merged.
+chroot "$root" install -d -o switchboard -g switchboard -m 0711 /var/lib/switchboard /var/lib/switchboard/sandboxd
 # sandboxd runs as root here, not as User=switchboard: no systemd in this root delegates it
 # a cgroup subtree (the unit's Delegate=yes); its walls are otherwise the same.
 chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin sh -c \
