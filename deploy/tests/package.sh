@@ -119,6 +119,11 @@ verify="$(in_root systemd-analyze verify /lib/systemd/system/switchboard-sandbox
 ok "systemd-analyze verify passes on both installed units"
 
 # ---- the installed bot and its secrets (issue 21) ----------------------------------------
+# Off unless SB_PACKAGE_BOT_STAGE=1: the kernel refuses user namespaces to a chrooted process
+# (unshare(CLONE_NEWUSER) is EPERM under chroot), so the installed sandboxd cannot build its
+# walls in this root; the same attacks run against the real binary, a walled sandboxd and the
+# shipped policies in tests/e2e/slack_walls_spec.lua. Needs a pivot_root'ed root to run here.
+if [ "${SB_PACKAGE_BOT_STAGE:-0}" = 1 ]; then
 in_root apt-get install -y -qq --no-install-recommends bubblewrap >>"$work/apt.log" 2>&1 \
   || { tail -20 "$work/apt.log" >&2; fail "apt-get install bubblewrap (the package Recommends it) in the root"; }
 rnd() { od -An -tx1 -N12 /dev/urandom | tr -d ' \n'; }
@@ -141,6 +146,9 @@ for place in "$work/standin-state.json" "$work/bot.log" "$work/sandboxd.log" "$w
   done
   ok "no secret of the bot in $(basename "$place")"
 done
+else
+  echo "SKIPPED (the installed bot's stage): a chrooted process gets no user namespaces, so the installed sandboxd cannot wall here; tests/e2e/slack_walls_spec.lua runs the attacks (SB_PACKAGE_BOT_STAGE=1 forces it)"
+fi
 
 # ---- an upgrade: a later build installs over this one ------------------------------------
 printf 'bash.max_ms = 30 * minute\n' >"$root/etc/switchboard/policies/timeouts.lua"
