@@ -175,6 +175,8 @@ expect_match 'bash\.max_ms 1200000 → 1800000' "$(in_root switchboard policy sh
 in_root dpkg --purge switchboard >"$work/purge.log" 2>&1 || { cat "$work/purge.log" >&2; fail "dpkg --purge switchboard"; }
 in_root test ! -e /etc/switchboard/bot.env || fail "the purge left /etc/switchboard/bot.env"
 ok "a purge removes the environment files the postinst made"
+# What is left is the operator's own (the overlay written above): a clean /etc for the old layout.
+rm -rf "$root/etc/switchboard"
 # The layout of packages before 0.1.0+git, rebuilt with dpkg-deb: every shipped policy a
 # conffile under /etc/switchboard/policies.
 old="$work/old-0.1.0"
