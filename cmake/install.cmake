@@ -4,9 +4,16 @@
 #                                         a tree that can be moved anywhere (the binary finds
 #                                         ../share/switchboard/lua beside itself, src/install/)
 #   cd build && cpack -G DEB              the same under /usr, plus the system component:
-#                                         /etc/switchboard (operator policies, two 0600
-#                                         environment files), the systemd units, the
-#                                         maintainer scripts that make the `switchboard` user
+#                                         /etc/switchboard/policies (the operator's overlays:
+#                                         empty but for a README), the environment files'
+#                                         templates (the postinst makes /etc/switchboard/*.env
+#                                         from them), the systemd units, the copyright and
+#                                         changelog, the maintainer scripts that make the
+#                                         `switchboard` user and the shared SANDBOX_TOKEN
+#
+# One place for what an operator edits: /etc/switchboard (bot.env, sandboxd.env, policies/).
+# The shipped policies are /usr/share/switchboard/policies, replaced by every upgrade; the
+# services read /etc/switchboard/policies as an overlay over them (docs/policies.md).
 #
 # The system component holds absolute paths, so it is EXCLUDE_FROM_ALL: a plain
 # `cmake --install` into a prefix never writes to /etc.
@@ -26,22 +33,41 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/lua/switchboard DESTINATION ${SB_SHARE_DIR
         COMPONENT runtime FILES_MATCHING PATTERN "*.lua")
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/policies/ DESTINATION ${SB_SHARE_DIR}/policies
         COMPONENT runtime FILES_MATCHING PATTERN "*.lua")
-install(FILES ${CMAKE_SOURCE_DIR}/docs/deploy.md DESTINATION share/doc/switchboard COMPONENT runtime)
+install(FILES ${CMAKE_SOURCE_DIR}/docs/deploy.md ${CMAKE_SOURCE_DIR}/docs/isolation.md
+              ${CMAKE_SOURCE_DIR}/docs/slack.md ${CMAKE_SOURCE_DIR}/docs/github.md
+              ${CMAKE_SOURCE_DIR}/docs/agent.md ${CMAKE_SOURCE_DIR}/docs/policies.md
+              ${CMAKE_SOURCE_DIR}/docs/operations.md
+        DESTINATION share/doc/switchboard COMPONENT runtime)
 
 # ---- the system component (the Debian package only) ---------------------------------------
 set(SB_DEB_DIR ${CMAKE_SOURCE_DIR}/deploy/debian)
-install(DIRECTORY ${CMAKE_SOURCE_DIR}/policies/ DESTINATION /etc/switchboard/policies
-        COMPONENT system EXCLUDE_FROM_ALL FILES_MATCHING PATTERN "*.lua")
-# Secrets: read by systemd (as root) for the one unit that needs them; nobody else reads them.
-install(FILES ${SB_DEB_DIR}/bot.env ${SB_DEB_DIR}/sandboxd.env DESTINATION /etc/switchboard
-        PERMISSIONS OWNER_READ OWNER_WRITE COMPONENT system EXCLUDE_FROM_ALL)
+# The operator's overlay directory: a README, no policy (the shipped set is under /usr).
+install(FILES ${SB_DEB_DIR}/policies-README DESTINATION /etc/switchboard/policies RENAME README
+        COMPONENT system EXCLUDE_FROM_ALL)
+# Templates of the secrets' files: the postinst copies each to /etc/switchboard (0600, root's)
+# when absent, so an upgrade never rewrites what the operator put there.
+install(FILES ${SB_DEB_DIR}/bot.env ${SB_DEB_DIR}/sandboxd.env DESTINATION ${SB_SHARE_DIR}/env
+        COMPONENT system EXCLUDE_FROM_ALL)
+# copyright names the license (Apache-2.0, LICENSE at the repository's root) and points at
+# Debian's /usr/share/common-licenses/Apache-2.0 rather than shipping a second copy.
+install(FILES ${SB_DEB_DIR}/copyright DESTINATION share/doc/switchboard
+        COMPONENT system EXCLUDE_FROM_ALL)
+# changelog.gz: written by cmake/cpack_config.cmake when cpack runs (the exact version's entry
+# on top of deploy/debian/changelog).
+install(FILES ${CMAKE_BINARY_DIR}/deb/changelog.gz DESTINATION share/doc/switchboard
+        COMPONENT system EXCLUDE_FROM_ALL)
 install(FILES ${CMAKE_SOURCE_DIR}/deploy/systemd/switchboard-bot.service
               ${CMAKE_SOURCE_DIR}/deploy/systemd/switchboard-sandboxd.service
         DESTINATION /lib/systemd/system COMPONENT system EXCLUDE_FROM_ALL)
 
 # ---- CPack: one .deb with both components ---------------------------------------------------
 set(CPACK_PACKAGE_NAME switchboard)
+# Every build its own version, 0.1.0+git<commit time, UTC>.<short commit>, set when cpack runs
+# (cmake/cpack_config.cmake), so `apt-get install ./switchboard_….deb` upgrades.
 set(CPACK_PACKAGE_VERSION 0.1.0)
+set(SB_BASE_VERSION 0.1.0)
+set(CPACK_PROJECT_CONFIG_FILE ${CMAKE_BINARY_DIR}/deb/cpack_config.cmake)
+configure_file(${CMAKE_SOURCE_DIR}/cmake/cpack_config.cmake.in ${CMAKE_BINARY_DIR}/deb/cpack_config.cmake @ONLY)
 set(CPACK_PACKAGE_CONTACT "OpenSwitchboard maintainers <switchboard@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "coding agents from Slack: a C engine, a Lua program, reloadable policies")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
@@ -55,17 +81,12 @@ set(CPACK_DEBIAN_PACKAGE_SECTION net)
 # coreutils' timeout, procps' /bin/kill (the units' ExecReload), adduser for the postinst,
 # bubblewrap for the walls sandboxd and the resident refuse to start without (docs/isolation.md).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps, bubblewrap")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps, bubblewrap, libwebsockets-evlib-uv")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "git, ca-certificates")
-# conffiles: every file under /etc, listed from the same glob the install rule uses, so dpkg
-# keeps an operator's edits across upgrades.
-file(GLOB SB_POLICY_FILES RELATIVE ${CMAKE_SOURCE_DIR}/policies CONFIGURE_DEPENDS
-     ${CMAKE_SOURCE_DIR}/policies/*.lua)
-list(TRANSFORM SB_POLICY_FILES PREPEND /etc/switchboard/policies/)
-list(JOIN SB_POLICY_FILES "\n" SB_POLICY_CONFFILES)
-file(WRITE ${CMAKE_BINARY_DIR}/deb/conffiles
-     "/etc/switchboard/bot.env\n/etc/switchboard/sandboxd.env\n${SB_POLICY_CONFFILES}\n")
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${SB_DEB_DIR}/postinst ${SB_DEB_DIR}/postrm
-    ${CMAKE_BINARY_DIR}/deb/conffiles)
+# conffiles: the one file the package puts under /etc (the environment files are the
+# postinst's, made once; the policies there are the operator's own).
+file(WRITE ${CMAKE_BINARY_DIR}/deb/conffiles "/etc/switchboard/policies/README\n")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${SB_DEB_DIR}/preinst ${SB_DEB_DIR}/postinst
+    ${SB_DEB_DIR}/postrm ${CMAKE_BINARY_DIR}/deb/conffiles)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

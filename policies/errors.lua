@@ -148,6 +148,7 @@ messages = {
   server_failure = "sandbox exec failed: {detail}",
   server_stopped = "The sandbox container stopped while the operation was pending. (sandboxd was shut down and killed the command after its {drain_s}s drain; the workspace is gone)",
   transport_failed = "{who} {route} request failed ({detail}) — the sandbox may be gone; the command may still be running in it",
+  not_connected = "{who} {route}: nothing ran — no connection could be made ({detail}), so the request was never sent; start the sandboxd there or correct the URL, then send it again",
   http_status = "{who} {route} answered HTTP {status}: {detail}",
   bad_answer = "{who} {route} answered with something other than the protocol's JSON document ({detail})",
   null_executor = "tool {tool} needs a workspace, but agent {agent} declares no repository — a wiring bug: give the agent resources.repository in policies/agents.lua or drop the tool",

@@ -5,8 +5,12 @@
 --   "resident"  a warm resident environment when the repository is onboarded and warm,
 --               else the per-thread sandbox with a note saying why
 --   "e2b"       an E2B micro-VM
+-- backend.default "local" is this host — unless a sandbox is configured (SANDBOX_URL and
+-- SANDBOX_TOKEN set, as the package's bot.env does): then agents not named below run in the
+-- sandbox (choose_backend at the end of this file). The local executor is walled for every
+-- front that serves other people (policies/isolation.lua local_walls).
 backend = { default = "local" }
--- backend.review = "sandbox"      -- per agent
+-- backend.review = "sandbox"      -- per agent: always this backend
 
 -- Each backend's configuration comes from the bot's environment; these name the variables.
 sandbox = { url_env = "SANDBOX_URL", token_env = "SANDBOX_TOKEN" }
@@ -42,9 +46,16 @@ child_env = {
   set = {},
 }
 
--- Which backend an agent's commands run on. ctx = {agent = "coding", repo = "owner/name"?};
--- policy = this file's settings. Must return "local", "sandbox", "resident" or "e2b". Runs under
--- an instruction budget; a failure falls back to the shipped version of this function.
+-- Which backend an agent's commands run on. ctx = {agent = "coding", repo = "owner/name"?,
+-- front = "slack" | "console" | "exec"?, configured = {sandbox = true, resident = false, e2b =
+-- false, ["local"] = true}? (whose variables are set in this process)}; policy = this file's
+-- settings. Must return "local", "sandbox", "resident" or "e2b". Runs under an instruction
+-- budget; a failure falls back to the shipped version of this function.
 function choose_backend(ctx, policy)
-  return policy.backend[ctx.agent] or policy.backend.default
+  local named = policy.backend[ctx.agent]
+  if named then return named end
+  if policy.backend.default == "local" and ctx.configured and ctx.configured.sandbox then
+    return "sandbox"
+  end
+  return policy.backend.default
 end

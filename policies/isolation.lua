@@ -3,10 +3,15 @@
 -- until it sleeps. Units: bytes (KiB, MiB).
 
 -- sandboxd always walls its instances (it refuses to start when the kernel cannot, unless
--- started with --no-walls). The local executor (the console, `switchboard exec`) walls its
--- threads only when this is true — then it needs what sandboxd needs (root, bwrap, user
--- namespaces, cgroups) and refuses to provision without it. Every local card says which.
-local_walls = false
+-- started with --no-walls). The local executor walls a front's threads when local_walls says
+-- so for that front: "default" for every front not named. A front that serves other people
+-- (`switchboard slack`) is walled; only a person's own terminal (the console, `switchboard
+-- exec`) runs unwalled, as its user, and every local card says which. Walled threads need what
+-- sandboxd needs (root, bwrap, user namespaces, cgroups); without it provisioning is refused in
+-- words, never run unwalled. `switchboard slack` refuses to start with an unwalled executor
+-- unless given --allow-unwalled-commands (docs/isolation.md "Fronts that serve other people").
+-- true/false alone applies to every front.
+local_walls = { default = true, console = false, exec = false }
 
 -- Network of an instance whose agent declares none (policies/agents.lua network): "host"
 -- (git, npm and gh need it) or "none" (its own empty network namespace: loopback only). Fixed

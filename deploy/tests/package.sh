@@ -6,6 +6,11 @@
 # `switchboard version`, a policy check and the console; the maintainer scripts must have made
 # the user and the 0600 environment files; a copy of the installed tree moved elsewhere must
 # still run; and `systemd-analyze verify` must pass on the installed units.
+# Then (issue 21) the installed bot and sandboxd, started from their units' own command lines
+# and environment files against the Slack stand-in, get three mentions that read the bot's
+# environment (/proc/$PPID/environ, /proc/*/environ, ps eww): no secret may reach the
+# stand-in, a log or a file the bot keeps (deploy/tests/package_bot.inner.sh). Last, a build
+# with a later version installs over this one as an upgrade.
 #   deploy/tests/package.sh BUILD_DIR
 . "$(dirname "$0")/lib.sh"
 build="$(cd "${1:?BUILD_DIR}" && pwd)"
@@ -18,11 +23,17 @@ trap 'rm -rf "$work"' EXIT
 (cd "$build" && cpack -G DEB -B "$work/deb" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log" >&2; fail "cpack -G DEB"; }
 deb="$(ls "$work"/deb/switchboard_*.deb)"
 ok "cpack -G DEB built $(basename "$deb")"
+version="$(dpkg-deb -f "$deb" Version)"
+expect_match '^0\.1\.0\+git[0-9]{14}\.[0-9a-f]{7}(\.dirty)?$' "$version" \
+  "the package's version is its build's own (0.1.0+git<commit time>.<short commit>)"
 
 tarball="$("$DEPLOY_DIR/sandbox/make-base" --rootfs)"
 root="$work/root"
 mkdir "$root"
 tar -C "$root" -xf "$tarball"
+# The tarball's "./" keeps make-base's mktemp mode (0700); a real / is 0755, and the bot's
+# stage runs as the switchboard user, which must traverse it.
+chmod 0755 "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 cp "$deb" "$root/tmp/"
 [ ! -e "$root$build" ] && [ ! -e "$root$REPO_DIR" ] || fail "the clean root holds the build tree"
@@ -54,11 +65,33 @@ for f in bot.env sandboxd.env; do
 done
 expect_eq "750 root:switchboard" "$(in_root stat -c '%a %U:%G' /etc/switchboard/policies)" \
   "/etc/switchboard/policies is readable by the service only"
-expect_match 'timeouts\.lua' "$(in_root dpkg-query --control-show switchboard conffiles)" \
-  "the operator's policies are conffiles (dpkg keeps edits across upgrades)"
+expect_eq "README" "$(in_root ls /etc/switchboard/policies)" \
+  "/etc/switchboard/policies holds no shipped policy, only the overlays' README"
+expect_eq "/etc/switchboard/policies/README" "$(in_root dpkg-query --control-show switchboard conffiles | tr -d ' ')" \
+  "the one conffile is the overlays' README (the shipped policies live under /usr/share, replaced on upgrade)"
+expect_match 'execution\.lua' "$(in_root ls /usr/share/switchboard/policies)" "the shipped policies are under /usr/share/switchboard/policies"
 in_root switchboard policy check /etc/switchboard/policies >"$work/check.log" 2>&1 \
   || { cat "$work/check.log" >&2; fail "switchboard policy check /etc/switchboard/policies"; }
-ok "the shipped policies under /etc/switchboard/policies pass policy check"
+ok "the overlay directory the services read passes policy check"
+# One bearer for the bot and sandboxd, generated at install, never printed.
+token_of() { in_root sed -n 's/^SANDBOX_TOKEN=//p' "/etc/switchboard/$1"; }
+sandbox_token="$(token_of sandboxd.env)"
+expect_match '^[0-9a-f]{64}$' "$sandbox_token" "the postinst generated a 256-bit SANDBOX_TOKEN into sandboxd.env"
+expect_eq "$sandbox_token" "$(token_of bot.env)" "bot.env holds the same SANDBOX_TOKEN"
+expect_eq "http://127.0.0.1:8080" "$(in_root sed -n 's/^SANDBOX_URL=//p' /etc/switchboard/bot.env)" \
+  "bot.env points the bot at the sandboxd beside it"
+! grep -qF "$sandbox_token" "$work/apt.log" || fail "the install printed the SANDBOX_TOKEN"
+ok "the install did not print the token"
+expect_match 'Wants=.*switchboard-sandboxd\.service' "$(in_root cat /lib/systemd/system/switchboard-bot.service)" \
+  "the bot's unit wants the sandboxd beside it"
+for f in copyright changelog.gz; do
+  in_root test -s "/usr/share/doc/switchboard/$f" || fail "no /usr/share/doc/switchboard/$f"
+done
+expect_match "^switchboard \($(printf '%s' "$version" | sed 's/[.+]/\\&/g')\)" \
+  "$(in_root zcat /usr/share/doc/switchboard/changelog.gz | head -1)" "the changelog's first entry is this version"
+doctor="$(in_root switchboard doctor 2>&1 || true)"
+expect_match 'installed host: checking /etc/switchboard/policies and /etc/switchboard/bot\.env' "$doctor" \
+  "doctor on the installed host checks the policies and bot.env the services load"
 
 console="$(printf 'run `echo from-the-package`\n' | in_root env SWITCHBOARD_STATE_DIR=/tmp/state switchboard console 2>&1)" \
   || fail "the console exited non-zero: $console"
@@ -84,5 +117,83 @@ verify="$(in_root systemd-analyze verify /lib/systemd/system/switchboard-sandbox
   /lib/systemd/system/switchboard-bot.service 2>&1)" || fail "systemd-analyze verify: $verify"
 [ -z "$verify" ] || fail "systemd-analyze verify had something to say: $verify"
 ok "systemd-analyze verify passes on both installed units"
+
+# ---- the installed bot and its secrets (issue 21) ----------------------------------------
+# Off unless SB_PACKAGE_BOT_STAGE=1: the kernel refuses user namespaces to a chrooted process
+# (unshare(CLONE_NEWUSER) is EPERM under chroot), so the installed sandboxd cannot build its
+# walls in this root; the same attacks run against the real binary, a walled sandboxd and the
+# shipped policies in tests/e2e/slack_walls_spec.lua. Needs a pivot_root'ed root to run here.
+if [ "${SB_PACKAGE_BOT_STAGE:-0}" = 1 ]; then
+in_root apt-get install -y -qq --no-install-recommends bubblewrap >>"$work/apt.log" 2>&1 \
+  || { tail -20 "$work/apt.log" >&2; fail "apt-get install bubblewrap (the package Recommends it) in the root"; }
+rnd() { od -An -tx1 -N12 /dev/urandom | tr -d ' \n'; }
+export SB_SECRET_BOT="xoxb-$(rnd)" SB_SECRET_APP="xapp-$(rnd)" SB_SECRET_SIGNING="$(rnd)" \
+       SB_SECRET_MODEL="sk-ant-$(rnd)" SB_SECRET_GH="ghp_$(rnd)"
+{ printf 'SLACK_BOT_TOKEN=%s\nSLACK_APP_TOKEN=%s\nSLACK_SIGNING_SECRET=%s\n' "$SB_SECRET_BOT" "$SB_SECRET_APP" "$SB_SECRET_SIGNING"
+  printf 'ANTHROPIC_API_KEY=%s\nGH_TOKEN=%s\n' "$SB_SECRET_MODEL" "$SB_SECRET_GH"
+} >>"$root/etc/switchboard/bot.env"
+# Everything of this stage runs in namespaces of its own: its loopback (the units' fixed
+# ports, the stand-in), its PID namespace (all of it ends with the script), its mounts.
+timeout 600 unshare --mount --pid --net --fork --propagation private \
+  bash "$DEPLOY_DIR/tests/package_bot.inner.sh" "$root" "$work" "$REPO_DIR" >"$work/bot-stage.log" 2>&1 \
+  || { cat "$work/bot-stage.log" >&2; fail "the installed bot's stage (log above)"; }
+cat "$work/bot-stage.log"
+checks=$((checks + $(grep -c '^ok ' "$work/bot-stage.log")))
+secrets=("$SB_SECRET_BOT" "$SB_SECRET_APP" "$SB_SECRET_SIGNING" "$SB_SECRET_MODEL" "$SB_SECRET_GH" "$sandbox_token")
+for place in "$work/standin-state.json" "$work/bot.log" "$work/sandboxd.log" "$work/kept.txt"; do
+  for s in "${secrets[@]}"; do
+    ! grep -qF -- "$s" "$place" || fail "a secret (${s:0:8}…) reached $(basename "$place")"
+  done
+  ok "no secret of the bot in $(basename "$place")"
+done
+else
+  echo "SKIPPED (the installed bot's stage): a chrooted process gets no user namespaces, so the installed sandboxd cannot wall here; tests/e2e/slack_walls_spec.lua runs the attacks (SB_PACKAGE_BOT_STAGE=1 forces it)"
+fi
+
+# ---- an upgrade: a later build installs over this one ------------------------------------
+printf 'bash.max_ms = 30 * minute\n' >"$root/etc/switchboard/policies/timeouts.lua"
+(cd "$build" && SWITCHBOARD_BUILD_COMMIT="$(git -C "$REPO_DIR" rev-parse HEAD)" \
+   SWITCHBOARD_BUILT_AT="$(date -u -d '+1 day' +%Y-%m-%dT%H:%M:%SZ)" \
+   cpack -G DEB -B "$work/deb2" >"$work/cpack2.log" 2>&1) || { cat "$work/cpack2.log" >&2; fail "the second cpack"; }
+deb2="$(ls "$work"/deb2/switchboard_*.deb)"
+version2="$(dpkg-deb -f "$deb2" Version)"
+dpkg --compare-versions "$version2" gt "$version" || fail "the later build's version $version2 is not above $version"
+ok "a later build has a higher version ($version2 > $version)"
+cp "$deb2" "$root/tmp/"
+in_root apt-get install -y --no-install-recommends "/tmp/$(basename "$deb2")" >"$work/upgrade.log" 2>&1 \
+  || { tail -30 "$work/upgrade.log" >&2; fail "apt-get install ./$(basename "$deb2") over $version"; }
+expect_match "Unpacking switchboard \($(printf '%s' "$version2" | sed 's/[.+]/\\&/g')\) over" "$(cat "$work/upgrade.log")" \
+  "apt-get install ./switchboard_….deb upgrades (not \"already the newest version\")"
+expect_eq "$version2" "$(in_root dpkg-query -W -f='${Version}' switchboard)" "the installed version is the later build's"
+expect_eq "$sandbox_token" "$(token_of sandboxd.env)" "the upgrade kept sandboxd.env (and its token) as it was"
+expect_match 'SLACK_BOT_TOKEN=' "$(in_root cat /etc/switchboard/bot.env)" "the upgrade kept the operator's bot.env"
+expect_eq "bash.max_ms = 30 * minute" "$(in_root cat /etc/switchboard/policies/timeouts.lua)" "the upgrade kept the operator's overlay"
+expect_match 'bash\.max_ms 1200000 → 1800000' "$(in_root switchboard policy show --diff /etc/switchboard/policies)" \
+  "the overlay applies over the upgraded shipped set"
+
+# ---- purge, and the upgrade from a package that copied the policies into /etc ------------
+in_root dpkg --purge switchboard >"$work/purge.log" 2>&1 || { cat "$work/purge.log" >&2; fail "dpkg --purge switchboard"; }
+in_root test ! -e /etc/switchboard/bot.env || fail "the purge left /etc/switchboard/bot.env"
+ok "a purge removes the environment files the postinst made"
+# What is left is the operator's own (the overlay written above): a clean /etc for the old layout.
+rm -rf "$root/etc/switchboard"
+# The layout of packages before 0.1.0+git, rebuilt with dpkg-deb: every shipped policy a
+# conffile under /etc/switchboard/policies.
+old="$work/old-0.1.0"
+mkdir -p "$old/DEBIAN" "$old/etc/switchboard/policies"
+cp "$REPO_DIR"/policies/*.lua "$old/etc/switchboard/policies/"
+(cd "$old" && find etc -type f | sed 's|^|/|' | sort) >"$old/DEBIAN/conffiles"
+printf 'Package: switchboard\nVersion: 0.1.0\nArchitecture: all\nMaintainer: spec <spec@localhost>\nDescription: the layout before 0.1.0+git\n' \
+  >"$old/DEBIAN/control"
+dpkg-deb --root-owner-group -b "$old" "$root/tmp/switchboard_0.1.0_all.deb" >/dev/null
+in_root dpkg -i /tmp/switchboard_0.1.0_all.deb >"$work/old.log" 2>&1 || { cat "$work/old.log" >&2; fail "dpkg -i the 0.1.0 layout"; }
+printf '\n-- edited by the operator\nspare_instances = 0\n' >>"$root/etc/switchboard/policies/isolation.lua"
+in_root apt-get install -y --no-install-recommends "/tmp/$(basename "$deb2")" >"$work/upgrade-old.log" 2>&1 \
+  || { tail -30 "$work/upgrade-old.log" >&2; fail "apt-get install ./$(basename "$deb2") over 0.1.0"; }
+expect_eq "README isolation.lua.dpkg-bak" "$(in_root ls /etc/switchboard/policies | tr '\n' ' ' | sed 's/ $//')" \
+  "the upgrade from 0.1.0 removed the unedited policy copies and kept the edited one as .dpkg-bak"
+in_root switchboard policy check /etc/switchboard/policies >"$work/check2.log" 2>&1 \
+  || { cat "$work/check2.log" >&2; fail "policy check after the upgrade from 0.1.0"; }
+ok "the overlay directory left by that upgrade passes policy check (the shipped set under /usr/share)"
 
 echo "$checks passed, 0 failed"

@@ -1,7 +1,9 @@
 /* core.http.request: one HTTP exchange as a yielding call (see docs/engine.md).
  *
  * The calling task yields until the transfer ends; it is then resumed with
- * `status, headers, body` or `nil, {kind, message}` (kind timeout | aborted | transport).
+ * `status, headers, body` or `nil, {kind, message}` (kind timeout | aborted | transport; a
+ * transport failure where no connection was made — refused, unresolvable — also carries
+ * not_sent = true: nothing of the request left this process, so nothing ran).
  * The deadline is CURLOPT_TIMEOUT_MS, so it covers connecting, the headers and a streamed
  * body alike: a peer that heartbeats forever is abandoned at the deadline. Failure messages
  * name the peer's host:port and libcurl's text, never a header value or the body, since
@@ -171,7 +173,13 @@ static int push_failure(lua_State *T, request *r, CURLcode rc) {
   } else {
     snprintf(msg, sizeof msg, "%s: %s", peer, detail);
   }
-  return sb_push_fail(T, kind, msg);
+  int n = sb_push_fail(T, kind, msg);
+  if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+      rc == CURLE_COULDNT_RESOLVE_PROXY) {
+    lua_pushboolean(T, 1);
+    lua_setfield(T, -2, "not_sent");
+  }
+  return n;
 }
 
 /* Parses the kept response head into a table: lower-cased name → value, repeated names

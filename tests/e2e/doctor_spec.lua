@@ -136,4 +136,33 @@ describe("switchboard doctor", function()
     assert.truthy(l.text:find("fix: apt-get install bubblewrap", 1, true), l.text)
     S.rm(dir)
   end))
+  -- The bot's walls (docs/isolation.md "Fronts that serve other people"): what `switchboard
+  -- slack` would refuse to start on is a FAIL with its fix; nothing is started or sent.
+  it("reports a bot whose agents' commands would run unwalled as FAIL, with the fix", async(function()
+    local P = require("support.policies")
+    local open = P.dir{ isolation = function(src) return src .. "\nlocal_walls.slack = false\n" end }
+    local env = { SLACK_BOT_TOKEN = "xoxb-doctor-0000000", SLACK_API_URL = "http://127.0.0.1:9/api",
+                  SWITCHBOARD_POLICIES = open }
+    local r = bin.run({ "doctor" }, { env = env })
+    local l = lines(r.stdout)
+    assert.equal("FAIL", l.bot and l.bot.verdict, r.stdout .. r.stderr)
+    assert.equal(1, r.exit)
+    assert.truthy(l.bot.text:find("agents coding, review would run Slack users' commands unwalled", 1, true), l.bot.text)
+    assert.truthy(l.bot.text:find("fix: set SANDBOX_URL and SANDBOX_TOKEN", 1, true), l.bot.text)
+    -- the same policy with a sandbox configured: every command goes there
+    env.SANDBOX_URL, env.SANDBOX_TOKEN = "http://127.0.0.1:9", "doctor-sandbox-token"
+    l = lines(bin.run({ "doctor" }, { env = env }).stdout)
+    assert.equal("ok", l.bot.verdict, l.bot.text)
+    assert.truthy(l.bot.text:find("(coding: sandbox)", 1, true), l.bot.text)
+    -- the shipped policy without a sandbox: walled locally
+    l = lines(bin.run({ "doctor" }, { env = { SLACK_BOT_TOKEN = "xoxb-doctor-0000000",
+      SLACK_API_URL = "http://127.0.0.1:9/api" } }).stdout)
+    assert.equal("ok", l.bot.verdict, l.bot.text)
+    assert.truthy(l.bot.text:find("(coding: local, walled)", 1, true), l.bot.text)
+    -- no bot configured: skip, naming the variable
+    l = lines(bin.run({ "doctor" }).stdout)
+    assert.equal("skip", l.bot.verdict)
+    assert.truthy(l.bot.text:find("SLACK_BOT_TOKEN", 1, true), l.bot.text)
+    P.cleanup()
+  end))
 end)

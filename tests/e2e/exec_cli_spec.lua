@@ -17,6 +17,19 @@ describe("switchboard exec", function()
     return bin.run(argv, opts)
   end
 
+  it("against a port nobody listens on, says that nothing ran (not that it may still be running)", async(function()
+    -- a port that was just free: a server bound to it and closed again
+    local srv = core.http.serve{ host = "127.0.0.1", port = 0, handler = function(_, res) res:send(500) end }
+    local port = srv.port
+    srv:close()
+    local r = exec({ "--backend", "sandbox", "--sandbox-url", "http://127.0.0.1:" .. port, "--", "echo hi" },
+      { env = { SANDBOX_TOKEN = "exec-spec-token" } })
+    assert.are.equal(125, r.exit, r.stderr)
+    assert.truthy(r.stderr:find("sandboxd /exec: nothing ran — no connection could be made", 1, true), r.stderr)
+    assert.truthy(r.stderr:find("start the sandboxd there or correct the URL", 1, true), r.stderr)
+    assert.is_nil(r.stderr:find("may still be running", 1, true), r.stderr)
+  end))
+
   it("prints the tool result and exits with the command's status", async(function()
     local r = exec({ "--", "echo", "hello" })
     assert.are.equal(0, r.exit)

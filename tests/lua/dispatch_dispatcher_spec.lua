@@ -83,8 +83,9 @@ describe("dispatcher", function()
     d = dispatcher.new{
       front = front,
       policy = opts.policy or function() return snap end,
+      -- the console's front: the dispatcher is exercised here, not the walls (unwalled by policy)
       stack = { workspace_root = root, backends = opts.backends, sink = opts.sink,
-                credentials = opts.credentials },
+                credentials = opts.credentials, front = "console" },
       outputs_dir = outputs,
       model_client = opts.model_client or function() return nil, "no model credential (spec)" end,
     }

@@ -31,7 +31,9 @@ describe("exec/stack: the local executor's walls line and network", function()
   after_each(function() tmp.remove_all(); policies.cleanup() end)
 
   local function build(snap, agent, extra)
-    local opts = { policy = function() return snap end, workspace_root = root, force_backend = "local" }
+    -- the console's front (a person's own terminal): the shipped policy leaves it unwalled
+    local opts = { policy = function() return snap end, workspace_root = root, force_backend = "local",
+                   front = "console" }
     for k, v in pairs(extra or {}) do opts[k] = v end
     return stack.build(opts, { thread_key = "t1", agent = agent, snap = snap })
   end
@@ -68,8 +70,8 @@ describe("exec/stack: the local executor's walls line and network", function()
     assert.truthy(errors.is_tool(err))
     assert.equal("policies/isolation.lua asks for walls around local threads (local_walls = true), "
       .. "but they cannot be built here: bwrap is not installed (apt-get install bubblewrap). Run where "
-      .. "the kernel gives user namespaces, cgroups and bubblewrap, as root (docs/isolation.md), or set "
-      .. "local_walls = false to run unwalled", err.message)
+      .. "the kernel gives user namespaces, cgroups and bubblewrap, as root (docs/isolation.md), or point "
+      .. "this front at a sandboxd (SANDBOX_URL, SANDBOX_TOKEN)", err.message)
   end)
 
   it("local_walls = true: the executor gets the host's walls and the agent's network, and the card says walled", function()

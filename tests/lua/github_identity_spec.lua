@@ -156,7 +156,7 @@ describe("github identity through the executor factory", function()
   -- The local executor of agent for thread, with the world's identity as credentials.
   local function executor(w, agent, repo, credentials)
     local sel = assert(factory.make_executor({
-      policy = shipped, workspace_root = root, force_backend = "local",
+      policy = shipped, workspace_root = root, force_backend = "local", front = "console",
       credentials = credentials or w.identity,
       getenv = getenv_of({ PATH = os.getenv("PATH") }),
     }, { thread_key = "t-" .. agent, agent = agent, repo = repo }))

@@ -158,15 +158,33 @@ end
 local Bot = {}
 Bot.__index = Bot
 
--- opts: args (after `slack`), env (extra; a value false removes), policies (dir), state_dir
+-- The Slack front's own behaviour is what these specs test, not the walls (tests/e2e/
+-- slack_walls_spec.lua and deploy/tests/package_bot.sh test those): unless opts.walled, the bot
+-- runs its commands unwalled — local_walls.slack = false and --allow-unwalled-commands.
+local function unwalled_policies(dir)
+  dir = dir or require("support.policies").dir()
+  local f = assert(io.open(dir .. "/isolation.lua", "a"))
+  f:write("\n-- tests/support/slack.lua: the front is tested here, not the walls\nlocal_walls.slack = false\n")
+  f:close()
+  return dir
+end
+
+-- opts: args (after `slack`), env (extra; a value false removes), policies (dir), state_dir,
+-- walled (true: the shipped walls, no --allow-unwalled-commands)
 function M.bot(st, opts)
   opts = opts or {}
+  if not opts.walled then
+    opts.policies = unwalled_policies(opts.policies)
+    local args = { "--allow-unwalled-commands" }
+    for _, a in ipairs(opts.args or {}) do args[#args + 1] = a end
+    opts.args = args
+  end
   local env = {
     SLACK_BOT_TOKEN = M.BOT_TOKEN, SLACK_APP_TOKEN = M.APP_TOKEN, SLACK_API_URL = st.url,
     SWITCHBOARD_STATE_DIR = opts.state_dir, SWITCHBOARD_POLICIES = opts.policies,
   }
   for k, v in pairs(opts.env or {}) do env[k] = v or nil end
-  local self = setmetatable({ err = "", out = "" }, Bot)
+  local self = setmetatable({ err = "", out = "", state_dir = opts.state_dir }, Bot)
   local argv = { "--log-level", "debug", "slack" }
   for _, a in ipairs(opts.args or {}) do argv[#argv + 1] = a end
   self.proc = bin.start(argv, {

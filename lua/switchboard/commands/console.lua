@@ -138,7 +138,7 @@ function M.run(argv, ctx)
       workspace_root = opts.workspace_root or state.workspaces(),
       sandbox_url = opts.sandbox_url,
       credentials = ctx.credentials,
-      force_backend = opts.backend,
+      force_backend = opts.backend, front = "console", -- a person's own terminal (policies/isolation.lua local_walls)
       e2b_state_dir = state.dir(),
       sink = sink,
     },

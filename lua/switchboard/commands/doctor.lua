@@ -6,6 +6,7 @@ local prologue = require("switchboard.commands.prologue")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local instance = require("switchboard.shell.instance")
+local factory = require("switchboard.exec.factory")
 
 local M = {
   name = "doctor",
@@ -26,6 +27,14 @@ Checks what this environment configures and prints one line per check:
   ok    walls     …            the walls sandboxd needs are proven as its start-up does: the
                                switchboard-walls helper runs, and a throwaway instance
                                (bubblewrap, user namespaces, cgroups) runs a command
+  ok    bot       …            with SLACK_BOT_TOKEN set: no agent's commands would run
+                               unwalled next to the bot's secrets (`switchboard slack` refuses
+                               to start otherwise; docs/isolation.md)
+
+On an installed host (the package's /etc/switchboard exists) and with neither --policies nor
+$SWITCHBOARD_POLICIES given, doctor checks what the services load: the policies in
+/etc/switchboard/policies (over the shipped set), and the variables of
+/etc/switchboard/bot.env for those not set in its own environment (run it as root to read it).
 
 A check whose settings are absent says `skip` and which variable turns it on; a failing one
 says `FAIL` and what to do. Tokens are sent only to the service they belong to and never
@@ -39,6 +48,32 @@ Examples:
 ]]
 
 local SPEC = { ["sandbox-url"] = "string" }
+
+-- What the package installs (deploy/systemd/*.service read these).
+M.INSTALLED_POLICIES = "/etc/switchboard/policies"
+M.INSTALLED_BOT_ENV = "/etc/switchboard/bot.env"
+
+-- NAME=value lines of an EnvironmentFile (comments and blank lines skipped; values unquoted
+-- the way systemd does for a plain value or one in double/single quotes).
+function M.read_env_file(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local vars = {}
+  for line in f:lines() do
+    local name, value = line:match("^%s*([%a_][%w_]*)%s*=%s*(.-)%s*$")
+    if name then
+      value = value:match('^"(.*)"$') or value:match("^'(.*)'$") or value
+      if value ~= "" then vars[name] = value end
+    end
+  end
+  f:close()
+  return vars
+end
+
+local function is_dir(path)
+  local ok, names = pcall(core.fs.list, path)
+  return ok and type(names) == "table"
+end
 
 local function nonempty(v)
   if type(v) == "string" and v:find("%S") then return v end
@@ -175,6 +210,26 @@ local function check_sandboxd(ctx, snap, url)
     tostring(doc.instances and doc.instances.awake), tostring(doc.instances and doc.instances.max))
 end
 
+-- The bot's front: would `switchboard slack` here run any agent's commands unwalled?
+local function check_bot(ctx, snap)
+  if not nonempty(ctx.getenv("SLACK_BOT_TOKEN")) then
+    return "skip", "no SLACK_BOT_TOKEN (set it to check the bot's walls)"
+  end
+  local unwalled = factory.unwalled_agents({ front = "slack", getenv = ctx.getenv,
+    sandbox_url = ctx.sandbox_url }, snap)
+  if #unwalled == 0 then
+    local backend = factory.backend_for({ front = "slack", getenv = ctx.getenv, sandbox_url = ctx.sandbox_url },
+      snap, { agent = snap.agents.default_agent })
+    return "ok", ("every agent's commands run walled or remote (%s: %s)"):format(snap.agents.default_agent,
+      backend == "local" and "local, walled" or backend)
+  end
+  local names = {}
+  for _, u in ipairs(unwalled) do names[#names + 1] = u.agent end
+  return "FAIL", ("agents %s would run Slack users' commands unwalled next to the bot's secrets (%s is "
+    .. "false); `switchboard slack` refuses to start — fix: set SANDBOX_URL and SANDBOX_TOKEN (a sandboxd), "
+    .. "or local_walls.slack = true in policies/isolation.lua"):format(table.concat(names, ", "), unwalled[1].setting)
+end
+
 local function read_first(path)
   local f = io.open(path, "r")
   if not f then return nil end
@@ -258,6 +313,19 @@ function M.run(argv, ctx)
   if not p then return status end
   ctx = p.ctx
   ctx.getenv = ctx.getenv or os.getenv
+  ctx.sandbox_url = p.opts.sandbox_url
+  -- On an installed host, what the services load (deploy/systemd/*.service).
+  if ctx.policies_dir == nil and not ctx.no_installed and is_dir(M.INSTALLED_POLICIES) then
+    ctx.policies_dir = M.INSTALLED_POLICIES
+    local vars = M.read_env_file(M.INSTALLED_BOT_ENV) or {}
+    for name, v in pairs(vars) do
+      if require("switchboard.policy.schema").is_secret_name(name) then core.log_redact(v) end
+    end
+    local own = ctx.getenv
+    ctx.getenv = function(name) local v = own(name) if v ~= nil and v ~= "" then return v end return vars[name] end
+    p:say(("installed host: checking %s and %s%s"):format(M.INSTALLED_POLICIES, M.INSTALLED_BOT_ENV,
+      next(vars) and "" or " (not readable or empty: run as root)"))
+  end
   local failed = 0
   local function line(name, verdict, text)
     if verdict == "FAIL" then failed = failed + 1 end
@@ -273,6 +341,7 @@ function M.run(argv, ctx)
     { "model", function() return check_model(ctx, snap) end },
     { "sandboxd", function() return check_sandboxd(ctx, snap, p.opts.sandbox_url) end },
     { "walls", function() return check_walls(ctx, snap) end },
+    { "bot", function() return check_bot(ctx, snap) end },
   }
   for _, c in ipairs(checks) do
     local ok, v, t = pcall(c[2])

@@ -104,7 +104,7 @@ function M.run(argv, ctx)
     workspace_root = opts.workspace_root or state.workspaces(),
     sandbox_url = opts.sandbox_url,
     credentials = ctx.credentials,
-    force_backend = opts.backend,
+    force_backend = opts.backend, front = "exec", -- a person's own terminal (policies/isolation.lua local_walls)
     e2b_state_dir = state.dir(),
     sink = sink,
   }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo, snap = snap })

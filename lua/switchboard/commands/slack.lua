@@ -10,6 +10,9 @@ local webapi = require("switchboard.fronts.slack.webapi")
 local app_mod = require("switchboard.fronts.slack.app")
 local record_mod = require("switchboard.store.record")
 local pages_routes = require("switchboard.pages.routes")
+local factory = require("switchboard.exec.factory")
+local schema = require("switchboard.policy.schema")
+local rendezvous = require("switchboard.exec.rendezvous")
 
 local M = {
   name = "slack",
@@ -39,12 +42,21 @@ Environment:
 
 Options:
   --listen HOST:PORT         serve the Events API (and GET /healthz) on this address
-  --health-listen HOST:PORT  serve only GET /healthz (for Socket Mode deployments)
+  --health-listen HOST:PORT  serve only GET /healthz (live) and GET /readyz (ready: Slack
+                             connected, policies loaded, the sandbox reachable)
   --metrics-listen HOST:PORT serve only GET /metrics (Prometheus text format; keep it private)
   --backend NAME             override policy's backend: local or sandbox
   --sandbox-url URL          the sandboxd for --backend sandbox (token: $SANDBOX_TOKEN)
   --workspace-root DIR       where local workspaces live (default: $SWITCHBOARD_STATE_DIR/workspaces)
   --trace FILE               write exec.* spans as JSON lines to FILE (`-` for stderr)
+  --allow-unwalled-commands  start even though some agent's commands would run unwalled on
+                             this host, within reach of the bot's secrets (logged at start and
+                             marked on every card; never do this for people you do not trust)
+
+The bot never runs anyone's command unwalled by default: its agents' commands go to the
+sandbox when SANDBOX_URL and SANDBOX_TOKEN are set, else to the local executor behind walls
+(policies/isolation.lua local_walls; docs/isolation.md "Fronts that serve other people"). When
+policy would run them unwalled the bot refuses to start and says how to fix it.
 
 Who may use the bot, the card's pace and the drain time are in policies/slack.lua (default:
 anyone in the workspace the bot token belongs to). SIGHUP reloads the policies; TERM/INT stop
@@ -60,8 +72,41 @@ Examples:
 
 local SPEC = {
   listen = "string", ["health-listen"] = "string", ["metrics-listen"] = "string", backend = "string", ["sandbox-url"] = "string",
-  ["workspace-root"] = "string", trace = "string",
+  ["workspace-root"] = "string", trace = "string", ["allow-unwalled-commands"] = "flag",
 }
+
+M.UNWALLED_NOTE = "unwalled: this bot was started with --allow-unwalled-commands — commands run "
+  .. "on the bot's host within reach of its secrets"
+
+-- Every value in this process's environment whose name looks like a credential (the names
+-- policies may never pass to a command) is registered with the redaction the log has, which
+-- every text the bot posts also goes through: a command that prints one posts [redacted].
+function M.register_env_secrets(environ_path)
+  local f = io.open(environ_path or "/proc/self/environ", "rb")
+  if not f then return 0 end
+  local raw = f:read("a")
+  f:close()
+  local n = 0
+  for entry in raw:gmatch("[^%z]+") do
+    local name, value = entry:match("^([^=]+)=(.*)$")
+    if name and value ~= "" and schema.is_secret_name(name) then
+      core.log_redact(value)
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- The words for a start refused because some agent's commands would run unwalled.
+local function unwalled_problem(list)
+  local names = {}
+  for _, u in ipairs(list) do names[#names + 1] = ("%s (%s)"):format(u.agent, u.backend) end
+  return ("agents %s would run Slack users' commands unwalled on this host, where they can read "
+    .. "this bot's tokens (%s is false). Point the bot at a sandboxd (SANDBOX_URL and SANDBOX_TOKEN; "
+    .. "docs/deploy.md \"One machine\"), or set local_walls.slack = true in policies/isolation.lua "
+    .. "(walls need root, bubblewrap, user namespaces and cgroups), or — only for people you trust "
+    .. "with those tokens — start with --allow-unwalled-commands"):format(table.concat(names, ", "), list[1].setting)
+end
 
 -- "HOST:PORT" with a numeric address ("[::1]:8080" for IPv6).
 local function host_port(text)
@@ -144,15 +189,37 @@ function M.run(argv, ctx)
   })
   if not p then return status end
   local opts, snap = p.opts, p.snap
+  -- Not dumpable: /proc/<pid>/environ and mem closed to a command running as the same user
+  -- (as sandboxd and the resident are); the secrets registered with the redaction.
+  core.secrets.not_dumpable()
+  M.register_env_secrets()
   local e, why = M.read_env(os.getenv, opts)
   if not e then return p:fail(M.EXIT.config, why) end
   for _, secret in ipairs({ e.bot, e.app, e.secret }) do core.log_redact(secret) end
+  local allow_unwalled = opts.allow_unwalled_commands == true
+  local stack_opts = {
+    workspace_root = opts.workspace_root or state.workspaces(),
+    sandbox_url = opts.sandbox_url, credentials = ctx.credentials,
+    force_backend = opts.backend, sink = nil, front = "slack",
+    refuse_unwalled = not allow_unwalled,
+    unwalled_note = allow_unwalled and M.UNWALLED_NOTE or nil,
+  }
+  local unwalled = factory.unwalled_agents(stack_opts, snap)
+  if #unwalled > 0 and not allow_unwalled then return p:fail(M.EXIT.config, unwalled_problem(unwalled)) end
+  if #unwalled > 0 then
+    local names = {}
+    for _, u in ipairs(unwalled) do names[#names + 1] = u.agent end
+    core.log("warn", "slack.unwalled", { agents = table.concat(names, ","),
+      message = "--allow-unwalled-commands: commands run unwalled on this host, within reach of the bot's secrets" })
+  end
   if opts.backend == "sandbox" then
     local ok, swhy = console.check_sandbox(snap, opts.sandbox_url, os.getenv)
     if not ok then return p:fail(M.EXIT.config, swhy) end
   end
   local sink, trace_status = p:trace_sink()
   if opts.trace and not sink then return trace_status end
+  stack_opts.sink = sink
+  local sandbox_url = opts.sandbox_url or os.getenv(snap.execution.sandbox.url_env)
 
   local a = snap.slack.api
   local bot_api = webapi.new{ url = e.api_url, token = e.bot, deadline_ms = a.deadline_ms,
@@ -174,12 +241,11 @@ function M.run(argv, ctx)
     bot = bot, policy = policy.current, secret = e.secret, bot_api = bot_api,
     app_api = e.app and webapi.new{ url = e.api_url, token = e.app, deadline_ms = a.deadline_ms,
                                      max_retry_after_ms = a.max_retry_after_ms } or nil,
+    sandbox_urls = factory.configured(snap, stack_opts).sandbox and sandbox_url
+      and rendezvous.split(sandbox_url) or nil,
+    sandbox_token = os.getenv(snap.execution.sandbox.token_env),
     dispatcher_opts = {
-      stack = {
-        workspace_root = opts.workspace_root or state.workspaces(),
-        sandbox_url = opts.sandbox_url, credentials = ctx.credentials,
-        force_backend = opts.backend, sink = sink,
-      },
+      stack = stack_opts,
       outputs_dir = state.dir() .. "/outputs",
       transcripts_dir = state.dir() .. "/transcripts",
       record = rec,

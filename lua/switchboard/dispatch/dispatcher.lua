@@ -222,7 +222,8 @@ function D:keep_output(ask)
     c.full_error = tostring(rerr and rerr.message or rerr)
     return
   end
-  local wok, werr = root:write(name, "$ " .. ask.command .. "\n" .. c:body_text() .. "\n")
+  -- a registered secret a command printed is kept as [redacted], as the log and the card keep it
+  local wok, werr = root:write(name, core.log_scrub("$ " .. ask.command .. "\n" .. c:body_text() .. "\n"))
   root:close()
   if not wok then
     c.full_error = tostring(werr and werr.message or werr)

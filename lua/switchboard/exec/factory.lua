@@ -11,10 +11,14 @@
 --       the resident's URL), resident_request (the probe's transport; specs count probes),
 --       e2b_state_dir (where the e2b backend remembers each thread's sandbox id across processes),
 --       walls_host (optional fn(snap, root) → host | nil, why: builds the local executor's
---       walls when policies/isolation.lua local_walls is true; shell/instance.lua host by default)
+--       walls when policies/isolation.lua local_walls is true for the front; shell/instance.lua
+--       host by default), front (the front's name: "console", "exec", "slack"; nil is
+--       local_walls.default — walled in the shipped policy), refuse_unwalled (true: never
+--       build an unwalled local executor — a front serving others without its flag)
 -- ctx:  thread_key, agent (name), repo?, ref?, snap? (the snapshot the ask captured; without
 --       it opts.policy() is read once here)
 local policy = require("switchboard.policy")
+local schema = require("switchboard.policy.schema")
 local template = require("switchboard.policy.template")
 local errors = require("switchboard.exec.errors")
 local null_executor = require("switchboard.exec.null")
@@ -69,19 +73,52 @@ local function local_walls(opts, snap, root)
   return host
 end
 
+-- Whether the local executor walls this front's threads (policies/isolation.lua local_walls).
+function M.walled_locally(snap, front)
+  return schema.local_walls_for(snap.isolation, front)
+end
+
+-- The facts choose_backend is given about this process: which backends are configured
+-- (their variables set, or forced by a flag). Policy still decides.
+function M.configured(snap, opts)
+  local getenv = opts.getenv or os.getenv
+  local function set(name) local v = name and getenv(name) return v ~= nil and v ~= "" end
+  local e = snap.execution
+  return {
+    ["local"] = true,
+    sandbox = (opts.sandbox_url ~= nil or set(e.sandbox.url_env)) and set(e.sandbox.token_env),
+    resident = (opts.resident_url ~= nil or e.resident.base_url ~= nil or set(e.resident.url_env))
+      and set(e.resident.token_env),
+    e2b = set(e.e2b.api_key_env),
+  }
+end
+
+-- The backend policy chooses for an agent here (ctx: agent, repo?), forced by opts.force_backend.
+function M.backend_for(opts, snap, ctx)
+  return opts.force_backend or policy.decide(snap, "execution.choose_backend", nil,
+    { agent = ctx.agent, repo = ctx.repo, front = opts.front, configured = M.configured(snap, opts) })
+end
+
 function BUILDERS.local_(opts, ctx, snap, agent)
   local root = opts.workspace_root
   if not root then return missing(snap, ctx.agent, "local", "a workspace root") end
   local network, walls = M.network_of(snap, agent), nil
-  if snap.isolation.local_walls then
+  if M.walled_locally(snap, opts.front) then
     local why
     walls, why = local_walls(opts, snap, root)
     if not walls then
       return nil, errors.tool("policies/isolation.lua asks for walls around local threads "
         .. "(local_walls = true), but they cannot be built here: " .. tostring(why)
         .. ". Run where the kernel gives user namespaces, cgroups and bubblewrap, as root "
-        .. "(docs/isolation.md), or set local_walls = false to run unwalled")
+        .. "(docs/isolation.md), or point this front at a sandboxd (SANDBOX_URL, SANDBOX_TOKEN)")
     end
+  elseif opts.refuse_unwalled then
+    -- a front that serves other people, started without --allow-unwalled-commands: a reload
+    -- that turned its walls off does not run anyone's command next to the bot's secrets
+    return nil, errors.tool(("the local executor would run agent %s's commands unwalled, next to "
+      .. "this bot's secrets (policies/isolation.lua local_walls.%s is false); set it to true, point "
+      .. "the bot at a sandboxd (SANDBOX_URL, SANDBOX_TOKEN), or restart it with "
+      .. "--allow-unwalled-commands"):format(tostring(ctx.agent), tostring(opts.front or "default")))
   elseif network == "none" then
     return nil, errors.tool(("agent %s asks for network \"none\", but the local executor runs "
       .. "unwalled (policies/isolation.lua local_walls = false) and cannot take its commands off "
@@ -180,6 +217,27 @@ function BUILDERS.resident(opts, ctx, snap, agent)
   return ex, fallback, ("%s — using fresh %s"):format(why, fallback == "local" and "local workspace" or "sandbox")
 end
 
+-- The repository agents whose commands this front would run unwalled on this host: the
+-- backend policy chooses (with no repository named) is the local executor, or the resident
+-- falling back to it, and policies/isolation.lua local_walls is false for opts.front. A list
+-- of {agent, backend, setting} (empty when every command is walled or remote). `switchboard
+-- slack` refuses to start on a non-empty one; `switchboard doctor` reports it as a FAIL.
+function M.unwalled_agents(opts, snap)
+  local out = {}
+  if M.walled_locally(snap, opts.front) then return out end
+  for _, name in ipairs(policy.agent_names(snap)) do
+    local agent = policy.agent(snap, name)
+    if agent.resources and agent.resources.repository then
+      local backend = M.backend_for(opts, snap, { agent = name })
+      if backend == "local" or (backend == "resident" and snap.execution.resident.fallback == "local") then
+        out[#out + 1] = { agent = name, backend = backend,
+          setting = "policies/isolation.lua local_walls." .. tostring(opts.front or "default") }
+      end
+    end
+  end
+  return out
+end
+
 function M.make_executor(opts, ctx)
   local snap = ctx.snap or opts.policy()
   local agent = policy.agent(snap, ctx.agent)
@@ -190,8 +248,7 @@ function M.make_executor(opts, ctx)
   if not (agent.resources and agent.resources.repository) then
     return { executor = null_executor.new{ agent = ctx.agent, policy = opts.policy }, backend = "local" }
   end
-  local backend = opts.force_backend or policy.decide(snap, "execution.choose_backend", nil,
-    { agent = ctx.agent, repo = ctx.repo })
+  local backend = M.backend_for(opts, snap, ctx)
   local build = (opts.backends and opts.backends[backend])
     or BUILDERS[backend == "local" and "local_" or backend]
   local executor, chosen, note = build(opts, ctx, snap, agent)

@@ -215,8 +215,9 @@ local function send(self, snap, call)
         return { verdict = "infra", code = classify.span_code(snap, "timeout"),
           message = budget.no_answer_message(snap, M.WHO, call.route, call.budget_ms) }
       end
+      -- refused or unresolvable: not a byte was sent, so the command certainly did not run
       return { verdict = "infra", code = classify.span_code(snap, "inbody"),
-        message = message(snap, "transport_failed", {
+        message = message(snap, err.not_sent and "not_connected" or "transport_failed", {
           who = M.WHO, route = call.route, detail = first_line(err.message or err.kind or "transport failure"),
         }) }
     end

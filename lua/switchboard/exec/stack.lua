@@ -8,7 +8,8 @@ local M = {}
 
 local function discard() end
 
--- opts: the factory's opts plus sink (a tracing sink; spans are dropped without one)
+-- opts: the factory's opts plus sink (a tracing sink; spans are dropped without one) and
+--       unwalled_note (a line added to every card whose local executor runs unwalled)
 -- ctx:  the factory's ctx (ctx.snap: the snapshot the ask captured)
 -- Returns {executor (traced), tracker, backend, note (the factory's), notes (every line the card
 -- shows under its header: the factory's note, then the local executor's walls line)} or nil, err.
@@ -24,6 +25,11 @@ function M.build(opts, ctx)
   local notes = { selection.note }
   local walls_note = selection.executor.walls_note
   if walls_note then notes[#notes + 1] = walls_note(selection.executor) end
+  -- A front that serves other people started with --allow-unwalled-commands marks every card
+  -- whose commands run unwalled (docs/isolation.md "Fronts that serve other people").
+  if opts.unwalled_note and walls_note and not selection.executor.walls then
+    notes[#notes + 1] = opts.unwalled_note
+  end
   return {
     executor = tracing.new(tracker, { sink = opts.sink or discard, backend = selection.backend }),
     tracker = tracker,

@@ -62,8 +62,13 @@ local default_clock = {
 ---------------------------------------------------------------------------------------------
 -- Sinks
 
+-- A span line goes through the log's redaction too: a registered secret in a command's text or
+-- an error is written as [redacted] (docs/isolation.md "Fronts that serve other people").
 local function encode(record)
-  return cjson.encode(record)
+  local text = cjson.encode(record)
+  local c = core()
+  if c and c.log_scrub then text = c.log_scrub(text) end
+  return text
 end
 M.encode = encode
 

@@ -452,6 +452,7 @@ local message_specs = {
   server_failure = S.template({ "detail" }, { "{detail}" }),
   server_stopped = S.template({ "drain_s" }),
   transport_failed = S.template({ "who", "route", "detail" }, { "{route}", "{detail}" }),
+  not_connected = S.template({ "who", "route", "detail" }, { "{route}", "{detail}" }),
   http_status = S.template({ "who", "route", "status", "detail" }, { "{route}", "{status}", "{detail}" }),
   bad_answer = S.template({ "who", "route", "detail" }, { "{route}", "{detail}" }),
 }
@@ -515,8 +516,38 @@ M.files.execution = {
   choose_backend = S.func,
 }
 
+-- local_walls: true | false (every front), or front name → true | false with "default" for
+-- the fronts not named (docs/isolation.md "Fronts that serve other people").
+M.FRONTS = { "console", "exec", "slack" }
+local function local_walls_spec(v, path, report)
+  if type(v) == "boolean" then return end
+  if type(v) ~= "table" then
+    return report(path, "must be true, false or a table of front → true/false, got " .. typename(v))
+  end
+  S.map("^[a-z][a-z0-9_]*$", "\"default\" or a front (" .. table.concat(M.FRONTS, ", ") .. ")", S.bool)(v, path, report)
+  if v.default == nil then
+    report(child(path, "default"), "is required (whether the fronts not named here wall the local executor)")
+  end
+  local known = { default = true }
+  for _, f in ipairs(M.FRONTS) do known[f] = true end
+  for _, k in ipairs(sorted_keys(v)) do
+    if type(k) == "string" and not known[k] then
+      report(child(path, k), "names no front (known: default, " .. table.concat(M.FRONTS, ", ") .. ")")
+    end
+  end
+end
+
+-- Whether the local executor walls the threads of `front` (nil: the default).
+function M.local_walls_for(isolation, front)
+  local lw = isolation.local_walls
+  if type(lw) == "boolean" then return lw end
+  local v = front and lw[front]
+  if v == nil then v = lw.default end
+  return v == true
+end
+
 M.files.isolation = {
-  local_walls = S.bool,
+  local_walls = local_walls_spec,
   network = S.enum { "host", "none" },
   memory_bytes = S.int { min = 16 * M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   pids_max = S.int { min = 8, max = 4194304 },
@@ -787,6 +818,8 @@ function M.hook_samples(snap)
   for _, name in ipairs(names) do
     table.insert(out["execution.choose_backend"], { agent = name, repo = "owner/name" })
     table.insert(out["execution.choose_backend"], { agent = name })
+    table.insert(out["execution.choose_backend"], { agent = name, repo = "owner/name", front = "slack",
+      configured = { ["local"] = true, sandbox = true, resident = false, e2b = false } })
   end
   out["agents.choose_agent"] = { { text = "run the tests" }, { text = "" } }
   return out

@@ -2,7 +2,8 @@
 -- back to the thread. commands/slack.lua parses options and starts it.
 --
 --   local app = app.new{bot_api, app_api?, secret?, bot = {user_id, bot_id, team_id, …},
---                       dispatcher_opts = {stack, outputs_dir, …}, policy = policy.current}
+--                       dispatcher_opts = {stack, outputs_dir, …}, policy = policy.current,
+--                       sandbox_urls = {…}?, sandbox_token? (the sandboxd list /readyz probes)}
 --   app:on_event(payload, source)        an event_callback payload
 --   app:on_interactive(payload)          a block_actions payload (the Stop button)
 --   app:start_socket_mode() → true | nil, err;   app:listen(host, port) → server | nil, err
@@ -15,6 +16,7 @@ local events = require("switchboard.fronts.slack.events")
 local front_mod = require("switchboard.fronts.slack.front")
 local http = require("switchboard.fronts.slack.http")
 local socket_mode = require("switchboard.fronts.slack.socket_mode")
+local readiness = require("switchboard.fronts.slack.readiness")
 
 local M = {}
 local App = {}
@@ -37,6 +39,8 @@ function M.new(opts)
   dopts.policy = opts.policy
   dopts.thread_key = function(thread) return "slack:" .. thread end
   self.d = dispatcher.new(dopts)
+  self.readiness = readiness.new{ socket = function() return self.sm end, policy = opts.policy,
+                                  sandbox_urls = opts.sandbox_urls, sandbox_token = opts.sandbox_token }
   return self
 end
 
@@ -130,10 +134,12 @@ end
 
 function App:handler(with_events)
   if not with_events then
-    return http.handler{ secret = nil, policy = self.policy, health_only = true, pages = self.pages }
+    return http.handler{ secret = nil, policy = self.policy, health_only = true,
+                         readiness = self.readiness, pages = self.pages }
   end
   return http.handler{
-    secret = self.secret, policy = self.policy, log = self.log, pages = self.pages,
+    secret = self.secret, policy = self.policy, log = self.log, readiness = self.readiness,
+    pages = self.pages,
     on_event = function(payload, retry) self:on_event(payload, retry and ("http retry " .. retry) or "http") end,
     on_interactive = function(payload) self:on_interactive(payload) end,
   }

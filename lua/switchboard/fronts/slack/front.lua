@@ -112,7 +112,8 @@ end
 
 -- Upload the whole output when it does not fit the card; remember where it went.
 function F:attach_output(h, card, s)
-  local content = "$ " .. tostring(card.command) .. "\n" .. card:body_text() .. "\n"
+  -- scrubbed here, before its length is announced (webapi scrubs it again, to no change)
+  local content = core.log_scrub("$ " .. tostring(card.command) .. "\n" .. card:body_text() .. "\n")
   local name = ("output-%s.txt"):format((h.ts or "card"):gsub("%.", "-"))
   local where = h.where
   local got, err = self.api:call("files.getUploadURLExternal", { filename = name, length = #content },

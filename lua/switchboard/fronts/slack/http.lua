@@ -6,7 +6,11 @@
 --                                build = core.build, now_ms = core.wall_ms}
 --   core.http.serve{host, port, handler = handler}
 --
---   GET  /healthz          200 {"ok":true,"build":{…}} (no signature needed)
+--   GET  /healthz          liveness: 200 {"ok":true,"build":{…}} while the process serves
+--                          (no signature needed)
+--   GET  /readyz           readiness: 200 {"ready":true,"checks":{…}} when the bot can do its
+--                          job (Slack connected, policies loaded, its sandbox reachable), else
+--                          503 with the same shape saying which check failed (readiness.lua)
 --   GET  /runs/<token>     the run pages, when opts.pages (a pages/routes.lua handler) is given
 --   POST /slack/events     Events API: url_verification → the challenge; event_callback → 200
 --                          at once, then on_event in a task of its own
@@ -56,6 +60,10 @@ function M.handler(opts)
   return function(req, res)
     if req.path == "/healthz" and (req.method == "GET" or req.method == "HEAD") then
       return res:send(200, JSON, cjson.encode({ ok = true, build = build }))
+    end
+    if req.path == "/readyz" and (req.method == "GET" or req.method == "HEAD") and opts.readiness then
+      local ready, checks = opts.readiness:check()
+      return res:send(ready and 200 or 503, JSON, cjson.encode({ ready = ready, checks = checks, build = build }))
     end
     if opts.pages and opts.pages(req, res) then return end -- the run pages (pages/routes.lua)
     if opts.health_only or (req.path ~= "/slack/events" and req.path ~= "/slack/actions") then

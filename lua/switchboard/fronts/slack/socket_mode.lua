@@ -187,6 +187,11 @@ function S:start()
   return true
 end
 
+-- How many connections are open now (0 while reconnecting): the bot's readiness.
+function S:open_connections()
+  return #self.conns
+end
+
 function S:stop()
   self.stopping:abort("stopping")
   local t = self.starter_idle

@@ -8,11 +8,17 @@
 --           retried (default 0: once, but a 429 is always waited out once), signal
 --     err: core.error "slack" with error = "channel_not_found" (Slack's word) | "transport" |
 --          "rate_limited" | "timeout" | "aborted"
---   api:upload(url, bytes, opts) → true | nil, err       the raw POST of the upload flow
+--   api:upload(url, bytes, opts) → true | nil, err       the raw POST of the upload flow (scrub
+--                                                        the bytes first: their length is sent ahead)
 --
 -- A 429 is waited out by its Retry-After (capped at max_retry_after_ms), and every later call
 -- for the same channel waits for it too (one gate per channel), so a rate limit is honoured
 -- rather than hammered. The token is never in a message, a log line or an error.
+--
+-- Every string of every call's arguments goes through the log's redaction (core.log_scrub)
+-- before it leaves: whatever a card, an answer or an error carries, a secret the process
+-- registered (the bot's tokens, the model key, the sandbox bearer, GitHub's) is posted as
+-- [redacted] (docs/isolation.md "Fronts that serve other people").
 local core = require("switchboard.core")
 local cjson = require("cjson")
 
@@ -29,6 +35,7 @@ function M.new(opts)
     request = opts.request or core.http.request,
     gates = {},            -- channel → wall-clock ms before which calls wait
     log = opts.log or core.log,
+    scrub = opts.scrub or core.log_scrub,
     counts = { calls = 0, rate_limited = 0 },
   }, A)
 end
@@ -50,6 +57,16 @@ local function form(args)
   return table.concat(parts, "&")
 end
 
+-- A copy of v with every string (keys too) scrubbed of the registered secrets.
+local function scrubbed(v, scrub)
+  if type(v) == "string" then return scrub(v) end
+  if type(v) ~= "table" or v == cjson.null then return v end
+  local out = {}
+  for k, x in pairs(v) do out[scrubbed(k, scrub)] = scrubbed(x, scrub) end
+  return setmetatable(out, getmetatable(v)) -- keeps cjson's empty-array marker
+end
+M.scrubbed = scrubbed
+
 local function wait_gate(self, channel, signal)
   local until_ms = channel and self.gates[channel]
   if not until_ms then return true end
@@ -62,6 +79,7 @@ local function wait_gate(self, channel, signal)
 end
 
 local function once(self, method, args, opts)
+  args = scrubbed(args or {}, self.scrub)
   local body, ctype
   if opts.form then
     body, ctype = form(args or {}), "application/x-www-form-urlencoded"
@@ -135,7 +153,7 @@ end
 function A:upload(url, bytes, opts)
   opts = opts or {}
   local status, headers = self.request{
-    method = "POST", url = url, body = bytes,
+    method = "POST", url = url, body = self.scrub(bytes),
     headers = { ["content-type"] = "application/octet-stream" },
     deadline_ms = opts.deadline_ms or 60000, signal = opts.signal,
   }
