@@ -55,7 +55,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION net)
 # coreutils' timeout, procps' /bin/kill (the units' ExecReload), adduser for the postinst.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps")
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "git, ca-certificates, bubblewrap")
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "git, ca-certificates, bubblewrap, passt")
 # conffiles: every file under /etc, listed from the same glob the install rule uses, so dpkg
 # keeps an operator's edits across upgrades.
 file(GLOB SB_POLICY_FILES RELATIVE ${CMAKE_SOURCE_DIR}/policies CONFIGURE_DEPENDS
