@@ -158,16 +158,18 @@ describe_walls("sandboxd walls: what a command sees and cannot do", function()
       local h = S.start_sandboxd{ policies = dir }
       local secret = "ghs_" .. core.crypto.hex(core.crypto.random_bytes(12))
       local done = false
+      -- A runs until the server stops (a fixed length raced B's instance build under load);
+      -- B scans once A's command is seen running on the host
+      local nap = ("sleep 600.%d"):format(core.crypto.random_bytes(1):byte() + 100)
       core.go(function()
-        exec(h, "A", "sleep 3", { env = { GH_TOKEN = secret } })
+        exec(h, "A", nap, { env = { GH_TOKEN = secret } })
         done = true
       end)
-      core.sleep(700)
+      assert.truthy(S.wait_for(function() return os.execute("env -u LD_PRELOAD pgrep -f '^" .. nap .. "$' >/dev/null") == true end, 60000))
       local r = exec(h, "B", "for p in /proc/[0-9]*; do cat $p/environ 2>/dev/null | tr '\\0' '\\n'; done; echo scanned")
       assert.truthy(r.stdout:find("scanned", 1, true))
       assert.is_nil(r.stdout:find(secret, 1, true))
       assert.is_false(done, "the first command should still have been running")
-      S.wait_for(function() return done end, 20000)
       h:stop(); h:wait()
     end)
   end)
