@@ -14,7 +14,8 @@
 local_walls = { default = true, console = false, exec = false }
 
 -- Network of an instance whose agent declares none (policies/agents.lua network): "host"
--- (git, npm and gh need it) or "none" (its own empty network namespace: loopback only). Fixed
+-- (outbound access through pasta — git, npm and gh need it — never the host's loopback
+-- services) or "none" (loopback only). Either way a network namespace of its own. Fixed
 -- when the instance is made; sandboxd also applies it to requests that carry no network.
 network = "host"
 

@@ -129,6 +129,8 @@ void sb_task_check(lua_State *L, const char *primitive) {
                   "not from the main chunk, a callback or a plain coroutine", primitive);
 }
 
+bool sb_task_running(lua_State *L) { return lua_isyieldable(L) && task_is_alive(L, L); }
+
 int sb_task_yield(lua_State *L) { return lua_yield(L, 0); }
 
 /* Stores {ok, values...} for core.run; the `nres` values are on top of L's stack. */

@@ -22,6 +22,10 @@ lua_State *sb_main_state(void);
 /* Raises a Lua error unless `L` is a running engine task; used by every waiting primitive. */
 void sb_task_check(lua_State *L, const char *primitive);
 
+/* True when `L` is a running engine task that may yield here (sb_task_check's test, without
+ * raising): a primitive that can also work synchronously uses it to choose. */
+bool sb_task_running(lua_State *L);
+
 /* Yields the running task `L` from a C function; the values later passed with
  * sb_task_complete() become that C function's results. Use as `return sb_task_yield(L);`. */
 int sb_task_yield(lua_State *L);

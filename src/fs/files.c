@@ -10,7 +10,12 @@
  * mkdir_p(path [, mode = 0755]) → true | nil, err
  * list(dir) → sorted names | nil, err
  * exists(path) → boolean                                 follows symlinks (a dangling one: false)
- * remove_tree(path) → true | nil, err                    never follows a symlink; missing: true
+ * remove_tree(path) → true | nil, err                    never follows a symlink; missing: true.
+ *                                                        In a task the walk runs on libuv's
+ *                                                        thread pool and the task waits (a tree
+ *                                                        of 10⁵ files takes seconds: the loop
+ *                                                        must not stall); elsewhere (the main
+ *                                                        chunk) it runs here
  * realpath(path) → absolute path | nil, err
  *
  * err.kind: "not_found", "not_a_file", "too_large" or "io"; messages name the path. */
@@ -23,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +182,63 @@ static int l_exists(lua_State *L) {
   return 1;
 }
 
+/* A removal on the thread pool: the walk touches nothing of Lua's; its result is handed to the
+ * waiting task from the loop's thread. At shutdown the task is dropped (no task is resumed
+ * then) and the walk finishes on its own; the loop's last run waits for it. */
+typedef struct tree_removal {
+  uv_work_t req;
+  lua_State *task; /* NULL once shutdown dropped it */
+  int rc;
+  struct tree_removal *prev, *next;
+  char path[PATH_MAX];
+} tree_removal;
+
+static tree_removal *removals; /* in flight, for shutdown */
+
+static void removal_work(uv_work_t *req) {
+  tree_removal *r = req->data;
+  r->rc = sb_fs_remove_tree_at(AT_FDCWD, r->path);
+}
+
+static void removal_unlink(tree_removal *r) {
+  if (r->prev != NULL)
+    r->prev->next = r->next;
+  else
+    removals = r->next;
+  if (r->next != NULL)
+    r->next->prev = r->prev;
+  r->prev = r->next = NULL;
+}
+
+static void removal_done(uv_work_t *req, int status) {
+  (void)status; /* never cancelled: uv_cancel is not used */
+  tree_removal *r = req->data;
+  lua_State *task = r->task;
+  if (task != NULL) {
+    removal_unlink(r);
+    int nargs;
+    if (r->rc != 0) {
+      nargs = fail(task, "remove_tree", r->path, r->rc, 0, 0);
+    } else {
+      lua_pushboolean(task, 1);
+      nargs = 1;
+    }
+    free(r);
+    sb_task_complete(task, nargs);
+    return;
+  }
+  free(r);
+}
+
+static void removals_shutdown(void *ud) {
+  (void)ud;
+  while (removals != NULL) {
+    tree_removal *r = removals;
+    removal_unlink(r);
+    r->task = NULL; /* freed by removal_done when its walk ends */
+  }
+}
+
 static int l_remove_tree(lua_State *L) {
   const char *path = check_path(L, 1);
   char buf[PATH_MAX];
@@ -190,6 +253,23 @@ static int l_remove_tree(lua_State *L) {
   luaL_argcheck(L, strcmp(buf, "/") != 0, 1, "refusing to remove /");
   luaL_argcheck(L, strcmp(base, ".") != 0 && strcmp(base, "..") != 0, 1,
                 "path must not end in . or ..");
+  if (sb_task_running(L)) {
+    tree_removal *r = calloc(1, sizeof *r);
+    if (r == NULL)
+      return luaL_error(L, "out of memory");
+    memcpy(r->path, buf, len + 1);
+    r->task = L;
+    r->req.data = r;
+    if (uv_queue_work(sb_loop(), &r->req, removal_work, removal_done) != 0) {
+      free(r);
+      return luaL_error(L, "remove_tree: cannot queue the removal");
+    }
+    r->next = removals;
+    if (removals != NULL)
+      removals->prev = r;
+    removals = r;
+    return sb_task_yield(L);
+  }
   int rc = sb_fs_remove_tree_at(AT_FDCWD, buf);
   if (rc != 0)
     return fail(L, "remove_tree", path, rc, 0, 0);
@@ -213,6 +293,7 @@ int sb_fs_open(lua_State *L) {
       {"list", l_list},               {"exists", l_exists},         {"remove_tree", l_remove_tree},
       {"realpath", l_realpath},       {NULL, NULL},
   };
+  sb_shutdown_register(removals_shutdown, NULL);
   luaL_newlib(L, fns);
   sb_fs_root_fields(L);
   lua_setfield(L, -2, "fs");

@@ -9,8 +9,10 @@
  *                           [--nice N] [--ro-bind PATH]...
  *     Creates the instance: makes and joins its cgroups (--cgroup, created when missing, then
  *     the --cg-write limits), drops to the instance's host uid/gid, and runs bwrap with new
- *     user, PID, mount, IPC, UTS (and network, for --net none) namespaces around `sleep
- *     infinity`. Prints "ready <pid>\n" (the host pid of the process inside the namespaces)
+ *     user, PID, mount, IPC, UTS and network namespaces around `sleep infinity`. The network
+ *     namespace is the instance's own either way: --net none leaves it only loopback; --net
+ *     host gives it outbound access through pasta (Debian's passt), never the host's
+ *     loopback services (see outbound_start). Prints "ready <pid>\n" (the host pid of the process inside the namespaces)
  *     once they exist, then waits: it lives exactly as long as the instance. Each --ro-bind
  *     directory (absolute) appears read-only at the same path inside (the resident's shared git
  *     objects). It is opened here (a directory, not a symlink) and handed to bwrap as an fd;
@@ -66,7 +68,10 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <poll.h>
+#include <linux/nsfs.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/sysmacros.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -276,6 +281,156 @@ static void die_with_parent(pid_t parent) {
     _exit(EXIT_WALLS);
 }
 
+/* ---- outbound network (--net host) -----------------------------------------------------------
+ *
+ * The instance's network namespace gets outbound access through pasta (passt's namespace mode):
+ * a user-mode TCP/UDP/ICMP translator on the host side that opens ordinary sockets as the
+ * instance's host uid. It is told to forward no port either way (-t/-u/-T/-U none: by default
+ * it would map ports bound on the host's loopback into the namespace) and not to map the
+ * gateway address to the host (--no-map-gw), so nothing bound to the host's 127.0.0.1
+ * (sandboxd, the resident, the bot's listener) is reachable from inside.
+ *
+ * pasta runs as the instance's uid and opens /dev/net/tun; Debian's udev makes that node 0666,
+ * a host without udev may have it 0600. So a launcher, forked while the holder is still root,
+ * gives pasta a private mount namespace whose /dev/net holds a tun node of the instance's uid
+ * (nothing of the host changes), drops to that uid, starts pasta in the foreground and reports
+ * once pasta has configured the namespace (pasta writes its pid file — a FIFO here — after
+ * that). The launcher stays as pasta's parent: holder → launcher → pasta, each dying with its
+ * parent (PR_SET_PDEATHSIG), so pasta ends with the instance, also after a kill -9 of sandboxd.
+ * Both are in the instance's cgroups (its memory and pids limits count them). */
+typedef struct {
+  pid_t pid;   /* the launcher; 0: none (--net none) */
+  int go, up;  /* holder → launcher: the instance's pid; launcher → holder: one byte, ready */
+} outbound;
+
+static void outbound_launcher(const options *o, pid_t holder, int go, int up) {
+  char text[32];
+  ssize_t n;
+  do
+    n = read(go, text, sizeof text - 1);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0)
+    _exit(EXIT_WALLS); /* the holder gave up */
+  text[n] = '\0';
+  long inner = strtol(text, NULL, 10);
+  for (int fd = 3; fd < 1024; fd++) /* the holder's workspace, socket and binds: not ours */
+    if (fd != up)
+      close(fd);
+  if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+    die("pasta: a private mount namespace");
+  if (mount("tmpfs", "/dev/net", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0700,size=16k") < 0 ||
+      mknod("/dev/net/tun", S_IFCHR | 0600, makedev(10, 200)) < 0 ||
+      mkfifo("/dev/net/ready", 0600) < 0 ||
+      chown("/dev/net", (uid_t)o->uid, (gid_t)o->gid) < 0 ||
+      chown("/dev/net/tun", (uid_t)o->uid, (gid_t)o->gid) < 0 ||
+      chown("/dev/net/ready", (uid_t)o->uid, (gid_t)o->gid) < 0)
+    die("pasta: cannot prepare /dev/net/tun for the instance's uid");
+  /* bwrap makes the network namespace in a user namespace of its own and the instance's init in
+   * one nested below it (for uid 1000 inside), so /proc/PID/ns/user is not the network's owner,
+   * which pasta must join: it is asked of the namespace itself (NS_GET_USERNS), and both are
+   * bound onto files of this private /dev/net for pasta to open by path. */
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/ns/net", inner);
+  int net = open(path, O_RDONLY | O_CLOEXEC);
+  int owner = net < 0 ? -1 : ioctl(net, NS_GET_USERNS);
+  if (owner < 0)
+    die("pasta: the instance's network namespace (pid %ld)", inner);
+  char net_src[64], owner_src[64];
+  snprintf(net_src, sizeof net_src, "/proc/self/fd/%d", net);
+  snprintf(owner_src, sizeof owner_src, "/proc/self/fd/%d", owner);
+  int f1 = open("/dev/net/netns", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  int f2 = open("/dev/net/userns", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (f1 < 0 || f2 < 0 || mount(net_src, "/dev/net/netns", NULL, MS_BIND, NULL) < 0 ||
+      mount(owner_src, "/dev/net/userns", NULL, MS_BIND, NULL) < 0)
+    die("pasta: cannot bind the instance's namespaces for it");
+  close(f1);
+  close(f2);
+  close(net);
+  close(owner);
+  drop_to(o);
+  die_with_parent(holder);
+  int ready = open("/dev/net/ready", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (ready < 0)
+    die("pasta: open its ready FIFO");
+  pid_t me = getpid();
+  pid_t pasta = fork();
+  if (pasta < 0)
+    die("fork pasta");
+  if (pasta == 0) {
+    die_with_parent(me);
+    char *argv[] = {"pasta", "--foreground", "--quiet", "--config-net",
+                    "-t", "none", "-u", "none", "-T", "none", "-U", "none", "--no-map-gw",
+                    "--netns", "/dev/net/netns", "--userns", "/dev/net/userns",
+                    "--pid", "/dev/net/ready", NULL};
+    execvp("pasta", argv);
+    die("cannot run pasta (apt-get install passt)");
+  }
+  /* pasta writes its pid into the FIFO once the namespace's interface, address and routes are
+   * set; it ending first is a failure (its own words are on stderr). */
+  for (;;) {
+    struct pollfd p = {ready, POLLIN, 0};
+    int r = poll(&p, 1, 50);
+    if (r > 0 && (p.revents & POLLIN)) {
+      char pid_text[32];
+      if (read(ready, pid_text, sizeof pid_text) > 0)
+        break;
+    }
+    int status;
+    if (waitpid(pasta, &status, WNOHANG) == pasta)
+      _exit(EXIT_WALLS);
+  }
+  close(ready);
+  if (write(up, "1", 1) != 1)
+    _exit(EXIT_WALLS);
+  close(up);
+  int status;
+  while (waitpid(pasta, &status, 0) < 0 && errno == EINTR) {
+  }
+  _exit(0);
+}
+
+/* Forks the launcher (we are still root here); it waits for outbound_attach. */
+static outbound outbound_start(const options *o) {
+  outbound ob = {0, -1, -1};
+  if (strcmp(o->net, "host") != 0)
+    return ob;
+  int go[2], up[2];
+  if (pipe2(go, O_CLOEXEC) < 0 || pipe2(up, O_CLOEXEC) < 0)
+    die("pipe");
+  pid_t holder = getpid();
+  ob.pid = fork();
+  if (ob.pid < 0)
+    die("fork the network launcher");
+  if (ob.pid == 0) {
+    close(go[1]);
+    close(up[0]);
+    outbound_launcher(o, holder, go[0], up[1]);
+  }
+  close(go[0]);
+  close(up[1]);
+  ob.go = go[1];
+  ob.up = up[0];
+  return ob;
+}
+
+/* The instance's namespaces exist (`inner` is its init): pasta joins them; returns once the
+ * network is configured, false when pasta could not start. */
+static bool outbound_attach(outbound *ob, long inner) {
+  if (ob->pid == 0)
+    return true;
+  char text[32];
+  int len = snprintf(text, sizeof text, "%ld", inner);
+  bool ok = write(ob->go, text, (size_t)len) == len;
+  close(ob->go);
+  char byte;
+  ssize_t got;
+  do
+    got = ok ? read(ob->up, &byte, 1) : 0;
+  while (got < 0 && errno == EINTR);
+  close(ob->up);
+  return got == 1;
+}
+
 /* ---- hold --------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -304,12 +459,13 @@ static void build_bwrap(const options *o, bwrap_args *b) {
   arg(b, "--unshare-pid");
   arg(b, "--unshare-ipc");
   arg(b, "--unshare-uts");
-  if (strcmp(o->net, "none") == 0)
-    arg(b, "--unshare-net");
-  else if (strcmp(o->net, "host") != 0) {
+  /* Never the host's network namespace: 127.0.0.1 inside is the instance's own ("host" gets
+   * outbound access through pasta: outbound_start). */
+  if (strcmp(o->net, "none") != 0 && strcmp(o->net, "host") != 0) {
     errno = 0;
     die("--net is host or none, not '%s'", o->net);
   }
+  arg(b, "--unshare-net");
   arg(b, "--uid"); arg(b, "1000");
   arg(b, "--gid"); arg(b, "1000");
   if (o->hostname[0] != '\0') { /* "": the UTS namespace is still its own, the name is kept */
@@ -538,6 +694,7 @@ static int hold(const options *o) {
     b.ro_fds[k] = stage_reachable(o, b.ro_fds[k], path, k + 1);
   }
   ws = stage_reachable(o, ws, o->workspace, 0);
+  outbound ob = outbound_start(o); /* forked while root: see outbound_launcher */
   drop_to(o);
   die_with_parent(parent);
   int info[2], ready[2];
@@ -584,6 +741,10 @@ static int hold(const options *o) {
   close(ready[0]);
   if (got <= 0)
     inner = -1;
+  if (inner > 0 && !outbound_attach(&ob, inner)) {
+    errno = 0;
+    die("the instance's outbound network (pasta) could not be set up (its message is above)");
+  }
   if (inner > 0 && listener >= 0)
     enter_instance(inner, parent);
   if (inner > 0) {

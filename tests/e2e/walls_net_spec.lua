@@ -1,9 +1,13 @@
 -- Black-box: network per agent (issue 10, docs/isolation.md "The local executor, and network per
--- agent"). A loopback HTTP server this spec runs in its own process on the host is what a
--- command tries to reach: from an instance made with network "none" it cannot (and says so in
--- words), from one made with "host" it can. The network is the agent's (policies/agents.lua)
--- and reaches sandboxd on the wire through the executor; it is fixed when the instance is made.
--- The local executor walls its threads when policies/isolation.lua local_walls is true.
+-- agent") and instances' own network namespaces (issue 22 items 4 and 9). Two servers are what a
+-- command tries to reach: one on the host's loopback (what sandboxd, the resident and the bot's
+-- listener are) — no instance reaches it, whatever its network — and an "outside" one: sandboxd
+-- runs in a network namespace this spec makes, whose dummy interface holds a non-loopback
+-- address with the outside server on it; an instance made with "host" (outbound access, through
+-- pasta) reaches it, one made with "none" does not (and says so in words). The network is the
+-- agent's (policies/agents.lua) and reaches sandboxd on the wire through the executor; it is
+-- fixed when the instance is made. The local executor walls its threads when
+-- policies/isolation.lua local_walls is true.
 local core = require("switchboard.core")
 local cjson = require("cjson")
 local S = require("support.sandbox")
@@ -51,6 +55,57 @@ local function host_server()
   end })
   return { srv = srv, nonce = nonce, hits = function() return hits end,
     curl = ("curl -sS --max-time 10 http://127.0.0.1:%d/"):format(srv.port) }
+end
+
+-- A network namespace of this spec's own standing in for "the outside": loopback, and a veth
+-- pair (both ends inside; a dummy interface needs a module this kernel may lack) whose d0 has 198.51.100.1/24 (what pasta copies into an instance) and a default route;
+-- an HTTP server on 203.0.113.5 (another address of d0, reached from an instance through
+-- pasta's gateway). sandboxd runs in it (opts.wrap); this spec reaches it through a relay on
+-- the host's loopback (tests/support/netns_relay.py). Nothing of the host's network changes.
+local OUTSIDE_ADDR, OUTSIDE_PORT = "203.0.113.5", 8080
+local function outside_world()
+  local files = S.tmpdir()
+  local nonce = "outside-" .. core.crypto.hex(core.crypto.random_bytes(6))
+  local f = assert(io.open(files .. "/nonce", "w")); f:write(nonce); f:close()
+  local setup = table.concat({
+    "ip link set lo up", "ip link add d0 type veth peer name d1", "ip link set d1 up",
+    "ip addr add 198.51.100.1/24 dev d0",
+    "ip addr add " .. OUTSIDE_ADDR .. "/32 dev d0", "ip link set d0 up",
+    "ip route add default via 198.51.100.254 dev d0", "echo up",
+    ("exec python3 -u -m http.server --bind %s --directory %s %d >%s/log 2>&1"):format(OUTSIDE_ADDR, files, OUTSIDE_PORT, files),
+  }, " && ")
+  local out = ""
+  local proc = assert(core.spawn{ argv = { "unshare", "--net", "--", "sh", "-c", setup },
+    env = { PATH = os.getenv("PATH") }, on_output = function(_, c) out = out .. c end })
+  local w = { proc = proc, files = files, nonce = nonce,
+    curl = ("curl -sS --max-time 10 http://%s:%d/nonce"):format(OUTSIDE_ADDR, OUTSIDE_PORT),
+    netns = "/proc/" .. proc.pid .. "/ns/net" }
+  assert(S.wait_for(function() return out:find("up", 1, true) or proc.result end, 30000), out)
+  assert(S.wait_for(function() return (S.read(files .. "/log") or ""):find("Serving HTTP", 1, true) end, 30000),
+    "the outside server did not start: " .. out .. (S.read(files .. "/log") or ""))
+  function w.hits()
+    local n = 0
+    for _ in (S.read(files .. "/log") or ""):gmatch('"GET /nonce') do n = n + 1 end
+    return n
+  end
+  -- sandboxd inside the namespace, reached through a relay on the host's loopback
+  function w.sandboxd(opts)
+    opts.wrap = { "nsenter", "--net=" .. w.netns, "--" }
+    local h = S.start_sandboxd(opts)
+    local line = ""
+    local relay = assert(core.spawn{ argv = { "python3", "tests/support/netns_relay.py", w.netns, tostring(h.port) },
+      env = { PATH = os.getenv("PATH") }, on_output = function(_, c) line = line .. c end })
+    local port = S.wait_for(function() return line:match("^(%d+)\n") end, 30000)
+    assert(port, "the relay did not start: " .. line)
+    h.inner_port, h.url, h.relay = h.port, "http://127.0.0.1:" .. port, relay
+    return h
+  end
+  function w.close(h)
+    if h and h.relay then h.relay:kill("KILL"); h.relay:wait() end
+    proc:kill("KILL"); proc:wait()
+    S.rm(files)
+  end
+  return w
 end
 
 local function exec(h, thread, command, extra)
@@ -103,29 +158,52 @@ describe_walls("network per agent, walled (sandboxd)", function()
   local dir = policy_dir()
   local snap = assert(policies.load(dir))
 
-  it("an instance made with network none cannot reach a loopback server on the host, in words; one made with host can", function()
+  it("no instance reaches the host's loopback services; host (outbound, through pasta) reaches the outside, none does not, in words", function()
     core.run(function()
       local web = host_server()
       local h = S.start_sandboxd{ policies = dir }
-      local status, off = exec(h, "W-off", web.curl, { network = "none" })
-      assert.equal(200, status)
-      assert.equal(7, off.exitCode, off.stderr) -- curl: could not connect
-      assert.truthy(off.stderr:find("Failed to connect to 127.0.0.1 port " .. web.srv.port, 1, true), off.stderr)
+      -- the host's loopback: neither network reaches it, nor sandboxd's own port
+      for _, net in ipairs({ "host", "none" }) do
+        local status, doc = exec(h, "W-lo-" .. net, web.curl .. "; echo; curl -sS --max-time 10 http://127.0.0.1:"
+          .. h.port .. "/healthz", { network = net })
+        assert.equal(200, status)
+        assert.equal(7, doc.exitCode, doc.stderr) -- curl: could not connect
+        assert.truthy(doc.stderr:find("Failed to connect to 127.0.0.1 port " .. web.srv.port, 1, true), doc.stderr)
+        assert.truthy(doc.stderr:find("Failed to connect to 127.0.0.1 port " .. h.port, 1, true), doc.stderr)
+      end
       assert.equal(0, web.hits())
+      h:stop(); h:wait()
+      web.srv:close()
+    end)
+  end)
+
+  it("in a namespace this spec made: host reaches the outside server through pasta (not sandboxd's loopback), none does not", function()
+    core.run(function()
+      local world = outside_world()
+      local h = world.sandboxd{ policies = dir }
+      local status, off = exec(h, "W-off", world.curl, { network = "none" })
+      assert.equal(200, status)
+      assert.equal(7, off.exitCode, off.stderr) -- curl: could not connect (no route)
+      assert.equal(0, world.hits())
       -- the instance has a network of its own: loopback only
       local _, lo = exec(h, "W-off", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", { network = "none" })
       assert.equal("lo\n", lo.stdout, lo.stderr)
       local on
-      status, on = exec(h, "W-on", web.curl, { network = "host" })
+      status, on = exec(h, "W-on", world.curl, { network = "host" })
       assert.equal(200, status)
       assert.equal(0, on.exitCode, on.stderr)
-      assert.equal(web.nonce, on.stdout)
-      assert.equal(1, web.hits())
+      assert.equal(world.nonce, on.stdout)
+      assert.equal(1, world.hits())
+      -- its own namespace too (pasta's interface besides lo), where sandboxd's port is closed
+      local _, ns = exec(h, "W-on", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; "
+        .. "curl -sS --max-time 10 http://127.0.0.1:" .. h.inner_port .. "/healthz", { network = "host" })
+      assert.equal("d0 lo ", ns.stdout, ns.stderr)
+      assert.equal(7, ns.exitCode, ns.stderr)
       -- no field: the server's policies/isolation.lua network (host, shipped)
-      local _, def = exec(h, "W-default", web.curl)
-      assert.equal(web.nonce, def.stdout, def.stderr)
+      local _, def = exec(h, "W-default", world.curl)
+      assert.equal(world.nonce, def.stdout, def.stderr)
       h:stop(); h:wait()
-      web.srv:close()
+      world.close(h)
     end)
   end)
 
@@ -156,10 +234,10 @@ describe_walls("network per agent, walled (sandboxd)", function()
     end)
   end)
 
-  it("the agent's network reaches the wire through the executor: offline cannot reach the host's server, online can; a mismatch is a tool error", function()
+  it("the agent's network reaches the wire through the executor: offline cannot reach the outside server, online can; a mismatch is a tool error", function()
     core.run(function()
-      local web = host_server()
-      local h = S.start_sandboxd{ policies = dir }
+      local web = outside_world()
+      local h = web.sandboxd{ policies = dir }
       local opts = { policy = function() return snap end, sandbox_url = h.url, force_backend = "sandbox",
         getenv = function(name) if name == snap.execution.sandbox.token_env then return S.TOKEN end end }
       local function executor(agent, thread)
@@ -185,7 +263,7 @@ describe_walls("network per agent, walled (sandboxd)", function()
       assert.truthy(errors.is_tool(ferr), tostring(ferr))
       assert.equal(1, web.hits())
       h:stop(); h:wait()
-      web.srv:close()
+      web.close(h)
     end)
   end)
 end)
@@ -202,14 +280,15 @@ describe_walls("the local executor behind walls (policies/isolation.lua local_wa
       end
       -- walled: uid 1000 of its own namespace in /workspace, the host's root hidden
       local r = run(walled_dir, "online", "id -u; pwd; echo mine > own.txt; ls " .. root .. " 2>&1 | head -1; " .. web.curl)
-      assert.equal(0, r.exit, r.stdout .. r.stderr)
+      assert.equal(7, r.exit, r.stdout .. r.stderr)
       assert.truthy(r.stderr:find("local executor: walled, network host (policies/isolation.lua local_walls)", 1, true), r.stderr)
       local lines = {}
       for line in r.stdout:gmatch("[^\n]+") do lines[#lines + 1] = line end
-      assert.equal("1000", lines[1])
+      assert.equal("exit 7: 1000", lines[1]) -- the curl below failed
       assert.equal("/workspace", lines[2])
       assert.truthy(lines[3]:find("No such file", 1, true) or lines[3] == "", r.stdout)
-      assert.equal(web.nonce, lines[4])
+      -- network host is outbound access, never the host's loopback
+      assert.truthy(lines[4]:find("Failed to connect to 127.0.0.1 port " .. web.srv.port, 1, true), r.stdout)
       -- a follow-up in the thread: a new instance (a new process) with another host uid (another
       -- uid range); the workspace's files are handed to it
       local moved_dir = policy_dir(("local_walls = true\nuid_base = %d\nuid_count = 32"):format(UID_BASE + 32))
@@ -220,7 +299,7 @@ describe_walls("the local executor behind walls (policies/isolation.lua local_wa
       r = run(walled_dir, "offline", web.curl, "L2")
       assert.equal(7, r.exit, r.stdout .. r.stderr)
       assert.truthy(r.stderr:find("local executor: walled, network none", 1, true), r.stderr)
-      assert.equal(1, web.hits())
+      assert.equal(0, web.hits())
       -- unwalled (the shipped default): the note says so, and network none is refused in words
       local plain = policy_dir()
       r = run(plain, "online", "echo hi", "L3")

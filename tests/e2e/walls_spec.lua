@@ -12,9 +12,9 @@ local procs = require("support.procs")
 local UID_BASE = 1300000 + (core.crypto.random_bytes(2):byte(1) * 256 + core.crypto.random_bytes(1):byte()) * 64
 local UID_COUNT = 64
 
-local function policy_dir(isolation_extra)
+local function policy_dir(isolation_extra, timeouts_extra)
   return policies.dir{
-    timeouts = function(src) return src .. "\n" .. S.FAST .. "\n" end,
+    timeouts = function(src) return src .. "\n" .. S.FAST .. "\n" .. (timeouts_extra or "") .. "\n" end,
     isolation = function(src)
       -- uid_blocks = 1: the processes counted below are this range's, so never move to another
       return src .. ("\nuid_base = %d\nuid_count = %d\nuid_blocks = 1\n"):format(UID_BASE, UID_COUNT) .. (isolation_extra or "") .. "\n"
@@ -199,7 +199,9 @@ describe_walls("sandboxd walls: nothing left behind", function()
 
   it("a new thread takes the spare instance (empty, its own), a replacement is built, all gone at stop", function()
     core.run(function()
-      local h = S.start_sandboxd{ policies = policy_dir("spare_instances = 1") }
+      -- S1 and S2 stay awake until the replacement spare is counted: building one (bwrap, and
+      -- pasta for the network) takes seconds on a loaded host, past S.FAST's 2 s sleep_after
+      local h = S.start_sandboxd{ policies = policy_dir("spare_instances = 1", 'sandbox.sleep_after = "60s"') }
       -- the spare is built at start, before any thread asks
       assert.is_true(S.wait_for(function() return instance_uids() == 1 end, 20000), "no spare: " .. instance_uids())
       -- the directories in sandboxd's root, by name → inode

@@ -132,6 +132,19 @@ local function copy_deps(ctx, e, dir, deadline_ms)
   return true
 end
 
+-- Empties the thread's directory but keeps the directory itself: an awake instance of the
+-- thread has it bound at /workspace (the bind follows the inode), so a new directory in its
+-- place would leave the thread's commands in a deleted one. Each removal runs off the loop
+-- (core.fs.remove_tree in a task: the thread pool), so a tree of 10⁵ files does not stall it.
+-- The directory is the resident's again (the owner of the threads root), as a new one would
+-- be: git refuses to work in a repository another user owns (safe.directory).
+local function empty_dir(ctx, dir, limit)
+  local names = core.fs.list(dir)
+  if not names then return end
+  for _, name in ipairs(names) do core.fs.remove_tree(dir .. "/" .. name) end
+  repos_mod.tool(ctx.repos, { "chown", "--reference=" .. ctx.threads_root, "--", dir }, nil, limit)
+end
+
 local function attach(ctx, key, body, res)
   local repo, why = repos_mod.check_name(body.repo)
   if not repo then return refuse(res, "/attach", 400, why) end
@@ -158,10 +171,10 @@ local function attach(ctx, key, body, res)
   ctx.attaching[key] = true
   local busy <close> = setmetatable({}, { __close = function() ctx.attaching[key] = nil end })
   if not reused then
-    core.fs.remove_tree(dir)
+    empty_dir(ctx, dir, limit)
     local ok, err = make_repo(ctx, e, dir, ref, limit)
     if not ok then
-      core.fs.remove_tree(dir)
+      empty_dir(ctx, dir, limit)
       return refuse(res, "/attach", 500, "the thread's repository could not be made: " .. err, "attach-failed")
     end
     local copied, cerr = copy_deps(ctx, e, dir, limit)

@@ -145,7 +145,9 @@ end
 function M.start_sandboxd(opts)
   opts = opts or {}
   local root = opts.root or M.tmpdir()
-  local argv = { M.BIN }
+  local argv = {}
+  for _, a in ipairs(opts.wrap or {}) do argv[#argv + 1] = a end -- e.g. nsenter --net=… (it execs)
+  argv[#argv + 1] = M.BIN
   if opts.policies then argv[#argv + 1] = "--policies"; argv[#argv + 1] = opts.policies end
   for _, a in ipairs(opts.global or {}) do argv[#argv + 1] = a end
   for _, a in ipairs({ "sandboxd", "--listen", opts.listen or "127.0.0.1:0", "--root", root }) do

@@ -96,17 +96,22 @@ end
 function M.attacks.gh_token(exec)
   local secret = "ghs_" .. core.crypto.hex(core.crypto.random_bytes(12))
   local done = false
+  -- A runs until its server stops (a fixed length raced B's instance build under load); B
+  -- scans once A's command is seen running on the host (its pid namespace shows every instance)
+  local nap = ("sleep 600.%d"):format(core.crypto.random_bytes(1):byte() + 100)
   core.go(function()
-    exec("A", "sleep 3", { env = { GH_TOKEN = secret } })
+    exec("A", nap, { env = { GH_TOKEN = secret } })
     done = true
   end)
-  core.sleep(700)
+  local t0 = core.now_ms()
+  while os.execute("env -u LD_PRELOAD pgrep -f '^" .. nap .. "$' >/dev/null") ~= true do
+    assert.truthy(core.now_ms() - t0 < 60000, "the first command never started")
+    core.sleep(50)
+  end
   local r = exec("B", "for p in /proc/[0-9]*; do cat $p/environ 2>/dev/null | tr '\\0' '\\n'; done; echo scanned")
   assert.truthy(r.stdout:find("scanned", 1, true))
   assert.is_nil(r.stdout:find(secret, 1, true))
   assert.is_false(done, "the first command should still have been running")
-  local t0 = core.now_ms()
-  while not done and core.now_ms() - t0 < 20000 do core.sleep(20) end
 end
 
 -- ctx.pids_max: the instance's process limit (policies/isolation.lua pids_max).
