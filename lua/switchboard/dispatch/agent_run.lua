@@ -142,14 +142,15 @@ function M.run(d, thread, ask)
     end
   end
   if not state then
-    local ok, s, a, p = xpcall(run.run, debug.traceback, {
+    local ok, s, a, p, r = xpcall(run.run, debug.traceback, {
       snap = snap, def = ask.agent_def, agent = ask.agent, executor = built.executor,
       tracker = built.tracker, client = client, card = c, signal = ask.stop, deadline_ms = deadline,
       ask = ask.text, repo = ask.repo, workspace = workspace_of(built), transcript = t,
-      now_ms = d.now_ms, instructions = guide,
+      now_ms = d.now_ms, instructions = guide, thread = thread.name, history = ask.history,
+      accounts = d.accounts,
     })
     if ok then
-      state, answer, problem = s, a, p
+      state, answer, problem, ask.result = s, a, p, r
     else
       core.log("error", "agent.internal_error", { thread = thread.name, error = tostring(s) })
       state, problem = "model_error", "internal error in the agent run: " .. tostring(s):match("^[^\n]*")
@@ -164,11 +165,12 @@ function M.run(d, thread, ask)
     d:release(thread, ask.agent, "always")
   end
   t:write{ type = "run_end", state = state, turns = c.turns, tokens_in = c.tokens_in,
-           tokens_out = c.tokens_out, duration_ms = d.now_ms() - (c.started_ms or d.now_ms()),
+           tokens_out = c.tokens_out, cache_read = c.cache_read, cache_write = c.cache_write, cost_usd = c.cost_usd, duration_ms = d.now_ms() - (c.started_ms or d.now_ms()),
            problem = problem, answer = answer }
   t:close()
   core.log("info", "agent.done", { thread = thread.name, agent = ask.agent, ask = ask.id, state = state,
-                                   turns = c.turns, tokens_in = c.tokens_in, tokens_out = c.tokens_out })
+                                   turns = c.turns, tokens_in = c.tokens_in, tokens_out = c.tokens_out,
+                                   cost_usd = c.cost_usd })
   finish(d, ask, state, answer, problem)
 end
 
