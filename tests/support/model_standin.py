@@ -25,7 +25,9 @@ cached reads it), output_tokens. With thinking enabled every answer starts with 
 block (the scripted `thinking` text, or a stand-in's).
 
 Control routes (no key needed):
-  PUT /_script     body: a JSON list of answers, served in order (replaces the queue)
+  PUT /_script     body: a JSON list of answers, served in order (replaces the queue); an
+                   answer with "match": TEXT is not queued: it answers every request whose
+                   last message has TEXT (the run's summary request, whenever it comes)
   PUT /_config     body: {"max_prompt_tokens": N} (default 200000)
   GET /_requests   the requests so far: [{headers, body (parsed JSON, null when unreadable),
                    t, bytes, status (of the answer), usage}]
@@ -62,6 +64,7 @@ REQUESTS = []
 KEY = ""
 COUNTER = [0]
 CONFIG = {"max_prompt_tokens": 200000}
+MATCHERS = []
 CACHE = {}           # sha256 of a prefix up to a breakpoint -> its tokens
 SIGNING = os.urandom(16)
 
@@ -88,9 +91,9 @@ def prompt_blocks(body):
         out += [(strip_cache(b), isinstance(b, dict) and "cache_control" in b) for b in system]
     for m in body.get("messages") or []:
         c = m.get("content")
-        if isinstance(c, str):
-            out.append(({"role": m.get("role"), "text": c}, False))
-        elif isinstance(c, list):
+        if isinstance(c, str):  # the same tokens as one text block
+            c = [{"type": "text", "text": c}]
+        if isinstance(c, list):
             for i, b in enumerate(c):
                 out.append(({"role": m.get("role"), "first": i == 0, "block": strip_cache(b)},
                             isinstance(b, dict) and "cache_control" in b))
@@ -229,7 +232,9 @@ class Handler(BaseHTTPRequestHandler):
         body = self._read()
         if self.path == "/_script":
             with LOCK:
-                SCRIPT[:] = json.loads(body)
+                answers = json.loads(body)
+                SCRIPT[:] = [a for a in answers if not a.get("match")]
+                MATCHERS[:] = [a for a in answers if a.get("match")]
             return self._send(200, {})
         if self.path == "/_config":
             with LOCK:
@@ -272,7 +277,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._refuse(record, 400, "invalid_request_error",
                                 "prompt is too long: %d tokens > %d maximum" % (size, limit))
         with LOCK:
-            answer = SCRIPT.pop(0) if SCRIPT else {}
+            last = json.dumps(body["messages"][-1], ensure_ascii=False)
+            matched = [a for a in MATCHERS if a["match"] in last]
+            answer = matched[0] if matched else (SCRIPT.pop(0) if SCRIPT else {})
+            record["matched"] = bool(matched)
             fresh, written, read = cache_usage(body)
         counted = {"input_tokens": fresh, "cache_creation_input_tokens": written,
                    "cache_read_input_tokens": read, "output_tokens": 20}

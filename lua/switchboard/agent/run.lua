@@ -260,6 +260,13 @@ local function summarise(o, conv)
   return summary
 end
 
+-- The card's one line about compaction: how often, and the latest.
+local function compacted(o, what)
+  o.compactions = o.compactions + 1
+  o.card:set_note("compaction", ("🗜 context compacted %d time%s; the latest at %s"):format(o.compactions,
+    o.compactions == 1 and "" or "s", what))
+end
+
 -- Makes the next request fit: elide, then summarise. forced: the API said it does not fit.
 -- Returns true, or false, the state and the problem that end the run.
 function M.compact(o, conv, turn, forced)
@@ -269,8 +276,7 @@ function M.compact(o, conv, turn, forced)
   local before = conv:estimate()
   local n = conv:elide(forced and 0 or c.keep_tool_results, describe_elided(o))
   if n > 0 then
-    o.compactions = o.compactions + 1
-    o.card:add_note(("🗜 turn %d: context compacted — %d older tool results elided (~%d → ~%d tokens of %d)")
+    compacted(o, ("turn %d: %d older tool results elided (~%d → ~%d tokens of %d)")
       :format(turn, n, before, conv:estimate(), o.model.context_tokens))
     o.transcript:write{ type = "compaction", turn = turn, how = "elide", results = n, before = before, after = conv:estimate() }
     if not forced and conv:estimate() <= limit then return true end
@@ -287,8 +293,7 @@ function M.compact(o, conv, turn, forced)
   local first = ("The ask: %s\n\n[The earlier turns of this run were summarised to fit the context window:]\n%s")
     :format(o.ask, summary)
   local kept = conv:restart(first, c.keep_turns)
-  o.compactions = o.compactions + 1
-  o.card:add_note(("🗜 turn %d: context compacted — earlier turns summarised by the model, the latest %d kept (~%d → ~%d tokens)")
+  compacted(o, ("turn %d: earlier turns summarised by the model, the latest %d messages kept (~%d → ~%d tokens)")
     :format(turn, kept, before, conv:estimate()))
   o.transcript:write{ type = "compaction", turn = turn, how = "summary", kept = kept, before = before,
                       after = conv:estimate(), summary = summary }
@@ -309,7 +314,7 @@ local function opening(o)
   local messages = {}
   for i, m in ipairs(o.history or {}) do messages[i] = m end
   local last = messages[#messages]
-  local ask = text.valid(o.ask)
+  local ask = { { type = "text", text = text.valid(o.ask) } }
   if last and last.role == "assistant" and type(last.content) == "table" then
     local results = {}
     for _, b in ipairs(last.content) do
@@ -319,7 +324,7 @@ local function opening(o)
       end
     end
     if #results > 0 then
-      results[#results + 1] = { type = "text", text = ask }
+      results[#results + 1] = ask[1]
       ask = results
     end
   end
@@ -379,7 +384,7 @@ local function handle(o, conv, message, turn)
     if cut and o.continuations < o.snap.agents.on_max_tokens.max_continuations and #content > 0 then
       o.continuations, o.continuing = o.continuations + 1, true
       local _, now = grow(o)
-      o.card:add_note(("✂ turn %d: the answer reached max_tokens; asked the model to continue it (max_tokens %d)"):format(turn, now))
+      o.card:set_note("max_tokens", ("✂ turn %d: the answer reached max_tokens; asked the model to continue it (max_tokens %d)"):format(turn, now))
       conv:add{ role = "assistant", content = content }
       conv:add{ role = "user", content = { { type = "text", text = "Your answer was cut off by the output "
         .. "limit. Continue it exactly where it stopped, without repeating what you already wrote." } } }
@@ -393,7 +398,7 @@ local function handle(o, conv, message, turn)
     o.cut = ("not run: this call was cut off by the output limit (max_tokens %d) before its input was "
       .. "complete. The next turn may use up to %d tokens; make the call again (a large file is better "
       .. "written in parts)."):format(before, now)
-    o.card:add_note(("✂ turn %d: a tool call was cut by max_tokens (%d); the model was told, max_tokens is now %d")
+    o.card:set_note("max_tokens", ("✂ turn %d: a tool call was cut by max_tokens (%d); the model was told, max_tokens is now %d")
       :format(turn, before, now))
   end
   conv:add{ role = "assistant", content = content }

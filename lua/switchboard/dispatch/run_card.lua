@@ -52,6 +52,14 @@ function R:usage(tokens_in, tokens_out, extra)
     self.cache_read, self.cache_write, self.cost_usd = extra.cache_read, extra.cache_write, extra.cost_usd
   end
 end
+-- A note that is replaced rather than repeated (the latest compaction, the latest cut).
+function R:set_note(key, note)
+  self.keyed_notes = self.keyed_notes or {}
+  local at = self.keyed_notes[key]
+  if at then self.notes[at] = note; return end
+  self:add_note(note)
+  self.keyed_notes[key] = #self.notes
+end
 -- The model is thinking (extended thinking streams before its answer or call).
 function R:thinking() self.tool_now = "💭 thinking" end
 
