@@ -141,6 +141,17 @@ describe("long agent runs", function()
     for _, r in ipairs(reqs) do assert.is_true(r.bytes < 30000 * 4 + 20000) end
   end)
 
+  it("saves a long output whole in the workspace, where read_file with offset and limit reads it", function()
+    local out, err, reqs = session({
+      { content = { { type = "tool_use", id = "toolu_seq", name = "bash", input = { command = "seq 1 40000" } } } },
+      tool("read_file", { path = "switchboard-outputs/turn-1-toolu_seq.txt", offset = 39998, limit = 5 }),
+      text_answer("read"),
+    }, { "agent:coding count" })
+    assert.matches("✓ done after 3 turns", cards.find(out, "^%[main%] agent:coding"), 1, true, out .. err)
+    assert.matches("saved at switchboard-outputs/turn-1-toolu_seq.txt", model.tool_results(reqs[2])[1].content, 1, true)
+    assert.equal("[lines 39998-40000 of 40000]\n39998\n39999\n40000", model.tool_results(reqs[3])[1].content)
+  end)
+
   it("printf of bytes that are not UTF-8, read_file of a PNG and of a binary keep the run going", function()
     -- a 1×1 PNG
     local png = "\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\1\0\0\0\1\8\6\0\0\0\x1f\x15\xc4\x89\0\0\0\rIDATx\x9cc\xf8\xff"

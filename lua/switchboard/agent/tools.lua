@@ -177,8 +177,10 @@ function CALL.read_file(ex, snap, input, ctx)
   if type(input.path) ~= "string" or input.path == "" then
     return outcome("input", "read_file needs {\"path\": \"…\"}", true)
   end
-  local offset, limit = input.offset, input.limit
-  if (offset ~= nil and math.type(offset) ~= "integer") or (limit ~= nil and math.type(limit) ~= "integer")
+  -- JSON numbers may decode as floats: 40.0 is line 40, 40.5 is refused
+  local offset = input.offset ~= nil and math.tointeger(input.offset) or nil
+  local limit = input.limit ~= nil and math.tointeger(input.limit) or nil
+  if (input.offset ~= nil and not offset) or (input.limit ~= nil and not limit)
       or (offset or 1) < 1 or (limit or 1) < 1 then
     return outcome("input", "read_file: offset and limit are whole numbers of lines, at least 1", true)
   end
