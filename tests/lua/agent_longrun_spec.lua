@@ -181,6 +181,25 @@ describe("a long run's bounds", function()
     assert.near(spend.cost(shipped.agents.models["claude-sonnet-4-5"].price, want), record.cost_usd, 1e-9)
   end)
 
+  it("when compaction cannot make the conversation fit, ends as context and says so in words", function()
+    local state, problem, card, reqs
+    core.run(function()
+      m = model.start()
+      m:config{ max_prompt_tokens = 300 } -- less than the system prompt and the tools alone
+      m:script{ text("never") }
+      state, _, problem, _, card = one_run(snap_with{}, { accounts = spend.new_accounts() })
+      reqs = m:requests()
+    end)
+    assert.equal("context", state)
+    assert.matches("^the conversation %(~%d+ tokens%) no longer fits the model's window of 200000 tokens, and "
+      .. "compacting it failed %(the conversation is larger than the model's window %(400 invalid_request_error: "
+      .. "prompt is too long: %d+ tokens > 300 maximum%)%)%. Ask again in this thread with a narrower task", problem)
+    assert.not_matches("max_tokens", problem, 1, true)
+    assert.equal(2, #reqs) -- the turn's request, then the summary's; both refused as too long
+    card:ended(state, 0, "", problem)
+    assert.matches("✗ the conversation outgrew the model's window after 1 turn", card:status_line(0, 4000), 1, true)
+  end)
+
   it("shows on the card that the model is thinking while thinking streams", function()
     local shown = {}
     core.run(function()
