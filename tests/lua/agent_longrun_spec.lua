@@ -167,11 +167,16 @@ describe("a long run's bounds", function()
     assert.equal("earlier ask", model.text_of(sent[1]))
     assert.equal("earlier answer", model.text_of(sent[2]))
     assert.equal("follow-up", model.text_of(sent[3]))
-    -- the record's messages are the second request's, without the cache marks, plus the last answer's turn
-    assert.equal(#reqs[2].body.messages, #record.messages)
-    for i, msg in ipairs(record.messages) do
-      assert.equal(msg.role, reqs[2].body.messages[i].role)
+    -- the record's messages are the second request's, without the cache marks, then the final answer
+    assert.equal(#reqs[2].body.messages + 1, #record.messages)
+    for i, msg in ipairs(reqs[2].body.messages) do
+      assert.equal(msg.role, record.messages[i].role)
+      for _, b in ipairs(type(record.messages[i].content) == "table" and record.messages[i].content or {}) do
+        assert.is_nil(b.cache_control)
+      end
     end
+    assert.equal("assistant", record.messages[#record.messages].role)
+    assert.equal("done", model.text_of(record.messages[#record.messages]))
     local u = record.usage
     local want = { input_tokens = 0, output_tokens = 0, cache_read_input_tokens = 0, cache_creation_input_tokens = 0 }
     for _, r in ipairs(reqs) do

@@ -11,7 +11,7 @@
 --              summary prompt of policy); the conversation becomes the ask with that summary,
 --              then the latest keep_turns exchanges as they were
 --
---   local conv = context.new(messages)
+--   local conv = context.new(messages, fixed_tokens)   fixed: the system prompt and tools
 --   conv:answered(usage)           after an answer: the API's figures of that request
 --   conv:add(message)              a message appended (its bytes count until the next answer)
 --   conv:estimate() → tokens       the next request's size
@@ -31,8 +31,9 @@ local function bytes_of(v)
   return #(cjson.encode(v) or "")
 end
 
-function M.new(messages)
-  local c = setmetatable({ messages = messages, base_tokens = 0, added_bytes = 0 }, Conv)
+function M.new(messages, fixed_tokens)
+  local c = setmetatable({ messages = messages, fixed_tokens = fixed_tokens or 0, added_bytes = 0 }, Conv)
+  c.base_tokens = c.fixed_tokens
   for _, m in ipairs(messages) do c.added_bytes = c.added_bytes + bytes_of(m.content) end
   return c
 end
@@ -110,7 +111,8 @@ local function tail_start(messages, keep_turns)
 end
 
 -- The conversation after a summary: one user message (the ask and the summary), then the
--- latest exchanges as they were. The size is unknown until the next answer: counted by bytes.
+-- latest exchanges as they were. The size is unknown until the next answer: counted by bytes,
+-- with the system prompt and tools.
 function Conv:restart(first_text, keep_turns)
   local k = tail_start(self.messages, keep_turns)
   local out = { { role = "user", content = { { type = "text", text = first_text } } } }
@@ -119,7 +121,7 @@ function Conv:restart(first_text, keep_turns)
   end
   local kept = #out - 1
   self.messages = out
-  self.base_tokens, self.added_bytes = 0, 0
+  self.base_tokens, self.added_bytes = self.fixed_tokens, 0
   for _, m in ipairs(out) do self.added_bytes = self.added_bytes + bytes_of(m.content) end
   return kept
 end

@@ -27,7 +27,8 @@
 --            ask follows it
 --   thread, accounts: the thread's name and the spend totals (agent/spend.lua; default: the
 --            shared in-memory ones)
---   record = {messages (the conversation as last sent, after any compaction), usage =
+--   record = {messages (the conversation as last sent, after any compaction, and the final
+--            answer), usage =
 --            {input_tokens, output_tokens, cache_read_input_tokens,
 --            cache_creation_input_tokens}, cost_usd, compactions, turns}
 local core = require("switchboard.core")
@@ -37,6 +38,7 @@ local instructions = require("switchboard.agent.instructions")
 local text = require("switchboard.agent.text")
 local context = require("switchboard.agent.context")
 local spend = require("switchboard.agent.spend")
+local cjson = require("cjson.safe").new()
 
 local M = {}
 
@@ -115,10 +117,8 @@ function M.fit(o, content, turn, id)
   local policy = o.snap.agents.tool_output
   if text.chars(t) <= policy.max_chars then return t end
   local path = M.saved_path(o, turn, id)
-  local ok = o.executor and o.executor.write_file and pcall(function()
-    return assert(o.executor:write_file(path, content, { signal = o.signal, snap = o.snap,
-      remaining_ms = o.deadline_ms - o.now_ms() }))
-  end)
+  local ok = o.executor:write_file(path, content, { signal = o.signal, snap = o.snap,
+    remaining_ms = o.deadline_ms - o.now_ms() })
   return (text.bound(t, policy.max_chars, policy.head_percent, ok and path or nil))
 end
 
@@ -391,6 +391,7 @@ local function handle(o, conv, message, turn)
       return nil
     end
     if cut then o.answer = o.answer .. "\n\n[the answer reached max_tokens and was cut]" end
+    if #content > 0 then conv:add{ role = "assistant", content = content } end -- for the thread's record
     return "done"
   end
   if message.stop_reason == "max_tokens" then
@@ -443,7 +444,8 @@ end
 
 function M.run(o)
   setup(o)
-  local conv = context.new(opening(o))
+  local fixed = (#o.system + #(cjson.encode(o.tools) or "")) // context.BYTES_PER_TOKEN
+  local conv = context.new(opening(o), fixed)
   o.answer = ""
   o.transcript:write{ type = "run_start", agent = o.agent, model = o.def.model, repo = o.repo,
                       ask = o.ask, system = o.system, tools = o.tools, max_turns = o.def.max_turns,

@@ -35,6 +35,7 @@ function M.new(opts)
   return setmetatable({
     blocks = {},          -- index (0-based from the API) + 1 → block
     json_parts = {},      -- index + 1 → list of partial_json fragments
+    closed = {},          -- index + 1 → true once a tool_use's content_block_stop came
     usage = { input_tokens = 0, output_tokens = 0, cache_read_input_tokens = 0, cache_creation_input_tokens = 0 },
     done = false,
     error = nil,          -- {type, message} of an error event
@@ -115,7 +116,7 @@ function H.content_block_stop(self, doc)
   if not b or b.type ~= "tool_use" then return end
   local raw = table.concat(self.json_parts[i])
   self.json_parts[i] = nil
-  b.closed = true
+  self.closed[i] = true
   if raw:match("^%s*$") then return end -- a tool called without arguments
   local input = cjson.decode(raw)
   if type(input) == "table" then
@@ -170,9 +171,8 @@ function S:message()
   for i = 1, max do
     local b = self.blocks[i]
     if b then
-      if b.type == "tool_use" then
-        if not b.closed and not b.input_error then b.input_error = "its input was not complete" end
-        b.closed = nil
+      if b.type == "tool_use" and not self.closed[i] and not b.input_error then
+        b.input_error = "its input was not complete"
       end
       content[#content + 1] = b
     end
