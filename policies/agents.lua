@@ -162,13 +162,15 @@ The plan: the next steps.]],
 -- and the rest from its end (errors are usually last), around a line naming what was cut;
 -- the whole output is saved in the workspace under saved_dir (inside .git/ when the run has a
 -- repository, so it is never committed), where read_file with offset/limit reads it.
--- read_file of an image (PNG, JPEG, GIF, WebP) up to max_image_bytes gives the model the
--- image; other binary files a line saying what they are, never their bytes.
+-- read_file of an image (PNG, JPEG, GIF, WebP) up to max_image_bytes and max_image_side gives
+-- the model the image; a larger one, or other binary files, a line saying what they are (and
+-- how to make the image fit), never their bytes.
 tool_output = {
   max_chars = 30000,
   head_percent = 40,
   saved_dir = "switchboard-outputs",
-  max_image_bytes = 5 * MiB,
+  max_image_bytes = 3750 * KiB,    -- the API takes 5 MB per image, base64 (4/3 of this) included
+  max_image_side = 8000,           -- pixels; the API refuses a larger side
 }
 
 -- max_tokens reached: a tool call cut short is not run; the model is told so and the turn is

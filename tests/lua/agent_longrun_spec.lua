@@ -262,3 +262,36 @@ describe("agent/context", function()
     assert.is_true(conv:estimate() < 3010)
   end)
 end)
+
+describe("read_file of an image", function()
+  local tools = require("switchboard.agent.tools")
+  local text = require("switchboard.agent.text")
+  local function png(w, h) return "\x89PNG\r\n\x1a\n\0\0\0\rIHDR" .. string.pack(">I4>I4", w, h) .. "\8\6\0\0\0" end
+  local function read(bytes)
+    local ex = { read_file = function() return bytes end }
+    return tools.call(ex, shipped, policy.agent(shipped, "coding"),
+      { id = "x", name = "read_file", input = { path = "pic" } }, { signal = core.signal(), remaining_ms = 1000 })
+  end
+
+  it("reads the size from PNG, GIF, JPEG and WebP headers", function()
+    assert.same({ 30, 20 }, { text.image_size(png(30, 20), "image/png") })
+    assert.same({ 30, 20 }, { text.image_size("GIF89a\30\0\20\0", "image/gif") })
+    local jpeg = "\xFF\xD8\xFF\xE0\0\16JFIF\0\1\1\0\0\1\0\1\0\0\xFF\xC2\0\17\8\0\20\0\30\3"
+    assert.equal("image/jpeg", text.image_type(jpeg))
+    assert.same({ 30, 20 }, { text.image_size(jpeg, "image/jpeg") })
+    local webp = "RIFF\0\0\0\0WEBPVP8X\10\0\0\0\0\0\0\0" .. "\29\0\0" .. "\19\0\0"
+    assert.equal("image/webp", text.image_type(webp))
+    assert.same({ 30, 20 }, { text.image_size(webp, "image/webp") })
+  end)
+
+  it("gives the image within the API's limits, and says how to shrink one beyond them", function()
+    local ok = read(png(30, 20))
+    assert.equal("image", ok.content[1].type)
+    assert.equal("pic: image/png, 30×20 pixels, 29 bytes", ok.content[2].text)
+    local wide = read(png(9000, 20))
+    assert.matches("^pic is an image %(image/png, 29 bytes%) whose size is 9000×20 pixels, more than the API takes; "
+      .. "make a copy at most 8000 pixels a side", wide.content)
+    local heavy = read(png(30, 20) .. ("\0"):rep(4 * 1024 * 1024))
+    assert.matches("larger than the 3840000 bytes an image may have here (tool_output.max_image_bytes)", heavy.content, 1, true)
+  end)
+end)

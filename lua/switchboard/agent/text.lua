@@ -9,6 +9,7 @@
 --                                   much was cut and where the whole is (saved_at)
 --   text.chars(s)                 → its length in characters (s valid UTF-8)
 --   text.image_type(bytes)        → "image/png" | "image/jpeg" | "image/gif" | "image/webp" | nil
+--   text.image_size(bytes, media) → width, height from the image's header, or nil
 --   text.is_binary(bytes)         → true for NUL bytes or mostly invalid UTF-8
 --   text.describe_binary(path, bytes) → one line: what the file is and its size
 local M = {}
@@ -63,6 +64,51 @@ function M.image_type(bytes)
     if bytes:find(m[1]) then return m[2] end
   end
   if bytes:sub(1, 4) == "RIFF" and bytes:sub(9, 12) == "WEBP" then return "image/webp" end
+  return nil
+end
+
+local function be16(s, i) local a, b = s:byte(i, i + 1); return a and b and a * 256 + b end
+local function le16(s, i) local a, b = s:byte(i, i + 1); return a and b and b * 256 + a end
+local function le24(s, i) local a, b, c = s:byte(i, i + 2); return a and b and c and (c * 256 + b) * 256 + a end
+
+-- JPEG: the first start-of-frame segment (SOF0-15 but DHT, JPG and DAC) holds the size.
+local function jpeg_size(s)
+  local i = 3
+  while i + 8 <= #s do
+    if s:byte(i) ~= 0xFF then return nil end
+    local marker = s:byte(i + 1)
+    if marker >= 0xC0 and marker <= 0xCF and marker ~= 0xC4 and marker ~= 0xC8 and marker ~= 0xCC then
+      return be16(s, i + 7), be16(s, i + 5)
+    end
+    local len = be16(s, i + 2)
+    if not len then return nil end
+    i = i + 2 + len
+  end
+  return nil
+end
+
+local function webp_size(s)
+  local chunk = s:sub(13, 16)
+  if chunk == "VP8X" then return le24(s, 25) + 1, le24(s, 28) + 1 end
+  if chunk == "VP8 " and #s >= 30 then return le16(s, 27) & 0x3FFF, le16(s, 29) & 0x3FFF end
+  if chunk == "VP8L" and #s >= 25 then
+    local b0, b1, b2, b3 = s:byte(22, 25)
+    local bits = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)
+    return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+  end
+  return nil
+end
+
+function M.image_size(bytes, media)
+  if media == "image/png" and #bytes >= 24 then
+    return (string.unpack(">I4", bytes, 17)), (string.unpack(">I4", bytes, 21))
+  elseif media == "image/gif" and #bytes >= 10 then
+    return le16(bytes, 7), le16(bytes, 9)
+  elseif media == "image/jpeg" then
+    return jpeg_size(bytes)
+  elseif media == "image/webp" then
+    return webp_size(bytes)
+  end
   return nil
 end
 

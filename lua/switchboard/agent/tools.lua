@@ -188,11 +188,20 @@ function CALL.read_file(ex, snap, input, ctx)
   if bytes == nil then return from_error(snap, err) end
   if bytes == "" then return outcome("result", "(empty file)", false) end
   local media = text.image_type(bytes)
-  local max_image = snap.agents.tool_output.max_image_bytes
+  local limits = snap.agents.tool_output
+  local max_image = limits.max_image_bytes
+  local w, h
+  if media then w, h = text.image_size(bytes, media) end
+  if media and (not w or w > limits.max_image_side or h > limits.max_image_side) then
+    return outcome("result", ("%s is an image (%s, %d bytes) whose size %s; make a copy at most %d "
+      .. "pixels a side (e.g. with ImageMagick's convert -resize) and read that"):format(input.path, media, #bytes,
+      w and ("is %d×%d pixels, more than the API takes"):format(w, h) or "could not be read from its header",
+      limits.max_image_side), false)
+  end
   if media and #bytes <= max_image then
     return outcome("result", {
       { type = "image", source = { type = "base64", media_type = media, data = core.crypto.base64_encode(bytes) } },
-      { type = "text", text = ("%s: %s, %d bytes"):format(input.path, media, #bytes) },
+      { type = "text", text = ("%s: %s, %d×%d pixels, %d bytes"):format(input.path, media, w, h, #bytes) },
     }, false)
   end
   if media then

@@ -461,6 +461,7 @@ M.files.agents = {
     head_percent = S.int { min = 0, max = 100 },
     saved_dir = S.string { pattern = "^[%w_-][%w._/-]*$", what = "a relative path inside the workspace" },
     max_image_bytes = S.int { min = 1024, max = 32 * M.MIB, unit = "bytes" },
+    max_image_side = S.int { min = 1, max = 100000 },
   },
   on_max_tokens = S.record {
     grow_factor = S.int { min = 1, max = 16 },
