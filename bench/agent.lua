@@ -84,7 +84,7 @@ local SEQ = "seq 1 2000"
 -- the loop's own ms from request k to request k + 1 (the answer parsed, the call made, the
 -- next request built and encoded); per request: bytes sent, and the ms cjson takes to encode
 -- it (the serialisation reference).
-local function one_run(snap, root, r, measure_encode)
+local function one_run(snap, root, r)
   local env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
   local built = assert(stack.build({ policy = function() return snap end, workspace_root = root,
     getenv = function(name) return env[name] end }, { thread_key = "bench-" .. r, agent = "coding" }))
@@ -105,11 +105,18 @@ local function one_run(snap, root, r, measure_encode)
       sent[#sent + 1] = #req.body
       local is_summary = req.body:find(summary:sub(1, 60), 1, true) ~= nil
       if is_summary then sent.summaries = (sent.summaries or 0) + 1 end
-      if measure_encode and not is_summary then
+      if not is_summary then
+        -- the serialisation reference, in the same run (its time is excluded from the loop's)
         local body = cjson.decode(req.body)
         local t0 = core.now_ms()
-        for _ = 1, 5 do cjson.encode(body) end
-        encode[#encode + 1] = (core.now_ms() - t0) / 5
+        local xs = {}
+        for k = 1, 3 do
+          local t = core.now_ms()
+          cjson.encode(body)
+          xs[k] = core.now_ms() - t
+        end
+        encode[#encode + 1] = median(xs)
+        in_exec = in_exec + (core.now_ms() - t0)
       end
       local s
       if is_summary then
@@ -140,10 +147,8 @@ local function bench_turns(snap, root)
   local first, last, cmd_ref, enc1, enc60 = {}, {}, {}, {}, {}
   local env = { PATH = "/usr/local/bin:/usr/bin:/bin" }
   for r = 1, runs do
-    -- the loop's own time (the encode reference is measured in a run of its own)
-    local own = one_run(snap, root, r, false)
+    local own, _, encode = one_run(snap, root, r)
     first[#first + 1], last[#last + 1] = own[1], own[turns]
-    local _, _, encode = one_run(snap, root, 1000 + r, true)
     enc1[#enc1 + 1], enc60[#enc60 + 1] = encode[1], encode[turns]
     local t0 = core.now_ms()
     for _ = 1, 20 do core.spawn{ argv = { "bash", "-c", SEQ .. " >/dev/null" }, env = env }:wait() end
@@ -157,7 +162,7 @@ local function bench_bytes(snap, root)
   for _, w in ipairs({ { "no compaction (a window of 2,000,000 tokens)", 2000000 },
                        { "the shipped window (200,000 tokens)", 200000 },
                        { "a window of 40,000 tokens", 40000 } }) do
-    local _, sent, _, card = one_run(bench_snap(policy.shipped(), w[2]), root, "bytes-" .. w[2], false)
+    local _, sent, _, card = one_run(bench_snap(policy.shipped(), w[2]), root, "bytes-" .. w[2])
     local total = 0
     for _, n in ipairs(sent) do total = total + n end
     local compaction
