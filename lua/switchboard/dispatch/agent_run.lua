@@ -57,12 +57,13 @@ local function make_client(d, snap)
   return c, why
 end
 
--- A run that ended with its work done (or its turns used) in a repository, of an agent whose
--- policy lets it open pull requests, publishes its changes; a readonly agent never does.
+-- A run that ended with its work done (or its turns or its spend cap used: it ends with what
+-- it has done) in a repository, of an agent whose policy lets it open pull requests,
+-- publishes its changes; a readonly agent never does.
 function M.publishes(ask, state)
   local def = ask.agent_def
   return ask.repo ~= nil and def.pull_requests == true and not def.readonly
-    and (state == "done" or state == "turns") and not ask.stop.aborted
+    and (state == "done" or state == "turns" or state == "spend") and not ask.stop.aborted
 end
 
 function M.publish(d, thread, ask, built, t, answer, deadline)
