@@ -21,7 +21,11 @@
 --
 --   local state, answer, problem, record = run.run{snap, def, agent, executor, tracker,
 --     client, card, signal, deadline_ms, ask, repo, workspace, transcript, now_ms,
---     instructions?, history?, thread?, accounts?, now_s?}
+--     instructions?, history?, on_turn?, thread?, accounts?, now_s?}
+--   ask: text, or content blocks (a Slack ask's text and images)
+--   on_turn(messages): called after each turn's messages are complete (the answer, its tool
+--            results), before the next request, so the caller can persist them (the thread's
+--            record); after a compaction the list is the compacted one
 --   instructions: agent/instructions.lua's read, appended to the system prompt
 --   history: the thread's earlier conversation (Messages API messages as sent before); the
 --            ask follows it
@@ -30,7 +34,8 @@
 --   record = {messages (the conversation as last sent, after any compaction, and the final
 --            answer), usage =
 --            {input_tokens, output_tokens, cache_read_input_tokens,
---            cache_creation_input_tokens}, cost_usd, compactions, turns}
+--            cache_creation_input_tokens}, cost_usd (cost: the same), tokens_in, tokens_out,
+--            compactions, turns}
 local core = require("switchboard.core")
 local template = require("switchboard.policy.template")
 local tools = require("switchboard.agent.tools")
@@ -141,7 +146,7 @@ local function run_one(o, use, turn)
   local block = { type = "tool_result", tool_use_id = use.id, content = M.fit(o, out.content, turn, use.id),
                   is_error = out.is_error or nil }
   o.described[use.id] = tools.describe(use)
-  o.transcript:write{ type = "tool_result", turn = turn, id = use.id, name = use.name, kind = out.kind,
+  o.transcript:write{ type = "tool_result", turn = turn, id = use.id, name = use.name, input = use.input, kind = out.kind,
                       is_error = out.is_error, duration_ms = o.now_ms() - t0, content = loggable(block.content) }
   return block, out
 end
@@ -291,7 +296,7 @@ function M.compact(o, conv, turn, forced)
       .. "lower context.compact_at_percent in policies/agents.lua."):format(before, o.model.context_tokens, why)
   end
   local first = ("The ask: %s\n\n[The earlier turns of this run were summarised to fit the context window:]\n%s")
-    :format(o.ask, summary)
+    :format(ask_text(o.ask), summary)
   local kept = conv:restart(first, c.keep_turns)
   compacted(o, ("turn %d: earlier turns summarised by the model, the latest %d messages kept (~%d → ~%d tokens)")
     :format(turn, kept, before, conv:estimate()))
@@ -308,28 +313,38 @@ end
 ---------------------------------------------------------------------------------------------
 -- The loop
 
--- The thread's earlier conversation, then the ask. A history that ends with calls never
--- answered (a run cut hard) gets their results as not run, so that the request is valid.
-local function opening(o)
+-- The history plus the ask as the next user turn. A history that ends with a user message
+-- (tool results of a run that ended there) gets the ask as a text block after them, so roles
+-- still alternate. The ask's text is made valid UTF-8 first.
+function M.start_messages(history, ask)
   local messages = {}
-  for i, m in ipairs(o.history or {}) do messages[i] = m end
-  local last = messages[#messages]
-  local ask = { { type = "text", text = text.valid(o.ask) } }
-  if last and last.role == "assistant" and type(last.content) == "table" then
-    local results = {}
-    for _, b in ipairs(last.content) do
-      if b.type == "tool_use" then
-        results[#results + 1] = { type = "tool_result", tool_use_id = b.id, is_error = true,
-                                  content = "not run: the earlier run ended before this call" }
-      end
+  for i, m in ipairs(history or {}) do messages[i] = m end
+  local ask_content = {}
+  if type(ask) == "table" then
+    for i, b in ipairs(ask) do
+      ask_content[i] = b.type == "text" and { type = "text", text = text.valid(b.text) } or b
     end
-    if #results > 0 then
-      results[#results + 1] = ask[1]
-      ask = results
-    end
+  else
+    ask_content[1] = { type = "text", text = text.valid(ask) }
   end
-  messages[#messages + 1] = { role = "user", content = ask }
+  local last = messages[#messages]
+  if last and last.role == "user" then
+    local content = type(last.content) == "string" and { { type = "text", text = last.content } } or {}
+    if type(last.content) == "table" then for i, b in ipairs(last.content) do content[i] = b end end
+    for _, b in ipairs(ask_content) do content[#content + 1] = b end
+    messages[#messages] = { role = "user", content = content }
+  else
+    messages[#messages + 1] = { role = "user", content = ask_content }
+  end
   return messages
+end
+
+-- The ask as text (the summary's opening).
+local function ask_text(ask)
+  if type(ask) ~= "table" then return ask end
+  local out = {}
+  for _, b in ipairs(ask) do if b.type == "text" then out[#out + 1] = b.text end end
+  return table.concat(out, "\n")
 end
 
 local function setup(o)
@@ -349,7 +364,8 @@ end
 local function record(o, conv, turns)
   local usage = {}
   for _, k in ipairs(USAGE_KEYS) do usage[k] = o.totals[k] end
-  return { messages = conv.messages, usage = usage, cost_usd = o.cost, compactions = o.compactions, turns = turns }
+  return { messages = conv.messages, usage = usage, cost_usd = o.cost, cost = o.cost, compactions = o.compactions,
+           turns = turns, tokens_in = usage.input_tokens, tokens_out = usage.output_tokens }
 end
 
 -- max_tokens reached: a larger limit for the next turns, up to the model's maximum.
@@ -392,6 +408,7 @@ local function handle(o, conv, message, turn)
     end
     if cut then o.answer = o.answer .. "\n\n[the answer reached max_tokens and was cut]" end
     if #content > 0 then conv:add{ role = "assistant", content = content } end -- for the thread's record
+    if o.on_turn then o.on_turn(conv.messages) end
     return "done"
   end
   if message.stop_reason == "max_tokens" then
@@ -405,6 +422,7 @@ local function handle(o, conv, message, turn)
   conv:add{ role = "assistant", content = content }
   local results, ending, why = M.call_tools(o, uses, turn)
   conv:add{ role = "user", content = results }
+  if o.on_turn then o.on_turn(conv.messages) end
   if ending == "stopped" then return "stopped" end
   if ending == "infra" then
     return "infra", ("the executor failed %d times in a row (timeouts health."
@@ -445,7 +463,8 @@ end
 function M.run(o)
   setup(o)
   local fixed = (#o.system + #(cjson.encode(o.tools) or "")) // context.BYTES_PER_TOKEN
-  local conv = context.new(opening(o), fixed)
+  local conv = context.new(M.start_messages(o.history, o.ask), fixed)
+  if o.on_turn then o.on_turn(conv.messages) end -- the ask itself is kept before the first request
   o.answer = ""
   o.transcript:write{ type = "run_start", agent = o.agent, model = o.def.model, repo = o.repo,
                       ask = o.ask, system = o.system, tools = o.tools, max_turns = o.def.max_turns,
@@ -465,7 +484,7 @@ function M.run(o)
     if e then return finish(e, p) end
   end
   return finish("turns", ("the run used its %d turns (max_turns in policies/agents.lua) without "
-    .. "finishing; a follow-up in this thread starts a new run in the same workspace"):format(o.def.max_turns))
+    .. "finishing; a follow-up in this thread continues the conversation in the same workspace"):format(o.def.max_turns))
 end
 
 return M

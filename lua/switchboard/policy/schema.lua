@@ -314,7 +314,7 @@ end
 local ms = S.ms
 
 M.files = {}
-M.order = { "timeouts", "github", "agents", "errors", "execution", "slack", "isolation" }
+M.order = { "timeouts", "github", "agents", "errors", "execution", "slack", "isolation", "record" }
 
 M.files.timeouts = {
   bash = S.record {
@@ -603,6 +603,24 @@ M.files.slack = {
   },
   events = S.record { window_ms = ms(SECOND, HOUR), dedup_ms = ms(SECOND, 24 * HOUR) },
   drain_ms = ms(0, HOUR),
+  context = S.record {
+    max_messages = S.int { min = 0, max = 1000, unit = "messages" },
+    max_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
+    max_files = S.int { min = 0, max = 20, unit = "files" },
+    max_image_bytes = S.int { min = 0, max = 5 * 1024 * 1024, unit = "bytes" },
+    max_text_file_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
+  },
+}
+
+M.files.record = {
+  retention_ms = ms(HOUR, 3650 * 24 * HOUR),
+  expire_every_ms = ms(MINUTE, 24 * HOUR),
+  excerpt_bytes = S.int { min = 256, max = 1024 * 1024, unit = "bytes" },
+  pages = S.record {
+    enabled = S.bool,
+    base_url = S.optional(S.string { pattern = "^https?://[^%s]+[^/%s]$", what = "an http(s) URL without a trailing /", max_len = 500 }),
+    tool_open_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
+  },
 }
 
 -- Hooks: policy functions called through policy.decide. ctx samples are run at load.
