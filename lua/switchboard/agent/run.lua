@@ -60,6 +60,14 @@ end
 
 local CACHE = { type = "ephemeral" }
 
+-- The ask as text (the summary's opening).
+local function ask_text(ask)
+  if type(ask) ~= "table" then return ask end
+  local out = {}
+  for _, b in ipairs(ask) do if b.type == "text" then out[#out + 1] = b.text end end
+  return table.concat(out, "\n")
+end
+
 -- The tools as a request sends them: the last one carries a cache breakpoint (the prefix of
 -- every request: tools, then the system prompt).
 local function cached_tools(list)
@@ -337,14 +345,6 @@ function M.start_messages(history, ask)
     messages[#messages + 1] = { role = "user", content = ask_content }
   end
   return messages
-end
-
--- The ask as text (the summary's opening).
-local function ask_text(ask)
-  if type(ask) ~= "table" then return ask end
-  local out = {}
-  for _, b in ipairs(ask) do if b.type == "text" then out[#out + 1] = b.text end end
-  return table.concat(out, "\n")
 end
 
 local function setup(o)
