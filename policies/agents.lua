@@ -18,6 +18,8 @@
 --   max_turns             model turns per run before it stops with what it has
 --   system_prompt         the instructions; {agent}, {repository}, {workspace} and {tools}
 --                         are filled in for each run
+--   thinking              { budget_tokens = N }: extended thinking, N ≥ 1024 and < max_tokens
+--                         (the card shows when the model is thinking); absent: no thinking
 agents = {}
 
 agents.coding = {
@@ -29,6 +31,7 @@ agents.coding = {
   tools = { "bash", "read_file", "write_file", "edit_file" },
   max_turns = 80,
   pull_requests = true,
+  thinking = { budget_tokens = 6000 },
 }
 
 agents.review = {
@@ -112,11 +115,78 @@ model_api = {
   request_timeout_ms = 10 * minute,     -- one turn's request, its streamed answer included
   max_event_bytes = 8 * MiB,            -- one server-sent event; larger is an unreadable stream
   max_answer_bytes = 64 * MiB,          -- one streamed answer
-  max_tool_result_bytes = 100 * KiB,    -- a tool result longer than this keeps its head and tail
-  -- 429, 529, 5xx and a stream cut mid-answer are sent again: after retry-after when the API
-  -- gives one (at most max_retry_after_ms), else first_ms doubling up to max_ms; at most
-  -- max_attempts sends per turn, and never past the run's end.
-  retry = { max_attempts = 6, first_ms = 2 * second, max_ms = 30 * second, max_retry_after_ms = 2 * minute },
+  -- As Anthropic's SDKs do: 408, 409, 429, 5xx (529 included), an error event mid-stream and a
+  -- stream cut mid-answer are sent again, and so is any answer whose x-should-retry header is
+  -- "true" ("false" forbids it). The wait is retry-after-ms or retry-after when the API gives
+  -- one between 0 and max_retry_after_ms, else first_ms doubling up to max_ms, each shortened
+  -- by a random 0-jitter_percent % so that threads do not retry in lockstep; at most
+  -- max_attempts sends per turn, and never a wait past the run's end.
+  retry = { max_attempts = 6, first_ms = 500, max_ms = 8 * second, jitter_percent = 25,
+            max_retry_after_ms = minute },
+}
+
+-- The models agents may use: the context window (tokens), the largest max_tokens the model
+-- accepts, and the price in US dollars per million tokens — fresh input, output, cache writes
+-- (5-minute cache) and cache reads (Anthropic's price list). An agent's model must be here.
+models = {
+  ["claude-sonnet-4-5"] = { context_tokens = 200000, max_output_tokens = 64000,
+    price = { input = 3.00, output = 15.00, cache_write = 3.75, cache_read = 0.30 } },
+  ["claude-opus-4-5"] = { context_tokens = 200000, max_output_tokens = 64000,
+    price = { input = 5.00, output = 25.00, cache_write = 6.25, cache_read = 0.50 } },
+  ["claude-haiku-4-5"] = { context_tokens = 200000, max_output_tokens = 64000,
+    price = { input = 1.00, output = 5.00, cache_write = 1.25, cache_read = 0.10 } },
+}
+
+-- The conversation within the model's window. Its size is the API's own usage figures of the
+-- last answer (fresh + cached input + output) plus ~1 token per 4 bytes added since. When the
+-- next request would pass compact_at_percent of the model's window (or the API answers
+-- "prompt is too long"), the run compacts: first the tool results older than the latest
+-- keep_tool_results are elided (a line says what was elided and how to get it again); if that
+-- is not enough, the model summarises the earlier turns in one extra request (at most
+-- summary_max_tokens; keeping the ask, the decisions, the files touched and the plan), and
+-- the conversation goes on from the ask, that summary and the latest keep_turns exchanges.
+context = {
+  compact_at_percent = 75,
+  keep_tool_results = 4,
+  keep_turns = 2,
+  summary_max_tokens = 4000,
+  summary_prompt = [[The conversation is about to be shortened to fit the context window. Write a summary that lets you continue the work from it alone. Do not call tools. Keep, under these headings:
+The ask: what was asked, in the asker's words where it matters.
+Decisions: what was decided and why.
+Files touched: every file read, created or changed, and how.
+Where things stand: what was done, what was seen (test results, errors), what is left.
+The plan: the next steps.]],
+}
+
+-- A tool result longer than max_chars characters keeps head_percent of them from its start
+-- and the rest from its end (errors are usually last), around a line naming what was cut;
+-- the whole output is saved in the workspace under saved_dir (inside .git/ when the run has a
+-- repository, so it is never committed), where read_file with offset/limit reads it.
+-- read_file of an image (PNG, JPEG, GIF, WebP) up to max_image_bytes and max_image_side gives
+-- the model the image; a larger one, or other binary files, a line saying what they are (and
+-- how to make the image fit), never their bytes.
+tool_output = {
+  max_chars = 30000,
+  head_percent = 40,
+  saved_dir = "switchboard-outputs",
+  max_image_bytes = 3750 * KiB,    -- the API takes 5 MB per image, base64 (4/3 of this) included
+  max_image_side = 8000,           -- pixels; the API refuses a larger side
+}
+
+-- max_tokens reached: a tool call cut short is not run; the model is told so and the turn is
+-- sent again with max_tokens multiplied by grow_factor (at most the model's
+-- max_output_tokens). An answer cut short is continued, at most max_continuations times.
+on_max_tokens = { grow_factor = 2, max_continuations = 3 }
+
+-- Spend caps in US dollars (the price table above); absent: no cap. per_run_usd: one run;
+-- per_thread_usd: all runs of one thread; per_day_usd: all runs of one Slack workspace (the
+-- console counts as one) in one UTC day. A run at a cap ends with what it has done, and the
+-- card names the cap and this line. Checked before each model request: the request that
+-- crosses a cap is the last one.
+spend = {
+  per_run_usd = 10,
+  per_thread_usd = 40,
+  per_day_usd = 200,
 }
 
 -- The agent of a mention that names none (`agent:NAME` always wins).

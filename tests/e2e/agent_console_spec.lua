@@ -120,7 +120,7 @@ describe("agent runs in switchboard console", function()
     local c = cards.find(out, "^%[main%] agent:coding")
     assert.is_not_nil(c, out .. err)
     assert.matches("^%[main%] agent:coding · local\nnote: local executor: unwalled[^\n]*\n> make a file hello.txt containing hi, then show it\n"
-      .. "✓ done after 4 turns in [%d.]+s · 1,500 tokens in / 100 out\nhello.txt contains hi.$", c)
+      .. "✓ done after 4 turns in [%d.]+s · [%d,]+ tokens in / 100 out · cache [%d,]+ read / [%d,]+ written · %$%d+%.%d%d\nhello.txt contains hi.$", c)
     assert.equal("hi\n", files.read(state .. "/workspaces/" .. (io.popen("ls " .. state .. "/workspaces"):read("l")) .. "/hello.txt"))
     assert.equal(4, #reqs)
     local h = reqs[1].headers
@@ -134,7 +134,11 @@ describe("agent runs in switchboard console", function()
     assert.equal("hi\n", model.tool_results(reqs[3])[1].content)
     assert.equal('hi\nq"uote é', model.tool_results(reqs[4])[1].content)
     -- the assistant turns went back as they came, tool_use input decoded from its fragments
-    local back = reqs[4].body.messages[6].content[1]
+    -- (the coding agent thinks: its thinking block first, sent back as it came)
+    local thought = reqs[4].body.messages[6].content[1]
+    assert.equal("thinking", thought.type)
+    assert.equal("(stand-in thinking)", thought.thinking)
+    local back = reqs[4].body.messages[6].content[2]
     assert.equal("tool_use", back.type)
     assert.equal('cat hello.txt; echo "q\\"uote" é', back.input.command)
     -- the transcript holds the turns, and never the key
@@ -223,13 +227,13 @@ describe("agent runs in switchboard console", function()
       tool("bash", { command = "sleep 0.5" }), text_answer("first done"), text_answer("second done"),
     }, { "agent:coding first ask", "agent:coding second ask" })
     local asks = {}
-    for i, r in ipairs(reqs) do asks[i] = r.body.messages[1].content end
+    for i, r in ipairs(reqs) do asks[i] = model.text_of(r.body.messages[1]) end
     -- the second ask continues the thread's conversation: its request starts with the first
     -- ask and ends with the second, after the first run's whole exchange (docs/record.md)
     assert.same({ "first ask", "first ask", "first ask" }, asks)
     local last = reqs[3].body.messages
-    assert.equal("second ask", last[#last].content)
-    assert.equal("first done", last[#last - 1].content[1].text)
+    assert.equal("second ask", model.text_of(last[#last]))
+    assert.equal("first done", model.text_of(last[#last - 1]))
     assert.matches("first done$", cards.find(out, "> first ask"))
     assert.matches("second done$", cards.find(out, "> second ask"))
   end)
@@ -237,8 +241,8 @@ describe("agent runs in switchboard console", function()
   it("runs an agent without a repository with no tools and its own prompt", function()
     local out, _, reqs = session({ text_answer("4.") }, { "agent:general what is 2+2?" })
     assert.is_nil(reqs[1].body.tools)
-    assert.matches("no tools, no repository", reqs[1].body.system, 1, true)
-    assert.matches("^%[main%] agent:general · local\n> what is 2%+2%?\n✓ done after 1 turn in [%d.]+s · 100 tokens in / 20 out\n4%.$",
+    assert.matches("no tools, no repository", reqs[1].body.system[1].text, 1, true)
+    assert.matches("^%[main%] agent:general · local\n> what is 2%+2%?\n✓ done after 1 turn in [%d.]+s · [%d,]+ tokens in / 20 out · cache [%d,]+ read / [%d,]+ written · %$%d+%.%d%d\n4%.$",
       cards.find(out, "^%[main%] agent:general"))
   end)
 
@@ -265,7 +269,7 @@ describe("agent runs in switchboard console", function()
       wait $pid; echo "exit=$?" >> out
     ]])
     assert.matches("exit=0\n", out)
-    assert.matches("■ stopped after 1 turn in [%d.]+s · 100 tokens in / 1 out — the model stream",
+    assert.matches("■ stopped after 1 turn in [%d.]+s · [%d,]+ tokens in / 1 out[^\n]* — the model stream",
       cards.find(out, "^%[main%] agent:coding"))
     -- at once: the stream holds for 60 s, so a stop that waited for the answer would take that
     -- long; half of it is room for a loaded machine and still fails a stop that waits
@@ -298,9 +302,10 @@ describe("agent runs in switchboard console", function()
   it("refuses commands inside the run reserve, and ends the run when the API's wait outlasts it", function()
     local out, _, reqs = session({
       tool("bash", { command = "echo should-not-run" }),
+      -- within model_api.retry.max_retry_after_ms, raised below (a longer one is not honoured, as in the SDKs)
       { status = 429, headers = { ["retry-after"] = "100" }, error = { type = "rate_limit_error", message = "later" } },
     }, { "agent:coding do it" }, { policies = policy_dir{ timeouts = "run.reserve_ms = 59900\n",
-                                                          agents = "agents.coding.max_run_minutes = 1\n" } })
+                                                          agents = "agents.coding.max_run_minutes = 1\nmodel_api.retry.max_retry_after_ms = 2 * minute\n" } })
     local r = model.tool_results(reqs[2])[1]
     assert.is_true(r.is_error)
     assert.matches("^exit 124: run budget exhausted", r.content)

@@ -186,7 +186,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
     local first = cards.find(out, "fix the typo")
     assert.is_not_nil(first, out .. err)
     assert.matches("note: instructions: AGENTS.md, CLAUDE.md (cut to 32768 of 36000 bytes)", first, 1, true)
-    local system = reqs[1].body.system
+    local system = reqs[1].body.system[1].text
     assert.matches("### AGENTS.md\nAGENTS-MARKER: run make check before you finish.", system, 1, true)
     assert.matches("[cut here: CLAUDE.md is 36000 bytes; only the first 32768 are shown", system, 1, true)
     assert.equal(1, count(system, "### CLAUDE.md"))

@@ -53,12 +53,14 @@ describe("agent stream", function()
     assert.is_true(a.done)
     local m = a:message()
     assert.equal("tool_use", m.stop_reason)
-    assert.same({ input_tokens = 15, output_tokens = 42 }, m.usage)
-    assert.equal(2, #m.content)
+    assert.same({ input_tokens = 10, cache_read_input_tokens = 5, cache_creation_input_tokens = 0, output_tokens = 42 }, m.usage)
+    assert.equal(3, #m.content)
     assert.same({ type = "text", text = "Let me look." }, m.content[1])
-    assert.equal("toolu_1", m.content[2].id)
-    assert.equal('echo "héllo" é', m.content[2].input.command)
-    assert.equal(600000, m.content[2].input.timeoutMs)
+    assert.same({ type = "redacted_thinking", data = "x" }, m.content[2]) -- kept to be sent back
+    assert.equal("toolu_1", m.content[3].id)
+    assert.equal('echo "héllo" é', m.content[3].input.command)
+    assert.equal(600000, m.content[3].input.timeoutMs)
+    assert.is_nil(m.content[3].input_error)
   end)
 
   it("gives the same message however the bytes are cut", function()
@@ -101,7 +103,8 @@ describe("agent client", function()
   local function scripted(script, opts)
     opts = opts or {}
     local c = { sent = {}, slept = {} }
-    local settings = setmetatable({ retry = { max_attempts = 4, first_ms = 100, max_ms = 300, max_retry_after_ms = 60000 } },
+    local settings = setmetatable({ retry = { max_attempts = opts.attempts or 4, first_ms = 100, max_ms = 300,
+      jitter_percent = opts.jitter or 0, max_retry_after_ms = 60000 } },
       { __index = snap.agents.model_api })
     c.client = client.new{
       api_key = KEY, base_url = "http://model.invalid/", settings = settings, redact = function() end,
@@ -117,6 +120,7 @@ describe("agent client", function()
       end,
       sleep = function(ms) c.slept[#c.slept + 1] = ms; return true end,
       now_ms = opts.now_ms,
+      random = opts.random,
     }
     return c
   end
@@ -145,7 +149,47 @@ describe("agent client", function()
     })
     assert(c.client:create({ model = "m", max_tokens = 1, messages = {} }))
     assert.equal(4, #c.sent)
-    assert.same({ 7000, 100, 200 }, c.slept)
+    assert.same({ 7000, 200, 300 }, c.slept) -- the exponent counts every retry, as the SDKs do
+  end)
+
+  it("retries 408, 409 and x-should-retry: true as the SDKs do; retry-after-ms first; never x-should-retry: false", function()
+    local c = scripted({
+      { status = 408, body = err_body("timeout_error", "slow") },
+      { status = 409, headers = { ["retry-after-ms"] = "250", ["retry-after"] = "9" }, body = err_body("conflict", "x") },
+      { status = 400, headers = { ["x-should-retry"] = "true" }, body = err_body("invalid_request_error", "y") },
+      OK,
+    }, { attempts = 5 })
+    assert(c.client:create({ model = "m", max_tokens = 1, messages = {} }))
+    assert.same({ 100, 250, 300 }, c.slept)
+    local d = scripted({ { status = 503, headers = { ["x-should-retry"] = "false" }, body = err_body("api_error", "no") } })
+    local _, err = d.client:create({ model = "m", max_tokens = 1, messages = {} })
+    assert.equal("fatal", err.kind)
+    assert.equal(1, #d.sent)
+  end)
+
+  it("jitters the backoff: each wait within [1 - jitter, 1] of the doubling, and not in lockstep", function()
+    local r = { first_ms = 500, max_ms = 8000, jitter_percent = 25 }
+    local seen = {}
+    for attempt = 1, 6 do
+      local base = math.min(500 * 2 ^ (attempt - 1), 8000)
+      for _ = 1, 50 do
+        local w = client.backoff_ms(r, attempt, math.random)
+        assert.is_true(w <= base and w >= base * 0.75, ("attempt %d: %d"):format(attempt, w))
+        seen[w] = true
+      end
+    end
+    local n = 0
+    for _ in pairs(seen) do n = n + 1 end
+    assert.is_true(n > 12) -- 300 draws over 6 bases: lockstep would give 6 values
+    assert.equal(8000, client.backoff_ms(r, 9, function() return 0 end))
+    assert.equal(6000, client.backoff_ms(r, 9, function() return 1 end))
+  end)
+
+  it("a prompt too long is too_long (the run compacts), not the max_tokens advice", function()
+    local c = scripted({ { status = 400, body = err_body("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum") } })
+    local _, err = c.client:create({ model = "m", max_tokens = 1, messages = {} })
+    assert.equal("too_long", err.kind)
+    assert.not_matches("max_tokens", err.message, 1, true)
   end)
 
   it("ends at once on 401 with what to fix, and never shows the key", function()

@@ -1,7 +1,8 @@
 -- The model stand-in (tests/support/model_standin.py) from specs. Call inside core.run.
 --   local m = model.start()          m.url, m.key
 --   m:script{answer, …}              queue the answers (see the stand-in's header)
---   m:requests()                     [{headers, body}] as received
+--   m:config{max_prompt_tokens = N}  the stand-in's limits
+--   m:requests()                     [{headers, body, bytes, status, usage, error}] as received
 --   m:stop()
 local core = require("switchboard.core")
 local cjson = require("cjson")
@@ -34,6 +35,11 @@ function M.start(opts)
       body = cjson.encode(answers), deadline_ms = 5000 }
     assert(status == 200, "the model stand-in refused the script")
   end
+  function h.config(_, cfg)
+    local status = core.http.request{ method = "PUT", url = h.url .. "/_config",
+      body = cjson.encode(cfg), deadline_ms = 5000 }
+    assert(status == 200, "the model stand-in refused the config")
+  end
   function h.requests()
     local status, _, body = core.http.request{ method = "GET", url = h.url .. "/_requests", deadline_ms = 5000 }
     assert(status == 200)
@@ -57,6 +63,16 @@ function M.tool_results(request)
     end
   end
   return out
+end
+
+-- The text of a message: its string content, or its text blocks joined.
+function M.text_of(message)
+  if type(message.content) == "string" then return message.content end
+  local out = {}
+  for _, b in ipairs(message.content) do
+    if b.type == "text" then out[#out + 1] = b.text end
+  end
+  return table.concat(out, "\n")
 end
 
 -- The names of the tools a request offered.

@@ -9,14 +9,35 @@ bytes so that events, lines and JSON fragments are split at awkward places.
 
     model_standin.py --dir DIR --key KEY    writes DIR/pid, then DIR/port (last)
 
+Like the real API it refuses (400 invalid_request_error, the real error shape):
+  - a body that is not valid UTF-8, or not JSON
+  - a prompt over max_prompt_tokens (PUT /_config): "prompt is too long: N tokens > M maximum";
+    tokens are counted as 1 per 4 bytes of the prompt's JSON (tools, system, messages)
+  - a tool_use without its tool_result first in the next user message
+  - with `thinking` enabled: budget_tokens < 1024 or ≥ max_tokens; a final assistant message
+    of a tool loop that does not start with the thinking block it was given; a thinking block
+    whose text or signature changed (the signature is an HMAC of the text, as a real one is
+    checked by the API)
+It reports usage as the API does: input_tokens (fresh), cache_creation_input_tokens and
+cache_read_input_tokens from the request's cache_control breakpoints (a prefix up to a
+breakpoint is cached when a request carries it; a later request whose breakpoint prefix was
+cached reads it), output_tokens. With thinking enabled every answer starts with a thinking
+block (the scripted `thinking` text, or a stand-in's).
+
 Control routes (no key needed):
-  PUT /_script     body: a JSON list of answers, served in order (replaces the queue)
-  GET /_requests   the requests so far: [{headers, body (parsed JSON), t}]
+  PUT /_script     body: a JSON list of answers, served in order (replaces the queue); an
+                   answer with "match": TEXT is not queued: it answers every request whose
+                   last message has TEXT (the run's summary request, whenever it comes)
+  PUT /_config     body: {"max_prompt_tokens": N} (default 200000)
+  GET /_requests   the requests so far: [{headers, body (parsed JSON, null when unreadable),
+                   t, bytes, status (of the answer), usage}]
 An answer (all fields optional):
   content          [{"type": "text", "text": …} | {"type": "tool_use", "name", "input", "id"?}
                     | {"type": "<anything else>"} (a block type the client must skip)]
   stop_reason      default: "tool_use" when content has a tool_use, else "end_turn"
-  usage            {"input_tokens", "output_tokens"} (defaults 100 / 20)
+  usage            {"input_tokens", "output_tokens"} (default: counted from the request, 20 out)
+  thinking         the text of a thinking block sent first (with thinking enabled)
+  raw_input        a tool_use's input JSON as sent (a cut one: with stop_reason max_tokens)
   split            characters per text_delta / input_json_delta fragment (default 3)
   chunk            bytes per socket write (default 7)
   hold_ms          pause after message_start (a long answer; `stop` lands in it)
@@ -29,6 +50,7 @@ An answer (all fields optional):
 With the queue empty a request gets the text answer "(stand-in: no scripted answer)".
 """
 import argparse
+import hashlib
 import hmac
 import json
 import os
@@ -41,15 +63,75 @@ SCRIPT = []
 REQUESTS = []
 KEY = ""
 COUNTER = [0]
+CONFIG = {"max_prompt_tokens": 200000}
+MATCHERS = []
+CACHE = {}           # sha256 of a prefix up to a breakpoint -> its tokens
+SIGNING = os.urandom(16)
+
+
+def sign(text):
+    return hmac.new(SIGNING, text.encode(), hashlib.sha256).hexdigest()
+
+
+def tokens(doc):
+    return len(json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()) // 4
+
+
+def strip_cache(b):
+    return {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
+
+
+def prompt_blocks(body):
+    """The prompt in the API's cache order (tools, system, messages) as (block, marked) pairs."""
+    out = [(strip_cache(t), "cache_control" in t) for t in body.get("tools") or []]
+    system = body.get("system")
+    if isinstance(system, str):
+        out.append(({"type": "text", "text": system}, False))
+    elif isinstance(system, list):
+        out += [(strip_cache(b), isinstance(b, dict) and "cache_control" in b) for b in system]
+    for m in body.get("messages") or []:
+        c = m.get("content")
+        if isinstance(c, str):  # the same tokens as one text block
+            c = [{"type": "text", "text": c}]
+        if isinstance(c, list):
+            for i, b in enumerate(c):
+                out.append(({"role": m.get("role"), "first": i == 0, "block": strip_cache(b)},
+                            isinstance(b, dict) and "cache_control" in b))
+    return out
+
+
+def cache_usage(body):
+    """(fresh input, cache written, cache read) for a request, caching its breakpoint prefixes."""
+    blocks = prompt_blocks(body)
+    total = tokens([b for b, _ in blocks])
+    h = hashlib.sha256()
+    read = written_upto = 0
+    keys = []
+    for i, (b, marked) in enumerate(blocks):
+        h.update(json.dumps(b, sort_keys=True).encode())
+        if marked:
+            key = h.copy().hexdigest()
+            n = tokens([x for x, _ in blocks[: i + 1]])
+            keys.append((key, n))
+            if key in CACHE:
+                read = max(read, n)
+            written_upto = max(written_upto, n)
+    for key, n in keys:
+        CACHE[key] = n
+    written = max(0, written_upto - read)
+    return max(0, total - read - written), written, read
 
 
 def sse(event, doc):
     return ("event: %s\ndata: %s\n\n" % (event, json.dumps(doc))).encode()
 
 
-def events_for(answer, model):
+def events_for(answer, model, counted, thinking):
     content = answer.get("content") or [{"type": "text", "text": "(stand-in: no scripted answer)"}]
-    usage = answer.get("usage") or {}
+    if thinking:
+        content = [{"type": "thinking", "thinking": answer.get("thinking") or "(stand-in thinking)"}] + content
+    usage = dict(counted)
+    usage.update(answer.get("usage") or {})
     split = max(1, int(answer.get("split", 3)))
     has_tool = any(b.get("type") == "tool_use" for b in content)
     stop = answer.get("stop_reason") or ("tool_use" if has_tool else "end_turn")
@@ -57,7 +139,10 @@ def events_for(answer, model):
     out = [sse("message_start", {"type": "message_start", "message": {
         "id": "msg_standin_%d" % COUNTER[0], "type": "message", "role": "assistant",
         "model": model, "content": [], "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": usage.get("input_tokens", 100), "output_tokens": 1}}})]
+        "usage": {"input_tokens": usage.get("input_tokens", 100),
+                  "cache_creation_input_tokens": usage.get("cache_creation_input_tokens", 0),
+                  "cache_read_input_tokens": usage.get("cache_read_input_tokens", 0),
+                  "output_tokens": 1}}})]
     out.append(("HOLD", None))
     if answer.get("sse_error"):
         out.append(sse("error", {"type": "error", "error": answer["sse_error"]}))
@@ -73,6 +158,15 @@ def events_for(answer, model):
             for k in range(0, len(t), split):
                 out.append(sse("content_block_delta", {"type": "content_block_delta", "index": i,
                                "delta": {"type": "text_delta", "text": t[k:k + split]}}))
+        elif kind == "thinking":
+            t = b.get("thinking", "")
+            out.append(sse("content_block_start", {"type": "content_block_start", "index": i,
+                           "content_block": {"type": "thinking", "thinking": "", "signature": ""}}))
+            for k in range(0, len(t), split):
+                out.append(sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                               "delta": {"type": "thinking_delta", "thinking": t[k:k + split]}}))
+            out.append(sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                           "delta": {"type": "signature_delta", "signature": sign(t)}}))
         elif kind == "tool_use":
             tid = b.get("id") or "toolu_standin_%d_%d" % (COUNTER[0], i)
             out.append(sse("content_block_start", {"type": "content_block_start", "index": i,
@@ -118,6 +212,11 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, status, kind, message, headers=None):
         self._send(status, {"type": "error", "error": {"type": kind, "message": message}}, headers)
 
+    def _refuse(self, record, status, kind, message):
+        record["status"] = status
+        record["error"] = message
+        return self._error(status, kind, message)
+
     def _chunk(self, data):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
@@ -133,7 +232,13 @@ class Handler(BaseHTTPRequestHandler):
         body = self._read()
         if self.path == "/_script":
             with LOCK:
-                SCRIPT[:] = json.loads(body)
+                answers = json.loads(body)
+                SCRIPT[:] = [a for a in answers if not a.get("match")]
+                MATCHERS[:] = [a for a in answers if a.get("match")]
+            return self._send(200, {})
+        if self.path == "/_config":
+            with LOCK:
+                CONFIG.update(json.loads(body))
             return self._send(200, {})
         self._error(404, "not_found_error", "no such route")
 
@@ -142,25 +247,45 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/messages":
             return self._error(404, "not_found_error", "no such route")
         key = self.headers.get("x-api-key") or ""
+        body, unreadable = None, None
         try:
-            body = json.loads(raw)
+            body = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            unreadable = "The request body is not valid UTF-8 (invalid byte at position %d)" % e.start
         except ValueError:
-            body = None
+            unreadable = "The request body is not valid JSON"
+        record = {"headers": {k.lower(): v for k, v in self.headers.items()},
+                  "body": body, "t": time.monotonic(), "bytes": len(raw)}
         with LOCK:
-            REQUESTS.append({"headers": {k.lower(): v for k, v in self.headers.items()},
-                             "body": body, "t": time.monotonic()})
+            REQUESTS.append(record)
         if not hmac.compare_digest(key.encode(), KEY.encode()):
-            return self._error(401, "authentication_error", "invalid x-api-key")
+            return self._refuse(record, 401, "authentication_error", "invalid x-api-key")
         if self.headers.get("anthropic-version") != "2023-06-01":
-            return self._error(400, "invalid_request_error", "anthropic-version header is required")
+            return self._refuse(record, 400, "invalid_request_error", "anthropic-version header is required")
+        if unreadable:
+            return self._refuse(record, 400, "invalid_request_error", unreadable)
         if not isinstance(body, dict) or not body.get("model") or not body.get("messages") \
                 or not isinstance(body.get("max_tokens"), int):
-            return self._error(400, "invalid_request_error", "model, max_tokens and messages are required")
-        problem = check_tool_results(body["messages"])
+            return self._refuse(record, 400, "invalid_request_error", "model, max_tokens and messages are required")
+        problem = check_tool_results(body["messages"]) or check_thinking(body)
         if problem:
-            return self._error(400, "invalid_request_error", problem)
+            return self._refuse(record, 400, "invalid_request_error", problem)
         with LOCK:
-            answer = SCRIPT.pop(0) if SCRIPT else {}
+            size = tokens([b for b, _ in prompt_blocks(body)])
+            limit = CONFIG["max_prompt_tokens"]
+        if size > limit:
+            return self._refuse(record, 400, "invalid_request_error",
+                                "prompt is too long: %d tokens > %d maximum" % (size, limit))
+        with LOCK:
+            last = json.dumps(body["messages"][-1], ensure_ascii=False)
+            matched = [a for a in MATCHERS if a["match"] in last]
+            answer = matched[0] if matched else (SCRIPT.pop(0) if SCRIPT else {})
+            record["matched"] = bool(matched)
+            fresh, written, read = cache_usage(body)
+        counted = {"input_tokens": fresh, "cache_creation_input_tokens": written,
+                   "cache_read_input_tokens": read, "output_tokens": 20}
+        record["status"] = answer.get("status") or 200
+        record["usage"] = counted
         if answer.get("status"):
             err = answer.get("error") or {"type": "api_error", "message": "stand-in error"}
             return self._error(answer["status"], err["type"], err["message"], answer.get("headers"))
@@ -172,7 +297,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         self.wfile.flush()
-        stream = events_for(answer, body["model"])
+        thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"
+        stream = events_for(answer, body["model"], counted, thinking)
         chunk = max(1, int(answer.get("chunk", 7)))
         sent = 0
         cut_after = answer.get("cut_after")
@@ -223,6 +349,41 @@ def check_tool_results(messages):
             if isinstance(nxt, list) else []
         if got != ids:
             return "tool_result blocks %s do not answer the tool_use ids %s in order" % (got, ids)
+    return None
+
+
+def check_thinking(body):
+    """With thinking enabled, as the real API: a valid budget; the final assistant message of a
+    tool loop starts with a thinking block; no thinking block altered (its signature)."""
+    th = body.get("thinking")
+    if not (isinstance(th, dict) and th.get("type") == "enabled"):
+        return None
+    budget = th.get("budget_tokens")
+    if not isinstance(budget, int) or budget < 1024:
+        return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+    if budget >= body["max_tokens"]:
+        return "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size"
+    msgs = body["messages"]
+    for i, m in enumerate(msgs):
+        for j, b in enumerate(m.get("content") if isinstance(m.get("content"), list) else []):
+            if isinstance(b, dict) and b.get("type") == "thinking" and sign(b.get("thinking", "")) != b.get("signature"):
+                return "messages.%d.content.%d: Invalid `signature` in `thinking` block" % (i, j)
+    last = None
+    for i, m in enumerate(msgs):
+        if m.get("role") == "assistant":
+            last = i
+    if last is not None and last + 1 < len(msgs) and isinstance(msgs[last].get("content"), list):
+        c = msgs[last]["content"]
+        nxt = msgs[last + 1].get("content")
+        loop = any(b.get("type") == "tool_use" for b in c) and isinstance(nxt, list) and \
+            any(isinstance(b, dict) and b.get("type") == "tool_result" for b in nxt)
+        if loop and (not c or c[0].get("type") not in ("thinking", "redacted_thinking")):
+            return ("messages.%d.content.0.type: Expected `thinking` or `redacted_thinking`, but found `%s`. "
+                    "When `thinking` is enabled, a final `assistant` message must start with a thinking block "
+                    "(preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you "
+                    "include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. "
+                    "Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+                    % (last, c[0].get("type") if c else "nothing"))
     return None
 
 

@@ -2,12 +2,16 @@
 -- (core.http.request) and SSE parser (core.sse). One call, create(), is one turn: it returns
 -- the whole assistant message, retrying on its own what the API says to retry:
 --
---   429, 529, 500-504, an error event (overloaded, api_error) or a stream cut before
---   message_stop (nothing was acted on yet, so the request is simply sent again)
---       → wait `retry-after` (seconds) when the answer gives one, else a doubling backoff
---         (policy: agents.lua model_api.retry), never past the run's deadline, at most
+--   as Anthropic's SDKs do: 408, 409, 429, 5xx (529 too), an answer with `x-should-retry:
+--   true` (and never one with `x-should-retry: false`), an error event (overloaded,
+--   api_error) or a stream cut before message_stop (nothing was acted on yet, so the request
+--   is simply sent again)
+--       → wait `retry-after-ms`, else `retry-after` (seconds), when the answer gives one
+--         within max_retry_after_ms; else a doubling backoff shortened by a random jitter
+--         (policy: agents.lua model_api.retry); never past the run's deadline, at most
 --         max_attempts sends
---   400, 401, 403, 404, 413 and other 4xx → a fatal error whose message says what to fix
+--   400 "prompt is too long" and 413 → kind "too_long" (the run compacts its conversation)
+--   400, 401, 403, 404 and other 4xx → a fatal error whose message says what to fix
 --
 -- The API key travels only in the x-api-key header. It is registered with the log's redaction
 -- when the client is made, and every message this module builds is scrubbed of it.
@@ -33,7 +37,7 @@ M.NO_KEY = "no model credential: ANTHROPIC_API_KEY is not set in switchboard's e
   .. "ANTHROPIC_BASE_URL as well."
 
 -- opts: api_key, base_url, settings (the snapshot's agents.model_api), request, sleep, now_ms,
--- redact
+-- redact, random (math.random's [0, 1) form: the jitter)
 function M.new(opts)
   assert(type(opts.api_key) == "string" and opts.api_key ~= "", "client.new: api_key is required")
   local redact = opts.redact or core.log_redact
@@ -46,6 +50,7 @@ function M.new(opts)
     request = opts.request or core.http.request,
     sleep = opts.sleep or core.sleep,
     now_ms = opts.now_ms or core.now_ms,
+    random = opts.random or math.random,
   }, C)
 end
 
@@ -75,8 +80,12 @@ local FIX = {
   [401] = "Anthropic rejected the API key (401 %s: %s) — set ANTHROPIC_API_KEY to a valid key (console.anthropic.com → API keys) and restart switchboard",
   [403] = "the API key may not use this model (403 %s: %s) — give the key's workspace access to it, or choose another model in policies/agents.lua",
   [404] = "the model or the endpoint does not exist (404 %s: %s) — check the agent's model in policies/agents.lua and ANTHROPIC_BASE_URL",
-  [413] = "the conversation grew too large for one request (413 %s: %s) — start a new thread with a narrower ask",
 }
+
+-- The window is full: the run compacts its conversation and sends it again.
+local function too_long(status, message)
+  return status == 413 or (status == 400 and message:find("prompt is too long", 1, true) ~= nil)
+end
 
 local function api_error(body)
   local doc = cjson.decode(body or "")
@@ -86,15 +95,31 @@ local function api_error(body)
   return kind, message:sub(1, 500)
 end
 
-local function retryable_status(status)
-  return status == 429 or status == 529 or (status >= 500 and status <= 504)
+local function retryable(status, headers)
+  local should = headers and headers["x-should-retry"]
+  if should == "true" then return true end
+  if should == "false" then return false end
+  return status == 408 or status == 409 or status == 429 or status >= 500
 end
 
+local function number_in(v)
+  return v and tonumber(v:match("^%s*(%d+%.?%d*)%s*$"))
+end
+
+-- The wait the answer asks for, in ms: retry-after-ms first, then retry-after in seconds (an
+-- HTTP date there is not honoured: the backoff applies).
 local function retry_after_ms(headers)
-  local v = headers and headers["retry-after"]
-  local n = v and tonumber(v:match("^%s*(%d+%.?%d*)%s*$"))
-  if n then return math.floor(n * 1000) end
+  if not headers then return nil end
+  local ms = number_in(headers["retry-after-ms"])
+  if ms then return math.floor(ms) end
+  local s = number_in(headers["retry-after"])
+  if s then return math.floor(s * 1000) end
   return nil
+end
+
+function M.backoff_ms(r, attempt, random)
+  local base = math.min(r.first_ms * 2 ^ (attempt - 1), r.max_ms)
+  return math.floor(base * (1 - r.jitter_percent / 100 * random()))
 end
 
 -- One send. Returns "ok", message | "retry", why, wait_ms? | "fatal", err | "aborted", err
@@ -150,8 +175,12 @@ function C:attempt(body_json, opts, timeout_ms)
   end
   local kind, message = api_error(resp_body)
   message = self:scrub(message)
-  if retryable_status(status) then
+  if retryable(status, headers) then
     return "retry", ("the model API answered %d %s: %s"):format(status, kind, message), retry_after_ms(headers)
+  end
+  if too_long(status, message) then
+    return "fatal", { kind = "too_long", status = status,
+      message = ("the conversation is larger than the model's window (%d %s: %s)"):format(status, kind, message) }
   end
   local fix = FIX[status] or ("the model API refused the request (%d %%s: %%s)"):format(status)
   return "fatal", { kind = "fatal", status = status, message = fix:format(kind, message) }
@@ -165,7 +194,6 @@ function C:create(body, opts)
   body.stream = true
   local body_json = assert(cjson.encode(body))
   local r = self.settings.retry
-  local backoff = r.first_ms
   local last
   for attempt = 1, r.max_attempts do
     local left = opts.deadline_ms and (opts.deadline_ms - self.now_ms()) or self.settings.request_timeout_ms
@@ -180,9 +208,8 @@ function C:create(body, opts)
     last = a
     core.log("warn", "agent.model_retry", { attempt = attempt, reason = a })
     if attempt == r.max_attempts then break end
-    local wait = b or backoff
-    if not b then backoff = math.min(backoff * 2, r.max_ms) end
-    if wait > r.max_retry_after_ms then wait = r.max_retry_after_ms end
+    local wait = b
+    if not wait or wait <= 0 or wait > r.max_retry_after_ms then wait = M.backoff_ms(r, attempt, self.random) end
     left = opts.deadline_ms and (opts.deadline_ms - self.now_ms()) or math.huge
     if wait >= left then
       return nil, { kind = "budget", message = ("the model API asked to wait %ds, longer than the run has left (%s)")

@@ -9,26 +9,41 @@
 --                in a row: the run stops at once, naming the sandbox failure (fail fast)
 --   budget       the run's wall clock (the agent's max_run_minutes) ran out
 --   turns        max_turns model turns were used
+--   spend        a spend cap (policies/agents.lua spend) was reached: the problem names it
+--   context      the conversation no longer fits the model's window and compaction cannot
+--                make it fit (the problem says so in words)
 --   model_error  the model API refused the request (what to fix), or kept failing
 --
 -- Every tool_use of an answer gets exactly one tool_result, in order, in the next request:
 -- when the run ends part-way through an answer's calls, the rest are recorded as not run.
+-- What enters a message is valid UTF-8 and bounded (agent/text.lua); the conversation is kept
+-- within the window (agent/context.lua); each answer's cost is booked (agent/spend.lua).
 --
---   local state, answer, problem, result = run.run{snap, def, agent, executor, tracker, client,
---     card, signal, deadline_ms, ask, repo, workspace, transcript, now_ms, instructions?,
---     history?, on_turn?}
---   instructions: agent/instructions.lua's read, appended to the system prompt
---   history: the thread's earlier conversation (Messages API messages as sent before); the ask
---     is appended to it as the next user turn (merged into a trailing user message, which a
---     run cut short after its tool results leaves)
+--   local state, answer, problem, record = run.run{snap, def, agent, executor, tracker,
+--     client, card, signal, deadline_ms, ask, repo, workspace, transcript, now_ms,
+--     instructions?, history?, on_turn?, thread?, accounts?, now_s?}
+--   ask: text, or content blocks (a Slack ask's text and images)
 --   on_turn(messages): called after each turn's messages are complete (the answer, its tool
---     results), before the next request, so the caller can persist what it acknowledged
---   result: {messages = the conversation as last sent plus the final answer, tokens_in,
---     tokens_out}
+--            results), before the next request, so the caller can persist them (the thread's
+--            record); after a compaction the list is the compacted one
+--   instructions: agent/instructions.lua's read, appended to the system prompt
+--   history: the thread's earlier conversation (Messages API messages as sent before); the
+--            ask follows it
+--   thread, accounts: the thread's name and the spend totals (agent/spend.lua; default: the
+--            shared in-memory ones)
+--   record = {messages (the conversation as last sent, after any compaction, and the final
+--            answer), usage =
+--            {input_tokens, output_tokens, cache_read_input_tokens,
+--            cache_creation_input_tokens}, cost_usd (cost: the same), tokens_in, tokens_out,
+--            compactions, turns}
 local core = require("switchboard.core")
 local template = require("switchboard.policy.template")
 local tools = require("switchboard.agent.tools")
 local instructions = require("switchboard.agent.instructions")
+local text = require("switchboard.agent.text")
+local context = require("switchboard.agent.context")
+local spend = require("switchboard.agent.spend")
+local cjson = require("cjson.safe").new()
 
 local M = {}
 
@@ -43,19 +58,44 @@ function M.system_prompt(snap, def, o)
   })
 end
 
+local CACHE = { type = "ephemeral" }
+
+-- The ask as text (the summary's opening).
+local function ask_text(ask)
+  if type(ask) ~= "table" then return ask end
+  local out = {}
+  for _, b in ipairs(ask) do if b.type == "text" then out[#out + 1] = b.text end end
+  return table.concat(out, "\n")
+end
+
+-- The tools as a request sends them: the last one carries a cache breakpoint (the prefix of
+-- every request: tools, then the system prompt).
+local function cached_tools(list)
+  if #list == 0 then return list end
+  local out = {}
+  for i, t in ipairs(list) do out[i] = t end
+  local last = {}
+  for k, v in pairs(list[#list]) do last[k] = v end
+  last.cache_control = CACHE
+  out[#out] = last
+  return out
+end
+
 -- The request body of a turn (the client adds stream = true).
-function M.body(o, messages)
+function M.body(o, messages, max_tokens)
   local b = {
     model = o.def.model,
-    max_tokens = o.def.max_tokens,
-    system = o.system,
-    messages = messages,
+    max_tokens = max_tokens or o.max_tokens or o.def.max_tokens,
+    system = { { type = "text", text = o.system, cache_control = CACHE } },
+    messages = context.with_breakpoints(messages),
   }
-  if #o.tools > 0 then b.tools = o.tools end
+  if o.def.thinking then b.thinking = { type = "enabled", budget_tokens = o.def.thinking.budget_tokens } end
+  if #o.tools > 0 then b.tools = o.cached_tools or cached_tools(o.tools) end
   return b
 end
 
 -- The answer's blocks as the next request carries them back, its text, and its tool calls.
+-- Thinking blocks go back exactly as they came (the API checks their signatures).
 function M.split(message)
   local content, texts, uses = {}, {}, {}
   for _, b in ipairs(message.content) do
@@ -65,32 +105,63 @@ function M.split(message)
     elseif b.type == "tool_use" then
       content[#content + 1] = { type = "tool_use", id = b.id, name = b.name, input = b.input or {} }
       uses[#uses + 1] = b
+    elseif b.type == "thinking" then
+      content[#content + 1] = { type = "thinking", thinking = b.thinking, signature = b.signature }
+    elseif b.type == "redacted_thinking" then
+      content[#content + 1] = { type = "redacted_thinking", data = b.data }
     end
   end
   return content, table.concat(texts, "\n\n"), uses
 end
 
-local function continuation(text, i)
-  local b = text:byte(i)
-  return b ~= nil and b >= 0x80 and b < 0xC0
+-- Where a long tool result is saved in the workspace: inside .git/ when the run has a
+-- repository, so that it is never committed.
+function M.saved_path(o, turn, id)
+  local dir = o.snap.agents.tool_output.saved_dir
+  if o.repo then dir = ".git/" .. dir end
+  return ("%s/turn-%d-%s.txt"):format(dir, turn, tostring(id):gsub("[^%w_-]", "_"))
 end
 
--- A tool result longer than model_api.max_tool_result_bytes keeps its head (a third) and its
--- tail (errors are usually at the end), cut on UTF-8 boundaries, around one marker line.
-function M.cap(snap, text)
-  local max = snap.agents.model_api.max_tool_result_bytes
-  if #text <= max then return text end
-  local head = max // 3
-  while head > 0 and continuation(text, head + 1) do head = head - 1 end
-  local tail = #text - (max - head - 120) + 1
-  while continuation(text, tail) do tail = tail + 1 end
-  return ("%s\n… [%d bytes cut here: the result is longer than %d bytes; narrow the command (head, tail, grep)] …\n%s")
-    :format(text:sub(1, head), tail - head - 1, max, text:sub(tail))
+-- A tool's content made fit for a message: valid UTF-8, and over tool_output.max_chars its
+-- head and tail around a marker, the whole saved in the workspace when it can be.
+function M.fit(o, content, turn, id)
+  if type(content) ~= "string" then return content end -- an image's blocks
+  local t = text.valid(content)
+  local policy = o.snap.agents.tool_output
+  if text.chars(t) <= policy.max_chars then return t end
+  local path = M.saved_path(o, turn, id)
+  local ok = o.executor:write_file(path, content, { signal = o.signal, snap = o.snap,
+    remaining_ms = o.deadline_ms - o.now_ms() })
+  return (text.bound(t, policy.max_chars, policy.head_percent, ok and path or nil))
 end
-local cap = M.cap
+
+-- A text-only stand-in of a tool_result for the transcript (an image is named, not dumped).
+local function loggable(content)
+  if type(content) == "string" then return content end
+  return "[an image and its caption]"
+end
+
+local function run_one(o, use, turn)
+  o.card:tool(tools.describe(use))
+  local t0 = o.now_ms()
+  local out = tools.call(o.executor, o.snap, o.def, use, {
+    signal = o.signal, remaining_ms = o.deadline_ms - o.now_ms(),
+  })
+  o.card:tool_done()
+  if out.kind == "capacity" then
+    o.card:add_note(("⏳ turn %d: the sandbox fleet was busy; the model was told to retry"):format(turn))
+  end
+  local block = { type = "tool_result", tool_use_id = use.id, content = M.fit(o, out.content, turn, use.id),
+                  is_error = out.is_error or nil }
+  o.described[use.id] = tools.describe(use)
+  o.transcript:write{ type = "tool_result", turn = turn, id = use.id, name = use.name, input = use.input, kind = out.kind,
+                      is_error = out.is_error, duration_ms = o.now_ms() - t0, content = loggable(block.content) }
+  return block, out
+end
 
 -- Runs the answer's tool calls in order. Returns the tool_result blocks and, when the run must
--- end here, "stopped" | "infra" with the infra failure's text.
+-- end here, "stopped" | "infra" with the infra failure's text. A call max_tokens cut short
+-- is not run: its result says so.
 function M.call_tools(o, uses, turn)
   local results, ending, why = {}, nil, nil
   for _, use in ipairs(uses) do
@@ -98,20 +169,11 @@ function M.call_tools(o, uses, turn)
     if ending then
       block = { type = "tool_result", tool_use_id = use.id, is_error = true,
                 content = "not run: the run ended before this call (" .. ending .. ")" }
+    elseif use.input_error and o.cut then
+      block = { type = "tool_result", tool_use_id = use.id, is_error = true, content = o.cut }
     else
-      o.card:tool(tools.describe(use))
-      local t0 = o.now_ms()
-      local out = tools.call(o.executor, o.snap, o.def, use, {
-        signal = o.signal, remaining_ms = o.deadline_ms - o.now_ms(),
-      })
-      o.card:tool_done()
-      if out.kind == "capacity" then
-        o.card:add_note(("⏳ turn %d: the sandbox fleet was busy; the model was told to retry"):format(turn))
-      end
-      block = { type = "tool_result", tool_use_id = use.id, content = cap(o.snap, out.content),
-                is_error = out.is_error or nil }
-      o.transcript:write{ type = "tool_result", turn = turn, id = use.id, name = use.name, input = use.input, kind = out.kind,
-                          is_error = out.is_error, duration_ms = o.now_ms() - t0, content = block.content }
+      local out
+      block, out = run_one(o, use, turn)
       if o.signal.aborted then
         ending = "stopped"
       elseif out.kind == "infra" and o.tracker:tripped() then
@@ -123,99 +185,306 @@ function M.call_tools(o, uses, turn)
   return results, ending, why
 end
 
-local function progress(o, base_in, base_out)
-  return function(kind, s)
-    if kind == "usage" then o.card:usage(base_in + s.usage.input_tokens, base_out + s.usage.output_tokens) end
+---------------------------------------------------------------------------------------------
+-- Usage, cost and the card
+
+local USAGE_KEYS = { "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens" }
+
+local function show_usage(o, extra)
+  local u = o.totals
+  local cur = extra or {}
+  local function f(k) return u[k] + (cur[k] or 0) end
+  o.card:usage(f("input_tokens"), f("output_tokens"), {
+    cache_read = f("cache_read_input_tokens"), cache_write = f("cache_creation_input_tokens"),
+    cost_usd = o.cost + (extra and spend.cost(o.price, extra) or 0),
+  })
+end
+
+local function progress(o)
+  return function(kind, s, block)
+    if kind == "usage" then
+      show_usage(o, s.usage)
+    elseif kind == "thinking" then
+      if o.card.thinking then o.card:thinking() end
+    elseif kind == "block" and block and o.card.thinking then
+      o.card:tool_done()
+    end
   end
 end
 
+-- Books an answer's usage on the run, the thread and the workspace's day.
+local function book(o, usage)
+  for _, k in ipairs(USAGE_KEYS) do o.totals[k] = o.totals[k] + (usage[k] or 0) end
+  local usd = spend.cost(o.price, usage)
+  o.cost = o.cost + usd
+  spend.book(o, usd)
+  show_usage(o)
+end
+
+-- One model request with the run's options. Returns the message, or nil and the error.
+local function ask_model(o, body)
+  local message, err = o.client:create(body, {
+    signal = o.signal, deadline_ms = o.deadline_ms, on_progress = progress(o),
+    on_wait = function(ms, why)
+      o.card:wait(("model API busy — retrying in %ds (%s)"):format(math.ceil(ms / 1000), why))
+    end,
+  })
+  o.card.waiting = nil
+  if message then book(o, message.usage) end
+  return message, err
+end
+
+---------------------------------------------------------------------------------------------
+-- Compaction
+
+local function threshold(o)
+  return o.model.context_tokens * o.snap.agents.context.compact_at_percent // 100
+end
+
+local function describe_elided(o)
+  return function(use, block)
+    local what = use and (o.described[use.id] or tools.describe(use)) or "a tool call of an earlier run"
+    local saved = type(block.content) == "string" and block.content:match("saved at (%S+): read it")
+    local again = saved and ("read_file %s with offset/limit reads the whole output"):format(saved)
+      or "make the call again to see it"
+    return ("the result of `%s` — %s"):format(what, again)
+  end
+end
+
+-- The summary request: the conversation so far and the policy's summary prompt, answered
+-- with text. Returns the summary or nil and why not.
+local function summarise(o, conv)
+  local c = o.snap.agents.context
+  local msgs = {}
+  for i, m in ipairs(conv.messages) do msgs[i] = m end
+  local last = msgs[#msgs]
+  local content = type(last.content) == "string" and { { type = "text", text = last.content } } or { table.unpack(last.content) }
+  content[#content + 1] = { type = "text", text = c.summary_prompt }
+  msgs[#msgs] = { role = "user", content = content }
+  local max = c.summary_max_tokens + (o.def.thinking and o.def.thinking.budget_tokens or 0)
+  local why = spend.check(o.snap, o, o.cost)
+  if why then return nil, why, "spend" end
+  o.card:tool("compacting the conversation: the model summarises it")
+  local message, err = ask_model(o, M.body(o, msgs, math.min(max, o.model.max_output_tokens)))
+  o.card:tool_done()
+  if not message then return nil, err.message, err.kind end
+  local _, summary = M.split(message)
+  if summary == "" then return nil, "the summary request gave no text" end
+  return summary
+end
+
+-- The card's one line about compaction: how often, and the latest.
+local function compacted(o, what)
+  o.compactions = o.compactions + 1
+  o.card:set_note("compaction", ("🗜 context compacted %d time%s; the latest at %s"):format(o.compactions,
+    o.compactions == 1 and "" or "s", what))
+end
+
+-- Makes the next request fit: elide, then summarise. forced: the API said it does not fit.
+-- Returns true, or false, the state and the problem that end the run.
+function M.compact(o, conv, turn, forced)
+  local limit = threshold(o)
+  if not forced and conv:estimate() <= limit then return true end
+  local c = o.snap.agents.context
+  local before = conv:estimate()
+  local n = conv:elide(forced and 0 or c.keep_tool_results, describe_elided(o))
+  if n > 0 then
+    compacted(o, ("turn %d: %d older tool results elided (~%d → ~%d tokens of %d)")
+      :format(turn, n, before, conv:estimate(), o.model.context_tokens))
+    o.transcript:write{ type = "compaction", turn = turn, how = "elide", results = n, before = before, after = conv:estimate() }
+    if not forced and conv:estimate() <= limit then return true end
+  end
+  local summary, why, kind = summarise(o, conv)
+  if not summary then
+    if kind == "aborted" then return false, "stopped" end
+    if kind == "spend" then return false, "spend", why end
+    if kind == "budget" then return false, "budget", why end
+    return false, "context", ("the conversation (~%d tokens) no longer fits the model's window of %d "
+      .. "tokens, and compacting it failed (%s). Ask again in this thread with a narrower task, or "
+      .. "lower context.compact_at_percent in policies/agents.lua."):format(before, o.model.context_tokens, why)
+  end
+  local first = ("The ask: %s\n\n[The earlier turns of this run were summarised to fit the context window:]\n%s")
+    :format(ask_text(o.ask), summary)
+  local kept = conv:restart(first, c.keep_turns)
+  compacted(o, ("turn %d: earlier turns summarised by the model, the latest %d messages kept (~%d → ~%d tokens)")
+    :format(turn, kept, before, conv:estimate()))
+  o.transcript:write{ type = "compaction", turn = turn, how = "summary", kept = kept, before = before,
+                      after = conv:estimate(), summary = summary }
+  if conv:estimate() > o.model.context_tokens then
+    return false, "context", ("even after the model summarised the conversation, its latest turns "
+      .. "(~%d tokens) do not fit the model's window of %d tokens. Ask again in this thread with a "
+      .. "narrower task, or lower context.keep_turns in policies/agents.lua."):format(conv:estimate(), o.model.context_tokens)
+  end
+  return true
+end
+
+---------------------------------------------------------------------------------------------
+-- The loop
+
 -- The history plus the ask as the next user turn. A history that ends with a user message
 -- (tool results of a run that ended there) gets the ask as a text block after them, so roles
--- still alternate.
+-- still alternate. The ask's text is made valid UTF-8 first.
 function M.start_messages(history, ask)
   local messages = {}
   for i, m in ipairs(history or {}) do messages[i] = m end
-  local ask_content = type(ask) == "table" and ask or { { type = "text", text = ask } }
+  local ask_content = {}
+  if type(ask) == "table" then
+    for i, b in ipairs(ask) do
+      ask_content[i] = b.type == "text" and { type = "text", text = text.valid(b.text) } or b
+    end
+  else
+    ask_content[1] = { type = "text", text = text.valid(ask) }
+  end
   local last = messages[#messages]
   if last and last.role == "user" then
     local content = type(last.content) == "string" and { { type = "text", text = last.content } } or {}
     if type(last.content) == "table" then for i, b in ipairs(last.content) do content[i] = b end end
     for _, b in ipairs(ask_content) do content[#content + 1] = b end
     messages[#messages] = { role = "user", content = content }
-  elseif type(ask) == "table" then
-    messages[#messages + 1] = { role = "user", content = ask_content }
   else
-    messages[#messages + 1] = { role = "user", content = ask }
+    messages[#messages + 1] = { role = "user", content = ask_content }
   end
   return messages
 end
 
-function M.run(o)
+local function setup(o)
   o.now_ms = o.now_ms or core.now_ms
+  o.now_s = o.now_s or os.time
+  o.accounts = o.accounts or spend.shared
+  o.model = assert(o.snap.agents.models[o.def.model], "no models entry for " .. tostring(o.def.model))
+  o.price = o.model.price
+  o.max_tokens = o.def.max_tokens
   o.tools = tools.definitions(o.snap, o.def)
-  o.system = instructions.append(M.system_prompt(o.snap, o.def, o), o.instructions)
-  local messages = M.start_messages(o.history, o.ask)
-  if o.on_turn then o.on_turn(messages) end -- the ask itself is kept before the first request
-  local answer = ""
-  local tokens_in, tokens_out = 0, 0
-  local function result()
-    return { messages = messages, tokens_in = tokens_in, tokens_out = tokens_out }
+  o.cached_tools = cached_tools(o.tools)
+  o.system = text.valid(instructions.append(M.system_prompt(o.snap, o.def, o), o.instructions))
+  o.totals = { input_tokens = 0, output_tokens = 0, cache_read_input_tokens = 0, cache_creation_input_tokens = 0 }
+  o.cost, o.compactions, o.continuations, o.described = 0, 0, 0, {}
+end
+
+local function record(o, conv, turns)
+  local usage = {}
+  for _, k in ipairs(USAGE_KEYS) do usage[k] = o.totals[k] end
+  return { messages = conv.messages, usage = usage, cost_usd = o.cost, cost = o.cost, compactions = o.compactions,
+           turns = turns, tokens_in = usage.input_tokens, tokens_out = usage.output_tokens }
+end
+
+-- max_tokens reached: a larger limit for the next turns, up to the model's maximum.
+local function grow(o)
+  local before = o.max_tokens
+  o.max_tokens = math.min(o.max_tokens * o.snap.agents.on_max_tokens.grow_factor, o.model.max_output_tokens)
+  return before, o.max_tokens
+end
+
+-- A turn's checks before its request: stop, time, spend. Returns nil or state, problem.
+local function must_end(o)
+  if o.signal.aborted then return "stopped" end
+  if o.now_ms() >= o.deadline_ms then
+    return "budget", ("the run's %d minutes (max_run_minutes) are used up"):format(o.def.max_run_minutes)
   end
-  o.transcript:write{ type = "run_start", agent = o.agent, model = o.def.model, repo = o.repo,
-                      ask = o.ask, system = o.system, tools = o.tools, max_turns = o.def.max_turns }
-  for turn = 1, o.def.max_turns do
-    if o.signal.aborted then return "stopped", answer, nil, result() end
-    if o.now_ms() >= o.deadline_ms then
-      return "budget", answer, ("the run's %d minutes (max_run_minutes) are used up"):format(o.def.max_run_minutes), result()
+  local why = spend.check(o.snap, o, o.cost)
+  if why then return "spend", why end
+  return nil
+end
+
+-- The answer of one turn. Returns nil to go on, or the state (and problem) that ends the run.
+local function handle(o, conv, message, turn)
+  local content, said, uses = M.split(message)
+  if said ~= "" then o.answer = o.continuing and (o.answer .. said) or said end
+  o.continuing, o.cut = false, nil
+  if message.stop_reason == "pause_turn" and #content > 0 then
+    conv:add{ role = "assistant", content = content }
+    return nil
+  end
+  if #uses == 0 then
+    local cut = message.stop_reason == "max_tokens" or message.stop_reason == "model_context_window_exceeded"
+    if cut and o.continuations < o.snap.agents.on_max_tokens.max_continuations and #content > 0 then
+      o.continuations, o.continuing = o.continuations + 1, true
+      local _, now = grow(o)
+      o.card:set_note("max_tokens", ("✂ turn %d: the answer reached max_tokens; asked the model to continue it (max_tokens %d)"):format(turn, now))
+      conv:add{ role = "assistant", content = content }
+      conv:add{ role = "user", content = { { type = "text", text = "Your answer was cut off by the output "
+        .. "limit. Continue it exactly where it stopped, without repeating what you already wrote." } } }
+      return nil
     end
-    o.card:turn(turn)
+    if cut then o.answer = o.answer .. "\n\n[the answer reached max_tokens and was cut]" end
+    if #content > 0 then conv:add{ role = "assistant", content = content } end -- for the thread's record
+    if o.on_turn then o.on_turn(conv.messages) end
+    return "done"
+  end
+  if message.stop_reason == "max_tokens" then
+    local before, now = grow(o)
+    o.cut = ("not run: this call was cut off by the output limit (max_tokens %d) before its input was "
+      .. "complete. The next turn may use up to %d tokens; make the call again (a large file is better "
+      .. "written in parts)."):format(before, now)
+    o.card:set_note("max_tokens", ("✂ turn %d: a tool call was cut by max_tokens (%d); the model was told, max_tokens is now %d")
+      :format(turn, before, now))
+  end
+  conv:add{ role = "assistant", content = content }
+  local results, ending, why = M.call_tools(o, uses, turn)
+  conv:add{ role = "user", content = results }
+  if o.on_turn then o.on_turn(conv.messages) end
+  if ending == "stopped" then return "stopped" end
+  if ending == "infra" then
+    return "infra", ("the executor failed %d times in a row (timeouts health."
+      .. "max_consecutive_infra_failures), so the run stopped at once instead of spending "
+      .. "turns on a dead sandbox; the next ask provisions a fresh one. Last failure: %s")
+      :format(o.tracker.count, why)
+  end
+  return nil
+end
+
+-- One turn's request, compacting first when it would not fit, and once more when the API
+-- says it does not. Returns the message, or nil, state, problem.
+local function request(o, conv, turn)
+  local forced = false
+  for _ = 1, 3 do
+    local ok, state, problem = M.compact(o, conv, turn, forced)
+    if not ok then return nil, state, problem end
+    local ending, why = must_end(o)
+    if ending then return nil, ending, why end
     local t0 = o.now_ms()
-    local message, err = o.client:create(M.body(o, messages), {
-      signal = o.signal, deadline_ms = o.deadline_ms,
-      on_progress = progress(o, tokens_in, tokens_out),
-      on_wait = function(ms, why)
-        o.card:wait(("model API busy — retrying in %ds (%s)"):format(math.ceil(ms / 1000), why))
-      end,
-    })
-    o.card.waiting = nil
-    if not message then
-      o.transcript:write{ type = "model_error", turn = turn, kind = err.kind, message = err.message }
-      if err.kind == "aborted" then return "stopped", answer, nil, result() end
-      if err.kind == "budget" then return "budget", answer, err.message, result() end
-      return "model_error", answer, err.message, result()
+    local message, err = ask_model(o, M.body(o, conv.messages))
+    if message then
+      conv:answered(message.usage)
+      o.transcript:write{ type = "answer", turn = turn, stop_reason = message.stop_reason, usage = message.usage,
+                          duration_ms = o.now_ms() - t0, content = message.content }
+      return message
     end
-    tokens_in = tokens_in + message.usage.input_tokens
-    tokens_out = tokens_out + message.usage.output_tokens
-    o.card:usage(tokens_in, tokens_out)
-    local content, text, uses = M.split(message)
-    if text ~= "" then answer = text end
-    o.transcript:write{ type = "answer", turn = turn, stop_reason = message.stop_reason, usage = message.usage,
-                        duration_ms = o.now_ms() - t0, content = content }
-    if message.stop_reason == "pause_turn" and #content > 0 then
-      messages[#messages + 1] = { role = "assistant", content = content }
-    elseif #uses == 0 then
-      if message.stop_reason == "max_tokens" then
-        answer = answer .. "\n\n[the answer reached max_tokens and was cut]"
-      end
-      if #content > 0 then messages[#messages + 1] = { role = "assistant", content = content } end
-      if o.on_turn then o.on_turn(messages) end
-      return "done", answer, nil, result()
-    else
-      messages[#messages + 1] = { role = "assistant", content = content }
-      local results, ending, why = M.call_tools(o, uses, turn)
-      messages[#messages + 1] = { role = "user", content = results }
-      if o.on_turn then o.on_turn(messages) end
-      if ending == "stopped" then return "stopped", answer, nil, result() end
-      if ending == "infra" then
-        return "infra", answer, ("the executor failed %d times in a row (timeouts health."
-          .. "max_consecutive_infra_failures), so the run stopped at once instead of spending "
-          .. "turns on a dead sandbox; the next ask provisions a fresh one. Last failure: %s")
-          :format(o.tracker.count, why), result()
-      end
-    end
+    o.transcript:write{ type = "model_error", turn = turn, kind = err.kind, message = err.message }
+    if err.kind == "aborted" then return nil, "stopped" end
+    if err.kind == "budget" then return nil, "budget", err.message end
+    if err.kind ~= "too_long" then return nil, "model_error", err.message end
+    forced = true
   end
-  return "turns", answer, ("the run used its %d turns (max_turns in policies/agents.lua) without "
-    .. "finishing; a follow-up in this thread continues the conversation in the same workspace"):format(o.def.max_turns), result()
+  return nil, "context", ("the conversation does not fit the model's window of %d tokens even after "
+    .. "compacting it twice; ask again in this thread with a narrower task"):format(o.model.context_tokens)
+end
+
+function M.run(o)
+  setup(o)
+  local fixed = (#o.system + #(cjson.encode(o.tools) or "")) // context.BYTES_PER_TOKEN
+  local conv = context.new(M.start_messages(o.history, o.ask), fixed)
+  if o.on_turn then o.on_turn(conv.messages) end -- the ask itself is kept before the first request
+  o.answer = ""
+  o.transcript:write{ type = "run_start", agent = o.agent, model = o.def.model, repo = o.repo,
+                      ask = o.ask, system = o.system, tools = o.tools, max_turns = o.def.max_turns,
+                      history = o.history and #o.history or 0 }
+  local turn = 0
+  local function finish(state, problem)
+    return state, o.answer, problem, record(o, conv, turn)
+  end
+  while turn < o.def.max_turns do
+    local ending, why = must_end(o)
+    if ending then return finish(ending, why) end
+    turn = turn + 1
+    o.card:turn(turn)
+    local message, state, problem = request(o, conv, turn)
+    if not message then return finish(state, problem) end
+    local e, p = handle(o, conv, message, turn)
+    if e then return finish(e, p) end
+  end
+  return finish("turns", ("the run used its %d turns (max_turns in policies/agents.lua) without "
+    .. "finishing; a follow-up in this thread continues the conversation in the same workspace"):format(o.def.max_turns))
 end
 
 return M

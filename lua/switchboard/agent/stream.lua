@@ -2,18 +2,26 @@
 -- the SSE events core.sse yields become one assistant message.
 --
 --   message_start        {message = {id, model, usage = {input_tokens, …}}}
---   content_block_start  {index, content_block = {type = "text" | "tool_use" | …}}
+--   content_block_start  {index, content_block = {type = "text" | "tool_use" | "thinking" |
+--                                                 "redacted_thinking" | …}}
 --   content_block_delta  {index, delta = {type = "text_delta", text} |
---                                         {type = "input_json_delta", partial_json}}
+--                                         {type = "input_json_delta", partial_json} |
+--                                         {type = "thinking_delta", thinking} |
+--                                         {type = "signature_delta", signature}}
 --   content_block_stop   {index}          a tool_use's concatenated partial_json is decoded here
 --   message_delta        {delta = {stop_reason, stop_sequence}, usage = {output_tokens}}
 --   message_stop         the message is complete
 --   ping                 nothing
 --   error                {error = {type, message}} — the stream failed on the server's side
 -- Unknown events, block types and delta types are skipped; so are deltas for a block that
--- never started.
+-- never started. Thinking blocks are kept exactly as they came (thinking text and signature;
+-- a redacted_thinking block's data): the API requires them back unchanged in a tool loop.
+-- A tool_use whose input JSON did not complete (max_tokens cut it) carries input_error.
+-- usage holds the API's own figures: input_tokens (fresh input), cache_read_input_tokens,
+-- cache_creation_input_tokens, output_tokens.
 --
---   local s = stream.new{on_progress = function(kind, s) end}   kind: "usage" | "block" | "text"
+--   local s = stream.new{on_progress = function(kind, s, block) end}
+--     kind: "usage" | "block" | "text" | "thinking"
 --   local err = s:event(type, data)     -- nil, or {kind = "bad_event", message}
 --   s.done, s.error, s:message()        -- message = {id, content, stop_reason, usage}
 local cjson = require("cjson.safe").new()
@@ -27,7 +35,8 @@ function M.new(opts)
   return setmetatable({
     blocks = {},          -- index (0-based from the API) + 1 → block
     json_parts = {},      -- index + 1 → list of partial_json fragments
-    usage = { input_tokens = 0, output_tokens = 0 },
+    closed = {},          -- index + 1 → true once a tool_use's content_block_stop came
+    usage = { input_tokens = 0, output_tokens = 0, cache_read_input_tokens = 0, cache_creation_input_tokens = 0 },
     done = false,
     error = nil,          -- {type, message} of an error event
     events = 0,
@@ -39,11 +48,9 @@ local function num(v) return type(v) == "number" and v or 0 end
 
 local function take_usage(self, u)
   if type(u) ~= "table" then return end
-  if u.input_tokens ~= nil then
-    self.usage.input_tokens = num(u.input_tokens) + num(u.cache_creation_input_tokens)
-      + num(u.cache_read_input_tokens)
+  for _, k in ipairs({ "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens" }) do
+    if u[k] ~= nil then self.usage[k] = num(u[k]) end
   end
-  if u.output_tokens ~= nil then self.usage.output_tokens = num(u.output_tokens) end
   self.on_progress("usage", self)
 end
 
@@ -71,6 +78,12 @@ function H.content_block_start(self, doc)
     if type(b.id) ~= "string" or type(b.name) ~= "string" then return "a tool_use block without an id or a name" end
     self.blocks[i] = { type = "tool_use", id = b.id, name = b.name, input = {} }
     self.json_parts[i] = {}
+  elseif b.type == "thinking" then
+    self.blocks[i] = { type = "thinking", thinking = type(b.thinking) == "string" and b.thinking or "",
+                       signature = type(b.signature) == "string" and b.signature or "" }
+  elseif b.type == "redacted_thinking" then
+    if type(b.data) ~= "string" then return "a redacted_thinking block without its data" end
+    self.blocks[i] = { type = "redacted_thinking", data = b.data }
   else
     self.blocks[i] = false -- a type this client does not know: skipped
   end
@@ -88,6 +101,11 @@ function H.content_block_delta(self, doc)
   elseif d.type == "input_json_delta" and b.type == "tool_use" and type(d.partial_json) == "string" then
     local parts = self.json_parts[i]
     parts[#parts + 1] = d.partial_json
+  elseif d.type == "thinking_delta" and b.type == "thinking" and type(d.thinking) == "string" then
+    b.thinking = b.thinking .. d.thinking
+    self.on_progress("thinking", self, b)
+  elseif d.type == "signature_delta" and b.type == "thinking" and type(d.signature) == "string" then
+    b.signature = b.signature .. d.signature
   end
 end
 
@@ -98,6 +116,7 @@ function H.content_block_stop(self, doc)
   if not b or b.type ~= "tool_use" then return end
   local raw = table.concat(self.json_parts[i])
   self.json_parts[i] = nil
+  self.closed[i] = true
   if raw:match("^%s*$") then return end -- a tool called without arguments
   local input = cjson.decode(raw)
   if type(input) == "table" then
@@ -143,14 +162,20 @@ function S:event(type_, data)
   return nil
 end
 
--- The assembled message: blocks of known types, in order.
+-- The assembled message: blocks of known types, in order. A tool_use that never reached its
+-- content_block_stop (the stream ended inside it) is marked cut like one whose JSON is short.
 function S:message()
   local content = {}
   local max = 0
   for i in pairs(self.blocks) do if i > max then max = i end end
   for i = 1, max do
     local b = self.blocks[i]
-    if b then content[#content + 1] = b end
+    if b then
+      if b.type == "tool_use" and not self.closed[i] and not b.input_error then
+        b.input_error = "its input was not complete"
+      end
+      content[#content + 1] = b
+    end
   end
   return { id = self.id, content = content, stop_reason = self.stop_reason, usage = self.usage }
 end

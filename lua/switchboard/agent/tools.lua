@@ -16,7 +16,9 @@
 --   tools.call(executor, snap, tool_use, ctx) → {content, is_error, kind, command?, result?}
 --     ctx: signal, remaining_ms; kind: "result" | "tool" | "refused" | "infra" | "capacity" |
 --          "input"
+local core = require("switchboard.core")
 local budget = require("switchboard.shell.budget")
+local text = require("switchboard.agent.text")
 local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
 
@@ -55,11 +57,18 @@ end
 function DEFS.read_file(snap)
   return {
     name = "read_file",
-    description = "Read a whole file of the workspace. The path is relative to the workspace; "
-      .. "paths that leave it are refused. For a part of a large file use bash (sed -n, head).",
+    description = "Read a file of the workspace: the whole file, or with offset and limit the "
+      .. "lines offset to offset+limit-1 (line numbers start at 1). The path is relative to the "
+      .. "workspace; paths that leave it are refused. An image (PNG, JPEG, GIF, WebP) is shown "
+      .. "to you as an image; another binary file is described, not shown. Long results are "
+      .. "cut in the middle: read the rest with offset and limit.",
     input_schema = {
       type = "object",
-      properties = { path = { type = "string", description = "Path relative to the workspace." } },
+      properties = {
+        path = { type = "string", description = "Path relative to the workspace." },
+        offset = { type = "integer", description = "The first line to read (1 = the first line)." },
+        limit = { type = "integer", description = "How many lines to read from offset." },
+      },
       required = { "path" },
     },
   }
@@ -168,10 +177,54 @@ function CALL.read_file(ex, snap, input, ctx)
   if type(input.path) ~= "string" or input.path == "" then
     return outcome("input", "read_file needs {\"path\": \"…\"}", true)
   end
+  -- JSON numbers may decode as floats: 40.0 is line 40, 40.5 is refused
+  local offset = input.offset ~= nil and math.tointeger(input.offset) or nil
+  local limit = input.limit ~= nil and math.tointeger(input.limit) or nil
+  if (input.offset ~= nil and not offset) or (input.limit ~= nil and not limit)
+      or (offset or 1) < 1 or (limit or 1) < 1 then
+    return outcome("input", "read_file: offset and limit are whole numbers of lines, at least 1", true)
+  end
   local bytes, err = protected(ex.read_file, ex, input.path, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if bytes == nil then return from_error(snap, err) end
   if bytes == "" then return outcome("result", "(empty file)", false) end
+  local media = text.image_type(bytes)
+  local limits = snap.agents.tool_output
+  local max_image = limits.max_image_bytes
+  local w, h
+  if media then w, h = text.image_size(bytes, media) end
+  if media and (not w or w > limits.max_image_side or h > limits.max_image_side) then
+    return outcome("result", ("%s is an image (%s, %d bytes) whose size %s; make a copy at most %d "
+      .. "pixels a side (e.g. with ImageMagick's convert -resize) and read that"):format(input.path, media, #bytes,
+      w and ("is %d×%d pixels, more than the API takes"):format(w, h) or "could not be read from its header",
+      limits.max_image_side), false)
+  end
+  if media and #bytes <= max_image then
+    return outcome("result", {
+      { type = "image", source = { type = "base64", media_type = media, data = core.crypto.base64_encode(bytes) } },
+      { type = "text", text = ("%s: %s, %d×%d pixels, %d bytes"):format(input.path, media, w, h, #bytes) },
+    }, false)
+  end
+  if media then
+    return outcome("result", ("%s is an image (%s) of %d bytes, larger than the %d bytes an image "
+      .. "may have here (tool_output.max_image_bytes); make a smaller copy (e.g. with "
+      .. "ImageMagick's convert -resize) and read that"):format(input.path, media, #bytes, max_image), false)
+  end
+  if text.is_binary(bytes) then return outcome("result", text.describe_binary(input.path, bytes), false) end
+  if offset or limit then return outcome("result", M.lines(bytes, offset or 1, limit), false) end
   return outcome("result", bytes, false)
+end
+
+-- Lines first .. first+limit-1 of a text (all the rest without a limit), with a line saying
+-- which lines these are of how many.
+function M.lines(bytes, first, limit)
+  local out, n = {}, 0
+  local last = limit and (first + limit - 1) or math.huge
+  for line in bytes:gmatch("([^\n]*)\n?") do -- "a\nb\n" and "a\nb" both give 2 lines
+    n = n + 1
+    if n >= first and n <= last then out[#out + 1] = line end
+  end
+  if first > n then return ("(the file has %d lines; offset %d is past its end)"):format(n, first) end
+  return ("[lines %d-%d of %d]\n%s"):format(first, math.min(last, n), n, table.concat(out, "\n"))
 end
 
 function CALL.write_file(ex, snap, input, ctx)
@@ -302,7 +355,7 @@ function M.call(ex, snap, def, use, ctx)
       tostring(use.name), table.concat(def.tools or {}, ", ")), true)
   end
   if use.input_error then
-    return outcome("input", use.name .. " was called with input that is not a JSON object", true)
+    return outcome("input", use.name .. " was called with input that is not a JSON object (" .. use.input_error .. ")", true)
   end
   return CALL[use.name](ex, snap, use.input or {}, ctx)
 end

@@ -57,12 +57,13 @@ local function make_client(d, snap)
   return c, why
 end
 
--- A run that ended with its work done (or its turns used) in a repository, of an agent whose
--- policy lets it open pull requests, publishes its changes; a readonly agent never does.
+-- A run that ended with its work done (or its turns or its spend cap used: it ends with what
+-- it has done) in a repository, of an agent whose policy lets it open pull requests,
+-- publishes its changes; a readonly agent never does.
 function M.publishes(ask, state)
   local def = ask.agent_def
   return ask.repo ~= nil and def.pull_requests == true and not def.readonly
-    and (state == "done" or state == "turns") and not ask.stop.aborted
+    and (state == "done" or state == "turns" or state == "spend") and not ask.stop.aborted
 end
 
 function M.publish(d, thread, ask, built, t, answer, deadline)
@@ -218,6 +219,7 @@ function M.run(d, thread, ask)
       ask = ask.content or ask.text, repo = ask.repo, workspace = workspace_of(built), transcript = t,
       now_ms = d.now_ms, instructions = guide, history = M.history(d, thread),
       on_turn = function(messages) M.keep_conversation(d, thread, messages) end,
+      thread = thread.name, accounts = d.accounts,
     })
     if ok then
       state, answer, problem = s, a, p
@@ -240,7 +242,7 @@ function M.run(d, thread, ask)
     d:release(thread, ask.agent, "always")
   end
   t:write{ type = "run_end", state = state, turns = c.turns, tokens_in = c.tokens_in,
-           tokens_out = c.tokens_out, duration_ms = d.now_ms() - (c.started_ms or d.now_ms()),
+           tokens_out = c.tokens_out, cache_read = c.cache_read, cache_write = c.cache_write, cost_usd = c.cost_usd, duration_ms = d.now_ms() - (c.started_ms or d.now_ms()),
            problem = problem, answer = answer }
   t:close()
   if rrun then
@@ -249,7 +251,8 @@ function M.run(d, thread, ask)
       pr_url = c.pull_request and c.pull_request.url })
   end
   core.log("info", "agent.done", { thread = thread.name, agent = ask.agent, ask = ask.id, state = state,
-                                   turns = c.turns, tokens_in = c.tokens_in, tokens_out = c.tokens_out })
+                                   turns = c.turns, tokens_in = c.tokens_in, tokens_out = c.tokens_out,
+                                   cost_usd = c.cost_usd })
   finish(d, ask, state, answer, problem)
 end
 

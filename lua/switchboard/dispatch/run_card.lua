@@ -4,7 +4,8 @@
 --
 --   kind = "agent", ask (the request's text), state, turns, max_turns, tool_now (the call
 --   running now: "$ first line of its command" or "read_file PATH"), started_ms,
---   finished_ms, tokens_in, tokens_out, waiting (a ⏳ line while the fleet or the API makes
+--   finished_ms, tokens_in, tokens_out (fresh input and output), cache_read, cache_write
+--   (input tokens read from and written to the prompt cache), cost_usd, waiting (a ⏳ line while the fleet or the API makes
 --   the run wait), answer (the model's last text), problem (why it ended, when not done),
 --   pull_request ({url, number, action = opened|updated, branch} when the run opened or
 --   updated one), publish_problem (why its changes could not be pushed or the PR opened)
@@ -12,7 +13,7 @@
 --   [main] agent:coding · local · acme/api
 --   note: …
 --   > make a file hello.txt containing hi, then show it
---   … turn 2 · $ cat hello.txt · 3s · 1,234 tokens in / 56 out
+--   … turn 2 · $ cat hello.txt · 3s · 1,234 tokens in / 56 out · cache 9,000 read / 800 written · $0.04
 -- and at the end:
 --   ✓ done after 3 turns in 4.2s · 2,345 tokens in / 120 out
 --   <the model's answer>
@@ -44,11 +45,26 @@ function R:turn(n) self.turns = n; self.tool_now = nil; self.waiting = nil end
 function R:tool(text) self.tool_now = text end
 function R:tool_done() self.tool_now = nil end
 function R:wait(text) self.waiting = text end
-function R:usage(tokens_in, tokens_out)
+-- extra: {cache_read, cache_write, cost_usd} (agent/run.lua)
+function R:usage(tokens_in, tokens_out, extra)
   self.tokens_in, self.tokens_out = tokens_in, tokens_out
+  if extra then
+    self.cache_read, self.cache_write, self.cost_usd = extra.cache_read, extra.cache_write, extra.cost_usd
+  end
 end
+-- A note that is replaced rather than repeated (the latest compaction, the latest cut).
+function R:set_note(key, note)
+  self.keyed_notes = self.keyed_notes or {}
+  local at = self.keyed_notes[key]
+  if at then self.notes[at] = note; return end
+  self:add_note(note)
+  self.keyed_notes[key] = #self.notes
+end
+-- The model is thinking (extended thinking streams before its answer or call).
+function R:thinking() self.tool_now = "💭 thinking" end
 
--- state: done | stopped | model_error | infra | budget | turns | no_key | clone_failed
+-- state: done | stopped | model_error | infra | budget | turns | spend | context | no_key |
+-- clone_failed
 function R:ended(state, now_ms, answer, problem)
   self.state = state
   self.finished_ms = now_ms
@@ -71,7 +87,12 @@ local function thousands(n)
 end
 
 function R:tokens_text()
-  return ("%s tokens in / %s out"):format(thousands(self.tokens_in), thousands(self.tokens_out))
+  local s = ("%s tokens in / %s out"):format(thousands(self.tokens_in), thousands(self.tokens_out))
+  if (self.cache_read or 0) > 0 or (self.cache_write or 0) > 0 then
+    s = s .. (" · cache %s read / %s written"):format(thousands(self.cache_read), thousands(self.cache_write))
+  end
+  if self.cost_usd then s = s .. (" · $%.2f"):format(self.cost_usd) end
+  return s
 end
 
 local function plural(n, word) return ("%d %s%s"):format(n, word, n == 1 and "" or "s") end
@@ -118,6 +139,8 @@ function R:status_line(now_ms, max_chars)
   if st == "infra" then return "✗ sandbox failure " .. after .. " — infrastructure, not the model's or the command's doing" end
   if st == "budget" then return "⏱ run budget exhausted " .. after end
   if st == "turns" then return ("⏹ stopped at the turn limit (%d) %s"):format(self.max_turns or self.turns, after) end
+  if st == "spend" then return "💲 stopped at a spend cap " .. after end
+  if st == "context" then return "✗ the conversation outgrew the model's window " .. after end
   if st == "no_key" then return "✗ not run — no model credential" end
   if st == "clone_failed" then return "✗ not run — the repository could not be cloned" end
   return st

@@ -77,6 +77,18 @@ function S.int(opts)
   end
 end
 
+-- A number (fractions allowed) in [min, max].
+function S.number(opts)
+  return function(v, path, report)
+    if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
+      return report(path, "must be a finite number, got " .. typename(v))
+    end
+    if v < opts.min or v > opts.max then
+      return report(path, string.format("must be between %s and %s, got %s", show(opts.min), show(opts.max), show(v)))
+    end
+  end
+end
+
 function S.ms(min, max) return S.int { min = min, max = max, unit = "ms" } end
 
 function S.bool(v, path, report)
@@ -393,6 +405,7 @@ M.files.agents = {
     system_prompt = S.optional(S.prompt),
     pull_requests = S.optional(S.bool),
     network = S.optional(S.enum { "host", "none" }),
+    thinking = S.optional(S.record { budget_tokens = S.int { min = 1024, max = 1000000 } }),
   }, { min = 1 }),
   instructions = S.record {
     files = S.list(S.string { pattern = "^[%w._-][%w._/-]*$", what = "a path inside the repository" }, { unique = true, max = 20 }),
@@ -420,13 +433,44 @@ M.files.agents = {
     request_timeout_ms = ms(SECOND, HOUR),
     max_event_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" },
     max_answer_bytes = S.int { min = 1024, max = 1024 * M.MIB, unit = "bytes" },
-    max_tool_result_bytes = S.int { min = 1024, max = 64 * M.MIB, unit = "bytes" },
     retry = S.record {
       max_attempts = S.int { min = 1, max = 20 },
       first_ms = ms(0, 10 * MINUTE),
       max_ms = ms(0, HOUR),
+      jitter_percent = S.int { min = 0, max = 100 },
       max_retry_after_ms = ms(0, HOUR),
     },
+  },
+  models = S.map("^[%w._:@-]+$", "a model name", S.record {
+    context_tokens = S.int { min = 1000, max = 100000000 },
+    max_output_tokens = S.int { min = 1, max = 1000000 },
+    price = S.record {
+      input = S.number { min = 0, max = 10000 }, output = S.number { min = 0, max = 10000 },
+      cache_write = S.number { min = 0, max = 10000 }, cache_read = S.number { min = 0, max = 10000 },
+    },
+  }, { min = 1 }),
+  context = S.record {
+    compact_at_percent = S.int { min = 10, max = 99 },
+    keep_tool_results = S.int { min = 0, max = 1000 },
+    keep_turns = S.int { min = 0, max = 100 },
+    summary_max_tokens = S.int { min = 256, max = 1000000 },
+    summary_prompt = S.text({}, 8192),
+  },
+  tool_output = S.record {
+    max_chars = S.int { min = 1000, max = 10000000 },
+    head_percent = S.int { min = 0, max = 100 },
+    saved_dir = S.string { pattern = "^[%w_-][%w._/-]*$", what = "a relative path inside the workspace" },
+    max_image_bytes = S.int { min = 1024, max = 32 * M.MIB, unit = "bytes" },
+    max_image_side = S.int { min = 1, max = 100000 },
+  },
+  on_max_tokens = S.record {
+    grow_factor = S.int { min = 1, max = 16 },
+    max_continuations = S.int { min = 0, max = 20 },
+  },
+  spend = S.record {
+    per_run_usd = S.optional(S.number { min = 0, max = 1000000 }),
+    per_thread_usd = S.optional(S.number { min = 0, max = 1000000 }),
+    per_day_usd = S.optional(S.number { min = 0, max = 1000000 }),
   },
   default_agent = agent_name,
   choose_agent = S.func,
@@ -702,6 +746,17 @@ function M.cross.agents(a, report)
       report(p .. ".name", string.format("must equal its key %s, got %s", show(key), show(def.name)))
     end
     local repo = def.resources.repository == true
+    local rd = type(a.run_defaults) == "table" and a.run_defaults or {}
+    local model, max_tokens = def.model or rd.model, def.max_tokens or rd.max_tokens
+    if type(a.models) == "table" and type(model) == "string" and a.models[model] == nil then
+      report(p .. ".model", string.format("%s has no entry in models (its window, output limit and prices); add one",
+        show(model)))
+    end
+    if type(def.thinking) == "table" and type(max_tokens) == "number" and type(def.thinking.budget_tokens) == "number"
+        and def.thinking.budget_tokens >= max_tokens then
+      report(p .. ".thinking.budget_tokens", string.format("must be less than max_tokens (%d), got %d",
+        max_tokens, def.thinking.budget_tokens))
+    end
     for i, tool in ipairs(def.tools) do
       if M.EXECUTOR_TOOLS[tool] and not repo then
         report(string.format("%s.tools[%d]", p, i), string.format(

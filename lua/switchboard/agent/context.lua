@@ -1,0 +1,164 @@
+-- The conversation of a run within the model's window (policies/agents.lua context, models):
+-- how big the next request is, and how to make it smaller.
+--
+-- Size comes from the API's own figures: the last answer's usage (fresh + cache read + cache
+-- written input, + output) is what the conversation weighed then; what was added since (tool
+-- results) is counted at 1 token per 4 bytes until the next answer says. Compaction has two
+-- steps, cheapest first:
+--   elide      tool results older than the latest keep_tool_results are replaced by one line
+--              saying what they were and how to get them again
+--   summarise  the model writes a summary of the conversation (one extra request, the
+--              summary prompt of policy); the conversation becomes the ask with that summary,
+--              then the latest keep_turns exchanges as they were
+--
+--   local conv = context.new(messages, fixed_tokens)   fixed: the system prompt and tools
+--   conv:answered(usage)           after an answer: the API's figures of that request
+--   conv:add(message)              a message appended (its bytes count until the next answer)
+--   conv:estimate() → tokens       the next request's size
+--   conv:elide(keep, describe) → n results elided, bytes freed
+--   conv:restart(first_text, keep_turns) → exchanges kept
+--   context.with_breakpoints(messages) → a copy whose latest two user messages carry cache_control
+local cjson = require("cjson.safe").new()
+
+local M = {}
+local Conv = {}
+Conv.__index = Conv
+
+M.BYTES_PER_TOKEN = 4
+
+local function bytes_of(v)
+  if type(v) == "string" then return #v end
+  return #(cjson.encode(v) or "")
+end
+
+function M.new(messages, fixed_tokens)
+  local c = setmetatable({ messages = messages, fixed_tokens = fixed_tokens or 0, added_bytes = 0 }, Conv)
+  c.base_tokens = c.fixed_tokens
+  for _, m in ipairs(messages) do c.added_bytes = c.added_bytes + bytes_of(m.content) end
+  return c
+end
+
+function Conv:answered(usage)
+  self.base_tokens = (usage.input_tokens or 0) + (usage.cache_read_input_tokens or 0)
+    + (usage.cache_creation_input_tokens or 0) + (usage.output_tokens or 0)
+  self.added_bytes = 0
+end
+
+function Conv:add(message)
+  self.messages[#self.messages + 1] = message
+  if message.role == "user" then self.added_bytes = self.added_bytes + bytes_of(message.content) end
+end
+
+function Conv:estimate()
+  return self.base_tokens + self.added_bytes // M.BYTES_PER_TOKEN
+end
+
+-- A result already elided, or too small to be worth it, is left alone.
+local ELIDED = "[elided to keep the conversation within the model's window"
+local MIN_BYTES = 400
+
+-- The tool_use a tool_result answers: in the assistant message just before its own.
+local function use_of(messages, i, id)
+  local prev = messages[i - 1]
+  if prev and type(prev.content) == "table" then
+    for _, b in ipairs(prev.content) do
+      if b.type == "tool_use" and b.id == id then return b end
+    end
+  end
+  return nil
+end
+
+-- Elides tool results older than the latest `keep`. describe(use, id) → "the result of …; how
+-- to get it again". Returns how many were elided and the bytes freed.
+function Conv:elide(keep, describe)
+  local seen, n, freed = 0, 0, 0
+  for i = #self.messages, 1, -1 do
+    local m = self.messages[i]
+    if m.role == "user" and type(m.content) == "table" then
+      for j = #m.content, 1, -1 do
+        local b = m.content[j]
+        if b.type == "tool_result" then
+          seen = seen + 1
+          local size = bytes_of(b.content)
+          local done = type(b.content) == "string" and b.content:sub(1, #ELIDED) == ELIDED
+          if seen > keep and not done and size >= MIN_BYTES then
+            local line = ("%s: %s (%d bytes).]"):format(ELIDED, describe(use_of(self.messages, i, b.tool_use_id), b), size)
+            m.content[j] = { type = "tool_result", tool_use_id = b.tool_use_id, is_error = b.is_error, content = line }
+            n, freed = n + 1, freed + size - #line
+          end
+        end
+      end
+    end
+  end
+  -- the freed bytes were in the last answer's figures, or in what was added since
+  local from_added = math.min(self.added_bytes, freed)
+  self.added_bytes = self.added_bytes - from_added
+  self.base_tokens = math.max(0, self.base_tokens - (freed - from_added) // M.BYTES_PER_TOKEN)
+  return n, freed
+end
+
+-- The index of the assistant message that starts the latest `keep_turns` exchanges, or nil.
+local function tail_start(messages, keep_turns)
+  if keep_turns <= 0 then return nil end
+  local found = 0
+  for i = #messages, 1, -1 do
+    if messages[i].role == "assistant" then
+      found = found + 1
+      if found == keep_turns then return i end
+    end
+  end
+  return nil
+end
+
+-- The conversation after a summary: one user message (the ask and the summary), then the
+-- latest exchanges as they were. The size is unknown until the next answer: counted by bytes,
+-- with the system prompt and tools.
+function Conv:restart(first_text, keep_turns)
+  local k = tail_start(self.messages, keep_turns)
+  local out = { { role = "user", content = { { type = "text", text = first_text } } } }
+  if k then
+    for i = k, #self.messages do out[#out + 1] = self.messages[i] end
+  end
+  local kept = #out - 1
+  self.messages = out
+  self.base_tokens, self.added_bytes = self.fixed_tokens, 0
+  for _, m in ipairs(out) do self.added_bytes = self.added_bytes + bytes_of(m.content) end
+  return kept
+end
+
+local CACHE = { type = "ephemeral" }
+
+local function marked(message)
+  local content = message.content
+  if type(content) == "string" then
+    return { role = message.role, content = { { type = "text", text = content, cache_control = CACHE } } }
+  end
+  local copy = {}
+  for i, b in ipairs(content) do copy[i] = b end
+  local last = {}
+  for k, v in pairs(copy[#copy]) do last[k] = v end
+  last.cache_control = CACHE
+  copy[#copy] = last
+  return { role = message.role, content = copy }
+end
+
+-- The messages as a request sends them: the latest two user messages carry a cache
+-- breakpoint (the newest writes the prefix up to it; the one before reads what the previous
+-- request wrote), the stored conversation is not changed. With the system prompt's and the
+-- tools' breakpoints that makes the API's limit of 4.
+function M.with_breakpoints(messages)
+  local out, marks = {}, 0
+  for i = #messages, 1, -1 do
+    local m = messages[i]
+    if marks < 2 and m.role == "user" and (type(m.content) == "string" and m.content ~= "" or
+        type(m.content) == "table" and #m.content > 0) then
+      out[i] = marked(m)
+      marks = marks + 1
+    else
+      out[i] = m
+    end
+  end
+  return out
+end
+
+return M
