@@ -510,15 +510,15 @@ static int push_spawn_fail(lua_State *L, const char *program, const char *cwd, i
   return n;
 }
 
-static int push_walled_fail(lua_State *L, const char *program, const char *socket_path, int err) {
+/* (the socket's path is the host's: never in a message a user may read) */
+static int push_walled_fail(lua_State *L, const char *program, int err) {
   if (err == E2BIG)
     lua_pushfstring(L, "cannot start '%s' inside the sandbox instance: the command and its "
                        "environment are over the spawner's limits (%d arguments, %d variables, "
                        "%d bytes)", program, WALLS_MAX_ARGS, WALLS_MAX_ENV, WALLS_MAX_REQUEST);
   else
-    lua_pushfstring(L, "cannot start '%s' inside the sandbox instance: its spawner at %s does "
-                       "not answer (%s); is the instance asleep?", program, socket_path,
-                    strerror(err));
+    lua_pushfstring(L, "cannot start '%s' inside the sandbox instance: its spawner does not "
+                       "answer (%s); the instance has ended", program, strerror(err));
   int n = sb_push_fail(L, "spawn", lua_tostring(L, -1));
   lua_remove(L, -3); /* the message text */
   return n;
@@ -592,7 +592,7 @@ static int l_spawn(lua_State *L) {
     luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref);
     p->self_ref = LUA_NOREF;
     if (walls)
-      return push_walled_fail(L, a.argv[0], walls, rc);
+      return push_walled_fail(L, a.argv[0], rc);
     return push_spawn_fail(L, a.argv[0], a.cwd, rc);
   }
   /* From here on nothing raises: the child is supervised until it is reaped. */

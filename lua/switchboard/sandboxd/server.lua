@@ -45,7 +45,7 @@ function M.start(opts)
     max_instances = max and function() return max end
       or function() return policy.current().timeouts.sandbox.max_instances end,
     sleep_after_ms = function() return policy.current().timeouts.sandbox.sleep_after_ms end,
-    new_runner = opts.new_runner or runner.factory(opts.root, opts.walls),
+    new_runner = opts.new_runner or runner.factory(opts.root, opts.walls, log),
     label = runner.label, -- a hash of the thread key: logs never carry the key
     log = log,
   }

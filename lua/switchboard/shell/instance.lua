@@ -436,6 +436,8 @@ function Instance:start()
     self.hold_result = r
     if not self.pid then self.starting:abort("exited") end
     self.done:abort("exited")
+    -- ended on its own (not stopped by us): whoever owns the instance retires it
+    if self.state == "ready" and self.on_exit then self.on_exit(self) end
   end)
   core.sleep(READY_TIMEOUT_MS, self.starting)
   if not self.pid then
@@ -515,6 +517,24 @@ function Instance:explain(before, exit)
   end
   if #lines == 0 then return nil end
   return table.concat(lines, "\n")
+end
+
+-- Whether the instance ended on its own: its holder (the spawner) exited while it was ready —
+-- a command killed every process of it (`kill -9 -1` ends the PID namespace's init, and bwrap
+-- with it), or the kernel did at its memory limit. Nothing can run in it any more.
+function Instance:dead()
+  return self.state == "ready" and self.hold_result ~= nil
+end
+
+-- Whether files in its tmpfs mounts (/dev/shm, /tmp: memory charged to its cgroup, which no
+-- kill frees) hold at least half of its memory limit.
+function Instance:memory_held_by_files()
+  if self.state ~= "ready" or not self.cgroups then return false end
+  local f = io.open(self.cgroups.memory .. "/memory.stat", "r")
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  local shmem = tonumber(text:match("^shmem (%d+)") or text:match("\nshmem (%d+)"))
+  return shmem ~= nil and shmem >= self.snap.isolation.memory_bytes / 2
 end
 
 -- Every process of the instance is gone when this returns: the holder (and with it bwrap's

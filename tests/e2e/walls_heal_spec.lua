@@ -1,0 +1,150 @@
+-- Black-box: an instance that killed its own spawner heals (issue 22 item 3). A command can end
+-- every process of its instance (`kill -9 -1`: the PID namespace's init goes, and with it the
+-- spawner's reason to serve) or run it out of memory (filling /dev/shm, a tmpfs charged to the
+-- instance's memory cgroup); before, every later request of the thread failed "spawner does not
+-- answer" with a host socket path. Now the dead instance is retired — none of its processes,
+-- cgroups or mount namespace left — and the thread's next request runs in a fresh instance on
+-- the same workspace, whose files are intact; what the user reads names what happened, never a
+-- host path.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local S = require("support.sandbox")
+local policies = require("support.policies")
+local procs = require("support.procs")
+
+local UID_BASE = 1400000 + (core.crypto.random_bytes(2):byte(1) * 256 + core.crypto.random_bytes(1):byte()) * 64
+local UID_COUNT = 64
+
+local function policy_dir()
+  return policies.dir{
+    timeouts = function(src) return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"10m\"\n" end,
+    -- spare_instances = 0: every cgroup of the server is an awake thread's; a small memory
+    -- limit so that filling /dev/shm reaches it in a moment
+    isolation = function(src)
+      return src .. ("\nuid_base = %d\nuid_count = %d\nspare_instances = 0\nmemory_bytes = 96 * MiB\n")
+        :format(UID_BASE, UID_COUNT)
+    end,
+  }
+end
+
+local describe_walls = require("support.walls").probe(policy_dir(),
+  { describe = describe, it = it, pending = pending })
+
+after_each(S.cleanup_servers)
+teardown(S.cleanup)
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- This run's instance processes (host uid in our range), as "pid:starttime" (a pid alone may
+-- be reused), with each one's mount namespace.
+local function instance_procs()
+  local out = {}
+  for _, pid in ipairs(procs.pids()) do
+    local status = read("/proc/" .. pid .. "/status") or ""
+    local uid = tonumber(status:match("\nUid:%s+%d+%s+(%d+)"))
+    if uid and uid >= UID_BASE and uid < UID_BASE + UID_COUNT and status:match("\nState:%s+(%S)") ~= "Z" then
+      local stat = read("/proc/" .. pid .. "/stat") or ""
+      local start = stat:match("^%d+ %b() %S+" .. (" %S+"):rep(18) .. " (%d+)")
+      local ok, mnt = pcall(function()
+        local p = io.popen("readlink /proc/" .. pid .. "/ns/mnt 2>/dev/null")
+        local s = p:read("l"); p:close(); return s
+      end)
+      out[pid .. ":" .. tostring(start)] = ok and mnt or "?"
+    end
+  end
+  return out
+end
+
+-- Every mount namespace any process of the host is in.
+local function host_mount_namespaces()
+  local seen = {}
+  local p = io.popen("for p in /proc/[0-9]*; do readlink $p/ns/mnt; done 2>/dev/null")
+  for line in p:lines() do seen[line] = true end
+  p:close()
+  return seen
+end
+
+-- The instance directories (i<N>) under this server's cgroup, in the pids controller.
+local function instance_cgroups(server_pid)
+  local p = io.popen(("find /sys/fs/cgroup -maxdepth 6 -type d -path '*/switchboard-%d/i*' 2>/dev/null"):format(server_pid))
+  local dirs = {}
+  for line in p:lines() do dirs[#dirs + 1] = line end
+  p:close()
+  return dirs
+end
+
+local function exec(h, thread, command)
+  local status, _, raw = S.call(h.url, "/exec", { thread = thread, deadline_ms = 120000,
+    body = { command = command, timeoutMs = 60000 } })
+  assert.equal(200, status, raw)
+  return cjson.decode(raw)
+end
+
+local function no_host_paths(h, text)
+  assert.is_nil(text:find("/tmp/switchboard-walls", 1, true), text)
+  assert.is_nil(text:find(h.root, 1, true), text)
+  assert.is_nil(text:find(".sock", 1, true), text)
+end
+
+local ATTACKS = {
+  { "kill -9 -1", "kill -9 -1; sleep 5" },
+  { "filling /dev/shm", "head -c 1G /dev/zero > /dev/shm/fill; sleep 5" },
+}
+
+describe_walls("an instance whose spawner died", function()
+  for _, attack in ipairs(ATTACKS) do
+    it("is retired after " .. attack[1] .. "; the next request runs in a fresh one on the same files", function()
+      core.run(function()
+        local h = S.start_sandboxd{ policies = policy_dir() }
+        local first = exec(h, "heal", "echo kept > kept.txt && echo started")
+        assert.equal(0, first.exitCode, first.stderr)
+        local before = instance_procs()
+        assert.is_not_nil(next(before), "no instance process seen")
+        local old_ns, host_ns = {}, nil
+        do
+          local p = io.popen("readlink /proc/self/ns/mnt"); host_ns = p:read("l"); p:close()
+        end
+        for _, ns in pairs(before) do
+          if ns ~= host_ns then old_ns[ns] = true end -- bwrap itself runs in the host's
+        end
+        assert.is_not_nil(next(old_ns), "no instance mount namespace seen")
+
+        local hit = exec(h, "heal", attack[2])
+        assert.are_not.equal(0, hit.exitCode)
+        no_host_paths(h, hit.stderr)
+        if hit.stderr:find("while the command ran", 1, true) then -- the spawner died under it: said in words
+          assert.truthy(hit.stderr:find("this sandbox instance ended: every process in it was killed", 1, true), hit.stderr)
+        end
+
+        -- every later request works, in a fresh instance, on the same workspace
+        for i = 1, 3 do
+          local after = exec(h, "heal", "cat kept.txt && echo again-" .. i .. " >> kept.txt && touch /dev/shm/ok")
+          no_host_paths(h, after.stderr)
+          assert.equal(0, after.exitCode, after.stderr)
+          assert.truthy(after.stdout:find("^kept\n"), after.stdout)
+        end
+        -- nothing of the old instance is left: its processes, its mount namespace, its cgroup
+        local now = instance_procs()
+        for id in pairs(before) do assert.is_nil(now[id], "an old instance process is still alive: " .. id) end
+        local namespaces = host_mount_namespaces()
+        for ns in pairs(old_ns) do assert.is_nil(namespaces[ns], "the old mount namespace is still held: " .. ns) end
+        local cgroups = instance_cgroups(h.pid)
+        local per_controller = {}
+        for _, d in ipairs(cgroups) do
+          local c = d:match("^/sys/fs/cgroup/([^/]+)/")
+          per_controller[c] = (per_controller[c] or 0) + 1
+        end
+        for c, n in pairs(per_controller) do assert.equal(1, n, c .. ": " .. table.concat(cgroups, " ")) end
+        assert.truthy(h.log():find("sandboxd.instance_retired", 1, true), h.log())
+        h:stop()
+        assert.equal(0, h:wait().exit)
+      end)
+    end)
+  end
+end)
