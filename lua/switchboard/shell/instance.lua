@@ -376,6 +376,19 @@ local function limit_writes(self)
   return w
 end
 
+-- The init's pid namespace dies with it — a fork into it fails from then on — before bwrap and
+-- the holder have noticed; so the init itself is looked at too (its /proc entry, the same
+-- process by its start time, not a zombie: one small read).
+local function init_state(pid)
+  local f = pid and io.open("/proc/" .. pid .. "/stat", "r")
+  local stat = f and f:read("a")
+  if f then f:close() end
+  if not stat then return nil end
+  local state, rest = stat:match("^%d+ %b() (%S) (.*)$")
+  local start = rest and rest:match("^" .. ("%S+ "):rep(18) .. "(%d+)")
+  return state, start
+end
+
 -- Creates the namespaces and cgroups (once; later calls return at once). Waits for the
 -- helper's "ready <pid>".
 function Instance:start()
@@ -447,6 +460,7 @@ function Instance:start()
     self:stop()
     return nil, self.start_err
   end
+  self.init_start = select(2, init_state(self.pid))
   self.state = "ready"
   return true
 end
@@ -523,7 +537,10 @@ end
 -- a command killed every process of it (`kill -9 -1` ends the PID namespace's init, and bwrap
 -- with it), or the kernel did at its memory limit. Nothing can run in it any more.
 function Instance:dead()
-  return self.state == "ready" and self.hold_result ~= nil
+  if self.state ~= "ready" then return false end
+  if self.hold_result ~= nil then return true end
+  local state, start = init_state(self.pid)
+  return state == nil or state == "Z" or state == "X" or start ~= self.init_start
 end
 
 -- Whether files in its tmpfs mounts (/dev/shm, /tmp: memory charged to its cgroup, which no

@@ -32,21 +32,31 @@ local RETIRED = {
 }
 M.RETIRED = RETIRED
 
+local RETIRE_WAIT_MS = 60000 -- a bound only: stop's own waits are shorter
+
 -- The instance can no longer run anything (its spawner is gone, or its memory is held by files
 -- no kill frees): it is stopped — every process, its cgroups, and with its processes its
 -- mount namespace — and the next ensure builds a fresh one on the same workspace, whose files
--- stay. Marked before the stop yields, so a request meanwhile builds the replacement.
-local function retire(r, why)
-  local old = r.instance
-  if not old or old.retired then return end
-  old.retired = true
-  r.instance = nil
-  r.replacing = { uid = old.uid, ro_binds = old.ro_binds }
-  local handle = r.handle
-  r.handle = nil
+-- stay. Marked before the stop yields, so a request meanwhile builds the replacement; a caller
+-- that finds it being retired waits until it is gone, so whoever says it is gone is right.
+
+local function retire(r, why, old)
+  old = old or r.instance
+  if not old then return end
+  if old.retired then -- another task is retiring it: done when that one is
+    core.sleep(RETIRE_WAIT_MS, old.retired)
+    return
+  end
+  old.retired = core.signal()
+  local handle
+  if r.instance == old then -- (else it was replaced already: nothing of the runner is its)
+    r.instance, r.replacing = nil, { uid = old.uid, ro_binds = old.ro_binds }
+    handle, r.handle = r.handle, nil
+  end
   if r.log then r.log("warn", "sandboxd.instance_retired", { instance = r.label, reason = why }) end
   old:stop()
   if handle then handle:close() end
+  old.retired:abort("retired")
 end
 M.retire = retire
 
@@ -89,7 +99,7 @@ function M.ensure(r)
   local ok, err = inst:start()
   if not ok then return nil, err end
   -- ended on its own later: retired at once, so nothing of it outlives it
-  inst.on_exit = function() if r.instance == inst then retire(r, "dead") end end
+  inst.on_exit = function() if r.instance == inst then retire(r, "dead", inst) end end
   if r.replacing and r.instance == inst then
     local old_uid = r.replacing.uid
     r.replacing = nil
@@ -157,7 +167,7 @@ function M.exec(r, spec)
     -- the instance is retired and the command runs in a fresh one — once
     if inst.done and not spec.retried then core.sleep(SPAWNER_EXIT_MS, inst.done) end
     if (inst:dead() or inst.retired) and not spec.retried then
-      retire(r, "dead")
+      retire(r, "dead", inst)
       spec.retried = true
       return M.exec(r, spec)
     end
@@ -168,10 +178,10 @@ function M.exec(r, spec)
   -- the socket ended without an answer: the spawner is gone, its holder's exit follows
   if inst.done and (res.stderr or ""):find(LOST, 1, true) then core.sleep(SPAWNER_EXIT_MS, inst.done) end
   if inst:dead() or inst.retired then -- (retired already when its holder's exit came first)
-    retire(r, "dead")
+    retire(r, "dead", inst)
     res.stderr = append_line(res.stderr or "", RETIRED.dead)
   elseif inst:counters().oom > before.oom and inst:memory_held_by_files() then
-    retire(r, "memory")
+    retire(r, "memory", inst)
     res.stderr = append_line(res.stderr or "", RETIRED.memory)
   end
   measure(r)
