@@ -64,9 +64,11 @@ end
 local out = { load_before = loadavg() }
 core.run(function()
   local timeouts = function(src) return src .. "\n" .. S.FAST .. 'sandbox.sleep_after = "10m"\n' end
-  local dir = policies.dir{ timeouts = timeouts }
+  -- ALIVE + N instances must fit the host's file table (isolation fleet_files_percent): small walls
+  local small = "\npids_max = 32\nopen_files = 128\n"
+  local dir = policies.dir{ timeouts = timeouts, isolation = function(src) return src .. small end }
   local cold_dir = policies.dir{ timeouts = timeouts,
-    isolation = function(src) return src .. "\nspare_instances = 0\n" end }
+    isolation = function(src) return src .. small .. "\nspare_instances = 0\n" end }
   local servers = {
     { "walled", S.start_sandboxd{ policies = dir, args = { "--max-instances", tostring(ALIVE + N + 10) } } },
     { "cold", S.start_sandboxd{ policies = cold_dir, args = { "--max-instances", tostring(N + 10) } } },

@@ -16,16 +16,29 @@ network = "host"
 -- Per instance, through cgroups (v1 memory/pids/cpu controllers, or v2). A command that hits
 -- one is answered in words naming the setting.
 memory_bytes = 4096 * MiB        -- RAM + page cache of all its processes; past it the kernel kills
-pids_max = 512                   -- processes and threads at once; past it fork fails
+pids_max = 160                   -- processes and threads at once; past it fork fails
 cpu_percent = 200                -- CPU time per wall second (a CFS quota), in % of one core
 
 -- Per process, through rlimits.
-open_files = 4096                -- RLIMIT_NOFILE
+open_files = 256                 -- RLIMIT_NOFILE
+
+-- The host's file table (fs.file-max) is shared by everything on the host: an instance can hold
+-- at most pids_max × open_files of it, and a full fleet (timeouts sandbox.max_instances plus
+-- spare_instances) at most this percentage of it — checked when the policy loads (and by
+-- sandboxd at start for --max-instances), so that no fleet can exhaust the table. With the
+-- numbers above: 160 × 256 = 40,960 per instance, 26 instances = 1.07 M of a 24 GiB host's
+-- 2.47 M (43 %). A bigger fleet needs lower numbers here or a host with a larger table.
+fleet_files_percent = 50
 file_size_bytes = 4096 * MiB     -- RLIMIT_FSIZE: no single file grows past this
 
 -- The workspace's size, measured after each command; past it the instance's next command or
 -- write is refused in words until files are deleted.
 workspace_max_bytes = 20480 * MiB
+
+-- Instances started at once by one server; more wait their turn. Each start is a few spawns
+-- on the server's event loop: a burst of new threads then never holds up the heartbeats of
+-- commands already running (issue 28).
+starts_at_once = 8
 
 -- Instances built ahead, each taken by the next new thread (its first command then skips the
 -- instance's start: cgroups, namespaces, mounts, 15-20 ms on a quiet host and far more under

@@ -37,3 +37,16 @@ events = {
 }
 
 drain_ms = 30 * second                -- on TERM, running asks get this long before they are killed
+
+-- What an agent run gets from Slack besides the ask (docs/slack.md "Context"): the first run in
+-- a thread gets the thread's earlier messages (the newest max_messages, at most max_bytes, each
+-- with its author's name); files attached to the ask are fetched with the bot token — images
+-- (PNG, JPEG, GIF, WebP) up to max_image_bytes as images, text files cut at
+-- max_text_file_bytes, anything else named on the card and skipped.
+context = {
+  max_messages = 30,
+  max_bytes = 16 * KiB,
+  max_files = 5,
+  max_image_bytes = 5 * MiB,        -- the Messages API's limit for one image
+  max_text_file_bytes = 64 * KiB,
+}

@@ -9,11 +9,13 @@
 #include "../fs/fs.h"
 #include "../http/http.h"
 #include "../io/io.h"
+#include "../json/json.h"
 #include "../log/log_lua.h"
 #include "../notify/notify.h"
 #include "../proc/proc.h"
 #include "../secrets/secrets.h"
 #include "../sse/sse_lua.h"
+#include "../store/store.h"
 #include "../ws/ws.h"
 
 /* Each sets its fields on the table at the top of the stack; order only matters for the
@@ -22,7 +24,7 @@ static int (*const openers[])(lua_State *) = {
     sb_engine_open,      sb_log_open,         sb_proc_open, sb_http_client_open,
     sb_http_server_open, sb_crypto_open,      sb_fs_open,   sb_stdin_open,
     sb_ws_open,          sb_secrets_open,     sb_sse_open,         sb_notify_open,
-    sb_tty_open,
+    sb_tty_open,         sb_json_open,        sb_store_open,
 };
 
 static char finalizer_key;

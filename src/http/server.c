@@ -50,6 +50,8 @@ typedef struct {
   int status;
   sb_http_frame frame; /* the framing decided when the head was built */
   lua_State *drainer;  /* a task waiting in res:drain(), or NULL */
+  char *held;          /* res:start{hold}: the head, sent with the first body bytes or the end */
+  size_t held_len;
   double started_ms;
   const char *method;  /* llhttp's static name */
   char path[LOG_PATH_MAX + 4]; /* for log lines: cut, "..." marks the cut */
@@ -296,6 +298,8 @@ static void detach(res_ud *r) {
   if (c == NULL)
     return;
   wake_drainer(r, false);
+  free(r->held);
+  r->held = NULL;
   r->c = NULL;
   c->exchange = NULL;
   luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, r->ref);
@@ -322,10 +326,24 @@ static void complete(res_ud *r) {
   sb_http_conn_response_done(c);
 }
 
+enum { MAX_PIECES = 6 };
+
+/* A held head goes out in the same write as the first bytes after it: a short answer is one
+ * segment instead of three (head, body, last chunk). */
 static bool send_bytes(res_ud *r, const uv_buf_t *bufs, unsigned n) {
   if (r->c == NULL)
     return false;
-  return sb_http_conn_write(r->c, bufs, n); /* on false the connection detached r */
+  if (r->held == NULL)
+    return sb_http_conn_write(r->c, bufs, n); /* on false the connection detached r */
+  uv_buf_t all[MAX_PIECES + 1];
+  char *held = r->held;
+  r->held = NULL;
+  all[0] = uv_buf_init(held, (unsigned)r->held_len);
+  for (unsigned i = 0; i < n && i < MAX_PIECES; i++)
+    all[i + 1] = bufs[i];
+  bool ok = sb_http_conn_write(r->c, all, (n < MAX_PIECES ? n : MAX_PIECES) + 1); /* copies what waits */
+  free(held);
+  return ok;
 }
 
 static int check_status(lua_State *L, int idx) {
@@ -462,41 +480,53 @@ static void push_head(lua_State *L, res_ud *r, int status, int hidx, lua_Integer
   r->status = status;
 }
 
-/* Sends body bytes in the response's framing. Returns false when they were dropped because
- * the peer is gone. */
-static bool body_bytes(lua_State *L, res_ud *r, const char *data, size_t n) {
+/* Frames body bytes into bufs (3 pieces: chunk prefix, bytes, suffix); returns how many
+ * pieces to send (0: nothing). */
+static unsigned frame_bytes(lua_State *L, res_ud *r, const char *data, size_t n,
+                            sb_http_body_piece *piece, uv_buf_t bufs[3]) {
   if (n > MAX_WRITE_BYTES)
     luaL_error(L, "res:write: at most %d bytes per call", MAX_WRITE_BYTES);
-  if (r->c == NULL)
-    return false;
-  sb_http_body_piece piece;
-  switch (sb_http_frame_body(&r->frame, n, &piece)) {
+  switch (sb_http_frame_body(&r->frame, n, piece)) {
   case SB_HTTP_BODY_OVER:
-    return luaL_error(L, "res:write: %I bytes over the declared content-length",
-                      (lua_Integer)piece.over);
+    return (unsigned)luaL_error(L, "res:write: %I bytes over the declared content-length",
+                                (lua_Integer)piece->over);
   case SB_HTTP_BODY_SKIP:
-    return true;
-  default: {
-    uv_buf_t bufs[3] = {uv_buf_init(piece.prefix, (unsigned)piece.prefix_len),
-                        uv_buf_init((char *)data, (unsigned)n),
-                        uv_buf_init((char *)piece.suffix, (unsigned)piece.suffix_len)};
-    return send_bytes(r, bufs, 3);
-  }
+    return 0;
+  default:
+    bufs[0] = uv_buf_init(piece->prefix, (unsigned)piece->prefix_len);
+    bufs[1] = uv_buf_init((char *)data, (unsigned)n);
+    bufs[2] = uv_buf_init((char *)piece->suffix, (unsigned)piece->suffix_len);
+    return 3;
   }
 }
 
-/* Ends the body: the last chunk, or a close when fewer bytes than declared were sent. */
-static void end_body(res_ud *r) {
+/* Sends body bytes in the response's framing. Returns false when they were dropped because
+ * the peer is gone. */
+static bool body_bytes(lua_State *L, res_ud *r, const char *data, size_t n) {
+  if (r->c == NULL)
+    return false;
+  sb_http_body_piece piece;
+  uv_buf_t bufs[3];
+  unsigned k = frame_bytes(L, r, data, n, &piece, bufs);
+  return k == 0 || send_bytes(r, bufs, k);
+}
+
+/* Ends the body: the last chunk, or a close when fewer bytes than declared were sent. `pre`
+ * (npre pieces: the last body bytes) goes out in the same write as the last chunk. */
+static void end_body(res_ud *r, const uv_buf_t *pre, unsigned npre) {
   if (r->c == NULL)
     return;
   char end[SB_HTTP_FRAME_END_MAX];
   bool short_body;
   size_t n = sb_http_frame_end(&r->frame, end, &short_body);
-  if (n > 0) {
-    uv_buf_t last = uv_buf_init(end, (unsigned)n);
-    if (!send_bytes(r, &last, 1))
-      return;
-  }
+  uv_buf_t bufs[4];
+  unsigned k = 0;
+  for (; k < npre && k < 3; k++)
+    bufs[k] = pre[k];
+  if (n > 0)
+    bufs[k++] = uv_buf_init(end, (unsigned)n);
+  if ((k > 0 || r->held != NULL) && !send_bytes(r, bufs, k))
+    return;
   if (short_body) {
     sb_log_field f[] = {{"method", r->method, false}, {"path", r->path, false}};
     sb_log_write("warn", "http.short_body", f, 2);
@@ -515,27 +545,49 @@ static int opt_headers(lua_State *L, int idx) {
   return idx;
 }
 
-/* res:start(status [, headers]) → true, or false when the peer is gone. */
+/* res:start(status [, headers [, {hold = true}]]) → true, or false when the peer is gone.
+ * hold: the head waits for the first body bytes (or the end) and goes out in their write. */
 static int l_res_start(lua_State *L) {
   res_ud *r = check_res(L);
   int status = check_status(L, 2);
   int hidx = opt_headers(L, 3);
+  bool hold = false;
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    hold = lua_getfield(L, 4, "hold") != LUA_TNIL && lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
   if (r->phase != RES_FRESH)
     return luaL_error(L, "res:start: the response was already started");
   push_head(L, r, status, hidx, -1);
   r->phase = RES_STARTED;
   size_t n;
   const char *head = lua_tolstring(L, -1, &n);
+  if (hold && r->c != NULL && (r->held = malloc(n)) != NULL) {
+    memcpy(r->held, head, n);
+    r->held_len = n;
+    lua_pushboolean(L, 1);
+    return 1;
+  }
   uv_buf_t buf = uv_buf_init((char *)head, (unsigned)n);
   lua_pushboolean(L, send_bytes(r, &buf, 1));
   return 1;
 }
 
-/* res:write(bytes) → true, or false when the peer is gone (the bytes are dropped). */
+/* res:write(bytes [, i [, j]]) → true, or false when the peer is gone (the bytes are dropped).
+ * i, j: the slice bytes:sub(i, j) would give, sent without making that copy. */
 static int l_res_write(lua_State *L) {
   res_ud *r = check_res(L);
   size_t n;
   const char *data = luaL_checklstring(L, 2, &n);
+  if (!lua_isnoneornil(L, 3)) {
+    lua_Integer i = luaL_checkinteger(L, 3), j = luaL_optinteger(L, 4, (lua_Integer)n);
+    luaL_argcheck(L, i >= 1, 3, "must be at least 1");
+    if (j > (lua_Integer)n)
+      j = (lua_Integer)n;
+    data += i - 1;
+    n = j >= i ? (size_t)(j - i + 1) : 0;
+  }
   if (r->phase == RES_FRESH)
     return luaL_error(L, "res:write: call res:start first");
   if (r->phase == RES_FINISHED)
@@ -575,9 +627,10 @@ static int l_res_finish(lua_State *L) {
     return luaL_error(L, "res:finish: call res:start first (or res:send)");
   if (r->phase == RES_FINISHED)
     return luaL_error(L, "res:finish: the response is already finished");
-  if (data != NULL && n > 0)
-    body_bytes(L, r, data, n);
-  end_body(r);
+  sb_http_body_piece piece;
+  uv_buf_t bufs[3];
+  unsigned k = data != NULL && n > 0 && r->c != NULL ? frame_bytes(L, r, data, n, &piece, bufs) : 0;
+  end_body(r, bufs, k); /* the last bytes and the last chunk in one write */
   r->phase = RES_FINISHED;
   lua_pushboolean(L, !r->closed);
   return 1;
@@ -634,13 +687,20 @@ static void res_settle(lua_State *L, res_ud *r, bool failed) {
       send_whole(L, r, 204, 0, "", 0);
     }
   } else if (r->phase == RES_STARTED) {
-    if (failed) { /* mid-body: a close tells the peer the body is incomplete */
+    if (failed && r->held != NULL) { /* nothing was sent yet: a whole 500 can still go */
+      sb_http_conn *c = r->c;
+      r->status = 500;
+      r->phase = RES_FINISHED;
+      log_request(r, "handler raised");
+      detach(r);
+      sb_http_conn_answer(c, 500, "internal server error");
+    } else if (failed) { /* mid-body: a close tells the peer the body is incomplete */
       sb_http_conn *c = r->c;
       log_request(r, "handler raised mid-response");
       detach(r);
       sb_http_conn_close(c);
     } else {
-      end_body(r);
+      end_body(r, NULL, 0);
     }
     r->phase = RES_FINISHED;
   }

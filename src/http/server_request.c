@@ -220,6 +220,9 @@ static int on_headers_complete(llhttp_t *p) {
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > r->limits.max_body_bytes)
     return fail(r, 413, "request body too large");
   r->has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
+  /* Known from the head alone; the server decides on it before a body is read (head_done),
+   * so waiting for on_message_complete would close every connection that carried a body. */
+  r->keep_alive = llhttp_should_keep_alive(p) && !p->upgrade && p->method != HTTP_CONNECT;
   for (size_t i = 0; i < r->n_headers; i++) {
     const sb_http_header *h = &r->headers[i];
     if (!equals_nocase(sb_http_header_name(r, i), h->name_len, "expect"))

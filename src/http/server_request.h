@@ -55,7 +55,7 @@ typedef struct {
 
   bool expect_continue; /* `expect: 100-continue` on a request that has a body */
   bool has_body;        /* valid from HEAD_DONE: a content-length > 0 or a chunked body */
-  bool keep_alive;      /* valid in DONE: the connection may carry another request */
+  bool keep_alive;      /* valid from HEAD_DONE: the connection may carry another request */
   bool upgrade;         /* valid in DONE: CONNECT or Upgrade; the connection must close after */
 
   int error_status;       /* valid in ERROR: 400, 413, 417, 431, 501 or 505 */

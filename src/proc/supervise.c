@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -696,6 +697,26 @@ static int l_proc_count(lua_State *L) {
   return 1;
 }
 
+/* core.open_files_limit([want]) → soft, hard: this process's RLIMIT_NOFILE; with want, the soft
+ * limit is first raised (never lowered) towards want, up to the hard limit. A server sizes its
+ * descriptors from its policy at start (sandboxd/descriptors.lua) instead of meeting EMFILE. */
+static int l_open_files_limit(lua_State *L) {
+  lua_Integer want = luaL_optinteger(L, 1, -1);
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return luaL_error(L, "open_files_limit: getrlimit: %s", strerror(errno));
+  if (want > 0 && (rlim_t)want > rl.rlim_cur) {
+    rlim_t cur = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || (rlim_t)want < rl.rlim_max ? (rlim_t)want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+      rl.rlim_cur = cur;
+  }
+  lua_Integer big = (lua_Integer)1 << 40;
+  lua_pushinteger(L, rl.rlim_cur == RLIM_INFINITY ? big : (lua_Integer)rl.rlim_cur);
+  lua_pushinteger(L, rl.rlim_max == RLIM_INFINITY ? big : (lua_Integer)rl.rlim_max);
+  return 2;
+}
+
 static int l_kill_all(lua_State *L) {
   (void)L;
   kill_all(SIGKILL);
@@ -740,7 +761,8 @@ int sb_proc_open(lua_State *L) {
   }
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {
-      {"spawn", l_spawn}, {"proc_count", l_proc_count}, {"kill_all", l_kill_all}, {NULL, NULL}};
+      {"spawn", l_spawn}, {"proc_count", l_proc_count}, {"kill_all", l_kill_all},
+      {"open_files_limit", l_open_files_limit}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
   return 0;
 }

@@ -814,8 +814,9 @@ static int receive_body(conn *c) {
   return 1;
 }
 
-/* In the forked child: the received fds become 0-2, then the command runs in a process group
- * of its own with the rlimits, no capabilities and no_new_privs. */
+/* In the vforked child (it shares the spawner's memory until exec: system calls only, _exit
+ * on every failure): the received fds become 0-2, then the command runs in a process group of
+ * its own with the rlimits, no capabilities and no_new_privs. */
 static void exec_command(const options *o, const walls_request *req, const int fds[3])
     __attribute__((noreturn));
 static void exec_command(const options *o, const walls_request *req, const int fds[3]) {
@@ -858,13 +859,21 @@ static void start_command(const options *o, conn *c) {
     conn_refuse(c, line);
     return;
   }
-  pid_t pid = fork();
+  /* vfork, not fork (issue 28): the child borrows the spawner's memory until its exec instead
+   * of copying its page tables, and the spawner waits that long. Safe here because the spawner
+   * installs no signal handlers (SIGCHLD is blocked and read from a signalfd, the rest keep
+   * their dispositions), the child only makes system calls, dies with _exit, and the one global
+   * it writes, environ, is put back below once the child has exec'd or died. */
+  extern char **environ;
+  char **own_environ = environ;
+  pid_t pid = vfork();
+  if (pid == 0)
+    exec_command(o, &req, c->fds);
+  environ = own_environ;
   if (pid < 0) {
     conn_refuse(c, "cannot fork into the instance (its process limit?)");
     return;
   }
-  if (pid == 0)
-    exec_command(o, &req, c->fds);
   (void)setpgid(pid, pid); /* also here: a signal forwarded at once must find the group */
   c->pid = pid;
   conn_drop_request(c);

@@ -224,7 +224,12 @@ describe("agent runs in switchboard console", function()
     }, { "agent:coding first ask", "agent:coding second ask" })
     local asks = {}
     for i, r in ipairs(reqs) do asks[i] = r.body.messages[1].content end
-    assert.same({ "first ask", "first ask", "second ask" }, asks)
+    -- the second ask continues the thread's conversation: its request starts with the first
+    -- ask and ends with the second, after the first run's whole exchange (docs/record.md)
+    assert.same({ "first ask", "first ask", "first ask" }, asks)
+    local last = reqs[3].body.messages
+    assert.equal("second ask", last[#last].content)
+    assert.equal("first done", last[#last - 1].content[1].text)
     assert.matches("first done$", cards.find(out, "> first ask"))
     assert.matches("second done$", cards.find(out, "> second ask"))
   end)

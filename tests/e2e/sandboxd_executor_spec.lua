@@ -244,8 +244,12 @@ describe("sandbox executor → sandboxd", function()
     core.run(function()
       -- on a busy machine 200 commands take longer than FAST's 2 s sleepAfter: the first
       -- workspaces must not sleep before the count at the end
-      local h = S.start_sandboxd{ policies = S.policy_dir(S.FAST .. 'sandbox.sleep_after = "60s"\n'),
-        args = { "--max-instances", "200" } }
+      -- 200 instances must fit the host's file table (isolation fleet_files_percent): small walls
+      local dir = require("support.policies").dir{
+        timeouts = function(src) return src .. "\n" .. S.FAST .. 'sandbox.sleep_after = "60s"\n' end,
+        isolation = function(src) return src .. "\npids_max = 32\nopen_files = 128\n" end,
+      }
+      local h = S.start_sandboxd{ policies = dir, args = { "--max-instances", "200" } }
       local results, done = {}, 0
       local me = core.current()
       for i = 1, 200 do

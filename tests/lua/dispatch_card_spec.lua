@@ -18,7 +18,9 @@ end
 describe("dispatch card", function()
   it("shows agent, backend, repository, the factory's note and the command", function()
     local c = card.new{ thread = "t1", agent = "review", command = "npm test", repo = "acme/api" }
-    assert.matches("\n… queued behind this thread's running ask$", c:render{ max_chars = MAX })
+    assert.matches("\n… queued behind this thread's running ask — its clock starts when it runs$", c:render{ max_chars = MAX })
+    c.behind = "`make` (running)"
+    assert.matches("\n… queued behind `make` %(running%) — its clock starts when it runs$", c:render{ max_chars = MAX })
     c:provisioning()
     c:provisioned("sandbox", "resident unavailable (not provided by this build) — using fresh sandbox")
     local text = c:render{ max_chars = MAX, now_ms = 0 }

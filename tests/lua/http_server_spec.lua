@@ -122,6 +122,51 @@ describe("core.http.serve", function()
     end)
   end)
 
+  it("keeps a connection alive after a POST with a body, for a second POST", function()
+    core.run(function()
+      local ports, bodies = {}, {}
+      local srv = serve(function(req, res)
+        ports[#ports + 1] = req.remote_port
+        bodies[#bodies + 1] = req.body
+        res:send(200, nil, "p" .. #ports)
+      end)
+      local post = "send:POST /exec HTTP/1.1\\r\\nHost: t\\r\\nContent-Length: 5\\r\\n\\r\\n"
+      local c = probe(srv.port, {post .. "one-1", "wait:p1", post .. "two-2", "wait:p2", "close"})
+      local out = c.wait()
+      assert.same({"one-1", "two-2"}, bodies)
+      assert.equal(ports[1], ports[2]) -- one connection carried both
+      assert.equal(2, select(2, out:gsub("HTTP/1%.1 200 OK", "")))
+      assert.is_nil(out:find("connection: close", 1, true))
+      srv:close()
+    end)
+  end)
+
+  it("holds the head of res:start{hold = true} until the body's first bytes or the end", function()
+    core.run(function()
+      local started, go = {}, {}
+      local srv = serve(function(req, res)
+        local hold = req.path == "/held"
+        res:start(200, {["content-type"] = "text/plain"}, hold and {hold = true} or nil)
+        started[req.path] = true
+        go[req.path] = core.signal()
+        core.sleep(60000, go[req.path])
+        res:finish("answer " .. req.path)
+      end)
+      local held = probe(srv.port, {get("/held", "Connection: close\\r\\n"), "read"})
+      wait_until("the held handler started", function() return started["/held"] end, 8000)
+      local plain = probe(srv.port, {get("/plain", "Connection: close\\r\\n"), "read"})
+      plain.wait_output("HTTP/1.1 200", 8000) -- a head not held goes out at once …
+      assert.equal("", held.output())       -- … the held one waits for the body
+      go["/held"]:abort("go")
+      go["/plain"]:abort("go")
+      local out = held.wait()
+      assert.equal(200, status_of(out))
+      assert.equal("answer /held", (dechunk(body_of(out))))
+      assert.truthy(plain.wait():find("answer /plain", 1, true))
+      srv:close()
+    end)
+  end)
+
   it("serves 200 clients at once, each handler in its own task", function()
     core.run(function()
       local N, inside, peak = 200, 0, 0

@@ -35,4 +35,27 @@ describe("sandboxd wire text", function()
     assert.same({ stdout = "x" }, text.decode({ stdout = "x" }))
     assert.same({ stdout = "x", stdoutBase64 = "%%%" }, text.decode({ stdout = "x", stdoutBase64 = "%%%" }))
   end)
+  it("answer_json (C, one pass) says what the Lua encoding says, byte for byte once decoded", function()
+    local core = require("switchboard.core")
+    math.randomseed(28)
+    local pieces = { "a", "é", "日", "\u{10FFFF}", "\"", "\\", "\n", "\0", "\127", "\255", "\192\128",
+      "\237\160\128", "\244\144\128\128", "\226\130", "\240", "/", "\t" }
+    for _ = 1, 2000 do
+      local parts = {}
+      for k = 1, math.random(0, 12) do parts[k] = pieces[math.random(#pieces)] end
+      for k = #parts + 1, #parts + math.random(0, 3) do parts[k] = string.char(math.random(0, 255)) end
+      local s = table.concat(parts)
+      local _, valid = core.json_string(s)
+      assert.equal(text.valid(s), valid, ("%q"):format(s))
+      local doc = { stdout = s, stderr = s:reverse(), exitCode = 3, durationMs = 7 }
+      local fast = text.answer_json({ stdout = doc.stdout, stderr = doc.stderr, exitCode = 3, durationMs = 7 }, cjson)
+      local slow = cjson.encode(text.encode(doc))
+      assert.truthy(utf8.len(fast), ("%q"):format(fast))
+      assert.same(cjson.decode(slow), cjson.decode(fast))
+      assert.equal(s, text.decode(cjson.decode(fast)).stdout)
+    end
+    -- a failure document keeps the generic path
+    local failure = { error = "x", stdout = "", stderr = "x", exitCode = 127 }
+    assert.same(failure, cjson.decode(text.answer_json(failure, cjson)))
+  end)
 end)

@@ -19,12 +19,18 @@ Tests drive it over a control API on the same HTTP port (/_control/...):
   POST /_control/rate_limit {method, count, retry_after}   the next COUNT calls answer 429
   POST /_control/ping {count}                     ping the newest connection COUNT times → {rtt_ms}
   POST /_control/fail {method, error, count}      the next COUNT calls answer ok=false
+  POST /_control/thread {channel, ts, messages}   a thread's earlier messages ({ts, user, text}),
+                                                  for conversations.replies
+  POST /_control/file {name, mimetype, content_b64} → a file object as on a message; its
+                                                  url_private(_download) serves the bytes to the
+                                                  bot token only (else Slack's sign-in HTML)
   GET  /_control/state                            everything it saw (calls, acks, connections)
 
 Usage: SLACK_BOT_TOKEN=… SLACK_APP_TOKEN=… slack_standin.py   (prints "READY <http port>")
 The tokens it accepts come from the environment, so they never sit in argv.
 """
 import asyncio
+import base64
 import json
 import os
 import sys
@@ -49,6 +55,13 @@ state = {
     "messages": {},       # ts -> {channel, thread_ts, text, blocks, updates}
     "reactions": [],
     "unacked_junk": [],   # frames from the client that were not acks
+    "threads": {},        # "channel/ts" -> [message] seeded by a spec (conversations.replies)
+    "downloads": [],      # {id, token}: every file fetch and the token it came with
+}
+HOSTED = {}        # file id -> {name, mimetype, bytes} (url_private_download)
+USERS = {
+    "U0ANA": {"id": "U0ANA", "name": "ana", "real_name": "Ana Lima", "profile": {"display_name": "ana"}},
+    "U0BEN": {"id": "U0BEN", "name": "ben", "real_name": "Ben Okafor", "profile": {"display_name": "ben"}},
 }
 rate_limits = {}   # method -> [count, retry_after]
 failures = {}      # method -> [count, error]
@@ -133,6 +146,25 @@ def web_api(method, headers, body):
     if method == "reactions.add":
         state["reactions"].append(args)
         return 200, {}, {"ok": True}
+    if method == "conversations.replies":
+        # the thread's messages, oldest first: the ones a spec seeded, then the bot's own posts
+        channel, ts = args.get("channel"), args.get("ts")
+        seeded = state["threads"].get("%s/%s" % (channel, ts))
+        posted = [dict(type="message", ts=k, user=BOT_USER, bot_id=BOT_ID, text=m["text"], thread_ts=ts)
+                  for k, m in state["messages"].items() if m["channel"] == channel and m["thread_ts"] == ts]
+        if seeded is None and not posted:
+            return 200, {}, {"ok": False, "error": "thread_not_found"}
+        msgs = sorted((seeded or []) + posted, key=lambda m: float(m["ts"]))
+        try:
+            limit = int(args.get("limit") or 1000)
+        except ValueError:
+            return 200, {}, {"ok": False, "error": "invalid_arguments"}
+        return 200, {}, {"ok": True, "messages": msgs[:limit], "has_more": len(msgs) > limit}
+    if method == "users.info":
+        u = USERS.get(args.get("user"))
+        if u is None:
+            return 200, {}, {"ok": False, "error": "user_not_found"}
+        return 200, {}, {"ok": True, "user": u}
     if method == "files.getUploadURLExternal":
         try:
             length = int(args.get("length", ""))
@@ -208,6 +240,19 @@ async def control(method, path, body):
             await pong
             rtts.append((time.monotonic() - t) * 1000)
         return 200, {"rtt_ms": rtts}
+    if path == "/_control/thread":
+        state["threads"]["%s/%s" % (args["channel"], args["ts"])] = [
+            dict(type="message", **m) for m in args["messages"]]
+        return 200, {}
+    if path == "/_control/file":
+        # a file as Slack describes it on a message: url_private(_download) need the bot token
+        fid = "F" + uuid.uuid4().hex[:10].upper()
+        data = base64.b64decode(args["content_b64"])
+        HOSTED[fid] = {"name": args["name"], "mimetype": args["mimetype"], "bytes": data}
+        url = "http://127.0.0.1:%d/files-pri/%s-%s/%s" % (port_holder["http"], TEAM, fid, args["name"])
+        return 200, {"id": fid, "name": args["name"], "title": args["name"], "mimetype": args["mimetype"],
+                     "filetype": args.get("filetype", "binary"), "size": len(data),
+                     "url_private": url, "url_private_download": url + "?download=1"}
     if path == "/_control/rate_limit":
         rate_limits[args["method"]] = [args.get("count", 1), args.get("retry_after", 1)]
         return 200, {}
@@ -243,6 +288,19 @@ async def http_conn(reader, writer):
                 status, extra, answer = web_api(path[5:], headers, body)
                 out = json.dumps(answer).encode()
                 ctype = "application/json; charset=utf-8"
+            elif path.startswith("/files-pri/") and method == "GET":
+                # Slack serves a private file only with a token that may read it; without one the
+                # answer is its sign-in page (HTML, 200), not the file
+                fid = path.split("/")[2].split("-", 1)[-1]
+                f = HOSTED.get(fid)
+                auth = headers.get("authorization", "")
+                state["downloads"].append({"id": fid, "token": "bot" if auth == "Bearer " + BOT else "other"})
+                if f is None:
+                    status, out, ctype = 404, b"file not found", "text/plain"
+                elif auth != "Bearer " + BOT:
+                    status, out, ctype = 200, b"<!DOCTYPE html><html><body>Sign in to Slack</body></html>", "text/html; charset=utf-8"
+                else:
+                    status, out, ctype = 200, f["bytes"], f["mimetype"]
             elif path.startswith("/upload/") and method == "POST":
                 fid = path[8:]
                 up = state["uploads"].get(fid)

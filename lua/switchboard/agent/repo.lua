@@ -7,7 +7,9 @@
 -- agent's token there per command) through a credential helper given with `git -c` — which
 -- is never written to .git/config — so the token is in no argv, no URL and no file.
 --
---   repo.prepare(executor, snap, "acme/api", {signal, remaining_ms}) → "cloned" | "fetched"
+--   repo.prepare(executor, snap, "acme/api", {signal, remaining_ms, branch?}) → "cloned" | "fetched"
+--                                                  (then nil, nil, branch when a fresh clone
+--                                                  checked out the thread's branch)
 --                                                                    | nil, problem, kind
 local template = require("switchboard.policy.template")
 local errors = require("switchboard.exec.errors")
@@ -19,8 +21,9 @@ local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 local HELPER = [[!f() { test "$1" = get || exit 0; echo username=x-access-token; echo "password=$GH_TOKEN"; }; f]]
 M.HELPER = HELPER
 
--- The command that clones url into the current directory, or fetches when it is a checkout.
-function M.script(url)
+-- The command that clones url into the current directory, or fetches when it is a checkout;
+-- a fresh clone checks out the thread's branch when the remote has it.
+function M.script(url, branch)
   return table.concat({
     "set -e",
     "export GIT_TERMINAL_PROMPT=0",
@@ -31,6 +34,11 @@ function M.script(url)
     "else",
     '  git "$@" clone --quiet ' .. quote(url) .. " .",
     "  echo cloned",
+    -- a workspace rebuilt after a sleep or recycle continues the thread's branch, so the
+    -- follow-up's push is a fast-forward of what the thread already pushed
+    branch and ("  if git rev-parse -q --verify " .. quote("refs/remotes/origin/" .. branch)
+      .. " >/dev/null; then git checkout -q -B " .. quote(branch) .. " "
+      .. quote("origin/" .. branch) .. "; echo on-branch; fi") or "  :",
     "fi",
   }, "\n")
 end
@@ -41,7 +49,7 @@ end
 
 function M.prepare(ex, snap, repo, ctx)
   local url = M.url(snap, repo)
-  local ok, result, err = pcall(ex.exec, ex, M.script(url), { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
+  local ok, result, err = pcall(ex.exec, ex, M.script(url, ctx.branch), { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if not ok then return nil, "the executor raised: " .. tostring(result), "infra" end
   if result == nil then
     local kind = errors.is_infra(err) and "infra" or errors.is_capacity(err) and "capacity" or "tool"
@@ -54,7 +62,9 @@ function M.prepare(ex, snap, repo, ctx)
       .. "and that switchboard's GitHub credential can read it (docs/github.md)."):format(
       repo, url, tostring(result.exit_code), text), "git"
   end
-  return (result.stdout or ""):match("fetched") and "fetched" or "cloned"
+  local out = result.stdout or ""
+  if out:match("fetched") then return "fetched" end
+  return "cloned", nil, nil, out:match("on%-branch") and ctx.branch or nil
 end
 
 return M

@@ -14,9 +14,17 @@
 -- Every tool_use of an answer gets exactly one tool_result, in order, in the next request:
 -- when the run ends part-way through an answer's calls, the rest are recorded as not run.
 --
---   local state, answer, problem = run.run{snap, def, agent, executor, tracker, client,
---     card, signal, deadline_ms, ask, repo, workspace, transcript, now_ms, instructions?}
+--   local state, answer, problem, result = run.run{snap, def, agent, executor, tracker, client,
+--     card, signal, deadline_ms, ask, repo, workspace, transcript, now_ms, instructions?,
+--     history?, on_turn?}
 --   instructions: agent/instructions.lua's read, appended to the system prompt
+--   history: the thread's earlier conversation (Messages API messages as sent before); the ask
+--     is appended to it as the next user turn (merged into a trailing user message, which a
+--     run cut short after its tool results leaves)
+--   on_turn(messages): called after each turn's messages are complete (the answer, its tool
+--     results), before the next request, so the caller can persist what it acknowledged
+--   result: {messages = the conversation as last sent plus the final answer, tokens_in,
+--     tokens_out}
 local core = require("switchboard.core")
 local template = require("switchboard.policy.template")
 local tools = require("switchboard.agent.tools")
@@ -102,7 +110,7 @@ function M.call_tools(o, uses, turn)
       end
       block = { type = "tool_result", tool_use_id = use.id, content = cap(o.snap, out.content),
                 is_error = out.is_error or nil }
-      o.transcript:write{ type = "tool_result", turn = turn, id = use.id, name = use.name, kind = out.kind,
+      o.transcript:write{ type = "tool_result", turn = turn, id = use.id, name = use.name, input = use.input, kind = out.kind,
                           is_error = out.is_error, duration_ms = o.now_ms() - t0, content = block.content }
       if o.signal.aborted then
         ending = "stopped"
@@ -121,19 +129,44 @@ local function progress(o, base_in, base_out)
   end
 end
 
+-- The history plus the ask as the next user turn. A history that ends with a user message
+-- (tool results of a run that ended there) gets the ask as a text block after them, so roles
+-- still alternate.
+function M.start_messages(history, ask)
+  local messages = {}
+  for i, m in ipairs(history or {}) do messages[i] = m end
+  local ask_content = type(ask) == "table" and ask or { { type = "text", text = ask } }
+  local last = messages[#messages]
+  if last and last.role == "user" then
+    local content = type(last.content) == "string" and { { type = "text", text = last.content } } or {}
+    if type(last.content) == "table" then for i, b in ipairs(last.content) do content[i] = b end end
+    for _, b in ipairs(ask_content) do content[#content + 1] = b end
+    messages[#messages] = { role = "user", content = content }
+  elseif type(ask) == "table" then
+    messages[#messages + 1] = { role = "user", content = ask_content }
+  else
+    messages[#messages + 1] = { role = "user", content = ask }
+  end
+  return messages
+end
+
 function M.run(o)
   o.now_ms = o.now_ms or core.now_ms
   o.tools = tools.definitions(o.snap, o.def)
   o.system = instructions.append(M.system_prompt(o.snap, o.def, o), o.instructions)
-  local messages = { { role = "user", content = o.ask } }
+  local messages = M.start_messages(o.history, o.ask)
+  if o.on_turn then o.on_turn(messages) end -- the ask itself is kept before the first request
   local answer = ""
   local tokens_in, tokens_out = 0, 0
+  local function result()
+    return { messages = messages, tokens_in = tokens_in, tokens_out = tokens_out }
+  end
   o.transcript:write{ type = "run_start", agent = o.agent, model = o.def.model, repo = o.repo,
                       ask = o.ask, system = o.system, tools = o.tools, max_turns = o.def.max_turns }
   for turn = 1, o.def.max_turns do
-    if o.signal.aborted then return "stopped", answer end
+    if o.signal.aborted then return "stopped", answer, nil, result() end
     if o.now_ms() >= o.deadline_ms then
-      return "budget", answer, ("the run's %d minutes (max_run_minutes) are used up"):format(o.def.max_run_minutes)
+      return "budget", answer, ("the run's %d minutes (max_run_minutes) are used up"):format(o.def.max_run_minutes), result()
     end
     o.card:turn(turn)
     local t0 = o.now_ms()
@@ -147,9 +180,9 @@ function M.run(o)
     o.card.waiting = nil
     if not message then
       o.transcript:write{ type = "model_error", turn = turn, kind = err.kind, message = err.message }
-      if err.kind == "aborted" then return "stopped", answer end
-      if err.kind == "budget" then return "budget", answer, err.message end
-      return "model_error", answer, err.message
+      if err.kind == "aborted" then return "stopped", answer, nil, result() end
+      if err.kind == "budget" then return "budget", answer, err.message, result() end
+      return "model_error", answer, err.message, result()
     end
     tokens_in = tokens_in + message.usage.input_tokens
     tokens_out = tokens_out + message.usage.output_tokens
@@ -164,22 +197,25 @@ function M.run(o)
       if message.stop_reason == "max_tokens" then
         answer = answer .. "\n\n[the answer reached max_tokens and was cut]"
       end
-      return "done", answer
+      if #content > 0 then messages[#messages + 1] = { role = "assistant", content = content } end
+      if o.on_turn then o.on_turn(messages) end
+      return "done", answer, nil, result()
     else
       messages[#messages + 1] = { role = "assistant", content = content }
       local results, ending, why = M.call_tools(o, uses, turn)
       messages[#messages + 1] = { role = "user", content = results }
-      if ending == "stopped" then return "stopped", answer end
+      if o.on_turn then o.on_turn(messages) end
+      if ending == "stopped" then return "stopped", answer, nil, result() end
       if ending == "infra" then
         return "infra", answer, ("the executor failed %d times in a row (timeouts health."
           .. "max_consecutive_infra_failures), so the run stopped at once instead of spending "
           .. "turns on a dead sandbox; the next ask provisions a fresh one. Last failure: %s")
-          :format(o.tracker.count, why)
+          :format(o.tracker.count, why), result()
       end
     end
   end
   return "turns", answer, ("the run used its %d turns (max_turns in policies/agents.lua) without "
-    .. "finishing; a follow-up in this thread starts a new run in the same workspace"):format(o.def.max_turns)
+    .. "finishing; a follow-up in this thread continues the conversation in the same workspace"):format(o.def.max_turns), result()
 end
 
 return M

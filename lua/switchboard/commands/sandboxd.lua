@@ -6,6 +6,7 @@ local runner = require("switchboard.sandboxd.runner")
 local metrics = require("switchboard.metrics")
 local walls_mod = require("switchboard.commands.walls")
 local policy = require("switchboard.policy")
+local schema = require("switchboard.policy.schema")
 
 local M = {
   name = "sandboxd",
@@ -116,6 +117,12 @@ function M.run(argv, ctx)
 
   local walls, status = walls_mod.build(p, opts, snap, root, "sandboxd", "sandbox instances", M.EXIT.config)
   if walls == false then return status end
+  -- the policy's max_instances was checked when it loaded; an override is checked here
+  local files = walls and max and schema.fleet_files_problem(snap.isolation, max)
+  if files then
+    if walls then walls:close() end
+    return fail(M.EXIT.config, ("--max-instances %d: %s (policies/isolation.lua)"):format(max, files))
+  end
 
   local srv, serr = server.start{ host = host, port = port, root = root, token = token,
     max_instances = max, walls = walls }

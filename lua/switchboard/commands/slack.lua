@@ -8,6 +8,8 @@ local state = require("switchboard.state")
 local console = require("switchboard.commands.console")
 local webapi = require("switchboard.fronts.slack.webapi")
 local app_mod = require("switchboard.fronts.slack.app")
+local record_mod = require("switchboard.store.record")
+local pages_routes = require("switchboard.pages.routes")
 
 local M = {
   name = "slack",
@@ -159,6 +161,15 @@ function M.run(argv, ctx)
   if not bot then return p:fail(M.EXIT.config, berr) end
   core.log("info", "slack.bot", { user_id = bot.user_id, team_id = bot.team_id, name = bot.user })
 
+  core.fs.mkdir_p(state.dir(), tonumber("700", 8))
+  local rec, rec_err = record_mod.open(state.dir() .. "/record.db", { excerpt_bytes = snap.record.excerpt_bytes })
+  if not rec then
+    return p:fail(M.EXIT.config, ("cannot open the thread record %s/record.db: %s (check the state "
+      .. "directory's permissions and free space)"):format(state.dir(), tostring(rec_err)))
+  end
+  local record_stop = core.signal()
+  local pages_base -- the first listener's own address, when policy names no base_url
+
   local app = app_mod.new{
     bot = bot, policy = policy.current, secret = e.secret, bot_api = bot_api,
     app_api = e.app and webapi.new{ url = e.api_url, token = e.app, deadline_ms = a.deadline_ms,
@@ -170,20 +181,34 @@ function M.run(argv, ctx)
         force_backend = opts.backend, sink = sink,
       },
       outputs_dir = state.dir() .. "/outputs",
+      transcripts_dir = state.dir() .. "/transcripts",
+      record = rec,
+      page_url = function(token)
+        local pages = policy.current().record.pages
+        local base = pages.base_url or pages_base
+        if not pages.enabled or not base then return nil end
+        return base .. "/runs/" .. token
+      end,
     },
+    pages = pages_routes.handler{ record = rec, policy = policy.current },
   }
+  -- the threads the record keeps, before the first event can arrive
+  app.d:restore()
+  rec:keep_expiring(policy.current, record_stop)
 
   if opts.listen then
     local listen_host, listen_port = host_port(opts.listen)
     local srv, lerr = app:listen(listen_host, listen_port, true)
     if not srv then return p:fail(M.EXIT.config, "--listen: " .. tostring(lerr.message)) end
     core.log("info", "slack.listening", { host = listen_host, port = srv.port, serves = "events" })
+    pages_base = pages_base or ("http://%s:%d"):format(listen_host, srv.port)
   end
   if opts.health_listen then
     local health_host, health_port = host_port(opts.health_listen)
     local srv, lerr = app:listen(health_host, health_port, false)
     if not srv then return p:fail(M.EXIT.config, "--health-listen: " .. tostring(lerr.message)) end
     core.log("info", "slack.listening", { host = health_host, port = srv.port, serves = "health" })
+    pages_base = pages_base or ("http://%s:%d"):format(health_host, srv.port)
   end
   if opts.metrics_listen then
     local mhost, mport = host_port(opts.metrics_listen)
@@ -232,6 +257,8 @@ function M.run(argv, ctx)
   p:ready("connected to Slack") -- READY=1: Type=notify's start completes here
   core.suspend()
   if sink and sink.close then sink:close() end
+  record_stop:abort("stopped")
+  rec:close()
   core.log("info", "slack.stopped", {})
   return 0
 end

@@ -79,6 +79,9 @@ function M.publish(d, thread, ask, built, t, answer, deadline)
   if not ok then res, problem, kind = nil, "internal error while publishing: " .. tostring(res), "internal" end
   if res and res.state == "published" then
     c.pull_request = { url = res.pr.url, number = res.pr.number, action = res.pr.action, branch = res.branch }
+    thread.branch, thread.pr = res.branch, { number = res.pr.number, url = res.pr.url }
+    d:remember("thread", d.record and d.record.bind, thread.name,
+      { branch = res.branch, pr_number = res.pr.number, pr_url = res.pr.url })
   elseif res == nil then
     c.publish_problem = problem
   end
@@ -86,6 +89,68 @@ function M.publish(d, thread, ask, built, t, answer, deadline)
            sha = res and res.sha, pull_request = c.pull_request, problem = problem }
   core.log(res and "info" or "warn", "agent.publish", { thread = thread.name, repo = ask.repo,
     state = res and res.state or "failed", kind = kind, pr = c.pull_request and c.pull_request.number })
+end
+
+-- The front's context for this run (Slack: the thread's earlier messages on its first run, the
+-- ask's files): content blocks put before the ask's text, notes on the card.
+function M.gather_context(d, thread, ask)
+  if not ask.prepare then return end
+  local history = M.history(d, thread)
+  local ok, blocks, notes = pcall(ask.prepare, history == nil or #history == 0)
+  if not ok then
+    core.log("error", "agent.context_failed", { thread = thread.name, error = tostring(blocks) })
+    ask.card:add_note("the context from the front could not be read: " .. tostring(blocks):match("^[^\n]*"))
+    return
+  end
+  for _, n in ipairs(notes or {}) do ask.card:add_note(n) end
+  if blocks and #blocks > 0 then
+    local content = {}
+    for i, b in ipairs(blocks) do content[i] = b end
+    content[#content + 1] = { type = "text", text = ask.text }
+    ask.content = content
+  end
+end
+
+-- The thread's conversation so far: this process's copy, or the record's after a restart.
+function M.history(d, thread)
+  if thread.history == nil and d.record then
+    thread.history = d:remember("conversation", d.record.conversation, thread.name)
+    if thread.history then thread.mark = { refs = { table.unpack(thread.history) } } end
+  end
+  return thread.history
+end
+
+-- After each turn and at the end: the conversation as sent is the thread's (and the record's,
+-- committed before the next request goes out).
+function M.keep_conversation(d, thread, messages)
+  thread.history = messages
+  if d.record then
+    thread.mark = d:remember("conversation", d.record.save_conversation, thread.name, messages, thread.mark)
+  end
+end
+
+-- The run's row in the record, and its transcript lines going there too (the page reads them).
+function M.record_start(d, thread, ask, built, t)
+  if not d.record then return nil end
+  local rrun = d:remember("run_start", d.record.run_start, { thread = thread.name, ask = ask.text,
+    agent = ask.agent, model = ask.agent_def.model, user = ask.user, backend = built.backend })
+  if not rrun then return nil end
+  -- the thread's backend, and the key its sandbox or resident instance is bound by
+  d:remember("thread", d.record.bind, thread.name, { backend = built.backend, instance = d.thread_key(thread.name) })
+  local url = d.page_url and d.page_url(rrun.token)
+  if url then
+    ask.card.page_url = url
+    ask.card:add_note("run page: " .. url)
+  end
+  local write = t.write
+  -- events are not waited for (the FIFO keeps their order, and the conversation's save after
+  -- each turn, which is waited for, commits after them): the run does not pay two more
+  -- thread-pool round trips per turn
+  t.write = function(self, rec)
+    write(self, rec)
+    core.go(function() d:remember("event", d.record.event, rrun, rec) end)
+  end
+  return rrun
 end
 
 function M.run(d, thread, ask)
@@ -114,21 +179,25 @@ function M.run(d, thread, ask)
   core.go(function()
     while core.sleep(snap.timeouts.console.refresh_ms, ticker_done) do d:refresh(ask) end
   end)
-  local deadline = ask.created_ms + ask.agent_def.max_run_minutes * 60 * 1000
+  -- the run's clock starts when it runs (a follow-up queued behind a long run keeps its budget)
+  local deadline = (ask.started_ms or d.now_ms()) + ask.agent_def.max_run_minutes * 60 * 1000
   local t = transcript.open(d.transcripts_dir, d.thread_key(thread.name), ask.id)
   if t.path then c.transcript_path = t.path end
+  local rrun = M.record_start(d, thread, ask, built, t)
   core.log("info", "agent.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
 
-  local state, answer, problem, guide
+  local state, answer, problem, guide, cost
   if ask.repo then
     c:preparing("git: " .. ask.repo)
     d:refresh(ask)
-    local done, prep_problem, kind = repo_mod.prepare(built.executor, snap, ask.repo, {
-      signal = ask.stop, remaining_ms = deadline - d.now_ms(),
+    local branch = publish.branch(snap, thread.name, d.thread_key(thread.name))
+    local done, prep_problem, kind, on_branch = repo_mod.prepare(built.executor, snap, ask.repo, {
+      signal = ask.stop, remaining_ms = deadline - d.now_ms(), branch = branch,
     })
     t:write{ type = "repository", repo = ask.repo, outcome = done or kind, problem = prep_problem }
     if done then
-      c:add_note(done .. " " .. ask.repo)
+      c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
+      d:remember("thread", d.record and d.record.bind, thread.name, { repo = ask.repo, backend = built.backend })
       c.state = "running"
       guide = instructions.read(built.executor, snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
       if guide.note then c:add_note(guide.note) end
@@ -141,21 +210,28 @@ function M.run(d, thread, ask)
       state, problem = "clone_failed", prep_problem
     end
   end
+  if not state then M.gather_context(d, thread, ask) end
   if not state then
-    local ok, s, a, p = xpcall(run.run, debug.traceback, {
+    local ok, s, a, p, res = xpcall(run.run, debug.traceback, {
       snap = snap, def = ask.agent_def, agent = ask.agent, executor = built.executor,
       tracker = built.tracker, client = client, card = c, signal = ask.stop, deadline_ms = deadline,
-      ask = ask.text, repo = ask.repo, workspace = workspace_of(built), transcript = t,
-      now_ms = d.now_ms, instructions = guide,
+      ask = ask.content or ask.text, repo = ask.repo, workspace = workspace_of(built), transcript = t,
+      now_ms = d.now_ms, instructions = guide, history = M.history(d, thread),
+      on_turn = function(messages) M.keep_conversation(d, thread, messages) end,
     })
     if ok then
       state, answer, problem = s, a, p
+      if res and res.messages then M.keep_conversation(d, thread, res.messages) end
+      cost = res and res.cost
     else
       core.log("error", "agent.internal_error", { thread = thread.name, error = tostring(s) })
       state, problem = "model_error", "internal error in the agent run: " .. tostring(s):match("^[^\n]*")
     end
   end
   if M.publishes(ask, state) then M.publish(d, thread, ask, built, t, answer, deadline) end
+  -- with a record, the conversation lives there between runs: a bot with many threads does
+  -- not hold every conversation (images included) in memory; the next run reads it back
+  if d.record and thread.mark then thread.history, thread.mark = nil, nil end
   ticker_done:abort("finished")
   if state == "stopped" or ask.stop.aborted then
     state = "stopped"
@@ -167,6 +243,11 @@ function M.run(d, thread, ask)
            tokens_out = c.tokens_out, duration_ms = d.now_ms() - (c.started_ms or d.now_ms()),
            problem = problem, answer = answer }
   t:close()
+  if rrun then
+    d:remember("run_end", d.record.run_end, rrun, { outcome = state, turns = c.turns, tokens_in = c.tokens_in,
+      tokens_out = c.tokens_out, cost = cost, answer = answer, problem = problem or c.publish_problem,
+      pr_url = c.pull_request and c.pull_request.url })
+  end
   core.log("info", "agent.done", { thread = thread.name, agent = ask.agent, ask = ask.id, state = state,
                                    turns = c.turns, tokens_in = c.tokens_in, tokens_out = c.tokens_out })
   finish(d, ask, state, answer, problem)

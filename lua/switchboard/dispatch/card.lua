@@ -127,7 +127,10 @@ end
 
 function M:status_line(now_ms, max_chars)
   local st = self.state
-  if st == "queued" then return "… queued behind this thread's running ask" end
+  if st == "queued" then
+    return "… queued behind " .. (self.behind or "this thread's running ask")
+      .. " — its clock starts when it runs"
+  end
   if st == "provisioning" then return "… provisioning" end
   if st == "running" then return "… running " .. seconds_text(elapsed(self, now_ms), true) end
   local after = self.started_ms and (" after " .. seconds_text(elapsed(self, now_ms))) or ""

@@ -59,6 +59,10 @@ D.__index = D
 --   model_client   function(snap) → a model client (agent/client.lua) | nil, why (default: from
 --                  ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL); free-text asks are agent runs
 --   transcripts_dir where agent runs' transcripts go (nil: not kept)
+--   record         the thread's record (store/record.lua) or nil: conversations, runs, the
+--                  thread's repository/branch/pull request survive a restart; call
+--                  d:restore() once, in a task, before the first message
+--   page_url       function(token) → the run page's address, or nil (no pages)
 function M.new(opts)
   assert(type(opts) == "table" and opts.front, "dispatcher.new: opts.front is required")
   local build_opts = {}
@@ -73,6 +77,8 @@ function M.new(opts)
     now_ms = opts.now_ms or core.now_ms,
     model_client = opts.model_client,
     transcripts_dir = opts.transcripts_dir,
+    record = opts.record,
+    page_url = opts.page_url,
     threads = {},
     active = 0,          -- asks queued or running
     idle_waiters = {},
@@ -102,6 +108,9 @@ end
 ---------------------------------------------------------------------------------------------
 -- Threads and idleness
 
+-- A thread: its queue and executors (this process's), and what the record keeps of it —
+-- repo, branch, pr ({number, url}), and history (the conversation as last sent; nil until
+-- loaded from the record by the thread's first agent run here) with its save mark.
 function D:thread(name)
   local t = self.threads[name]
   if t == nil then
@@ -109,6 +118,37 @@ function D:thread(name)
     self.threads[name] = t
   end
   return t
+end
+
+-- Reads every thread the record keeps (their repository, branch and pull request), so that a
+-- follow-up after a restart is resolved against the thread as it was. Yields.
+function D:restore()
+  if not self.record then return 0 end
+  local rows, err = self.record:threads()
+  if not rows then
+    log("error", "record.restore_failed", { error = tostring(err) })
+    return nil, err
+  end
+  for _, r in ipairs(rows) do
+    local t = self:thread(r.key)
+    t.repo = t.repo or r.repo
+    t.branch = r.branch
+    if r.pr_number then t.pr = { number = r.pr_number, url = r.pr_url } end
+  end
+  log("info", "record.restored", { threads = #rows })
+  return #rows
+end
+
+-- Writes to the record without letting its failure end an ask: the run goes on, the log says
+-- what was not kept.
+function D:remember(what, fn, ...)
+  if not self.record then return nil end
+  local ok, res, err = pcall(fn, self.record, ...)
+  if not ok or res == nil then
+    log("error", "record.write_failed", { what = what, error = tostring(ok and err or res) })
+    return nil
+  end
+  return res
 end
 
 function D:is_idle() return self.active == 0 end
@@ -272,7 +312,7 @@ function D:run_ask(thread, ask)
   end)
 
   local run_ms = ask.agent_def.max_run_minutes * 60 * 1000
-  local remaining = run_ms - (self.now_ms() - ask.created_ms)
+  local remaining = run_ms - (self.now_ms() - ask.started_ms)
   log("info", "dispatch.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
   local result, exec_err = exec_protected(built.executor, ask.command, {
     signal = ask.stop, remaining_ms = remaining, snap = ask.snap,
@@ -305,6 +345,7 @@ function D:worker(thread)
   while #thread.queue > 0 do
     local ask = table.remove(thread.queue, 1)
     thread.running = ask
+    ask.started_ms = self.now_ms() -- the run's clock starts now, not when it was queued
     local ok, err = xpcall(self.run_ask, debug.traceback, self, thread, ask)
     if not ok then
       log("error", "dispatch.internal_error", { thread = thread.name, error = tostring(err) })
@@ -365,6 +406,9 @@ function D:enqueue(msg, snap, parsed, name, def)
     command = parsed.command or parsed.text,
     kind = parsed.kind == "free_text" and "agent" or "command",
     text = parsed.text,
+    -- a front's context for an agent run: prepare(first_in_thread) → blocks, notes (Slack:
+    -- the thread's earlier messages, the ask's files); called when the run starts
+    prepare = msg.prepare,
     snap = snap,
     created_ms = self.now_ms(),
     stop = core.signal(self.shutdown),
@@ -379,7 +423,11 @@ function D:enqueue(msg, snap, parsed, name, def)
     ask.card = card_mod.new{ thread = msg.thread, user = msg.user, agent = name,
                              command = parsed.command, repo = ask.repo }
   end
-  if not thread.running and #thread.queue == 0 then ask.card:provisioning() end
+  if not thread.running and #thread.queue == 0 then
+    ask.card:provisioning()
+  else
+    ask.card.behind = self:behind_text(thread)
+  end
   local first = self:card_message(ask, false)
   ask.shown = first.text
   ask.handle = self.front:post(msg.thread, first)
@@ -389,6 +437,18 @@ function D:enqueue(msg, snap, parsed, name, def)
     thread.worker = core.go(function() self:worker(thread) end)
   end
   return ask
+end
+
+-- What a newly queued ask waits for: the last ask ahead of it, and how many in all.
+function D:behind_text(thread)
+  local last = thread.queue[#thread.queue] or thread.running
+  local n = #thread.queue + (thread.running and 1 or 0)
+  local what = last.kind == "agent" and ("agent:%s “%s”"):format(last.agent, last.text or "")
+    or ("`%s`"):format(last.command or "")
+  if #what > 80 then what = what:sub(1, 77):gsub("[\x80-\xBF]*$", ""):gsub("[\xC0-\xFF]$", "") .. "…" end
+  local state = last == thread.running and "running" or "queued"
+  if n == 1 then return ("%s (%s)"):format(what, state) end
+  return ("%s (%s) and %d more ahead"):format(what, state, n - 1)
 end
 
 -- Stop the thread's running command and drop its queued asks. Returns how many asks it hit.
@@ -409,7 +469,7 @@ function D:stop(thread_name, reason)
 end
 
 -- A message from a front. Returns at once: a run goes to its thread's queue.
--- msg: {thread, user, text}. Returns the ask for a run, else nil.
+-- msg: {thread, user, text, prepare?}. Returns the ask for a run, else nil.
 function D:handle(msg)
   local snap = self.policy()
   local parsed = parser.parse(msg.text)

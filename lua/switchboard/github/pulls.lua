@@ -90,8 +90,11 @@ function M.open_or_update(o)
   local open = doc[1]
   if type(open) == "table" and open.number then
     local n = math.tointeger(open.number) or open.number
-    -- the title stays the first ask's (a person may have edited it); the body tells the latest run
-    status, doc, err = call(o, "PATCH", ("%s/%d"):format(base_path, n), { body = o.body })
+    -- the title stays the first ask's (a person may have edited it); the body keeps what it
+    -- says (the first run's section, a person's edits) and gains this run's section below
+    local kept = type(open.body) == "string" and open.body:match("^(.-)%s*$") or ""
+    local body = kept ~= "" and (kept .. "\n\n---\n\n" .. o.body) or o.body
+    status, doc, err = call(o, "PATCH", ("%s/%d"):format(base_path, n), { body = body })
     if status == nil then return nil, err end
     if status ~= 200 then return nil, M.explain(status, doc, "update pull request #" .. n, o.repo) end
     return { number = n, url = doc.html_url or open.html_url, action = "updated" }

@@ -302,7 +302,7 @@ end
 local ms = S.ms
 
 M.files = {}
-M.order = { "timeouts", "github", "agents", "errors", "execution", "slack", "isolation" }
+M.order = { "timeouts", "github", "agents", "errors", "execution", "slack", "isolation", "record" }
 
 M.files.timeouts = {
   bash = S.record {
@@ -522,9 +522,11 @@ M.files.isolation = {
   pids_max = S.int { min = 8, max = 4194304 },
   cpu_percent = S.int { min = 10, max = 102400 },
   open_files = S.int { min = 64, max = 1048576 },
+  fleet_files_percent = S.int { min = 1, max = 90 },
   file_size_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   workspace_max_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   spare_instances = S.int { min = 0, max = 16 },
+  starts_at_once = S.int { min = 1, max = 1024 },
   uid_base = S.int { min = 1000, max = 4000000000 },
   uid_count = S.int { min = 1, max = 1000000 },
   rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },
@@ -559,6 +561,24 @@ M.files.slack = {
   },
   events = S.record { window_ms = ms(SECOND, HOUR), dedup_ms = ms(SECOND, 24 * HOUR) },
   drain_ms = ms(0, HOUR),
+  context = S.record {
+    max_messages = S.int { min = 0, max = 1000, unit = "messages" },
+    max_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
+    max_files = S.int { min = 0, max = 20, unit = "files" },
+    max_image_bytes = S.int { min = 0, max = 5 * 1024 * 1024, unit = "bytes" },
+    max_text_file_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
+  },
+}
+
+M.files.record = {
+  retention_ms = ms(HOUR, 3650 * 24 * HOUR),
+  expire_every_ms = ms(MINUTE, 24 * HOUR),
+  excerpt_bytes = S.int { min = 256, max = 1024 * 1024, unit = "bytes" },
+  pages = S.record {
+    enabled = S.bool,
+    base_url = S.optional(S.string { pattern = "^https?://[^%s]+[^/%s]$", what = "an http(s) URL without a trailing /", max_len = 500 }),
+    tool_open_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
+  },
 }
 
 -- Hooks: policy functions called through policy.decide. ctx samples are run at load.
@@ -698,8 +718,37 @@ function M.cross.execution(e, report)
   end
 end
 
+-- The host's file table size (/proc/sys/fs/file-max), or nil when unknown or unbounded.
+function M.host_file_max()
+  local f = io.open("/proc/sys/fs/file-max", "r")
+  if not f then return nil end
+  local n = tonumber(f:read("l") or "")
+  f:close()
+  if not n or n >= 2 ^ 52 then return nil end
+  return math.tointeger(n)
+end
+
+-- Issue 22: the open files a full fleet of `instances` can hold (pids_max × open_files each,
+-- the most the kernel lets an instance open) against fleet_files_percent of the host's table.
+-- Returns nil when it fits (or the table is unbounded), else the text that says what to lower.
+function M.fleet_files_problem(iso, instances, file_max)
+  file_max = file_max or M.host_file_max()
+  if not file_max then return nil end
+  local per_instance = iso.pids_max * iso.open_files
+  local fleet = (instances + iso.spare_instances) * per_instance
+  local allowed = file_max * iso.fleet_files_percent // 100
+  if fleet <= allowed then return nil end
+  return string.format("a full fleet could hold %d open files (%d instances incl. %d spare × pids_max %d × "
+    .. "open_files %d) but may hold %d (fleet_files_percent %d%% of the host's file table, fs.file-max = %d): "
+    .. "lower open_files or pids_max (each instance's share is at most %d files), or max_instances",
+    fleet, instances + iso.spare_instances, iso.spare_instances, iso.pids_max, iso.open_files, allowed,
+    iso.fleet_files_percent, file_max, allowed // (instances + iso.spare_instances))
+end
+
 -- Across files. snap has every file's settings. report(file, path, msg).
 function M.cross_files(snap, report)
+  local files = M.fleet_files_problem(snap.isolation, snap.timeouts.sandbox.max_instances)
+  if files then report("isolation", "open_files", files) end
   -- A command sandboxd kills on shutdown must read as a recycle to the executor
   -- (docs/contract.md#failure-recycle): its workspace is gone with the instance.
   local stopped = template.fill(snap.errors.messages.server_stopped, { drain_s = 0 })

@@ -35,7 +35,7 @@ local SLICE = 64 * 1024
 -- Writes text as body slices; false when the peer went away.
 local function stream(res, text)
   for at = 1, #text, SLICE do
-    if not res:write(text:sub(at, at + SLICE - 1)) then return false end
+    if not res:write(text, at, at + SLICE - 1) then return false end -- a slice, not a copy
     if not res:drain() then return false end
   end
   return true
@@ -197,7 +197,9 @@ local function mistake_document(text)
 end
 
 local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
-  res:start(200, JSON)
+  -- the head waits for the first heartbeat or the answer: a command that ends before the
+  -- first heartbeat is answered in one write (head, document, last chunk)
+  res:start(200, JSON, { hold = true })
   state.started = true
   local stop = core.signal(ctx.stopping)
   local done = state.done
@@ -240,13 +242,19 @@ local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
     instance = inst.label, exit = doc.exitCode, duration_ms = doc.durationMs,
     timed_out = r and r.timed_out or nil, failed = doc.error ~= nil or nil,
   })
-  local text = json.encode(wire_text.encode(doc))
+  local text = wire_text.answer_json(doc, json)
   if #text <= SLICE then return res:finish(text) end
   if stream(res, text) then res:finish() end
 end
 
 local function fleet_cause(ctx)
-  return ("sandboxd has %d of %d instances awake"):format(ctx.fleet.awake, ctx.fleet:max())
+  local text = ("sandboxd has %d of %d instances awake"):format(ctx.fleet.awake, ctx.fleet:max())
+  local d = ctx.descriptors
+  if d and ctx.fleet:max() >= d.capacity then -- the open-files limit binds, not the policy
+    text = text .. ("; its open-files limit (%d) holds no more: raise LimitNOFILE / ulimit -Hn for sandboxd")
+      :format(d.limit)
+  end
+  return text
 end
 
 local function closed_text()

@@ -12,6 +12,7 @@
 --   srv:wait()                yields until the shutdown is over
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
+local descriptors = require("switchboard.sandboxd.descriptors")
 local fleet = require("switchboard.sandboxd.fleet")
 local routes = require("switchboard.sandboxd.routes")
 local request_log = require("switchboard.sandboxd.request_log")
@@ -41,16 +42,23 @@ function M.start(opts)
     state = "serving", inflight = 0, log = log, waiters = {}, force = core.signal(),
   }, Server)
   local max = opts.max_instances
+  local snap = policy.current()
+  local function wanted() return max or policy.current().timeouts.sandbox.max_instances end
+  -- The open-files limit is sized for the fleet now; a fleet larger than what fits is refused
+  -- in words (fleet-busy) at the fit, never by EMFILE (issue 28).
+  self.descriptors = descriptors.size{
+    max_instances = wanted(), max_connections = snap.timeouts.server.max_connections,
+    spares = opts.walls and snap.isolation.spare_instances or 0, log = log,
+  }
   self.fleet = fleet.new{
-    max_instances = max and function() return max end
-      or function() return policy.current().timeouts.sandbox.max_instances end,
+    max_instances = function() return math.min(wanted(), self.descriptors.capacity) end,
     sleep_after_ms = function() return policy.current().timeouts.sandbox.sleep_after_ms end,
     new_runner = opts.new_runner or runner.factory(opts.root, opts.walls, log),
     label = runner.label, -- a hash of the thread key: logs never carry the key
     log = log,
   }
   self.ctx = {
-    fleet = self.fleet, token = opts.token, policy = policy.current, build = core.build,
+    fleet = self.fleet, descriptors = self.descriptors, token = opts.token, policy = policy.current, build = core.build,
     log = log, stopping = core.signal(), getenv = opts.getenv,
     -- without walls an instance shares the host's network: "none" is refused, never ignored
     networks = opts.walls and { host = true, none = true } or { host = true },

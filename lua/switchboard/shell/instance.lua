@@ -490,30 +490,23 @@ end
 -- The owner of the workspace's files, for core.fs.root(dir, owner).
 function Instance:owner() return { uid = self.uid, gid = self.uid } end
 
--- The counter files stay open while the instance is awake (read twice per command: a seek and
--- a read cost a fifth of an open, a read and a close); closed by stop.
-local function counter(self, name, path, key)
+-- A counter file is opened when read and closed at once: held open, the two files cost sandboxd
+-- two descriptors per awake instance, which at a full fleet of thousands is what ran it out of
+-- descriptors (issue 28); an open and a close per read cost microseconds.
+local function counter(self, path, key)
   if self.state == "stopped" then return 0 end -- its cgroups are gone or going
-  local files = self.counter_files
-  if not files then
-    files = {}
-    self.counter_files = files
-  end
-  local f = files[name]
-  if not f then
-    f = io.open(path, "r")
-    if f then f:setvbuf("no") end -- no 4 KiB buffer per file held by sandboxd per instance
-    files[name] = f
-  end
-  local text = f and f:seek("set", 0) and f:read("a")
+  local f = io.open(path, "r")
+  if not f then return 0 end
+  local text = f:read("a")
+  f:close()
   return text and tonumber(text:match(key .. " (%d+)")) or 0
 end
 
 function Instance:counters()
   local cg, v2 = self.cgroups, self.host.layout.version == 2
   return {
-    oom = counter(self, "oom", cg.memory .. (v2 and "/memory.events" or "/memory.oom_control"), "oom_kill"),
-    pids = counter(self, "pids", cg.pids .. "/pids.events", "max"),
+    oom = counter(self, cg.memory .. (v2 and "/memory.events" or "/memory.oom_control"), "oom_kill"),
+    pids = counter(self, cg.pids .. "/pids.events", "max"),
   }
 end
 
@@ -562,8 +555,6 @@ function Instance:stop()
   self.state = "stopped"
   if self.stopped then self.stopped:abort("instance asleep") end
   if self.done then core.sleep(5000, self.done) end
-  for _, f in pairs(self.counter_files or {}) do f:close() end -- before the cgroups go
-  self.counter_files = nil
   if self.cgroups then
     local args = { "reap" }
     for _, a in ipairs(cgroup_args(self)) do args[#args + 1] = a end

@@ -88,6 +88,39 @@ local function make(r)
   return true
 end
 
+-- Instance starts at once, server-wide (policies/isolation.lua starts_at_once). Each start is
+-- spawns and pipes on the event loop; a thousand threads arriving together would otherwise
+-- start a thousand instances in one loop turn, and every running command's heartbeat would
+-- wait for the whole turn (issue 28: gaps of 9-25 s at 2,000 commands). Waiting here yields, so
+-- the loop turns over between starts.
+local gate = { busy = 0, queue = {} }
+
+-- A slot is handed from the task that leaves to the first in the queue (busy stays), so a
+-- waiter is woken exactly once and never re-queued.
+local function leave_gate()
+  local turn = table.remove(gate.queue, 1)
+  if turn then turn:abort("your turn") else gate.busy = gate.busy - 1 end
+end
+
+-- A closer that leaves the gate, or nil when `stop` (the runner's sleep) came first.
+local function enter_gate(limit, stop)
+  if gate.busy < limit then
+    gate.busy = gate.busy + 1
+  else
+    local turn = core.signal()
+    gate.queue[#gate.queue + 1] = turn
+    local either = core.signal(turn, stop)
+    while not turn.aborted and not stop.aborted do core.sleep(60000, either) end
+    if not turn.aborted then -- stopped while waiting: out of the queue, no slot taken
+      for i, t in ipairs(gate.queue) do
+        if t == turn then table.remove(gate.queue, i) break end
+      end
+      return nil
+    end
+  end
+  return setmetatable({}, { __close = leave_gate })
+end
+
 function M.ensure(r)
   if r.instance and r.instance:dead() then retire(r, "dead") end
   if r.instance and r.instance.state == "ready" then return r.dir end
@@ -96,7 +129,14 @@ function M.ensure(r)
     if not ok then return nil, err end
   end
   local inst = r.instance
-  local ok, err = inst:start()
+  local ok, err
+  if inst.state ~= "ready" and not inst.starting then
+    local slot <close> = enter_gate(inst.snap.isolation.starts_at_once, r.stopped)
+    if not slot then return nil, core.error("workspace", "the instance is asleep") end
+    ok, err = inst:start()
+  else
+    ok, err = inst:start()
+  end
   if not ok then return nil, err end
   -- ended on its own later: retired at once, so nothing of it outlives it
   inst.on_exit = function() if r.instance == inst then retire(r, "dead", inst) end end

@@ -43,6 +43,39 @@ function M.encode(doc)
   return doc
 end
 
+-- The JSON text of a result document on the server (M.encode, then JSON). A success document
+-- ({stdout, stderr, exitCode, durationMs}) is written here with the streams as C-encoded
+-- literals (core.json_string: escaping and the UTF-8 check in one pass, issue 28); any other
+-- document goes through json (a lua-cjson instance) after M.encode.
+local SUCCESS_KEYS = { stdout = "string", stderr = "string", exitCode = "number", durationMs = "number" }
+
+local function is_success(doc)
+  local n = 0
+  for k, v in pairs(doc) do
+    if SUCCESS_KEYS[k] ~= type(v) or (type(v) == "number" and math.type(v) ~= "integer") then return false end
+    n = n + 1
+  end
+  return n == 4
+end
+
+function M.answer_json(doc, json)
+  if not is_success(doc) then return json.encode(M.encode(doc)) end
+  local out, valid = { '{"exitCode":', tostring(doc.exitCode), ',"durationMs":', tostring(doc.durationMs) }, {}
+  for _, name in ipairs(M.STREAMS) do
+    local literal, ok = core.json_string(doc[name])
+    out[#out + 1] = ',"' .. name .. '":'
+    out[#out + 1] = literal
+    valid[name] = ok
+  end
+  for _, name in ipairs(M.STREAMS) do
+    if not valid[name] then
+      out[#out + 1] = ',"' .. name .. 'Base64":"' .. core.crypto.base64_encode(doc[name]) .. '"'
+    end
+  end
+  out[#out + 1] = "}"
+  return table.concat(out)
+end
+
 -- In place, on the executor: the exact bytes back where the server sent them alongside.
 function M.decode(doc)
   for _, name in ipairs(M.STREAMS) do

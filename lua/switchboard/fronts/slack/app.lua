@@ -9,6 +9,7 @@
 --   app:shutdown(drain_ms, kill_now)     stop reading, drain the asks, flush the cards
 local core = require("switchboard.core")
 local dispatcher = require("switchboard.dispatch.dispatcher")
+local context = require("switchboard.fronts.slack.context")
 local dedup = require("switchboard.fronts.slack.dedup")
 local events = require("switchboard.fronts.slack.events")
 local front_mod = require("switchboard.fronts.slack.front")
@@ -23,6 +24,8 @@ function M.new(opts)
   local self = setmetatable({
     bot = opts.bot, policy = opts.policy, secret = opts.secret, app_api = opts.app_api,
     log = opts.log or core.log, closed = false, servers = {},
+    pages = opts.pages, -- the run pages' handler (pages/routes.lua), served on every listener
+    bot_api = opts.bot_api, names = {}, -- user id → display name, for the thread's context
   }, App)
   local ttl = function() return self.policy().slack.events.dedup_ms end
   self.seen_events = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
@@ -78,10 +81,20 @@ function App:on_event(payload, source)
   self.log("info", "slack.ask", { thread = thread, user = ask.user, event_id = tostring(ask.event_id),
                                   source = source })
   self.front:note_ask(thread, where)
-  self.d:handle{ thread = thread, user = ask.user, text = ask.text }
+  self.d:handle{ thread = thread, user = ask.user, text = ask.text,
+                 -- an agent run's context from Slack, fetched in its own task when it starts
+                 prepare = function(first) return self:context(ask, first) end }
   -- The dispatcher posts during handle (a card's handle keeps its place); nothing later needs
   -- the thread's entry, so a long-running bot does not keep one per thread it ever saw.
   self.front:note_ask(thread, nil)
+end
+
+-- The thread's earlier messages (for the thread's first run) and the ask's files.
+function App:context(ask, first)
+  return context.gather(self.bot_api, self.policy().slack.context, {
+    channel = ask.channel, thread_ts = ask.thread_ts, ask_ts = ask.ts, files = ask.files,
+    first = first, names = self.names,
+  })
 end
 
 function App:on_interactive(payload)
@@ -117,10 +130,10 @@ end
 
 function App:handler(with_events)
   if not with_events then
-    return http.handler{ secret = nil, policy = self.policy, health_only = true }
+    return http.handler{ secret = nil, policy = self.policy, health_only = true, pages = self.pages }
   end
   return http.handler{
-    secret = self.secret, policy = self.policy, log = self.log,
+    secret = self.secret, policy = self.policy, log = self.log, pages = self.pages,
     on_event = function(payload, retry) self:on_event(payload, retry and ("http retry " .. retry) or "http") end,
     on_interactive = function(payload) self:on_interactive(payload) end,
   }

@@ -1,7 +1,7 @@
 -- What an Events API payload (from Socket Mode or the HTTP listener) means for the bot.
 --
 --   events.ask(payload, bot) → ask | nil, why      payload: the `event_callback` envelope
---     ask = {team, channel, thread_ts (the thread's root), ts, user, text, event_id}
+--     ask = {team, channel, thread_ts (the thread's root), ts, user, text, event_id, files?}
 --   events.stop_action(payload, bot) → {team, channel, thread_ts, user, value} | nil, why
 --   events.thread_name(team, channel, thread_ts) → the dispatcher's thread name
 --
@@ -36,7 +36,10 @@ function M.ask(payload, bot)
   if ev.type ~= "app_mention" and not (ev.type == "message" and ev.channel_type == "im") then
     return nil, "not an ask (" .. tostring(ev.type) .. ")"
   end
-  if ev.subtype ~= nil then return nil, "a message subtype (" .. tostring(ev.subtype) .. ")" end
+  -- file_share: a message with files attached (a DM's; a mention carries `files` without it)
+  if ev.subtype ~= nil and ev.subtype ~= "file_share" then
+    return nil, "a message subtype (" .. tostring(ev.subtype) .. ")"
+  end
   if ev.bot_id ~= nil or ev.bot_profile ~= nil then return nil, "from a bot" end
   if ev.edited ~= nil then return nil, "an edit" end
   if not (is_string(ev.user) and is_string(ev.channel) and is_string(ev.ts)) then
@@ -49,6 +52,7 @@ function M.ask(payload, bot)
   return {
     team = team, channel = ev.channel, thread_ts = root, ts = ev.ts, user = ev.user,
     text = text.ask_text(ev.text, bot and bot.user_id), event_id = payload.event_id,
+    files = type(ev.files) == "table" and ev.files or nil,
   }
 end
 

@@ -7,6 +7,7 @@
 --   core.http.serve{host, port, handler = handler}
 --
 --   GET  /healthz          200 {"ok":true,"build":{…}} (no signature needed)
+--   GET  /runs/<token>     the run pages, when opts.pages (a pages/routes.lua handler) is given
 --   POST /slack/events     Events API: url_verification → the challenge; event_callback → 200
 --                          at once, then on_event in a task of its own
 --   POST /slack/actions    interactivity (form field payload=JSON) → 200, then on_interactive
@@ -56,6 +57,7 @@ function M.handler(opts)
     if req.path == "/healthz" and (req.method == "GET" or req.method == "HEAD") then
       return res:send(200, JSON, cjson.encode({ ok = true, build = build }))
     end
+    if opts.pages and opts.pages(req, res) then return end -- the run pages (pages/routes.lua)
     if opts.health_only or (req.path ~= "/slack/events" and req.path ~= "/slack/actions") then
       return res:send(404, TEXT, "not found: Slack posts to /slack/events and /slack/actions\n")
     end

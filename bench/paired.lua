@@ -1,0 +1,98 @@
+-- The paired benchmark of issue 28 (bench/README.md "sandboxd against its Node peer and raw
+-- spawns"): walled sandboxd, the Node peer of the same protocol (bench/sandboxd_node.js) and raw
+-- posix_spawn of the same command, one request to each in turn (bench_paired, one keep-alive
+-- connection per contender and client), so that load changes hit every contender alike; then
+-- 2,000 concurrent walled commands (bench/sandbox_bench.lua concurrent, with its overlay).
+--
+--   lua5.4 bench/paired.lua [SEQ_N=300] [SLICE_S=2] [PAIRS=5] [BIG_N=20] [CONC=2000] [CONC_SLEEP_S=20]
+--
+-- SWITCHBOARD_BIN selects the sandboxd binary (another checkout's build measures its code with
+-- this bench); SB_BUILD_DIR the build of this checkout (bench_paired, core.so). One JSON line
+-- with every figure and the load average beside each part.
+local build = os.getenv("SB_BUILD_DIR") or "./build"
+package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
+package.cpath = build .. "/lua/?.so;" .. package.cpath
+
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local S = require("support.sandbox")
+
+core.log_format("text", "warn")
+
+local SEQ_N, SLICE_S, PAIRS = tonumber(arg[1]) or 300, tonumber(arg[2]) or 2, tonumber(arg[3]) or 5
+local BIG_N, CONC, CONC_SLEEP = tonumber(arg[4]) or 20, tonumber(arg[5]) or 2000, tonumber(arg[6]) or 20
+local CLIENTS = 8
+-- 1 MB of text on stdout (no quotes: the client sends the command as a JSON string as is)
+local BIG = "yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -c 1000000"
+
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  local s = f:read("l")
+  f:close()
+  return s:match("^(%S+ %S+ %S+)")
+end
+
+local function round(x, d) local m = 10 ^ (d or 2) return math.floor(x * m + 0.5) / m end
+
+local function client(args)
+  local argv = { build .. "/bench/bench_paired" }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  local r = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 1 << 20 }):wait()
+  assert(r.exit == 0, "bench_paired failed: " .. tostring(r.stderr) .. tostring(r.stdout))
+  return cjson.decode(r.stdout)
+end
+
+local function start_node(dir)
+  local port_file = dir .. "/node.port"
+  local env = S.base_env()
+  env.SANDBOX_TOKEN = S.TOKEN
+  local p = assert(core.spawn{ argv = { "node", "bench/sandboxd_node.js", port_file, "15000" }, env = env })
+  local port = S.wait_for(function() return S.read(port_file) end, 30000)
+  return p, tonumber(port)
+end
+
+local out = { load_start = loadavg(), bin = S.BIN }
+core.run(function()
+  local dir = S.tmpdir()
+  local h = S.start_sandboxd{ args = { "--max-instances", tostring(CLIENTS + 8) } }
+  local node, node_port = start_node(dir)
+  local contenders = { "http:sandboxd:" .. h.port, "http:node:" .. node_port }
+
+  out.load_seq = loadavg()
+  local seq = client{ "seq", S.TOKEN, "true", tostring(SEQ_N), contenders[1], contenders[2], "raw:raw:true" }
+  out.seq = seq
+  out.seq_vs_node = round(seq.node.median_us / seq.sandboxd.median_us)
+  out.cost_over_raw_ms = round((seq.sandboxd.median_us - seq.raw.median_us) / 1000, 3)
+
+  out.load_rate = loadavg()
+  local rate = client{ "rate", S.TOKEN, "true", tostring(SLICE_S), tostring(CLIENTS), tostring(PAIRS),
+    contenders[1], contenders[2], "raw:raw:true" }
+  out.rate = rate
+  out.rate8_vs_node = round(rate.sandboxd.median_per_s / rate.node.median_per_s)
+  out.rate8_vs_raw8 = round(rate.sandboxd.median_per_s / rate.raw.median_per_s)
+
+  out.load_big = loadavg()
+  local big = client{ "seq", S.TOKEN, BIG, tostring(BIG_N), contenders[1], contenders[2],
+    "raw:cat:" .. BIG .. " > /dev/null" }
+  out.big = big
+  out.big_vs_cat = round(big.cat.median_us / big.sandboxd.median_us)
+  out.big_node_vs_cat = round(big.cat.median_us / big.node.median_us)
+
+  node:kill("TERM")
+  node:wait()
+  h:stop("TERM")
+  h:wait()
+  S.cleanup_servers()
+  S.rm(dir)
+end)
+
+if CONC > 0 then
+  out.load_concurrent = loadavg()
+  local p = assert(io.popen(("lua5.4 bench/sandbox_bench.lua concurrent %d %d 1000 2>/dev/null"):format(CONC, CONC_SLEEP)))
+  local text = p:read("a")
+  p:close()
+  local line = text:match("(%b{})%s*$")
+  out.concurrent = line and cjson.decode(line) or { error = text:sub(-400) }
+end
+out.load_end = loadavg()
+io.write(cjson.encode(out), "\n")

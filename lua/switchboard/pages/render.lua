@@ -1,0 +1,141 @@
+-- A run's page as plain server-rendered HTML (no script, no build step), readable on a phone:
+-- the ask, agent, model, repository, timings, tokens, cost, outcome and pull request, then
+-- each turn — the model's text, each tool call with its input and its output (collapsed when
+-- longer than tool_open_bytes). Everything shown is escaped; the texts come from the record,
+-- already scrubbed of secrets when they were written.
+--
+--   render.page(run, events, thread, {tool_open_bytes}) → html
+local M = {}
+
+local ESC = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }
+local function esc(s)
+  if s == nil then return "" end
+  if math.type(s) == "float" and s == math.floor(s) and s < 2^53 then s = math.tointeger(s) end
+  return (tostring(s):gsub("[&<>\"']", ESC))
+end
+M.esc = esc
+
+local cjson = require("cjson.safe").new()
+
+local CSS = [[
+body{font:15px/1.45 -apple-system,system-ui,sans-serif;margin:0;padding:12px;max-width:60rem;margin:auto;color:#1d1d1f;background:#fff}
+h1{font-size:1.15rem;margin:.2rem 0 .6rem;word-wrap:break-word}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.15rem .8rem;margin:0 0 1rem}
+dt{color:#666}dd{margin:0;word-break:break-word}
+section.turn{border-top:1px solid #ddd;padding:.5rem 0}
+h2{font-size:1rem;margin:.3rem 0}
+pre{white-space:pre-wrap;word-break:break-word;background:#f5f5f7;padding:.5rem;border-radius:6px;margin:.3rem 0;font-size:13px}
+.text{white-space:pre-wrap;word-break:break-word}
+.tool{margin:.4rem 0;border-left:3px solid #8ab;padding-left:.5rem}
+.err{border-left-color:#d33}
+summary{cursor:pointer;color:#235}
+.outcome{font-weight:600}
+]]
+
+local function ms_text(ms)
+  if type(ms) ~= "number" then return "—" end
+  if ms < 1000 then return ("%d ms"):format(math.floor(ms)) end
+  return ("%.1f s"):format(ms / 1000)
+end
+
+local function when(ms)
+  if type(ms) ~= "number" then return "—" end
+  return os.date("!%Y-%m-%d %H:%M:%S UTC", math.floor(ms // 1000))
+end
+
+local function tool_input_text(input)
+  if type(input) ~= "table" then return tostring(input or "") end
+  if type(input.command) == "string" then
+    local rest = {}
+    for k, v in pairs(input) do if k ~= "command" then rest[#rest + 1] = k .. "=" .. tostring(v) end end
+    table.sort(rest)
+    return input.command .. (#rest > 0 and ("\n[" .. table.concat(rest, ", ") .. "]") or "")
+  end
+  return cjson.encode(input) or ""
+end
+
+local function output_html(content, open_bytes)
+  content = tostring(content or "")
+  if #content <= open_bytes then return "<pre>" .. esc(content) .. "</pre>" end
+  return ("<details><summary>output (%d bytes)</summary><pre>%s</pre></details>"):format(#content, esc(content))
+end
+
+-- The turns: an answer's text and tool calls, each call followed by its result.
+local function turns_html(events, open_bytes)
+  local results = {}
+  for _, e in ipairs(events) do
+    if e.type == "tool_result" and e.id then results[e.id] = e end
+  end
+  local out = {}
+  for _, e in ipairs(events) do
+    if e.type == "answer" then
+      out[#out + 1] = ('<section class="turn"><h2>Turn %s</h2><div class="meta">%s · %s tokens in / %s out</div>')
+        :format(esc(e.turn), ms_text(e.duration_ms), esc(e.usage and e.usage.input_tokens or 0),
+          esc(e.usage and e.usage.output_tokens or 0))
+      for _, b in ipairs(e.content or {}) do
+        if b.type == "text" then
+          out[#out + 1] = '<div class="text">' .. esc(b.text) .. "</div>"
+        elseif b.type == "tool_use" then
+          local r = results[b.id]
+          out[#out + 1] = ('<div class="tool%s"><div><strong>%s</strong>%s</div><pre>%s</pre>%s</div>'):format(
+            r and r.is_error and " err" or "", esc(b.name),
+            r and (" · " .. ms_text(r.duration_ms) .. (r.is_error and " · error" or "")) or " · not run",
+            esc(tool_input_text(b.input)), r and output_html(r.content, open_bytes) or "")
+        end
+      end
+      out[#out + 1] = "</section>"
+    elseif e.type == "model_error" then
+      out[#out + 1] = ('<section class="turn"><h2>Turn %s: model API error</h2><pre>%s</pre></section>')
+        :format(esc(e.turn), esc(e.message))
+    elseif e.type == "publish" then
+      local pr = e.pull_request
+      out[#out + 1] = ('<section class="turn"><h2>Publish: %s</h2>%s%s</section>'):format(esc(e.state),
+        pr and ('<div><a href="%s">pull request #%s</a> (%s, branch %s)</div>'):format(esc(pr.url), esc(pr.number),
+          esc(pr.action), esc(pr.branch)) or "",
+        e.problem and ("<pre>" .. esc(e.problem) .. "</pre>") or "")
+    end
+  end
+  return table.concat(out, "\n")
+end
+
+function M.page(run, events, thread, opts)
+  local open_bytes = opts and opts.tool_open_bytes or 2048
+  local dur = run.ended_ms and (run.ended_ms - run.started_ms) or nil
+  local rows = {
+    { "agent", run.agent }, { "model", run.model }, { "repository", thread and thread.repo },
+    { "asked by", run.user }, { "started", when(run.started_ms) },
+    { "duration", run.ended_ms and ms_text(dur) or "running" },
+    { "outcome", run.outcome or "running" }, { "turns", run.turns },
+    { "tokens", run.tokens_in and ("%s in / %s out"):format(run.tokens_in, run.tokens_out) },
+    { "cost", run.cost and ("$%.4f"):format(run.cost) },
+  }
+  local dl = {}
+  for _, r in ipairs(rows) do
+    if r[2] ~= nil then dl[#dl + 1] = ("<dt>%s</dt><dd>%s</dd>"):format(r[1], esc(r[2])) end
+  end
+  if run.pr_url then
+    dl[#dl + 1] = ('<dt>pull request</dt><dd><a href="%s">%s</a></dd>'):format(esc(run.pr_url), esc(run.pr_url))
+  end
+  local tail = {}
+  if run.answer and run.answer ~= "" then
+    tail[#tail + 1] = '<section class="turn"><h2>Answer</h2><div class="text">' .. esc(run.answer) .. "</div></section>"
+  end
+  if run.problem and run.problem ~= "" then
+    tail[#tail + 1] = '<section class="turn"><h2>Problem</h2><pre>' .. esc(run.problem) .. "</pre></section>"
+  end
+  return table.concat({
+    "<!doctype html>",
+    '<html lang="en"><head><meta charset="utf-8">',
+    '<meta name="viewport" content="width=device-width, initial-scale=1">',
+    '<meta name="referrer" content="no-referrer"><meta name="robots" content="noindex">',
+    "<title>" .. esc("run: " .. (run.ask or ""):sub(1, 80)) .. "</title>",
+    "<style>" .. CSS .. "</style></head><body>",
+    "<h1>" .. esc(run.ask) .. "</h1>",
+    "<dl>" .. table.concat(dl) .. "</dl>",
+    turns_html(events, open_bytes),
+    table.concat(tail, "\n"),
+    "</body></html>",
+  }, "\n")
+end
+
+return M

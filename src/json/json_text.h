@@ -1,0 +1,19 @@
+/* Command output as a JSON string in one pass (issue 28): escaping and the UTF-8 check together,
+ * each byte that does not start a valid UTF-8 sequence (RFC 3629: no overlong forms, no
+ * surrogates, nothing past U+10FFFF — what Lua's utf8.len accepts) replaced by U+FFFD. Pure: no
+ * Lua, no libuv; the fuzz target drives it directly. */
+#ifndef SB_JSON_TEXT_H
+#define SB_JSON_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Length of the valid UTF-8 sequence starting at s[0] (1-4), or 0 when s[0] starts none. */
+size_t sb_utf8_sequence(const unsigned char *s, size_t n);
+
+/* Writes "…" (quotes included) for s[0..n) through emit(ctx, bytes, len), clean runs in one call
+ * each. Returns true when s was valid UTF-8 (nothing was replaced). */
+typedef void (*sb_json_emit)(void *ctx, const char *bytes, size_t len);
+bool sb_json_string(const char *s, size_t n, sb_json_emit emit, void *ctx);
+
+#endif

@@ -1,0 +1,54 @@
+-- The benches' smoke tier (issue 28): a small run of the shipped sandboxd benches, so that a
+-- bench that cannot pass (the 2,000-concurrent one was refused by the per-peer cap for months)
+-- breaks the suite instead of silently. Nothing here is timed: the runs must complete.
+local cjson = require("cjson")
+
+local BUILD = os.getenv("SB_BUILD_DIR") or "./build"
+
+local function run(cmd)
+  -- the bench is lua5.4 like busted: under the sanitized build it needs the same preload
+  local p = assert(io.popen(("SB_BUILD_DIR=%s %s 2>&1"):format(BUILD, cmd)))
+  local out = p:read("a")
+  local ok = p:close()
+  return ok, out
+end
+
+local function last_json(out)
+  local line
+  for l in out:gmatch("[^\n]+") do if l:sub(1, 1) == "{" then line = l end end
+  assert(line, "no JSON line in:\n" .. out)
+  return cjson.decode(line)
+end
+
+describe("bench smoke", function()
+  it("sandbox_bench concurrent: every command completes through the bench's own overlay", function()
+    local ok, out = run("lua5.4 bench/sandbox_bench.lua concurrent 60 1 250")
+    assert.is_true(ok, out)
+    local r = last_json(out)
+    assert.equal(60, r.commands)
+    assert.equal(60, r.completed, out)
+    assert.equal(0, r.failures, out)
+  end)
+
+  it("the concurrent overlay lets the shipped 2,000 clients from one address in", function()
+    package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
+    local text = dofile("bench/sandbox_bench_overlay.lua").concurrent_overlay(2000, 1000)
+    local per_peer = tonumber(text:match("server%.max_connections_per_peer = (%d+)"))
+    local total = tonumber(text:match("server%.max_connections = (%d+)"))
+    assert.is_true(per_peer >= 2000 and total >= 2000, text)
+  end)
+
+  it("the concurrent overlay's walls let 2,000 instances fit the host's file table", function()
+    package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
+    local overlay = dofile("bench/sandbox_bench_overlay.lua")
+    local policies = require("support.policies")
+    local schema = require("switchboard.policy.schema")
+    local dir = policies.dir{
+      timeouts = function(src) return src .. "\n" .. overlay.concurrent_overlay(2000, 1000) .. "\n" end,
+      isolation = function(src) return src .. "\n" .. overlay.CONCURRENT_ISOLATION .. "\n" end,
+    }
+    local snap = assert(policies.load(dir))
+    assert.is_nil(schema.fleet_files_problem(snap.isolation, 2000))
+    policies.cleanup()
+  end)
+end)

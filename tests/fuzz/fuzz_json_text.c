@@ -1,0 +1,99 @@
+/* libFuzzer target: src/json/json_text.c, the one-pass JSON string writer that carries command
+ * output (arbitrary bytes) into sandboxd's answers. For any input the output must be a JSON
+ * string literal that is valid UTF-8 with no raw control bytes and no unescaped quote, the
+ * valid flag must agree with a byte-by-byte reference check, and valid input must come back
+ * unchanged once the escapes are undone. */
+#include "json/json_text.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  char *buf;
+  size_t len, cap;
+} out_buf;
+
+static void emit(void *ctx, const char *bytes, size_t len) {
+  out_buf *o = ctx;
+  if (o->len + len > o->cap) {
+    o->cap = (o->len + len) * 2 + 16;
+    o->buf = realloc(o->buf, o->cap);
+    if (o->buf == NULL)
+      abort();
+  }
+  memcpy(o->buf + o->len, bytes, len);
+  o->len += len;
+}
+
+/* Reference UTF-8 check by code point (RFC 3629), independent of sb_utf8_sequence. */
+static int reference_valid(const uint8_t *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint32_t c = s[i], cp;
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > n)
+      return 0;
+    cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+    for (size_t k = 1; k < len; k++) {
+      if ((s[i + k] & 0xC0) != 0x80)
+        return 0;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return 0;
+    i += len;
+  }
+  return 1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  out_buf o = {0};
+  int valid = sb_json_string((const char *)data, size, emit, &o);
+  if (valid != reference_valid(data, size))
+    abort();
+  if (o.len < 2 || o.buf[0] != '"' || o.buf[o.len - 1] != '"')
+    abort();
+  const uint8_t *s = (const uint8_t *)o.buf;
+  if (!reference_valid(s, o.len))
+    abort();
+  /* inside the quotes: no raw control byte, every quote escaped; undo the escapes */
+  uint8_t *back = malloc(o.len + 1);
+  size_t m = 0;
+  for (size_t i = 1; i + 1 < o.len; i++) {
+    if (s[i] < 0x20 || s[i] == '"')
+      abort();
+    if (s[i] != '\\') {
+      back[m++] = s[i];
+      continue;
+    }
+    char e = (char)s[++i];
+    if (i + 1 >= o.len)
+      abort(); /* an escape cut by the closing quote */
+    switch (e) {
+    case '"': back[m++] = '"'; break;
+    case '\\': back[m++] = '\\'; break;
+    case 'n': back[m++] = '\n'; break;
+    case 'r': back[m++] = '\r'; break;
+    case 't': back[m++] = '\t'; break;
+    case 'b': back[m++] = '\b'; break;
+    case 'f': back[m++] = '\f'; break;
+    case 'u': {
+      if (i + 4 >= o.len)
+        abort();
+      char hex[5] = {(char)s[i + 1], (char)s[i + 2], (char)s[i + 3], (char)s[i + 4], 0};
+      back[m++] = (uint8_t)strtoul(hex, NULL, 16);
+      i += 4;
+      break;
+    }
+    default:
+      abort();
+    }
+  }
+  if (valid && (m != size || memcmp(back, data, size) != 0))
+    abort();
+  free(back);
+  free(o.buf);
+  return 0;
+}

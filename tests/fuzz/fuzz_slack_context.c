@@ -1,0 +1,148 @@
+/* fuzz_slack_context: libFuzzer target for what the Slack front reads from Slack's answers
+ * when it gathers an agent run's context (lua/switchboard/fronts/slack/context.lua): the body
+ * of conversations.replies (a thread's messages), of users.info (an author's name), and the
+ * file objects on an event.
+ *
+ * The reader is Lua, so this target embeds the interpreter like fuzz_connect.c. Each input is
+ * used twice, given to the reader as every one of those answers: as JSON text (lua-cjson
+ * decodes it as the Web API client does; what does not decode is used as a string), and as a
+ * recipe for a table of any shape built from the bytes (keys Slack uses, values of every type),
+ * because the Lua side gives libFuzzer no coverage signal (hence -len_control=0). The reader must never raise,
+ * never keep more messages or bytes than its bounds, and name every file it skips. Nothing is
+ * fetched: a file it would download gets a request function that answers with the input.
+ *
+ * Build: CC=clang cmake -S . -B build-fuzz -DSB_FUZZ=ON && cmake --build build-fuzz --target fuzz_slack_context
+ * Run:   build-fuzz/tests/fuzz/fuzz_slack_context -len_control=0 -max_len=4096 -max_total_time=60 \
+ *          tests/fuzz/corpus/slack_context */
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef SB_LUA_DIR
+#error "SB_LUA_DIR must name the program's Lua directory"
+#endif
+
+int luaopen_switchboard_core(lua_State *L);
+int luaopen_cjson(lua_State *L);
+
+static const char harness[] =
+    "local lua_dir = ...\n"
+    "package.path = lua_dir .. '/?.lua;' .. lua_dir .. '/?/init.lua;' .. package.path\n"
+    "local cjson = require('cjson')\n"
+    "local context = require('switchboard.fronts.slack.context')\n"
+    "local POL = { max_messages = 4, max_bytes = 300, max_files = 3, max_image_bytes = 256,\n"
+    "              max_text_file_bytes = 64 }\n"
+    /* a recipe: bytes → a table of any shape (Lua gives libFuzzer no coverage signal, so the
+     * shapes come from the bytes, not from the coverage-guided search) */
+    "local ATOMS = { 'x', '', 0, 1, 1.5, -1, true, false, cjson.null, '0.5', '1e300', 'U1', 'image/png',\n"
+    "                'text/plain', 'application/zip', 'http://x/f', ('\\xC3'):rep(3) }\n"
+    "local KEYS = { 'ts', 'user', 'text', 'bot_id', 'subtype', 'messages', 'profile', 'display_name',\n"
+    "               'real_name', 'name', 'mimetype', 'size', 'url_private', 'url_private_download', 'ok' }\n"
+    "local core = require('switchboard.core')\n"
+    "local function generate(input)\n"
+    /* the input stretched by SHA-256 so that a short input still picks rich shapes */
+    "  local parts = { input }\n"
+    "  for i = 1, 16 do parts[#parts + 1] = core.crypto.sha256(input .. i) end\n"
+    "  local data = table.concat(parts)\n"
+    "  local pos = 0\n"
+    "  local function byte() pos = pos + 1; return data:byte(pos) or 0 end\n"
+    "  local function any(depth)\n"
+    "    local b = byte()\n"
+    "    if depth > 3 or b % 3 ~= 0 then\n"
+    "      local a = (b // 3) % (#ATOMS + 1)\n"
+    "      if a == #ATOMS then local s = data:sub(pos + 1, pos + 8); pos = pos + 8; return s end\n"
+    "      return ATOMS[a + 1]\n"
+    "    end\n"
+    "    local t = {}\n"
+    "    for i = 1, byte() % 4 do t[i] = any(depth + 1) end\n"
+    "    for _ = 1, byte() % 6 do t[KEYS[byte() % #KEYS + 1]] = any(depth + 1) end\n"
+    "    return t\n"
+    "  end\n"
+    "  local function fields(keys)\n"
+    "    local m = {}\n"
+    "    for _, k in ipairs(keys) do if byte() % 4 ~= 0 then m[k] = any(2) end end\n"
+    "    return m\n"
+    "  end\n"
+    "  local doc = { ok = byte() % 8 ~= 0, messages = {}, user = any(1), error = any(3) }\n"
+    "  for i = 1, byte() % 6 do\n"
+    "    doc.messages[i] = byte() % 5 == 0 and any(1) or fields({ 'ts', 'user', 'text', 'bot_id', 'subtype' })\n"
+    "  end\n"
+    "  for i = 1, byte() % 5 do\n"
+    "    doc[i] = byte() % 5 == 0 and any(1)\n"
+    "      or fields({ 'name', 'title', 'mimetype', 'size', 'url_private', 'url_private_download' })\n"
+    "  end\n"
+    "  if byte() % 7 == 0 then return any(0) end\n"
+    "  return doc\n"
+    "end\n"
+    "local function check(data, doc)\n"
+    "  local api = { token = 'xoxb-fuzz', deadline_ms = 1000,\n"
+    "    call = function(_, method) return doc end }\n"
+    "  local function request() return 200, { ['content-type'] = 'application/octet-stream' }, data end\n"
+    "  local o = { channel = 'C1', thread_ts = '1.0', ask_ts = '1e10', names = {}, first = true,\n"
+    "              request = request, files = doc }\n"
+    "  local block, why, n = context.thread_block(api, POL, o)\n"
+    "  if block then\n"
+    "    assert(block.type == 'text' and type(block.text) == 'string')\n"
+    "    assert(n >= 1 and n <= POL.max_messages, 'over max_messages')\n"
+    "    assert(#block.text <= POL.max_bytes + 120, 'over max_bytes')\n"
+    "  else\n"
+    "    assert(why == nil or type(why) == 'string')\n"
+    "  end\n"
+    "  local blocks, notes = context.gather(api, POL, o)\n"
+    "  assert(type(blocks) == 'table' and type(notes) == 'table')\n"
+    "  for _, b in ipairs(blocks) do\n"
+    "    if b.type == 'image' then assert(#b.source.data <= 4 * ((POL.max_image_bytes + 2) // 3)) end\n"
+    "    if b.type == 'text' and b.text:find('^Attached file') then assert(#b.text <= POL.max_text_file_bytes + 400) end\n"
+    "  end\n"
+    "  for _, n2 in ipairs(notes) do assert(type(n2) == 'string' and n2 ~= '') end\n"
+    "end\n"
+    "return function(data)\n"
+    "  local ok, doc = pcall(cjson.decode, data)\n"
+    "  check(data, ok and doc or data)\n"
+    "  check(data, generate(data))\n"
+    "end\n";
+
+static lua_State *L;
+static int fn_ref = LUA_NOREF;
+
+static void preload(lua_State *S, const char *name, lua_CFunction open) {
+  luaL_getsubtable(S, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_pushcfunction(S, open);
+  lua_setfield(S, -2, name);
+  lua_pop(S, 1);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  L = luaL_newstate();
+  luaL_openlibs(L);
+  preload(L, "switchboard.core", luaopen_switchboard_core);
+  preload(L, "cjson", luaopen_cjson);
+  if (luaL_loadbuffer(L, harness, sizeof harness - 1, "=fuzz_slack_context") != LUA_OK) {
+    fprintf(stderr, "fuzz_slack_context: %s\n", lua_tostring(L, -1));
+    abort();
+  }
+  lua_pushstring(L, SB_LUA_DIR);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    fprintf(stderr, "fuzz_slack_context: the harness does not load: %s\n", lua_tostring(L, -1));
+    abort();
+  }
+  fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, fn_ref);
+  lua_pushlstring(L, (const char *)data, size);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+    fprintf(stderr, "fuzz_slack_context: %s\n", lua_tostring(L, -1));
+    abort();
+  }
+  lua_gc(L, LUA_GCSTEP, 0);
+  return 0;
+}

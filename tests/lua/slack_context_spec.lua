@@ -1,0 +1,81 @@
+-- fronts/slack/context.lua over what Slack may answer: conversations.replies bodies and file
+-- objects of every shape (a randomized sweep: the reader never raises, never exceeds its
+-- bounds, and leaves out what it cannot use), plus the bounds on known input. The Web API here
+-- is a table answering from the case's data; the real protocol is covered end to end by
+-- tests/e2e/thread_memory_spec.lua against the Slack stand-in.
+package.cpath = (os.getenv("SB_BUILD_DIR") or "./build") .. "/lua/?.so;" .. package.cpath
+local context = require("switchboard.fronts.slack.context")
+
+local POL = { max_messages = 3, max_bytes = 200, max_files = 2, max_image_bytes = 64, max_text_file_bytes = 32 }
+
+local function api(replies, users)
+  return {
+    token = "xoxb-test", deadline_ms = 1000,
+    call = function(_, method, args)
+      if method == "conversations.replies" then return replies end
+      if method == "users.info" then return users and users[args.user] end
+    end,
+  }
+end
+
+local seed = tonumber(os.getenv("SB_FUZZ_SEED") or "") or os.time()
+math.randomseed(seed)
+
+local ATOMS = { "x", "", 1, 1.5, -1, true, false, {}, "1700000000.000100", "1800000000.0", "U0ANA", ("é"):rep(50) }
+local function any(depth)
+  local r = math.random(1, 10)
+  if depth > 2 or r <= 6 then return ATOMS[math.random(#ATOMS)] end
+  local t = {}
+  for i = 1, math.random(0, 4) do t[i] = any(depth + 1) end
+  for _, k in ipairs({ "ts", "user", "text", "bot_id", "subtype", "messages", "profile", "display_name",
+                       "mimetype", "name", "size", "url_private" }) do
+    if math.random() < 0.3 then t[k] = any(depth + 1) end
+  end
+  return t
+end
+
+describe("slack context (seed " .. seed .. ")", function()
+  it("never raises on any conversations.replies answer and keeps its bounds", function()
+    for _ = 1, 3000 do
+      local body = { ok = true, messages = any(0) }
+      if math.random() < 0.2 then body = any(0) end
+      local users = { U0ANA = any(0) }
+      local ok, block, why, n = pcall(context.thread_block, api(body, users), POL,
+        { channel = "C1", thread_ts = "1700000000.000100", ask_ts = "1700000001.000000", names = {} })
+      assert.is_true(ok, tostring(block))
+      if block then
+        assert.equal("text", block.type)
+        assert.is_true(n <= POL.max_messages)
+        assert.is_true(#block.text <= POL.max_bytes + 120)
+      else
+        assert.is_true(why == nil or type(why) == "string")
+      end
+    end
+  end)
+
+  it("never raises on any file object and names every file it skips", function()
+    for _ = 1, 3000 do
+      local file = any(0)
+      if type(file) ~= "table" then file = { name = file } end
+      file.url_private = nil -- nothing is fetched: a file it would fetch has no address here
+      file.url_private_download = nil
+      local ok, block, note = pcall(context.file_block, api(), POL, { request = error }, file)
+      assert.is_true(ok, tostring(block))
+      assert.is_nil(block)
+      assert.equal("string", type(note))
+    end
+  end)
+
+  it("keeps the newest messages within the bounds, names authors, leaves out the bot and the ask", function()
+    local body = { ok = true, messages = {
+      { ts = "1.0", user = "U1", text = "oldest" }, { ts = "2.0", user = "U1", text = "two" },
+      { ts = "3.0", user = "U2", text = "three" }, { ts = "3.5", bot_id = "B1", text = "a card" },
+      { ts = "4.0", user = "U2", text = "four" }, { ts = "5.0", user = "U1", text = "the ask" },
+    } }
+    local block, _, n = context.thread_block(api(body, { U1 = { ok = true, user = { real_name = "Ana" } } }), POL,
+      { channel = "C1", thread_ts = "1.0", ask_ts = "5.0", names = {} })
+    assert.equal(3, n)
+    assert.equal("Earlier messages in this Slack thread, oldest first (the 1 oldest left out):\n"
+      .. "Ana: two\nU2: three\nU2: four", block.text)
+  end)
+end)
