@@ -214,8 +214,37 @@ static int l_call_bounded(lua_State *L) {
   return 2;
 }
 
+/* core.bounded_charge(units) → true | false, units left, late: charges `units` instructions'
+ * worth of C work that one library call is about to do (policy/loader.lua estimates it from
+ * the call's worst case) against the running bounded call, before the call runs, so that no
+ * single C call can take the loop past the budget: the count hook sees only Lua instructions.
+ * Refused (false, what is left) when they exceed what is left, or (false, left, true) when the
+ * time budget is already spent; nothing is charged then. Outside a bounded call: true. */
+static int l_bounded_charge(lua_State *L) {
+  lua_Number units = luaL_checknumber(L, 1);
+  budget *b = current;
+  if (b == NULL) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_Integer left = b->instructions - b->executed;
+  bool late = b->deadline_ms > 0 && sb_now_ms() > b->deadline_ms;
+  if (late || !(units <= (lua_Number)left)) { /* also refuses NaN */
+    lua_pushboolean(L, 0);
+    lua_pushinteger(L, left);
+    lua_pushboolean(L, late);
+    return 3;
+  }
+  if (units > 0)
+    b->executed += (lua_Integer)units;
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 int sb_bounded_open(lua_State *L) {
   lua_pushcfunction(L, l_call_bounded);
   lua_setfield(L, -2, "call_bounded");
+  lua_pushcfunction(L, l_bounded_charge);
+  lua_setfield(L, -2, "bounded_charge");
   return 0;
 }

@@ -27,6 +27,7 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -258,9 +259,13 @@ static void record_exit(sb_proc *p, int status) {
 
 /* Reaps the leader if it has exited (without waiting) and records its exit. Returns whether it
  * had. */
+static bool walled_read_pending(sb_proc *p);
+
 static bool reap_if_exited(sb_proc *p) {
-  if (p->exited || p->walled) /* a walled child's end arrives on its socket */
-    return p->exited;
+  if (p->exited)
+    return true;
+  if (p->walled) /* a walled child's end arrives on its socket: read what is already there */
+    return walled_read_pending(p);
   int wstatus = 0;
   pid_t got = waitpid(p->pid, &wstatus, WNOHANG);
   if (got == 0)
@@ -384,9 +389,8 @@ static void alloc_reply(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)p->reply + p->reply_len, (unsigned)(sizeof p->reply - p->reply_len));
 }
 
-static void on_reply(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  (void)buf;
-  sb_proc *p = s->data;
+/* nread more bytes of the reply arrived in p->reply (or the socket ended: nread < 0). */
+static void reply_received(sb_proc *p, ssize_t nread) {
   if (p->exited)
     return;
   if (nread < 0) {
@@ -402,6 +406,29 @@ static void on_reply(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     ctl_close(p); /* the spawner already killed what the command left in its group */
     record_end(p, code, signo);
   }
+}
+
+static void on_reply(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  reply_received(s->data, nread);
+}
+
+/* Reads, without waiting, whatever the spawner already sent: after a stall (the loop blocked
+ * or the server stopped) a deadline is due before the poll phase has seen the reply of a
+ * command that ended in time. Returns whether the command has ended. */
+static bool walled_read_pending(sb_proc *p) {
+  uv_os_fd_t fd;
+  while (!p->exited && p->ctl_open && uv_fileno((uv_handle_t *)&p->ctl, &fd) == 0) {
+    size_t room = sizeof p->reply - p->reply_len;
+    ssize_t n = recv(fd, p->reply + p->reply_len, room, MSG_DONTWAIT);
+    if (n > 0)
+      reply_received(p, n);
+    else if (n == 0)
+      reply_received(p, UV_EOF);
+    else if (errno != EINTR)
+      break; /* EAGAIN: nothing there yet, still running; an error is the read side's */
+  }
+  return p->exited;
 }
 
 /* ---- deadline and abort ------------------------------------------------------------------- */
@@ -484,15 +511,15 @@ static int push_spawn_fail(lua_State *L, const char *program, const char *cwd, i
   return n;
 }
 
-static int push_walled_fail(lua_State *L, const char *program, const char *socket_path, int err) {
+/* (the socket's path is the host's: never in a message a user may read) */
+static int push_walled_fail(lua_State *L, const char *program, int err) {
   if (err == E2BIG)
     lua_pushfstring(L, "cannot start '%s' inside the sandbox instance: the command and its "
                        "environment are over the spawner's limits (%d arguments, %d variables, "
                        "%d bytes)", program, WALLS_MAX_ARGS, WALLS_MAX_ENV, WALLS_MAX_REQUEST);
   else
-    lua_pushfstring(L, "cannot start '%s' inside the sandbox instance: its spawner at %s does "
-                       "not answer (%s); is the instance asleep?", program, socket_path,
-                    strerror(err));
+    lua_pushfstring(L, "cannot start '%s' inside the sandbox instance: its spawner does not "
+                       "answer (%s); the instance has ended", program, strerror(err));
   int n = sb_push_fail(L, "spawn", lua_tostring(L, -1));
   lua_remove(L, -3); /* the message text */
   return n;
@@ -566,7 +593,7 @@ static int l_spawn(lua_State *L) {
     luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref);
     p->self_ref = LUA_NOREF;
     if (walls)
-      return push_walled_fail(L, a.argv[0], walls, rc);
+      return push_walled_fail(L, a.argv[0], rc);
     return push_spawn_fail(L, a.argv[0], a.cwd, rc);
   }
   /* From here on nothing raises: the child is supervised until it is reaped. */

@@ -25,6 +25,16 @@ local ATTACKS = {
   { "match", 'local s = ("a"):rep(20000)\nlocal x = s:match(".-.-.-.-.-.-.-.-b")', 1, "string.match: pattern" },
   { "gsub", 'local s = ("a"):rep(20000)\nlocal x = s:gsub("a-a-a-a-a-a-a-a-b", "")', 1, "string.gsub: pattern" },
   { "dump", 'local f = ("x").dump\nlocal b = f(function() end)', 1, "attempt to call a nil value" },
+  -- issue 22 item 6: long C calls whose cost the estimate missed (n·m, not n), or had none
+  { "plain find", 'local a=("a"):rep(262144); local s=a..a..a..a; local _=s:find(a:sub(1,#a-1).."b",1,true)', 0,
+    "string.find: a plain search for 262144 bytes in 1048576 bytes may take" },
+  { "literal pattern", 'local s = ("a"):rep(1048576)\nlocal x = s:find(("a"):rep(100000) .. "b")', 1,
+    "string.find: pattern" },
+  { "many finds", 'local s = ("a"):rep(1000000)\nfor i = 1, 1000 do local x = s:find("aaaaaaab", 1, true) end', 1,
+    "left of this budget" },
+  { "sort", 'local s, t = ("q"):rep(1048576), {}\nfor i = 1, 200000 do t[i] = s end\ntable.sort(t)', 2,
+    "table.sort may take" },
+  { "move", 'local t = table.move({}, 1, 1e9, 2)', 0, "table.move may take" },
 }
 
 local function vm_hwm_kib(pid)
@@ -137,5 +147,58 @@ describe("a live reload (HUP) of a running sandboxd", function()
     assert.is_nil(h.log():find("table: 0x", 1, true))
     h:stop()
     assert.equal(0, h:wait().exit)
+  end))
+end)
+
+-- issue 22 item 6: a hook whose code passes the load (its samples take the short way) but takes
+-- the long way on a real request. The decision fails closed (the shipped hook answers) at once,
+-- and the log names the file, the line and the hook.
+describe("a decision (execution.choose_backend) with a long C call", function()
+  local HOOK = table.concat({
+    "function choose_backend(ctx, policy)",
+    '  if ctx.repo == "acme/slow" then',
+    '    local a=("a"):rep(262144); local s=a..a..a..a; local _=s:find(a:sub(1,#a-1).."b",1,true)',
+    "  end",
+    "  return policy.backend[ctx.agent] or policy.backend.default",
+    "end",
+  }, "\n")
+
+  -- What the same search costs with the real string library, measured here at a quarter of
+  -- each length (n·m / 16) and scaled: the time one decision took before it was bounded.
+  local function old_cost_ms()
+    local a = ("a"):rep(65536)
+    local s, needle = a .. a .. a .. a, a:sub(1, #a - 1) .. "b"
+    local t0 = core.now_ms()
+    assert(s:find(needle, 1, true) == nil)
+    return (core.now_ms() - t0) * 16
+  end
+
+  local function exec_ms(dir, root)
+    local t0 = core.now_ms()
+    local r = assert(core.spawn{ argv = { S.BIN, "--policies", dir, "exec", "--workspace-root", root,
+      "--agent", "coding", "--repo", "acme/slow", "--", "echo", "decided" }, env = S.base_env(), deadline_ms = 120000 }):wait()
+    return r, core.now_ms() - t0
+  end
+
+  it("falls back to the shipped hook within its bound; the log names the file, line and hook", async(function()
+    local execution = P.read("policies/execution.lua")
+    local first = line_count(execution) + 2 -- the appended function's first line
+    local dir = P.dir{ execution = execution .. "\n" .. HOOK .. "\n" }
+    local root = S.tmpdir()
+    local _, reference_ms = exec_ms(P.dir{}, root) -- the shipped policies, same command, same run
+    local r, ms = exec_ms(dir, root)
+    local old_ms = old_cost_ms()
+    S.rm(root)
+    assert.equal(0, r.exit, r.stderr)
+    assert.equal("decided\n", r.stdout)
+    local line = r.stderr:match("[^\n]*policy%.hook_failed[^\n]*")
+    assert.truthy(line, r.stderr)
+    assert.truthy(line:find(("at=%s/execution.lua:%d "):format(dir, first), 1, true), line)
+    assert.truthy(line:find("hook=execution.choose_backend", 1, true), line)
+    assert.truthy(line:find(('reason="%s/execution.lua:%d: string.find: a plain search'):format(dir, first + 2), 1, true), line)
+    assert.truthy(line:find("used=shipped", 1, true), line)
+    print(("\n  decision fell back: exec %.0f ms (shipped policies %.0f ms); the search alone costs %.0f ms unbounded")
+      :format(ms, reference_ms, old_ms))
+    assert.is_true(ms < reference_ms + old_ms / 2, ("the exec took %.0f ms"):format(ms))
   end))
 end)

@@ -19,6 +19,8 @@
  * Build: CC=clang cmake -S . -B build-fuzz -DSB_FUZZ=ON && cmake --build build-fuzz --target fuzz_connect
  * Run:   build-fuzz/tests/fuzz/fuzz_connect -len_control=0 -max_len=4096 -max_total_time=60 \
  *          tests/fuzz/corpus/connect */
+#include "lua_coverage.h"
+
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -143,6 +145,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argv;
   L = luaL_newstate();
   luaL_openlibs(L);
+  sb_lua_coverage_attach(L); /* libFuzzer sees the Lua lines each input reaches */
   preload(L, "switchboard.core", luaopen_switchboard_core);
   preload(L, "cjson", luaopen_cjson);
   if (luaL_loadbuffer(L, harness, sizeof harness - 1, "=fuzz_connect") != LUA_OK) {

@@ -21,6 +21,8 @@
  * -len_control=0 matters: with no coverage signal from the Lua side, libFuzzer would otherwise
  * keep inputs a few bytes long. (A planted bug — env values with a NUL kept — is found within
  * seconds this way, and not at all without it.) */
+#include "lua_coverage.h"
+
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -126,6 +128,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argv;
   L = luaL_newstate();
   luaL_openlibs(L);
+  sb_lua_coverage_attach(L); /* libFuzzer sees the Lua lines each input reaches */
   preload(L, "switchboard.core", luaopen_switchboard_core);
   preload(L, "cjson", luaopen_cjson);
   if (luaL_loadbuffer(L, harness, sizeof harness - 1, "=fuzz_exec_body") != LUA_OK) {

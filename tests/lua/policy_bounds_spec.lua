@@ -102,6 +102,18 @@ describe("policy bounds on the engine", function()
       { "matches a pathological pattern", function() local m = ("a"):rep(5000):match(".-.-.-.-b") return m end,
         "string.match: pattern" },
       { "reaches string.dump", function() return ("x").dump(function() end) end, "attempt to call a nil value" },
+      -- issue 22 item 6: a plain find costs n·m, and allowed calls add up against the budget
+      { "searches plainly for a long needle", function()
+          local a = ("a"):rep(262144); local s = a .. a .. a .. a
+          local x = s:find(a:sub(1, #a - 1) .. "b", 1, true) return x end,
+        "string.find: a plain search for 262144 bytes in 1048576 bytes may take 2.75e+11 steps" },
+      { "makes many affordable searches", function()
+          local s = ("a"):rep(100000)
+          for _ = 1, 100 do local x = s:find("aaaaaaab", 1, true) if x then return x end end
+          return "local" end,
+        "left of this budget" },
+      -- (the table library's checks are in the policy files' environment, not these closures':
+      -- tests/e2e/policy_bounds_spec.lua loads them from files)
     }
     for _, c in ipairs(cases) do
       it("that " .. c[1] .. " falls back and names the hook", function()
@@ -115,6 +127,23 @@ describe("policy bounds on the engine", function()
         assert.truthy(last.f.reason:find(c[3], 1, true), last.f.reason)
       end)
     end
+  end)
+
+  it("core.bounded_charge: charges a bounded call's budget, refuses past what is left, is free outside", function()
+    assert.is_true(core.bounded_charge(1e12)) -- no bounded call running
+    local seen
+    local ok, err = core.call_bounded(1000, function()
+      local a = { core.bounded_charge(600) }
+      local b = { core.bounded_charge(600) }
+      seen = { a, b }
+      return core.bounded_charge(0 / 0)
+    end)
+    assert.is_true(ok)
+    assert.is_false(err)                     -- NaN is refused
+    assert.same({ true }, seen[1])
+    assert.is_false(seen[2][1])
+    assert.is_true(seen[2][2] <= 400 and seen[2][2] > 0, tostring(seen[2][2]))
+    assert.is_false(seen[2][3])
   end)
 
   it("core.call_bounded: a time budget stops instructions that each do much C work", function()

@@ -56,6 +56,19 @@ describe("sandboxd routes: the bearer", function()
       h.done()
     end)
   end)
+
+  it("reads the credential as the old pattern did, in linear time (issue 22 item 5)", function()
+    local auth = require("switchboard.sandboxd.auth")
+    local OLD = "^[Bb][Ee][Aa][Rr][Ee][Rr] +(.-) *$"
+    for _, v in ipairs({ "Bearer abc", "bearer abc", "BEARER  abc  ", "bEaReR x y", "Bearer", "Bearer ",
+                         "Bearer    ", "Bearerabc", "Basic abc", " Bearer abc", "Bearer\tabc", "Bearer a\tb \t",
+                         "Bearer x" .. (" "):rep(100) .. "y", "", "B" }) do
+      assert.equal(v:match(OLD), auth.bearer(v), v)
+    end
+    assert.is_nil(auth.bearer(nil))
+    -- 160,000 spaces: the old pattern would take minutes; this is one pass
+    assert.equal("x" .. (" "):rep(160000) .. "y", auth.bearer("Bearer x" .. (" "):rep(160000) .. "y  "))
+  end)
 end)
 
 describe("sandboxd routes: requests it cannot take", function()

@@ -30,7 +30,17 @@ M.limits = {
   hook_time_ms = 250,
   max_file_bytes = 1024 * 1024,
   max_string_rep_bytes = 1024 * 1024,   -- string.rep inside a policy
-  pattern_steps = 10 * 1000 * 1000,     -- find/match/gmatch/gsub, worst case of one call
+  -- One long C call (find, match, gmatch, gsub, rep, format, byte, char, upper, lower,
+  -- reverse, table.concat, sort, insert, remove, move, unpack): its worst case in steps (a byte
+  -- compared or copied, a pattern item tried at a position) is estimated before it runs. Past
+  -- call_steps it is refused; otherwise it is charged to the running call's instruction budget
+  -- at steps_per_instruction, so that many long calls cannot add up past it either (the count
+  -- hook sees only Lua instructions). 16 steps ≈ one Lua instruction's time (measured: a
+  -- pattern step 1-4 ns, an instruction 10-40 ns), so a decision's 100,000 instructions allow
+  -- 1.6 million steps of C work (a few ms) and a file's 10 million, 160 million (under a
+  -- second, under load_time_ms).
+  call_steps = 10 * 1000 * 1000,
+  steps_per_instruction = 16,
 }
 
 M.FILES = schema.order
@@ -96,6 +106,51 @@ local function checked_rep(s, n, sep)
   return s_rep(s, n, sep)
 end
 
+local s_rep, s_find, s_match, s_gmatch, s_gsub, s_byte, s_format =
+  string.rep, string.find, string.match, string.gmatch, string.gsub, string.byte, string.format
+local s_char, s_upper, s_lower, s_reverse = string.char, string.upper, string.lower, string.reverse
+local t_concat, t_sort, t_insert, t_remove, t_move, t_unpack =
+  table.concat, table.sort, table.insert, table.remove, table.move, table.unpack
+local CALL_STEPS = 16 -- a call from C into Lua (a comparator, a replacement function) or a table slot
+
+-- Charges `steps` of C work that the caller's caller is about to start (raising at that
+-- policy line, level 3 from here): refused past limits.call_steps, or past what the running
+-- bounded call has left (core.bounded_charge; without the engine only the cap applies).
+local function charge(what, steps, level)
+  level = level or 3
+  local cap = M.limits.call_steps
+  if not (steps <= cap) then
+    error(s_format("%s may take %.3g steps (limit %d per call)", what, steps, cap), level)
+  end
+  local c = core()
+  if c and c.bounded_charge then
+    local ok, left, late = c.bounded_charge(steps / M.limits.steps_per_instruction)
+    if late then error("time budget exhausted before " .. what, level) end
+    if not ok then
+      error(s_format("%s may take %.3g steps, more than the %d instructions (%.3g steps) left of this budget",
+        what, steps, left, left * M.limits.steps_per_instruction), level)
+    end
+  end
+end
+
+local function len_of(s)
+  local t = type(s)
+  if t == "string" then return #s end
+  if t == "number" then return #tostring(s) end
+  return 0 -- not a string: the real function raises on it
+end
+
+local function count(n) n = tonumber(n) or 0; return n > 0 and n or 0 end
+
+local function checked_rep(s, n, sep)
+  local size = len_of(s) * count(n) + len_of(sep) * math.max(count(n) - 1, 0)
+  if size > M.limits.max_string_rep_bytes then
+    error(s_format("string.rep would build %d bytes (limit %d)", size, M.limits.max_string_rep_bytes), 2)
+  end
+  charge("string.rep", size)
+  return s_rep(s, n, sep)
+end
+
 local PCT, LBRACK, RBRACK, CARET, LPAREN, RPAREN, DOLLAR = 37, 91, 93, 94, 40, 41, 36
 local REPEAT = { [42] = true, [43] = true, [45] = true } -- * + -
 
@@ -156,38 +211,84 @@ local function pattern_shape(p, from)
   return vars, opts
 end
 
--- Refuses a match whose worst case exceeds limits.pattern_steps: every varying item may try
--- every length at every start, and an unanchored search tries every start.
-local function check_pattern(fname, s, p, can_anchor)
-  if type(s) ~= "string" and type(s) ~= "number" then return end
-  if type(p) ~= "string" then return end
-  s = tostring(s)
+-- The worst case of a match of pattern `p` over `s` in steps: every start (one when
+-- anchored), at each every varying item may try every length and every optional item both
+-- ways, and each attempt walks at most the whole pattern (#p: a set "[...]" is walked byte by
+-- byte). A plain find is (n - m + 1) starts of up to m compared bytes: n·m.
+local function pattern_cost(s, p, can_anchor, plain)
+  local n, m = len_of(s) + 1, math.max(len_of(p), 1)
+  if plain then return n * m end
+  if type(p) ~= "string" then return n end
   local anchored = can_anchor and s_byte(p, 1) == CARET
   local vars, opts = pattern_shape(p, anchored and 2 or 1)
-  local n = #s + 1
-  local steps = (anchored and 1 or n) * n ^ vars * 2 ^ opts
-  if steps > M.limits.pattern_steps then
-    error(string.format("string.%s: pattern %q over %d bytes may take %.3g steps (limit %d): "
-      .. "use a plain find or a simpler pattern", fname, #p > 40 and p:sub(1, 40) .. "..." or p,
-      #s, steps, M.limits.pattern_steps), 3)
+  return (anchored and 1 or n) * n ^ vars * 2 ^ opts * m
+end
+
+local function what_pattern(fname, s, p, plain)
+  if plain then
+    return s_format("string.%s: a plain search for %d bytes in %d bytes", fname, len_of(p), len_of(s))
   end
+  local shown = type(p) == "string" and (#p > 40 and p:sub(1, 40) .. "..." or p) or tostring(p)
+  return s_format("string.%s: pattern %q over %d bytes", fname, shown, len_of(s))
+end
+
+local function charge_pattern(fname, s, p, can_anchor, plain, calls)
+  local steps = pattern_cost(s, p, can_anchor, plain)
+  if calls then steps = steps + (len_of(s) + 1) * CALL_STEPS end
+  -- a simpler message than charge's for the common case, the same refusal
+  if steps > M.limits.call_steps then
+    error(s_format("%s may take %.3g steps (limit %d): %s", what_pattern(fname, s, p, plain), steps,
+      M.limits.call_steps, plain and "search less text, or for less" or "use a plain find or a simpler pattern"), 3)
+  end
+  charge(what_pattern(fname, s, p, plain), steps, 4)
 end
 
 local function checked_find(s, p, init, plain)
-  if not plain then check_pattern("find", s, p, true) end
+  charge_pattern("find", s, p, true, plain)
   return s_find(s, p, init, plain)
 end
 local function checked_match(s, p, init)
-  check_pattern("match", s, p, true)
+  charge_pattern("match", s, p, true)
   return s_match(s, p, init)
 end
 local function checked_gmatch(s, p, init)
-  check_pattern("gmatch", s, p, false)
+  charge_pattern("gmatch", s, p, false) -- the whole iteration, charged up front
   return s_gmatch(s, p, init)
 end
 local function checked_gsub(s, p, repl, n)
-  check_pattern("gsub", s, p, true)
+  local tr = type(repl)
+  charge_pattern("gsub", s, p, true, false, tr == "function" or tr == "table")
   return s_gsub(s, p, repl, n)
+end
+
+-- The rest of the string functions whose work grows with their input (the output is also
+-- bounded by the memory budget; the time to make it is charged here).
+local function checked_format(fmt, ...)
+  local steps = len_of(fmt) + select("#", ...) * CALL_STEPS
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    steps = steps + 4 * len_of(v) -- %q may escape each byte into four
+  end
+  charge("string.format", steps)
+  return s_format(fmt, ...)
+end
+local function checked_byte(s, i, j)
+  local n = len_of(s)
+  local from, to = math.tointeger(i) or 1, math.tointeger(j) or math.tointeger(i) or 1
+  if from < 0 then from = n + from + 1 end
+  if to < 0 then to = n + to + 1 end
+  charge("string.byte", math.max(math.min(to, n) - math.max(from, 1) + 1, 0))
+  return s_byte(s, i, j)
+end
+local function checked_char(...)
+  charge("string.char", select("#", ...))
+  return s_char(...)
+end
+local function linear(fname, f)
+  return function(s, ...)
+    charge("string." .. fname, len_of(s))
+    return f(s, ...)
+  end
 end
 
 local policy_string_lib = {}
@@ -199,6 +300,67 @@ policy_string_lib.find = checked_find
 policy_string_lib.match = checked_match
 policy_string_lib.gmatch = checked_gmatch
 policy_string_lib.gsub = checked_gsub
+policy_string_lib.format = checked_format
+policy_string_lib.byte = checked_byte
+policy_string_lib.char = checked_char
+policy_string_lib.upper = linear("upper", s_upper)
+policy_string_lib.lower = linear("lower", s_lower)
+policy_string_lib.reverse = linear("reverse", s_reverse)
+
+-- The table library policy code sees: the calls that walk a range of slots are charged for it
+-- (table.move({}, 1, 1e9, 1) walks a billion empty slots without allocating a byte).
+local function span(i, j) i, j = tonumber(i) or 1, tonumber(j) or 0; return j >= i and j - i + 1 or 0 end
+local function length(t) return type(t) == "table" and #t or 0 end
+
+local function checked_concat(t, sep, i, j)
+  -- the bytes it copies are bounded by the memory budget (the result is one allocation)
+  local n = span(i or 1, j or length(t))
+  charge("table.concat", n * (CALL_STEPS + len_of(sep)))
+  return t_concat(t, sep, i, j)
+end
+
+-- Sorting n slots compares about n·log2(n) pairs (a few times that at worst); without a
+-- comparator each comparison of two strings walks them (strcoll), so the longest counts.
+local function checked_sort(t, comp)
+  local n = length(t)
+  local longest = 0
+  if comp == nil and n <= M.limits.call_steps / CALL_STEPS then
+    for k = 1, n do
+      local v = t[k]
+      if type(v) == "string" and #v > longest then longest = #v end
+    end
+  end
+  local compares = 2 * n * math.max(math.ceil(math.log(n + 1, 2)), 1)
+  charge("table.sort", compares * (CALL_STEPS + longest))
+  return t_sort(t, comp)
+end
+local function checked_insert(t, ...)
+  local pos = select("#", ...) >= 2 and (...) or nil
+  charge("table.insert", pos and span(pos, length(t)) * CALL_STEPS or CALL_STEPS)
+  return t_insert(t, ...)
+end
+local function checked_remove(t, pos)
+  charge("table.remove", pos and span(pos, length(t)) * CALL_STEPS or CALL_STEPS)
+  return t_remove(t, pos)
+end
+local function checked_move(a1, f, e, t, a2)
+  charge("table.move", span(f, e) * CALL_STEPS)
+  return t_move(a1, f, e, t, a2)
+end
+local function checked_unpack(t, i, j)
+  charge("table.unpack", span(i or 1, j or length(t)) * CALL_STEPS)
+  return t_unpack(t, i, j)
+end
+
+local policy_table_lib = {}
+for k, v in pairs(table) do policy_table_lib[k] = v end
+policy_table_lib.concat = checked_concat
+policy_table_lib.sort = checked_sort
+policy_table_lib.insert = checked_insert
+policy_table_lib.remove = checked_remove
+policy_table_lib.move = checked_move
+policy_table_lib.unpack = checked_unpack
+M.policy_table = policy_table_lib
 
 -- Read-only, so one policy file cannot change what another one (or a later decision) calls.
 M.policy_string = setmetatable({}, {
@@ -361,7 +523,7 @@ local function new_env(name, fields)
 
   local helpers = {
     string = M.policy_string,
-    table = copy_lib(table),
+    table = copy_lib(M.policy_table),
     math = copy_lib(math, { random = true, randomseed = true }),
     utf8 = copy_lib(utf8),
     assert = policy_assert, error = policy_error, ipairs = ipairs, pairs = pairs, select = select,

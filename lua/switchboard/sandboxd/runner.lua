@@ -37,6 +37,7 @@ function M.new(root, thread_key, opts)
     walls = opts and opts.walls or nil, -- shell/instance.lua host: this instance gets walls
     -- "host" | "none" | nil (policies/isolation.lua network): fixed when the walls are built
     network = opts and opts.network or nil,
+    log = opts and opts.log or nil, -- for the walls' events (an instance retired)
   }, Runner)
 end
 
@@ -46,12 +47,13 @@ function M.label(thread_key)
 end
 
 -- new_runner for fleet.new
--- walls: the host's walls (shell/instance.lua), or nil for unwalled instances (--no-walls).
+-- walls: the host's walls (shell/instance.lua), or nil for unwalled instances (--no-walls);
+-- log: the server's (core.log's shape).
 -- want: the fleet's {network} for the instance being woken (routes check it first: without
 -- walls only "host" gets here).
-function M.factory(root, walls)
+function M.factory(root, walls, log)
   return function(thread_key, want)
-    return M.new(root, thread_key, { walls = walls, network = want and want.network })
+    return M.new(root, thread_key, { walls = walls, network = want and want.network, log = log })
   end
 end
 

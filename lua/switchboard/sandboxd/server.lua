@@ -53,7 +53,7 @@ function M.start(opts)
   self.fleet = fleet.new{
     max_instances = function() return math.min(wanted(), self.descriptors.capacity) end,
     sleep_after_ms = function() return policy.current().timeouts.sandbox.sleep_after_ms end,
-    new_runner = opts.new_runner or runner.factory(opts.root, opts.walls),
+    new_runner = opts.new_runner or runner.factory(opts.root, opts.walls, log),
     label = runner.label, -- a hash of the thread key: logs never carry the key
     log = log,
   }

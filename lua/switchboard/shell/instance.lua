@@ -392,6 +392,19 @@ local function limit_writes(self)
   return w
 end
 
+-- The init's pid namespace dies with it — a fork into it fails from then on — before bwrap and
+-- the holder have noticed; so the init itself is looked at too (its /proc entry, the same
+-- process by its start time, not a zombie: one small read).
+local function init_state(pid)
+  local f = pid and io.open("/proc/" .. pid .. "/stat", "r")
+  local stat = f and f:read("a")
+  if f then f:close() end
+  if not stat then return nil end
+  local state, rest = stat:match("^%d+ %b() (%S) (.*)$")
+  local start = rest and rest:match("^" .. ("%S+ "):rep(18) .. "(%d+)")
+  return state, start
+end
+
 -- Creates the namespaces and cgroups (once; later calls return at once). Waits for the
 -- helper's "ready <pid>".
 function Instance:start()
@@ -460,6 +473,8 @@ function Instance:start()
     self.hold_result = r
     if not self.pid then self.starting:abort("exited") end
     self.done:abort("exited")
+    -- ended on its own (not stopped by us): whoever owns the instance retires it
+    if self.state == "ready" and self.on_exit then self.on_exit(self) end
   end)
   core.sleep(READY_TIMEOUT_MS, self.starting)
   if not self.pid then
@@ -469,6 +484,7 @@ function Instance:start()
     self:stop()
     return nil, self.start_err
   end
+  self.init_start = select(2, init_state(self.pid))
   self.state = "ready"
   return true
 end
@@ -532,6 +548,27 @@ function Instance:explain(before, exit)
   end
   if #lines == 0 then return nil end
   return table.concat(lines, "\n")
+end
+
+-- Whether the instance ended on its own: its holder (the spawner) exited while it was ready —
+-- a command killed every process of it (`kill -9 -1` ends the PID namespace's init, and bwrap
+-- with it), or the kernel did at its memory limit. Nothing can run in it any more.
+function Instance:dead()
+  if self.state ~= "ready" then return false end
+  if self.hold_result ~= nil then return true end
+  local state, start = init_state(self.pid)
+  return state == nil or state == "Z" or state == "X" or start ~= self.init_start
+end
+
+-- Whether files in its tmpfs mounts (/dev/shm, /tmp: memory charged to its cgroup, which no
+-- kill frees) hold at least half of its memory limit.
+function Instance:memory_held_by_files()
+  if self.state ~= "ready" or not self.cgroups then return false end
+  local f = io.open(self.cgroups.memory .. "/memory.stat", "r")
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  local shmem = tonumber(text:match("^shmem (%d+)") or text:match("\nshmem (%d+)"))
+  return shmem ~= nil and shmem >= self.snap.isolation.memory_bytes / 2
 end
 
 -- Every process of the instance is gone when this returns: the holder (and with it bwrap's

@@ -21,6 +21,73 @@ local function append_line(text, line)
   return text .. line .. "\n"
 end
 
+-- What the user reads when the thread's instance was replaced, by why.
+local RETIRED = {
+  dead = "this sandbox instance ended: every process in it was killed (a command such as "
+    .. "`kill -9 -1`, or its memory limit). The thread's next command starts a fresh instance on "
+    .. "the same /workspace files; /tmp, /dev/shm and background processes do not carry over",
+  memory = "this sandbox's memory stayed full after the command was killed: files in /dev/shm or "
+    .. "/tmp hold it (policies/isolation.lua memory_bytes). Its instance was replaced: /workspace "
+    .. "is kept, /tmp and /dev/shm start empty",
+}
+M.RETIRED = RETIRED
+
+local RETIRE_WAIT_MS = 60000 -- a bound only: stop's own waits are shorter
+
+-- The instance can no longer run anything (its spawner is gone, or its memory is held by files
+-- no kill frees): it is stopped — every process, its cgroups, and with its processes its
+-- mount namespace — and the next ensure builds a fresh one on the same workspace, whose files
+-- stay. Marked before the stop yields, so a request meanwhile builds the replacement; a caller
+-- that finds it being retired waits until it is gone, so whoever says it is gone is right.
+
+local function retire(r, why, old)
+  old = old or r.instance
+  if not old then return end
+  if old.retired then -- another task is retiring it: done when that one is
+    core.sleep(RETIRE_WAIT_MS, old.retired)
+    return
+  end
+  old.retired = core.signal()
+  local handle
+  if r.instance == old then -- (else it was replaced already: nothing of the runner is its)
+    r.instance, r.replacing = nil, { uid = old.uid, ro_binds = old.ro_binds }
+    handle, r.handle = r.handle, nil
+  end
+  if r.log then r.log("warn", "sandboxd.instance_retired", { instance = r.label, reason = why }) end
+  old:stop()
+  if handle then handle:close() end
+  old.retired:abort("retired")
+end
+M.retire = retire
+
+-- A replacement's uid may differ from the old one's: the workspace's files become its own.
+local function hand_over(r, old_uid)
+  local uid = r.instance:owner().uid
+  if uid == old_uid then return true end
+  local proc = core.spawn{ argv = { "chown", "-R", "-h", "-P", ("%d:%d"):format(uid, uid), "--", r.dir },
+    env = { PATH = os.getenv("PATH") or "/usr/bin:/bin" }, deadline_ms = 120000 }
+  local res = proc and proc:wait()
+  if not res or res.exit ~= 0 then
+    return nil, core.error("workspace", "the workspace could not be handed to the new instance's user (chown)")
+  end
+  return true
+end
+
+local function make(r)
+  if r.replacing then -- the workspace is there, with the thread's files: no spare, no mkdir
+    r.instance = r.walls:new(r.dir, r.key, nil, { network = r.network })
+    r.instance.ro_binds = r.replacing.ro_binds
+    return true
+  end
+  local ok, err = core.fs.mkdir_p(r.dir, tonumber("700", 8))
+  if not ok then
+    return nil, core.error("workspace", "the workspace could not be created: " .. tostring(err and err.message))
+  end
+  -- a spare built ahead when one fits this thread's network (the agent's, from the request)
+  r.instance = r.walls:claim(r.dir, r.key, r.network)
+  return true
+end
+
 -- Instance starts at once, server-wide (policies/isolation.lua starts_at_once). Each start is
 -- spawns and pipes on the event loop; a thousand threads arriving together would otherwise
 -- start a thousand instances in one loop turn, and every running command's heartbeat would
@@ -55,24 +122,30 @@ local function enter_gate(limit, stop)
 end
 
 function M.ensure(r)
+  if r.instance and r.instance:dead() then retire(r, "dead") end
   if r.instance and r.instance.state == "ready" then return r.dir end
   if not r.instance then
-    local ok, err = core.fs.mkdir_p(r.dir, tonumber("700", 8))
-    if not ok then
-      return nil, core.error("workspace", "the workspace could not be created: " .. tostring(err and err.message))
-    end
-    -- a spare built ahead when one fits this thread's network (the agent's, from the request)
-    r.instance = r.walls:claim(r.dir, r.key, r.network)
+    local ok, err = make(r)
+    if not ok then return nil, err end
   end
+  local inst = r.instance
   local ok, err
-  if r.instance.state ~= "ready" and not r.instance.starting then
-    local slot <close> = enter_gate(r.instance.snap.isolation.starts_at_once, r.stopped)
+  if inst.state ~= "ready" and not inst.starting then
+    local slot <close> = enter_gate(inst.snap.isolation.starts_at_once, r.stopped)
     if not slot then return nil, core.error("workspace", "the instance is asleep") end
-    ok, err = r.instance:start()
+    ok, err = inst:start()
   else
-    ok, err = r.instance:start()
+    ok, err = inst:start()
   end
   if not ok then return nil, err end
+  -- ended on its own later: retired at once, so nothing of it outlives it
+  inst.on_exit = function() if r.instance == inst then retire(r, "dead", inst) end end
+  if r.replacing and r.instance == inst then
+    local old_uid = r.replacing.uid
+    r.replacing = nil
+    local hok, herr = hand_over(r, old_uid)
+    if not hok then return nil, herr end
+  end
   if not r.handle then
     -- Held from here on: a later swap of the host path (a symlink in its place) changes
     -- nothing for /read and /write, which go through this handle as the instance's uid.
@@ -95,6 +168,10 @@ end
 -- MEASURE_EVERY_MS, off the command's path: a `du` per command would cost more than the
 -- command); the answer gates the next command and write.
 local MEASURE_EVERY_MS = 5000
+-- The engine's words when a walled command's socket ended without its wait status
+-- (src/proc/supervise.c), and how long the holder's exit may take to follow.
+local LOST = "the sandbox instance ended while the command ran"
+local SPAWNER_EXIT_MS = 5000
 
 local function measure(r)
   if r.measuring or (r.measured_ms and core.now_ms() - r.measured_ms < MEASURE_EVERY_MS) then return end
@@ -125,9 +202,28 @@ function M.exec(r, spec)
     kill_grace_ms = spec.kill_grace_ms, max_output = spec.max_output, signal = signal,
     on_output = spec.on_output, instance = inst,
   }
-  if not res then return nil, spawn_err end
+  if not res then
+    -- the spawner did not answer: when its holder has ended (it follows its socket at once),
+    -- the instance is retired and the command runs in a fresh one — once
+    if inst.done and not spec.retried then core.sleep(SPAWNER_EXIT_MS, inst.done) end
+    if (inst:dead() or inst.retired) and not spec.retried then
+      retire(r, "dead", inst)
+      spec.retried = true
+      return M.exec(r, spec)
+    end
+    return nil, spawn_err
+  end
   local why = inst:explain(before, res.exit)
   if why then res.stderr = append_line(res.stderr or "", why) end
+  -- the socket ended without an answer: the spawner is gone, its holder's exit follows
+  if inst.done and (res.stderr or ""):find(LOST, 1, true) then core.sleep(SPAWNER_EXIT_MS, inst.done) end
+  if inst:dead() or inst.retired then -- (retired already when its holder's exit came first)
+    retire(r, "dead", inst)
+    res.stderr = append_line(res.stderr or "", RETIRED.dead)
+  elseif inst:counters().oom > before.oom and inst:memory_held_by_files() then
+    retire(r, "memory", inst)
+    res.stderr = append_line(res.stderr or "", RETIRED.memory)
+  end
   measure(r)
   return res
 end

@@ -1,0 +1,164 @@
+-- Black-box: an instance that killed its own spawner heals (issue 22 item 3). A command can end
+-- every process of its instance (`kill -9 -1`: the PID namespace's init goes, and with it the
+-- spawner's reason to serve) or run it out of memory (filling /dev/shm, a tmpfs charged to the
+-- instance's memory cgroup); before, every later request of the thread failed "spawner does not
+-- answer" with a host socket path. Now the dead instance is retired — none of its processes,
+-- cgroups or mount namespace left — and the thread's next request runs in a fresh instance on
+-- the same workspace, whose files are intact; what the user reads names what happened, never a
+-- host path.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local S = require("support.sandbox")
+local policies = require("support.policies")
+
+local UID_BASE = 1300000 + (core.crypto.random_bytes(2):byte(1) * 256 + core.crypto.random_bytes(1):byte()) * 64
+local UID_COUNT = 64 -- (this run's own range, as tests/e2e/walls_spec.lua takes one)
+
+local function policy_dir()
+  return policies.dir{
+    timeouts = function(src) return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"10m\"\n" end,
+    -- spare_instances = 0: every cgroup of the server is an awake thread's; a small memory
+    -- limit so that filling /dev/shm reaches it in a moment
+    isolation = function(src)
+      return src .. ("\nuid_base = %d\nuid_count = %d\nspare_instances = 0\nmemory_bytes = 96 * MiB\n")
+        :format(UID_BASE, UID_COUNT)
+    end,
+  }
+end
+
+local describe_walls = require("support.walls").probe(policy_dir(),
+  { describe = describe, it = it, pending = pending })
+
+after_each(S.cleanup_servers)
+teardown(S.cleanup)
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- The processes in the server's instance cgroups (pids controller), as "pid:starttime" (a pid
+-- alone may be reused) → the mount namespace each is in.
+local function instance_procs(server_pid)
+  local out = {}
+  local p = io.popen(("cat $(find /sys/fs/cgroup -maxdepth 7 -path '*/switchboard-%d/i*/cgroup.procs') 2>/dev/null")
+    :format(server_pid))
+  for pid in p:lines() do
+    local stat = read("/proc/" .. pid .. "/stat") or ""
+    local start = stat:match("^%d+ %b() %S+" .. (" %S+"):rep(18) .. " (%d+)")
+    local q = io.popen("readlink /proc/" .. pid .. "/ns/mnt 2>/dev/null")
+    local mnt = q:read("l")
+    q:close()
+    if start then out[pid .. ":" .. start] = mnt or "?" end
+  end
+  p:close()
+  return out
+end
+
+-- Every mount namespace any process of the host is in.
+local function host_mount_namespaces()
+  local seen = {}
+  local p = io.popen("stat -c %N /proc/[0-9]*/ns/mnt 2>/dev/null") -- one process: '…' -> 'mnt:[N]'
+  for line in p:lines() do
+    local ns = line:match("'(mnt:%[%d+%])'$")
+    if ns then seen[ns] = true end
+  end
+  p:close()
+  return seen
+end
+
+-- The instance directories (i<N>) under this server's cgroup, in the pids controller.
+local function instance_cgroups(server_pid)
+  local p = io.popen(("find /sys/fs/cgroup -maxdepth 6 -type d -path '*/switchboard-%d/i*' 2>/dev/null"):format(server_pid))
+  local dirs = {}
+  for line in p:lines() do dirs[#dirs + 1] = line end
+  p:close()
+  return dirs
+end
+
+-- Who is in mount namespace `ns` (for a failure's message).
+local function holders(ns)
+  local p = io.popen("for f in /proc/[0-9]*/ns/mnt; do [ \"$(readlink $f)\" = '" .. ns
+    .. "' ] && d=${f%/ns/mnt} && echo $d $(grep -E '^(Name|State|PPid|Uid)' $d/status | tr '\\n' ' '); done 2>/dev/null")
+  local text = p:read("a")
+  p:close()
+  return text
+end
+
+local function exec(h, thread, command)
+  local status, _, raw = S.call(h.url, "/exec", { thread = thread, deadline_ms = 120000,
+    body = { command = command, timeoutMs = 60000 } })
+  assert.equal(200, status, raw)
+  return cjson.decode(raw)
+end
+
+local function no_host_paths(h, text)
+  assert.is_nil(text:find("/tmp/switchboard-walls", 1, true), text)
+  assert.is_nil(text:find(h.root, 1, true), text)
+  assert.is_nil(text:find(".sock", 1, true), text)
+end
+
+local ATTACKS = {
+  { "kill -9 -1", "kill -9 -1; sleep 5" },
+  { "filling /dev/shm", "head -c 1G /dev/zero > /dev/shm/fill" },
+}
+
+describe_walls("an instance whose spawner died", function()
+  for _, attack in ipairs(ATTACKS) do
+    it("is retired after " .. attack[1] .. "; the next request runs in a fresh one on the same files", function()
+      core.run(function()
+        local h = S.start_sandboxd{ policies = policy_dir() }
+        local first = exec(h, "heal", "echo kept > kept.txt && echo started")
+        assert.equal(0, first.exitCode, first.stderr)
+        local before = instance_procs(h.pid)
+        assert.is_not_nil(next(before), "no instance process seen")
+        local old_ns, host_ns = {}, nil
+        do
+          local p = io.popen("readlink /proc/self/ns/mnt"); host_ns = p:read("l"); p:close()
+        end
+        for _, ns in pairs(before) do
+          if ns ~= host_ns then old_ns[ns] = true end -- bwrap itself runs in the host's
+        end
+        assert.is_not_nil(next(old_ns), "no instance mount namespace seen")
+
+        local hit = exec(h, "heal", attack[2])
+        assert.are_not.equal(0, hit.exitCode)
+        no_host_paths(h, hit.stderr)
+        if hit.stderr:find("while the command ran", 1, true) then -- the spawner died under it: said in words
+          assert.truthy(hit.stderr:find("this sandbox instance ended: every process in it was killed", 1, true), hit.stderr)
+        end
+
+        -- the attack ended the instance, and the server noticed and retired it (a request racing
+        -- the instance's last moments may still meet it dying, and is told so in words)
+        assert.truthy(S.wait_for(function() return h.log():find("sandboxd.instance_retired", 1, true) end, 60000),
+          "the instance was never retired:\n" .. h.log())
+        -- every later request works, in a fresh instance, on the same workspace
+        for i = 1, 3 do
+          local after = exec(h, "heal", "cat kept.txt && echo again-" .. i .. " >> kept.txt && touch /dev/shm/ok")
+          no_host_paths(h, after.stderr)
+          assert.equal(0, after.exitCode, cjson.encode(after) .. "\n" .. h.log())
+          assert.truthy(after.stdout:find("^kept\n"), after.stdout)
+        end
+        -- nothing of the old instance is left: its processes, its mount namespace, its cgroup
+        local now = instance_procs(h.pid)
+        for id in pairs(before) do assert.is_nil(now[id], "an old instance process is still alive: " .. id) end
+        local namespaces = host_mount_namespaces()
+        for ns in pairs(old_ns) do
+          assert.is_nil(namespaces[ns], "the old mount namespace is still held: " .. ns .. "\n" .. holders(ns))
+        end
+        local cgroups = instance_cgroups(h.pid)
+        local per_controller = {}
+        for _, d in ipairs(cgroups) do
+          local c = d:match("^/sys/fs/cgroup/([^/]+)/")
+          per_controller[c] = (per_controller[c] or 0) + 1
+        end
+        for c, n in pairs(per_controller) do assert.equal(1, n, c .. ": " .. table.concat(cgroups, " ")) end
+        h:stop()
+        assert.equal(0, h:wait().exit)
+      end)
+    end)
+  end
+end)
