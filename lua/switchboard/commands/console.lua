@@ -2,7 +2,7 @@
 -- The console front (fronts/console.lua) reads standard input and speaks the cards; this
 -- command wires it to the dispatcher after the shared prologue (commands/prologue.lua).
 local core = require("switchboard.core")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 local policy = require("switchboard.policy")
 local flat = require("switchboard.policy.flat")
 local state = require("switchboard.state")

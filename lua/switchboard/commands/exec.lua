@@ -1,6 +1,6 @@
 -- `switchboard exec`: one command through an agent's executor, from the command line.
 local core = require("switchboard.core")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local render = require("switchboard.shell.render")

@@ -8,7 +8,7 @@
 local loader = require("switchboard.policy.loader")
 local policy = require("switchboard.policy")
 local flat = require("switchboard.policy.flat")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 
 local HELP = [[
 usage: switchboard policy check [DIR]

@@ -1,10 +1,10 @@
 -- `switchboard sandboxd`: the per-thread sandbox server (docs/sandboxd.md).
 local core = require("switchboard.core")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
 local metrics = require("switchboard.metrics")
-local walls_mod = require("switchboard.commands.walls")
+local walls_mod = require("switchboard.launch.walls")
 local policy = require("switchboard.policy")
 
 local M = {

@@ -47,7 +47,9 @@ function M.start(base, opts)
     "--root", root, "--git-base", "file://" .. base .. "/base/" }
   if not opts.walls then argv[#argv + 1] = "--no-walls" end
   local chunks = {}
-  local env = S.base_env{ RESIDENT_TOKEN = M.TOKEN }
+  local extra = { RESIDENT_TOKEN = M.TOKEN }
+  for k, v in pairs(opts.env or {}) do extra[k] = v end
+  local env = S.base_env(extra)
   local proc = assert(core.spawn{ argv = argv, env = env, max_output = 16 << 20,
     on_output = function(_, c) chunks[#chunks + 1] = c end })
   local h = { proc = proc, pid = proc.pid, root = root }

@@ -26,7 +26,7 @@ local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local tracing = require("switchboard.exec.tracing")
 local metrics = require("switchboard.metrics")
-local notify = require("switchboard.commands.notify")
+local notify = require("switchboard.launch.notify")
 
 local M = {}
 
