@@ -137,6 +137,50 @@ describe("core.spawn behind the walls", function()
     inst:stop()
   end)
 
+  -- Two requests of a new thread at once while a spare is being built (sandboxd's first /exec
+  -- and a second one beside it): the first waits for the spare; the second must wait for that
+  -- claim, not start an instance of its own on the same workspace, whose helper would chown the
+  -- directory to its uid (the first's commands then die with "walls: chdir /workspace:
+  -- Permission denied") and live on with no runner.
+  walled_it("two requests of a new thread make one instance, whose uid owns the workspace", function()
+    local runner = require("switchboard.sandboxd.runner")
+    local procs = require("support.procs")
+    local root = S.tmpdir()
+    os.execute("chmod 0711 '" .. root .. "'")
+    local spares = assert(instance.host{ snap = snap, policy = function() return snap end, helper = HELPER,
+      scratch = root, spares = true })
+    assert.truthy(S.wait_for(function() return spares.building end, 20000), "no spare is being built")
+    -- which helper reaches the directory first varies, so the claims are counted too (the real
+    -- claim runs; the count is what a second instance would show every time)
+    local claims, real_claim = 0, spares.claim
+    spares.claim = function(...) claims = claims + 1; return real_claim(...) end
+    local r = runner.new(root, "two-at-once", { walls = spares })
+    local results, done = {}, 0
+    for i = 1, 2 do
+      core.go(function()
+        results[i] = { r:exec{ command = "pwd; stat -c %u .", deadline_ms = 60000 } }
+        done = done + 1
+      end)
+    end
+    assert.truthy(S.wait_for(function() return done == 2 end, 120000), "the requests never answered")
+    for i = 1, 2 do
+      local res, err = table.unpack(results[i])
+      assert.truthy(res, tostring(err))
+      assert.equal(0, res.exit, res.stderr)
+      assert.equal("/workspace\n1000\n", res.stdout) -- the instance's own uid inside
+    end
+    local owner = io.popen("stat -c %u '" .. r.dir .. "'"):read("l")
+    assert.equal(tostring(r.instance.uid), owner)
+    for pid, cmd in pairs(procs.cmdlines()) do
+      assert.falsy(cmd:find(" hold ", 1, true) and cmd:find("--workspace " .. r.dir, 1, true),
+        "a second instance holds the thread's workspace: " .. pid .. " " .. cmd)
+    end
+    assert.equal(1, claims, "the thread's instance was claimed twice")
+    r:stop()
+    spares:close()
+    S.rm(root)
+  end)
+
   walled_it("the instance ending under a command: killed, said in words; a gone spawner is a spawn failure", function()
     local inst = start_instance()
     local proc = assert(core.spawn(args(inst, "exec sleep 1000")))
