@@ -37,7 +37,9 @@ describe("core.spawn behind the walls", function()
     core.run(function()
       scratch = S.tmpdir()
       os.execute("chmod 0711 '" .. scratch .. "'")
-      walls, why = instance.host{ snap = snap, policy = function() return snap end, helper = HELPER }
+      -- spares as sandboxd has them (two hosts in one process would share its cgroups)
+      walls, why = instance.host{ snap = snap, policy = function() return snap end, helper = HELPER,
+        scratch = scratch, spares = true }
     end)
   end)
   teardown(function()
@@ -145,10 +147,11 @@ describe("core.spawn behind the walls", function()
   walled_it("two requests of a new thread make one instance, whose uid owns the workspace", function()
     local runner = require("switchboard.sandboxd.runner")
     local procs = require("support.procs")
-    local root = S.tmpdir()
-    os.execute("chmod 0711 '" .. root .. "'")
-    local spares = assert(instance.host{ snap = snap, policy = function() return snap end, helper = HELPER,
-      scratch = root, spares = true })
+    local root, spares = scratch, walls
+    -- a claim with no spare ready makes the next one: wait until one is being built
+    if not spares.building then
+      spares:claim(scratch .. "/w-take-" .. core.crypto.hex(core.crypto.random_bytes(4)), "spec"):stop()
+    end
     assert.truthy(S.wait_for(function() return spares.building end, 20000), "no spare is being built")
     -- which helper reaches the directory first varies, so the claims are counted too (the real
     -- claim runs; the count is what a second instance would show every time)
@@ -176,9 +179,8 @@ describe("core.spawn behind the walls", function()
         "a second instance holds the thread's workspace: " .. pid .. " " .. cmd)
     end
     assert.equal(1, claims, "the thread's instance was claimed twice")
+    spares.claim = nil
     r:stop()
-    spares:close()
-    S.rm(root)
   end)
 
   walled_it("the instance ending under a command: killed, said in words; a gone spawner is a spawn failure", function()
