@@ -689,13 +689,9 @@ static void on_server_closed(sb_http_server *s) {
 }
 
 /* What the transport calls (server_conn.h): this face is the layer above it. */
-static const sb_http_callbacks lua_face = {
-    .on_head = on_head,
-    .on_drained = on_drained,
-    .on_request = on_request,
-    .on_detach = on_detach,
-    .on_server_closed = on_server_closed,
-};
+static const sb_http_callbacks lua_face = {.on_head = on_head, .on_drained = on_drained,
+                                           .on_request = on_request, .on_detach = on_detach,
+                                           .on_server_closed = on_server_closed};
 
 static sb_http_server *check_server(lua_State *L) {
   server_ud *ud = luaL_checkudata(L, 1, SERVER_MT);

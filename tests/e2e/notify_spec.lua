@@ -13,7 +13,7 @@ local function start_listener(path, dir)
   local out = dir .. "/notify.jsonl"
   local proc = assert(core.spawn{ argv = { "python3", "tests/support/notify_socket.py", path, out },
     env = S.base_env() })
-  assert(S.wait_for(function() return S.read(out .. ".ready") end, 10000), "the notify socket did not bind")
+  assert(S.wait_for(function() return S.read(out .. ".ready") end, 60000), "the notify socket did not bind") -- python3 starting on a loaded machine
   local h = { proc = proc }
   function h.messages()
     local list = {}

@@ -159,15 +159,19 @@ describe_walls("sandboxd walls: what a command sees and cannot do", function()
       local secret = "ghs_" .. core.crypto.hex(core.crypto.random_bytes(12))
       local done = false
       core.go(function()
-        exec(h, "A", "sleep 3", { env = { GH_TOKEN = secret } })
+        exec(h, "A", "sleep 10", { env = { GH_TOKEN = secret } })
         done = true
       end)
-      core.sleep(700)
+      -- A's instance is awake (its command starting) before B looks: an event, not a time
+      assert.truthy(S.wait_for(function()
+        local status, _, body = S.call(h.url, "/healthz", { thread = false })
+        return status == 200 and cjson.decode(body).instances.awake == 1
+      end, 30000), "thread A's instance never woke")
       local r = exec(h, "B", "for p in /proc/[0-9]*; do cat $p/environ 2>/dev/null | tr '\\0' '\\n'; done; echo scanned")
       assert.truthy(r.stdout:find("scanned", 1, true))
       assert.is_nil(r.stdout:find(secret, 1, true))
       assert.is_false(done, "the first command should still have been running")
-      S.wait_for(function() return done end, 20000)
+      S.wait_for(function() return done end, 30000)
       h:stop(); h:wait()
     end)
   end)

@@ -104,23 +104,28 @@ describe("core.spawn", function()
 
   it("an abort kills the whole group at once and is reported as aborted, not 124",
     async(function()
-      local sig = core.signal()
-      local p = sh("sleep 60 & echo $!; sleep 60", { signal = sig, deadline_ms = 60000 })
-      core.go(function() core.sleep(100); sig:abort("hard stop") end)
-      local t0 = core.now_ms()
+      local sig, t0 = core.signal(), nil
+      -- the stop comes once the background child is there (its pid printed), not after a time
+      local p = sh("sleep 60 & echo $!; sleep 60", { signal = sig, deadline_ms = 60000,
+        on_output = function() if not t0 then t0 = core.now_ms(); sig:abort("hard stop") end end })
       local r = p:wait()
+      assert.truthy(t0, "the command ended before the stop")
       assert.is_true(core.now_ms() - t0 < 30000) -- at once: well under the 60 s sleeps
       assert.is_true(r.aborted)
       assert.is_false(r.timed_out)
       assert.are_not.equal(124, r.exit)
-      assert.is_true(wait_gone(r.stdout:match("%d+"), 2000))
+      assert.is_true(wait_gone(r.stdout:match("%d+"), 30000), "the background child outlived the abort")
     end))
 
   it("passes the environment through envp only: the child sees it, its argv does not",
     async(function()
       local secret = "s3cr3t-" .. core.crypto.hex(core.crypto.random_bytes(8))
-      local p = sh("echo \"$TOKEN\"; sleep 0.5", { env = { PATH = PATH, TOKEN = secret } })
-      core.sleep(100)
+      -- the child runs until the spec has read every argv (it is killed after)
+      local said = false
+      local p = sh("echo \"$TOKEN\"; exec sleep 60", { env = { PATH = PATH, TOKEN = secret },
+        on_output = function() said = true end })
+      local t0 = core.now_ms()
+      while not said and core.now_ms() - t0 < 30000 do core.sleep(10) end
       local cmdlines = {}
       for _, pid in ipairs({ p.pid }) do
         local f = io.open("/proc/" .. pid .. "/cmdline", "rb")
@@ -128,6 +133,7 @@ describe("core.spawn", function()
       end
       local all = ""
       for _, line in pairs(procs.cmdlines()) do all = all .. line .. "\n" end
+      p:kill("KILL")
       local r = p:wait()
       assert.are.equal(secret .. "\n", r.stdout)
       assert.is_true(#cmdlines == 1)

@@ -134,14 +134,7 @@ function M.run(argv, ctx)
   local d = dispatcher.new{
     front = front,
     policy = policy.current,
-    stack = {
-      workspace_root = opts.workspace_root or state.workspaces(),
-      sandbox_url = opts.sandbox_url,
-      credentials = ctx.credentials,
-      force_backend = opts.backend,
-      e2b_state_dir = state.dir(),
-      sink = sink,
-    },
+    stack = p:stack_options(sink),
     outputs_dir = state.dir() .. "/outputs",
     transcripts_dir = state.dir() .. "/transcripts",
     thread_key = function(thread) return "console:" .. thread end,

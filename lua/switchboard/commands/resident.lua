@@ -146,15 +146,8 @@ function M.run(argv, ctx)
   if not srv then
     return p:fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
   end
-  p:reload_on_hup() -- RELOADING=1/READY=1 to the service manager
-  core.on_signal("TERM", function() p:stopping(); srv:shutdown("TERM") end)
-  core.on_signal("INT", function() p:stopping(); srv:shutdown("INT") end)
-  core.log("info", "resident.listening", { host = host, port = srv.port, root = root, generation = srv.generation,
-    version = snap.version, walls = walls and ("cgroup v" .. walls.layout.version) or "none" })
-  p:ready(("listening on %s:%d, policies %s"):format(host, srv.port, snap.version))
-  srv:wait()
-  if walls then walls:close() end
-  return 0
+  return p:serve(srv, walls, "resident.listening", { host = host, port = srv.port, root = root,
+    generation = srv.generation, version = snap.version })
 end
 
 return M

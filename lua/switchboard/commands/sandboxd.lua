@@ -132,19 +132,11 @@ function M.run(argv, ctx)
     end
     mport = msrv.port
   end
-  p:reload_on_hup() -- logs sandboxd.reload ok=… errors=… version=…; RELOADING=1/READY=1
-  core.on_signal("TERM", function() p:stopping(); srv:shutdown("TERM") end)
-  core.on_signal("INT", function() p:stopping(); srv:shutdown("INT") end)
-  core.log("info", "sandboxd.listening", {
+  return p:serve(srv, walls, "sandboxd.listening", {
     host = host, port = srv.port, root = root,
     max_instances = max or snap.timeouts.sandbox.max_instances, version = snap.version,
     metrics_port = mport,
-    walls = walls and ("cgroup v" .. walls.layout.version) or "none",
   })
-  p:ready(("listening on %s:%d, policies %s"):format(host, srv.port, snap.version))
-  srv:wait()
-  if walls then walls:close() end
-  return 0
 end
 
 return M

@@ -57,7 +57,7 @@ function M.start(base, opts)
   local entry = S.servers[#S.servers]
   function h.log() return table.concat(chunks) end
   core.go(function() h.result = proc:wait(); entry.result = h.result end)
-  local port = S.wait_for(function() return h.log():match("resident%.listening[^\n]*port=(%d+)") or h.result end, 15000)
+  local port = S.wait_for(function() return h.log():match("resident%.listening[^\n]*port=(%d+)") or h.result end, 60000) -- a bound for a loaded machine
   if type(port) ~= "string" and opts.may_fail then return nil, h.log() end
   assert(type(port) == "string", "resident did not start:\n" .. h.log())
   h.port, h.url = tonumber(port), "http://127.0.0.1:" .. port
