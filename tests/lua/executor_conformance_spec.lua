@@ -19,9 +19,8 @@ local errors = require("switchboard.exec.errors")
 
 local FAST = S.FAST .. [[
 e2b.sandbox_timeout_ms = 30 * second
-e2b.api_timeout_ms = 5 * second
+e2b.api_timeout_ms = 30 * second -- a bound for a loaded machine: no case here waits it out
 e2b.keepalive_ping_ms = 1 * second
-e2b.connect_grace_ms = 200
 e2b.stop_timeout_ms = 5 * second
 ]]
 local snap, policy_dir = S.snapshot(FAST)
