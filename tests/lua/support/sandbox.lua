@@ -209,7 +209,8 @@ function M.call(url, path, opts)
   if type(body) == "table" then body = cjson.encode(body) end
   return core.http.request{
     method = opts.method or (path == "/healthz" and "GET" or "POST"), url = url .. path,
-    headers = headers, body = body, deadline_ms = opts.deadline_ms or 30000, on_chunk = opts.on_chunk,
+    -- longer than any command budget a spec gives (60 s) plus the wait of a loaded machine
+    headers = headers, body = body, deadline_ms = opts.deadline_ms or 120000, on_chunk = opts.on_chunk,
     signal = opts.signal,
   }
 end
