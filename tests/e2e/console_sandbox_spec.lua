@@ -149,12 +149,15 @@ echo "exit=$?" >> out]])
   end)
 
   it("a sandboxd that dies under a command is a sandbox failure, not the command's exit", function()
+    -- a walled instance sees no host path to signal through: the command is running once its
+    -- unique sleep shows on the host (as walls.lua gh_token waits)
+    local nap = ("sleep 30.%d"):format(string.unpack("<I3", core.crypto.random_bytes(3)) + 1000000)
     local r, out = session([[
       mkfifo in
       ]] .. CONSOLE .. [[ < in > out 2> err & pid=$!
       exec 3> in
-      echo 'run `touch '"$PWD"'/started; sleep 30`' >&3
-      for i in $(seq 400); do [ -f started ] && break; sleep 0.05; done
+      echo 'run `]] .. nap .. [[`' >&3
+      for i in $(seq 600); do env -u LD_PRELOAD pgrep -f '^]] .. nap .. [[$' >/dev/null && break; sleep 0.05; done
       kill -KILL "$(cat sandboxd.pid)"
       exec 3>&-
       wait $pid; echo "exit=$?" >> out
@@ -162,7 +165,7 @@ echo "exit=$?" >> out]])
     assert.equal(0, r.exit, r.stderr)
     assert.matches("exit=0\n", out)
     local card = blocks(out)[1]
-    assert.matches("^%[main%] agent:coding · sandbox\n%$ touch [^\n]*\n✗ sandbox failure after [%d.]+s — "
+    assert.matches("^%[main%] agent:coding · sandbox\n%$ sleep 30%.%d+\n✗ sandbox failure after [%d.]+s — "
       .. "infrastructure, not the command's exit status\n", card)
     assert.not_matches("✗ exit", card)
   end)

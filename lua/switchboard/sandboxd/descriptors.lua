@@ -4,11 +4,12 @@
 --
 --   local b = descriptors.size{max_instances = n, spares = n, max_connections = n, log = fn}
 --   b.limit, b.hard, b.need, b.capacity   (capacity: instances that fit, running a command each)
+--   b.connections                          (the server.max_connections the HTTP server gets)
 --
 -- What sandboxd holds, measured (`ls /proc/PID/fd` with instances awake and commands running):
 -- per awake instance the holder's stdout and stderr pipes, the spawner's socket and the
 -- workspace's directory handle; per running command its stdout and stderr pipes and its pidfd;
--- per request its connection (bounded apart by timeouts server.max_connections).
+-- per request its connection (bounded by the connection cap this budget gives the server).
 local core = require("switchboard.core")
 
 local M = {}
@@ -16,14 +17,15 @@ local M = {}
 M.PER_INSTANCE = 4
 M.PER_COMMAND = 3
 -- The server's own: the listener, the loop's handles, the log, policy reloads, `du` and the
--- walls helper's runs, the metrics listener; with room to spare.
+-- walls helper's runs, the metrics listener; with room to spare. A quarter of the limit, from
+-- 64 (what it holds idle is about 20) to 128, so that a low limit still has room for work.
 M.RESERVE = 128
+M.RESERVE_FLOOR = 64
+-- Connections never get fewer than the HTTP server's own floor (src/http/server.c).
+M.MIN_CONNECTIONS = 16
 
--- The connections the HTTP server will allow under a limit (src/http/server.c
--- clamp_connections: it keeps 64 + limit/8 for everything else).
-local function connections_under(limit, max_connections)
-  local allowed = math.max(16, limit - (64 + limit // 8))
-  return math.min(max_connections, allowed)
+function M.reserve(limit)
+  return math.min(M.RESERVE, math.max(M.RESERVE_FLOOR, limit // 4))
 end
 
 -- Descriptors a fleet of n instances needs, one command running in each.
@@ -31,28 +33,44 @@ function M.need(instances, max_connections)
   return M.RESERVE + max_connections + instances * (M.PER_INSTANCE + M.PER_COMMAND)
 end
 
--- Instances that fit under a limit once connections and the reserve are counted.
-function M.capacity(limit, max_connections)
-  local left = limit - M.RESERVE - connections_under(limit, max_connections)
-  return math.max(0, left // (M.PER_INSTANCE + M.PER_COMMAND))
+-- The one split of a limit: the reserve, then the connections — all the fleet of `instances`
+-- leaves them, but never fewer than half of what is left after the reserve, nor more than
+-- max_connections — then the instances in the rest. The connection cap is passed to the HTTP
+-- server, so its own clamp (64 + limit/8 for everything else) never takes the instances' share.
+-- → connections, capacity (instances that fit, a command running in each)
+function M.split(limit, instances, max_connections)
+  local per = M.PER_INSTANCE + M.PER_COMMAND
+  local left = limit - M.reserve(limit)
+  local connections = math.max(left - instances * per, left // 2)
+  connections = math.max(M.MIN_CONNECTIONS, math.min(max_connections, connections))
+  return connections, math.max(0, (left - connections) // per)
 end
 
 function M.size(opts)
-  local instances = opts.max_instances + (opts.spares or 0)
+  local spares = opts.spares or 0
+  local instances = opts.max_instances + spares
   local need = M.need(instances, opts.max_connections)
   local limit, hard = core.open_files_limit(need)
-  local capacity = math.max(0, M.capacity(limit, opts.max_connections) - (opts.spares or 0))
-  local b = { limit = limit, hard = hard, need = need, capacity = capacity }
+  local connections, fit = M.split(limit, instances, opts.max_connections)
+  local capacity = math.max(0, fit - spares)
+  local b = { limit = limit, hard = hard, need = need, capacity = capacity, connections = connections }
   local log = opts.log or core.log
+  if connections < opts.max_connections then
+    log("warn", "sandboxd.max_connections_clamped", {
+      max_connections = opts.max_connections, clamped_to = connections, open_files_limit = limit,
+      hint = "raise the hard open-files limit (LimitNOFILE= in the unit, ulimit -Hn)",
+    })
+  end
   if capacity < opts.max_instances then
     log("warn", "sandboxd.descriptors_short", {
       open_files_limit = limit, hard_limit = hard, needed = need, max_instances = opts.max_instances,
-      instances_that_fit = capacity,
+      instances_that_fit = capacity, connections = connections,
       hint = "raise the hard open-files limit (LimitNOFILE= in the unit, ulimit -Hn) or lower "
         .. "max_instances / timeouts server.max_connections; past the fit new threads get fleet-busy",
     })
   else
-    log("info", "sandboxd.descriptors", { open_files_limit = limit, needed = need, instances_that_fit = capacity })
+    log("info", "sandboxd.descriptors", { open_files_limit = limit, needed = need, instances_that_fit = capacity,
+      connections = connections })
   end
   return b
 end

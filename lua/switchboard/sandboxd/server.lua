@@ -76,8 +76,11 @@ function M.start(opts)
     local finished <close> = setmetatable({}, { __close = done })
     return handler(req, res)
   end
+  -- the budget's connection cap, not the policy's: the instances' share stays theirs
+  local limits = limits_of(policy.current())
+  limits.max_connections = math.min(limits.max_connections, self.descriptors.connections)
   local ok, srv, err = pcall(core.http.serve, {
-    host = opts.host, port = opts.port, handler = counted, limits = limits_of(policy.current()),
+    host = opts.host, port = opts.port, handler = counted, limits = limits,
     on_head = on_head,
   })
   if not ok then return nil, core.error("listen", tostring(srv)) end
