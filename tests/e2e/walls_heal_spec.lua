@@ -58,16 +58,21 @@ local function instance_procs(server_pid)
   return out
 end
 
--- Every mount namespace any process of the host is in, each with the pids in it, leaving out
--- `except` (pid → true): the fresh instance's processes. The kernel hands a freed namespace's
--- number to the next one made (the lowest free), so the fresh instance's namespace may carry
--- an old one's number; only a process outside it can be one that holds the old namespace.
+-- Every mount namespace a process of this run's uids (uid_blocks, 16 by default, from
+-- UID_BASE: the server takes the first free block) is in, leaving out `except` (pid →
+-- true): the fresh instance's processes. The kernel hands a freed namespace's number to the
+-- next one made anywhere on the host (the lowest free): the fresh instance's, or another
+-- server's instance on this shared machine; only a process of ours outside the fresh instance
+-- can be one that holds the old namespace.
 local function host_mount_namespaces(except)
   local seen = {}
   local p = io.popen("stat -c %N /proc/[0-9]*/ns/mnt 2>/dev/null") -- one process: '/proc/P/ns/mnt' -> 'mnt:[N]'
   for line in p:lines() do
     local pid, ns = line:match("^'/proc/(%d+)/ns/mnt' %-> '(mnt:%[%d+%])'$")
-    if ns and not (except or {})[pid] then seen[ns] = true end
+    local uid = pid and tonumber(((read("/proc/" .. pid .. "/status") or ""):match("\nUid:%s+(%d+)")))
+    if ns and uid and uid >= UID_BASE and uid < UID_BASE + 16 * UID_COUNT and not (except or {})[pid] then
+      seen[ns] = true
+    end
   end
   p:close()
   return seen
