@@ -166,7 +166,8 @@ describe("a thread that remembers", function()
       pos = at
     end
     -- the repository is the thread's after the restart: the system prompt names it
-    assert.matches("acme/api", reqs[7].body.system, 1, true)
+    -- (the system prompt is text blocks, the last with a cache breakpoint: issue 24)
+    assert.matches("acme/api", model.system_text(reqs[7].body), 1, true)
 
     -- (c)(d) one branch, three commits in a line on top of main; the PR's body kept the first section
     local branch = card3:match("branch (switchboard/[%w%-]+)")
