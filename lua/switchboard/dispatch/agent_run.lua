@@ -221,7 +221,7 @@ function M.run(d, thread, ask)
       on_turn = function(messages)
         M.keep_conversation(d, thread, messages)
         -- the cost so far, so a run the bot dies in still counts towards the caps after a restart
-        if rrun then core.go(function() d:remember("run_cost", d.record.run_cost, rrun, c.cost_usd) end) end
+        if rrun and c.cost_usd then core.go(function() d:remember("run_cost", d.record.run_cost, rrun, c.cost_usd) end) end
       end,
       thread = thread.name, accounts = d.accounts,
     })
