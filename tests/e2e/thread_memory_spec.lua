@@ -195,7 +195,8 @@ describe("a thread that remembers", function()
     p:close()
     for _, want_text in ipairs({ "add a line one to README.md in acme/api", "Looking first.",
         "cat README.md; echo &lt;b&gt;not-bold&lt;/b&gt;", "&lt;b&gt;not-bold&lt;/b&gt;", "read_file",
-        "seq 1 3000", "2999\n3000", "echo one &gt;&gt; README.md", "Added one.", "pull request #1" }) do
+        "seq 1 3000", "2999\n3000", "echo one &gt;&gt; README.md", "Added one.", "pull request #1",
+        "<dt>cost</dt><dd>$", "<dt>prompt cache</dt><dd>", "<summary>thinking" }) do
       local plain = want_text:gsub("\\n", "\n")
       assert.is_not_nil(dom:find(plain, 1, true), ("the page lacks %q:\n%s"):format(plain, dom:sub(1, 3000)))
     end
