@@ -1,4 +1,4 @@
-# Writes the build stamp header from the source tree (seed item 13). Run at every build:
+# Writes the build stamp header from the source tree (docs/contract.md#build-stamp). Run at every build:
 #   cmake -DSOURCE_DIR=… -DOUTPUT=… -P build_stamp.cmake
 # The commit is HEAD with "-dirty" when tracked files differ; outside a git checkout it is
 # "unknown" and no build time is invented. SWITCHBOARD_BUILD_COMMIT / SWITCHBOARD_BUILT_AT in

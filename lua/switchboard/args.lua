@@ -1,6 +1,6 @@
 -- Command-line parsing shared by every subcommand: `--name value`, `--name=value`, boolean
 -- flags, and `--` ending the options. Unknown options are errors that name the option and
--- point at --help; nothing is guessed. Commands call it through commands/prologue.lua.
+-- point at --help; nothing is guessed. Commands call it through launch/prologue.lua.
 local M = {}
 
 -- spec: { ["timeout-ms"] = "number", thread = "string", json = "flag", ... }

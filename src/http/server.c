@@ -193,7 +193,7 @@ static int dispatch(lua_State *L) {
   return 0;
 }
 
-bool sb_http_on_request(sb_http_conn *c) {
+static bool on_request(sb_http_conn *c) {
   lua_State *L = sb_main_state();
   dispatched = false;
   lua_pushcfunction(L, dispatch);
@@ -248,7 +248,7 @@ static int head_hook(lua_State *L) {
   return 1;
 }
 
-bool sb_http_on_head(sb_http_conn *c) {
+static bool on_head(sb_http_conn *c) {
   if (c->server->on_head_ref == LUA_NOREF)
     return true;
   lua_State *L = sb_main_state();
@@ -281,7 +281,7 @@ static void wake_drainer(res_ud *r, bool ok) {
   sb_task_complete(t, 1);
 }
 
-void sb_http_on_drained(sb_http_conn *c) { wake_drainer(c->exchange, true); }
+static void on_drained(sb_http_conn *c) { wake_drainer(c->exchange, true); }
 
 static void log_request(res_ud *r, const char *outcome) {
   char status[8], ms[32];
@@ -306,7 +306,7 @@ static void detach(res_ud *r) {
   r->ref = LUA_NOREF;
 }
 
-void sb_http_on_detach(sb_http_conn *c) {
+static void on_detach(sb_http_conn *c) {
   res_ud *r = c->exchange;
   if (r->phase != RES_FINISHED) {
     r->closed = true;
@@ -735,7 +735,7 @@ static int l_res_tostring(lua_State *L) {
 /* Engine shutdown: close the listener and every connection now, while the loop is open. */
 static void server_shutdown(void *ud) { sb_http_server_stop(ud, true); }
 
-void sb_http_on_server_closed(sb_http_server *s) {
+static void on_server_closed(sb_http_server *s) {
   lua_State *L = sb_main_state();
   sb_shutdown_unregister(server_shutdown, s);
   if (s->orphaned) { /* the Lua object is gone (or never existed): nothing references s */
@@ -747,6 +747,11 @@ void sb_http_on_server_closed(sb_http_server *s) {
   luaL_unref(L, LUA_REGISTRYINDEX, s->on_head_ref);
   s->self_ref = s->handler_ref = s->on_head_ref = LUA_NOREF;
 }
+
+/* What the transport calls (server_conn.h): this face is the layer above it. */
+static const sb_http_callbacks lua_face = {.on_head = on_head, .on_drained = on_drained,
+                                           .on_request = on_request, .on_detach = on_detach,
+                                           .on_server_closed = on_server_closed};
 
 static sb_http_server *check_server(lua_State *L) {
   server_ud *ud = luaL_checkudata(L, 1, SERVER_MT);
@@ -920,6 +925,7 @@ static int l_serve(lua_State *L) {
   if (s == NULL)
     return luaL_error(L, "out of memory");
   s->limits = lim;
+  s->up = &lua_face;
   s->self_ref = s->handler_ref = s->on_head_ref = LUA_NOREF;
   int err = sb_http_server_listen(s, host, (int)port);
   if (err != 0) { /* s is freed by its listener's close callback */

@@ -124,7 +124,7 @@ static void body_release(sb_http_conn *c) {
 
 static void server_maybe_closed(sb_http_server *s) {
   if (s->listener_closed && s->conns == NULL)
-    sb_http_on_server_closed(s); /* may free s */
+    s->up->on_server_closed(s); /* may free s */
 }
 
 static void conn_free(sb_http_conn *c) {
@@ -173,7 +173,7 @@ void sb_http_conn_close(sb_http_conn *c) {
     return;
   c->phase = SB_CONN_CLOSED;
   if (c->exchange != NULL)
-    sb_http_on_detach(c);
+    c->server->up->on_detach(c);
   free(c->pending);
   c->pending = NULL;
   c->pending_len = c->pending_off = 0;
@@ -249,7 +249,7 @@ static void write_done(uv_write_t *req, int status) {
     return;
   }
   if (c->exchange != NULL && sb_http_conn_queued(c) <= SB_HTTP_DRAIN_MARK)
-    sb_http_on_drained(c);
+    c->server->up->on_drained(c);
 }
 
 size_t sb_http_conn_queued(const sb_http_conn *c) {
@@ -406,7 +406,7 @@ static void after_refusal(sb_http_conn *c) {
 /* The head is complete and a body follows: the hook, then the body pool, then 100-continue. */
 static void head_done(sb_http_conn *c) {
   c->keep_alive = c->req.keep_alive && !c->server->closing;
-  if (!sb_http_on_head(c)) {
+  if (!c->server->up->on_head(c)) {
     after_refusal(c);
     return;
   }
@@ -437,14 +437,14 @@ static bool request_done(sb_http_conn *c) {
   disarm(c);
   if (!c->head_checked) {
     c->keep_alive = c->req.keep_alive && !c->server->closing;
-    if (!sb_http_on_head(c)) {
+    if (!c->server->up->on_head(c)) {
       after_refusal(c);
       return false;
     }
   }
   c->proven = true;
   c->phase = SB_CONN_HANDLING;
-  bool ok = sb_http_on_request(c);
+  bool ok = c->server->up->on_request(c);
   request_reset(c); /* the Lua face copied what it needs; the body leaves the pool */
   if (!ok)
     sb_http_conn_answer(c, 500, "internal server error");
@@ -763,7 +763,7 @@ void sb_http_server_free_all(sb_http_server *s) {
     sb_http_conn *c = s->conns;
     s->conns = c->next;
     if (c->exchange != NULL)
-      sb_http_on_detach(c);
+      c->server->up->on_detach(c);
     sb_http_request_free(&c->req);
     free(c->pending);
     free(c);

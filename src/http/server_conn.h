@@ -53,6 +53,7 @@ typedef struct {
 
 typedef struct sb_http_conn sb_http_conn;
 typedef struct sb_http_server sb_http_server;
+typedef struct sb_http_callbacks sb_http_callbacks;
 
 struct sb_http_server {
   uv_tcp_t listener;
@@ -62,6 +63,7 @@ struct sb_http_server {
   uint32_t accepts_this_turn; /* connections accepted since turn_ms */
   uint64_t turn_ms;
   sb_http_limits limits;
+  const sb_http_callbacks *up; /* the layer above (set before listening) */
   sb_http_conn *conns; /* open connections (including those closing), newest first */
   sb_http_conn *conns_tail; /* the oldest */
   size_t n_conns;
@@ -138,22 +140,26 @@ void sb_http_conn_answer(sb_http_conn *c, int status, const char *text);
 /* Closes at once, dropping anything queued. */
 void sb_http_conn_close(sb_http_conn *c);
 
-/* Implemented by the Lua face. */
-/* The head of c->req is complete (state HEAD_DONE, or DONE for a request without a body): the
- * server's on_head hook looks at it before any body byte is read. Returns true to go on; false
- * when the hook answered (or failed and 500 was answered) — the answer is written and the
- * connection is ending or, for a bodyless request, ready for the next one (c->keep_alive). */
-bool sb_http_on_head(sb_http_conn *c);
-/* The response's queued bytes fell under the drain mark: a task waiting in res:drain() goes
- * on. Called only while c->exchange is set. */
-void sb_http_on_drained(sb_http_conn *c);
-/* A complete request is in c->req: start its handler task and set c->exchange. Returns false
- * when that failed (the connection answers 500). */
-bool sb_http_on_request(sb_http_conn *c);
-/* The connection closes while c->exchange is set: the response is detached and marked
- * closed; c->exchange is NULL afterwards. */
-void sb_http_on_detach(sb_http_conn *c);
-/* The listener is closed and no connection remains. */
-void sb_http_on_server_closed(sb_http_server *s);
+/* What the layer above (the Lua face, server.c) does at each step, as llhttp takes its
+ * callbacks: the transport calls up only through this table, never by a function's name. */
+struct sb_http_callbacks {
+  /* The head of c->req is complete (state HEAD_DONE, or DONE for a request without a body):
+   * the server's on_head hook looks at it before any body byte is read. Returns true to go
+   * on; false when the hook answered (or failed and 500 was answered) — the answer is written
+   * and the connection is ending or, for a bodyless request, ready for the next one
+   * (c->keep_alive). */
+  bool (*on_head)(sb_http_conn *c);
+  /* The response's queued bytes fell under the drain mark: a task waiting in res:drain() goes
+   * on. Called only while c->exchange is set. */
+  void (*on_drained)(sb_http_conn *c);
+  /* A complete request is in c->req: start its handler task and set c->exchange. Returns
+   * false when that failed (the connection answers 500). */
+  bool (*on_request)(sb_http_conn *c);
+  /* The connection closes while c->exchange is set: the response is detached and marked
+   * closed; c->exchange is NULL afterwards. */
+  void (*on_detach)(sb_http_conn *c);
+  /* The listener is closed and no connection remains (the callee may free s). */
+  void (*on_server_closed)(sb_http_server *s);
+};
 
 #endif

@@ -130,7 +130,7 @@ describe("switchboard console (local backend, through a pipe)", function()
     local t0 = os.time()
     local r = console(state, "run `sleep 1; echo late`") -- no final newline either
     assert.equal(0, r.exit)
-    assert.matches("\n✓ exit 0 after 1%.%ds\nlate$", blocks(r.stdout)[1])
+    assert.matches("\n✓ exit 0 after [%d.]+s\nlate$", blocks(r.stdout)[1]) -- 1 s idle, more when loaded
     assert.is_true(os.time() - t0 < 30)
   end)
 
@@ -180,7 +180,8 @@ describe("switchboard console (local backend, through a pipe)", function()
       for i in $(seq 400); do [ -f started ] && break; sleep 0.05; done
       kill -TERM $pid
       for i in $(seq 1200); do grep -q 'SIGTERM: not reading' out && break; sleep 0.05; done
-      echo 'run `echo read-after-term`' >&3
+      trap '' PIPE # the console may have closed its end already: then this line is refused
+      echo 'run `echo read-after-term`' >&3 2>/dev/null || true
       wait $pid; echo "exit=$?" >> out
     ]])
     assert.equal(0, r.exit, r.stderr)
@@ -273,6 +274,6 @@ describe("switchboard console (local backend, through a pipe)", function()
     assert.matches("exit=0", out)
     assert.truthy(out:find("\r\27[2K[main] coding running 1s", 1, true), "no in-place update")
     assert.truthy(out:find("\r\27[2K[main] coding running 2s", 1, true))
-    assert.matches("✓ exit 0 after 2%.%ds\r?\ntty%-done", out)
+    assert.matches("✓ exit 0 after [%d.]+s\r?\ntty%-done", out) -- 2.2 s idle, more when loaded
   end)
 end)

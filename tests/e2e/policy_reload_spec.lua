@@ -135,8 +135,8 @@ describe("policy reload on a running sandboxd (HUP)", function()
     -- finishes when the spec tells it to (a file in its workspace, written after the reload),
     -- and one that runs into its 10 s budget. Nothing here races the clock but the second's
     -- budget, which only has to outlast a `policy check` and a reload (well under a second on
-    -- an idle machine; 10 s leaves room for a loaded one).
-    local BUDGET = 10000
+    -- an idle machine; 20 s leaves room for a loaded one and a sanitized build).
+    local BUDGET = 20000
     local before = {}
     core.go(function() before.finishes = exec(h, "before-1",
       "while [ ! -e go ]; do sleep 0.05; done; echo survived", 30000) end)

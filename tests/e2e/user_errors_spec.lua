@@ -53,7 +53,11 @@ describe("user-facing errors", function()
   it("the global options and the command name", async(function()
     walk{
       { args = {}, status = 2, says = "Usage: switchboard" },
-      { args = { "bogus" }, status = 2, says = 'unknown command "bogus"' },
+      { args = { "bogus" }, status = 2, says = 'unknown command "bogus"; the commands are exec, console, slack,' },
+      -- modules beside the commands are not commands (they once ran and died with status 70)
+      { args = { "walls" }, status = 2, says = 'unknown command "walls"; the commands are' },
+      { args = { "prologue" }, status = 2, says = 'unknown command "prologue"; the commands are' },
+      { args = { "notify" }, status = 2, says = 'unknown command "notify"; the commands are' },
       { args = { "--log-format", "xml", "version" }, status = 2, says = "--log-format must be text or json" },
       { args = { "--bogus", "version" }, status = 2, says = "unknown option --bogus" },
       { args = { "--policies" }, status = 2, says = "--policies needs a value" },

@@ -12,8 +12,9 @@
  *   2. as a recipe for a well-formed stream — envelopes around JSON events of every shape
  *      (start, data with base64 or not, end with odd exit codes, keepalive, unknown ones) and an
  *      end-of-stream frame with or without an error — so that mutation reaches the event layer
- *      behind the framing even though the Lua side gives no coverage signal (hence
- *      -len_control=0, as for fuzz_exec_body).
+ *      behind the framing. libFuzzer sees which Lua lines and line-to-line edges an input
+ *      reaches through the line hook of lua_coverage.c (as for fuzz_exec_body; -len_control=0
+ *      lets inputs reach the recipe's length at once).
  * The reader must never raise; its output per stream never exceeds the policy's cap.
  *
  * Build: CC=clang cmake -S . -B build-fuzz -DSB_FUZZ=ON && cmake --build build-fuzz --target fuzz_connect

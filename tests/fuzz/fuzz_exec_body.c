@@ -7,8 +7,10 @@
  *   1. as the raw body of /exec, /read and /write (the first byte picks the route), and
  *   2. as a recipe for a well-formed JSON object whose fields (command, timeoutMs, env, path,
  *      content, encoding, network) take values of every JSON type — so that mutation reaches the
- *      semantic checks behind the JSON parser even though the Lua interpreter and lua-cjson are
- *      not coverage-instrumented.
+ *      semantic checks behind the JSON parser (lua-cjson is not coverage-instrumented).
+ * The interpreter is not instrumented either: a line hook (lua_coverage.c) counts the Lua lines
+ * and line-to-line edges each input reaches into libFuzzer's extra counters, so an input that
+ * takes a new branch of routes.parse is kept (`ft:` grows; `cov:` counts C edges only).
  * The Lua side (below) calls switchboard.sandboxd.routes.parse with the shipped policy and
  * aborts on any raise or broken invariant: a parsed /exec has a non-empty NUL-free command, an
  * env of shell identifiers to NUL-free strings and a budget inside the policy's bounds; any
@@ -18,9 +20,8 @@
  * Build: CC=clang cmake -S . -B build-fuzz -DSB_FUZZ=ON && cmake --build build-fuzz --target fuzz_exec_body
  * Run:   build-fuzz/tests/fuzz/fuzz_exec_body -len_control=0 -max_len=4096 -max_total_time=60 \
  *          tests/fuzz/corpus/exec_body
- * -len_control=0 matters: with no coverage signal from the Lua side, libFuzzer would otherwise
- * keep inputs a few bytes long. (A planted bug — env values with a NUL kept — is found within
- * seconds this way, and not at all without it.) */
+ * -len_control=0 lets inputs reach the recipe's length at once instead of growing from a few
+ * bytes. (A planted bug — env values with a NUL kept — is found within seconds this way.) */
 #include "lua_coverage.h"
 
 #include <lauxlib.h>

@@ -1,4 +1,5 @@
--- Seed items 5 (scopes) and 7 (per-agent resources), as the shipped policies declare them.
+-- Credential scopes (docs/contract.md#credential-scope) and per-agent resources, as the
+-- shipped policies declare them.
 local P = require("support.policies")
 local policy = require("switchboard.policy")
 

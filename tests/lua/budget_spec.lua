@@ -1,5 +1,6 @@
--- Seed items 2 (keepalive constants), 5 (token reuse margin), 11 (send deadlines),
--- 12 (clamp and run clip) and 14 (fleet-busy wait schedule).
+-- The budget's numbers: keepalive constants (docs/contract.md#heartbeat), the token reuse
+-- margin (#credential-freshness), send deadlines (#timeout-send-deadline), the clamp and run
+-- clip (#timeout-clamp, #timeout-run-clip) and the fleet-busy wait schedule (#capacity).
 local P = require("support.policies")
 local budget = require("switchboard.shell.budget")
 local errors = require("switchboard.exec.errors")

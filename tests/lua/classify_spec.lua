@@ -1,4 +1,5 @@
--- Seed items 3 (thrownText), 4 (container starting), 9 (recycle), 14 (fleet busy), and the
+-- Failure classification (docs/contract.md#failure): thrown text, a container starting
+-- (#failure-container-starting), recycle (#failure-recycle), fleet busy (#capacity), and the
 -- in-body classification the executors apply.
 local P = require("support.policies")
 local classify = require("switchboard.shell.classify")

@@ -67,7 +67,7 @@ describe("switchboard policy check", function()
 end)
 
 describe("the commands' shared prologue", function()
-  local prologue = require("switchboard.commands.prologue")
+  local prologue = require("switchboard.launch.prologue")
   local policy = require("switchboard.policy")
   local CMD = { name = "demo", help = "Usage: switchboard demo\n" }
 

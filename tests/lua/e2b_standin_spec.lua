@@ -145,10 +145,11 @@ describe("the E2B stand-in", function()
     }
     assert.equal(200, status)
     assert.is_true(E.wait_for(function() return not procs.alive(leader) end, 5000))
+    -- not a bound: a group kill would be the same kill(2) as the leader's; this only lets it land
     core.sleep(300)
     assert.is_true(procs.alive(bg), "the child died with its leader: the stand-in would hide a missing group kill")
     -- the deadline: the leader is killed, the child again survives
-    local _, _, frames = start(sb, { "-c", "sleep 30 & echo $! > bg2.pid; wait" }, { timeout_ms = 500 })
+    local _, _, frames = start(sb, { "-c", "sleep 30 & echo $! > bg2.pid; wait" }, { timeout_ms = 3000 })
     local trailer = cjson.decode(frames[#frames].data)
     assert.equal("deadline_exceeded", trailer.error.code)
     local f = assert(io.open(h:sandbox(sb.sandboxID).root .. "/home/user/bg2.pid"))
@@ -163,10 +164,17 @@ describe("the E2B stand-in", function()
   it("leaves the process running when its stream's client goes away", async(function()
     local sb = create()
     local stop = core.signal()
-    core.go(function() core.sleep(500); stop:abort("gone") end)
-    local status = start(sb, { "-c", "sleep 1.5; echo done > after.txt" }, { signal = stop })
+    local home = h:sandbox(sb.sandboxID).root .. "/home/user/"
+    -- the client goes once the command runs, and the command ends only after that
+    core.go(function()
+      E.wait_for(function() local f = io.open(home .. "started"); if f then f:close() end; return f end, 30000)
+      stop:abort("gone")
+      io.open(home .. "go", "w"):close()
+    end)
+    local status = start(sb, { "-c", "echo up > started; until [ -e go ]; do sleep 0.05; done; echo done > after.txt" },
+      { signal = stop })
     assert.is_nil(status)
-    local file = h:sandbox(sb.sandboxID).root .. "/home/user/after.txt"
+    local file = home .. "after.txt"
     assert.truthy(E.wait_for(function() local f = io.open(file); if f then f:close() end; return f end, 10000))
   end))
 end)

@@ -19,9 +19,8 @@ local errors = require("switchboard.exec.errors")
 
 local FAST = S.FAST .. [[
 e2b.sandbox_timeout_ms = 30 * second
-e2b.api_timeout_ms = 5 * second
+e2b.api_timeout_ms = 30 * second -- a bound for a loaded machine: no case here waits it out
 e2b.keepalive_ping_ms = 1 * second
-e2b.connect_grace_ms = 200
 e2b.stop_timeout_ms = 5 * second
 ]]
 local snap, policy_dir = S.snapshot(FAST)
@@ -268,11 +267,12 @@ for _, b in ipairs(BACKENDS) do
     it("a deadline kill is exit 124 with the line naming the limit, and the group is gone", async(function()
       local ex = b.make(key("d"))
       local t0 = core.now_ms()
-      local r = assert(ex:exec(BG .. "sleep 30", { timeout_ms = 1500 }))
-      assert.is_true(core.now_ms() - t0 < 15000)
+      -- the limit only has to outlast bash writing bg.pid (seconds to spare on a loaded machine)
+      local r = assert(ex:exec(BG .. "sleep 30", { timeout_ms = 5000 }))
+      assert.is_true(core.now_ms() - t0 < 25000, "the deadline did not end the 30 s command")
       assert.equal(124, r.exit_code)
       assert.matches("^exit 124: ", r.text)
-      assert.matches("1500 ms", r.text)
+      assert.matches("5000 ms", r.text)
       assert.matches("timeoutMs", r.text)
       assert.is_true(bg_dead(ex), "a background child outlived the deadline")
     end))
@@ -289,7 +289,7 @@ for _, b in ipairs(BACKENDS) do
       end)
       local r = assert(ex:exec(BG .. "sleep 30", { signal = stop }))
       assert.truthy(t_abort, "the command ended before the stop")
-      assert.is_true(core.now_ms() - t_abort < 10000, "the stop was not at once")
+      assert.is_true(core.now_ms() - t_abort < 15000, "the stop waited for the 30 s command")
       assert.is_true(r.aborted)
       assert.are_not.equal(124, r.exit_code)
       assert.matches("stopped by the conformance suite", r.text)

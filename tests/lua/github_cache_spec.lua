@@ -131,7 +131,9 @@ describe("github token cache (minting through the stand-in)", function()
 
   it("concurrent requests for one scope share one mint", function()
     core.run(function()
-      local w = world({ mint_delay_ms = 200, env = { GITHUB_APP_INSTALLATION_ID = "678" } })
+      -- the mints are held until every other request waits on them (not for a time)
+      local hold = core.signal()
+      local w = world({ mint_hold = hold, env = { GITHUB_APP_INSTALLATION_ID = "678" } })
       local got, done = {}, 0
       local main = core.current()
       for i = 1, 8 do
@@ -142,7 +144,13 @@ describe("github token cache (minting through the stand-in)", function()
           if done == 8 then core.wake(main) end
         end)
       end
-      core.suspend()
+      local waits = w.identity.tokens.stats.waits
+      local t0 = core.now_ms()
+      while not (waits["read@678"] == 3 and waits["write@678"] == 3) and core.now_ms() - t0 < 30000 do
+        core.sleep(20)
+      end
+      hold:abort("release the mints")
+      if done < 8 then core.suspend() end
       assert.equal(1, w.gh:mints_for("read"))
       assert.equal(1, w.gh:mints_for("write"))
       for i = 3, 8 do assert.equal(got[i - 2].token, got[i].token) end
@@ -219,13 +227,20 @@ describe("github cache slots (unit)", function()
     core.run(function()
       local slots = cache.new{ margin_ms = function() return 0 end }
       local main, waiter_err = core.current(), nil
+      local filling, waiting = core.signal(), core.signal()
       core.go(function()
-        core.sleep(10)
+        core.sleep(60000, filling) -- until the fill below runs
+        waiting:abort("waiting") -- get() below suspends before anything else runs
         local _, err = slots:get("a", function() error("must not run") end)
         waiter_err = err
         core.wake(main)
       end)
-      local ok, raised = pcall(slots.get, slots, "a", function() core.sleep(100); error("bug in fill") end)
+      local ok, raised = pcall(slots.get, slots, "a", function()
+        filling:abort("filling")
+        core.sleep(60000, waiting)
+        core.sleep(0) -- one turn: the waiter is in get()'s wait now
+        error("bug in fill")
+      end)
       assert.is_false(ok)
       assert.matches("bug in fill", raised)
       core.suspend()

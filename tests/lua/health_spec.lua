@@ -1,4 +1,4 @@
--- Seed items 9 and 14: ExecHealthTracker.
+-- The health tracker (docs/contract.md#fail-fast, #failure-recycle, #capacity).
 local P = require("support.policies")
 local health = require("switchboard.exec.health")
 local errors = require("switchboard.exec.errors")

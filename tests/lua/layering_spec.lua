@@ -42,12 +42,49 @@ describe("the floors", function()
   it("the tables name every Lua folder and top-level module of the program", function()
     local t = tables()
     for _, unit in ipairs({ "policy", "shell", "exec", "sandboxd", "dispatch", "fronts",
-                            "commands", "cli", "github", "args", "state" }) do
+                            "launch", "commands", "cli", "github", "args", "state" }) do
       assert(t.lua[unit], "no Lua row for " .. unit)
     end
     assert.same({}, t.lua.policy)
     assert.same({ "log" }, t.c.engine)
     assert.same({ "engine", "log" }, t.c_default)
+  end)
+end)
+
+describe("the rooms", function()
+  local function tracked(paths)
+    local out = {}
+    local p = io.popen("git ls-files -- " .. paths .. " 2>/dev/null")
+    for line in p:lines() do out[#out + 1] = line end
+    p:close()
+    return out
+  end
+  local text = assert(files.read("ARCHITECTURE.md"))
+
+  it("every file of the program is named in its room's row of ARCHITECTURE.md", function()
+    local list = tracked("lua/switchboard")
+    if #list == 0 then pending("not a git checkout") return end
+    local missing = layering.unnamed_files("lua/switchboard", list,
+      layering.rooms_from_markdown(text, "The rooms of the program"))
+    assert(#missing == 0, "files no row of 'The rooms of the program' names:\n" .. table.concat(missing, "\n"))
+  end)
+
+  it("every top-level folder of the repository has a row", function()
+    local list = tracked(".")
+    if #list == 0 then pending("not a git checkout") return end
+    local rows, missing, seen = layering.rooms_from_markdown(text, "The rest of the repository"), {}, {}
+    for _, path in ipairs(list) do
+      local top = path:match("^([^/]+)/")
+      if top and not rows[top] and not seen[top] then seen[top] = true; missing[#missing + 1] = top end
+    end
+    assert(#missing == 0, "folders no row of 'The rest of the repository' names:\n" .. table.concat(missing, "\n"))
+  end)
+
+  it("the check catches a file its room's row does not name", function()
+    local rooms = { shell = "`run.lua`", fronts = "(`slack/`: `app.lua`)" }
+    assert.same({ "shell/new.lua", "fronts/slack/new.lua" }, layering.unnamed_files("lua/switchboard",
+      { "lua/switchboard/shell/run.lua", "lua/switchboard/shell/new.lua", "lua/switchboard/cli.lua",
+        "lua/switchboard/fronts/slack/app.lua", "lua/switchboard/fronts/slack/new.lua" }, rooms))
   end)
 end)
 

@@ -1,4 +1,5 @@
--- Seed items 3/9 (result text), 11/12 (deadline kill and clip lines).
+-- The result text (docs/contract.md#failure-result), deadline kill and clip lines
+-- (#timeout-exit-124, #timeout-run-clip).
 local P = require("support.policies")
 local render = require("switchboard.shell.render")
 local errors = require("switchboard.exec.errors")

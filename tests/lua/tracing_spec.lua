@@ -1,4 +1,4 @@
--- Seed item 15: TracingExecutor.
+-- The tracing decorator (docs/contract.md#tracing).
 local tracing = require("switchboard.exec.tracing")
 local errors = require("switchboard.exec.errors")
 local cjson = require("cjson")

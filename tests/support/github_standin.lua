@@ -60,7 +60,8 @@ end
 
 -- opts: public_key (PEM), app_id (string; also accepted as the client_id), client_id?,
 --       installations (id → {account, repos = {...} | "all", permissions}), wall_ms (clock,
---       default core.wall_ms), token_ttl_ms (default 1 h), mint_delay_ms (hold each mint)
+--       default core.wall_ms), token_ttl_ms (default 1 h), mint_delay_ms (hold each mint),
+--       mint_hold (a core.signal: each mint waits until it fires)
 function M.new(opts)
   local self = setmetatable({
     public_key = assert(opts.public_key, "standin: public_key"),
@@ -70,6 +71,7 @@ function M.new(opts)
     wall_ms = opts.wall_ms or core.wall_ms,
     token_ttl_ms = opts.token_ttl_ms or 3600 * 1000,
     mint_delay_ms = opts.mint_delay_ms or 0,
+    mint_hold = opts.mint_hold,
     skew_ms = 0,
     requests = {}, jwts = {}, tokens = {}, mints = {}, violations = {},
     pulls = {}, -- repo → list of {number, head, base, title, body, state, html_url, updates, bodies}
@@ -220,6 +222,7 @@ function Standin:mint(id, req)
     end
   end
   if self.mint_delay_ms > 0 then core.sleep(self.mint_delay_ms) end
+  if self.mint_hold then core.sleep(60000, self.mint_hold) end
   local scope = asked == nil and "write" or (same_set(asked, M.READ_SET) and "read" or "custom")
   local token = "ghs_" .. core.crypto.hex(core.crypto.random_bytes(18))
   local expires_s = self:now_s() + self.token_ttl_ms // 1000
@@ -445,7 +448,7 @@ end
 -- A world for one spec, inside core.run: a fake wall clock shared by the identity and the
 -- stand-in, the stand-in, the bot's environment, and the identity with its log and redaction
 -- captured. opts: policy (function → snapshot, required), env (extra or replaced variables;
--- false removes one), installations, mint_delay_ms, identity_opts, real_clock (the stand-in
+-- false removes one), installations, mint_delay_ms, mint_hold, identity_opts, real_clock (the stand-in
 -- reads the real wall clock: a switchboard process under test signs JWTs with it).
 function M.world(opts)
   local identity = require("switchboard.github.identity")
@@ -457,7 +460,7 @@ function M.world(opts)
   w.gh = M.start{
     public_key = w.pub, app_id = "12345", client_id = opts.client_id,
     installations = opts.installations or M.default_installations(),
-    wall_ms = w.wall_ms, mint_delay_ms = opts.mint_delay_ms,
+    wall_ms = w.wall_ms, mint_delay_ms = opts.mint_delay_ms, mint_hold = opts.mint_hold,
     tokens_file = opts.tokens_file, repos_root = opts.repos_root,
   }
   w.env = { GITHUB_APP_ID = "12345", GITHUB_APP_PRIVATE_KEY = w.priv, GITHUB_API_URL = w.gh.api_url }

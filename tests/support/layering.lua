@@ -259,4 +259,34 @@ function M.tables_from_markdown(text)
   return tables
 end
 
+-- The room tables (## sections of `text` titled `title`): folder (no trailing slash) → its
+-- row's text.
+function M.rooms_from_markdown(text, title)
+  local s = text:find("\n## " .. title .. "\n", 1, true)
+  assert(s, "ARCHITECTURE.md needs the section '## " .. title .. "'")
+  local e = text:find("\n## ", s + 1, true) or #text
+  local rows = {}
+  for folder, row in text:sub(s, e):gmatch("\n| `([^`]+)/` |([^\n]*)") do rows[folder] = row end
+  return rows
+end
+
+-- Files (paths relative to root/dir, from `list`) that no row of `rooms` names: a file is
+-- named when its path inside its folder is written in its folder's row (for a file in a
+-- subfolder, `sub/` and its own name in the row do too).
+function M.unnamed_files(dir, list, rooms)
+  local missing = {}
+  for _, path in ipairs(list) do
+    local rel = path:sub(#dir + 2)
+    local folder, inner = rel:match("^([^/]+)/(.+)$")
+    if folder then
+      local row = rooms[folder]
+      local sub, base = inner:match("^(.*)/([^/]+)$")
+      local named = row and (row:find("`" .. inner .. "`", 1, true)
+        or (sub and row:find("`" .. sub .. "/`", 1, true) and row:find("`" .. base .. "`", 1, true)))
+      if not named then missing[#missing + 1] = rel end
+    end
+  end
+  return missing
+end
+
 return M

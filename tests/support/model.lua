@@ -32,7 +32,7 @@ function M.start(opts)
   h.url = "http://127.0.0.1:" .. h.port
   function h.script(_, answers)
     local status = core.http.request{ method = "PUT", url = h.url .. "/_script",
-      body = cjson.encode(answers), deadline_ms = 5000 }
+      body = cjson.encode(answers), deadline_ms = 30000 } -- a bound for a loaded machine
     assert(status == 200, "the model stand-in refused the script")
   end
   function h.config(_, cfg)
@@ -41,7 +41,7 @@ function M.start(opts)
     assert(status == 200, "the model stand-in refused the config")
   end
   function h.requests()
-    local status, _, body = core.http.request{ method = "GET", url = h.url .. "/_requests", deadline_ms = 5000 }
+    local status, _, body = core.http.request{ method = "GET", url = h.url .. "/_requests", deadline_ms = 30000 } -- a bound for a loaded machine
     assert(status == 200)
     return cjson.decode(body)
   end

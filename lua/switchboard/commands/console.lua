@@ -1,8 +1,8 @@
 -- `switchboard console`: a terminal stand-in for Slack that drives the same dispatcher.
 -- The console front (fronts/console.lua) reads standard input and speaks the cards; this
--- command wires it to the dispatcher after the shared prologue (commands/prologue.lua).
+-- command wires it to the dispatcher after the shared prologue (launch/prologue.lua).
 local core = require("switchboard.core")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 local policy = require("switchboard.policy")
 local flat = require("switchboard.policy.flat")
 local state = require("switchboard.state")
@@ -134,14 +134,8 @@ function M.run(argv, ctx)
   local d = dispatcher.new{
     front = front,
     policy = policy.current,
-    stack = {
-      workspace_root = opts.workspace_root or state.workspaces(),
-      sandbox_url = opts.sandbox_url,
-      credentials = ctx.credentials,
-      force_backend = opts.backend, front = "console", -- a person's own terminal (policies/isolation.lua local_walls)
-      e2b_state_dir = state.dir(),
-      sink = sink,
-    },
+    -- a person's own terminal (policies/isolation.lua local_walls)
+    stack = p:stack_options(sink, "console"),
     outputs_dir = state.dir() .. "/outputs",
     transcripts_dir = state.dir() .. "/transcripts",
     thread_key = function(thread) return "console:" .. thread end,

@@ -2,7 +2,7 @@
 -- and prints one line per check with what to fix. Nothing is changed; nothing is minted.
 local core = require("switchboard.core")
 local cjson = require("cjson")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local instance = require("switchboard.shell.instance")

@@ -1,11 +1,10 @@
 -- `switchboard exec`: one command through an agent's executor, from the command line.
 local core = require("switchboard.core")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local render = require("switchboard.shell.render")
 local stack = require("switchboard.exec.stack")
-local state = require("switchboard.state")
 local parser = require("switchboard.dispatch.parser")
 
 local M = {
@@ -99,15 +98,8 @@ function M.run(argv, ctx)
   local agent = opts.agent or snap.agents.default_agent
   local sink, trace_status = p:trace_sink()
   if opts.trace and not sink then return trace_status end
-  local built, err = stack.build({
-    policy = policy.current,
-    workspace_root = opts.workspace_root or state.workspaces(),
-    sandbox_url = opts.sandbox_url,
-    credentials = ctx.credentials,
-    force_backend = opts.backend, front = "exec", -- a person's own terminal (policies/isolation.lua local_walls)
-    e2b_state_dir = state.dir(),
-    sink = sink,
-  }, { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo, snap = snap })
+  -- a person's own terminal (policies/isolation.lua local_walls)
+  local built, err = stack.build(p:stack_options(sink, "exec"), { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo, snap = snap })
   if not built then return p:fail(M.EXIT.config, tostring(err)) end
   local function note(line) p:note(line) end
   for _, line in ipairs(built.notes or { built.note }) do note(line) end

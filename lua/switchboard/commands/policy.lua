@@ -8,7 +8,7 @@
 local loader = require("switchboard.policy.loader")
 local policy = require("switchboard.policy")
 local flat = require("switchboard.policy.flat")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 
 local HELP = [[
 usage: switchboard policy check [DIR]
@@ -69,14 +69,18 @@ local function load(p, dir)
   return loader.load(dir, opts)
 end
 
+-- Each problem on its own line, then what the command says of them (given the count, the
+-- plural's "s" and the directory); the status of a refused set.
+local function refuse(p, errs, dir, summary)
+  local err = err_writer(p)
+  for _, e in ipairs(errs) do err(e) end
+  err(summary:format(#errs, #errs == 1 and "" or "s", dir))
+  return 1
+end
+
 local function check(p, dir)
   local snap, errs = load(p, dir)
-  if not snap then
-    local err = err_writer(p)
-    for _, e in ipairs(errs) do err(e) end
-    err(string.format("policy check failed: %d problem%s in %s", #errs, #errs == 1 and "" or "s", dir))
-    return 1
-  end
+  if not snap then return refuse(p, errs, dir, "policy check failed: %d problem%s in %s") end
   local c = snap.checked
   p:say(string.format("policies in %s are valid: %d files, %d rules with %d examples, %d hook calls",
     dir, c.files, c.rules, c.examples, c.hook_calls))
@@ -87,11 +91,7 @@ end
 local function show(p, dir)
   local snap, errs = load(p, dir)
   if not snap then
-    local err = err_writer(p)
-    for _, e in ipairs(errs) do err(e) end
-    err(string.format("policy show: %d problem%s in %s (see switchboard policy check)", #errs,
-      #errs == 1 and "" or "s", dir))
-    return 1
+    return refuse(p, errs, dir, "policy show: %d problem%s in %s (see switchboard policy check)")
   end
   if p.opts.diff then
     local shipped = load(p, policy.shipped_dir())

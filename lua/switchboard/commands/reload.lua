@@ -3,7 +3,7 @@
 -- that the id still belongs to a switchboard process. What the reload changed is in that
 -- process's log (policy.reloaded, policy.changed, policy.restart_required).
 local core = require("switchboard.core")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 
 local M = {
   name = "reload",

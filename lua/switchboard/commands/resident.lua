@@ -2,10 +2,10 @@
 -- onboarding client (`switchboard resident onboard OWNER/NAME`, `… status OWNER/NAME`).
 local core = require("switchboard.core")
 local cjson = require("cjson")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 local sandboxd_cmd = require("switchboard.commands.sandboxd")
 local server = require("switchboard.resident.server")
-local walls_mod = require("switchboard.commands.walls")
+local walls_mod = require("switchboard.launch.walls")
 
 local M = {
   name = "resident",
@@ -146,15 +146,8 @@ function M.run(argv, ctx)
   if not srv then
     return p:fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
   end
-  p:reload_on_hup()
-  core.on_signal("TERM", function() srv:shutdown("TERM") end)
-  core.on_signal("INT", function() srv:shutdown("INT") end)
-  core.log("info", "resident.listening", { host = host, port = srv.port, root = root, generation = srv.generation,
-    version = snap.version, walls = walls and ("cgroup v" .. walls.layout.version) or "none",
-    uids = walls and walls:uid_range() or nil })
-  srv:wait()
-  if walls then walls:close() end
-  return 0
+  return p:serve(srv, walls, "resident.listening", { host = host, port = srv.port, root = root,
+    generation = srv.generation, version = snap.version })
 end
 
 return M

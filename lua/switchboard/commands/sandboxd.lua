@@ -1,10 +1,10 @@
 -- `switchboard sandboxd`: the per-thread sandbox server (docs/sandboxd.md).
 local core = require("switchboard.core")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
 local metrics = require("switchboard.metrics")
-local walls_mod = require("switchboard.commands.walls")
+local walls_mod = require("switchboard.launch.walls")
 local policy = require("switchboard.policy")
 local schema = require("switchboard.policy.schema")
 
@@ -139,20 +139,11 @@ function M.run(argv, ctx)
     end
     mport = msrv.port
   end
-  p:reload_on_hup() -- logs sandboxd.reload ok=… errors=… version=…; RELOADING=1/READY=1
-  core.on_signal("TERM", function() p:stopping(); srv:shutdown("TERM") end)
-  core.on_signal("INT", function() p:stopping(); srv:shutdown("INT") end)
-  core.log("info", "sandboxd.listening", {
+  return p:serve(srv, walls, "sandboxd.listening", {
     host = host, port = srv.port, root = root,
     max_instances = max or snap.timeouts.sandbox.max_instances, version = snap.version,
     metrics_port = mport,
-    walls = walls and ("cgroup v" .. walls.layout.version) or "none",
-    uids = walls and walls:uid_range() or nil,
   })
-  p:ready(("listening on %s:%d, policies %s"):format(host, srv.port, snap.version))
-  srv:wait()
-  if walls then walls:close() end
-  return 0
 end
 
 return M

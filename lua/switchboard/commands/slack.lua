@@ -1,7 +1,7 @@
 -- `switchboard slack`: the Slack bot. Socket Mode (SLACK_APP_TOKEN) and/or the Events API
 -- (--listen + SLACK_SIGNING_SECRET); the Web API with SLACK_BOT_TOKEN. See docs/slack.md.
 local core = require("switchboard.core")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 local metrics = require("switchboard.metrics")
 local policy = require("switchboard.policy")
 local state = require("switchboard.state")

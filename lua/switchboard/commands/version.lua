@@ -1,7 +1,7 @@
 -- `switchboard version`: the build stamp (docs/contract.md#build-stamp), taken from the tree at build time.
 local core = require("switchboard.core")
 local cjson = require("cjson")
-local prologue = require("switchboard.commands.prologue")
+local prologue = require("switchboard.launch.prologue")
 
 local M = {
   name = "version",

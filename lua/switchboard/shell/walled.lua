@@ -73,16 +73,36 @@ local function hand_over(r, old_uid)
   return true
 end
 
+-- How long a request waits for another request of its thread that is claiming the instance:
+-- a claim waits at most for a spare's start (the helper's 60 s ready timeout).
+local CLAIM_WAIT_MS = 120000
+
+-- The thread's instance, claimed once: a claim may wait for a spare being built, and a second
+-- request of the thread arriving meanwhile must wait for that claim, not make an instance of
+-- its own — whose helper would take the workspace directory from the first instance's uid
+-- ("walls: chdir /workspace: Permission denied") and live on with no runner.
 local function make(r)
   if r.replacing then -- the workspace is there, with the thread's files: no spare, no mkdir
     r.instance = r.walls:new(r.dir, r.key, nil, { network = r.network })
     r.instance.ro_binds = r.replacing.ro_binds
     return true
   end
+  if r.claiming then
+    core.sleep(CLAIM_WAIT_MS, core.signal(r.claiming, r.stopped))
+    if r.instance then return true end
+    return nil, core.error("workspace", "the thread's instance was not made: "
+      .. (r.stopped.aborted and "the thread went to sleep" or "its other request's claim did not end"))
+  end
   local ok, err = core.fs.mkdir_p(r.dir, tonumber("700", 8))
   if not ok then
     return nil, core.error("workspace", "the workspace could not be created: " .. tostring(err and err.message))
   end
+  r.claiming = core.signal()
+  local claiming <close> = setmetatable({}, { __close = function()
+    local s = r.claiming
+    r.claiming = nil
+    s:abort("claimed")
+  end })
   -- a spare built ahead when one fits this thread's network (the agent's, from the request)
   r.instance = r.walls:claim(r.dir, r.key, r.network)
   return true

@@ -40,13 +40,13 @@ function M.start(opts)
   local cmd = ("python3 tests/support/e2b_standin.py --dir %s --api-key %s --split-delay-ms %s --watch %d >%s/log 2>&1 &")
     :format(dir, opts.key or M.KEY, tostring(opts.split_delay_ms or 1), procs.self_pid(), dir)
   os.execute(cmd)
-  local port = wait_for(function() return read(dir .. "/port") end, 15000)
+  local port = wait_for(function() return read(dir .. "/port") end, 60000) -- python3 starting on a loaded machine
   assert(port, "the E2B stand-in did not start: " .. (read(dir .. "/log") or ""))
   local h = { dir = dir, port = tonumber(port), pid = tonumber(read(dir .. "/pid")) }
   h.url = "http://127.0.0.1:" .. h.port
   local function call(method, path, body)
     local status, _, raw = core.http.request{ method = method, url = h.url .. path,
-      body = body and cjson.encode(body) or nil, deadline_ms = 10000 }
+      body = body and cjson.encode(body) or nil, deadline_ms = 30000 } -- a bound for a loaded machine
     assert(status and status < 300, ("stand-in %s %s: %s"):format(method, path, tostring(status)))
     return raw ~= "" and cjson.decode(raw) or nil
   end
@@ -69,7 +69,7 @@ function M.start(opts)
   end
   function h.stop()
     os.execute(("kill -TERM %d 2>/dev/null"):format(h.pid))
-    wait_for(function() return read("/proc/" .. h.pid .. "/stat") == nil end, 5000)
+    wait_for(function() return read("/proc/" .. h.pid .. "/stat") == nil end, 30000)
     os.execute(("kill -9 %d 2>/dev/null; rm -rf '%s'"):format(h.pid, dir))
   end
   return h

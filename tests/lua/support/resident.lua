@@ -47,7 +47,9 @@ function M.start(base, opts)
     "--root", root, "--git-base", "file://" .. base .. "/base/" }
   if not opts.walls then argv[#argv + 1] = "--no-walls" end
   local chunks = {}
-  local env = S.base_env{ RESIDENT_TOKEN = M.TOKEN }
+  local extra = { RESIDENT_TOKEN = M.TOKEN }
+  for k, v in pairs(opts.env or {}) do extra[k] = v end
+  local env = S.base_env(extra)
   local proc = assert(core.spawn{ argv = argv, env = env, max_output = 16 << 20,
     on_output = function(_, c) chunks[#chunks + 1] = c end })
   local h = { proc = proc, pid = proc.pid, root = root }
@@ -55,7 +57,7 @@ function M.start(base, opts)
   local entry = S.servers[#S.servers]
   function h.log() return table.concat(chunks) end
   core.go(function() h.result = proc:wait(); entry.result = h.result end)
-  local port = S.wait_for(function() return h.log():match("resident%.listening[^\n]*port=(%d+)") or h.result end, 15000)
+  local port = S.wait_for(function() return h.log():match("resident%.listening[^\n]*port=(%d+)") or h.result end, 60000) -- a bound for a loaded machine
   if type(port) ~= "string" and opts.may_fail then return nil, h.log() end
   assert(type(port) == "string", "resident did not start:\n" .. h.log())
   h.port, h.url = tonumber(port), "http://127.0.0.1:" .. port

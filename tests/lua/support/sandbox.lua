@@ -211,7 +211,8 @@ function M.call(url, path, opts)
   if type(body) == "table" then body = cjson.encode(body) end
   return core.http.request{
     method = opts.method or (path == "/healthz" and "GET" or "POST"), url = url .. path,
-    headers = headers, body = body, deadline_ms = opts.deadline_ms or 30000, on_chunk = opts.on_chunk,
+    -- longer than any command budget a spec gives (60 s) plus the wait of a loaded machine
+    headers = headers, body = body, deadline_ms = opts.deadline_ms or 120000, on_chunk = opts.on_chunk,
     signal = opts.signal,
   }
 end
@@ -227,11 +228,11 @@ function M.start_standin()
   h.url = "http://127.0.0.1:" .. h.port
   function h.script(_, answers)
     local status = core.http.request{ method = "PUT", url = h.url .. "/_script",
-      body = cjson.encode(answers), deadline_ms = 5000 }
+      body = cjson.encode(answers), deadline_ms = 30000 } -- a bound for a loaded machine
     assert(status == 200, "the stand-in refused the script")
   end
   function h.requests()
-    local status, _, body = core.http.request{ method = "GET", url = h.url .. "/_requests", deadline_ms = 5000 }
+    local status, _, body = core.http.request{ method = "GET", url = h.url .. "/_requests", deadline_ms = 30000 } -- a bound for a loaded machine
     assert(status == 200)
     return cjson.decode(body)
   end

@@ -12,8 +12,10 @@
 --   p:reload_on_hup(report)                  -- report(new_snap | nil, errors, changes, old_version)
 --                                               after each HUP (changes: policy/flat.lua's)
 --                                               the service manager hears RELOADING=1, READY=1
+--   p:stack_options(sink)                    -- exec/stack.lua's options from the command line
+--   p:serve(srv, walls, event, fields)       -- a listening server's signals, READY, its drain
 --   p:ready(status), p:stopping()            -- READY=1 / STOPPING=1 to the service manager
---                                               ($NOTIFY_SOCKET; commands/notify.lua)
+--                                               ($NOTIFY_SOCKET; launch/notify.lua)
 --   p:notice(agent_def, say)                 -- the no-credential line, once, through say(line)
 --   p:trace_sink()                           -- --trace FILE's span sink (nil without --trace), or
 --                                               nil, status after saying why it cannot be opened
@@ -26,7 +28,8 @@ local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local tracing = require("switchboard.exec.tracing")
 local metrics = require("switchboard.metrics")
-local notify = require("switchboard.commands.notify")
+local notify = require("switchboard.launch.notify")
+local state = require("switchboard.state")
 
 local M = {}
 
@@ -161,6 +164,41 @@ end
 -- A long-running command tells its service manager it serves (after listening, connecting,
 -- or starting to read) and that it stops (when a stop signal arrives, before draining).
 function P:ready(status) return notify.ready(status) end
+
+-- The executor stack's options, the same for every command that runs work (exec, console):
+-- the policies, the workspaces and the E2B sandbox ids under the state directory, the
+-- credentials, --backend, --sandbox-url and --workspace-root, and the trace sink.
+function P:stack_options(sink, front)
+  local opts = self.opts
+  return {
+    front = front, -- whose commands these are (policies/isolation.lua local_walls)
+    policy = policy.current,
+    workspace_root = opts.workspace_root or state.workspaces(),
+    sandbox_url = opts.sandbox_url,
+    credentials = self.ctx.credentials,
+    force_backend = opts.backend,
+    e2b_state_dir = state.dir(),
+    sink = sink,
+  }
+end
+
+-- A server's life once it listens (sandboxd, the resident): SIGHUP reloads the policies; TERM
+-- and INT say STOPPING and drain it; the listening line (event, fields plus the walls), then
+-- READY; returns 0 once the drain is over and the walls are down.
+function P:serve(srv, walls, event, fields)
+  self:reload_on_hup() -- logs <name>.reload ok=… errors=… version=…; RELOADING=1/READY=1
+  for _, sig in ipairs({ "TERM", "INT" }) do
+    core.on_signal(sig, function() self:stopping(); srv:shutdown(sig) end)
+  end
+  fields.walls = walls and ("cgroup v" .. walls.layout.version) or "none"
+  fields.uids = walls and walls:uid_range() or nil
+  core.log("info", event, fields)
+  self:ready(("listening on %s:%d, policies %s"):format(fields.host, srv.port, self.snap.version))
+  srv:wait()
+  if walls then walls:close() end
+  return 0
+end
+
 function P:stopping() return notify.stopping() end
 
 -- The sink for `--trace FILE` (`-` for stderr): nil when the option is absent.
