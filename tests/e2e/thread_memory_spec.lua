@@ -166,7 +166,8 @@ describe("a thread that remembers", function()
       pos = at
     end
     -- the repository is the thread's after the restart: the system prompt names it
-    assert.matches("acme/api", reqs[7].body.system, 1, true)
+    -- (the system prompt is text blocks, the last with a cache breakpoint: issue 24)
+    assert.matches("acme/api", model.system_text(reqs[7].body), 1, true)
 
     -- (c)(d) one branch, three commits in a line on top of main; the PR's body kept the first section
     local branch = card3:match("branch (switchboard/[%w%-]+)")
@@ -194,7 +195,8 @@ describe("a thread that remembers", function()
     p:close()
     for _, want_text in ipairs({ "add a line one to README.md in acme/api", "Looking first.",
         "cat README.md; echo &lt;b&gt;not-bold&lt;/b&gt;", "&lt;b&gt;not-bold&lt;/b&gt;", "read_file",
-        "seq 1 3000", "2999\n3000", "echo one &gt;&gt; README.md", "Added one.", "pull request #1" }) do
+        "seq 1 3000", "2999\n3000", "echo one &gt;&gt; README.md", "Added one.", "pull request #1",
+        "<dt>cost</dt><dd>$", "<dt>prompt cache</dt><dd>", "<summary>thinking" }) do
       local plain = want_text:gsub("\\n", "\n")
       assert.is_not_nil(dom:find(plain, 1, true), ("the page lacks %q:\n%s"):format(plain, dom:sub(1, 3000)))
     end

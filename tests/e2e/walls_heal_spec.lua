@@ -58,13 +58,21 @@ local function instance_procs(server_pid)
   return out
 end
 
--- Every mount namespace any process of the host is in.
-local function host_mount_namespaces()
+-- Every mount namespace a process of this run's uids (uid_blocks, 16 by default, from
+-- UID_BASE: the server takes the first free block) is in, leaving out `except` (pid →
+-- true): the fresh instance's processes. The kernel hands a freed namespace's number to the
+-- next one made anywhere on the host (the lowest free): the fresh instance's, or another
+-- server's instance on this shared machine; only a process of ours outside the fresh instance
+-- can be one that holds the old namespace.
+local function host_mount_namespaces(except)
   local seen = {}
-  local p = io.popen("stat -c %N /proc/[0-9]*/ns/mnt 2>/dev/null") -- one process: '…' -> 'mnt:[N]'
+  local p = io.popen("stat -c %N /proc/[0-9]*/ns/mnt 2>/dev/null") -- one process: '/proc/P/ns/mnt' -> 'mnt:[N]'
   for line in p:lines() do
-    local ns = line:match("'(mnt:%[%d+%])'$")
-    if ns then seen[ns] = true end
+    local pid, ns = line:match("^'/proc/(%d+)/ns/mnt' %-> '(mnt:%[%d+%])'$")
+    local uid = pid and tonumber(((read("/proc/" .. pid .. "/status") or ""):match("\nUid:%s+(%d+)")))
+    if ns and uid and uid >= UID_BASE and uid < UID_BASE + 16 * UID_COUNT and not (except or {})[pid] then
+      seen[ns] = true
+    end
   end
   p:close()
   return seen
@@ -145,7 +153,9 @@ describe_walls("an instance whose spawner died", function()
         -- nothing of the old instance is left: its processes, its mount namespace, its cgroup
         local now = instance_procs(h.pid)
         for id in pairs(before) do assert.is_nil(now[id], "an old instance process is still alive: " .. id) end
-        local namespaces = host_mount_namespaces()
+        local fresh = {}
+        for id in pairs(now) do fresh[id:match("^(%d+):")] = true end
+        local namespaces = host_mount_namespaces(fresh)
         for ns in pairs(old_ns) do
           assert.is_nil(namespaces[ns], "the old mount namespace is still held: " .. ns .. "\n" .. holders(ns))
         end

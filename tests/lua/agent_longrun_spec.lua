@@ -40,7 +40,7 @@ describe("a long run's bounds", function()
   -- One run on the stand-in; o overrides the run's options. Returns state, answer, problem,
   -- record, the card.
   local function one_run(snap, o)
-    local inner = { backend = "local", exec = function(_, command) return { exit_code = 0, text = "ran " .. command } end }
+    local inner = { backend = "local", exec = o.exec or function(_, command) return { exit_code = 0, text = "ran " .. command } end }
     local tracker = health.new(inner, snap)
     local c = client.new{ api_key = m.key, base_url = m.url, settings = snap.agents.model_api }
     local card = run_card.new{ thread = o.thread or "main", agent = "coding", ask = o.ask or "go" }
@@ -48,7 +48,7 @@ describe("a long run's bounds", function()
       snap = snap, def = policy.agent(snap, "coding"), agent = "coding", executor = tracker, tracker = tracker,
       client = c, card = card, signal = core.signal(), deadline_ms = core.now_ms() + 120000, ask = o.ask or "go",
       transcript = { write = function() end }, thread = o.thread or "main", accounts = o.accounts,
-      history = o.history, now_s = o.now_s,
+      history = o.history, now_s = o.now_s, on_turn = o.on_turn,
     }
     local s, a, p, r = run.run(args)
     return s, a, p, r, card
@@ -190,6 +190,69 @@ describe("a long run's bounds", function()
     assert.near(spend.cost(shipped.agents.models["claude-sonnet-4-5"].price, want), record.cost_usd, 1e-9)
   end)
 
+  -- The seam of issues 23 and 24: what the thread's record keeps after an elision is the
+  -- elided conversation (the loop replaces the message, so the record rewrites rather than
+  -- appends), and a follow-up from it after a restart passes the API's checks: thinking
+  -- blocks back unchanged with their signatures, every tool_use with its tool_result.
+  it("the thread's record keeps the compacted conversation, and a follow-up from it after a restart is accepted", function()
+    local record_mod = require("switchboard.store.record")
+    local path = os.tmpname()
+    local stored, final, follow, reqs, state
+    core.run(function()
+      m = model.start()
+      -- the size of a request with just the ask: the system prompt and the tools
+      m:script{ text("sized") }
+      one_run(snap_with{}, { accounts = spend.new_accounts() })
+      local u = m:requests()[1].usage
+      local base = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+      -- a window whose compaction threshold (75 %) is passed by the second 4 kB tool result
+      -- and no longer once the first is elided
+      local sonnet = shipped.agents.models["claude-sonnet-4-5"]
+      local snap = snap_with{
+        models = { ["claude-sonnet-4-5"] = setmetatable({ context_tokens = (base + 1600) * 100 // 75 }, { __index = sonnet }) },
+        context = setmetatable({ keep_tool_results = 1 }, { __index = shipped.agents.context }),
+      }
+      m:script{ bash("first"), bash("second"), text("done") }
+      local rec = assert(record_mod.open(path))
+      local mark
+      local _
+      state, _, _, final = one_run(snap, { thread = "T1/C1/9.0", accounts = spend.new_accounts(),
+        exec = function() return { exit_code = 0, text = ("y"):rep(4000) } end,
+        on_turn = function(messages) mark = assert(rec:save_conversation("T1/C1/9.0", messages, mark)) end })
+      rec:close()
+      -- a restart: the conversation comes from the file
+      local again = assert(record_mod.open(path))
+      stored = again:conversation("T1/C1/9.0")
+      again:close()
+      m:script{ text("again") }
+      follow = one_run(snap_with{}, { thread = "T1/C1/9.0", history = stored, ask = "follow-up", accounts = spend.new_accounts() })
+      reqs = m:requests()
+    end)
+    for _, suffix in ipairs({ "", "-wal", "-shm" }) do os.remove(path .. suffix) end
+    assert.equal("done", state)
+    local elided = 0
+    for _, msg in ipairs(final.messages) do
+      for _, b in ipairs(type(msg.content) == "table" and msg.content or {}) do
+        if b.type == "tool_result" and b.content:find("[elided", 1, true) then elided = elided + 1 end
+      end
+    end
+    assert.equal(1, elided)
+    -- what the record keeps is what was last sent, elided
+    assert.same(final.messages, stored)
+    local thinking = 0
+    for _, msg in ipairs(stored) do
+      for _, b in ipairs(type(msg.content) == "table" and msg.content or {}) do
+        if b.type == "thinking" then thinking = thinking + 1 assert.is_string(b.signature) end
+      end
+    end
+    assert.is_true(thinking >= 3)
+    assert.equal("done", follow)
+    local last = reqs[#reqs]
+    assert.equal(200, last.status, tostring(last.error))
+    assert.equal(#stored + 1, #last.body.messages)
+    assert.equal("follow-up", model.text_of(last.body.messages[#last.body.messages]))
+  end)
+
   it("when compaction cannot make the conversation fit, ends as context and says so in words", function()
     local state, problem, card, reqs
     core.run(function()
@@ -255,6 +318,7 @@ describe("agent/context", function()
       { role = "assistant", content = { { type = "tool_use", id = "b", name = "bash", input = { command = "ls" } } } },
       { role = "user", content = { { type = "tool_result", tool_use_id = "b", content = big } } },
     }
+    local before = msgs[3]
     local conv = context.new(msgs)
     conv:answered{ input_tokens = 3000, output_tokens = 10 }
     local n, freed = conv:elide(1, function(use) return "the result of `$ " .. use.input.command .. "` — make the call again to see it" end)
@@ -263,6 +327,9 @@ describe("agent/context", function()
     assert.matches("^%[elided to keep the conversation within the model's window: the result of `%$ seq 1 9` — make the call again to see it %(5000 bytes%)%.%]$",
       msgs[3].content[1].content)
     assert.equal(big, msgs[5].content[1].content)
+    -- replaced, not changed in place (the thread's record rewrites a changed conversation)
+    assert.are_not.equal(before, msgs[3])
+    assert.equal(big, before.content[1].content)
     assert.is_true(conv:estimate() < 3010)
   end)
 end)

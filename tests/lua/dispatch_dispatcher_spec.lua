@@ -88,6 +88,7 @@ describe("dispatcher", function()
                 credentials = opts.credentials, front = "console" },
       outputs_dir = outputs,
       model_client = opts.model_client or function() return nil, "no model credential (spec)" end,
+      record = opts.record,
     }
     return d
   end
@@ -228,6 +229,57 @@ describe("dispatcher", function()
     assert.matches("coding +[^\n]*%(default, works in a repository%)", text)
     assert.matches("general +[^\n]*%(no repository%)", text)
     assert.same({}, front:cards())
+  end)
+
+  -- The spend caps' totals live in the thread's record: a restarted bot (a new dispatcher on
+  -- the same file) still knows what the thread and the workspace's day have spent.
+  it("keeps the per-thread and per-day spend across a restart through the thread's record", function()
+    local record = require("switchboard.store.record")
+    local client = require("switchboard.agent.client")
+    local spend = require("switchboard.agent.spend")
+    local model = require("support.model")
+    -- 100,000 fresh input tokens: $0.30 at the shipped price of claude-sonnet-4-5
+    local BIG = { input_tokens = 100000, output_tokens = 0, cache_read_input_tokens = 0, cache_creation_input_tokens = 0 }
+    snap = assert(P.load(P.dir{ agents = append("spend.per_thread_usd = 0.5\nspend.per_day_usd = 100") }))
+    local path, m = root .. "/record.db", nil
+    local function with_model() return client.new{ api_key = m.key, base_url = m.url, settings = snap.agents.model_api } end
+    local first, second, other, sent_before, sent_after, restored
+    run(function()
+      m = model.start()
+      m:script{ { content = { { type = "tool_use", name = "bash", input = { command = "echo 1" } } }, usage = BIG },
+                { content = { { type = "text", text = "done" } }, usage = BIG },
+                { content = { { type = "text", text = "other thread" } } } }
+      local rec = assert(record.open(path))
+      make{ record = rec, model_client = with_model }
+      assert(d:restore())
+      first = ask("T1/C1/1.0", "agent:coding spend some")
+      d:wait_idle()
+      rec:close()
+      sent_before = #m:requests()
+      -- the restart: a new dispatcher on the same file
+      local again = assert(record.open(path))
+      make{ record = again, model_client = with_model }
+      assert(d:restore())
+      restored = { thread = d.accounts:spent("thread", "T1/C1/1.0"),
+                   day = d.accounts:spent("day", spend.day_key("T1", os.time())) }
+      second = ask("T1/C1/1.0", "agent:coding spend more")
+      other = ask("T1/C2/2.0", "agent:coding another thread of the workspace")
+      d:wait_idle()
+      sent_after = #m:requests()
+      again:close()
+      m.stop()
+    end, 120000)
+    assert.equal("done", first.card.state)
+    assert.equal(2, sent_before)
+    assert.near(0.6, restored.thread, 1e-9)
+    assert.near(0.6, restored.day, 1e-9)
+    -- the thread's cap holds after the restart: refused before any request
+    assert.equal("spend", second.card.state)
+    assert.matches("the spend cap of $0.50 per thread is reached", second.card.problem, 1, true)
+    assert.matches("this thread has spent $0.60", second.card.problem, 1, true)
+    -- another thread of the same workspace is under its caps
+    assert.equal("done", other.card.state)
+    assert.equal(3, sent_after)
   end)
 
   it("answers a malformed ask with what is possible; free text is an agent run", function()

@@ -75,6 +75,13 @@ function M.text_of(message)
   return table.concat(out, "\n")
 end
 
+-- The system prompt of a request body: a string, or its text blocks joined (the run sends
+-- blocks, the last with a cache breakpoint).
+function M.system_text(body)
+  if type(body.system) ~= "table" then return body.system end
+  return M.text_of{ content = body.system }
+end
+
 -- The names of the tools a request offered.
 function M.tool_names(request)
   local out = {}

@@ -75,6 +75,8 @@ function Conv:elide(keep, describe)
   for i = #self.messages, 1, -1 do
     local m = self.messages[i]
     if m.role == "user" and type(m.content) == "table" then
+      local copy -- the message is replaced, never changed in place: the thread's record tells
+                 -- a rewritten conversation from an appended one by the message tables
       for j = #m.content, 1, -1 do
         local b = m.content[j]
         if b.type == "tool_result" then
@@ -83,11 +85,13 @@ function Conv:elide(keep, describe)
           local done = type(b.content) == "string" and b.content:sub(1, #ELIDED) == ELIDED
           if seen > keep and not done and size >= MIN_BYTES then
             local line = ("%s: %s (%d bytes).]"):format(ELIDED, describe(use_of(self.messages, i, b.tool_use_id), b), size)
-            m.content[j] = { type = "tool_result", tool_use_id = b.tool_use_id, is_error = b.is_error, content = line }
+            copy = copy or { table.unpack(m.content) }
+            copy[j] = { type = "tool_result", tool_use_id = b.tool_use_id, is_error = b.is_error, content = line }
             n, freed = n + 1, freed + size - #line
           end
         end
       end
+      if copy then self.messages[i] = { role = m.role, content = copy } end
     end
   end
   -- the freed bytes were in the last answer's figures, or in what was added since

@@ -218,7 +218,11 @@ function M.run(d, thread, ask)
       tracker = built.tracker, client = client, card = c, signal = ask.stop, deadline_ms = deadline,
       ask = ask.content or ask.text, repo = ask.repo, workspace = workspace_of(built), transcript = t,
       now_ms = d.now_ms, instructions = guide, history = M.history(d, thread),
-      on_turn = function(messages) M.keep_conversation(d, thread, messages) end,
+      on_turn = function(messages)
+        M.keep_conversation(d, thread, messages)
+        -- the cost so far, so a run the bot dies in still counts towards the caps after a restart
+        if rrun and c.cost_usd then core.go(function() d:remember("run_cost", d.record.run_cost, rrun, c.cost_usd) end) end
+      end,
       thread = thread.name, accounts = d.accounts,
     })
     if ok then

@@ -42,6 +42,7 @@ local run_card = require("switchboard.dispatch.run_card")
 local agent_run = require("switchboard.dispatch.agent_run")
 local help = require("switchboard.dispatch.help")
 local parser = require("switchboard.dispatch.parser")
+local spend = require("switchboard.agent.spend")
 
 local M = {}
 local D = {}
@@ -63,6 +64,9 @@ D.__index = D
 --                  thread's repository/branch/pull request survive a restart; call
 --                  d:restore() once, in a task, before the first message
 --   page_url       function(token) → the run page's address, or nil (no pages)
+--   accounts       the spend totals per thread and per day (agent/spend.lua); default: with a
+--                  record, the dispatcher's own, which d:restore() fills from the record's
+--                  runs (so the caps hold across a restart); without, the shared in-memory ones
 function M.new(opts)
   assert(type(opts) == "table" and opts.front, "dispatcher.new: opts.front is required")
   local build_opts = {}
@@ -79,6 +83,7 @@ function M.new(opts)
     transcripts_dir = opts.transcripts_dir,
     record = opts.record,
     page_url = opts.page_url,
+    accounts = opts.accounts or (opts.record and spend.new_accounts() or nil),
     threads = {},
     active = 0,          -- asks queued or running
     idle_waiters = {},
@@ -135,8 +140,27 @@ function D:restore()
     t.branch = r.branch
     if r.pr_number then t.pr = { number = r.pr_number, url = r.pr_url } end
   end
+  self:restore_spend()
   log("info", "record.restored", { threads = #rows })
   return #rows
+end
+
+-- The spend caps' totals from the runs the record keeps: each thread's, and each workspace's
+-- per UTC day (a run counts on the day it started). The last two days are enough: a cap only
+-- ever asks about today.
+local DAY_MS = 24 * 3600 * 1000
+
+function D:restore_spend()
+  if not self.accounts then return end
+  local totals, err = self.record:spend(core.wall_ms() - 2 * DAY_MS)
+  if not totals then
+    log("error", "record.restore_failed", { what = "spend", error = tostring(err) })
+    return
+  end
+  for _, r in ipairs(totals.threads) do self.accounts:add("thread", r.thread, r.cost) end
+  for _, r in ipairs(totals.runs) do
+    self.accounts:add("day", spend.day_key(spend.workspace_of(r.thread), r.started_ms // 1000), r.cost)
+  end
 end
 
 -- Writes to the record without letting its failure end an ask: the run goes on, the log says

@@ -55,9 +55,14 @@ local BUILDERS = {}
 -- workspace root for this process, built (and proven with a real instance) on first use.
 -- A host that cannot wall is never replaced by running unwalled: provisioning fails, saying why.
 local local_hosts = {} -- workspace root → shell/instance.lua host
+-- workspace root → core.signal() while one task builds its host. Building one yields (the
+-- proof runs a real instance), and threads provisioned at once (three messages in a row) must
+-- not each build another: hosts of one process share its cgroup directory and slot numbers, so
+-- a second host's instance i0 reaps the first's (SIGKILL to its holder).
+local building = {}
+local BUILD_WAIT_MS = 120000 -- the proof's own bounds (60 s ready, 15 s command) fit inside
 
-local function local_walls(opts, snap, root)
-  if local_hosts[root] then return local_hosts[root] end
+local function build_local_walls(opts, snap, root)
   local ok, err = core.fs.mkdir_p(root, tonumber("700", 8))
   if not ok then return nil, "cannot create " .. root .. ": " .. tostring(err and err.message) end
   local host, why
@@ -69,8 +74,19 @@ local function local_walls(opts, snap, root)
       owner = { kind = "local executor", root = root } }
   end
   if not host then return nil, why end
-  local_hosts[root] = host
   return host
+end
+
+local function local_walls(opts, snap, root)
+  while building[root] and not local_hosts[root] do core.sleep(BUILD_WAIT_MS, building[root]) end
+  if local_hosts[root] then return local_hosts[root] end
+  local done = core.signal()
+  building[root] = done
+  local host, why = build_local_walls(opts, snap, root)
+  building[root] = nil
+  done:abort("built")
+  if host then local_hosts[root] = host end
+  return host, why
 end
 
 -- Whether the local executor walls this front's threads (policies/isolation.lua local_walls).

@@ -1,7 +1,8 @@
 -- A run's page as plain server-rendered HTML (no script, no build step), readable on a phone:
--- the ask, agent, model, repository, timings, tokens, cost, outcome and pull request, then
--- each turn — the model's text, each tool call with its input and its output (collapsed when
--- longer than tool_open_bytes). Everything shown is escaped; the texts come from the record,
+-- the ask, agent, model, repository, timings, tokens, prompt-cache reads and writes, cost,
+-- compactions, outcome and pull request, then each turn — the model's text (its thinking
+-- collapsed), each tool call with its input and its output (collapsed when longer than
+-- tool_open_bytes), each compaction. Everything shown is escaped; the texts come from the record,
 -- already scrubbed of secrets when they were written.
 --
 --   render.page(run, events, thread, {tool_open_bytes}) → html
@@ -54,8 +55,20 @@ local function tool_input_text(input)
   return cjson.encode(input) or ""
 end
 
+-- A tool result's content: text, or blocks (an image's; a result from a record written
+-- before transcripts named images) shown as their text with images named.
+local function content_text(content)
+  if type(content) ~= "table" then return tostring(content or "") end
+  local out = {}
+  for _, b in ipairs(content) do
+    if type(b) == "table" and b.type == "text" then out[#out + 1] = tostring(b.text or "")
+    elseif type(b) == "table" then out[#out + 1] = "[" .. tostring(b.type or "block") .. "]" end
+  end
+  return table.concat(out, "\n")
+end
+
 local function output_html(content, open_bytes)
-  content = tostring(content or "")
+  content = content_text(content)
   if #content <= open_bytes then return "<pre>" .. esc(content) .. "</pre>" end
   return ("<details><summary>output (%d bytes)</summary><pre>%s</pre></details>"):format(#content, esc(content))
 end
@@ -75,6 +88,9 @@ local function turns_html(events, open_bytes)
       for _, b in ipairs(e.content or {}) do
         if b.type == "text" then
           out[#out + 1] = '<div class="text">' .. esc(b.text) .. "</div>"
+        elseif b.type == "thinking" and b.thinking and b.thinking ~= "" then
+          out[#out + 1] = ("<details><summary>thinking (%d bytes)</summary><pre>%s</pre></details>")
+            :format(#b.thinking, esc(b.thinking))
         elseif b.type == "tool_use" then
           local r = results[b.id]
           out[#out + 1] = ('<div class="tool%s"><div><strong>%s</strong>%s</div><pre>%s</pre>%s</div>'):format(
@@ -84,6 +100,13 @@ local function turns_html(events, open_bytes)
         end
       end
       out[#out + 1] = "</section>"
+    elseif e.type == "compaction" then
+      local what = e.how == "summary"
+        and ("earlier turns summarised by the model, the latest %s messages kept"):format(esc(e.kept))
+        or ("%s older tool results elided"):format(esc(e.results))
+      out[#out + 1] = ('<section class="turn"><h2>Compaction before turn %s</h2><div>%s (~%s → ~%s tokens)</div>%s</section>')
+        :format(esc(e.turn), what, esc(e.before), esc(e.after), e.summary
+          and ("<details><summary>the summary</summary><pre>%s</pre></details>"):format(esc(e.summary)) or "")
     elseif e.type == "model_error" then
       out[#out + 1] = ('<section class="turn"><h2>Turn %s: model API error</h2><pre>%s</pre></section>')
         :format(esc(e.turn), esc(e.message))
@@ -98,8 +121,25 @@ local function turns_html(events, open_bytes)
   return table.concat(out, "\n")
 end
 
+-- What the events say beyond the run's row: the prompt cache's reads and writes (the answers'
+-- usage) and how often the conversation was compacted.
+local function tally(events)
+  local t = { cache_read = 0, cache_write = 0, compactions = 0, answers = 0 }
+  for _, e in ipairs(events) do
+    if e.type == "answer" and type(e.usage) == "table" then
+      t.answers = t.answers + 1
+      t.cache_read = t.cache_read + (tonumber(e.usage.cache_read_input_tokens) or 0)
+      t.cache_write = t.cache_write + (tonumber(e.usage.cache_creation_input_tokens) or 0)
+    elseif e.type == "compaction" then
+      t.compactions = t.compactions + 1
+    end
+  end
+  return t
+end
+
 function M.page(run, events, thread, opts)
   local open_bytes = opts and opts.tool_open_bytes or 2048
+  local t = tally(events)
   local dur = run.ended_ms and (run.ended_ms - run.started_ms) or nil
   local rows = {
     { "agent", run.agent }, { "model", run.model }, { "repository", thread and thread.repo },
@@ -107,7 +147,9 @@ function M.page(run, events, thread, opts)
     { "duration", run.ended_ms and ms_text(dur) or "running" },
     { "outcome", run.outcome or "running" }, { "turns", run.turns },
     { "tokens", run.tokens_in and ("%s in / %s out"):format(run.tokens_in, run.tokens_out) },
+    { "prompt cache", t.answers > 0 and ("%d tokens read / %d written"):format(math.floor(t.cache_read), math.floor(t.cache_write)) or nil },
     { "cost", run.cost and ("$%.4f"):format(run.cost) },
+    { "compactions", t.compactions > 0 and t.compactions or nil },
   }
   local dl = {}
   for _, r in ipairs(rows) do

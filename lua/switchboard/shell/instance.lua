@@ -405,6 +405,19 @@ local function init_state(pid)
   return state, start
 end
 
+-- Why the holder ended before "ready", in words: its own "walls:" line, else how it ended (a
+-- signal — killed from outside, or its parent thread gone — or a bare exit status), never "".
+local function hold_failure(r)
+  if not r then return "the walls helper did not answer within 60 s" end
+  local said = (r.stderr or ""):gsub("^%s+", ""):gsub("%s+$", "")
+  if said ~= "" then return said end
+  if r.signal then
+    return ("the walls helper was killed by signal %d and said nothing (see the server's log "
+      .. "and the kernel's: dmesg)"):format(r.signal)
+  end
+  return ("the walls helper exited with status %s and said nothing"):format(tostring(r.exit))
+end
+
 -- Creates the namespaces and cgroups (once; later calls return at once). Waits for the
 -- helper's "ready <pid>".
 function Instance:start()
@@ -478,9 +491,8 @@ function Instance:start()
   end)
   core.sleep(READY_TIMEOUT_MS, self.starting)
   if not self.pid then
-    local why = self.hold_result and self.hold_result.stderr or "no answer within 60 s"
     self.start_err = core.error("workspace", "the instance's walls could not be built: "
-      .. (why:gsub("%s+$", "")))
+      .. hold_failure(self.hold_result))
     self:stop()
     return nil, self.start_err
   end

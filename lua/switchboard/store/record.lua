@@ -18,6 +18,10 @@
 --       secret (32 hex digits); the record keeps only its SHA-256
 --   rec:event(run, record)                      a transcript line (agent/transcript.lua's shape)
 --   rec:run_end(run, {outcome, turns, tokens_in, tokens_out, cost?, answer?, problem?, pr_url?})
+--   rec:run_cost(run, usd)                      the run's cost so far (after each turn), so a run
+--       the bot died in still counts towards the spend caps
+--   rec:spend(since_wall_ms) → {threads = {{thread, cost}, …}, runs = {{thread, started_ms, cost}, …}}
+--       every thread's spend, and each run's since since_wall_ms (the caps' totals after a restart)
 --   rec:page(token) → run row, events | nil     for the run page
 --   rec:expire(older_than_wall_ms) → threads removed
 local core = require("switchboard.core")
@@ -206,10 +210,25 @@ function R:run_end(run, o)
   if not id then return nil end
   return self.db:batch{
     touch(self, run.thread),
-    { "UPDATE runs SET ended_ms = ?, outcome = ?, turns = ?, tokens_in = ?, tokens_out = ?, cost = ?, "
+    { "UPDATE runs SET ended_ms = ?, outcome = ?, turns = ?, tokens_in = ?, tokens_out = ?, cost = COALESCE(?, cost), "
       .. "answer = ?, problem = ?, pr_url = ? WHERE id = ?", now(self), o.outcome, o.turns, o.tokens_in,
       o.tokens_out, o.cost, text(self, o.answer), text(self, o.problem), o.pr_url, id, n = 11 },
   }
+end
+
+function R:run_cost(run, usd)
+  local id = run_id(self, run)
+  if not id or type(usd) ~= "number" then return nil end
+  return self.db:batch{ { "UPDATE runs SET cost = ? WHERE id = ?", usd, id, n = 3 } }
+end
+
+function R:spend(since_ms)
+  local threads, err = self.db:run("SELECT thread, SUM(cost) AS cost FROM runs WHERE cost IS NOT NULL GROUP BY thread")
+  if not threads then return nil, err end
+  local runs, rerr = self.db:run("SELECT thread, started_ms, cost FROM runs WHERE cost IS NOT NULL AND started_ms >= ?",
+    math.floor(since_ms))
+  if not runs then return nil, rerr end
+  return { threads = threads, runs = runs }
 end
 
 function R:page(token)
