@@ -22,7 +22,8 @@ end
 
 local ctx = {
   token = TOKEN, pid = tonumber(os.getenv("SB_IMAGE_PID")), root = "/var/lib/sandboxd",
-  pids_max = 512, -- the shipped policies/isolation.lua pids_max: the image's own settings
+  -- the shipped policies/isolation.lua pids_max: the image's own settings
+  pids_max = tonumber(io.open("policies/isolation.lua"):read("a"):match("\npids_max = (%d+)")),
   healthz = function()
     return (core.http.request{ method = "GET", url = URL .. "/healthz", deadline_ms = 15000,
       headers = { authorization = "Bearer " .. TOKEN } })
