@@ -22,6 +22,7 @@ e2b.sandbox_timeout_ms = 30 * second
 e2b.api_timeout_ms = 30 * second -- a bound for a loaded machine: no case here waits it out
 e2b.keepalive_ping_ms = 1 * second
 e2b.stop_timeout_ms = 5 * second
+call.margin_ms = 30 * second -- a cold instance's start (pasta: seconds on a loaded host) is inside budget + margin; no case here waits the margin out
 ]]
 local snap, policy_dir = S.snapshot(FAST)
 local function policy() return snap end
