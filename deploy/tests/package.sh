@@ -181,7 +181,10 @@ rm -rf "$root/etc/switchboard"
 # conffile under /etc/switchboard/policies.
 old="$work/old-0.1.0"
 mkdir -p "$old/DEBIAN" "$old/etc/switchboard/policies"
-cp "$REPO_DIR"/policies/*.lua "$old/etc/switchboard/policies/"
+# the policies those packages shipped: the list the maintainer scripts remove (deploy/debian/preinst)
+for p in agents errors execution github isolation slack timeouts; do
+  cp "$REPO_DIR/policies/$p.lua" "$old/etc/switchboard/policies/"
+done
 (cd "$old" && find etc -type f | sed 's|^|/|' | sort) >"$old/DEBIAN/conffiles"
 printf 'Package: switchboard\nVersion: 0.1.0\nArchitecture: all\nMaintainer: spec <spec@localhost>\nDescription: the layout before 0.1.0+git\n' \
   >"$old/DEBIAN/control"
