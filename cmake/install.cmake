@@ -81,7 +81,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION net)
 # coreutils' timeout, procps' /bin/kill (the units' ExecReload), adduser for the postinst,
 # bubblewrap for the walls sandboxd and the resident refuse to start without (docs/isolation.md).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps, bubblewrap, passt, libwebsockets-evlib-uv")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, bash, coreutils, procps, bubblewrap, passt, e2fsprogs, libwebsockets-evlib-uv")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "git, ca-certificates")
 # conffiles: the one file the package puts under /etc (the environment files are the
 # postinst's, made once; the policies there are the operator's own).

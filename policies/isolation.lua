@@ -37,8 +37,11 @@ open_files = 256                 -- RLIMIT_NOFILE
 fleet_files_percent = 50
 file_size_bytes = 4096 * MiB     -- RLIMIT_FSIZE: no single file grows past this
 
--- The workspace's size, measured after each command; past it the instance's next command or
--- write is refused in words until files are deleted.
+-- The workspace's size. sandboxd: each workspace is a file system of this size of its own (a
+-- sparse image, loop-mounted for its instance only), so a write past it fails while the command
+-- writes ("No space left on device", then a line naming this setting); deleting always works.
+-- The resident's worktrees: measured after commands; past it the next command or write is
+-- refused in words until files are deleted (docs/isolation.md "Workspace size while writing").
 workspace_max_bytes = 20480 * MiB
 
 -- Instances started at once by one server; more wait their turn. Each start is a few spawns

@@ -6,7 +6,7 @@
  *   switchboard-walls hold  [common] [--expose NAME]... [--hide PATH]... --workspace DIR
  *                           [--rootfs DIR] [--net host|none] [--hostname NAME]
  *                           [--cg-write FILE=VALUE]... [--socket PATH --nofile N --fsize BYTES]
- *                           [--nice N] [--ro-bind PATH]...
+ *                           [--nice N] [--ro-bind PATH]... [--disk-image NAME --disk-bytes N]
  *     Creates the instance: makes and joins its cgroups (--cgroup, created when missing, then
  *     the --cg-write limits), drops to the instance's host uid/gid, and runs bwrap with new
  *     user, PID, mount, IPC, UTS and network namespaces around `sleep infinity`. The network
@@ -19,7 +19,11 @@
  *     bwrap still resolves that fd's path as the instance's uid, so where that uid cannot
  *     search the way to it (or to the workspace), it is staged first (stage_reachable). It dies with its
  *     parent (PR_SET_PDEATHSIG), bwrap dies with it (--die-with-parent), and everything in the
- *     PID namespace dies with bwrap's init.
+ *     PID namespace dies with bwrap's init. With --disk-image the workspace is a file system of
+ *     its own: the image NAME in the workspace directory (made sparse, N bytes, when missing) is
+ *     loop-mounted over that directory in the helper's private mount namespace, so the kernel
+ *     refuses a write past N while the command writes, and the mount goes with the instance's
+ *     last process (src/walls/disk.c).
  *
  *     With --socket it is also the instance's spawner ("serve"): it binds PATH (as the server's
  *     user, in a directory only the server reaches), then joins the instance's namespaces
@@ -82,6 +86,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "walls/disk.h"
 #include "walls/request.h"
 
 enum {
@@ -117,6 +122,8 @@ typedef struct {
   long uid, gid, pid;
   list cgroups, expose, hide, cg_writes, ro_binds;
   const char *workspace, *rootfs, *net, *hostname, *cwd;
+  const char *disk_image;  /* hold: the workspace's own file system, an image of this name in it */
+  long long disk_bytes;    /* its size; -1: none (the workspace is the host's directory) */
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
   long long nofile, fsize; /* -1: leave as inherited */
   long long nice;          /* hold: bwrap's niceness (a spare built in the background); -1: ours */
@@ -159,7 +166,7 @@ static void push(list *l, const char *flag, const char *v) {
 static void parse(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   o->uid = o->gid = o->pid = -1;
-  o->nofile = o->fsize = o->nice = -1;
+  o->nofile = o->fsize = o->nice = o->disk_bytes = -1;
   o->rootfs = "/";
   o->net = "host";
   o->hostname = "sandbox";
@@ -188,6 +195,8 @@ static void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--nofile") == 0) o->nofile = number(f, v);
     else if (strcmp(f, "--fsize") == 0) o->fsize = number(f, v);
     else if (strcmp(f, "--nice") == 0) o->nice = number(f, v);
+    else if (strcmp(f, "--disk-bytes") == 0) o->disk_bytes = number(f, v);
+    else if (strcmp(f, "--disk-image") == 0) o->disk_image = v;
     else if (strcmp(f, "--cgroup") == 0) push(&o->cgroups, f, v);
     else if (strcmp(f, "--cg-write") == 0) push(&o->cg_writes, f, v);
     else if (strcmp(f, "--expose") == 0) push(&o->expose, f, v);
@@ -616,6 +625,52 @@ static bool way_blocked(const options *o, const char *path, char *blocked, size_
   return false;
 }
 
+/* A mount namespace of this helper's own, made once (unshare needs CAP_SYS_ADMIN, which a
+ * container's root may lack): the host's mounts still propagate in (a slave), ours never out.
+ * bwrap and the instance inherit it, so what is mounted here exists only for the instance and
+ * goes with its last process. Returns 0 or -1 with errno. */
+static int private_mounts(void) {
+  static bool done;
+  if (done)
+    return 0;
+  if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+    return -1;
+  done = true;
+  return 0;
+}
+
+/* The workspace's own file system (src/walls/disk.c) mounted over the workspace directory, open
+ * as `ws`, in this helper's mount namespace; returns the mounted file system's root, open
+ * (close-on-exec), and closes `ws`. */
+static int mount_disk(const options *o, int ws) {
+  char why[PATH_MAX + 256];
+  struct stat below, top;
+  if (o->disk_bytes < 1024 * 1024 || strchr(o->disk_image, '/') != NULL || o->disk_image[0] == '\0') {
+    errno = 0;
+    die("--disk-image takes a file name in the workspace and --disk-bytes at least 1 MiB");
+  }
+  if (private_mounts() < 0)
+    die("the workspace's own file system needs a mount namespace of the helper's own");
+  if (walls_disk_mount(ws, o->workspace, o->disk_image, o->disk_bytes, (int)(o->nice > 0 ? o->nice : 0),
+                       why, sizeof why) < 0) {
+    errno = 0;
+    die("the workspace's own file system (%lld bytes, policies/isolation.lua workspace_max_bytes) "
+        "could not be made: %s", o->disk_bytes, why);
+  }
+  /* by its path again: the walk crosses into the mount (the old fd names the directory below) */
+  int fs = open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fs < 0 || fstat(fs, &top) < 0 || fstat(ws, &below) < 0 || top.st_dev == below.st_dev)
+    die("the workspace's own file system is not at %s after mounting it", o->workspace);
+  close(ws);
+  /* the instance finds an empty /workspace, as before (`git clone URL .` needs one): mkfs's
+   * lost+found goes (e2fsck makes it again if it ever needs it), and the mode is the host
+   * directory's */
+  (void)unlinkat(fs, "lost+found", AT_REMOVEDIR);
+  if (fchmod(fs, 0700) < 0)
+    die("chmod the workspace's own file system");
+  return fs;
+}
+
 /* A directory (open as `fd`) whose way is blocked is bind-mounted, in a mount namespace of this
  * helper's own (made on the first such directory: unshare needs CAP_SYS_ADMIN, which a
  * container's root may lack), below a fresh tmpfs over the spawner socket's directory (its
@@ -630,7 +685,7 @@ static int stage_reachable(const options *o, int fd, const char *path, int k) {
     return fd;
   const char *slash = o->socket ? strrchr(o->socket, '/') : NULL;
   int len = slash ? (int)(slash - o->socket) : 0;
-  if (!staged && (len == 0 || unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 ||
+  if (!staged && (len == 0 || private_mounts() < 0 ||
                   (snprintf(dir, sizeof dir, "%.*s", len, o->socket),
                    mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0711,size=64k") < 0))) {
     errno = 0;
@@ -673,6 +728,11 @@ static int hold(const options *o) {
   int ws = open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (ws < 0 || fchown(ws, (uid_t)o->uid, (gid_t)o->gid) < 0)
     die("cannot give the workspace %s to uid %ld", o->workspace, o->uid);
+  if (o->disk_image != NULL) { /* the instance's /workspace is then a file system of its own */
+    ws = mount_disk(o, ws);
+    if (fchown(ws, (uid_t)o->uid, (gid_t)o->gid) < 0)
+      die("cannot give the workspace's own file system to uid %ld", o->uid);
+  }
   /* Bound while we are still the server's user, in a directory only it can reach; the
    * listening fd is all we keep of it after dropping to the instance's uid. */
   int listener = o->socket ? bind_spawner(o->socket) : -1;

@@ -31,20 +31,26 @@ end
 -- Sends the command, stops the server once the command has started, continues it once the
 -- command has ended (its own marker) and its deadline is well past, and returns the answer.
 local function stalled_exec(h, thread)
-  local dir = workspace.path(h.root, thread)
-  local started, ended = dir .. "/started", dir .. "/ended"
+  -- (walled: the workspace is a file system of its instance's, S.files finds it from the host)
+  local function marker(name)
+    return function()
+      local dir = S.files(h, thread) or workspace.path(h.root, thread)
+      return exists(dir .. "/" .. name)
+    end
+  end
+  local started, ended = marker("started"), marker("ended")
   local answer
   core.go(function()
     local status, _, raw = S.call(h.url, "/exec", { thread = thread, deadline_ms = 120000, body = {
       command = "touch started; sleep 2; echo finished-in-time; touch ended", timeoutMs = TIMEOUT_MS } })
     answer = { status = status, raw = raw }
   end)
-  assert(S.wait_for(function() return exists(started) end, 60000), "the command never started")
+  assert(S.wait_for(started, 60000), "the command never started")
   local t_started = core.now_ms()
   h:stop("STOP")
   -- The command ends on its own while the server is stopped; then its deadline passes (from
   -- its start, which came before the marker), with a margin.
-  assert(S.wait_for(function() return exists(ended) end, 60000), "the command never ended")
+  assert(S.wait_for(ended, 60000), "the command never ended")
   S.wait_for(function() return core.now_ms() - t_started > TIMEOUT_MS + 2000 end, 60000)
   h:stop("CONT")
   assert(S.wait_for(function() return answer end, 60000), "no answer after the server continued")

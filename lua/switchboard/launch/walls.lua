@@ -34,7 +34,9 @@ function M.build(p, opts, snap, root, who, what, config_status)
   -- resident's start on worktrees it made)
   local walls, why, kind = instance.host{ snap = snap, policy = policy.current, scratch = root, log = core.log,
     owner = { kind = who, root = root, listen = opts.listen },
-    spares = who == "sandboxd" }
+    spares = who == "sandboxd",
+    -- each workspace a file system of its own (docs/isolation.md "Workspace size while writing")
+    disks = who == "sandboxd" }
   if walls == nil and kind == "uids-taken" then
     return false, p:fail(config_status, "cannot build the walls around " .. what .. ": " .. tostring(why))
   end

@@ -11,6 +11,9 @@
 --                                        same path inside (the resident's shared git objects)
 --   inst:start()  → true | nil, err      the namespaces and cgroups, on the first operation
 --   inst:spawn_args(args) → args         core.spawn's arguments that run the command inside
+--   inst:files() → path                  where the server reaches the workspace's files while the
+--                                        instance is awake (its own file system: through the
+--                                        instance's /proc root; else the host directory)
 --   inst:argv(program_argv) → argv       the same through the `run` client (for diagnosis)
 --   inst:counters() → {oom, pids}        the limit counters, before a command
 --   inst:explain(before, exit) → text?   a line naming the limit a command hit, or nil
@@ -23,6 +26,10 @@ local M = {}
 
 local CONTROLLERS = { "memory", "pids", "cpu" }
 local READY_TIMEOUT_MS = 60000 -- a busy host with hundreds of instances waking at once is slow
+-- The workspace's own file system (docs/isolation.md "Workspace size while writing"): an image
+-- of this name inside the workspace's host directory, mounted over it for the instance only.
+local DISK_IMAGE = ".workspace.img"
+M.DISK_IMAGE = DISK_IMAGE
 
 local Host = {}
 Host.__index = Host
@@ -154,6 +161,11 @@ function M.host(opts)
     pid = core.pid and core.pid() or tonumber((read_text("/proc/self/stat") or ""):match("^(%d+)")),
     slots = {}, next_slot = 0, snap_fn = opts.policy, live = {}, spares = {},
     spares_on = opts.spares == true, -- spare instances built ahead (Host:claim)
+    -- each workspace a file system of workspace_max_bytes of its own, so the kernel refuses a
+    -- write past it while the command writes: only where the caller asks (sandboxd, whose
+    -- workspaces are new and live as long as their thread is awake; the resident's worktrees
+    -- are long-lived directories of the host and keep the measured size)
+    disks = opts.disks == true,
   }, Host)
   -- This server's block of host uids, registered so that no other walled server on the host
   -- takes the same (shell/uids.lua); fixed until close, whatever a reload says.
@@ -253,7 +265,7 @@ end
 function Host:new(workspace_dir, label, snap, opts)
   return setmetatable({
     host = self, dir = workspace_dir, label = label, snap = snap or self.snap_fn(), state = "new",
-    network = opts and opts.network or nil,
+    network = opts and opts.network or nil, disk = self.disks,
   }, Instance)
 end
 
@@ -445,6 +457,10 @@ function Instance:start()
     "--socket", self.socket, "--nofile", tostring(iso.open_files),
     "--fsize", tostring(iso.file_size_bytes), "--hostname", iso.hostname }
   if self.spare then argv[#argv + 1] = "--nice"; argv[#argv + 1] = "10" end -- built in the background
+  if self.disk then
+    argv[#argv + 1] = "--disk-image"; argv[#argv + 1] = DISK_IMAGE
+    argv[#argv + 1] = "--disk-bytes"; argv[#argv + 1] = tostring(iso.workspace_max_bytes)
+  end
   for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
   for _, a in ipairs(limit_writes(self)) do argv[#argv + 1] = a end
   for _, name in ipairs(iso.expose) do argv[#argv + 1] = "--expose"; argv[#argv + 1] = name end
@@ -521,6 +537,14 @@ function Instance:spawn_args(args)
   args.walls = self.socket
   args.cwd = "/workspace" -- inside the instance
   return args
+end
+
+-- Where the server reaches the workspace's files while the instance is awake. A workspace of its
+-- own file system is mounted in the instance's mount namespace only (nothing of it in the
+-- host's, so nothing outlives the instance), and reached through the instance's init's root.
+function Instance:files()
+  if self.disk and self.pid then return ("/proc/%d/root/workspace"):format(self.pid) end
+  return self.dir
 end
 
 -- The owner of the workspace's files, for core.fs.root(dir, owner).

@@ -64,7 +64,7 @@ M.retire = retire
 local function hand_over(r, old_uid)
   local uid = r.instance:owner().uid
   if uid == old_uid then return true end
-  local proc = core.spawn{ argv = { "chown", "-R", "-h", "-P", ("%d:%d"):format(uid, uid), "--", r.dir },
+  local proc = core.spawn{ argv = { "chown", "-R", "-h", "-P", ("%d:%d"):format(uid, uid), "--", r.instance:files() },
     env = { PATH = os.getenv("PATH") or "/usr/bin:/bin" }, deadline_ms = 120000 }
   local res = proc and proc:wait()
   if not res or res.exit ~= 0 then
@@ -169,7 +169,7 @@ function M.ensure(r)
   if not r.handle then
     -- Held from here on: a later swap of the host path (a symlink in its place) changes
     -- nothing for /read and /write, which go through this handle as the instance's uid.
-    local root, root_err = core.fs.root(r.dir, r.instance:owner())
+    local root, root_err = core.fs.root(r.instance:files(), r.instance:owner())
     if not root then return nil, core.error("workspace", tostring(root_err and root_err.message)) end
     r.handle = root
   end
@@ -177,6 +177,7 @@ function M.ensure(r)
 end
 
 function M.over_cap(r)
+  if r.instance and r.instance.disk then return nil end -- the kernel holds the limit: never gated
   local iso = r.instance and r.instance.snap.isolation
   if not (iso and r.used_bytes and r.used_bytes > iso.workspace_max_bytes) then return nil end
   return core.error("too_large", ("refused: this sandbox's workspace holds %s, over its limit (%s) "
@@ -194,6 +195,7 @@ local LOST = "the sandbox instance ended while the command ran"
 local SPAWNER_EXIT_MS = 5000
 
 local function measure(r)
+  if r.instance and r.instance.disk then return end -- its own file system: the kernel counts
   if r.measuring or (r.measured_ms and core.now_ms() - r.measured_ms < MEASURE_EVERY_MS) then return end
   r.measuring = true
   r.measured_ms = core.now_ms()
@@ -205,6 +207,20 @@ local function measure(r)
     if n then r.used_bytes = n end
     r.measuring = false
   end)
+end
+
+-- What the kernel says when a write meets the end of the workspace's file system.
+local FULL = { "No space left on device", "Disk quota exceeded" }
+function M.full(text)
+  for _, words in ipairs(FULL) do
+    if type(text) == "string" and text:find(words, 1, true) then return true end
+  end
+  return false
+end
+
+function M.full_text(inst)
+  return ("this sandbox's /workspace holds at most %s (policies/isolation.lua workspace_max_bytes); "
+    .. "delete files to go on (rm always works)"):format(instance.size_text(inst.snap.isolation.workspace_max_bytes))
 end
 
 function M.exec(r, spec)
@@ -235,6 +251,11 @@ function M.exec(r, spec)
   end
   local why = inst:explain(before, res.exit)
   if why then res.stderr = append_line(res.stderr or "", why) end
+  -- a write the workspace's file system refused: named in the user's terms (a full /tmp, a
+  -- memory-backed tmpfs, says the same words; the line says which limit /workspace has)
+  if inst.disk and res.exit ~= 0 and M.full(res.stderr) then
+    res.stderr = append_line(res.stderr or "", "refused: no space left — " .. M.full_text(inst))
+  end
   -- the socket ended without an answer: the spawner is gone, its holder's exit follows
   if inst.done and (res.stderr or ""):find(LOST, 1, true) then core.sleep(SPAWNER_EXIT_MS, inst.done) end
   if inst:dead() or inst.retired then -- (retired already when its holder's exit came first)
@@ -249,11 +270,16 @@ function M.exec(r, spec)
 end
 
 -- For /read and /write: the instance exists (its handle is opened with it); a write past the
--- workspace cap is refused.
+-- workspace's own file system fails in the kernel (ENOSPC, as a command's would), said in words.
 function M.with_root(r, fn, writing)
   local dir, err = M.ensure(r)
   if not dir then return nil, err end
-  return fn(r.handle)
+  local inst = r.instance
+  local ok, ferr = fn(r.handle)
+  if ok == nil and inst.disk and M.full(ferr and ferr.message) then
+    return nil, core.error("too_large", "refused: the workspace is full, the file was not written — " .. M.full_text(inst))
+  end
+  return ok, ferr
 end
 
 function M.stop(r)

@@ -190,6 +190,37 @@ function M.start_sandboxd(opts)
   return h
 end
 
+-- Where a spec reaches thread `thread`'s workspace files from the host. A walled sandboxd's
+-- workspace is a file system of its own, mounted in its instance's mount namespace only
+-- (docs/isolation.md "Workspace size while writing"): reached through the /proc root of a
+-- process of that instance — the one whose /workspace is the loop device backed by the
+-- workspace's image. Unwalled, the host directory itself. nil while no instance has it mounted.
+function M.files(h, thread)
+  local dir = require("switchboard.shell.workspace").path(h.root, thread)
+  local image = (core.fs.realpath(dir) or dir) .. "/.workspace.img"
+  if not core.fs.exists(image) then return dir end
+  local devnum
+  local ls = io.popen("ls /sys/block 2>/dev/null")
+  for name in ls:lines() do
+    if name:match("^loop%d+$") and (M.read("/sys/block/" .. name .. "/loop/backing_file") or "") == image .. "\n" then
+      devnum = (M.read("/sys/block/" .. name .. "/dev") or ""):match("^(%d+:%d+)")
+    end
+  end
+  ls:close()
+  if not devnum then return nil end
+  local procs = io.popen(("cat $(find /sys/fs/cgroup -maxdepth 7 -path '*/switchboard-%d/i*/cgroup.procs') 2>/dev/null")
+    :format(h.pid))
+  local found
+  for pid in procs:lines() do
+    for line in (M.read("/proc/" .. pid .. "/mountinfo") or ""):gmatch("[^\n]+") do
+      local mm, at = line:match("^%d+ %d+ (%d+:%d+) %S+ (%S+)")
+      if not found and mm == devnum and at == "/workspace" then found = "/proc/" .. pid .. "/root/workspace" end
+    end
+  end
+  procs:close()
+  return found
+end
+
 -- Every server a spec started; cleanup_servers() (after_each) kills the ones a failed test left.
 M.servers = {}
 function M.cleanup_servers()

@@ -15,7 +15,7 @@ local M = {}
 
 -- Reasons the walls are missing that are this checkout's, not the kernel's: the build's own
 -- helper binary, or a package scripts/bootstrap installs. A spec fails on these, never skips.
-local OURS = { "switchboard-walls is not next to", "bwrap is not installed" }
+local OURS = { "switchboard-walls is not next to", "bwrap is not installed", "mkfs.ext4 is not installed" }
 
 -- Whether `why` (instance.host's or sandboxd's words) names something the kernel lacks.
 function M.kernel_lacks(why)

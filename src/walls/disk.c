@@ -1,0 +1,198 @@
+/* A workspace's own file system: see disk.h. Used by the holder (walls.c, hold) while it is
+ * still root, in its private mount namespace, before bwrap binds the workspace. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "walls/disk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/loop.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum {
+  LOOP_TRIES = 32,  /* another process may take the free loop device first: ask again */
+  LOOP_MAJOR = 7,
+};
+
+/* Writes "what: strerror(err)" (err 0: just what) to why; returns -1. */
+static int fail(char *why, size_t size, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *why, size_t size, int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(why, size, fmt, ap);
+  va_end(ap);
+  if (err != 0 && n >= 0 && (size_t)n < size)
+    snprintf(why + n, size - (size_t)n, ": %s", strerror(err));
+  return -1;
+}
+
+/* mkfs.ext4 on the image open as img_fd: no journal (a workspace never outlives its server,
+ * which sweeps them all at start, and a crash of the instance unmounts it cleanly), no blocks
+ * reserved for root (sandboxd's /write, as root, gets no more room than a command), inode
+ * tables initialised lazily and nothing discarded (a sparse file: both would only cost time).
+ * Its output goes to our stderr: our stdout carries "ready". */
+static int make_fs(int img_fd, int nice, char *why, size_t size) {
+  char dev[32];
+  snprintf(dev, sizeof dev, "/proc/self/fd/%d", img_fd);
+  pid_t pid = fork();
+  if (pid < 0)
+    return fail(why, size, errno, "cannot fork mkfs.ext4");
+  if (pid == 0) {
+    if (fcntl(img_fd, F_SETFD, 0) < 0 || dup2(2, 1) < 0)
+      _exit(126);
+    if (nice > 0) /* a spare's, built in the background: it yields to running commands */
+      (void)setpriority(PRIO_PROCESS, 0, nice > 19 ? 19 : nice);
+    char *argv[] = {"mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
+                    "-E", "lazy_itable_init=1,nodiscard", "-L", "workspace", dev, NULL};
+    execvp(argv[0], argv);
+    execv("/usr/sbin/mkfs.ext4", argv); /* a PATH without the sbin directories */
+    execv("/sbin/mkfs.ext4", argv);
+    _exit(127);
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return fail(why, size, errno, "waitpid mkfs.ext4");
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    return fail(why, size, 0, "mkfs.ext4 is not installed (apt-get install e2fsprogs)");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return fail(why, size, 0, "mkfs.ext4 failed (wait status %d; its message is above)", status);
+  return 0;
+}
+
+/* The image, open read-write: the one there (a retired instance's replacement mounts its
+ * predecessor's files), else a new one, made under a temporary name and renamed into place
+ * only once its file system is complete. */
+static int open_image(int dir_fd, const char *name, long long bytes, int nice, char *why, size_t size) {
+  int img = openat(dir_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (img >= 0) {
+    if (fstat(img, &st) < 0 || !S_ISREG(st.st_mode)) {
+      close(img);
+      return fail(why, size, 0, "the workspace's image %s is not a regular file", name);
+    }
+    return img;
+  }
+  if (errno != ENOENT)
+    return fail(why, size, errno, "cannot open the workspace's image %s", name);
+  char tmp[NAME_MAX + 1];
+  if (snprintf(tmp, sizeof tmp, "%s.new", name) >= (int)sizeof tmp)
+    return fail(why, size, 0, "the image's name is too long: %s", name);
+  (void)unlinkat(dir_fd, tmp, 0); /* a make an earlier holder did not finish */
+  img = openat(dir_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (img < 0)
+    return fail(why, size, errno, "cannot create the workspace's image");
+  if (ftruncate(img, (off_t)bytes) < 0) {
+    fail(why, size, errno, "cannot size the workspace's image to %lld bytes", bytes);
+  } else if (make_fs(img, nice, why, size) == 0) {
+    if (renameat(dir_fd, tmp, dir_fd, name) == 0)
+      return img;
+    fail(why, size, errno, "cannot rename the workspace's image into place");
+  }
+  close(img);
+  (void)unlinkat(dir_fd, tmp, 0);
+  return -1;
+}
+
+/* Opens loop device n read-write. Where /dev has no node for it (a container's /dev holds only
+ * the devices it was given), one is made on a scratch tmpfs over the workspace directory (in our
+ * private mount namespace), opened, and the tmpfs detached again: the open device stays. */
+static int open_loop(int n, int dir_fd, const char *dir_path, char *why, size_t size) {
+  char path[64];
+  snprintf(path, sizeof path, "/dev/loop%d", n);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd >= 0 || errno != ENOENT)
+    return fd >= 0 ? fd : fail(why, size, errno, "cannot open %s", path);
+  char scratch[64];
+  snprintf(scratch, sizeof scratch, "/proc/self/fd/%d", dir_fd);
+  if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0700,size=16k") < 0)
+    return fail(why, size, errno, "%s is missing and no node can be made for it", path);
+  /* the tmpfs is on top now: reached by the path, not the fd (which names the directory below) */
+  int made = -1;
+  int opened_on = open(dir_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (opened_on >= 0 && mknodat(opened_on, "loop", S_IFBLK | 0600, makedev(LOOP_MAJOR, n)) == 0)
+    made = openat(opened_on, "loop", O_RDWR | O_CLOEXEC);
+  int err = errno;
+  if (opened_on >= 0)
+    close(opened_on);
+  (void)umount2(dir_path, MNT_DETACH);
+  if (made < 0)
+    return fail(why, size, err, "%s is missing and the node made for it cannot be opened (a "
+                "container needs --device /dev/loop-control and --device-cgroup-rule 'b 7:* rwm')",
+                path);
+  return made;
+}
+
+/* A free loop device backed by img, released by the kernel when its last user (the mount) goes.
+ * Returns its fd, or -1. */
+static int attach_loop(int img, int dir_fd, const char *dir_path, char *why, size_t size) {
+  int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+  if (ctl < 0)
+    return fail(why, size, errno, "/dev/loop-control (the workspace's file system is a loop "
+                "device; a container needs --device /dev/loop-control and --device-cgroup-rule "
+                "'b 7:* rwm')");
+  for (int tries = 0; tries < LOOP_TRIES; tries++) {
+    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+    if (n < 0) {
+      int err = errno;
+      close(ctl);
+      return fail(why, size, err, "no free loop device (LOOP_CTL_GET_FREE)");
+    }
+    int dev = open_loop(n, dir_fd, dir_path, why, size);
+    if (dev < 0) {
+      close(ctl);
+      return -1;
+    }
+    struct loop_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.fd = (__u32)img;
+    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+    if (ioctl(dev, LOOP_CONFIGURE, &cfg) == 0) {
+      close(ctl);
+      return dev;
+    }
+    int err = errno;
+    close(dev);
+    if (err != EBUSY) {
+      close(ctl);
+      return fail(why, size, err, "cannot set up loop device %d (LOOP_CONFIGURE)", n);
+    }
+  }
+  close(ctl);
+  return fail(why, size, 0, "every free loop device was taken by others %d times over", LOOP_TRIES);
+}
+
+int walls_disk_mount(int dir_fd, const char *path, const char *name, long long bytes, int nice,
+                     char *why, size_t why_size) {
+  int img = open_image(dir_fd, name, bytes, nice, why, why_size);
+  if (img < 0)
+    return -1;
+  int dev = attach_loop(img, dir_fd, path, why, why_size);
+  close(img); /* the loop device holds the file now */
+  if (dev < 0)
+    return -1;
+  char source[32], target[32];
+  snprintf(source, sizeof source, "/proc/self/fd/%d", dev);
+  snprintf(target, sizeof target, "/proc/self/fd/%d", dir_fd);
+  /* discard: a deleted file's blocks are punched out of the sparse image, so the host's disk
+   * holds what the workspace holds, not its high-water mark; noinit_itable: the kernel does not
+   * zero inode tables in the background (a fresh sparse file reads zeros already). */
+  int rc = mount(source, target, "ext4", MS_NOSUID | MS_NODEV, "discard,noinit_itable");
+  int err = errno;
+  close(dev); /* the mount holds the device; with it gone, the kernel detaches it (autoclear) */
+  if (rc < 0)
+    return fail(why, why_size, err, "cannot mount the workspace's image over %s", path);
+  return 0;
+}
