@@ -6,6 +6,7 @@
 #include "walls/disk.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/loop.h>
@@ -115,9 +116,8 @@ static int open_loop(int n, int dir_fd, const char *dir_path, char *why, size_t 
   int fd = open(path, O_RDWR | O_CLOEXEC);
   if (fd >= 0 || errno != ENOENT)
     return fd >= 0 ? fd : fail(why, size, errno, "cannot open %s", path);
-  char scratch[64];
-  snprintf(scratch, sizeof scratch, "/proc/self/fd/%d", dir_fd);
-  if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0700,size=16k") < 0)
+  (void)dir_fd;
+  if (mount("tmpfs", dir_path, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0700,size=16k") < 0)
     return fail(why, size, errno, "%s is missing and no node can be made for it", path);
   /* the tmpfs is on top now: reached by the path, not the fd (which names the directory below) */
   int made = -1;
@@ -183,9 +183,22 @@ int walls_disk_mount(int dir_fd, const char *path, const char *name, long long b
   close(img); /* the loop device holds the file now */
   if (dev < 0)
     return -1;
-  char source[32], target[32];
+  /* The target by its path: dir_fd was opened before our mount namespace was made, and a mount
+   * onto a place of another namespace is refused (EINVAL). The path must still name the same
+   * directory. */
+  char source[32];
   snprintf(source, sizeof source, "/proc/self/fd/%d", dev);
-  snprintf(target, sizeof target, "/proc/self/fd/%d", dir_fd);
+  struct stat was, now;
+  int here = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  bool same = here >= 0 && fstat(here, &now) == 0 && fstat(dir_fd, &was) == 0 &&
+              was.st_dev == now.st_dev && was.st_ino == now.st_ino;
+  if (here >= 0)
+    close(here);
+  if (!same) {
+    close(dev);
+    return fail(why, why_size, 0, "%s changed while the instance was being made", path);
+  }
+  const char *target = path;
   /* discard: a deleted file's blocks are punched out of the sparse image, so the host's disk
    * holds what the workspace holds, not its high-water mark; noinit_itable: the kernel does not
    * zero inode tables in the background (a fresh sparse file reads zeros already). */

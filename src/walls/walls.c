@@ -398,7 +398,7 @@ static void outbound_launcher(const options *o, pid_t holder, int go, int up) {
   _exit(0);
 }
 
-/* Forks the launcher (we are still root here); it waits for outbound_attach. */
+/* Forks the launcher (we are still root here); it waits for outbound_go. */
 static outbound outbound_start(const options *o) {
   outbound ob = {0, -1, -1};
   if (strcmp(o->net, "host") != 0)
@@ -422,19 +422,29 @@ static outbound outbound_start(const options *o) {
   return ob;
 }
 
-/* The instance's namespaces exist (`inner` is its init): pasta joins them; returns once the
- * network is configured, false when pasta could not start. */
-static bool outbound_attach(outbound *ob, long inner) {
+/* The instance's namespaces exist (`inner` is its init, just cloned by bwrap): pasta starts
+ * joining them now, while bwrap still builds the instance's view — pasta's own start (its tables
+ * and buffers: tens of ms on a quiet host, seconds on a loaded one) runs beside bwrap's mounts and
+ * the init's exec instead of after them. False when the launcher is gone. */
+static bool outbound_go(outbound *ob, long inner) {
   if (ob->pid == 0)
     return true;
   char text[32];
   int len = snprintf(text, sizeof text, "%ld", inner);
   bool ok = write(ob->go, text, (size_t)len) == len;
   close(ob->go);
+  ob->go = -1;
+  return ok;
+}
+
+/* Returns once pasta has configured the network, false when it could not start. */
+static bool outbound_ready(outbound *ob) {
+  if (ob->pid == 0)
+    return true;
   char byte;
   ssize_t got;
   do
-    got = ok ? read(ob->up, &byte, 1) : 0;
+    got = read(ob->up, &byte, 1);
   while (got < 0 && errno == EINTR);
   close(ob->up);
   return got == 1;
@@ -793,6 +803,7 @@ static int hold(const options *o) {
   close(self_exe);
   long inner = read_child_pid(info[0]);
   close(info[0]);
+  bool outbound_ok = inner <= 0 || outbound_go(&ob, inner); /* beside the view's making */
   char word[8];
   ssize_t got;
   do
@@ -801,7 +812,7 @@ static int hold(const options *o) {
   close(ready[0]);
   if (got <= 0)
     inner = -1;
-  if (inner > 0 && !outbound_attach(&ob, inner)) {
+  if (inner > 0 && !(outbound_ok && outbound_ready(&ob))) {
     errno = 0;
     die("the instance's outbound network (pasta) could not be set up (its message is above)");
   }
