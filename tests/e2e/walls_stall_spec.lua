@@ -45,7 +45,8 @@ local function stalled_exec(h, thread)
       command = "touch started; sleep 2; echo finished-in-time; touch ended", timeoutMs = TIMEOUT_MS } })
     answer = { status = status, raw = raw }
   end)
-  assert(S.wait_for(started, 60000), "the command never started")
+  assert(S.wait_for(started, 60000), "the command never started (its files at "
+    .. tostring(S.files(h, thread)) .. "):\n" .. h.log())
   local t_started = core.now_ms()
   h:stop("STOP")
   -- The command ends on its own while the server is stopped; then its deadline passes (from
