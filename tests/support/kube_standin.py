@@ -233,8 +233,11 @@ def free_ip():
 
 
 def refill():
-    """The warm pool's controller: keep pool_size unclaimed pods (caller holds LOCK)."""
-    idle = [p for p in STATE["pods"].values() if p.claim is None and not p.dead]
+    """The warm pool's controller: keep pool_size unclaimed pods (caller holds LOCK); a pool
+    made smaller deletes the unclaimed pods over its size."""
+    idle = sorted((p for p in STATE["pods"].values() if p.claim is None and not p.dead), key=lambda p: p.name)
+    for p in idle[STATE["pool_size"]:]:
+        release_pod(p)
     for _ in range(STATE["pool_size"] - len(idle)):
         STATE["pod_seq"] += 1
         name = "%s-%05d" % (ARGS.pool, STATE["pod_seq"])
@@ -354,9 +357,12 @@ class Handler(BaseHTTPRequestHandler):
     def fail(self, code, reason, message, name=None, headers=None):
         self.send_doc(code, status_doc(code, reason, message, name), headers)
 
-    def body(self):
+    def read_body(self):
         n = int(self.headers.get("content-length") or 0)
         return self.rfile.read(n) if n else b""
+
+    def body(self):
+        return self.raw_body
 
     def do_GET(self): self.route("GET")
     def do_POST(self): self.route("POST")
@@ -365,6 +371,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self): self.route("DELETE")
 
     def route(self, method):
+        # the body is read first, whatever the answer: bytes left unread would be taken for the
+        # next request on this keep-alive connection
+        self.raw_body = self.read_body()
         u = urlsplit(self.path)
         q = {k: v[-1] for k, v in parse_qs(u.query).items()}
         if u.path.startswith("/_standin/"):

@@ -128,8 +128,8 @@ end
 -- shutdownTime).
 local function forget(self, signal)
   self.claim, self.inner = nil, nil
-  local _, f = self.api:call("DELETE", item(self), nil, { signal = signal })
-  if f and f.status ~= 404 and f.kind ~= "aborted" then
+  local st, f = self.api:call("DELETE", item(self), nil, { signal = signal })
+  if st == nil and f.status ~= 404 and f.kind ~= "aborted" then
     core.log("warn", "kubernetes.release_failed", { claim = self.name, error = api_text(f) })
   end
 end

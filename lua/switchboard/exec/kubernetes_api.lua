@@ -33,7 +33,6 @@ M.RESUME_PAUSE_MS = 250
 local json = cjson.new()
 json.decode_invalid_numbers(false)
 json.encode_invalid_numbers(false)
-json.encode_escape_forward_slash(false)
 
 local function first_line(s) return (tostring(s or ""):match("^[^\n]*")) end
 local function quote(s) return first_line(s):sub(1, M.QUOTE_BYTES) end

@@ -561,8 +561,8 @@ M.files.execution = {
   },
   kubernetes = S.record {
     token_env = env_name, kubeconfig_env = env_name,
-    namespace = S.optional(S.string { one_line = true, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", what = "a namespace name" }),
-    warm_pool = S.string { one_line = true, pattern = "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", what = "a SandboxWarmPool name" },
+    namespace = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9]*$", what = "a namespace name" }),
+    warm_pool = S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a SandboxWarmPool name" },
     port = S.int { min = 1, max = 65535 },
   },
   child_env = S.record {
