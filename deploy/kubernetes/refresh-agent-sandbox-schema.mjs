@@ -70,5 +70,6 @@ for (const [kind, mine] of Object.entries(ours.kinds)) {
 }
 for (const u of unused) console.log(`unused upstream field (fine): ${u}`);
 for (const p of problems) console.log(`DIFFERS: ${p}`);
-console.log(problems.length ? `${problems.length} differences at ${tag}` : `our schema agrees with agent-sandbox ${tag}`);
+const at = from ? `${tag} (CRDs read from ${from})` : tag;
+console.log(problems.length ? `${problems.length} differences at ${at}` : `our schema agrees with agent-sandbox ${at}`);
 process.exit(problems.length ? 1 : 0);
