@@ -50,7 +50,7 @@ describe("kubernetes executor", function()
     assert.equal(creates + 1, h:count("create"))
     local c = h:claim(kube.claim_name(k))
     assert.truthy(c and c.exists)
-    assert.equal(kube.thread_label(k), c.labels["switchboard.dev/thread"])
+    assert.equal(kube.thread_label(k), c.labels["openswitchboard.dev/thread"])
     assert.equal(K.POOL, c.spec.warmPoolRef.name)
     assert.equal("Delete", c.spec.lifecycle.shutdownPolicy)
     assert.truthy(c.spec.lifecycle.shutdownTime:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$"))
@@ -203,6 +203,24 @@ describe("kubernetes executor", function()
     assert.is_nil(r)
     assert.is_true(errors.is_infra(err), tostring(err))
     assert.matches("WarmPoolNotFound", tostring(err))
+  end))
+
+  it("the factory builds it from the environment; without a bearer or a cluster it says what to set", async(function()
+    local factory = require("switchboard.exec.factory")
+    local function build(getenv)
+      return factory.make_executor({ policy = policy, force_backend = "kubernetes", workspace_root = "/nonexistent",
+        getenv = getenv, kube_sa_dir = h.dir .. "/no-such-dir" }, { thread_key = key("factory"), agent = "coding" })
+    end
+    local sel = assert(build(h:getenv()))
+    assert.equal("kubernetes", sel.backend)
+    -- the kubeconfig's namespace and the policy's warm pool reach the pod the claim names
+    sel.executor.port = h.pod_port
+    assert.equal("built", assert(sel.executor:exec("echo built")).text)
+    local _, err = build(h:getenv({ SANDBOX_TOKEN = "" }))
+    assert.matches("agent coding runs on the kubernetes backend, but SANDBOX_TOKEN is not set", tostring(err))
+    _, err = build(function(n) return n == "SANDBOX_TOKEN" and S.TOKEN or nil end)
+    assert.matches("KUBECONFIG", tostring(err))
+    assert.is_true(factory.configured(snap, { getenv = h:getenv() }).kubernetes)
   end))
 
   it("a hard stop's release deletes the claim at once", async(function()

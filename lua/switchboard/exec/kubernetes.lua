@@ -38,7 +38,7 @@ M.__index = M
 
 M.API_VERSION = "extensions.agents.x-k8s.io/v1beta1"
 M.GROUP_PATH = "/apis/extensions.agents.x-k8s.io/v1beta1"
-M.THREAD_LABEL = "switchboard.dev/thread"
+M.THREAD_LABEL = "openswitchboard.dev/thread"
 -- The Ready=False reasons of agent-sandbox's claim controller that no waiting cures: the
 -- operator's setup is wrong (extensions/controllers/sandboxclaim_controller.go, v0.5.6).
 M.REFUSALS = {
@@ -108,7 +108,7 @@ local function claim_body(self, until_ms)
     metadata = {
       name = self.name,
       labels = { [M.THREAD_LABEL] = self.label, ["app.kubernetes.io/managed-by"] = "switchboard" },
-      annotations = self.agent and { ["switchboard.dev/agent"] = tostring(self.agent) } or nil,
+      annotations = self.agent and { ["openswitchboard.dev/agent"] = tostring(self.agent) } or nil,
     },
     spec = {
       warmPoolRef = { name = self.pool },
