@@ -135,6 +135,36 @@ describe("kubernetes executor", function()
     assert.are_not.equal(pod, h:claim(name).pod)
   end))
 
+  it("after a pod is lost, the fresh claim's clone continues on the thread's branch", async(function()
+    -- a repository with the thread's branch on its remote (file://, so no network)
+    local dir = S.tmpdir()
+    local branch = "switchboard/t-kube"
+    assert(os.execute(("set -e; cd %s; git init -q -b main src; cd src; git -c user.email=a@b -c user.name=a "
+      .. "commit -q --allow-empty -m base; git checkout -q -b %s; echo on-thread > thread.txt; git add thread.txt; "
+      .. "git -c user.email=a@b -c user.name=a commit -q -m thread; git checkout -q main; "
+      .. "git clone -q --bare . ../acme-api.git"):format(dir, branch)))
+    local gsnap = {}
+    for k, v in pairs(snap) do gsnap[k] = v end
+    gsnap.github = {}
+    for k, v in pairs(snap.github) do gsnap.github[k] = v end
+    gsnap.github.clone_url = "file://" .. dir .. "/{repo}.git"
+    local repo = require("switchboard.agent.repo")
+    local k = key("branch")
+    local ex = executor(k)
+    local done, problem, _, on_branch = repo.prepare(ex, gsnap, "acme-api", { branch = branch })
+    assert.equal("cloned", done, problem)
+    assert.equal(branch, on_branch)
+    h:kill(kube.claim_name(k))
+    local r, err = ex:exec("cat thread.txt")
+    assert.is_nil(r)
+    assert.is_true(errors.is_infra(err), tostring(err))
+    done, problem, _, on_branch = repo.prepare(ex, gsnap, "acme-api", { branch = branch })
+    assert.equal("cloned", done, problem) -- a fresh workspace: cloned, not fetched
+    assert.equal(branch, on_branch)
+    assert.equal("on-thread", assert(ex:exec("cat thread.txt")).text)
+    S.rm(dir)
+  end))
+
   it("a watch cut mid-stream is resumed from its resourceVersion; a compacted one is relisted", async(function()
     h:pool(0)
     local ex = executor(key("cut"))
