@@ -229,7 +229,7 @@ function M:watch_until(w, done)
     end
     local secs = math.max(1, math.min(t.watch_seconds, math.ceil(left / 1000)))
     local query = ("%s&watch=true&allowWatchBookmarks=true&timeoutSeconds=%d&resourceVersion=%s")
-      :format(w.query, secs, rv)
+      :format(w.query, secs, rv or "")
     local status, hdrs, raw = self.request(base_request(self, "GET", w.path .. "?" .. query, {
       deadline_ms = math.min(left, secs * 1000 + t.api_timeout_ms), signal = cut, on_chunk = on_chunk,
       max_body = 64 << 20,
