@@ -61,7 +61,7 @@ local function main(firsts, n, rounds)
   local function pool_ready()
     return S.wait_for(function()
       local ready = 0
-      for _, p in ipairs(h.pods()) do if p.ready and not p.claim then ready = ready + 1 end end
+      for _, p in ipairs(h.pods()) do if p.ready and p.claim == cjson.null then ready = ready + 1 end end
       return ready >= POOL
     end, 60000)
   end
