@@ -14,7 +14,8 @@ from tests), speaking the real protocol for the one resource the `kubernetes` ex
            a resourceVersion older than the compacted history gets the ERROR event with a
            Status of code 410 (reason Expired), as kube-apiserver sends it.
   Every error is a metav1 Status object {kind: Status, apiVersion: v1, status: Failure, message,
-  reason, details, code}. Every route needs `authorization: Bearer TOKEN` (401 Status otherwise);
+  reason, details, code}. Every route needs `authorization: Bearer TOKEN` or, over TLS, the client certificate
+  DIR/client.crt (401 Status otherwise);
   another resource or group is 404. Over HTTPS with --tls (a self-signed certificate written to
   DIR/ca.crt).
 
@@ -380,7 +381,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.standin(method, u.path, q)
         with LOCK:
             STATE["requests"].append({"method": method, "path": u.path, "query": q})
-        if self.headers.get("authorization") != "Bearer " + ARGS.token:
+        cert = self.connection.getpeercert() if hasattr(self.connection, "getpeercert") else None
+        by_cert = bool(cert) and ("commonName", "switchboard-bot") in [x for rdn in cert.get("subject", ()) for x in rdn]
+        if self.headers.get("authorization") != "Bearer " + ARGS.token and not by_cert:
             return self.fail(401, "Unauthorized", "Unauthorized")
         where = claim_path(u.path)
         if where is None:
@@ -597,12 +600,21 @@ class Server(ThreadingHTTPServer):
 
 
 def make_cert(d):
+    """The server's certificate (self-signed: DIR/ca.crt is what clients trust), and a client CA
+    with one client certificate (DIR/client.crt, DIR/client.key) as a kubeconfig's
+    client-certificate-data would hold."""
+    def run(*argv):
+        subprocess.run(list(argv), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     key, crt = os.path.join(d, "tls.key"), os.path.join(d, "ca.crt")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", key, "-out", crt, "-days", "1", "-subj", "/CN=kube-standin",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return crt, key
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("openssl", "req", "-x509", *ec, "-keyout", key, "-out", crt, "-days", "1", "-subj", "/CN=kube-standin",
+        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost")
+    cakey, cacrt = os.path.join(d, "client-ca.key"), os.path.join(d, "client-ca.crt")
+    run("openssl", "req", "-x509", *ec, "-keyout", cakey, "-out", cacrt, "-days", "1", "-subj", "/CN=client-ca")
+    ckey, ccsr, ccrt = os.path.join(d, "client.key"), os.path.join(d, "client.csr"), os.path.join(d, "client.crt")
+    run("openssl", "req", *ec, "-keyout", ckey, "-out", ccsr, "-subj", "/O=switchboard/CN=switchboard-bot")
+    run("openssl", "x509", "-req", "-in", ccsr, "-CA", cacrt, "-CAkey", cakey, "-CAcreateserial", "-out", ccrt, "-days", "1")
+    return crt, key, cacrt
 
 
 def shutdown(*_):
@@ -637,9 +649,13 @@ def main():
     signal.signal(signal.SIGINT, shutdown)
     srv = Server(("127.0.0.1", 0), Handler)
     if ARGS.tls:
-        crt, key = make_cert(ARGS.dir)
+        crt, key, client_ca = make_cert(ARGS.dir)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(crt, key)
+        # a client certificate is asked for, verified against the client CA, and optional (the
+        # bearer token is the other way in), as kube-apiserver's --client-ca-file does
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        ctx.load_verify_locations(client_ca)
         srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     if ARGS.watch:
         def watch():

@@ -51,13 +51,17 @@ function M.start(opts)
     assert(status and status < 300, ("stand-in %s %s: %s"):format(method, path, tostring(status)))
     return raw ~= "" and cjson.decode(raw) or nil
   end
-  function h.kubeconfig()
-    local path = dir .. "/kubeconfig.json"
+  -- cert = true: the user is the client certificate (client-certificate-data), no token
+  function h.kubeconfig(_, cert)
+    local path = dir .. (cert and "/kubeconfig-cert.json" or "/kubeconfig.json")
+    local b64 = core.crypto.base64_encode
+    local user = cert and { ["client-certificate-data"] = b64(read(dir .. "/client.crt")),
+      ["client-key-data"] = b64(read(dir .. "/client.key")) } or { token = M.TOKEN }
     write(path, cjson.encode{
       apiVersion = "v1", kind = "Config", ["current-context"] = "standin",
       clusters = { { name = "standin", cluster = { server = h.url,
-        ["certificate-authority-data"] = core.crypto.base64_encode(read(h.ca)) } } },
-      users = { { name = "bot", user = { token = M.TOKEN } } },
+        ["certificate-authority-data"] = b64(read(h.ca)) } } },
+      users = { { name = "bot", user = user } },
       contexts = { { name = "standin", context = { cluster = "standin", user = "bot", namespace = M.NAMESPACE } } },
     })
     return path
@@ -102,7 +106,7 @@ function M.start(opts)
   end
   -- A getenv for the factory: KUBECONFIG at the stand-in and sandboxd's bearer.
   function h.getenv(_, extra)
-    local env = { KUBECONFIG = h.kubeconfig(), SANDBOX_TOKEN = S.TOKEN }
+    local env = { KUBECONFIG = h:kubeconfig(), SANDBOX_TOKEN = S.TOKEN }
     for k, v in pairs(extra or {}) do env[k] = v end
     return function(name) return env[name] end
   end
@@ -110,7 +114,7 @@ function M.start(opts)
 end
 
 -- A kubernetes executor on the stand-in. opts: policy (fn), thread_key, via ("kubeconfig" |
--- "service-account"), wall_ms
+-- "service-account" | "client-certificate": a kubeconfig whose user is a certificate), wall_ms
 function M.executor(h, opts)
   opts = opts or {}
   local kapi = require("switchboard.exec.kubernetes_api")
@@ -120,7 +124,8 @@ function M.executor(h, opts)
       return ({ KUBERNETES_SERVICE_HOST = "127.0.0.1", KUBERNETES_SERVICE_PORT = tostring(h.port) })[n]
     end })
   else
-    cfg = assert(kapi.config{ getenv = function(n) return n == "KUBECONFIG" and h.kubeconfig() or nil end })
+    local kc = h:kubeconfig(opts.via == "client-certificate")
+    cfg = assert(kapi.config{ getenv = function(n) return n == "KUBECONFIG" and kc or nil end })
   end
   local api = kapi.new(cfg, { timeouts = function() return opts.policy().timeouts.kubernetes end })
   return require("switchboard.exec.kubernetes").new{
