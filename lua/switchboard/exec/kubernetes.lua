@@ -32,6 +32,7 @@ local errors = require("switchboard.exec.errors")
 local kapi = require("switchboard.exec.kubernetes_api")
 local kwatch = require("switchboard.exec.kubernetes_watch")
 local sandbox = require("switchboard.exec.sandbox")
+local render = require("switchboard.shell.render")
 
 local M = {}
 M.__index = M
@@ -318,7 +319,6 @@ local function on_pod(self, snap, need_ms, wait_for, signal, op)
 end
 
 local function stopped_result(snap, signal)
-  local render = require("switchboard.shell.render")
   local r = signal and signal.reason
   return render.result(snap, { aborted = true, abort_reason = type(r) == "string" and r ~= "" and r or "hard stop",
     stdout = "", stderr = "" })
