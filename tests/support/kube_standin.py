@@ -272,8 +272,8 @@ def reconcile():
                 pod = next((p for p in sorted(STATE["pods"].values(), key=lambda p: p.name)
                             if p.claim is None and p.ready and not p.dead), None)
                 if pod is None:
-                    if set_ready(obj, "False", "DependenciesNotReady",
-                                 "Pod is not ready: no ready sandbox in warm pool %s" % pool):
+                    # no warm pod: the controller's cold Sandbox waits for a pod (its message)
+                    if set_ready(obj, "False", "DependenciesNotReady", "Pod exists with phase: Pending"):
                         write_claim(obj)
                     continue
                 pod.claim = name
