@@ -26,7 +26,9 @@ annotation agents.x-k8s.io/sandbox-name, status.sandbox {name, podIPs} and Ready
 reason DependenciesReady; with no ready pod it stays Ready=False (DependenciesNotReady) until
 one is (the pool refills in the background, or never with --no-refill). A warm pool that does
 not exist is Ready=False reason WarmPoolNotFound. A pod that dies clears podIPs and turns Ready
-False (DependenciesNotReady). spec.lifecycle.shutdownTime with shutdownPolicy Delete deletes
+False (DependenciesNotReady, "Pod does not exist"); agent-sandbox would then make the Sandbox a
+new pod (a new IP), which the stand-in does not — the executor treats both alike (the claim no
+longer Ready, or naming another pod: it is deleted and the next ask claims afresh). spec.lifecycle.shutdownTime with shutdownPolicy Delete deletes
 the claim when it passes. Deleting a claim stops its pod; the claim lingers with a
 deletionTimestamp for --finalize-ms (its finalizer) before the DELETED event.
 
