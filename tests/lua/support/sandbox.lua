@@ -208,8 +208,13 @@ function M.files(h, thread)
   end
   ls:close()
   if not devnum then return nil end
-  local procs = io.popen(("cat $(find /sys/fs/cgroup -maxdepth 7 -path '*/switchboard-%d/i*/cgroup.procs') 2>/dev/null")
-    :format(h.pid))
+  -- the instances' cgroups are below the server's own (pids controller, or v2's one tree):
+  -- looked up where they are, not searched for (a find over /sys/fs/cgroup takes seconds on a
+  -- busy host)
+  local own = M.read("/proc/" .. h.pid .. "/cgroup") or ""
+  local base = own:match("%d+:[^:\n]*pids[^:\n]*:([^\n]*)")
+  base = base and ("/sys/fs/cgroup/pids" .. base) or ("/sys/fs/cgroup" .. (own:match("0::([^\n]*)") or ""))
+  local procs = io.popen(("cat '%s'/switchboard-%d/i*/cgroup.procs 2>/dev/null"):format(base:gsub("/+$", ""), h.pid))
   local found
   for pid in procs:lines() do
     for line in (M.read("/proc/" .. pid .. "/mountinfo") or ""):gmatch("[^\n]+") do
