@@ -97,6 +97,15 @@ doctor="$(in_root switchboard doctor 2>&1 || true)"
 expect_match 'installed host: checking /etc/switchboard/policies and /etc/switchboard/bot\.env' "$doctor" \
   "doctor on the installed host checks the policies and bot.env the services load"
 
+# bot.env without SANDBOX_URL: the bot's agents would go to the local executor's walls, which
+# its unit's User=switchboard cannot build (they need root); doctor says so and what to set.
+# (SLACK_API_URL: a closed port on loopback, so the Slack check fails without leaving the host.)
+sed -i 's/^SANDBOX_URL=/#doctor# SANDBOX_URL=/' "$root/etc/switchboard/bot.env"
+doctor="$(in_root env SLACK_BOT_TOKEN=xoxb-doctor SLACK_API_URL=http://127.0.0.1:9/api switchboard doctor 2>&1 || true)"
+sed -i 's/^#doctor# SANDBOX_URL=/SANDBOX_URL=/' "$root/etc/switchboard/bot.env"
+expect_match 'FAIL +bot +.*they need root.*fix: set SANDBOX_URL=http://127\.0\.0\.1:8080 and SANDBOX_TOKEN \(the one in /etc/switchboard/sandboxd\.env\) in /etc/switchboard/bot\.env' \
+  "$doctor" "doctor on the installed host fails a bot.env without SANDBOX_URL: the bot's user cannot build the local walls"
+
 console="$(printf 'run `echo from-the-package`\n' | in_root env SWITCHBOARD_STATE_DIR=/tmp/state switchboard console 2>&1)" \
   || fail "the console exited non-zero: $console"
 expect_match 'from-the-package' "$console" "the console from the package runs a command"
