@@ -332,11 +332,11 @@ static void outbound_launcher(const options *o, pid_t holder, int go, int up) {
      * container of a user namespace of its own (a Kubernetes pod with hostUsers: false) the
      * container's own /dev/net/tun is bound here instead, which any uid must be able to open
      * (0666, as udev makes it). */
+    int refused = errno, made = -1;
     struct stat st;
     char src[64];
-    int made = -1;
     snprintf(src, sizeof src, "/proc/self/fd/%d", given_tun);
-    if (errno != EPERM || given_tun < 0 || fstat(given_tun, &st) < 0 || !S_ISCHR(st.st_mode) ||
+    if (refused != EPERM || given_tun < 0 || fstat(given_tun, &st) < 0 || !S_ISCHR(st.st_mode) ||
         (st.st_mode & 0006) != 0006 ||
         (made = open("/dev/net/tun", O_WRONLY | O_CREAT | O_CLOEXEC, 0600)) < 0 ||
         mount(src, "/dev/net/tun", NULL, MS_BIND, NULL) < 0)
