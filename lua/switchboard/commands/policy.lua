@@ -32,7 +32,8 @@ examples:
   switchboard policy show --diff /etc/switchboard/policies
   $EDITOR /etc/switchboard/policies/timeouts.lua && \
     switchboard policy check /etc/switchboard/policies && \
-    systemctl reload switchboard-sandboxd switchboard-bot
+    systemctl reload switchboard-sandboxd switchboard-bot     # the package's services
+  switchboard reload --pid-file /run/switchboard/sandboxd.pid  # a process started by hand
 
 exit status: 0 valid, 1 invalid, 2 usage error (including a DIR that is missing or a file)]]
 
