@@ -157,11 +157,11 @@ ok "the installed sandboxd runs walled: $(grep -o '"walls":"[^"]*"' "$work/sandb
 for unit_pid in "switchboard-sandboxd.service $sandboxd" "switchboard-bot.service $bot"; do
   set -- $unit_pid
   u="$(unit_user "$1")"
-  [ "$(awk '/^Uid:/ { print $2 }' "/proc/$2/status")" = "$(user_field "$u" 3)" ] || fail "$1 does not run as its user $u"
+  [ "$(awk '/^Uid:/ { print $2 }' "$root/proc/$2/status")" = "$(user_field "$u" 3)" ] || fail "$1 does not run as its user $u"
   want="$(unit_line "$1" CapabilityBoundingSet | cap_mask)"
-  [ "$(awk '/^CapBnd:/ { print $2 }' "/proc/$2/status")" = "$want" ] \
-    || fail "$1's capability bounding set is not the unit's ($want): $(grep ^Cap "/proc/$2/status" | tr '\n' ' ')"
-  grep -q ":memory:.*/$1\$" "/proc/$2/cgroup" || fail "$1 is not in its delegated cgroup: $(cat "/proc/$2/cgroup")"
+  [ "$(awk '/^CapBnd:/ { print $2 }' "$root/proc/$2/status")" = "$want" ] \
+    || fail "$1's capability bounding set is not the unit's ($want): $(grep ^Cap "$root/proc/$2/status" | tr '\n' ' ')"
+  grep -q ":memory:.*/$1\$" "$root/proc/$2/cgroup" || fail "$1 is not in its delegated cgroup: $(cat "$root/proc/$2/cgroup")"
   ok "$1 runs as $u with the unit's capability bounding set ($want), in its delegated cgroup"
 done
 
