@@ -151,7 +151,7 @@ for _ in $(seq 1 1200); do
 done
 [ -n "$ready" ] || fail "the bot's /readyz never answered 200: $(curl -sS http://127.0.0.1:8081/readyz 2>&1); $(tail -20 "$work/bot.log"); $(tail -5 "$work/sandboxd.log")"
 ok "the installed bot is ready (Slack connected, policies loaded, sandboxd reachable): $ready"
-grep '"sandboxd.listening"' "$work/sandboxd.log" | grep -q '"walls":"cgroup v[12]"' \
+grep -q '"sandboxd.listening".*"walls":"cgroup v[12]"' "$work/sandboxd.log" \
   || fail "the installed sandboxd is not walled (no walls on its sandboxd.listening line): $(cat "$work/sandboxd.log")"
 ok "the installed sandboxd runs walled: $(grep -o '"walls":"[^"]*"' "$work/sandboxd.log" | head -1)"
 for unit_pid in "switchboard-sandboxd.service $sandboxd" "switchboard-bot.service $bot"; do
