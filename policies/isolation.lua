@@ -43,6 +43,11 @@ file_size_bytes = 4096 * MiB     -- RLIMIT_FSIZE: no single file grows past this
 -- The resident's worktrees: measured after commands; past it the next command or write is
 -- refused in words until files are deleted (docs/isolation.md "Workspace size while writing").
 workspace_max_bytes = 20480 * MiB
+-- How sandboxd holds it: "filesystem" (the kernel, while writing; needs the loop driver and
+-- /dev/loop-control: a host without them refuses to start, naming them) or "measured" (after
+-- commands, as the resident does: one command can write past it). Only where no loop device can
+-- be had, such as a pod in a user namespace of its own (deploy/kubernetes/sandboxd.yaml).
+workspace_size = "filesystem"
 
 -- Instances started at once by one server; more wait their turn. Each start is a few spawns
 -- on the server's event loop: a burst of new threads then never holds up the heartbeats of

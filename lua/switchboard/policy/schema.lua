@@ -606,6 +606,7 @@ end
 M.files.isolation = {
   local_walls = local_walls_spec,
   network = S.enum { "host", "none" },
+  workspace_size = S.enum { "filesystem", "measured" },
   memory_bytes = S.int { min = 16 * M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   pids_max = S.int { min = 8, max = 4194304 },
   cpu_percent = S.int { min = 10, max = 102400 },

@@ -154,6 +154,14 @@ function M.host(opts)
   end
   local max_userns = tonumber((read_text("/proc/sys/user/max_user_namespaces") or ""):match("%d+"))
   if max_userns == 0 then return nil, "user namespaces are disabled (user.max_user_namespaces = 0)" end
+  -- The helper gives each instance a host uid of its own (setresuid), its cgroups and its
+  -- workspace (chown): as a service user (switchboard-bot.service's User=) every step fails,
+  -- so say the cause here rather than the first step's errno.
+  local euid = tonumber((read_text("/proc/self/status") or ""):match("\nUid:%s+%d+%s+(%d+)"))
+  if euid and euid ~= 0 then
+    return nil, ("the walls need root, and this process runs as uid %d (each instance gets a host "
+      .. "uid, cgroups and a workspace of its own)"):format(euid)
+  end
   local layout, why = cgroup_layout(iso.cgroup_parent)
   if not layout then return nil, why end
   local self = setmetatable({
@@ -263,10 +271,12 @@ end
 -- snap: the policy snapshot the instance keeps for its life. opts.network: "host" | "none"
 -- for this instance (the agent's, from the request), else the snapshot's isolation.network.
 function Host:new(workspace_dir, label, snap, opts)
-  return setmetatable({
+  local inst = setmetatable({
     host = self, dir = workspace_dir, label = label, snap = snap or self.snap_fn(), state = "new",
-    network = opts and opts.network or nil, disk = self.disks,
+    network = opts and opts.network or nil,
   }, Instance)
+  inst.disk = self.disks and inst.snap.isolation.workspace_size ~= "measured"
+  return inst
 end
 
 -- Spare instances (policies/isolation.lua spare_instances): building an instance costs
@@ -507,8 +517,12 @@ function Instance:start()
   end)
   core.sleep(READY_TIMEOUT_MS, self.starting)
   if not self.pid then
-    self.start_err = core.error("workspace", "the instance's walls could not be built: "
-      .. hold_failure(self.hold_result))
+    local why = hold_failure(self.hold_result)
+    if self.disk and why:find("the workspace's own file system", 1, true) then
+      why = why .. " — or, where no loop device can be had, set workspace_size = \"measured\" in "
+        .. "policies/isolation.lua (the size is then measured after commands: one command can write past it)"
+    end
+    self.start_err = core.error("workspace", "the instance's walls could not be built: " .. why)
     self:stop()
     return nil, self.start_err
   end
