@@ -13,10 +13,10 @@ local policies = require("support.policies")
 local MiB = 1024 * 1024
 local LIMIT = 100 * MiB
 
-local function policy_dir(extra_timeouts)
+local function policy_dir(extra_timeouts, extra_isolation)
   return policies.dir{
     timeouts = function(src) return src .. "\n" .. S.FAST .. "\n" .. (extra_timeouts or 'sandbox.sleep_after = "10m"') .. "\n" end,
-    isolation = function(src) return src .. "\nworkspace_max_bytes = 100 * MiB\n" end,
+    isolation = function(src) return src .. "\nworkspace_max_bytes = 100 * MiB\n" .. (extra_isolation or "") .. "\n" end,
   }
 end
 
@@ -115,6 +115,20 @@ describe_walls("a walled workspace's size limit (100 MiB here)", function()
       h:stop(); h:wait()
       assert.is_true(S.wait_for(function() return #loops_under(root) == 0 end, 30000),
         "loop devices left after the server stopped: " .. table.concat(loops_under(root), " "))
+    end)
+  end)
+
+  it("workspace_size = \"measured\" (where no loop device can be had): the host directory, no image", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir(nil, 'workspace_size = "measured"') }
+      local root = core.fs.realpath(h.root)
+      local r = exec(h, "m", "echo hi > f && df --output=target /workspace | tail -1")
+      assert.equal(0, r.exitCode, r.stderr)
+      local dir = require("switchboard.shell.workspace").path(root, "m")
+      assert.equal("hi\n", S.read(dir .. "/f"))
+      assert.is_false(core.fs.exists(dir .. "/.workspace.img"))
+      assert.equal(0, #loops_under(root))
+      h:stop(); h:wait()
     end)
   end)
 
