@@ -372,7 +372,7 @@ describe("e2b executor: deadlines and stops", function()
     -- the stop was E2B's SendSignal SIGTERM to the wrapper (whose trap KILLs the group) — or,
     -- when it came before the start event was read (a loaded machine), the stop by the
     -- command's mark (its own case below makes that path certain)
-    local e2b = require("switchboard.exec.e2b")
+    local e2b = require("switchboard.exec.e2b_envd") -- the wrapper and the stops
     local starts = requests_to("^/process%.Process/Start$")
     local last = start_body(starts[#starts]).process.args
     if last[2] == e2b.STOP_MARKED then
@@ -413,7 +413,7 @@ describe("e2b executor: a stop before the start event", function()
     assert.equal(signals_before, #requests_to("^/process%.Process/SendSignal$")) -- no pid to signal
     local starts = requests_to("^/process%.Process/Start$")
     local args = start_body(starts[#starts]).process.args
-    assert.equal(require("switchboard.exec.e2b").STOP_MARKED, args[2])
+    assert.equal(require("switchboard.exec.e2b_envd").STOP_MARKED, args[2])
     assert.equal(start_body(starts[#starts - 1]).process.args[7], args[4]) -- the command's own mark
   end))
 end)
@@ -434,7 +434,7 @@ describe("e2b executor: the stop's fallback", function()
     assert.is_true(E.wait_for(function() return not procs.alive(pid) end, 20000))
     -- the fallback's TERM from inside — or, when the stop came before the start event was read
     -- (a loaded machine), the stop by the command's mark, which needs no SendSignal at all
-    local e2b = require("switchboard.exec.e2b")
+    local e2b = require("switchboard.exec.e2b_envd") -- the wrapper and the stops
     local starts = requests_to("^/process%.Process/Start$")
     local args = start_body(starts[#starts]).process.args
     assert.truthy(args[2] == e2b.STOP or args[2] == e2b.STOP_MARKED, args[2])

@@ -4,9 +4,9 @@
 -- environment is built per command from policy (child_env) plus resolve_envs(), so a
 -- credential current at the command's start reaches it through envp only.
 local core = require("switchboard.core")
-local budget = require("switchboard.shell.budget")
 local child_env = require("switchboard.shell.child_env")
 local errors = require("switchboard.exec.errors")
+local preflight = require("switchboard.exec.preflight")
 local render = require("switchboard.shell.render")
 local walled = require("switchboard.shell.walled")
 local workspace = require("switchboard.shell.workspace")
@@ -81,30 +81,22 @@ function M.new(opts)
   }, M)
 end
 
+-- The command's whole environment: policy's base (child_env) and the credential resolved now.
 local function command_env(self, snap)
-  local env = child_env.base(snap, self.getenv)
-  local extra, err = self.resolve_envs()
+  local extra, err = preflight.envs(self)
   if extra == nil then return nil, err end
+  local env = child_env.base(snap, self.getenv)
   for name, value in pairs(extra) do env[name] = value end
   return env
 end
 
 function M:exec(command, opts)
   opts = opts or {}
-  if type(command) ~= "string" or command == "" then
-    return nil, errors.tool("bash needs a command to run")
-  end
-  local snap = opts.snap or self.policy()
-  local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
-  if not plan then return nil, errors.refused(refusal, 124) end
-  local limit_ms = plan.timeout_ms or budget.clamp(snap, nil)
+  local call, refused = preflight.command(self, command, opts)
+  if not call then return nil, refused end
+  local snap, limit_ms = call.snap, call.budget_ms
   local env, env_err = command_env(self, snap)
-  if not env then
-    -- A GitHub API failure keeps its span code (http <status>, timeout); anything else is infra.
-    local code = type(env_err) == "table" and errors.valid_code(env_err.code) and env_err.code or nil
-    return nil, errors.infra("credentials for this command could not be resolved: "
-      .. tostring(env_err), code, { cause = env_err })
-  end
+  if not env then return nil, env_err end
   local stop = opts.signal and core.signal(opts.signal, self.released) or self.released
   local spec = {
     command = command,
@@ -141,7 +133,7 @@ function M:exec(command, opts)
     truncated = r.truncated,
     limit_ms = limit_ms,
     where = "local shell",
-    clip_line = plan.clip_line,
+    clip_line = call.clip_line,
   })
 end
 
