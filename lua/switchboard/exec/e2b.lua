@@ -59,11 +59,7 @@ function M.new(opts)
   }, M)
 end
 
-local function stop_reason(signal)
-  local r = signal and signal.reason
-  if type(r) == "string" and r ~= "" then return r end
-  return "hard stop"
-end
+local stop_reason = preflight.stop_reason
 
 local function join_lines(a, b)
   if a and b then return a .. "\n" .. b end
@@ -74,10 +70,7 @@ function M:exec(command, opts)
   opts = opts or {}
   local call, refused = preflight.command(self, command, opts)
   if not call then return nil, refused end
-  local snap, limit_ms = call.snap, call.budget_ms
-  local t = snap.timeouts
-  local envs, env_err = preflight.envs(self)
-  if not envs then return nil, env_err end
+  local snap, limit_ms, t = call.snap, call.budget_ms, call.snap.timeouts
 
   local stopped = function()
     return render.result(snap, { aborted = true, abort_reason = stop_reason(opts.signal),
@@ -95,7 +88,7 @@ function M:exec(command, opts)
   local st, status = envd.run_process(self, snap, sb, {
     args = { "-c", envd.WRAPPER, "switchboard", ("%.3f"):format(grace_ms / 1000), ("%.3f"):format(limit_ms / 1000),
       command, mark },
-    envs = envs,
+    envs = call.envs,
     connect_timeout_ms = limit_ms + grace_ms + t.e2b.connect_grace_ms,
     deadline_ms = budget.send_deadline(snap, limit_ms),
     signal = opts.signal,

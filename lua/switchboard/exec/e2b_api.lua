@@ -161,8 +161,7 @@ end
 
 local function decode_object(raw)
   local ok, doc = pcall(json.decode, raw or "")
-  if ok and type(doc) == "table" then return doc end
-  return nil
+  return ok and type(doc) == "table" and doc or nil
 end
 
 local function adopt(self, snap, doc, id)

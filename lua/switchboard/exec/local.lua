@@ -81,22 +81,14 @@ function M.new(opts)
   }, M)
 end
 
--- The command's whole environment: policy's base (child_env) and the credential resolved now.
-local function command_env(self, snap)
-  local extra, err = preflight.envs(self)
-  if extra == nil then return nil, err end
-  local env = child_env.base(snap, self.getenv)
-  for name, value in pairs(extra) do env[name] = value end
-  return env
-end
-
 function M:exec(command, opts)
   opts = opts or {}
   local call, refused = preflight.command(self, command, opts)
   if not call then return nil, refused end
   local snap, limit_ms = call.snap, call.budget_ms
-  local env, env_err = command_env(self, snap)
-  if not env then return nil, env_err end
+  -- the whole environment: policy's base (child_env) and the credential resolved now
+  local env = child_env.base(snap, self.getenv)
+  for name, value in pairs(call.envs) do env[name] = value end
   local stop = opts.signal and core.signal(opts.signal, self.released) or self.released
   local spec = {
     command = command,

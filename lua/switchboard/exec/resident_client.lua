@@ -29,8 +29,7 @@ end
 
 local function decode(raw)
   local ok, doc = pcall(cjson.decode, raw or "")
-  if ok and type(doc) == "table" then return doc end
-  return nil
+  return ok and type(doc) == "table" and doc or nil
 end
 
 function M.new(opts)

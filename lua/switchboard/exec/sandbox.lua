@@ -88,11 +88,7 @@ local function first_line(s)
   return (tostring(s):match("^[^\n]*"))
 end
 
-local function stop_reason(signal)
-  local r = signal and signal.reason
-  if type(r) == "string" and r ~= "" then return r end
-  return "hard stop"
-end
+local stop_reason = preflight.stop_reason
 
 -- What the server said in a non-200 answer, for the message: its error text, else a short
 -- excerpt of the body (never the whole of it).
@@ -285,16 +281,15 @@ end
 
 function M:exec(command, opts)
   opts = opts or {}
-  local call, refused = preflight.command(self, command, opts)
+  local call, refused = preflight.command(self, command, opts, function(snap)
+    local bad_key = key_refusal(self, snap)
+    if not bad_key then check_build_once(self, snap, opts.signal) end
+    return bad_key
+  end)
   if not call then return nil, refused end
   local snap = call.snap
-  local bad_key = key_refusal(self, snap)
-  if bad_key then return nil, bad_key end
-  check_build_once(self, snap, opts.signal)
-  local envs, env_err = preflight.envs(self)
-  if not envs then return nil, env_err end
   -- timeoutMs only when the caller asked (sandboxd applies its own default otherwise)
-  local body = { command = command, env = envs, timeoutMs = call.timeout_ms, network = self.network }
+  local body = { command = command, env = call.envs, timeoutMs = call.timeout_ms, network = self.network }
   local verdict, capacity = send(self, snap, {
     route = "/exec", body = encode(body), budget_ms = call.budget_ms,
     deadline_ms = budget.send_deadline(snap, call.budget_ms),

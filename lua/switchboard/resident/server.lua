@@ -17,12 +17,9 @@ local repos = require("switchboard.resident.repos")
 
 local M = {}
 
-local Server = {}
-Server.__index = Server
-
 function M.start(opts)
   local log = opts.log or core.log
-  local self = setmetatable({ log = log }, Server)
+  local self = setmetatable({ log = log }, lifecycle.Server)
   self.generation = core.crypto.hex(core.crypto.random_bytes(8))
   -- 0711: a walled thread's uid must traverse it to reach its own (0700) worktree; nobody lists it
   core.fs.mkdir_p(opts.root .. "/threads", tonumber("711", 8))
@@ -49,8 +46,5 @@ function M.start(opts)
   self.repos:start()
   return self
 end
-
-function Server:shutdown(signal_name) return self.life:shutdown(signal_name) end
-function Server:wait() return self.life:wait() end
 
 return M

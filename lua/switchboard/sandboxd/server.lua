@@ -19,12 +19,9 @@ local runner = require("switchboard.sandboxd.runner")
 
 local M = {}
 
-local Server = {}
-Server.__index = Server
-
 function M.start(opts)
   local log = opts.log or core.log
-  local self = setmetatable({ log = log }, Server)
+  local self = setmetatable({ log = log }, lifecycle.Server)
   local max = opts.max_instances
   local snap = policy.current()
   local function wanted() return max or policy.current().timeouts.sandbox.max_instances end
@@ -65,8 +62,5 @@ function M.start(opts)
   self.port = srv.port
   return self
 end
-
-function Server:shutdown(signal_name) return self.life:shutdown(signal_name) end
-function Server:wait() return self.life:wait() end
 
 return M

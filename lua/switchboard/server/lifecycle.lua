@@ -15,6 +15,8 @@
 --                 timeouts.server.drain_ms (a second signal skips what is left of it); then
 --                 on_kill and the flush; on_stopped, core.kill_all(); every life:wait() returns
 --   life:wait()  yields until the shutdown is over
+--   setmetatable(srv, lifecycle.Server)  a server object whose srv.life is its lifecycle gets
+--                srv:shutdown(signal_name) and srv:wait() (what launch/prologue.lua's serve calls)
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 
@@ -112,5 +114,11 @@ function Life:wait()
   self.waiters[#self.waiters + 1] = core.current()
   core.suspend()
 end
+
+-- The face a server process shows launch/prologue.lua: its lifecycle's shutdown and wait.
+M.Server = {}
+M.Server.__index = M.Server
+function M.Server:shutdown(signal_name) return self.life:shutdown(signal_name) end
+function M.Server:wait() return self.life:wait() end
 
 return M
