@@ -78,7 +78,7 @@ function M:exec(command, opts)
   end
   local sb, notice = api.ensure(self, snap, limit_ms + t.call.margin_ms, limit_ms, opts.signal)
   if not sb then
-    if notice == "stopped" then return stopped() end
+    if api.is_stopped(notice) then return stopped() end
     return nil, notice
   end
 
@@ -149,6 +149,9 @@ local function fs_error(path, kind, detail)
   return errors.tool(("%s: %s"):format(path, detail or kind))
 end
 
+-- The failures of a path (the model's to read); any other is the executor's.
+local PATH_KINDS = { not_found = true, invalid = true, too_large = true }
+
 local function file_call(self, path, method, body, opts)
   opts = opts or {}
   local snap = opts.snap or self.policy()
@@ -157,14 +160,13 @@ local function file_call(self, path, method, body, opts)
   local file_budget = snap.timeouts.file_op.budget_ms
   local sb, err = api.ensure(self, snap, file_budget, file_budget, opts.signal)
   if sb then
-    local detail
-    sb, err, detail = envd.files(self, snap, sb, method, abs, body, opts.signal)
+    sb, err = envd.files(self, snap, sb, method, abs, body, opts.signal)
     if sb then return sb end
-    if type(err) == "string" and err ~= "aborted" then return nil, fs_error(path, err, detail) end
   end
-  if err == "stopped" or err == "aborted" then
+  if api.is_stopped(err) then
     return nil, errors.tool("file operation stopped: " .. stop_reason(opts.signal))
   end
+  if PATH_KINDS[err.kind] then return nil, fs_error(path, err.kind, err.message) end
   return nil, err
 end
 

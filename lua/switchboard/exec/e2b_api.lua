@@ -23,6 +23,10 @@ local json = cjson.new()
 json.decode_invalid_numbers(false)
 json.encode_invalid_numbers(false)
 
+-- A hard stop ended the call: not a failure of E2B's, so of a kind no backend error has.
+function M.stopped() return core.error("stopped", "stopped before E2B answered") end
+function M.is_stopped(err) return core.is_error(err) and err.kind == "stopped" end
+
 function M.first_line(s) return (tostring(s or ""):match("^[^\n]*")) end
 local first_line = M.first_line
 function M.quote(s)
@@ -145,7 +149,7 @@ local function api_call(self, snap, method, path, body, signal)
   }
   if status == nil then
     local err = headers or {}
-    if err.kind == "aborted" or (signal and signal.aborted) then return nil, "stopped" end
+    if err.kind == "aborted" or (signal and signal.aborted) then return nil, M.stopped() end
     local route = method .. " " .. path:gsub("^/sandboxes/[^/]+", "/sandboxes/{id}")
     if err.kind == "timeout" then
       return infra(("E2B API %s gave no answer within %ds — E2B may be unreachable")
@@ -207,14 +211,14 @@ local function create(self, snap, wait_for, signal)
       return nil, errors.capacity(("E2B sandbox limit reached — no sandbox could be created after "
         .. "waiting %ds (HTTP 429: %s); try again in a few minutes"):format(seconds(waited), detail_of(raw)), waited)
     end
-    if not self.sleep(d, signal) then return nil, "stopped" end
+    if not self.sleep(d, signal) then return nil, M.stopped() end
     waited, i = waited + d, i + 1
   end
 end
 
 -- The thread's sandbox, alive for at least need_ms more: reuse, reconnect or create.
 -- Returns sandbox, notice (a line for the result when a remembered sandbox was reclaimed), or
--- nil, err | "stopped".
+-- nil, err (kind "stopped" for a hard stop: M.is_stopped).
 function M.ensure(self, snap, need_ms, wait_for, signal)
   local t = snap.timeouts.e2b
   local sb = self.sandbox

@@ -331,8 +331,8 @@ local function urlencode(s)
 end
 
 -- GET or POST /files?path=ABS (abs: confined by the executor). Returns the raw body of a 200,
--- or nil, why, detail: why "not_found" | "invalid" | "too_large" (the path's, the model's to
--- read) | "aborted" | an infra error.
+-- or nil, err: kind "not_found" | "invalid" | "too_large" (the path's, the model's to read;
+-- "invalid" carries envd's words as its message) | "stopped" (api.is_stopped) | an infra error.
 function M.files(self, snap, sb, method, abs, body, signal)
   local route = method .. " /files"
   local max = snap.timeouts.sandbox.max_file_bytes
@@ -343,18 +343,18 @@ function M.files(self, snap, sb, method, abs, body, signal)
   }
   if status == nil then
     local e = headers or {}
-    if e.kind == "aborted" then return nil, "aborted" end
+    if e.kind == "aborted" then return nil, api.stopped() end
     if e.kind == "timeout" then
       return nil, errors.infra(budget.no_answer_message(snap, "E2B envd", route, snap.timeouts.file_op.budget_ms), "timeout")
     end
     if method == "GET" and tostring(e.message or ""):find("over max_body", 1, true) then
-      return nil, "too_large"
+      return nil, core.error("too_large", "over max_file_bytes")
     end
     return nil, errors.infra(api.transport_message("E2B envd", route, first_line(e.message or e.kind)))
   end
   if status == 200 then return raw end
-  if status == 404 and not sandbox_gone(status, raw, true) then return nil, "not_found" end
-  if status == 400 then return nil, "invalid", detail_of(raw) end
+  if status == 404 and not sandbox_gone(status, raw, true) then return nil, core.error("not_found", "no such file") end
+  if status == 400 then return nil, core.error("invalid", detail_of(raw)) end
   local _, failure = envd_failure(self, sb, route, status, raw, true)
   return nil, failure
 end

@@ -40,7 +40,7 @@ end
 function M.new(opts)
   assert(type(opts.repo) == "string", "resident executor: opts.repo is required")
   local self = setmetatable({
-    backend = "resident", url = (opts.url:gsub("/+$", "")), token = opts.token,
+    backend = "resident", token = opts.token,
     thread_key = opts.thread_key or "default", repo = opts.repo, ref = opts.ref, policy = opts.policy,
     request = opts.request or core.http.request, attached = false, replaced = 0,
   }, M)
