@@ -6,6 +6,7 @@ local prologue = require("switchboard.launch.prologue")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local instance = require("switchboard.shell.instance")
+local run = require("switchboard.shell.run")
 local factory = require("switchboard.exec.factory")
 
 local M = {
@@ -267,14 +268,14 @@ end
 -- cgroups, and a throwaway instance is built in a scratch directory and runs a command.
 local function check_walls(ctx, snap)
   local helper, from = walls_helper(ctx)
-  local probe, perr = core.spawn{ argv = { helper }, env = {}, deadline_ms = 10000 }
-  if not probe then
+  -- run bare, the helper prints its usage and exits at once: the call margin is a bound only
+  local pr, perr = run.tool{ argv = { helper }, env = {}, deadline_ms = snap.timeouts.call.margin_ms }
+  if not pr then
     local why = type(perr) == "table" and perr.message or tostring(perr)
     return "FAIL", ("the walls helper %s (%s) does not run: %s — fix: build it (cmake --build build) "
       .. "or install it next to switchboard, or point SWITCHBOARD_WALLS_HELPER at it"):format(helper, from,
       first_line(why):gsub("^cannot start '[^']*': ", ""))
   end
-  local pr = probe:wait()
   if pr.signal then
     return "FAIL", ("the walls helper %s died of signal %s when started — fix: rebuild it for this host "
       .. "(cmake --build build)"):format(helper, tostring(pr.signal))

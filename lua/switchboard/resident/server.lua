@@ -14,6 +14,7 @@ local routes = require("switchboard.resident.routes")
 local request_log = require("switchboard.sandboxd.request_log")
 local lifecycle = require("switchboard.server.lifecycle")
 local repos = require("switchboard.resident.repos")
+local run = require("switchboard.shell.run")
 
 local M = {}
 
@@ -23,8 +24,8 @@ function M.start(opts)
   self.generation = core.crypto.hex(core.crypto.random_bytes(8))
   -- 0711: a walled thread's uid must traverse it to reach its own (0700) worktree; nobody lists it
   core.fs.mkdir_p(opts.root .. "/threads", tonumber("711", 8))
-  local chmod = core.spawn{ argv = { "chmod", "0711", "--", opts.root .. "/threads" }, env = { PATH = os.getenv("PATH") } }
-  if chmod then chmod:wait() end
+  run.tool{ argv = { "chmod", "0711", "--", opts.root .. "/threads" },
+    deadline_ms = policy.current().timeouts.file_op.budget_ms }
   self.repos = repos.open{ root = opts.root, git_base = opts.git_base, policy = policy.current, log = log,
     getenv = opts.getenv }
   self.ctx = {
