@@ -231,12 +231,10 @@ local function check_bot(ctx, snap)
     .. "or local_walls.slack = true in policies/isolation.lua"):format(table.concat(names, ", "), unwalled[1].setting)
 end
 
+-- A file's first line (a /proc or /sys setting), or nil when it cannot be read.
 local function read_first(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("l")
-  f:close()
-  return s
+  local text = core.fs.read_file(path)
+  return text and text:match("^[^\n]*") or nil
 end
 
 -- The helper sandboxd would use: $SWITCHBOARD_WALLS_HELPER, else next to this binary.

@@ -15,7 +15,6 @@
 --   * release("always") sends /detach with force (the thread's processes are killed and its
 --     worktree evicted); "if-clean" keeps the worktree for the thread's next ask.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local client = require("switchboard.exec.resident_client")
 local sandbox = require("switchboard.exec.sandbox")
 local errors = require("switchboard.exec.errors")
@@ -31,10 +30,7 @@ M.REPLACED = "runtime-replaced"
 
 local function first_line(s) return (tostring(s or ""):match("^[^\n]*")) end
 
-local function decode(raw)
-  local ok, doc = pcall(cjson.decode, raw or "")
-  if ok and type(doc) == "table" then return doc end
-end
+local decode = client.decode
 
 -- opts: url, token, thread_key, repo (OWNER/NAME), ref?, policy, resolve_envs, request?
 function M.new(opts)

@@ -27,10 +27,12 @@ function M.configured(snap, getenv, url_override)
   return url, token
 end
 
-local function decode(raw)
+-- An answer's JSON object, or nil.
+function M.decode(raw)
   local ok, doc = pcall(cjson.decode, raw or "")
   return ok and type(doc) == "table" and doc or nil
 end
+local decode = M.decode
 
 function M.new(opts)
   assert(type(opts.url) == "string" and opts.url ~= "", "resident client: opts.url is required")

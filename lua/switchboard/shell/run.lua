@@ -50,18 +50,18 @@ function M.bash_path()
   return bash_path
 end
 
+-- What a spec hands core.spawn as it is.
+local PASSED = { "cwd", "env", "deadline_ms", "kill_grace_ms", "max_output", "signal", "on_output" }
+
+local function spawn_args(argv, spec)
+  local args = { argv = argv }
+  for _, name in ipairs(PASSED) do args[name] = spec[name] end
+  return args
+end
+
 -- The core.spawn arguments of one command, before any instance sees them.
 function M.spawn_args(spec)
-  return {
-    argv = { M.bash_path(), "-c", spec.command },
-    cwd = spec.cwd,
-    env = spec.env,
-    deadline_ms = spec.deadline_ms,
-    kill_grace_ms = spec.kill_grace_ms,
-    max_output = spec.max_output,
-    signal = spec.signal,
-    on_output = spec.on_output,
-  }
+  return spawn_args({ M.bash_path(), "-c", spec.command }, spec)
 end
 
 function M.bash(spec)
@@ -80,11 +80,10 @@ end
 function M.tool(spec)
   assert(type(spec.argv) == "table" and spec.argv[1], "run.tool: spec.argv is required")
   assert(type(spec.deadline_ms) == "number", "run.tool: spec.deadline_ms (from policy) is required")
-  local proc, err = core.spawn{
-    argv = spec.argv, cwd = spec.cwd, env = spec.env or { PATH = os.getenv("PATH") or "/usr/bin:/bin" },
-    deadline_ms = spec.deadline_ms, kill_grace_ms = spec.kill_grace_ms, max_output = spec.max_output,
-    signal = spec.signal,
-  }
+  local args = spawn_args(spec.argv, spec)
+  args.env = spec.env or { PATH = os.getenv("PATH") or "/usr/bin:/bin" }
+  args.on_output = nil -- a tool's output is its result's
+  local proc, err = core.spawn(args)
   if not proc then return nil, err end
   return proc:wait()
 end
