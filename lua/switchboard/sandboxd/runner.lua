@@ -123,19 +123,29 @@ local function remove_now(dir)
   end
 end
 
--- Sleep: kill what still runs and delete the workspace. Deleting a large tree (a node_modules
--- has 10⁵ files) takes seconds, and the loop must not stall for it — every heartbeat and every
--- accept would wait. So the workspace is renamed out of the way at once (the thread's next
--- instance can start on a fresh directory immediately) and removed by an `rm -rf` child. On
--- shutdown (reason "shutdown") it is removed before returning; a trash directory an exit
--- interrupted is removed by the next start's sweep.
+-- Sleep: kill what still runs and delete the workspace. The workspace leaves its path first,
+-- before anything here yields: the fleet forgets this instance as it calls stop, so the thread's
+-- next request may wake a new one at once, and while this one's processes are being killed
+-- (seconds: the holder's exit, the cgroups' reap) the new one must find nothing of this one's
+-- at its path — before, the new instance's directory was made there and this stop then moved
+-- it away and deleted it under the new instance ("walls: chdir /workspace: Permission denied"
+-- under load). Deleting a large tree (a node_modules has 10⁵ files) takes seconds, and the loop
+-- must not stall for it — every heartbeat and every accept would wait — so the renamed
+-- workspace is removed by an `rm -rf` child. On shutdown (reason "shutdown") it is removed
+-- before returning; a trash directory an exit interrupted is removed by the next start's sweep.
 function Runner:stop(reason)
+  local trash
+  if core.fs.exists(self.dir) then
+    trash = ("%s/%s%s-%s"):format(self.root, TRASH, workspace.dir_name(self.key),
+      core.crypto.hex(core.crypto.random_bytes(4)))
+    if not os.rename(self.dir, trash) then trash = nil end
+  end
   self.ws:stop("instance asleep")
-  if not core.fs.exists(self.dir) then return end
-  if reason == "shutdown" then return remove_now(self.dir) end
-  local trash = ("%s/%s%s-%s"):format(self.root, TRASH, workspace.dir_name(self.key),
-    core.crypto.hex(core.crypto.random_bytes(4)))
-  if not os.rename(self.dir, trash) then return remove_now(self.dir) end
+  if trash == nil then
+    if core.fs.exists(self.dir) then remove_now(self.dir) end -- it could not be renamed
+    return
+  end
+  if reason == "shutdown" then return remove_now(trash) end
   local deadline_ms = policy.current().timeouts.file_op.budget_ms
   core.go(function()
     local r = run.tool{ argv = { "rm", "-rf", "--", trash }, deadline_ms = deadline_ms }
