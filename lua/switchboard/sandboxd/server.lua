@@ -2,7 +2,9 @@
 -- and the routes' context; the listening, the count of requests in flight and the drain are
 -- server/lifecycle.lua's (shared with the resident).
 --
---   local srv, err = server.start{host, port, root, token, max_instances?, log, getenv?}
+--   local srv, err = server.start{host, port, root, token, max_instances?, log, getenv?, pod?}
+--   pod = true: sandboxd's pod mode (docs/sandboxd.md "Pod mode"): the pod is the wall — one
+--   thread, no walls of its own, no idle sleep (the pod's release is the thread's sleep)
 --   srv.port                  the bound port
 --   srv:shutdown(signal_name) the lifecycle's drain; when its time is up the commands in flight
 --                             are killed (they answer the recycle-shaped server_stopped failure),
@@ -24,6 +26,7 @@ function M.start(opts)
   local self = setmetatable({ log = log }, lifecycle.Server)
   local max = opts.max_instances
   local snap = policy.current()
+  if opts.pod then max = 1 end
   local function wanted() return max or policy.current().timeouts.sandbox.max_instances end
   -- The open-files limit is sized for the fleet now; a fleet larger than what fits is refused
   -- in words (fleet-busy) at the fit, never by EMFILE (issue 28).
@@ -33,7 +36,7 @@ function M.start(opts)
   }
   self.fleet = fleet.new{
     max_instances = function() return math.min(wanted(), self.descriptors.capacity) end,
-    sleep_after_ms = function() return policy.current().timeouts.sandbox.sleep_after_ms end,
+    sleep_after_ms = function() return not opts.pod and policy.current().timeouts.sandbox.sleep_after_ms end,
     new_runner = opts.new_runner or runner.factory(opts.root, opts.walls, log),
     label = runner.label, -- a hash of the thread key: logs never carry the key
     log = log,
@@ -43,6 +46,10 @@ function M.start(opts)
     log = log, stopping = core.signal(), getenv = opts.getenv,
     -- without walls an instance shares the host's network: "none" is refused, never ignored
     networks = opts.walls and { host = true, none = true } or { host = true },
+    -- what /healthz reports: "pod" (the pod is the wall), "walls" or "unwalled" (--no-walls)
+    mode = opts.pod and "pod" or (opts.walls and "walls" or "unwalled"),
+    -- pod mode: the one thread key this pod serves (the first it was asked for)
+    pod = opts.pod and {} or nil,
   }
   self.life = lifecycle.new{ event = "sandboxd", log = log,
     on_kill = function(t)
