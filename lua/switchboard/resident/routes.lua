@@ -170,12 +170,6 @@ local function attach(ctx, key, body, res)
   end
   ctx.attaching[key] = true
   local busy <close> = setmetatable({}, { __close = function() ctx.attaching[key] = nil end })
-  if t and not reused then
-    -- its worktree went away under an attached thread: it starts over, and its instance with
-    -- it (the new worktree's files are handed to a fresh one)
-    t.runner:stop("detach")
-    ctx.threads[key], t = nil, nil
-  end
   if not reused then
     empty_dir(ctx, dir, limit)
     local ok, err = make_repo(ctx, e, dir, ref, limit)
@@ -197,7 +191,9 @@ local function attach(ctx, key, body, res)
             ro_binds = { e.checkout .. "/.git/objects" } }) }
     ctx.threads[key] = t
   end
-  local ok, err = t.runner:ensure()
+  -- a repository made anew (not reused) is the resident's files: the workspace hands them to
+  -- the thread's instance, an awake one included (its /workspace is bound to this directory)
+  local ok, err = t.runner:ensure{ remade = not reused }
   if not ok then
     return refuse(res, "/attach", 500, "the thread's walls could not be built: " .. tostring(err and err.message or err), "attach-failed")
   end

@@ -107,10 +107,12 @@ function Runner:write(path, bytes)
 end
 
 -- The workspace ready (walled: its instance made and started, its files the instance's):
--- the resident's /attach, before the thread's first command.
-function Runner:ensure()
+-- the resident's /attach, before the thread's first command. opts.remade: the files were made
+-- anew by the server (walled: they are handed to the instance again).
+function Runner:ensure(opts)
   local ok, err = fresh(self)
   if not ok then return nil, err end
+  if opts and opts.remade then self.ws:files_remade() end
   return scrub(self, self.ws:ensure())
 end
 

@@ -156,7 +156,13 @@ end
 
 function M.ensure(r)
   if r.instance and r.instance:dead() then retire(r, "dead") end
-  if r.instance and r.instance.state == "ready" then return r.dir end
+  if r.instance and r.instance.state == "ready" then
+    if r.files_uid == nil then -- files made anew under an awake instance (files_remade)
+      local ok, err = hand_over(r)
+      if not ok then return nil, err end
+    end
+    return r.dir
+  end
   if not r.instance then
     local ok, err = make(r)
     if not ok then return nil, err end

@@ -24,6 +24,8 @@
 --   ws:read(path [, max_bytes])      → bytes | nil, err (kind escape | not_found | not_a_file
 --                                      | too_large | io), confined to the workspace
 --   ws:write(path, bytes)            → true | nil, err (walled: refused past the size cap)
+--   ws:files_remade()                its files were made anew outside it (walled: handed to
+--                                    the instance's uid again on the next ensure)
 --   ws:stop([reason])                every process of it killed (walled: the instance down);
 --                                    the directory stays; its owner opens a new workspace for
 --                                    what comes next
@@ -134,6 +136,12 @@ function Workspace:write(path, bytes)
   local refused = self.walls and walled.over_cap(self)
   if refused then return nil, refused end
   return with_root(self, function(root) return root:write(path, bytes) end)
+end
+
+-- The files were made anew outside the workspace (the resident's re-attach): walled, the next
+-- ensure hands them to its instance's uid, an instance already awake included.
+function Workspace:files_remade()
+  self.files_uid = nil
 end
 
 function Workspace:stop(reason)
