@@ -53,6 +53,7 @@ local SPEC = { ["sandbox-url"] = "string" }
 -- What the package installs (deploy/systemd/*.service read these).
 M.INSTALLED_POLICIES = "/etc/switchboard/policies"
 M.INSTALLED_BOT_ENV = "/etc/switchboard/bot.env"
+M.INSTALLED_SANDBOXD_ENV = "/etc/switchboard/sandboxd.env"
 
 -- NAME=value lines of an EnvironmentFile (comments and blank lines skipped; values unquoted
 -- the way systemd does for a plain value or one in double/single quotes).
@@ -218,6 +219,18 @@ local function check_bot(ctx, snap)
   end
   local unwalled = factory.unwalled_agents({ front = "slack", getenv = ctx.getenv,
     sandbox_url = ctx.sandbox_url }, snap)
+  -- switchboard-bot.service runs the bot as User=switchboard, where the local executor's
+  -- walls cannot be built (they need root): `switchboard slack` refuses to start there.
+  local walled_local = ctx.installed and require("switchboard.commands.slack").walled_local_agents(
+    { front = "slack", getenv = ctx.getenv, sandbox_url = ctx.sandbox_url }, snap) or {}
+  if #unwalled == 0 and #walled_local > 0 then
+    local names = {}
+    for _, u in ipairs(walled_local) do names[#names + 1] = u.agent end
+    return "FAIL", ("agents %s would run on the local executor's walls, which switchboard-bot.service "
+      .. "(User=switchboard) cannot build: they need root, so the bot refuses to start — fix: set "
+      .. "SANDBOX_URL=http://127.0.0.1:8080 and SANDBOX_TOKEN (the one in %s) in %s"):format(
+        table.concat(names, ", "), M.INSTALLED_SANDBOXD_ENV, M.INSTALLED_BOT_ENV)
+  end
   if #unwalled == 0 then
     local backend = factory.backend_for({ front = "slack", getenv = ctx.getenv, sandbox_url = ctx.sandbox_url },
       snap, { agent = snap.agents.default_agent })
@@ -293,6 +306,8 @@ local function check_walls(ctx, snap)
     local fix
     if why:find("bwrap is not installed", 1, true) then
       why, fix = "bwrap is not installed (not on PATH)", "apt-get install bubblewrap"
+    elseif why:find("the walls need root", 1, true) then
+      fix = "run doctor as root (sudo), as switchboard-sandboxd.service runs sandboxd"
     elseif why:find("namespace") or why:find("uid map") or why:find("Operation not permitted")
         or why:find("Permission denied") then
       fix = userns_fix(ctx)
@@ -316,6 +331,7 @@ function M.run(argv, ctx)
   -- On an installed host, what the services load (deploy/systemd/*.service).
   if ctx.policies_dir == nil and not ctx.no_installed and is_dir(M.INSTALLED_POLICIES) then
     ctx.policies_dir = M.INSTALLED_POLICIES
+    ctx.installed = true
     local vars = M.read_env_file(M.INSTALLED_BOT_ENV) or {}
     for name, v in pairs(vars) do
       if require("switchboard.policy.schema").is_secret_name(name) then core.log_redact(v) end

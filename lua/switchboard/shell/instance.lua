@@ -142,6 +142,14 @@ function M.host(opts)
   end
   local max_userns = tonumber((read_text("/proc/sys/user/max_user_namespaces") or ""):match("%d+"))
   if max_userns == 0 then return nil, "user namespaces are disabled (user.max_user_namespaces = 0)" end
+  -- The helper gives each instance a host uid of its own (setresuid), its cgroups and its
+  -- workspace (chown): as a service user (switchboard-bot.service's User=) every step fails,
+  -- so say the cause here rather than the first step's errno.
+  local euid = tonumber((read_text("/proc/self/status") or ""):match("\nUid:%s+%d+%s+(%d+)"))
+  if euid and euid ~= 0 then
+    return nil, ("the walls need root, and this process runs as uid %d (each instance gets a host "
+      .. "uid, cgroups and a workspace of its own)"):format(euid)
+  end
   local layout, why = cgroup_layout(iso.cgroup_parent)
   if not layout then return nil, why end
   local self = setmetatable({
