@@ -6,6 +6,7 @@ local prologue = require("switchboard.launch.prologue")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local instance = require("switchboard.shell.instance")
+local run = require("switchboard.shell.run")
 local factory = require("switchboard.exec.factory")
 
 local M = {
@@ -243,12 +244,10 @@ local function check_bot(ctx, snap)
     .. "or local_walls.slack = true in policies/isolation.lua"):format(table.concat(names, ", "), unwalled[1].setting)
 end
 
+-- A file's first line (a /proc or /sys setting), or nil when it cannot be read.
 local function read_first(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("l")
-  f:close()
-  return s
+  local text = core.fs.read_file(path)
+  return text and text:match("^[^\n]*") or nil
 end
 
 -- The helper sandboxd would use: $SWITCHBOARD_WALLS_HELPER, else next to this binary.
@@ -280,14 +279,14 @@ end
 -- cgroups, and a throwaway instance is built in a scratch directory and runs a command.
 local function check_walls(ctx, snap)
   local helper, from = walls_helper(ctx)
-  local probe, perr = core.spawn{ argv = { helper }, env = {}, deadline_ms = 10000 }
-  if not probe then
+  -- run bare, the helper prints its usage and exits at once: the call margin is a bound only
+  local pr, perr = run.tool{ argv = { helper }, env = {}, deadline_ms = snap.timeouts.call.margin_ms }
+  if not pr then
     local why = type(perr) == "table" and perr.message or tostring(perr)
     return "FAIL", ("the walls helper %s (%s) does not run: %s — fix: build it (cmake --build build) "
       .. "or install it next to switchboard, or point SWITCHBOARD_WALLS_HELPER at it"):format(helper, from,
       first_line(why):gsub("^cannot start '[^']*': ", ""))
   end
-  local pr = probe:wait()
   if pr.signal then
     return "FAIL", ("the walls helper %s died of signal %s when started — fix: rebuild it for this host "
       .. "(cmake --build build)"):format(helper, tostring(pr.signal))

@@ -310,25 +310,20 @@ function M.run(argv, ctx)
   app.d:restore()
   rec:keep_expiring(policy.current, record_stop)
 
-  if opts.listen then
-    local listen_host, listen_port = host_port(opts.listen)
-    local srv, lerr = app:listen(listen_host, listen_port, true)
-    if not srv then return p:fail(M.EXIT.config, "--listen: " .. tostring(lerr.message)) end
-    core.log("info", "slack.listening", { host = listen_host, port = srv.port, serves = "events" })
-    pages_base = pages_base or ("http://%s:%d"):format(listen_host, srv.port)
-  end
-  if opts.health_listen then
-    local health_host, health_port = host_port(opts.health_listen)
-    local srv, lerr = app:listen(health_host, health_port, false)
-    if not srv then return p:fail(M.EXIT.config, "--health-listen: " .. tostring(lerr.message)) end
-    core.log("info", "slack.listening", { host = health_host, port = srv.port, serves = "health" })
-    pages_base = pages_base or ("http://%s:%d"):format(health_host, srv.port)
-  end
-  if opts.metrics_listen then
-    local mhost, mport = host_port(opts.metrics_listen)
-    local srv, merr = metrics.serve(mhost, mport)
-    if not srv then return p:fail(M.EXIT.config, "--metrics-listen: " .. tostring(merr and merr.message or merr)) end
-    core.log("info", "slack.listening", { host = mhost, port = srv.port, serves = "metrics" })
+  -- one listener per option given: events (and the pages), health, metrics
+  for _, l in ipairs({
+    { "--listen", opts.listen, "events", function(h, port) return app:listen(h, port, true) end },
+    { "--health-listen", opts.health_listen, "health", function(h, port) return app:listen(h, port, false) end },
+    { "--metrics-listen", opts.metrics_listen, "metrics", metrics.serve },
+  }) do
+    local flag, where, serves, listen = l[1], l[2], l[3], l[4]
+    if where then
+      local host, port = host_port(where)
+      local srv, lerr = listen(host, port)
+      if not srv then return p:fail(M.EXIT.config, flag .. ": " .. tostring(lerr and lerr.message or lerr)) end
+      core.log("info", "slack.listening", { host = host, port = srv.port, serves = serves })
+      if serves ~= "metrics" then pages_base = pages_base or ("http://%s:%d"):format(host, srv.port) end
+    end
   end
   if e.app then
     local ok, serr = app:start_socket_mode()

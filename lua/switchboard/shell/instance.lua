@@ -37,13 +37,8 @@ local build_spare -- below, with Host:claim
 local Instance = {}
 Instance.__index = Instance
 
-local function read_text(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+-- A file's text, or nil (a /proc or cgroup file: read to its end, whatever its stat says).
+local function read_text(path) return (core.fs.read_file(path)) end
 
 local function gib(bytes)
   if bytes % (1024 * 1024 * 1024) == 0 then return ("%d GiB"):format(bytes // (1024 ^ 3)) end
