@@ -131,7 +131,7 @@ describe("agent runs in switchboard console", function()
     assert.matches("1 s (1000 ms) by default, at most 3 s (3000 ms)", reqs[1].body.tools[1].description, 1, true)
     assert.matches("larger timeoutMs", reqs[1].body.tools[1].description, 1, true)
     assert.equal("wrote 3 bytes to hello.txt", model.tool_results(reqs[2])[1].content)
-    assert.equal("hi\n", model.tool_results(reqs[3])[1].content)
+    assert.equal("     1\thi", model.tool_results(reqs[3])[1].content) -- numbered as cat -n
     assert.equal('hi\nq"uote é', model.tool_results(reqs[4])[1].content)
     -- the assistant turns went back as they came, tool_use input decoded from its fragments
     -- (the coding agent thinks: its thinking block first, sent back as it came)

@@ -54,6 +54,8 @@ local function all_argv()
   return out
 end
 
+local function cjson_text(v) return require("cjson").encode(v) end
+
 local function count(text, plain)
   local n, pos = 0, 1
   while true do
@@ -273,7 +275,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
     local pol = policies.dir{
       github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n' end,
     }
-    local text, err
+    local text, err, final_blocks
     core.run(function()
       w = standin.world{ policy = function() return policies.shipped() end, real_clock = true,
                          tokens_file = state .. "/tokens", repos_root = state .. "/repos" }
@@ -281,7 +283,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
       m = model.start()
       m:script{
         { content = { { type = "tool_use", name = "edit_file", input = { path = "README.md", old_text = "teh", new_text = "the", replace_all = true } } } },
-        { content = { { type = "text", text = "Fixed both." } } },
+        { content = { { type = "text", text = "**Fixed** both typos in `README.md`." } } },
       }
       local st = SL.standin()
       local bot = SL.bot(st, { state_dir = state .. "/st", policies = pol, env = {
@@ -295,17 +297,252 @@ describe("agent craft: repository instructions, edit_file and the pull request",
         end
       end, "the final card with the pull request", 90000)
       text = SL.card_text(final)
+      final_blocks = final.blocks
       bot:signal("TERM")
       bot:wait()
       err = bot.err
       st:close()
       w.close()
     end)
-    assert.matches("pull request #1 opened: https://github.com/acme/api/pull/1", text, 1, true)
+    assert.matches("pull request #1 opened: <https://github.com/acme/api/pull/1>", text, 1, true)
+    -- the card reads like Slack: the answer as mrkdwn text (no code block), the pull request a button
+    local button, answer
+    for _, b in ipairs(final_blocks) do
+      if b.type == "actions" then
+        for _, e in ipairs(b.elements) do if e.type == "button" and e.url then button = e end end
+      end
+      if b.type == "section" and b.text.text:find("Fixed", 1, true) then answer = b.text.text end
+    end
+    assert.is_not_nil(button, "no pull request button")
+    assert.equal("https://github.com/acme/api/pull/1", button.url)
+    assert.equal("Open pull request #1", button.text.text)
+    assert.equal("*Fixed* both typos in `README.md`.", answer)
     local pr = w.gh.pulls["acme/api"][1]
     assert.matches("in https://acme.slack.com/archives/C0GEN/p1700000100000100:", pr.body, 1, true)
     assert.equal("Welcome to the project.\nSee the docs.\n", remote("show " .. pr.head .. ":README.md"))
     assert.matches("^switchboard/t0acme%-c0gen%-", pr.head)
     for line in err:gmatch("[^\n]+") do assert.is_nil(w.leak(line), "log line carries a secret: " .. line) end
+  end)
+
+  -- Files committed on main in the bare repository (path → content).
+  local function push_files(list)
+    for path, content in pairs(list) do
+      sh(("mkdir -p \"$(dirname '%s/src/%s')\""):format(state, path))
+      local f = assert(io.open(state .. "/src/" .. path, "w"))
+      f:write(content)
+      f:close()
+    end
+    sh(("cd %s/src && git add -A && git -c user.email=s@x -c user.name=s commit -qm more"
+      .. " && git push -q ../repos/acme/api.git HEAD:refs/heads/main"):format(state))
+  end
+
+  -- An rg first on PATH that waits (up to 20 s) until a second rg has started before it runs
+  -- the real one, and writes how many it saw: two calls that overlap both see 2; two calls one
+  -- after the other: the first sees 1.
+  local function rg_barrier()
+    local shim = state .. "/shim/rg"
+    local f = assert(io.open(shim, "w"))
+    f:write(([[#!/bin/sh
+d='%s/rg-runs'; mkdir -p "$d"; : > "$d/$$"
+i=0; while [ "$(ls "$d" | wc -l)" -lt 2 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+ls "$d" | wc -l > '%s/rg-seen.'$$
+exec /usr/bin/rg "$@"
+]]):format(state, state))
+    f:close()
+    sh("chmod +x " .. shim)
+  end
+
+  local function use(name, input) return { type = "tool_use", name = name, input = input } end
+
+  it("finds its way: numbered lines, glob/grep/list through the executor at the same time, nested AGENTS.md, the run's facts", function()
+    local lines = {}
+    for i = 1, 300 do lines[i] = i == 150 and "func Hello() {}" or ("line " .. i) end
+    push_files{
+      ["pkg/x.go"] = table.concat(lines, "\n") .. "\n",
+      ["pkg/AGENTS.md"] = "PKG-MARKER: run go vet in pkg/ before you finish.\n",
+      ["docs/AGENTS.md"] = "DOCS-MARKER: never read.\n",
+      [".gitignore"] = "build/\n",
+    }
+    rg_barrier()
+    local out, err, reqs = session({
+      { content = {
+        use("bash", { command = "mkdir -p build && echo 'func Hello() {}' > build/gen.go" }),
+        use("read_file", { path = "pkg/x.go", offset = 200, limit = 3 }),
+        use("glob", { pattern = "**/*.go" }),
+        use("grep", { pattern = "func Hello", context = 1, glob = "*.go" }),
+        use("list", { path = "pkg" }),
+      } },
+      { content = { use("read_file", { path = "pkg/x.go", offset = 299 }), use("grep", { pattern = "no-such-thing-here" }),
+                    use("list", { path = "../.." }) } },
+      { content = { { type = "text", text = "Hello is in pkg/x.go at line 150." } } },
+    }, { "agent:review where is Hello defined in acme/api" })
+
+    local c = cards.find(out, "where is Hello")
+    assert.is_not_nil(c, out .. err)
+    assert.matches("✓ done after 3 turns", c, 1, true)
+    assert.same({ "bash", "read_file", "glob", "grep", "list" }, model.tool_names(reqs[1]))
+
+    -- the facts in the system prompt: date, sandbox, repository, branches, git status
+    local system = model.system_text(reqs[1].body)
+    assert.matches("Today is " .. os.date("!%A %d %B %Y"), system, 1, true)
+    assert.matches("Repository: acme/api; its default branch is main.", system, 1, true)
+    assert.matches("publishes them on branch none (nothing is published)", system, 1, true)
+    assert.matches("The sandbox runs [^\n]*Linux", system) -- /etc/os-release's name (Debian GNU/Linux …)
+    assert.matches("git version %d", system)
+    assert.matches("`git status` at the start:\n## main...origin/main", system, 1, true)
+    assert.matches("Scratch directory for notes, logs and throwaway scripts: .git/switchboard-scratch", system, 1, true)
+
+    local r = model.tool_results(reqs[2])
+    assert.equal(5, #r)
+    assert.equal("[lines 200-202 of 300; read on with offset 203]\n   200\tline 200\n   201\tline 201\n   202\tline 202", r[2].content)
+    assert.matches("pkg/x.go", r[3].content, 1, true)
+    assert.not_matches("build/gen.go", r[3].content, 1, true) -- .gitignore'd
+    assert.equal("pkg/x.go-149-line 149\npkg/x.go:150:func Hello() {}\npkg/x.go-151-line 151", r[4].content)
+    assert.equal("file  AGENTS.md  50 bytes\nfile  x.go  " .. #(table.concat(lines, "\n") .. "\n") .. " bytes", r[5].content)
+    -- the nested AGENTS.md entered the conversation after the first read under pkg/, once
+    local last = reqs[2].body.messages[#reqs[2].body.messages].content
+    local nested = last[#last]
+    assert.equal("text", nested.type)
+    assert.matches("[The instructions in pkg/AGENTS.md apply to the files under pkg/", nested.text, 1, true)
+    assert.matches("PKG-MARKER: run go vet in pkg/", nested.text, 1, true)
+    assert.not_matches("DOCS-MARKER", cjson_text(reqs[3].body), 1, true)
+    assert.matches("note: instructions for subdirectories: pkg/AGENTS.md", c, 1, true)
+    local r2 = model.tool_results(reqs[3])
+    assert.equal("   299\tline 299\n   300\tline 300", r2[1].content:match("\n(.*)$"))
+    assert.matches("^%[lines 299%-300 of 300%]", r2[1].content)
+    assert.equal("no match for no-such-thing-here", r2[2].content)
+    assert.is_true(r2[3].is_error)
+    assert.matches("may not leave the workspace", r2[3].content, 1, true)
+    assert.equal(1, count(cjson_text(reqs[3].body), "PKG-MARKER"))
+
+    -- glob and grep of turn 1 ran at the same time: each rg saw another start (one after the
+    -- other, the first would have waited 20 s and seen 1); turn 2's grep is the third
+    local seen = {}
+    for n in cat(state .. "/rg-seen.*"):gmatch("%d+") do seen[#seen + 1] = tonumber(n) end
+    assert.equal(3, #seen)
+    for _, n in ipairs(seen) do assert.is_true(n >= 2, "an rg ran alone: " .. table.concat(seen, ",")) end
+    -- the transcript: glob's and grep's spans overlap
+    local spans = {}
+    for line in cat(state .. "/st/transcripts/*/*.jsonl"):gmatch("[^\n]+") do
+      local doc = require("cjson").decode(line)
+      if doc.type == "tool_result" and doc.turn == 1 and (doc.name == "glob" or doc.name == "grep") then
+        spans[#spans + 1] = { doc.started_ms, doc.started_ms + doc.duration_ms }
+      end
+    end
+    assert.equal(2, #spans)
+    assert.is_true(math.max(spans[1][1], spans[2][1]) < math.min(spans[1][2], spans[2][2]), "glob and grep did not overlap")
+  end)
+
+  it("a run stopped at its turn limit opens a draft listing its files, without scratch or ignored files; the follow-up adds to it and makes it ready", function()
+    push_files{ [".gitignore"] = "build/\n" }
+    local out, err, _, leak = session({
+      { content = {
+        use("write_file", { path = ".git/switchboard-scratch/notes.txt", content = "my plan\n" }),
+        use("edit_file", { path = "README.md", old_text = "teh", new_text = "the", replace_all = true }),
+        use("bash", { command = "mkdir -p build && echo junk > build/out.o && echo notes > .git/switchboard-scratch/log" }),
+      } },
+      { content = { use("write_file", { path = "NEW.md", content = "new\n" }) } },
+      -- the follow-up finishes
+      { content = { use("write_file", { path = "DONE.md", content = "done\n" }) } },
+      { content = { { type = "text", text = "Finished: the typo is fixed and NEW.md added." } } },
+    }, { "agent:coding fix the typo in README.md in acme/api", "agent:coding finish it" },
+    function(src) return (src:gsub("max_turns = 80,", "max_turns = 2,", 1)) end)
+    local first = cards.find(out, "fix the typo")
+    assert.is_not_nil(first, out .. err)
+    assert.matches("⏹ stopped at the turn limit (2)", first, 1, true)
+    assert.matches("⇢ draft pull request #1 opened: https://github.com/acme/api/pull/1", first, 1, true)
+    local pr = w.gh.pulls["acme/api"][1]
+    local body1 = pr.bodies[1]
+    assert.matches("**Draft:** the run stopped before the agent said it was done (it used its turn limit)", body1, 1, true)
+    assert.matches("## Files changed\n\n- `NEW.md` (added)\n- `README.md` (modified)\n", body1, 1, true)
+    -- only the intended changes: no scratch file, nothing .gitignore'd
+    local tree = remote("ls-tree -r --name-only " .. pr.head)
+    assert.matches("NEW.md", tree, 1, true)
+    assert.not_matches("build/", tree, 1, true)
+    assert.not_matches("notes.txt", tree, 1, true)
+    assert.not_matches("switchboard-scratch", tree, 1, true)
+    -- the follow-up: the same pull request, its description kept and added to, marked ready
+    local second = cards.find(out, "finish it")
+    assert.matches("✓ done after 2 turns", second, 1, true)
+    assert.matches("⇢ pull request #1 updated: https://github.com/acme/api/pull/1", second, 1, true)
+    assert.equal(1, #w.gh.pulls["acme/api"])
+    assert.is_false(pr.draft)
+    assert.equal(1, #w.gh.graphql_calls)
+    assert.equal("write", w.gh.graphql_calls[1].scope)
+    assert.equal(body1, pr.body:sub(1, #body1)) -- the first run's section, as it was
+    assert.matches("\n\n---\n\nAsked of agent `coding` in thread main:\n\n> finish it", pr.body, 1, true)
+    assert.matches("Finished: the typo is fixed and NEW.md added.", pr.body, 1, true)
+    assert.matches("## Files changed\n\n- `DONE.md` (added)\n", pr.body:sub(#body1), 1, true) -- this run's own
+    no_secret_anywhere(out, err, leak)
+  end)
+
+  -- Publishing failures, each made the way GitHub makes it, through the real push and the stand-ins.
+  local function edit_then_say(extra_command)
+    local first = { use("edit_file", { path = "README.md", old_text = "teh", new_text = "the", replace_all = true }) }
+    if extra_command then first[#first + 1] = use("bash", { command = extra_command }) end
+    return { { content = first }, { content = { { type = "text", text = "Fixed." } } } }
+  end
+
+  it("a protected branch: GitHub's pre-receive refusal (GH006) reaches the card with what to do", function()
+    local hook = state .. "/repos/acme/api.git/hooks/pre-receive"
+    local f = assert(io.open(hook, "w"))
+    f:write([[#!/bin/sh
+while read old new ref; do
+  case "$ref" in refs/heads/switchboard/*)
+    echo "error: GH006: Protected branch update failed for $ref." >&2
+    echo "error: Changes must be made through a pull request." >&2
+    exit 1;;
+  esac
+done
+]])
+    f:close()
+    sh("chmod +x " .. hook)
+    local out, err, _, leak = session(edit_then_say(), { "agent:coding fix the typo in README.md in acme/api" })
+    local c = cards.find(out, "fix the typo")
+    assert.is_not_nil(c, out .. err)
+    assert.matches("✓ done after 2 turns", c, 1, true)
+    assert.matches("✗ no pull request — GitHub refused the push to switchboard/main%-%x+ in acme/api: the branch is protected %(GH006%)", c)
+    assert.matches("Change pull_request.branch in policies/agents.lua", c, 1, true)
+    assert.is_nil(w.gh.pulls["acme/api"])
+    no_secret_anywhere(out, err, leak)
+  end)
+
+  it("a rejected push: someone pushed to the thread's branch meanwhile", function()
+    local branch = require("switchboard.agent.publish").branch(policies.shipped(), "main", "console:main")
+    local other = ("git clone -q %s/repos/acme/api.git %s/other && cd %s/other && git checkout -q -b %s"
+      .. " && echo theirs > theirs.txt && git add . && git -c user.name=o -c user.email=o@x commit -qm theirs"
+      .. " && git push -q origin %s"):format(state, state, state, branch, branch)
+    local out, err, _, leak = session(edit_then_say(other), { "agent:coding fix the typo in README.md in acme/api" })
+    local c = cards.find(out, "fix the typo")
+    assert.is_not_nil(c, out .. err)
+    assert.matches("✗ no pull request — The push to " .. branch:gsub("%-", "%%-") .. " in acme/api was rejected: the branch on GitHub has commits this workspace lacks", c)
+    assert.matches("theirs.txt", remote("ls-tree -r --name-only " .. branch), 1, true) -- theirs is kept
+    assert.is_nil(w.gh.pulls["acme/api"])
+    no_secret_anywhere(out, err, leak)
+  end)
+
+  it("an expired token: GitHub stops accepting the run's token before the push", function()
+    -- the git stand-in reads the minted tokens at each request: emptying the file is GitHub
+    -- forgetting them (an installation token expires after an hour, or is revoked)
+    local out, err, _, leak = session(edit_then_say((": > %s/tokens"):format(state)),
+      { "agent:coding fix the typo in README.md in acme/api" })
+    local c = cards.find(out, "fix the typo")
+    assert.is_not_nil(c, out .. err)
+    assert.matches("✗ no pull request — GitHub did not accept the token for the push to acme/api (401)", c, 1, true)
+    assert.matches("ask again", c, 1, true)
+    assert.matches("POST /acme/api.git/git-receive-pack 401", files.read(state .. "/gitd/log") or "", 1, true)
+    no_secret_anywhere(out, err, leak)
+  end)
+
+  it("a repository the App cannot see: the run stops before its first turn, saying where to install the App", function()
+    sh(("cd %s && git clone -q --bare repos/acme/api.git repos/acme/lib.git"):format(state))
+    local out, err, reqs, leak = session({ { content = { { type = "text", text = "never" } } } },
+      { "agent:coding fix the typo in README.md in acme/lib" })
+    local c = cards.find(out, "fix the typo")
+    assert.is_not_nil(c, out .. err)
+    assert.matches("✗ not run — the repository could not be cloned", c, 1, true)
+    assert.matches("is not installed on acme/lib", c, 1, true)
+    assert.equal(0, #reqs)
+    no_secret_anywhere(out, err, leak)
   end)
 end)

@@ -149,7 +149,7 @@ describe("long agent runs", function()
     }, { "agent:coding count" })
     assert.matches("✓ done after 3 turns", cards.find(out, "^%[main%] agent:coding"), 1, true, out .. err)
     assert.matches("saved at switchboard-outputs/turn-1-toolu_seq.txt", model.tool_results(reqs[2])[1].content, 1, true)
-    assert.equal("[lines 39998-40000 of 40000]\n39998\n39999\n40000", model.tool_results(reqs[3])[1].content)
+    assert.equal("[lines 39998-40000 of 40000]\n 39998\t39998\n 39999\t39999\n 40000\t40000", model.tool_results(reqs[3])[1].content)
   end)
 
   it("printf of bytes that are not UTF-8, read_file of a PNG and of a binary keep the run going", function()
