@@ -206,7 +206,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
     assert.is_nil(r1[4].is_error)
     assert.equal("edited README.md: replaced 1 occurrence at line 1", r1[4].content)
     assert.equal("edited README.md: replaced 1 occurrence at line 2", model.tool_results(reqs[3])[1].content)
-    assert.same({ "bash", "read_file", "write_file", "edit_file" }, model.tool_names(reqs[1]))
+    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list" }, model.tool_names(reqs[1]))
 
     -- 3. the pull request: opened, linked on the card, its body linking the thread
     local branch = first:match("%(branch (switchboard/main%-%x+)%)")
@@ -240,7 +240,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
     local third = cards.find(out, "look at README.md")
     assert.matches("✓ done after 2 turns", third, 1, true)
     assert.not_matches("pull request", third, 1, true)
-    assert.same({ "bash", "read_file" }, model.tool_names(reqs[6]))
+    assert.same({ "bash", "read_file", "glob", "grep", "list" }, model.tool_names(reqs[6]))
     local log = files.read(state .. "/gitd/log")
     assert.equal(2, count(log, "POST /acme/api.git/git-receive-pack 200 auth=good"))
     assert.equal(2, count(log, "POST /acme/api.git/git-receive-pack"))
@@ -530,7 +530,8 @@ done
     assert.is_not_nil(c, out .. err)
     assert.matches("✗ no pull request — GitHub did not accept the token for the push to acme/api (401)", c, 1, true)
     assert.matches("ask again", c, 1, true)
-    assert.matches("POST /acme/api.git/git-receive-pack 401", files.read(state .. "/gitd/log") or "", 1, true)
+    -- the push's first request, with the token GitHub no longer knows
+    assert.matches("GET /acme/api.git/info/refs 401 auth=bad", files.read(state .. "/gitd/log") or "", 1, true)
     no_secret_anywhere(out, err, leak)
   end)
 
@@ -541,7 +542,9 @@ done
     local c = cards.find(out, "fix the typo")
     assert.is_not_nil(c, out .. err)
     assert.matches("✗ not run — the repository could not be cloned", c, 1, true)
-    assert.matches("is not installed on acme/lib", c, 1, true)
+    assert.matches("don't have access to acme/lib", c, 1, true)
+    assert.matches("add acme/lib to the selected ones", c, 1, true)
+    assert.not_matches("sandbox failure", c, 1, true)
     assert.equal(0, #reqs)
     no_secret_anywhere(out, err, leak)
   end)

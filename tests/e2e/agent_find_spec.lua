@@ -22,7 +22,7 @@ local coding = require("switchboard.policy").agent(snap, "coding")
 
 local function call(ex, name, input, signal)
   return tools.call(ex, snap, coding, { id = "t", name = name, input = input },
-    { signal = signal or core.signal(), remaining_ms = 60000 })
+    { signal = signal or core.signal(), remaining_ms = 10 * 60000 })
 end
 
 describe("glob, grep and list inside the walls", function()
@@ -40,6 +40,8 @@ describe("glob, grep and list inside the walls", function()
       -- me → /proc/self/status: ripgrep reads its own process's status, so the uid it shows is
       -- the uid the search ran as
       r.uid = call(ex, "grep", { pattern = "^Uid:", path = "me" }).content
+      r.bash_status = call(ex, "bash", { command = "grep -E '^(Uid|NSpid):' /proc/self/status; readlink /proc/self/ns/user" }).content
+      r.ns = call(ex, "grep", { pattern = "^NSpid:", path = "me" }).content
       -- a stop: a search over a FIFO that never ends is killed at once
       call(ex, "bash", { command = "mkfifo never" })
       local stop = core.signal()
@@ -55,9 +57,16 @@ describe("glob, grep and list inside the walls", function()
     assert.matches("file  b.md  11 bytes", r.list, 1, true)
     assert.matches("dir   src/", r.list, 1, true)
     assert.matches("link  me", r.list, 1, true)
+    -- the search ran as the instance's user (the uid its bash has, in the instance's user
+    -- namespace), not as this host's user
     local uid = tonumber(r.uid:match("Uid:%s+(%d+)"))
+    local sandbox_uid = tonumber(r.bash_status:match("Uid:%s+(%d+)"))
+    local host_uid = tonumber(io.open("/proc/self/status"):read("a"):match("Uid:%s+(%d+)"))
     assert.is_not_nil(uid, r.uid)
-    assert.is_true(uid >= UID_BASE and uid < UID_BASE + UID_COUNT, "rg ran as uid " .. tostring(uid))
+    assert.equal(sandbox_uid, uid)
+    assert.are_not.equal(host_uid, uid)
+    -- and in the instance's pid namespace: one level, as bash's is
+    assert.matches("^%d+:NSpid:\t%d+$", r.ns)
     assert.is_false(r.stopped.is_error and r.stopped.kind == "infra")
     assert.matches("stop", r.stopped.content)
   end)

@@ -32,7 +32,6 @@ function M.number(bytes, first, limit, max_line_chars)
       shown = n
     end
   end
-  if bytes:sub(-1) == "\n" then n = n - 1 end -- the empty match after the last newline
   return table.concat(out, "\n"), shown, n
 end
 
