@@ -122,7 +122,7 @@ describe("slack: an agent's card", function()
       end
       -- once the cards are up, Slack answers the next chat.update calls 429 (Retry-After 2 s)
       SL.wait(function() return #all_cards(st) >= N end, "20 cards posted", 60000)
-      st:control("/_control/rate_limit", { method = "chat.update", count = 3, retry_after = 2 })
+      st:control("rate_limit", { method = "chat.update", count = 3, retry_after = 2 })
       SL.wait(function()
         local done = 0
         for _, c in ipairs(all_cards(st)) do
