@@ -169,8 +169,8 @@ describe("agent runs in switchboard console", function()
       local s = cjson.decode(line)
       if s.name == "exec.exec" then spans[#spans + 1] = s end
     end
-    assert.equal(2, #spans)
-    assert.equal(3000, spans[2].attributes.timeout_ms)
+    assert.equal(3, #spans) -- the run's facts (agent/facts.lua), then the two calls
+    assert.equal(3000, spans[3].attributes.timeout_ms)
   end)
 
   it("retries 429 (retry-after), 529, an error event and a stream cut mid-answer, then finishes", function()
@@ -347,10 +347,12 @@ describe("agent runs in switchboard console", function()
 
     it("stops at once after consecutive infra failures, naming the sandbox failure", function()
       local boom = { status = 500, body = { error = "Internal Server Error" } }
+      -- the run's facts are gathered first (agent/facts.lua), then the sandbox fails
+      local facts = { status = 200, body = { stdout = "@@os Debian\n", stderr = "", exitCode = 0, durationMs = 5 } }
       local out, _, reqs = sandbox_session({
         tool("bash", { command = "echo 1" }), tool("bash", { command = "echo 2" }),
         tool("bash", { command = "echo 3" }), text_answer("unreachable"),
-      }, { boom, boom, boom, boom }, { "agent:coding build" })
+      }, { facts, boom, boom, boom, boom }, { "agent:coding build" })
       assert.equal(2, #reqs) -- the second failure ended the run: no third model turn
       assert.is_true(model.tool_results(reqs[2])[1].is_error)
       local c = cards.find(out, "^%[main%] agent:coding")
