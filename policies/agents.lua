@@ -149,6 +149,20 @@ Opened by switchboard from branch `{branch}` after {turns} model turns. A follow
   publish_grace_ms = 2 * minute,
 }
 
+-- Review comments on the bot's pull requests (GitHub's webhooks on POST /github/webhook of the
+-- bot's --listen; GITHUB_WEBHOOK_SECRET verifies them): a new comment — pull_request_review_comment,
+-- pull_request_review, issue_comment on the pull request — that mentions the bot (any of
+-- `mention`, case-blind) by someone whose author_association is listed starts a follow-up
+-- run of `agent` in the pull request's Slack thread, with the comment, its file, line and
+-- diff hunk in the ask; it pushes to the same branch and answers on the pull request with
+-- `reply` ({user}, {what}: what it pushed or why nothing, {summary}: the model's answer).
+review_comments = {
+  agent = "coding",
+  mention = { "@switchboard" },
+  allow_associations = { "OWNER", "MEMBER", "COLLABORATOR" },
+  reply = "@{user} {what}\n\n{summary}",
+}
+
 -- The model API (Anthropic's Messages API, streamed). ANTHROPIC_BASE_URL in switchboard's
 -- environment overrides base_url; the key is ANTHROPIC_API_KEY and is never written here.
 model_api = {

@@ -548,4 +548,99 @@ done
     assert.equal(0, #reqs)
     no_secret_anywhere(out, err, leak)
   end)
+
+  it("a signed review comment on the bot's pull request starts a run that pushes to the same branch and replies; unsigned or replayed does nothing", function()
+    local pol = policies.dir{
+      github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n' end,
+    }
+    local WEBHOOK_SECRET = "whsec-" .. core.crypto.hex(core.crypto.random_bytes(12))
+    local T = "1700000400.000100"
+    local r = {}
+    core.run(function()
+      w = standin.world{ policy = function() return policies.shipped() end, real_clock = true,
+                         tokens_file = state .. "/tokens", repos_root = state .. "/repos" }
+      policies.write(state .. "/app.pem", w.priv)
+      m = model.start()
+      m:script{
+        { content = { use("edit_file", { path = "README.md", old_text = "teh", new_text = "the", replace_all = true }) } },
+        { content = { { type = "text", text = "Fixed both." } } },
+        -- the run the review comment starts
+        { content = { use("edit_file", { path = "README.md", old_text = "See the docs.\n", new_text = "See the docs.\nThanks.\n" }) } },
+        { content = { { type = "text", text = "Added a thanks line." } } },
+      }
+      local st = SL.standin()
+      local bot = SL.bot(st, { state_dir = state .. "/st", policies = pol, args = { "--listen", "127.0.0.1:0" }, env = {
+        ANTHROPIC_BASE_URL = m.url, ANTHROPIC_API_KEY = m.key, GITHUB_APP_ID = "12345",
+        GITHUB_APP_PRIVATE_KEY = state .. "/app.pem", GITHUB_API_URL = w.gh.api_url, GH_TOKEN = false,
+        SLACK_SIGNING_SECRET = SL.SIGNING_SECRET, GITHUB_WEBHOOK_SECRET = WEBHOOK_SECRET,
+        HOME = state, PATH = state .. "/shim:" .. os.getenv("PATH") } })
+      st:envelope("events_api", SL.mention{ ts = T, text = "agent:coding fix the typo in README.md in acme/api" })
+      SL.wait(function()
+        for _, c in ipairs(st:cards(T)) do
+          if SL.is_final(c) and SL.card_text(c):find("pull request #1 opened", 1, true) then return c end
+        end
+      end, "the first run's pull request", 90000)
+      local pr = w.gh.pulls["acme/api"][1]
+      local body = require("cjson").encode{
+        action = "created", repository = { full_name = "acme/api" },
+        pull_request = { number = 1, html_url = pr.html_url, head = { ref = pr.head } },
+        comment = { body = "@switchboard please thank the reader after the docs line", user = { login = "rev" },
+                    author_association = "COLLABORATOR", path = "README.md", line = 2,
+                    diff_hunk = "@@ -1,2 +1,2 @@\n-See teh docs.\n+See the docs." },
+      }
+      local function post(headers)
+        headers["content-type"] = "application/json"
+        headers["x-github-event"] = headers["x-github-event"] or "pull_request_review_comment"
+        return core.http.request{ method = "POST", url = ("http://127.0.0.1:%d/github/webhook"):format(bot.events_port),
+                                  body = body, headers = headers, deadline_ms = 10000 }
+      end
+      local function sig(secret) return "sha256=" .. core.crypto.hex(core.crypto.hmac_sha256(secret, body)) end
+      r.unsigned = post{ ["x-github-delivery"] = "d-0" }
+      r.forged = post{ ["x-github-delivery"] = "d-0", ["x-hub-signature-256"] = sig("not-the-secret") }
+      r.signed = post{ ["x-github-delivery"] = "d-1", ["x-hub-signature-256"] = sig(WEBHOOK_SECRET) }
+      SL.wait(function()
+        local finals = 0
+        for _, c in ipairs(st:cards(T)) do if SL.is_final(c) then finals = finals + 1 end end
+        return finals == 2 and w.gh.comments and w.gh.comments["acme/api"]
+      end, "the review comment's run and its reply", 90000)
+      -- the same delivery again (a redelivery, or a captured request replayed): nothing runs
+      r.replayed = post{ ["x-github-delivery"] = "d-1", ["x-hub-signature-256"] = sig(WEBHOOK_SECRET) }
+      SL.wait(function() return bot.err:find("github.duplicate_delivery", 1, true) end, "the replay noticed", 30000)
+      r.cards = st:cards(T)
+      r.reqs = m:requests()
+      r.requests = #r.reqs
+      bot:signal("TERM")
+      bot:wait()
+      r.err = bot.err
+      st:close()
+      w.close()
+    end)
+    assert.equal(401, r.unsigned)
+    assert.equal(401, r.forged)
+    assert.equal(202, r.signed)
+    assert.equal(202, r.replayed)
+    assert.matches("github.webhook_refused", r.err, 1, true)
+    assert.equal(2, #r.cards) -- one card per run: the replay and the refused ones started none
+    assert.equal(4, r.requests)
+    local second = SL.card_text(r.cards[2])
+    assert.matches("note: started by a review comment from @rev on pull request #1", second, 1, true)
+    assert.matches("pull request #1 updated", second, 1, true)
+    assert.matches("note: replied on pull request #1", second, 1, true)
+    -- the model got the comment, its file and line and the diff hunk
+    local msgs = r.reqs[3].body.messages
+    local ask = model.text_of(msgs[#msgs])
+    assert.matches("A review comment by @rev on pull request #1 on README.md line 2 (https://github.com/acme/api/pull/1):", ask, 1, true)
+    assert.matches("> @switchboard please thank the reader after the docs line", ask, 1, true)
+    assert.matches("```diff\n@@ -1,2 +1,2 @@\n-See teh docs.\n+See the docs.\n```", ask, 1, true)
+    local pr = w.gh.pulls["acme/api"][1]
+    -- the same branch, a new commit on it
+    assert.equal("Welcome to the project.\nSee the docs.\nThanks.\n", remote("show " .. pr.head .. ":README.md"))
+    assert.equal(2, select(2, remote("log --format=%H main.." .. pr.head):gsub("\n", "")))
+    local reply = w.gh.comments["acme/api"][1][1]
+    assert.matches("^@rev I pushed the changes to `" .. pr.head:gsub("%-", "%%-") .. "`", reply.body)
+    assert.matches("Added a thanks line.", reply.body, 1, true)
+    assert.equal("write", reply.scope)
+    assert.is_nil(w.leak(r.err))
+    assert.not_matches(WEBHOOK_SECRET, r.err, 1, true)
+  end)
 end)

@@ -379,6 +379,27 @@ function Standin:graphql(req)
     message = ("Could not resolve to a node with the global id of '%s'"):format(tostring(id)) } } })
 end
 
+-- POST /repos/{o}/{r}/issues/{n}/comments with an installation token: a comment on an issue
+-- or pull request (kept in .comments[repo][n]); needs issues or pull_requests write.
+function Standin:issue_comment(req, repo, n)
+  local t = self:token_of(req)
+  if t == nil then return gh_error(401, "Bad credentials") end
+  if not covers(self.installations[t.installation], repo) then return gh_error(404, "Not Found") end
+  if (t.permissions.issues or "") ~= "write" and (t.permissions.pull_requests or "") ~= "write" then
+    return gh_error(403, "Resource not accessible by integration")
+  end
+  local ok, doc = pcall(cjson.decode, req.body or "")
+  if not ok or type(doc) ~= "table" or type(doc.body) ~= "string" then return gh_error(422, "Validation Failed") end
+  local list = self.pulls[repo] or {}
+  if list[n] == nil then return gh_error(404, "Not Found") end
+  self.comments = self.comments or {}
+  self.comments[repo] = self.comments[repo] or {}
+  self.comments[repo][n] = self.comments[repo][n] or {}
+  table.insert(self.comments[repo][n], { body = doc.body, scope = t.scope })
+  return json(201, { id = #self.comments[repo][n], body = doc.body,
+                     html_url = ("https://github.com/%s/pull/%d#issuecomment-%d"):format(repo, n, #self.comments[repo][n]) })
+end
+
 -- The protocol, transport-free: req = {method, path, headers (lower-cased names), body}.
 -- → status, headers, body
 function Standin:handle(req)
@@ -406,6 +427,8 @@ function Standin:handle(req)
     return answer(self:with_token(req))
   end
   if req.method == "POST" and req.path == "/graphql" then return answer(self:graphql(req)) end
+  local c_repo, c_n = req.path:match("^/repos/([^/]+/[^/]+)/issues/(%d+)/comments$")
+  if req.method == "POST" and c_repo then return answer(self:issue_comment(req, c_repo, math.tointeger(tonumber(c_n)))) end
   local pr_repo, pr_n = req.path:match("^/repos/([^/]+/[^/]+)/pulls/(%d+)$")
   if not pr_repo then pr_repo = req.path:match("^/repos/([^/]+/[^/]+)/pulls$") end
   if pr_repo then return answer(self:pull_request(req, pr_repo, pr_n and math.tointeger(tonumber(pr_n)))) end

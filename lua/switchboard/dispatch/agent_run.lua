@@ -15,6 +15,7 @@ local publish = require("switchboard.agent.publish")
 local run = require("switchboard.agent.run")
 local transcript = require("switchboard.agent.transcript")
 local identity = require("switchboard.github.identity")
+local pulls = require("switchboard.github.pulls")
 local parser = require("switchboard.dispatch.parser")
 
 local M = {}
@@ -117,6 +118,39 @@ function M.publish(d, thread, ask, built, t, answer, deadline, draft)
   core.log(res and "info" or "warn", "agent.publish", { thread = thread.name, repo = ask.repo,
     state = res and res.state or "failed", kind = kind, pr = c.pull_request and c.pull_request.number,
     draft = draft ~= nil })
+end
+
+-- A run a review comment started answers on the pull request: what it pushed (or why
+-- nothing), and its summary (policies/agents.lua review_comments.reply).
+function M.reply_on_review(d, thread, ask, state, answer, problem)
+  local c, snap, card = ask.review, ask.snap, ask.card
+  local pr = card.pull_request
+  local what
+  if pr then
+    what = ("I pushed the changes to `%s` (pull request updated)."):format(pr.branch)
+  elseif card.publish_problem then
+    what = "I could not push the changes: " .. card.publish_problem
+  else
+    what = ("I changed nothing (the run ended: %s%s)."):format(state, problem and (" — " .. problem) or "")
+  end
+  local body = require("switchboard.policy.template").fill(snap.agents.review_comments.reply, {
+    user = tostring(c.user), what = what,
+    summary = (answer and answer ~= "") and answer or "(no summary)",
+  })
+  local creds = d.build_opts.credentials
+  local envs, err = creds and creds:resolve_envs(ask.agent_def.token_scope, { repo = c.repo })
+  local ok
+  if envs and envs.GH_TOKEN then
+    ok, err = pulls.comment{ api_url = creds:api_url(), token = envs.GH_TOKEN, repo = c.repo,
+      number = math.tointeger(c.pr_number) or c.pr_number, body = body, timeout_ms = snap.github.request_timeout_ms }
+  end
+  if ok then
+    card:add_note(("replied on pull request #%s"):format(tostring(c.pr_number)))
+  else
+    card:add_note(("the reply on pull request #%s failed: %s"):format(tostring(c.pr_number),
+      tostring(err or "no GitHub token"):match("^[^\n]*")))
+  end
+  core.log(ok and "info" or "warn", "agent.review_reply", { thread = thread.name, pr = c.pr_url, ok = ok == true })
 end
 
 -- The front's context for this run (Slack: the thread's earlier messages on its first run, the
@@ -270,6 +304,7 @@ function M.run(d, thread, ask)
   end
   local publishes, unfinished = M.publishes(d, ask, state)
   if publishes then M.publish(d, thread, ask, built, t, answer, deadline, unfinished) end
+  if ask.review then M.reply_on_review(d, thread, ask, state, answer, problem) end
   -- with a record, the conversation lives there between runs: a bot with many threads does
   -- not hold every conversation (images included) in memory; the next run reads it back
   if d.record and thread.mark then thread.history, thread.mark = nil, nil end

@@ -6,6 +6,9 @@
 --   PATCH /repos/{o}/{r}/pulls/{n}   {body}                    update it (200)
 --
 --   POST  /graphql   markPullRequestReadyForReview            a draft made ready (REST cannot)
+--   POST  /repos/{o}/{r}/issues/{n}/comments   {body}          a comment on the pull request (201)
+--
+--   local ok, err = pulls.comment{api_url, token, repo, number, body, timeout_ms, request?, user_agent?}
 --
 --   local pr, err = pulls.open_or_update{api_url, token, repo, branch, base, title, body,
 --                                        timeout_ms, request?, user_agent?, draft?}
@@ -141,6 +144,13 @@ function M.mark_ready(o, node_id)
     return nil, ("GitHub did not mark it ready for review (%s%s) — mark it ready on GitHub"):format(
       tostring(status), said and (": " .. tostring(said):sub(1, 200)) or "")
   end
+  return true
+end
+
+function M.comment(o)
+  local status, doc, err = call(o, "POST", ("/repos/%s/issues/%d/comments"):format(o.repo, o.number), { body = o.body })
+  if status == nil then return nil, err end
+  if status ~= 201 then return nil, M.explain(status, doc, "comment on pull request #" .. o.number, o.repo) end
   return true
 end
 

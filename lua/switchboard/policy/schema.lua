@@ -469,6 +469,13 @@ M.files.agents = {
     max_image_bytes = S.int { min = 1024, max = 32 * M.MIB, unit = "bytes" },
     max_image_side = S.int { min = 1, max = 100000 },
   },
+  review_comments = S.record {
+    agent = agent_name,
+    mention = S.list(S.string { one_line = true, max_len = 100 }, { min = 1, max = 10 }),
+    allow_associations = S.list(S.enum { "OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR",
+      "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE" }, { unique = true }),
+    reply = S.text({ "user", "what", "summary" }, 8192),
+  },
   environment = S.record {
     prompt = S.text({ "date", "os", "toolchains", "repository", "default_branch", "publish_branch",
                       "git_status", "scratch" }, 16384),
@@ -804,6 +811,10 @@ function M.cross.agents(a, report)
     if def.readonly and def.token_scope == "write" then
       report(p .. ".token_scope", "a readonly agent must not get the write token")
     end
+  end
+  if type(a.review_comments) == "table" and type(a.review_comments.agent) == "string"
+      and a.agents[a.review_comments.agent] == nil then
+    report("review_comments.agent", "names no agent defined in agents: " .. show(a.review_comments.agent))
   end
   if type(a.default_agent) == "string" and a.agents[a.default_agent] == nil then
     report("default_agent", "names no agent defined in agents: " .. show(a.default_agent))
