@@ -643,4 +643,48 @@ done
     assert.is_nil(w.leak(r.err))
     assert.not_matches(WEBHOOK_SECRET, r.err, 1, true)
   end)
+
+  it("a run stopped with the Stop button still publishes what it did, as a draft", function()
+    local pol = policies.dir{
+      github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n' end,
+    }
+    local T = "1700000500.000100"
+    local text, final_pr
+    core.run(function()
+      w = standin.world{ policy = function() return policies.shipped() end, real_clock = true,
+                         tokens_file = state .. "/tokens", repos_root = state .. "/repos" }
+      policies.write(state .. "/app.pem", w.priv)
+      m = model.start()
+      m:script{
+        { content = { use("edit_file", { path = "README.md", old_text = "teh", new_text = "the", replace_all = true }) } },
+        -- the second turn's answer is held: the Stop lands in it
+        { content = { { type = "text", text = "never sent" } }, hold_ms = 60000, touch = state .. "/held" },
+      }
+      local st = SL.standin()
+      local bot = SL.bot(st, { state_dir = state .. "/st", policies = pol, env = {
+        ANTHROPIC_BASE_URL = m.url, ANTHROPIC_API_KEY = m.key, GITHUB_APP_ID = "12345",
+        GITHUB_APP_PRIVATE_KEY = state .. "/app.pem", GITHUB_API_URL = w.gh.api_url, GH_TOKEN = false,
+        HOME = state, PATH = state .. "/shim:" .. os.getenv("PATH") } })
+      st:envelope("events_api", SL.mention{ ts = T, text = "agent:coding fix the typo in README.md in acme/api" })
+      SL.wait(function() return files.read(state .. "/held") end, "the second turn under way", 90000)
+      st:envelope("interactive", SL.stop_press(T))
+      local final = SL.wait(function()
+        for _, c in ipairs(st:cards(T)) do
+          if SL.is_final(c) and SL.card_text(c):find("pull request", 1, true) then return c end
+        end
+      end, "the stopped run's card with its pull request", 90000)
+      text = SL.card_text(final)
+      final_pr = w.gh.pulls["acme/api"] and w.gh.pulls["acme/api"][1]
+      bot:signal("TERM")
+      bot:wait()
+      st:close()
+      w.close()
+    end)
+    assert.matches("■ stopped", text, 1, true)
+    assert.matches("draft pull request #1 opened", text, 1, true)
+    assert.is_not_nil(final_pr)
+    assert.is_true(final_pr.draft)
+    assert.matches("**Draft:** the run stopped before the agent said it was done (it was stopped)", final_pr.body, 1, true)
+    assert.equal("Welcome to the project.\nSee the docs.\n", remote("show " .. final_pr.head .. ":README.md"))
+  end)
 end)
