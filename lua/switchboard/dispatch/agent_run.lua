@@ -82,6 +82,10 @@ function M.publishes(d, ask, state)
   if state == "done" and not ask.stop.aborted then return "ready" end
   local stopped = ask.stop.aborted and "stopped" or state
   if UNFINISHED[stopped] and ask.snap.agents.pull_request.unfinished == "draft" then return "draft", UNFINISHED[stopped] end
+  if UNFINISHED[stopped] then
+    ask.card:add_note(("no pull request: the run stopped before it was done (%s), and pull_request.unfinished "
+      .. "in policies/agents.lua is \"none\"; its changes stay in the thread's workspace for a follow-up"):format(UNFINISHED[stopped]))
+  end
   return nil
 end
 

@@ -185,7 +185,7 @@ function F:card_worker(h)
     next_state(h)
     local wait = h.last_ms + s.card.update_every_ms - self.now_ms()
     if wait > 0 then core.sleep(wait) end
-    self:update_slot(s)
+    self:update_slot(s, h)
     msg = h.pending -- the newest state: it may have changed during the waits
     h.pending = nil
     if msg.final and blocks.needs_file(msg.card, s.card.max_block_chars, s.card.max_answer_blocks) then
@@ -217,13 +217,23 @@ end
 
 -- Waits for this card's turn among all cards: chat.update calls are spaced 60 s /
 -- card.updates_per_minute apart, whichever card makes them. The slot is taken before the wait,
--- so cards take turns in the order they asked.
-function F:update_slot(s)
+-- so cards take turns in the order they asked — except that a card whose final state is known
+-- goes before every card that only has progress to show (a person waits for the answer, not
+-- for the elapsed seconds).
+function F:update_slot(s, h)
   local spacing = 60000 // s.card.updates_per_minute
+  local final = h.final_queued
+  if final then
+    self.finals_waiting = (self.finals_waiting or 0) + 1
+  else
+    while (self.finals_waiting or 0) > 0 and not h.final_queued do core.sleep(spacing) end
+    if h.final_queued then return self:update_slot(s, h) end
+  end
   local now = self.now_ms()
   local slot = math.max(now, self.next_update_ms)
   self.next_update_ms = slot + spacing
   if slot > now then core.sleep(slot - now) end
+  if final then self.finals_waiting = self.finals_waiting - 1 end
 end
 
 function F:post(thread, msg)
