@@ -581,13 +581,17 @@ done
         end
       end, "the first run's pull request", 90000)
       local pr = w.gh.pulls["acme/api"][1]
-      local body = require("cjson").encode{
-        action = "created", repository = { full_name = "acme/api" },
-        pull_request = { number = 1, html_url = pr.html_url, head = { ref = pr.head } },
-        comment = { body = "@switchboard please thank the reader after the docs line", user = { login = "rev" },
-                    author_association = "COLLABORATOR", path = "README.md", line = 2,
-                    diff_hunk = "@@ -1,2 +1,2 @@\n-See teh docs.\n+See the docs." },
-      }
+      local function delivery(created_s)
+        return require("cjson").encode{
+          action = "created", repository = { full_name = "acme/api" },
+          pull_request = { number = 1, html_url = pr.html_url, head = { ref = pr.head } },
+          comment = { body = "@switchboard please thank the reader after the docs line", user = { login = "rev" },
+                      author_association = "COLLABORATOR", path = "README.md", line = 2,
+                      created_at = os.date("!%Y-%m-%dT%H:%M:%SZ", created_s),
+                      diff_hunk = "@@ -1,2 +1,2 @@\n-See teh docs.\n+See the docs." },
+        }
+      end
+      local body = delivery(os.time())
       local function post(headers)
         headers["content-type"] = "application/json"
         headers["x-github-event"] = headers["x-github-event"] or "pull_request_review_comment"
@@ -606,6 +610,10 @@ done
       -- the same delivery again (a redelivery, or a captured request replayed): nothing runs
       r.replayed = post{ ["x-github-delivery"] = "d-1", ["x-hub-signature-256"] = sig(WEBHOOK_SECRET) }
       SL.wait(function() return bot.err:find("github.duplicate_delivery", 1, true) end, "the replay noticed", 30000)
+      -- a captured delivery sent again under a new id, two hours on: too old to be a new comment
+      body = delivery(os.time() - 2 * 3600)
+      r.old = post{ ["x-github-delivery"] = "d-2", ["x-hub-signature-256"] = sig(WEBHOOK_SECRET) }
+      SL.wait(function() return bot.err:find("older than the", 1, true) end, "the old comment refused", 30000)
       r.cards = st:cards(T)
       r.reqs = m:requests()
       r.requests = #r.reqs
@@ -619,6 +627,7 @@ done
     assert.equal(401, r.forged)
     assert.equal(202, r.signed)
     assert.equal(202, r.replayed)
+    assert.equal(202, r.old)
     assert.matches("github.webhook_refused", r.err, 1, true)
     assert.equal(2, #r.cards) -- one card per run: the replay and the refused ones started none
     assert.equal(4, r.requests)

@@ -140,7 +140,7 @@ function App:on_github(event, delivery, payload)
   end
   local snap = self.policy()
   local pol = snap.agents.review_comments
-  local c, why = review.read(event, payload, pol)
+  local c, why = review.read(event, payload, pol, core.wall_ms() // 1000, snap.slack.events.dedup_ms // 1000)
   if not c then
     self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), event = tostring(event), why = why })
     return

@@ -2,14 +2,16 @@
 -- from review comments"): POST /github/webhook on the bot's Events API listener.
 --
 --   review.verify(secret, headers, raw_body) → true | false, why     (why is for the log)
---   review.read(event_name, payload, policy) → comment | nil, why
+--   review.read(event_name, payload, policy, now_s, max_age_s) → comment | nil, why
 --     comment = {repo, pr_number, pr_url, user, association, body, path?, line?, diff_hunk?,
 --                kind = "review_comment" | "review" | "comment"}
 --   review.ask_text(comment) → the follow-up's ask
 --
 -- A delivery must carry X-Hub-Signature-256 = "sha256=" + hex(HMAC-SHA256(the App's webhook
 -- secret, the raw body)), compared in constant time; X-GitHub-Delivery makes a redelivery (or
--- a replay of a captured request) run once (the caller keeps the seen ids).
+-- a replay of a captured request) run once (the caller keeps the seen ids for max_age_s), and a
+-- comment older than max_age_s is refused, so a delivery replayed after its id was forgotten
+-- (a restart aside) still runs nothing.
 local core = require("switchboard.core")
 
 local M = {}
@@ -36,26 +38,48 @@ local function allowed(association, list)
   return false
 end
 
+-- "2026-12-01T19:40:00Z" → seconds since the epoch (UTC), or nil.
+function M.iso_seconds(s)
+  if type(s) ~= "string" then return nil end
+  local y, mo, d, h, mi, sec = s:match("^(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d):(%d%d)")
+  if not y then return nil end
+  y, mo, d = tonumber(y), tonumber(mo), tonumber(d)
+  -- days from the civil date (Howard Hinnant's algorithm): no os.time, which is local time
+  y = mo <= 2 and y - 1 or y
+  local era = (y >= 0 and y or y - 399) // 400
+  local yoe = y - era * 400
+  local doy = (153 * (mo + (mo > 2 and -3 or 9)) + 2) // 5 + d - 1
+  local doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+  local days = era * 146097 + doe - 719468
+  local zone = s:match("([+-]%d%d):?(%d%d)$")
+  local off = 0
+  if zone then
+    local sign, zh, zm = s:match("([+-])(%d%d):?(%d%d)$")
+    off = (tonumber(zh) * 3600 + tonumber(zm) * 60) * (sign == "-" and -1 or 1)
+  end
+  return days * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(sec) - off
+end
+
 -- The comment of a delivery that should start a follow-up, or nil and why not.
-function M.read(event, p, pol)
+function M.read(event, p, pol, now_s, max_age_s)
   if type(p) ~= "table" then return nil, "not a JSON object" end
   local repo = type(p.repository) == "table" and p.repository.full_name
   local c
   if event == "pull_request_review_comment" and p.action == "created" and type(p.comment) == "table"
       and type(p.pull_request) == "table" then
-    c = { kind = "review_comment", body = p.comment.body, user = p.comment.user and p.comment.user.login,
+    c = { kind = "review_comment", body = p.comment.body, at = p.comment.created_at, user = p.comment.user and p.comment.user.login,
           association = p.comment.author_association, path = p.comment.path,
           line = p.comment.line or p.comment.original_line, diff_hunk = p.comment.diff_hunk,
           pr_number = p.pull_request.number, pr_url = p.pull_request.html_url,
           head = p.pull_request.head and p.pull_request.head.ref }
   elseif event == "pull_request_review" and p.action == "submitted" and type(p.review) == "table"
       and type(p.pull_request) == "table" then
-    c = { kind = "review", body = p.review.body, user = p.review.user and p.review.user.login,
+    c = { kind = "review", body = p.review.body, at = p.review.submitted_at, user = p.review.user and p.review.user.login,
           association = p.review.author_association, pr_number = p.pull_request.number,
           pr_url = p.pull_request.html_url, head = p.pull_request.head and p.pull_request.head.ref }
   elseif event == "issue_comment" and p.action == "created" and type(p.issue) == "table"
       and type(p.issue.pull_request) == "table" and type(p.comment) == "table" then
-    c = { kind = "comment", body = p.comment.body, user = p.comment.user and p.comment.user.login,
+    c = { kind = "comment", body = p.comment.body, at = p.comment.created_at, user = p.comment.user and p.comment.user.login,
           association = p.comment.author_association, pr_number = p.issue.number,
           pr_url = p.issue.pull_request.html_url or p.issue.html_url }
   else
@@ -69,6 +93,11 @@ function M.read(event, p, pol)
   if type(c.body) ~= "string" or c.body == "" then return nil, "an empty comment" end
   if type(c.pr_url) ~= "string" or type(repo) ~= "string" then return nil, "no pull request or repository" end
   if not mentions(c.body, pol.mention) then return nil, "the comment does not mention the bot" end
+  local at = M.iso_seconds(c.at)
+  if not at then return nil, "the comment has no time" end
+  if now_s and max_age_s and now_s - at > max_age_s then
+    return nil, ("the comment is %d s old, older than the %d s a delivery id is remembered: a replay"):format(now_s - at, max_age_s)
+  end
   if not allowed(c.association, pol.allow_associations) then
     return nil, ("%s (%s) may not start runs (review_comments.allow_associations)"):format(
       tostring(c.user), tostring(c.association))
