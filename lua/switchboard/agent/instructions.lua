@@ -132,6 +132,22 @@ function M.nested(ex, snap, paths, state, ctx)
   return found
 end
 
+-- The directories whose instruction files a conversation already carries (a follow-up's
+-- history): they are not added again.
+function M.nested_seen_in(state, messages)
+  for _, m in ipairs(messages or {}) do
+    if m.role == "user" and type(m.content) == "table" then
+      for _, b in ipairs(m.content) do
+        if type(b) == "table" and b.type == "text" and type(b.text) == "string" then
+          local dir = b.text:match("^%[The instructions in %S+ apply to the files under (%S+)/ ")
+          if dir then state.seen[dir] = true end
+        end
+      end
+    end
+  end
+  return state
+end
+
 function M.nested_text(f)
   return ("[The instructions in %s apply to the files under %s/ — follow them there, in "
     .. "addition to the repository's:]\n%s"):format(f.path, f.dir, f.text)

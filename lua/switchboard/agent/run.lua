@@ -441,7 +441,7 @@ local function setup(o)
   o.system = text.valid(instructions.append(system, o.instructions))
   o.totals = { input_tokens = 0, output_tokens = 0, cache_read_input_tokens = 0, cache_creation_input_tokens = 0 }
   o.cost, o.compactions, o.continuations, o.described = 0, 0, 0, {}
-  o.nested = instructions.nested_state()
+  o.nested = instructions.nested_seen_in(instructions.nested_state(), o.history)
 end
 
 local function record(o, conv, turns)
