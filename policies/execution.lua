@@ -5,9 +5,11 @@
 --   "resident"  a warm resident environment when the repository is onboarded and warm,
 --               else the per-thread sandbox with a note saying why
 --   "e2b"       an E2B micro-VM
+--   "kubernetes" a pod of its own per thread, claimed from an agent-sandbox warm pool
 -- backend.default "local" is this host — unless a sandbox is configured (SANDBOX_URL and
 -- SANDBOX_TOKEN set, as the package's bot.env does): then agents not named below run in the
--- sandbox (choose_backend at the end of this file). The local executor is walled for every
+-- sandbox; or, without SANDBOX_URL, in a cluster with agent-sandbox (SANDBOX_TOKEN and a service
+-- account or KUBECONFIG): then they run in pods (choose_backend at the end of this file). The local executor is walled for every
 -- front that serves other people (policies/isolation.lua local_walls).
 backend = { default = "local" }
 -- backend.review = "sandbox"      -- per agent: always this backend
@@ -33,6 +35,12 @@ resident = {
 -- e2b: the API key's variable; the sandbox template; the directory commands run in and file
 -- paths are relative to (E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL, E2B_DEBUG: docs/e2b.md).
 e2b = { api_key_env = "E2B_API_KEY", template = "base", workdir = "/home/user" }
+-- kubernetes: a pod per thread, claimed from an agent-sandbox warm pool (docs/deploy.md
+-- "Kubernetes with agent-sandbox"). The API server and credentials: the pod's service account,
+-- else the kubeconfig (JSON) the variable kubeconfig_env names; namespace: this one, else the
+-- service account's or the kubeconfig's. sandboxd in the pods listens on port and takes the
+-- bearer in token_env.
+kubernetes = { token_env = "SANDBOX_TOKEN", kubeconfig_env = "KUBECONFIG", warm_pool = "switchboard", port = 8080 }
 
 -- A backend chosen but not configured is refused with this text (never a silent fallback to
 -- this host). {agent}, {backend}, {setting} are filled in.
@@ -49,13 +57,17 @@ child_env = {
 -- Which backend an agent's commands run on. ctx = {agent = "coding", repo = "owner/name"?,
 -- front = "slack" | "console" | "exec"?, configured = {sandbox = true, resident = false, e2b =
 -- false, ["local"] = true}? (whose variables are set in this process)}; policy = this file's
--- settings. Must return "local", "sandbox", "resident" or "e2b". Runs under an instruction
+-- settings. Must return "local", "sandbox", "resident", "e2b" or "kubernetes". Runs under an instruction
 -- budget; a failure falls back to the shipped version of this function.
 function choose_backend(ctx, policy)
   local named = policy.backend[ctx.agent]
   if named then return named end
   if policy.backend.default == "local" and ctx.configured and ctx.configured.sandbox then
     return "sandbox"
+  end
+  -- in a cluster with agent-sandbox (a service account or kubeconfig, and sandboxd's bearer)
+  if policy.backend.default == "local" and ctx.configured and ctx.configured.kubernetes then
+    return "kubernetes"
   end
   return policy.backend.default
 end

@@ -92,6 +92,19 @@ e2b = {
   max_stream_bytes = 64 * MiB,        -- the largest process stream read (base64 output inflates)
 }
 
+-- The kubernetes backend (docs/deploy.md "Kubernetes with agent-sandbox"): one API call waits
+-- api_timeout_ms; a watch asks the server to end it after watch_seconds (then it is resumed);
+-- 429/503 with Retry-After are sent again max_retries times, each wait at most
+-- max_retry_after_ms; after a failed operation the claim is watched gone_check_ms for a pod that
+-- just died. Waiting for a ready pod is the fleet-busy wait (fleet_busy, bounded by the budget).
+kubernetes = {
+  api_timeout_ms = 30 * second,
+  watch_seconds = 300,
+  max_retries = 5,
+  max_retry_after_ms = 30 * second,
+  gone_check_ms = 5 * second,
+}
+
 -- Fail fast when the executor's transport failed this many times in a row.
 health = { max_consecutive_infra_failures = 2 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The Kubernetes manifests, validated offline (issue 14 item 6): `npm ci` in deploy/kubernetes
-# when needed, then check.mjs (the API's schemas from npm's kubernetes-models, plus the size,
-# ceiling, selectors, probes and affinity list) on npm's Node 22.
+# The Kubernetes manifests, validated offline (issue 14 item 6, issue 27): `npm ci` in
+# deploy/kubernetes when needed, then check.mjs (the API's schemas from npm's kubernetes-models,
+# strictly: no unknown field; agent-sandbox's kinds against our schema of the fields we use at
+# the pinned version; plus the size, ceiling, selectors, probes, RBAC, runtime class,
+# NetworkPolicy and warm pool) on npm's Node 22.
 . "$(dirname "$0")/lib.sh"
 cd "$DEPLOY_DIR/kubernetes"
 command -v npm >/dev/null || skip "npm is not installed (scripts/bootstrap installs nodejs and npm)"

@@ -283,7 +283,10 @@ static void request_aborted(sb_abort_listener *l, sb_abort *sig) {
 
 typedef struct {
   const char *method, *url, *body, *unix_socket;
-  size_t body_len, max_body;
+  /* TLS for a server with a private CA and client certificates (a Kubernetes API server):
+   * a CA bundle file, or PEM bytes for the CA, the client certificate and its key */
+  const char *ca_file, *ca_pem, *cert_pem, *key_pem;
+  size_t body_len, max_body, ca_pem_len, cert_pem_len, key_pem_len;
   long deadline_ms;
   sb_abort *sig;
   bool has_headers, has_on_chunk;
@@ -402,6 +405,24 @@ static void parse_args(lua_State *L, request_args *a) {
   else if (t != LUA_TNIL)
     luaL_error(L, "core.http.request: unix_socket must be a path");
 
+  t = field(L, "ca_file"); /* slot 9 */
+  if (t == LUA_TSTRING)
+    a->ca_file = lua_tostring(L, 9);
+  else if (t != LUA_TNIL)
+    luaL_error(L, "core.http.request: ca_file must be a path");
+  static const char *const pem_fields[] = {"ca_pem", "client_cert_pem", "client_key_pem"};
+  const char **pem[] = {&a->ca_pem, &a->cert_pem, &a->key_pem};
+  size_t *pem_len[] = {&a->ca_pem_len, &a->cert_pem_len, &a->key_pem_len};
+  for (int i = 0; i < 3; i++) { /* slots 10, 11, 12 */
+    t = field(L, pem_fields[i]);
+    if (t == LUA_TSTRING)
+      *pem[i] = lua_tolstring(L, 10 + i, pem_len[i]);
+    else if (t != LUA_TNIL)
+      luaL_error(L, "core.http.request: %s must be PEM text", pem_fields[i]);
+  }
+  if ((a->cert_pem == NULL) != (a->key_pem == NULL))
+    luaL_error(L, "core.http.request: client_cert_pem and client_key_pem go together");
+
   t = field(L, "max_body");
   if (t != LUA_TNIL) {
     int isint = 0;
@@ -492,6 +513,21 @@ static bool configure(request *r, const request_args *a) {
     SET(CURLOPT_TIMEOUT_MS, a->deadline_ms);
   if (a->unix_socket != NULL)
     SET(CURLOPT_UNIX_SOCKET_PATH, a->unix_socket);
+  if (a->ca_file != NULL)
+    SET(CURLOPT_CAINFO, a->ca_file);
+  /* blobs are copied by libcurl (CURL_BLOB_COPY): the Lua strings need not outlive this call */
+  if (a->ca_pem != NULL) {
+    struct curl_blob b = {(void *)a->ca_pem, a->ca_pem_len, CURL_BLOB_COPY};
+    SET(CURLOPT_CAINFO_BLOB, &b);
+  }
+  if (a->cert_pem != NULL) {
+    struct curl_blob c = {(void *)a->cert_pem, a->cert_pem_len, CURL_BLOB_COPY};
+    struct curl_blob k = {(void *)a->key_pem, a->key_pem_len, CURL_BLOB_COPY};
+    SET(CURLOPT_SSLCERTTYPE, "PEM");
+    SET(CURLOPT_SSLCERT_BLOB, &c);
+    SET(CURLOPT_SSLKEYTYPE, "PEM");
+    SET(CURLOPT_SSLKEY_BLOB, &k);
+  }
   bool is_post = strcmp(a->method, "POST") == 0;
   if (a->body != NULL || is_post) {
     SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)a->body_len);

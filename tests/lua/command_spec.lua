@@ -101,7 +101,7 @@ describe("the commands' shared prologue", function()
     local _, status, _, err = start({ "--backend", "cloud" }, { spec = { backend = "string" }, backend = true, policies = true },
       "/nonexistent/policies")
     assert.equal(2, status)
-    assert.equal('switchboard demo: --backend must be local, sandbox, resident or e2b, got "cloud"', err)
+    assert.equal('switchboard demo: --backend must be local, sandbox, resident, e2b or kubernetes, got "cloud"', err)
     local _, status2, _, err2 = start({ "extra" }, { spec = {}, usage = function(p) return "unexpected " .. p.words[1] end })
     assert.equal(2, status2)
     assert.equal("switchboard demo: unexpected extra", err2)

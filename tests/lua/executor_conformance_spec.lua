@@ -1,6 +1,6 @@
 -- The executor conformance suite (docs/executors.md): the same cases against every backend —
--- null, local, sandbox (a real sandboxd on loopback), resident and e2b (the E2B stand-in, a real process
--- speaking E2B's protocols). A backend is one entry in BACKENDS:
+-- null, local, sandbox (a real sandboxd on loopback), resident, e2b (the E2B stand-in, a real process
+-- speaking E2B's protocols) and kubernetes (the Kubernetes API stand-in, pods of sandboxd --pod). A backend is one entry in BACKENDS:
 --
 --   name        the backend's name (ex.backend must say it, null says "local")
 --   start()     brings up what it needs (inside core.run); stop() takes it down
@@ -148,6 +148,31 @@ do
           if ex:exec("true") then break end
         end
       end
+    end,
+  }
+end
+
+do
+  -- kubernetes: the Kubernetes API stand-in (HTTPS, agent-sandbox's SandboxClaim status),
+  -- whose pods are real `switchboard sandboxd --pod` processes
+  local K = require("support.kube")
+  local h
+  BACKENDS[#BACKENDS + 1] = {
+    name = "kubernetes", symlinks = true,
+    start = function() h = K.start{ policies = policy_dir, pool_size = 2 } end,
+    stop = function() h.stop() end,
+    make = function(k) return K.executor(h, { policy = policy, thread_key = k }) end,
+    -- the thread's pod dies under it
+    infra = function(k)
+      local ex = K.executor(h, { policy = policy, thread_key = k })
+      assert(ex:exec("true"))
+      h:kill(require("switchboard.exec.kubernetes").claim_name(k))
+      return ex
+    end,
+    -- the warm pool has no pod for longer than the wait
+    capacity = function(k)
+      h:pool(0)
+      return K.executor(h, { policy = policy, thread_key = k }), function() h:pool(2) end
     end,
   }
 end

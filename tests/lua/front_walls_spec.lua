@@ -102,8 +102,11 @@ describe("local walls per front", function()
     assert.equal("local", factory.backend_for({ getenv = getenv_of(SANDBOX_ENV) }, named, { agent = "review" }))
     assert.equal("sandbox", factory.backend_for({ getenv = getenv_of(SANDBOX_ENV) }, named, { agent = "coding" }))
     -- the facts given
-    assert.same({ ["local"] = true, sandbox = true, resident = false, e2b = false },
+    assert.same({ ["local"] = true, sandbox = true, resident = false, e2b = false, kubernetes = false },
       factory.configured(snap, { getenv = getenv_of(SANDBOX_ENV) }))
+    -- in a cluster (a service account's host, or a kubeconfig) with the bearer and no SANDBOX_URL
+    assert.equal("kubernetes", choose({ SANDBOX_TOKEN = "t", KUBERNETES_SERVICE_HOST = "10.0.0.1" }))
+    assert.equal("sandbox", choose({ SANDBOX_TOKEN = "t", KUBERNETES_SERVICE_HOST = "10.0.0.1", SANDBOX_URL = "http://sandboxd-0.sandboxd:8080" }))
     local v = policy.decide(snap, "execution.choose_backend", nil, { agent = "coding" })
     assert.equal("local", v) -- an older caller that gives no facts gets the default
   end)

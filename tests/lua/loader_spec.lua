@@ -224,7 +224,7 @@ describe("policy loader", function()
         "/execution.lua:" .. (line_count("execution") + 2) .. ": hook choose_backend(", "instruction budget exhausted")
       expect_refused({ execution = append("function choose_backend(ctx) error('nope') end") }, "hook choose_backend(", "nope")
       expect_refused({ execution = append('function choose_backend(ctx) return "docker" end') },
-        "hook choose_backend(", "returned \"docker\" (expected one of local, sandbox, resident, e2b)")
+        "hook choose_backend(", "returned \"docker\" (expected one of local, sandbox, resident, e2b, kubernetes)")
       expect_refused({ agents = append('function choose_agent(ctx) return "nobody" end') }, "hook choose_agent(", "returned \"nobody\"")
     end)
 

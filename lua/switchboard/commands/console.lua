@@ -42,8 +42,9 @@ stop reading, let running asks finish (timeouts console.drain_ms), then kill the
 a second TERM/INT kills at once.
 
 Options:
-  --backend NAME          override policy's backend: local, sandbox, resident or e2b ($E2B_API_KEY;
-                          E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md)
+  --backend NAME          override policy's backend: local, sandbox, resident, e2b ($E2B_API_KEY;
+                          E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md) or
+                          kubernetes (a pod per thread: docs/deploy.md)
   --sandbox-url URL       the sandboxd for --backend sandbox (token: $SANDBOX_TOKEN)
   --workspace-root DIR    where local workspaces live (default: $SWITCHBOARD_STATE_DIR/workspaces)
   --thread NAME           the thread to start in (default: main)

@@ -39,8 +39,9 @@ Options:
   --agent NAME            the agent whose resources and backend apply (default: policy's
                           default agent)
   --repo OWNER/NAME       the repository the agent works on
-  --backend NAME          override policy's backend: local, sandbox, resident or e2b ($E2B_API_KEY;
-                          E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md)
+  --backend NAME          override policy's backend: local, sandbox, resident, e2b ($E2B_API_KEY;
+                          E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md) or
+                          kubernetes (a pod per thread: docs/deploy.md)
   --sandbox-url URL       the sandboxd to use with --backend sandbox (token: $SANDBOX_TOKEN)
   --trace FILE            write exec.* spans as JSON lines to FILE (`-` for stderr)
 

@@ -21,6 +21,7 @@ M.EXIT = {
 
 M.help = [[
 Usage: switchboard sandboxd --listen HOST:PORT --root DIR [--max-instances N] [--no-walls]
+       switchboard sandboxd --pod --listen HOST:PORT --root DIR
 
 Runs each conversation thread's commands in a workspace of its own under DIR, for the
 `sandbox` executor (`switchboard exec --backend sandbox`, or a bot whose policy chooses it).
@@ -41,6 +42,11 @@ Options:
   --no-walls           DEVELOPMENT ONLY: run commands without the walls (namespaces, cgroups,
                        a uid of their own; docs/isolation.md) when this kernel cannot give
                        them. Without the flag sandboxd refuses to start there, saying why.
+  --pod                pod mode, for a pod that is itself the wall (a Kubernetes agent-sandbox
+                       pod under gVisor or Kata, one per thread: docs/deploy.md): one thread
+                       only, commands without sandboxd's own walls, no idle sleep (releasing the
+                       pod is the thread's sleep). /healthz answers "mode": "pod". Not with
+                       --no-walls or --max-instances.
 
 Signals:
   HUP        reload the policies (requests in flight keep the ones they started with)
@@ -57,7 +63,7 @@ Examples:
 ]]
 
 local SPEC = { listen = "string", root = "string", ["max-instances"] = "number", ["no-walls"] = "flag",
-  ["metrics-listen"] = "string" }
+  ["metrics-listen"] = "string", pod = "flag" }
 
 -- "HOST:PORT" or "[V6]:PORT" → host, port | nil, why
 function M.parse_listen(text)
@@ -77,6 +83,12 @@ local function usage_problem(p)
   if not opts.root or opts.root == "" then return "--root DIR is required (see --help)" end
   local host, why = M.parse_listen(opts.listen)
   if not host then return why end
+  if opts.pod and opts.no_walls then
+    return "--pod and --no-walls do not go together: in pod mode the pod is the wall (see --help)"
+  end
+  if opts.pod and opts.max_instances then
+    return "--pod serves one thread: --max-instances does not apply (see --help)"
+  end
   if opts.metrics_listen and not M.parse_listen(opts.metrics_listen) then
     return (select(2, M.parse_listen(opts.metrics_listen)):gsub("^%-%-listen", "--metrics-listen"))
   end
@@ -115,8 +127,14 @@ function M.run(argv, ctx)
   local swept = runner.sweep(root)
   if swept > 0 then core.log("info", "sandboxd.swept", { workspaces = swept }) end
 
-  local walls, status = walls_mod.build(p, opts, snap, root, "sandboxd", "sandbox instances", M.EXIT.config)
-  if walls == false then return status end
+  local walls, status = nil, nil
+  if opts.pod then
+    -- the pod is the wall (gVisor or Kata, one thread): no bubblewrap, no cgroups of our own
+    core.log("info", "sandboxd.pod_mode", { note = "one thread per pod; the pod is the wall" })
+  else
+    walls, status = walls_mod.build(p, opts, snap, root, "sandboxd", "sandbox instances", M.EXIT.config)
+    if walls == false then return status end
+  end
   -- the policy's max_instances was checked when it loaded; an override is checked here
   local files = walls and max and schema.fleet_files_problem(snap.isolation, max)
   if files then
@@ -125,7 +143,7 @@ function M.run(argv, ctx)
   end
 
   local srv, serr = server.start{ host = host, port = port, root = root, token = token,
-    max_instances = max, walls = walls }
+    max_instances = max, walls = walls, pod = opts.pod }
   if not srv then
     return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
   end
@@ -141,7 +159,8 @@ function M.run(argv, ctx)
   end
   return p:serve(srv, walls, "sandboxd.listening", {
     host = host, port = srv.port, root = root,
-    max_instances = max or snap.timeouts.sandbox.max_instances, version = snap.version,
+    max_instances = opts.pod and 1 or max or snap.timeouts.sandbox.max_instances, version = snap.version,
+    mode = opts.pod and "pod" or (walls and "walls" or "unwalled"),
     metrics_port = mport,
   })
 end

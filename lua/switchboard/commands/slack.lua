@@ -47,7 +47,8 @@ Options:
   --health-listen HOST:PORT  serve only GET /healthz (live) and GET /readyz (ready: Slack
                              connected, policies loaded, the sandbox reachable)
   --metrics-listen HOST:PORT serve only GET /metrics (Prometheus text format; keep it private)
-  --backend NAME             override policy's backend: local or sandbox
+  --backend NAME             override policy's backend: local, sandbox or kubernetes (a pod per
+                             thread from agent-sandbox's warm pool: docs/deploy.md)
   --sandbox-url URL          the sandboxd for --backend sandbox (token: $SANDBOX_TOKEN)
   --workspace-root DIR       where local workspaces live (default: $SWITCHBOARD_STATE_DIR/workspaces)
   --trace FILE               write exec.* spans as JSON lines to FILE (`-` for stderr)

@@ -10,6 +10,7 @@
 --       backend name that overrides policy: the CLI's --backend), resident_url (overrides
 --       the resident's URL), resident_request (the probe's transport; specs count probes),
 --       e2b_state_dir (where the e2b backend remembers each thread's sandbox id across processes),
+--       kube_sa_dir (the service account's directory; /var/run/secrets/kubernetes.io/serviceaccount),
 --       walls_host (optional fn(snap, root) → host | nil, why: builds the local executor's
 --       walls when policies/isolation.lua local_walls is true for the front; shell/instance.lua
 --       host by default), front (the front's name: "console", "exec", "slack"; nil is
@@ -106,6 +107,7 @@ function M.configured(snap, opts)
     resident = (opts.resident_url ~= nil or e.resident.base_url ~= nil or set(e.resident.url_env))
       and set(e.resident.token_env),
     e2b = set(e.e2b.api_key_env),
+    kubernetes = set(e.kubernetes.token_env) and (set("KUBERNETES_SERVICE_HOST") or set(e.kubernetes.kubeconfig_env)),
   }
 end
 
@@ -178,6 +180,31 @@ function BUILDERS.e2b(opts, ctx, snap, agent)
     api_key = key, key_env = cfg.api_key_env, thread_key = ctx.thread_key, agent = ctx.agent,
     policy = opts.policy, resolve_envs = resolver(opts, agent, ctx), getenv = getenv,
     template = cfg.template, workdir = cfg.workdir, state_dir = opts.e2b_state_dir,
+  }
+end
+
+-- Kubernetes with agent-sandbox (docs/deploy.md): the API server from the pod's service
+-- account or a kubeconfig; sandboxd's bearer from the variable policy names.
+function BUILDERS.kubernetes(opts, ctx, snap, agent)
+  if M.network_of(snap, agent) == "none" then
+    return nil, errors.tool(("agent %s asks for network \"none\", but a kubernetes pod's network is "
+      .. "its NetworkPolicy's; use the sandbox backend for it (policies/execution.lua)"):format(tostring(ctx.agent)))
+  end
+  local getenv = opts.getenv or os.getenv
+  local cfg = snap.execution.kubernetes
+  local token = getenv(cfg.token_env)
+  if not token or token == "" then return missing(snap, ctx.agent, "kubernetes", cfg.token_env) end
+  local kapi = require("switchboard.exec.kubernetes_api")
+  local conn, why = kapi.config{ getenv = getenv, kubeconfig_env = cfg.kubeconfig_env, sa_dir = opts.kube_sa_dir }
+  if not conn then
+    return missing(snap, ctx.agent, "kubernetes", "a Kubernetes API server (" .. why .. ")")
+  end
+  local api = kapi.new(conn, { timeouts = function() return opts.policy().timeouts.kubernetes end })
+  return require("switchboard.exec.kubernetes").new{
+    api = api, namespace = cfg.namespace or conn.namespace, warm_pool = cfg.warm_pool, port = cfg.port,
+    token = token, thread_key = ctx.thread_key, agent = ctx.agent, policy = opts.policy,
+    resolve_envs = resolver(opts, agent, ctx), network = M.network_of(snap, agent),
+    build = core.build.commit,
   }
 end
 

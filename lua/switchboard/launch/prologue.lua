@@ -39,7 +39,7 @@ M.EXIT = {
   config = 78, -- the policies do not load, a backend is not configured (EX_CONFIG)
 }
 
-M.BACKENDS = { ["local"] = true, sandbox = true, resident = true, e2b = true }
+M.BACKENDS = { ["local"] = true, sandbox = true, resident = true, e2b = true, kubernetes = true }
 
 local P = {}
 P.__index = P
@@ -88,7 +88,7 @@ end
 
 function M.check_backend(name, backend, ctx)
   if backend == nil or M.BACKENDS[backend] then return true end
-  return nil, M.fail(name, M.EXIT.usage, ("--backend must be local, sandbox, resident or e2b, got %q"):format(backend), ctx)
+  return nil, M.fail(name, M.EXIT.usage, ("--backend must be local, sandbox, resident, e2b or kubernetes, got %q"):format(backend), ctx)
 end
 
 -- --backend sandbox needs a sandboxd to talk to: every command says so the same way, at

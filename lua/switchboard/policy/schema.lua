@@ -14,8 +14,8 @@ M.KIB, M.MIB = 1024, 1024 * 1024
 -- GitHub installation tokens live one hour; a reuse margin at or past it never reuses.
 M.TOKEN_LIFETIME_MS = HOUR
 
-M.BACKENDS = { ["local"] = true, sandbox = true, resident = true, e2b = true }
-M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b" }
+M.BACKENDS = { ["local"] = true, sandbox = true, resident = true, e2b = true, kubernetes = true }
+M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b", "kubernetes" }
 
 -- Tools that run through an executor, so an agent offering one must declare a repository.
 M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true, edit_file = true,
@@ -377,6 +377,13 @@ M.files.timeouts = {
     stop_timeout_ms = ms(100, MINUTE),
     max_stream_bytes = S.int { min = 64 * 1024, max = 4096 * M.MIB, unit = "bytes" },
   },
+  kubernetes = S.record {
+    api_timeout_ms = ms(100, 10 * MINUTE),
+    watch_seconds = S.int { min = 1, max = 3600, unit = "seconds" },
+    max_retries = S.int { min = 0, max = 100 },
+    max_retry_after_ms = ms(100, 10 * MINUTE),
+    gone_check_ms = ms(0, MINUTE),
+  },
   health = S.record { max_consecutive_infra_failures = S.int { min = 1, max = 100 } },
   process = S.record { max_output_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" } },
   console = S.record { refresh_ms = ms(100, MINUTE), drain_ms = ms(0, 10 * MINUTE) },
@@ -582,6 +589,12 @@ M.files.execution = {
     api_key_env = env_name,
     template = S.optional(S.string { one_line = true }),
     workdir = S.optional(S.string { one_line = true, pattern = "^/", what = "an absolute path" }),
+  },
+  kubernetes = S.record {
+    token_env = env_name, kubeconfig_env = env_name,
+    namespace = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9]*$", what = "a namespace name" }),
+    warm_pool = S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a SandboxWarmPool name" },
+    port = S.int { min = 1, max = 65535 },
   },
   child_env = S.record {
     pass = S.list(env_name, { unique = true }),

@@ -5,7 +5,7 @@
 -- (new_runner(thread_key) → runner with :stop(reason)), so a later runner that puts each instance
 -- in its own namespaces changes nothing here.
 --
---   local fleet = fleet.new{max_instances = fn → n, sleep_after_ms = fn → ms,
+--   local fleet = fleet.new{max_instances = fn → n, sleep_after_ms = fn → ms | false (never on idle),
 --                           new_runner = fn(key, want?) → runner, label = fn(key) → text, log = fn}
 --   local inst, why = fleet:acquire(key, want?) -- one more operation in flight; why: "fleet-busy"
 --                                         -- | "closed" | "network-mismatch" (want: {network})
@@ -88,7 +88,9 @@ function Fleet:release(inst)
   inst.busy = inst.busy - 1
   if inst.busy > 0 or self.instances[inst.key] ~= inst then return end
   inst.idle_since = core.now_ms()
-  if not inst.watching and not self.closed then
+  -- false: instances never sleep on idle (sandboxd's pod mode: the pod's end is the thread's
+  -- sleep, decided by whoever claimed the pod)
+  if not inst.watching and not self.closed and self.opts.sleep_after_ms() then
     inst.watching = true
     core.go(watch, self, inst)
   end

@@ -271,10 +271,13 @@ local function wanted(ctx, snap, call)
   if not ctx.networks then return nil end
   local network = call.network or snap.isolation.network
   if not ctx.networks[network] then
-    return nil, 409, ("this sandboxd runs without walls (--no-walls) and cannot take an instance off "
+    local why = ctx.mode == "pod"
+      and "runs in pod mode (the pod's NetworkPolicy is its network)"
+      or "runs without walls (--no-walls)"
+    return nil, 409, ("this sandboxd %s and cannot take an instance off "
       .. "the network; the request asks for network %q (policies/agents.lua network, else "
       .. "policies/isolation.lua network). Run sandboxd with its walls, or use an agent with "
-      .. "network \"host\""):format(network), protocol.NETWORK_UNAVAILABLE
+      .. "network \"host\""):format(why, network), protocol.NETWORK_UNAVAILABLE
   end
   return { network = network }
 end
@@ -289,6 +292,15 @@ end
 
 -- The thread's instance for a request, or nil after answering. Every refusal here ran nothing.
 local function instance_for(ctx, snap, key, call, route, res)
+  -- pod mode: one thread per pod, the first that asked; another key is a routing mistake upstream
+  if ctx.pod then
+    ctx.pod.key = ctx.pod.key or key
+    if ctx.pod.key ~= key then
+      refuse(res, route, 409, "this sandboxd runs in pod mode and serves one thread only, another "
+        .. "than this request's; each thread claims a pod of its own", "pod-bound")
+      return nil
+    end
+  end
   local want, status, why, reason = wanted(ctx, snap, call)
   if status then
     refuse(res, route, status, why, reason)
@@ -364,6 +376,7 @@ end
 local function healthz(ctx, res)
   send_json(res, 200, {
     ok = true,
+    mode = ctx.mode, -- "pod": the pod is the wall (docs/sandboxd.md "Pod mode")
     build = { commit = ctx.build.commit, builtAt = ctx.build.built_at },
     instances = { awake = ctx.fleet.awake, max = ctx.fleet:max() },
   })

@@ -1,7 +1,9 @@
 -- The sandboxd process around the routes: the listening server with its limits, the fleet and
 -- its runner, the count of requests in flight, and the drain on TERM.
 --
---   local srv, err = server.start{host, port, root, token, max_instances?, log, getenv?}
+--   local srv, err = server.start{host, port, root, token, max_instances?, log, getenv?, pod?}
+--   pod = true: sandboxd's pod mode (docs/sandboxd.md "Pod mode"): the pod is the wall — one
+--   thread, no walls of its own, no idle sleep (the pod's release is the thread's sleep)
 --   srv.port                  the bound port
 --   srv:shutdown(signal_name) stop accepting (server:close()); let requests in flight finish for
 --                             timeouts.server.drain_ms; then kill their commands (they answer
@@ -43,6 +45,7 @@ function M.start(opts)
   }, Server)
   local max = opts.max_instances
   local snap = policy.current()
+  if opts.pod then max = 1 end
   local function wanted() return max or policy.current().timeouts.sandbox.max_instances end
   -- The open-files limit is sized for the fleet now; a fleet larger than what fits is refused
   -- in words (fleet-busy) at the fit, never by EMFILE (issue 28).
@@ -52,7 +55,7 @@ function M.start(opts)
   }
   self.fleet = fleet.new{
     max_instances = function() return math.min(wanted(), self.descriptors.capacity) end,
-    sleep_after_ms = function() return policy.current().timeouts.sandbox.sleep_after_ms end,
+    sleep_after_ms = function() return not opts.pod and policy.current().timeouts.sandbox.sleep_after_ms end,
     new_runner = opts.new_runner or runner.factory(opts.root, opts.walls, log),
     label = runner.label, -- a hash of the thread key: logs never carry the key
     log = log,
@@ -62,6 +65,10 @@ function M.start(opts)
     log = log, stopping = core.signal(), getenv = opts.getenv,
     -- without walls an instance shares the host's network: "none" is refused, never ignored
     networks = opts.walls and { host = true, none = true } or { host = true },
+    -- what /healthz reports: "pod" (the pod is the wall), "walls" or "unwalled" (--no-walls)
+    mode = opts.pod and "pod" or (opts.walls and "walls" or "unwalled"),
+    -- pod mode: the one thread key this pod serves (the first it was asked for)
+    pod = opts.pod and {} or nil,
   }
   local on_head, handler = request_log.wrap{ event = "sandboxd.request", log = log,
     on_head = routes.on_head(self.ctx), handler = routes.handler(self.ctx) }

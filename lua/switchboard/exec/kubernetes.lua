@@ -1,0 +1,376 @@
+-- The kubernetes executor: a thread's commands run in a pod of its own, claimed from the
+-- operator's agent-sandbox warm pool (docs/deploy.md "Kubernetes with agent-sandbox";
+-- docs/contract.md#failure-infra, #capacity).
+--
+--   * The thread's first operation creates a SandboxClaim (extensions.agents.x-k8s.io/v1beta1)
+--     named from the thread key (switchboard-<hash>) and labelled with it, against the warm
+--     pool policies/execution.lua names, and waits through a watch (kubernetes_api.lua: resumed
+--     after a cut, relisted on 410) until agent-sandbox's controller reports it Ready with the
+--     pod's IP in status.sandbox.podIPs. Then every /exec, /read and /write goes to the
+--     sandboxd inside that pod (`sandboxd --pod`: the pod is the wall) through the sandbox
+--     executor, unchanged. Follow-ups reuse the claim; a later process finds it by its name (a
+--     create answered 409 AlreadyExists adopts the thread's own claim).
+--   * Idle sleep is the claim's spec.lifecycle.shutdownTime with shutdownPolicy Delete: before
+--     an operation that could outlive it, the time is moved to now + the operation's bound +
+--     2 × timeouts sandbox.sleep_after (one merge-patch; most follow-ups need none), and
+--     agent-sandbox deletes the claim, and with it the pod, when it passes. Why not a delete
+--     from here after the idle time: the cluster then enforces the sleep even when the bot
+--     crashed or was redeployed, and no timer keeps a one-shot `switchboard exec` alive. So a
+--     pod sleeps between sleep_after and the last operation's bound + 2 × sleep_after after
+--     that operation ended. release("always") (a hard stop) deletes the claim at once.
+--   * A pod that disappears (the claim deleted, not Ready any more, or its IP changed, seen
+--     after a failed operation) is an infra failure naming the claim; the claim is deleted and
+--     forgotten, and the next operation claims a fresh pod — an empty workspace, where an agent
+--     run clones the repository again on the thread's branch (agent/repo.lua).
+--   * Capacity: no pod of the pool Ready within the fleet-busy wait (timeouts fleet_busy,
+--     bounded by the command's budget), or a quota refusing the claim (403 "exceeded quota"),
+--     is ExecCapacityError — the claim that could not be served is deleted. A claim the
+--     controller refuses (WarmPoolNotFound, TemplateNotFound, …) is infra naming the reason.
+local core = require("switchboard.core")
+local budget = require("switchboard.shell.budget")
+local errors = require("switchboard.exec.errors")
+local kapi = require("switchboard.exec.kubernetes_api")
+local kwatch = require("switchboard.exec.kubernetes_watch")
+local sandbox = require("switchboard.exec.sandbox")
+local render = require("switchboard.shell.render")
+
+local M = {}
+M.__index = M
+
+M.API_VERSION = "extensions.agents.x-k8s.io/v1beta1"
+M.GROUP_PATH = "/apis/extensions.agents.x-k8s.io/v1beta1"
+M.THREAD_LABEL = "openswitchboard.dev/thread"
+-- The Ready=False reasons of agent-sandbox's claim controller that no waiting cures: the
+-- operator's setup is wrong (extensions/controllers/sandboxclaim_controller.go, v0.5.6).
+M.REFUSALS = {
+  WarmPoolNotFound = true, TemplateNotFound = true, InvalidMetadata = true,
+  EnvVarsInjectionRejected = true, VolumeClaimTemplatesError = true, ClaimExpired = true,
+}
+
+-- The claim's name and label value for a thread: a hash of its key (a key may hold anything;
+-- a name is a DNS label and a label value at most 63 characters).
+function M.claim_name(thread_key)
+  return "switchboard-" .. M.thread_label(thread_key)
+end
+function M.thread_label(thread_key)
+  return core.crypto.hex(core.crypto.sha256(thread_key)):sub(1, 20)
+end
+
+-- opts: api (a kubernetes_api client), namespace, warm_pool, port (sandboxd's in the pod),
+--       token (sandboxd's bearer), thread_key, agent, policy, resolve_envs, network, build,
+--       wall_ms (core.wall_ms; specs may drive it)
+function M.new(opts)
+  assert(type(opts.api) == "table", "kubernetes executor: opts.api is required")
+  assert(type(opts.token) == "string" and opts.token ~= "", "kubernetes executor: opts.token is required")
+  assert(type(opts.policy) == "function", "kubernetes executor: opts.policy is required")
+  local key = opts.thread_key or "default"
+  return setmetatable({
+    backend = "kubernetes",
+    api = opts.api, namespace = opts.namespace or "default", pool = opts.warm_pool or "switchboard",
+    port = opts.port or 8080, token = opts.token, thread_key = key, agent = opts.agent,
+    policy = opts.policy, resolve_envs = opts.resolve_envs, network = opts.network, build = opts.build,
+    wall_ms = opts.wall_ms or core.wall_ms,
+    name = M.claim_name(key), label = M.thread_label(key),
+    claim = nil, -- {ip, sandbox, until_ms (wall clock)} while the thread holds a pod
+    inner = nil, -- the sandbox executor on that pod's sandboxd
+  }, M)
+end
+
+local function collection(self) return M.GROUP_PATH .. "/namespaces/" .. self.namespace .. "/sandboxclaims" end
+local function item(self) return collection(self) .. "/" .. self.name end
+local function rfc3339(ms) return os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(ms / 1000)) end
+local function seconds(ms) return math.floor(ms / 1000 + 0.5) end
+
+local function where(self)
+  return ("SandboxClaim %s in namespace %s"):format(self.name, self.namespace)
+end
+
+local function api_text(f)
+  if f.status then return ("HTTP %d %s: %s"):format(f.status, f.reason or "", f.message or "") end
+  return ("%s: %s"):format(f.kind or "transport", f.message or "no answer")
+end
+
+local function api_infra(self, what, f)
+  local code = f.kind == "timeout" and "timeout" or (f.status and ("http " .. f.status)) or "infra"
+  if f.status == 401 or f.status == 403 then
+    return errors.infra(("the Kubernetes API refused to %s %s (%s) — check the bot's service "
+      .. "account and its Role on sandboxclaims (deploy/kubernetes/bot-rbac.yaml)"):format(what, where(self), api_text(f)), code)
+  end
+  return errors.infra(("the Kubernetes API could not %s %s (%s)"):format(what, where(self), api_text(f)), code)
+end
+
+local function lifecycle_until(self, snap, need_ms)
+  return self.wall_ms() + need_ms + 2 * snap.timeouts.sandbox.sleep_after_ms
+end
+
+local function claim_body(self, until_ms)
+  return {
+    apiVersion = M.API_VERSION, kind = "SandboxClaim",
+    metadata = {
+      name = self.name,
+      labels = { [M.THREAD_LABEL] = self.label, ["app.kubernetes.io/managed-by"] = "switchboard" },
+      annotations = self.agent and { ["openswitchboard.dev/agent"] = tostring(self.agent) } or nil,
+    },
+    spec = {
+      warmPoolRef = { name = self.pool },
+      lifecycle = { shutdownTime = rfc3339(until_ms), shutdownPolicy = "Delete" },
+    },
+  }
+end
+
+local function watch_spec(self, rv, bound_ms, signal)
+  return {
+    path = collection(self), get_path = item(self), rv = rv, bound_ms = bound_ms, signal = signal,
+    query = "fieldSelector=metadata.name%3D" .. self.name,
+  }
+end
+
+-- Forget the thread's pod and delete its claim (best effort: a claim left behind ends at its
+-- shutdownTime).
+local function forget(self, signal)
+  self.claim, self.inner = nil, nil
+  local st, f = self.api:call("DELETE", item(self), nil, { signal = signal })
+  if st == nil and f.status ~= 404 and f.kind ~= "aborted" then
+    core.log("warn", "kubernetes.release_failed", { claim = self.name, error = api_text(f) })
+  end
+end
+
+local function is_quota(f)
+  return f.status == 403 and tostring(f.message):lower():find("exceeded quota", 1, true) ~= nil
+end
+
+-- Wait until a claim being deleted is gone. → true | nil, err
+local function wait_deleted(self, snap, rv, signal)
+  local v, f = self.api:watch_until(watch_spec(self, rv, snap.timeouts.kubernetes.api_timeout_ms, signal),
+    function(kind) return kind == "DELETED" and "gone" or nil end)
+  if v == "gone" then return true end
+  if f and f.kind == "aborted" then return nil, "stopped" end
+  return nil, errors.infra(("the thread's previous %s is still being deleted after %ds; try again "
+    .. "in a minute"):format(where(self), seconds(snap.timeouts.kubernetes.api_timeout_ms)), "timeout")
+end
+
+-- Create the thread's claim, or adopt the one a previous process made. → claim doc | nil, err
+local function create(self, snap, until_ms, wait_for, signal)
+  local waits, waited, i = nil, 0, 1
+  while true do
+    local st, doc = self.api:call("POST", collection(self), claim_body(self, until_ms), { signal = signal })
+    if st then return doc end
+    local f = doc
+    if f.kind == "aborted" then return nil, "stopped" end
+    if f.status == 409 and f.reason == "AlreadyExists" then
+      local gst, cur = self.api:call("GET", item(self), nil, { signal = signal })
+      if gst then
+        local cs = kwatch.claim_state(cur)
+        if cs.labels[M.THREAD_LABEL] ~= self.label then
+          return nil, errors.infra(("%s exists and is not this thread's (its %s label differs) — "
+            .. "remove it, or give this bot a namespace of its own"):format(where(self), M.THREAD_LABEL))
+        end
+        if not cs.deleting then return cur, true end
+        local ok, err = wait_deleted(self, snap, cs.rv, signal)
+        if not ok then return nil, err end
+      elseif cur.status ~= 404 then
+        return nil, api_infra(self, "read", cur)
+      end
+    elseif is_quota(f) then
+      waits = waits or budget.fleet_busy_waits(snap, wait_for)
+      local d = waits[i]
+      if d == nil then
+        return nil, errors.capacity(("no pod for this thread: the namespace's quota refuses another "
+          .. "SandboxClaim after waiting %ds (%s); try again when other threads' pods are released")
+          :format(seconds(waited), f.message), waited)
+      end
+      if not core.sleep(d, signal) then return nil, "stopped" end
+      waited, i = waited + d, i + 1
+    else
+      return nil, api_infra(self, "create", f)
+    end
+  end
+end
+
+-- Wait through a watch until the claim is Ready with a pod IP. → state | nil, err
+local function await_ready(self, snap, doc, wait_for, signal)
+  local cs = kwatch.claim_state(doc)
+  if cs.ready and cs.ip then return cs end
+  local _, bound = budget.fleet_busy_waits(snap, wait_for)
+  local last = cs
+  local v, got = self.api:watch_until(watch_spec(self, cs.rv, bound, signal), function(kind, obj)
+    if kind == "DELETED" then return "gone" end
+    local s = kwatch.claim_state(obj)
+    last = s
+    if s.deleting then return "gone" end
+    if s.ready and s.ip then return "ready" end
+    if s.reason and M.REFUSALS[s.reason] then return "refused" end
+  end)
+  if v == "ready" then return kwatch.claim_state(got) end
+  local said = last.reason and (" (the claim says %s: %s)"):format(last.reason, last.message or "") or ""
+  if v == "gone" then
+    self.claim, self.inner = nil, nil
+    return nil, errors.infra(("%s was deleted before its pod was ready%s"):format(where(self), said))
+  end
+  if v == "refused" then
+    forget(self, signal)
+    return nil, errors.infra(("agent-sandbox cannot serve %s%s — check the SandboxWarmPool %q and its "
+      .. "SandboxTemplate (deploy/kubernetes/)"):format(where(self), said, self.pool))
+  end
+  if got.kind == "aborted" then return nil, "stopped" end
+  if got.kind == "timeout" then
+    forget(self, signal)
+    return nil, errors.capacity(("no pod of warm pool %s became ready for this thread within %ds%s — "
+      .. "the pool is empty or the cluster has no room; try again in a few minutes")
+      :format(self.pool, seconds(bound), said), bound)
+  end
+  return nil, api_infra(self, "watch", got)
+end
+
+local function pod_url(self, ip)
+  if ip:find(":", 1, true) then ip = "[" .. ip .. "]" end
+  return ("http://%s:%d"):format(ip, self.port)
+end
+
+-- Keep the claim past this operation plus the idle time (a merge-patch when needed).
+local function extend(self, snap, need_ms, signal)
+  local want = self.wall_ms() + need_ms + snap.timeouts.sandbox.sleep_after_ms
+  if self.claim.until_ms >= want then return true end
+  local until_ms = lifecycle_until(self, snap, need_ms)
+  local st, f = self.api:call("PATCH", item(self),
+    { spec = { lifecycle = { shutdownTime = rfc3339(until_ms), shutdownPolicy = "Delete" } } },
+    { signal = signal, content_type = "application/merge-patch+json" })
+  if st then self.claim.until_ms = until_ms; return true end
+  if f.kind == "aborted" then return nil, "stopped" end
+  if f.status == 404 then
+    self.claim, self.inner = nil, nil
+    return nil, errors.infra(("the thread's pod is gone: %s no longer exists (released after idle, "
+      .. "or deleted) — its workspace is lost; the next command claims a fresh pod: re-clone "
+      .. "before continuing"):format(where(self)))
+  end
+  return nil, api_infra(self, "extend", f)
+end
+
+-- The thread's pod's sandbox executor, claimed when the thread has none.
+-- need_ms: how long the operation may take; wait_for: the budget the capacity wait is bounded by.
+local function ensure(self, snap, need_ms, wait_for, signal)
+  if self.inner then
+    local ok, err = extend(self, snap, need_ms, signal)
+    if not ok then return nil, err end
+    return self.inner
+  end
+  local until_ms = lifecycle_until(self, snap, need_ms)
+  local doc, adopted = create(self, snap, until_ms, wait_for, signal)
+  if not doc then return nil, adopted end
+  local cs, err = await_ready(self, snap, doc, wait_for, signal)
+  if not cs then return nil, err end
+  -- an adopted claim keeps the shutdownTime its maker set: move it for this operation
+  self.claim = { ip = cs.ip, sandbox = cs.sandbox, until_ms = adopted and 0 or until_ms }
+  if adopted then
+    local ok, xerr = extend(self, snap, need_ms, signal)
+    if not ok then return nil, xerr end
+  end
+  self.inner = sandbox.new{
+    url = pod_url(self, cs.ip), token = self.token, thread_key = self.thread_key, policy = self.policy,
+    resolve_envs = self.resolve_envs, network = self.network, build = self.build,
+  }
+  core.log("info", "kubernetes.claimed", { claim = self.name, sandbox = cs.sandbox, adopted = adopted or false })
+  return self.inner
+end
+
+-- After a failed operation: is the thread's pod gone? Read the claim, then watch it a moment
+-- (timeouts kubernetes.gone_check_ms) for the controller to notice a pod that just died.
+-- → why (a text) | nil
+local function pod_gone(self, snap)
+  local claim = self.claim
+  local st, doc = self.api:call("GET", item(self))
+  if st == nil then
+    return doc.status == 404 and "its claim no longer exists" or nil
+  end
+  local function verdict(kind, obj)
+    if kind == "DELETED" then return "its claim was deleted" end
+    local s = kwatch.claim_state(obj)
+    if s.deleting then return "its claim is being deleted" end
+    if not s.ready then return ("the claim reports %s: %s"):format(s.reason or "not Ready", s.message or "") end
+    if s.ip ~= claim.ip then return "the claim names another pod now" end
+  end
+  local why = verdict("RELIST", doc)
+  if why then return why end
+  local v = self.api:watch_until(watch_spec(self, kwatch.resource_version(doc) or "0",
+    snap.timeouts.kubernetes.gone_check_ms, nil), verdict)
+  return type(v) == "string" and v ~= "gone" and v or (v == "gone" and "its claim was deleted" or nil)
+end
+
+local function gone_error(self, why, err)
+  return errors.infra(("the thread's pod went away under the command (%s, sandbox %s: %s) — its "
+    .. "workspace is lost; the next command claims a fresh pod: re-clone before continuing (%s)")
+    :format(where(self), tostring(self.claim and self.claim.sandbox or "?"), why, tostring(err)))
+end
+
+-- Run one operation on the thread's pod; a failure that is the pod's absence says so.
+local function on_pod(self, snap, need_ms, wait_for, signal, op)
+  local inner, err = ensure(self, snap, need_ms, wait_for, signal)
+  if not inner then return nil, err end
+  local res = table.pack(op(inner))
+  if res[1] == nil and errors.is_infra(res[2]) and not (signal and signal.aborted) then
+    local why = pod_gone(self, snap)
+    if why then
+      local e = gone_error(self, why, res[2])
+      forget(self)
+      return nil, e
+    end
+  end
+  return table.unpack(res, 1, res.n)
+end
+
+local function stopped_result(snap, signal)
+  local r = signal and signal.reason
+  return render.result(snap, { aborted = true, abort_reason = type(r) == "string" and r ~= "" and r or "hard stop",
+    stdout = "", stderr = "" })
+end
+
+function M:exec(command, opts)
+  opts = opts or {}
+  if type(command) ~= "string" or command == "" then return nil, errors.tool("bash needs a command to run") end
+  local snap = opts.snap or self.policy()
+  local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
+  if not plan then return nil, errors.refused(refusal, 124) end
+  local limit = budget.clamp(snap, plan.timeout_ms)
+  local need = limit + snap.timeouts.call.margin_ms
+  local sub = {}
+  for k, v in pairs(opts) do sub[k] = v end
+  sub.snap = snap
+  local r, err = on_pod(self, snap, need, plan.timeout_ms, opts.signal, function(inner) return inner:exec(command, sub) end)
+  if r == nil and err == "stopped" then return stopped_result(snap, opts.signal) end
+  return r, err
+end
+
+local function file_op(self, opts, op)
+  opts = opts or {}
+  local snap = opts.snap or self.policy()
+  local b = snap.timeouts.file_op.budget_ms
+  local sub = {}
+  for k, v in pairs(opts) do sub[k] = v end
+  sub.snap = snap
+  local r, err = on_pod(self, snap, b + snap.timeouts.call.margin_ms, b, opts.signal, function(inner) return op(inner, sub) end)
+  if r == nil and err == "stopped" then return nil, errors.tool("file operation stopped: " .. tostring(opts.signal and opts.signal.reason or "hard stop")) end
+  return r, err
+end
+
+function M:read_file(path, opts)
+  return file_op(self, opts, function(inner, sub) return inner:read_file(path, sub) end)
+end
+
+function M:write_file(path, bytes, opts)
+  return file_op(self, opts, function(inner, sub) return inner:write_file(path, bytes, sub) end)
+end
+
+-- "always" (a hard stop, fail-fast): delete the claim now — the pod and all that runs in it go.
+-- "if-clean": keep it for the thread's follow-ups; its shutdownTime releases it when idle.
+function M:release(mode)
+  if mode ~= "always" then return true end
+  forget(self)
+  return true
+end
+
+-- The claim's name and pod while the thread holds one (notes, tests).
+function M:claim_info()
+  return self.claim and { name = self.name, sandbox = self.claim.sandbox, ip = self.claim.ip } or nil
+end
+
+return M
