@@ -74,18 +74,22 @@ When you are done, answer with a short summary of what you did and what you saw;
 -- put after the agent's system_prompt through `prompt`: {date} (UTC), {os} (the sandbox's),
 -- {toolchains} (the first line of each command below whose program is installed),
 -- {repository}, {default_branch}, {publish_branch} (the thread's branch the run's changes are
--- pushed to), {git_status} (`git status --short --branch`, at most max_status_lines lines)
+-- pushed to), {publishing} (`publishes` for an agent that opens pull requests, with its
+-- {publish_branch}, else `publishes_nothing`), {git_status} (`git status --short --branch`, at
+-- most max_status_lines lines)
 -- and {scratch}: the scratch directory the same command makes — scratch_dir, inside .git/
 -- when the run has a repository, so what the agent keeps there is never committed.
 environment = {
   prompt = [[## This run
 Today is {date}. The sandbox runs {os}; toolchains: {toolchains}.
-Repository: {repository}; its default branch is {default_branch}. When the run ends, switchboard commits your changes and publishes them on branch {publish_branch}: do not commit, push or open a pull request yourself.
+Repository: {repository}; its default branch is {default_branch}. {publishing}
 Scratch directory for notes, logs and throwaway scripts: {scratch} (never committed). Put nothing there that the change needs.
 `git status` at the start:
 {git_status}]],
   toolchains = { "python3 --version", "node --version", "go version", "rustc --version", "cargo --version",
                  "gcc --version", "make --version", "java -version", "ruby --version", "git --version" },
+  publishes = "When the run ends, switchboard commits your changes and publishes them on branch {publish_branch}: do not commit, push or open a pull request yourself.",
+  publishes_nothing = "This run publishes nothing: do not commit, push or open a pull request.",
   max_status_lines = 30,
   scratch_dir = "switchboard-scratch",
   timeout_ms = 30 * second,

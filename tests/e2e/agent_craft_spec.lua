@@ -386,7 +386,7 @@ exec /usr/bin/rg "$@"
     local system = model.system_text(reqs[1].body)
     assert.matches("Today is " .. os.date("!%A %d %B %Y"), system, 1, true)
     assert.matches("Repository: acme/api; its default branch is main.", system, 1, true)
-    assert.matches("publishes them on branch none (nothing is published)", system, 1, true)
+    assert.matches("This run publishes nothing: do not commit, push or open a pull request.", system, 1, true)
     assert.matches("The sandbox runs [^\n]*Linux", system) -- /etc/os-release's name (Debian GNU/Linux …)
     assert.matches("git version %d", system)
     assert.matches("`git status` at the start:\n## main...origin/main", system, 1, true)

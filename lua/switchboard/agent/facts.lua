@@ -6,8 +6,8 @@
 --
 --   facts.scratch_dir(snap, repo) → ".git/switchboard-scratch" (inside .git/: never committed)
 --   facts.gather(executor, snap, {repo, branch, signal, remaining_ms, now_s?}) → facts
---     facts = {date, os, toolchains, repository, default_branch, publish_branch, git_status,
---              scratch}; a fact that could not be had says so in words
+--     facts = {date, os, toolchains, repository, default_branch, publish_branch, publishes,
+--              git_status, scratch}; a fact that could not be had says so in words
 --   facts.text(snap, facts) → the system prompt's section
 local template = require("switchboard.policy.template")
 
@@ -84,20 +84,24 @@ function M.gather(ex, snap, o)
     toolchains = f.toolchains and #f.toolchains > 0 and table.concat(f.toolchains, "; ") or "none of the listed toolchains found",
     repository = o.repo or "none (the workspace starts empty)",
     default_branch = o.repo and (f.default_branch ~= "" and f.default_branch or nil) or "none",
-    publish_branch = o.branch or "none (nothing is published)",
+    publish_branch = o.branch or "none", publishes = o.branch ~= nil,
     git_status = f.git_status or (o.repo and unknown or "(not a git repository)"),
     scratch = scratch,
   }
 end
 
 function M.text(snap, facts)
+  local env = snap.agents.environment
   local vars = {}
   for k, v in pairs(facts) do vars[k] = tostring(v) end
+  vars.publishing = facts.publishes and template.fill(env.publishes, { publish_branch = vars.publish_branch })
+    or env.publishes_nothing
   vars.default_branch = vars.default_branch or "unknown"
   if vars.git_status == "" then vars.git_status = "(clean)" end
   return template.fill(snap.agents.environment.prompt, vars)
 end
 
-M.VARS = { "date", "os", "toolchains", "repository", "default_branch", "publish_branch", "git_status", "scratch" }
+M.VARS = { "date", "os", "toolchains", "repository", "default_branch", "publish_branch", "publishing",
+           "git_status", "scratch" }
 
 return M

@@ -485,7 +485,9 @@ M.files.agents = {
   },
   environment = S.record {
     prompt = S.text({ "date", "os", "toolchains", "repository", "default_branch", "publish_branch",
-                      "git_status", "scratch" }, 16384),
+                      "publishing", "git_status", "scratch" }, 16384),
+    publishes = S.text({ "publish_branch" }, 2048),
+    publishes_nothing = S.text({}, 2048),
     toolchains = S.list(S.string { pattern = "^[%w._+-]+[%w._+ -]*$", what = "a command: a program and its arguments (letters, digits, . _ + -)" },
       { max = 40 }),
     max_status_lines = S.int { min = 1, max = 1000 },
