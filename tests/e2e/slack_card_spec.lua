@@ -99,6 +99,56 @@ describe("slack: an agent's card", function()
     assert.not_matches("^```", answer:sub(1, 3), 1, true)
   end)
 
+  it("splits a long answer over sections within Slack's limit, and puts a longer one up as a file", function()
+    local para = ("The answer goes on and on about **things**. "):rep(20) -- ~900 bytes a paragraph
+    local long = {}
+    for i = 1, 8 do long[#long + 1] = ("## Part %d\n\n%s"):format(i, para) end
+    local longer = {}
+    for i = 1, 40 do longer[#longer + 1] = ("## Part %d\n\n%s"):format(i, para) end
+    local split_card, file_card, upload
+    core.run(function()
+      local m = model.start()
+      m:script{ { content = { { type = "text", text = table.concat(long, "\n\n") } } },
+                { content = { { type = "text", text = table.concat(longer, "\n\n") } } } }
+      local st = SL.standin()
+      local bot = SL.bot(st, { state_dir = state .. "/st", env = { ANTHROPIC_BASE_URL = m.url, ANTHROPIC_API_KEY = m.key } })
+      local function final_of(ts)
+        return SL.wait(function()
+          for _, c in ipairs(st:cards(ts)) do
+            if SL.is_final(c) and SL.card_text(c):find("done", 1, true) then return c end
+          end
+        end, "the final card", 60000)
+      end
+      st:envelope("events_api", SL.mention{ ts = "1700000600.000100", text = "agent:general tell me a lot" })
+      split_card = final_of("1700000600.000100")
+      st:envelope("events_api", SL.mention{ ts = "1700000700.000100", text = "agent:general tell me even more" })
+      file_card = final_of("1700000700.000100")
+      for _, up in pairs(st:state().uploads) do upload = up end
+      bot:signal("TERM")
+      bot:wait()
+      st:close()
+      m.stop()
+    end)
+    -- 8 parts of ~900 bytes: three or more sections, each within the limit, all the text there
+    local sections, text = 0, {}
+    for _, b in ipairs(split_card.blocks) do
+      if b.type == "section" then
+        assert.is_true(#b.text.text <= 3000, #b.text.text)
+        if b.text.text:find("Part", 1, true) then sections = sections + 1; text[#text + 1] = b.text.text end
+      end
+    end
+    assert.is_true(sections >= 3, "sections: " .. sections)
+    for i = 1, 8 do assert.matches("*Part " .. i .. "*", table.concat(text, "\n"), 1, true) end
+    -- 40 parts: more than card.max_answer_blocks sections — the Markdown goes up as a file
+    assert.matches("The answer is long: <https://acme.slack.com/files/", SL.card_text(file_card), 1, true)
+    assert.is_not_nil(upload)
+    assert.is_true(upload.completed)
+    assert.equal("1700000700.000100", upload.thread_ts)
+    assert.matches("^answer%-.*%.md$", upload.filename)
+    assert.matches("## Part 40", upload.bytes, 1, true)
+    assert.equal("Answer of agent:general", upload.title)
+  end)
+
   it("20 runs at once stay within the policy's updates per minute, a 429's Retry-After is honoured, and every final state lands", function()
     local N = 20
     local updates, finals, rate_limited, calls_after_429, span_s
