@@ -18,6 +18,7 @@ local files = require("support.files")
 local model = require("support.model")
 local policies = require("support.policies")
 local standin = require("support.github_standin")
+local assert = require("luassert") -- busted's assert: a module does not see the spec's
 
 local M = {}
 
