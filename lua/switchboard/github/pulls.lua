@@ -9,6 +9,7 @@
 --   POST  /repos/{o}/{r}/issues/{n}/comments   {body}          a comment on the pull request (201)
 --
 --   local ok, err = pulls.comment{api_url, token, repo, number, body, timeout_ms, request?, user_agent?}
+--     err (and mark_ready's): core.error "github", its message saying what happened and what to do
 --
 --   local pr, err = pulls.open_or_update{api_url, token, repo, branch, base, title, body,
 --                                        timeout_ms, request?, user_agent?, draft?}
@@ -107,7 +108,7 @@ function M.open_or_update(o)
     local pr = { number = n, url = doc.html_url or open.html_url, action = "updated", draft = open.draft == true }
     if pr.draft and not o.draft then
       local ok, why = M.mark_ready(o, open.node_id)
-      if not ok then return nil, ("updated pull request #%d, but it stays a draft: %s"):format(n, why) end
+      if not ok then return nil, ("updated pull request #%d, but it stays a draft: %s"):format(n, why.message) end
       pr.draft = false
     end
     return pr
@@ -134,23 +135,25 @@ local function graphql_base(api_url)
 end
 
 function M.mark_ready(o, node_id)
-  if type(node_id) ~= "string" then return nil, "GitHub gave no node_id for it; mark it ready on GitHub" end
+  if type(node_id) ~= "string" then return nil, core.error("github", "GitHub gave no node_id for it; mark it ready on GitHub") end
   local g = setmetatable({ api_url = graphql_base(o.api_url) }, { __index = o })
   local status, doc, err = call(g, "POST", "/graphql", { query = READY, variables = { id = node_id } })
-  if status == nil then return nil, err end
+  if status == nil then return nil, core.error("github", err) end
   if status ~= 200 or type(doc) ~= "table" or doc.errors ~= nil then
     local said = type(doc) == "table" and type(doc.errors) == "table" and type(doc.errors[1]) == "table"
       and doc.errors[1].message or nil
-    return nil, ("GitHub did not mark it ready for review (%s%s) — mark it ready on GitHub"):format(
-      tostring(status), said and (": " .. tostring(said):sub(1, 200)) or "")
+    return nil, core.error("github", ("GitHub did not mark it ready for review (%s%s) — mark it ready on GitHub"):format(
+      tostring(status), said and (": " .. tostring(said):sub(1, 200)) or ""))
   end
   return true
 end
 
 function M.comment(o)
   local status, doc, err = call(o, "POST", ("/repos/%s/issues/%d/comments"):format(o.repo, o.number), { body = o.body })
-  if status == nil then return nil, err end
-  if status ~= 201 then return nil, M.explain(status, doc, "comment on pull request #" .. o.number, o.repo) end
+  if status == nil then return nil, core.error("github", err) end
+  if status ~= 201 then
+    return nil, core.error("github", M.explain(status, doc, "comment on pull request #" .. o.number, o.repo), { status = status })
+  end
   return true
 end
 
