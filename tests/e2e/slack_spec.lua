@@ -88,7 +88,9 @@ describe("switchboard slack, Socket Mode", function()
   end))
 
   it("runs a follow-up in the same thread's workspace while another thread runs", async(function()
-    st:envelope("events_api", SL.mention{ ts = "1700000002.000100", text = "run `sleep 3; echo slow`" })
+    -- 12 s: the other thread's two cards, each updated at most every card.update_every_ms (3 s),
+    -- land well before it
+    st:envelope("events_api", SL.mention{ ts = "1700000002.000100", text = "run `sleep 12; echo slow`" })
     st:envelope("events_api", SL.mention{ ts = "1700000003.000100", text = "run `echo hi > marker.txt`" })
     st:envelope("events_api", SL.mention{ ts = "1700000003.000200", thread_ts = "1700000003.000100",
                                           text = "run `cat marker.txt`" })
