@@ -61,7 +61,15 @@ int main(int argc, char **argv) {
   lua_pushlightuserdata(L, argv);
   int status = EXIT_INTERNAL;
   if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
-    fprintf(stderr, "switchboard: internal error: %s\n", luaL_tolstring(L, -1, NULL));
+    /* a string carries its traceback already; an engine error object carries it as a field */
+    int traced = 0;
+    if (lua_istable(L, -1)) {
+      traced = lua_getfield(L, -1, "traceback") == LUA_TSTRING;
+      if (!traced)
+        lua_pop(L, 1); /* the field that was not a traceback */
+    }
+    fprintf(stderr, "switchboard: internal error: %s\n",
+            traced ? lua_tostring(L, -1) : luaL_tolstring(L, -1, NULL));
   } else if (lua_isinteger(L, -1)) {
     status = (int)lua_tointeger(L, -1);
   } else {

@@ -135,7 +135,9 @@ check("the bot runs `switchboard slack`", bot.spec.template.spec.containers[0].c
 check("one bot at a time (Recreate, one replica)", bot.spec.replicas === 1 && bot.spec.strategy.type === "Recreate");
 
 // Every container of every workload: probes, resources, a locked-down securityContext.
-const WALLS_CAPS = ["CHOWN", "DAC_OVERRIDE", "SETUID", "SETGID", "KILL"]; // docs/deploy.md
+// docs/deploy.md "The wall in a container": podman's sb_walls_flags (deploy/sandbox/podman-env)
+// but MKNOD, which gives no device node in the pod's own user namespace (hostUsers: false)
+const WALLS_CAPS = ["CHOWN", "DAC_OVERRIDE", "SETUID", "SETGID", "KILL", "SYS_ADMIN", "SYS_PTRACE"];
 const SECRETISH = /TOKEN|SECRET|KEY|PASSWORD/;
 // agent-sandbox: the template, the warm pool, the NetworkPolicy, the bot's RBAC
 const tmpl = docs.map((d) => d.doc).find((d) => d.kind === "SandboxTemplate");
@@ -231,6 +233,16 @@ check("the bot's SANDBOX_TOKEN comes from the sandbox's Secret",
 check("the bot's probes: /healthz live, /readyz ready",
   botC.livenessProbe?.httpGet?.path === "/healthz" && botC.readinessProbe?.httpGet?.path === "/readyz");
 check("sandboxd never runs --no-walls", !c.command.includes("--no-walls"));
+// The walls' network (pasta): every capability podman's flags add, and the tun device.
+check("sandboxd gets every capability its walls need in a pod of its own user namespace",
+  WALLS_CAPS.every((k) => (c.securityContext?.capabilities?.add ?? []).includes(k)), JSON.stringify(c.securityContext?.capabilities));
+const tunMount = (c.volumeMounts ?? []).find((m) => m.mountPath === "/dev/net/tun");
+const tunVolume = sts.spec.template.spec.volumes.find((v) => v.name === tunMount?.name);
+check("sandboxd gets /dev/net/tun: the node's character device (hostPath CharDevice), not a privileged pod",
+  tunVolume?.hostPath?.path === "/dev/net/tun" && tunVolume.hostPath.type === "CharDevice" && !tunMount.readOnly,
+  JSON.stringify({ tunMount, tunVolume }));
+check("the only hostPath of sandboxd's pod is /dev/net/tun",
+  sts.spec.template.spec.volumes.filter((v) => v.hostPath).every((v) => v === tunVolume));
 
 console.log(`${passed} passed, ${failures.length} failed`);
 process.exit(failures.length ? 1 : 0);

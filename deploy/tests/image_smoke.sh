@@ -24,9 +24,14 @@ tag="$("$DEPLOY_DIR/sandbox/build-image" "$build" \
 ok "the image builds: $tag"
 
 name="switchboard-smoke-$$-$RANDOM"
+uname="$name-userns"
 export SANDBOX_TOKEN="smoke-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
 work="$(mktemp -d)"
-cleanup() { sb_podman rm -f -v -t 0 "$name" >/dev/null 2>&1 || true; sb_walls_release "$name"; rm -rf "$work"; }
+cleanup() {
+  local n
+  for n in "$name" "$uname"; do sb_podman rm -f -v -t 0 "$n" >/dev/null 2>&1 || true; sb_walls_release "$n"; done
+  rm -rf "$work"
+}
 trap cleanup EXIT
 [ -e /sys/fs/cgroup/memory/cgroup.procs ] \
   || fail "the walls' flags here delegate cgroup v1 controllers; this host has no cgroup v1 memory controller (docs/deploy.md)"
@@ -48,8 +53,10 @@ print(r.read().decode())' "$url" 2>/dev/null
 for _ in $(seq 1 120); do health="$(healthz)" && break; sleep 0.5; done
 [ -n "${health:-}" ] || { sb_podman logs "$name" >&2; fail "sandboxd in the container never answered /healthz"; }
 ok "sandboxd answers /healthz inside the container"
-sb_podman logs "$name" 2>&1 | grep -q '"walls":"cgroup v1"' \
-  || { sb_podman logs "$name" >&2; fail "sandboxd in the container is not walled (no walls=\"cgroup v1\" on its listening line)"; }
+# (the log read whole first: grep -q ending the pipe early fails it under pipefail)
+sb_podman logs "$name" >"$work/logs" 2>&1 || true
+grep -q '"walls":"cgroup v1"' "$work/logs" \
+  || { cat "$work/logs" >&2; fail "sandboxd in the container is not walled (no walls=\"cgroup v1\" on its listening line)"; }
 ok "sandboxd in the container runs walled (cgroup v1, in the delegated subtree)"
 
 sx() { "$build/switchboard" exec --backend sandbox --sandbox-url "$url" --thread smoke "$@"; }
@@ -113,4 +120,41 @@ ok "the HEALTHCHECK passes"
 
 sb_podman stop -t 30 "$name" >/dev/null 2>&1
 expect_eq 0 "$(sb_podman inspect --format '{{.State.ExitCode}}' "$name")" "TERM ends the container cleanly (sandboxd exits 0 under tini)"
+
+# ---- the Kubernetes manifest's shape: the container in a user namespace of its own ----------
+# (hostUsers: false; sb_walls_userns_flags): no MKNOD, the tun node bound in, the manifest's
+# own policy overlay (its ConfigMap: instance uids the namespace maps). A block of host uids
+# of this run's own, above every walled server's default.
+base=$(( 3000000 + 65536 * (RANDOM % 256) ))
+sed -n '/^  isolation.lua: |$/,/^---$/s/^    //p' "$DEPLOY_DIR/kubernetes/sandboxd.yaml" >"$work/isolation.lua"
+grep -q '^uid_base = ' "$work/isolation.lua" || fail "no isolation.lua overlay in deploy/kubernetes/sandboxd.yaml's ConfigMap"
+chmod 0644 "$work/isolation.lua"
+mkdir "$work/dev" && chmod 0755 "$work" "$work/dev"
+mapfile -t userns_flags < <(sb_walls_userns_flags "$uname" "$work/dev" "$base") || fail "cannot prepare the user namespace's flags"
+echo "podman run ${userns_flags[*]} -v …/isolation.lua:/etc/switchboard/policies/isolation.lua:ro -e SANDBOX_TOKEN $tag"
+sb_podman run -d --name "$uname" "${userns_flags[@]}" -v "$work/isolation.lua:/etc/switchboard/policies/isolation.lua:ro" \
+  -e SANDBOX_TOKEN -p 127.0.0.1::8080 "$tag" >/dev/null 2>"$work/run-userns.log" || fail "podman run (user namespace): $(cat "$work/run-userns.log")"
+port="$(sb_podman port "$uname" 8080 | head -1 | sed 's/.*://')"
+[ -n "$port" ] || fail "no published port for 8080 (user namespace)"
+url="http://127.0.0.1:$port"
+health=""
+for _ in $(seq 1 120); do health="$(healthz)" && break; sleep 0.5; done
+[ -n "$health" ] || { sb_podman logs "$uname" >&2; fail "sandboxd in the user-namespace container never answered /healthz"; }
+expect_match "^0 +$base +65536\$" "$(sb_podman exec "$uname" cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //')" \
+  "the container's root is host uid $base, in a user namespace of its own"
+sb_podman logs "$uname" >"$work/logs" 2>&1 || true
+grep -q '"walls":"cgroup v1"' "$work/logs" \
+  || { cat "$work/logs" >&2; fail "sandboxd in the user-namespace container is not walled"; }
+ok "sandboxd in a user namespace of its own runs walled (its walls proof made an instance with pasta's network)"
+net="$(sx -- 'id -u; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | sort | tr "\n" " "; awk "\$2 == \"00000000\" { print \"default via \" \$1 }" /proc/net/route' 2>"$work/err")" \
+  || fail "a command in the user-namespace container: $net $(cat "$work/err")"
+expect_match '^1000 eth0 lo default via eth0$' "$(echo $net)" \
+  "a command runs there with a network of its own through pasta (the bound tun node; no MKNOD)"
+server_pid="$(sb_podman exec "$uname" pgrep -o -x switchboard)" || fail "no sandboxd process in the user-namespace container"
+(cd "$REPO_DIR" && SB_BUILD_DIR="$build" SB_IMAGE_URL="$url" SB_IMAGE_PID="$server_pid" \
+   timeout 600 busted --output=utfTerminal deploy/tests/image_walls_spec.lua) >"$work/walls-userns.log" 2>&1 \
+  || { cat "$work/walls-userns.log" >&2; fail "a walls attack succeeded inside the user-namespace container"; }
+ok "every walls attack fails inside the user-namespace container: $(grep -o '[0-9]* success[a-z]*' "$work/walls-userns.log")"
+sb_podman stop -t 30 "$uname" >/dev/null 2>&1
+expect_eq 0 "$(sb_podman inspect --format '{{.State.ExitCode}}' "$uname")" "TERM ends the user-namespace container cleanly"
 echo "$checks passed, 0 failed"

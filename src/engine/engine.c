@@ -170,11 +170,23 @@ static void task_resume(lua_State *task, int nargs) {
     sb_push_traceback(L, task, 0); /* the error value, then its text */
     if (is_main) {
       /* core.run re-raises: a string error gains the traceback, an error object stays itself
-       * so callers can still read its fields. */
-      if (lua_type(L, -2) == LUA_TSTRING)
+       * so callers can still read its fields — and an engine error (core.error) carries its
+       * traceback as err.traceback (the first one, when it was raised again), so the report
+       * of one nothing caught still says where it was raised. */
+      if (lua_type(L, -2) == LUA_TSTRING) {
         lua_remove(L, -2);
-      else
+      } else {
+        if (sb_is_error(L, -2)) {
+          lua_pushliteral(L, "traceback");
+          if (lua_rawget(L, -3) == LUA_TNIL) {
+            lua_pushliteral(L, "traceback");
+            lua_pushvalue(L, -3);
+            lua_rawset(L, -5);
+          }
+          lua_pop(L, 1);
+        }
         lua_pop(L, 1);
+      }
       record_main_result(L, false, 1);
     } else {
       sb_log_error_text("task", lua_tostring(L, -1));

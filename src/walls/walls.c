@@ -318,13 +318,34 @@ static void outbound_launcher(const options *o, pid_t holder, int go, int up) {
       close(fd);
   if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     die("pasta: a private mount namespace");
+  int given_tun = open("/dev/net/tun", O_PATH | O_CLOEXEC); /* before the tmpfs covers it */
   if (mount("tmpfs", "/dev/net", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0700,size=16k") < 0 ||
-      mknod("/dev/net/tun", S_IFCHR | 0600, makedev(10, 200)) < 0 ||
       mkfifo("/dev/net/ready", 0600) < 0 ||
       chown("/dev/net", (uid_t)o->uid, (gid_t)o->gid) < 0 ||
-      chown("/dev/net/tun", (uid_t)o->uid, (gid_t)o->gid) < 0 ||
       chown("/dev/net/ready", (uid_t)o->uid, (gid_t)o->gid) < 0)
-    die("pasta: cannot prepare /dev/net/tun for the instance's uid");
+    die("pasta: cannot prepare /dev/net for the instance's uid");
+  if (mknod("/dev/net/tun", S_IFCHR | 0600, makedev(10, 200)) == 0) {
+    if (chown("/dev/net/tun", (uid_t)o->uid, (gid_t)o->gid) < 0)
+      die("pasta: cannot give /dev/net/tun to the instance's uid");
+  } else {
+    /* The kernel makes device nodes only for CAP_MKNOD in the host's user namespace: in a
+     * container of a user namespace of its own (a Kubernetes pod with hostUsers: false) the
+     * container's own /dev/net/tun is bound here instead, which any uid must be able to open
+     * (0666, as udev makes it). */
+    int refused = errno, made = -1;
+    struct stat st;
+    char src[64];
+    snprintf(src, sizeof src, "/proc/self/fd/%d", given_tun);
+    if (refused != EPERM || given_tun < 0 || fstat(given_tun, &st) < 0 || !S_ISCHR(st.st_mode) ||
+        (st.st_mode & 0006) != 0006 ||
+        (made = open("/dev/net/tun", O_WRONLY | O_CREAT | O_CLOEXEC, 0600)) < 0 ||
+        mount(src, "/dev/net/tun", NULL, MS_BIND, NULL) < 0)
+      die("pasta: cannot make a tun node for the instance's uid, nor bind this container's "
+          "/dev/net/tun (it must exist, mode 0666)");
+    close(made);
+  }
+  if (given_tun >= 0)
+    close(given_tun);
   /* bwrap makes the network namespace in a user namespace of its own and the instance's init in
    * one nested below it (for uid 1000 inside), so /proc/PID/ns/user is not the network's owner,
    * which pasta must join: it is asked of the namespace itself (NS_GET_USERNS), and both are

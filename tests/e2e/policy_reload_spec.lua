@@ -133,13 +133,15 @@ describe("policy reload on a running sandboxd (HUP)", function()
 
     -- two commands under the 40 s ceiling, both running before the policy changes: one that
     -- finishes when the spec tells it to (a file in its workspace, written after the reload),
-    -- and one that runs into its 10 s budget. Nothing here races the clock but the second's
-    -- budget, which only has to outlast a `policy check` and a reload (well under a second on
-    -- an idle machine; 20 s leaves room for a loaded one and a sanitized build).
-    local BUDGET = 20000
+    -- and one that runs into its budget. Nothing here races the clock but the second's budget,
+    -- which only has to outlast a `policy check` and a reload (well under a second on an idle
+    -- machine, seconds on a loaded one under the sanitizer): the whole 40 s ceiling, so that
+    -- what it rules out — the new 1 s ceiling applied to a command started before — stays 40
+    -- times apart from it.
+    local BUDGET = 40000
     local before = {}
     core.go(function() before.finishes = exec(h, "before-1",
-      "while [ ! -e go ]; do sleep 0.05; done; echo survived", 30000) end)
+      "while [ ! -e go ]; do sleep 0.05; done; echo survived", BUDGET) end)
     core.go(function() before.times_out = exec(h, "before-2", "sleep 100", BUDGET) end)
     assert.truthy(S.wait_for(function() return awake(h) == 2 end, 30000), "the two commands did not start")
 
@@ -162,7 +164,7 @@ describe("policy reload on a running sandboxd (HUP)", function()
     -- the commands from before keep the budget and the policy they started with
     local status = S.call(h.url, "/write", { thread = "before-1", body = { path = "go", content = "" } })
     assert.equal(200, status)
-    assert.truthy(S.wait_for(function() return before.finishes and before.times_out end, 60000))
+    assert.truthy(S.wait_for(function() return before.finishes and before.times_out end, BUDGET + 60000))
     assert.equal(0, before.finishes.exitCode, cjson.encode(before.finishes))
     assert.equal("survived\n", before.finishes.stdout)
     assert.equal(124, before.times_out.exitCode)

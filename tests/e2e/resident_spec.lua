@@ -193,7 +193,7 @@ describe("resident server and executor on loopback", function()
       -- the next runtime, on the same root: the worktree is kept, the thread attaches again
       local h2 = start(base, { policies = dir, root = root })
       assert.truthy(S.wait_for(function() return state_of(h2, "acme/api") == "warm" end, 20000))
-      ex.url = h2.url; ex.wire.url = h2.url
+      ex.client.url = h2.url; ex.wire.url = h2.url -- the next runtime's address
       local second = replaced_run(h2)
       assert.is_nil(second.r)
       assert.is_true(errors.is_infra(second.err))
@@ -202,7 +202,7 @@ describe("resident server and executor on loopback", function()
       -- and a success resets the run of replacements
       local h3 = start(base, { policies = dir, root = root })
       assert.truthy(S.wait_for(function() return state_of(h3, "acme/api") == "warm" end, 20000))
-      ex.url = h3.url; ex.wire.url = h3.url
+      ex.client.url = h3.url; ex.wire.url = h3.url
       local r = assert(tracked:exec("cat started-1 started-2"))
       assert.equal("started\nstarted", r.text)
       assert.equal(0, ex.replaced)

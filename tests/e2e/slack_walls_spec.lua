@@ -108,6 +108,26 @@ describe("switchboard slack and its secrets", function()
     assert_no_secret(bot.err, "the bot's log")
   end))
 
+  -- The package's unit runs the bot as User=switchboard: with no sandbox its agents would go to
+  -- the local executor's walls, which need root. It must refuse at start, not fail every command.
+  it("not root and with no sandbox (the package's user without SANDBOX_URL): refuses to start, saying the walls need root and what to set", async(function()
+    local bin = require("support.bin")
+    local err = ""
+    local proc = assert(core.spawn{
+      argv = { "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin.path, "--policies", "policies", "slack" },
+      env = bin.env(bot_env{ SLACK_BOT_TOKEN = SL.BOT_TOKEN, SLACK_APP_TOKEN = SL.APP_TOKEN, SLACK_API_URL = st.url,
+                             SWITCHBOARD_STATE_DIR = "/tmp/switchboard-spec-nobody" }),
+      deadline_ms = 120000, on_output = function(_, chunk) err = err .. chunk end,
+    })
+    local r = proc:wait()
+    assert.equal(78, r.exit, err)
+    assert.truthy(err:find("agents coding (local), review (local) would run Slack users' commands on the local "
+      .. "executor behind its walls, but this bot runs as uid 65534, not root, and the walls need root", 1, true), err)
+    assert.truthy(err:find("Point the bot at a sandboxd: set SANDBOX_URL and SANDBOX_TOKEN", 1, true), err)
+    assert.equal(0, #st:calls("auth.test")) -- refused before it talks to Slack
+    assert_no_secret(err, "the bot's log")
+  end))
+
   it("posts [redacted] for every secret of the bot a command prints, in cards, uploads and logs", async(function()
     -- unwalled on purpose: the redaction is the last line, tested here on its own
     local bot = SL.bot(st, { state_dir = tmp.dir("slack"), env = bot_env(), args = { "--trace", "-" } })

@@ -91,6 +91,7 @@ local function outside_world()
   -- sandboxd inside the namespace, reached through a relay on the host's loopback
   function w.sandboxd(opts)
     opts.wrap = { "nsenter", "--net=" .. w.netns, "--" }
+    for _, a in ipairs(opts.inner_wrap or {}) do opts.wrap[#opts.wrap + 1] = a end
     local h = S.start_sandboxd(opts)
     local line = ""
     local relay = assert(core.spawn{ argv = { "python3", "tests/support/netns_relay.py", w.netns, tostring(h.port) },
@@ -202,6 +203,31 @@ describe_walls("network per agent, walled (sandboxd)", function()
       -- no field: the server's policies/isolation.lua network (host, shipped)
       local _, def = exec(h, "W-default", world.curl)
       assert.equal(world.nonce, def.stdout, def.stderr)
+      h:stop(); h:wait()
+      world.close(h)
+    end)
+  end)
+
+  -- A Kubernetes pod with hostUsers: false (deploy/kubernetes/sandboxd.yaml): sandboxd is root
+  -- of a user namespace of its own, where the kernel makes no device node, so the walls helper
+  -- cannot give pasta a tun node of the instance's uid and binds the pod's /dev/net/tun (0666)
+  -- instead (tests/support/own_userns.py).
+  it("sandboxd as root of its own user namespace (a pod with hostUsers: false): host still reaches the outside through pasta", function()
+    core.run(function()
+      local world = outside_world()
+      local h = world.sandboxd{ policies = dir,
+        inner_wrap = { "python3", "tests/support/own_userns.py", tostring(UID_BASE), tostring(UID_COUNT), "--" } }
+      local status, on = exec(h, "W-userns", world.curl, { network = "host" })
+      assert.equal(200, status)
+      assert.equal(0, on.exitCode, on.stderr .. h.log())
+      assert.equal(world.nonce, on.stdout)
+      assert.equal(1, world.hits())
+      -- really inside a user namespace that is not the host's: its map is not the identity
+      local f = assert(io.open("/proc/" .. h.pid .. "/uid_map"))
+      local map = f:read("a")
+      f:close()
+      assert.truthy(map:find("^%s*0%s+0%s+1\n"), map)
+      assert.truthy(map:find(("%d%%s+%d%%s+%d"):format(UID_BASE, UID_BASE, UID_COUNT)), map)
       h:stop(); h:wait()
       world.close(h)
     end)

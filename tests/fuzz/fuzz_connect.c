@@ -1,6 +1,6 @@
 /* fuzz_connect: libFuzzer target for the Connect process stream the e2b executor reads from
  * the network (lua/switchboard/exec/connect.lua, the envelope decoder, and the event reader of
- * lua/switchboard/exec/e2b.lua behind it).
+ * lua/switchboard/exec/e2b_envd.lua behind it).
  *
  * The decoder is Lua, so this target embeds the interpreter like fuzz_exec_body.c. Each input
  * is used twice:
@@ -43,7 +43,7 @@ static const char harness[] =
     "local core = require('switchboard.core')\n"
     "local cjson = require('cjson')\n"
     "local connect = require('switchboard.exec.connect')\n"
-    "local e2b = require('switchboard.exec.e2b')\n"
+    "local e2b = require('switchboard.exec.e2b_envd')\n"
     "local snap = require('switchboard.policy').shipped()\n"
     "local CAP = snap.timeouts.process.max_output_bytes\n"
     "local MAX = 2048\n"

@@ -124,6 +124,7 @@ describe("budget.within_run (item 12: clipped to the run)", function()
     assert.is_nil(plan.clip_line)
     plan = assert(budget.within_run(snap, nil, 25 * MIN))
     assert.is_nil(plan.timeout_ms)
+    assert.equal(5 * MIN, plan.budget_ms) -- the default the executor applies, clamped once here
     assert.is_nil(plan.clip_line)
     plan = assert(budget.within_run(snap, 25 * MIN, nil))
     assert.equal(20 * MIN, plan.timeout_ms) -- clamped, no run bound
@@ -140,6 +141,7 @@ describe("budget.within_run (item 12: clipped to the run)", function()
   it("little run left also clips the 5-minute default the executor would otherwise apply", function()
     local plan = assert(budget.within_run(snap, nil, 3 * MIN))
     assert.equal(2 * MIN, plan.timeout_ms)
+    assert.equal(2 * MIN, plan.budget_ms)
     assert.matches("^%[timeout clipped to 120s", plan.clip_line)
   end)
 
@@ -165,10 +167,11 @@ describe("send deadlines (item 11)", function()
   setup(function() snap = P.shipped() end)
 
   it("no timeoutMs → 330 s; 20 min → 1230 s; a clamped 25-min ask → 1230 s; file ops → 330 s", function()
-    assert.equal(330 * S, budget.send_deadline(snap, nil))
-    assert.equal(1230 * S, budget.send_deadline(snap, 20 * MIN))
-    assert.equal(1230 * S, budget.send_deadline(snap, 25 * MIN))
-    assert.equal(390 * S, budget.send_deadline(snap, 360000))
+    local function deadline(requested) return budget.send_deadline(snap, assert(budget.within_run(snap, requested)).budget_ms) end
+    assert.equal(330 * S, deadline(nil))
+    assert.equal(1230 * S, deadline(20 * MIN))
+    assert.equal(1230 * S, deadline(25 * MIN))
+    assert.equal(390 * S, deadline(360000))
     assert.equal(330 * S, budget.file_op_deadline(snap))
   end)
 
@@ -189,7 +192,7 @@ describe("fleet-busy waits (item 14)", function()
   end
 
   it("10 s, 20 s, then every 30 s until 5 min for the default budget", function()
-    local waits, total = budget.fleet_busy_waits(snap, nil)
+    local waits, total = budget.fleet_busy_waits(snap, assert(budget.within_run(snap, nil)).budget_ms)
     assert.same({ 10 * S, 20 * S, 30 * S, 30 * S, 30 * S, 30 * S, 30 * S, 30 * S, 30 * S, 30 * S, 30 * S }, waits)
     assert.equal(5 * MIN, total)
     assert.equal(total, sum(waits))

@@ -308,7 +308,9 @@ describe("e2b executor: the process stream", function()
     assert.is_nil(r)
     assert.equal("timeout", err.code)
     assert.matches("gave no answer within 2s %(command budget 1s %+ 1s margin%)", err.message)
-    assert.is_true(took >= 1500 and took < 10000, tostring(took))
+    -- not before budget + margin; and given up, not waited out (the stream stalls for good, so
+    -- a client that never gave up would still be waiting at the spec's own bound)
+    assert.is_true(took >= 1500 and took < 60000, tostring(took))
   end))
 end)
 
@@ -317,7 +319,7 @@ describe("e2b executor: deadlines and stops", function()
     local ex = executor()
     local t0 = core.now_ms()
     local r = assert(ex:exec(BG .. "sleep 30", { timeout_ms = 1500 }))
-    assert.is_true(core.now_ms() - t0 < 10000)
+    assert.is_true(core.now_ms() - t0 < 25000, "the deadline did not end the 30 s command")
     assert.equal(124, r.exit_code)
     assert.is_true(r.timed_out)
     assert.matches("command timed out in the E2B sandbox", r.text)
@@ -337,7 +339,9 @@ describe("e2b executor: deadlines and stops", function()
   end))
 
   it("a command's own exit 124 before its limit stays its own", async(function()
-    local r = assert(executor():exec("exit 124", { timeout_ms = 5000 }))
+    -- a limit far past the stand-in's start of the command on a loaded machine: only the
+    -- command's own 124 can end it
+    local r = assert(executor():exec("exit 124", { timeout_ms = 60000 }))
     assert.equal(124, r.exit_code)
     assert.is_falsy(r.timed_out)
     assert.is_nil(r.text:find("timed out", 1, true))
@@ -363,7 +367,8 @@ describe("e2b executor: deadlines and stops", function()
     end)
     local r = assert(ex:exec(BG .. "sleep 30", { signal = stop }))
     assert.truthy(t_abort, "the command ended before the stop")
-    assert.is_true(core.now_ms() - t_abort < 10000, "the stop was not at once")
+    -- under half of the 30 s command it must not wait for
+    assert.is_true(core.now_ms() - t_abort < 15000, "the stop waited for the command")
     assert.is_true(r.aborted)
     assert.are_not.equal(124, r.exit_code)
     assert.matches("stopped by the user", r.text)
@@ -372,7 +377,7 @@ describe("e2b executor: deadlines and stops", function()
     -- the stop was E2B's SendSignal SIGTERM to the wrapper (whose trap KILLs the group) — or,
     -- when it came before the start event was read (a loaded machine), the stop by the
     -- command's mark (its own case below makes that path certain)
-    local e2b = require("switchboard.exec.e2b")
+    local e2b = require("switchboard.exec.e2b_envd") -- the wrapper and the stops
     local starts = requests_to("^/process%.Process/Start$")
     local last = start_body(starts[#starts]).process.args
     if last[2] == e2b.STOP_MARKED then
@@ -413,7 +418,7 @@ describe("e2b executor: a stop before the start event", function()
     assert.equal(signals_before, #requests_to("^/process%.Process/SendSignal$")) -- no pid to signal
     local starts = requests_to("^/process%.Process/Start$")
     local args = start_body(starts[#starts]).process.args
-    assert.equal(require("switchboard.exec.e2b").STOP_MARKED, args[2])
+    assert.equal(require("switchboard.exec.e2b_envd").STOP_MARKED, args[2])
     assert.equal(start_body(starts[#starts - 1]).process.args[7], args[4]) -- the command's own mark
   end))
 end)
@@ -434,7 +439,7 @@ describe("e2b executor: the stop's fallback", function()
     assert.is_true(E.wait_for(function() return not procs.alive(pid) end, 20000))
     -- the fallback's TERM from inside — or, when the stop came before the start event was read
     -- (a loaded machine), the stop by the command's mark, which needs no SendSignal at all
-    local e2b = require("switchboard.exec.e2b")
+    local e2b = require("switchboard.exec.e2b_envd") -- the wrapper and the stops
     local starts = requests_to("^/process%.Process/Start$")
     local args = start_body(starts[#starts]).process.args
     assert.truthy(args[2] == e2b.STOP or args[2] == e2b.STOP_MARKED, args[2])

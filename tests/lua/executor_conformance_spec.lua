@@ -64,8 +64,9 @@ do
     name = "local", symlinks = true,
     start = function() root = S.tmpdir() end,
     stop = function() S.rm(root) end,
-    make = function(k)
-      return require("switchboard.exec.local").new{ root = root, thread_key = k, policy = policy }
+    make = function(k, resolve_envs)
+      return require("switchboard.exec.local").new{ root = root, thread_key = k, policy = policy,
+        resolve_envs = resolve_envs }
     end,
     -- a workspace root that cannot be created (a file stands where the directory would go)
     infra = function(k)
@@ -79,8 +80,8 @@ end
 do
   local server
   local sandbox = require("switchboard.exec.sandbox")
-  local function make_on(url, k)
-    return sandbox.new{ url = url, token = S.TOKEN, thread_key = k, policy = policy }
+  local function make_on(url, k, resolve_envs)
+    return sandbox.new{ url = url, token = S.TOKEN, thread_key = k, policy = policy, resolve_envs = resolve_envs }
   end
   BACKENDS[#BACKENDS + 1] = {
     name = "sandbox", symlinks = true,
@@ -88,7 +89,7 @@ do
       server = S.start_sandboxd{ policies = policy_dir }
     end,
     stop = function() server:stop(); server:wait() end,
-    make = function(k) return make_on(server.url, k) end,
+    make = function(k, resolve_envs) return make_on(server.url, k, resolve_envs) end,
     -- nothing listens there any more
     infra = function(k)
       local gone = S.start_sandboxd{ policies = policy_dir }
@@ -128,7 +129,9 @@ do
     start = function() h, state = E.start(), S.tmpdir() end,
     stop = function() h:stop(); S.rm(state) end,
     -- the state directory is where a thread's sandbox id is remembered between executors
-    make = function(k) return E.executor(h, { policy = policy, thread_key = k, state_dir = state }) end,
+    make = function(k, resolve_envs)
+      return E.executor(h, { policy = policy, thread_key = k, state_dir = state, resolve_envs = resolve_envs })
+    end,
     -- the sandbox disappears under the thread
     infra = function(k)
       local ex = E.executor(h, { policy = policy, thread_key = k })
@@ -161,7 +164,9 @@ do
     name = "kubernetes", symlinks = true,
     start = function() h = K.start{ policies = policy_dir, pool_size = 2 } end,
     stop = function() h.stop() end,
-    make = function(k) return K.executor(h, { policy = policy, thread_key = k }) end,
+    make = function(k, resolve_envs)
+      return K.executor(h, { policy = policy, thread_key = k, resolve_envs = resolve_envs })
+    end,
     -- the thread's pod dies under it
     infra = function(k)
       local ex = K.executor(h, { policy = policy, thread_key = k })
@@ -182,8 +187,9 @@ do
   local R = require("support.resident")
   local resident = require("switchboard.exec.resident")
   local base, server
-  local function make_on(url, k)
-    return resident.new{ url = url, token = R.TOKEN, thread_key = k, repo = "acme/api", policy = policy }
+  local function make_on(url, k, resolve_envs)
+    return resident.new{ url = url, token = R.TOKEN, thread_key = k, repo = "acme/api", policy = policy,
+      resolve_envs = resolve_envs }
   end
   BACKENDS[#BACKENDS + 1] = {
     name = "resident", symlinks = true,
@@ -193,7 +199,7 @@ do
       assert(R.onboard(server, "acme/api") == "warm", "the resident did not onboard acme/api")
     end,
     stop = function() server.stop(); server.wait(); S.rm(server.root); S.rm(base) end,
-    make = function(k) return make_on(server.url, k) end,
+    make = function(k, resolve_envs) return make_on(server.url, k, resolve_envs) end,
     -- nothing listens there any more: the attach before the first command fails
     infra = function(k)
       local gone = R.start(base, { policies = R.policy_dir() })
@@ -249,6 +255,22 @@ for _, b in ipairs(BACKENDS) do
       assert.equal("kept", assert(b.make(k):exec("cat marker")).text)
       local other = assert(b.make(key("w2")):exec("cat marker"))
       assert.equal(1, other.exit_code)
+    end))
+
+    -- One behaviour in every backend (exec/preflight.lua): the resolver's failure is infra with
+    -- its span code and itself as the cause, and the command does not start.
+    it("credentials that cannot be resolved: infra keeping the resolver's code and cause; nothing runs", async(function()
+      local k = key("cred")
+      local _, cause = require("switchboard.github.app").fail("http 502", "GitHub answered HTTP 502 minting a token")
+      local ex = b.make(k, function() return nil, cause end)
+      local r, err = ex:exec("touch ran")
+      assert.is_nil(r)
+      assert.is_true(errors.is_infra(err), tostring(err))
+      assert.equal("http 502", err.code)
+      assert.equal(cause, err.cause)
+      assert.equal("credentials for this command could not be resolved: GitHub answered HTTP 502 minting a token",
+        tostring(err))
+      assert.equal(1, assert(b.make(k):exec("test -e ran")).exit_code)
     end))
 
     it("files: write, read back, seen by commands; a missing file is a tool error", async(function()

@@ -18,6 +18,43 @@ describe("sandboxd runner", function()
     end)
   end)
 
+  -- sandboxd's fleet forgets a sleeping instance as it calls stop, and the thread's next request
+  -- may wake a new runner at once on the same path while the old stop still yields — behind
+  -- walls it waits for the holder's exit and the cgroups' reap, seconds under load; here the
+  -- workspace's stop is made to wait the same way (on a signal, not for a time). The old stop
+  -- must not touch what the new runner made at the path: before, it renamed the new workspace
+  -- away and deleted it under the new instance.
+  it("a stop leaves the path before it yields: the thread's next runner keeps what it made there", function()
+    core.run(function()
+      local root = S.tmpdir()
+      local old = runner.new(root, "again")
+      assert(old:exec{ command = "echo old > mine", env = env() })
+      local stop_ws, holder_gone = old.ws.stop, core.signal()
+      old.ws.stop = function(ws, reason)
+        core.sleep(60000, holder_gone)
+        return stop_ws(ws, reason)
+      end
+      local stopped = false
+      core.go(function() old:stop("idle"); stopped = true end)
+      core.sleep(0) -- the stop runs up to its wait
+      local new = runner.new(root, "again")
+      local res = assert(new:exec{ command = "ls -A; echo new > mine", env = env() })
+      assert.equal("", res.stdout) -- nothing of the old instance's
+      holder_gone:abort("the old instance's holder exited")
+      assert.truthy(S.wait_for(function() return stopped end, 60000), "the old stop never ended")
+      assert.truthy(S.wait_for(function()
+        for _, name in ipairs(core.fs.list(root) or {}) do
+          if name:find("^%.trash%-") then return false end
+        end
+        return true
+      end, 60000), "the old workspace was never removed")
+      res = assert(new:exec{ command = "cat mine", env = env() })
+      assert.equal(0, res.exit, res.stderr)
+      assert.equal("new\n", res.stdout)
+      S.rm(root)
+    end)
+  end)
+
   it("a workspace an earlier instance's sleep failed to remove is never handed to the new one", function()
     core.run(function()
       local root = S.tmpdir()

@@ -56,8 +56,59 @@ describe("shell.run.bash", function()
   end))
 end)
 
+describe("shell.run.tool", function()
+  after_each(function() tmp.remove_all() end)
+
+  it("runs the argv as given, with PATH alone unless an environment is given", async(function()
+    local dir = tmp.dir("tool")
+    local r = assert(run.tool{ argv = { "pwd" }, cwd = dir, deadline_ms = 60000 })
+    assert.equal(0, r.exit)
+    assert.equal(dir .. "\n", r.stdout)
+    r = assert(run.tool{ argv = { "/usr/bin/env" }, deadline_ms = 60000 })
+    assert.equal("PATH=" .. os.getenv("PATH") .. "\n", r.stdout)
+    r = assert(run.tool{ argv = { "/usr/bin/env" }, env = { X = "y" }, deadline_ms = 60000 })
+    assert.equal("X=y\n", r.stdout)
+  end))
+
+  it("always has a deadline, and keeps it on the tool's process group", async(function()
+    assert.has_error(function() run.tool{ argv = { "true" } } end, "run.tool: spec.deadline_ms (from policy) is required")
+    local r = assert(run.tool{ argv = { "sh", "-c", "sleep 30 & sleep 30" }, deadline_ms = 300, kill_grace_ms = 200 })
+    assert.is_true(r.timed_out)
+  end))
+
+  it("a tool that cannot start is nil, err", async(function()
+    local r, err = run.tool{ argv = { "/nonexistent/tool" }, deadline_ms = 60000 }
+    assert.is_nil(r)
+    assert.equal("string", type(err.message))
+  end))
+end)
+
 describe("shell.workspace", function()
   after_each(function() tmp.remove_all() end)
+
+  it("stop kills every command of the workspace at once and keeps its files", async(function()
+    local root = tmp.dir("ws")
+    local ws = workspace.open(root, "stopped")
+    assert.is_true(ws:write("kept.txt", "still here"))
+    local r
+    core.go(function() r = ws:run{ command = "echo started > started; sleep 60", env = env(), deadline_ms = 120000 } end)
+    local f
+    for _ = 1, 600 do
+      f = io.open(ws.dir .. "/started")
+      if f then break end
+      core.sleep(100)
+    end
+    assert.truthy(f, "the command never started")
+    f:close()
+    ws:stop("test stop")
+    for _ = 1, 600 do
+      if r then break end
+      core.sleep(100)
+    end
+    assert.truthy(r, "the command outlived the stop")
+    assert.is_true(r.aborted)
+    assert.equal("still here", workspace.open(root, "stopped"):read("kept.txt"))
+  end))
 
   it("runs in the thread's directory, made 0700 on first use and again after a command removed it", async(function()
     local root = tmp.dir("ws")

@@ -173,7 +173,7 @@ describe("core.spawn behind the walls", function()
       assert.equal("/workspace\n1000\n", res.stdout) -- the instance's own uid inside
     end
     local owner = io.popen("stat -c %u '" .. r.dir .. "'"):read("l")
-    assert.equal(tostring(r.instance.uid), owner)
+    assert.equal(tostring(r.ws.instance.uid), owner)
     for pid, cmd in pairs(procs.cmdlines()) do
       assert.falsy(cmd:find(" hold ", 1, true) and cmd:find("--workspace " .. r.dir, 1, true),
         "a second instance holds the thread's workspace: " .. pid .. " " .. cmd)

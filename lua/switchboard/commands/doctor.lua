@@ -6,6 +6,7 @@ local prologue = require("switchboard.launch.prologue")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
 local instance = require("switchboard.shell.instance")
+local run = require("switchboard.shell.run")
 local factory = require("switchboard.exec.factory")
 
 local M = {
@@ -52,6 +53,7 @@ local SPEC = { ["sandbox-url"] = "string" }
 -- What the package installs (deploy/systemd/*.service read these).
 M.INSTALLED_POLICIES = "/etc/switchboard/policies"
 M.INSTALLED_BOT_ENV = "/etc/switchboard/bot.env"
+M.INSTALLED_SANDBOXD_ENV = "/etc/switchboard/sandboxd.env"
 
 -- NAME=value lines of an EnvironmentFile (comments and blank lines skipped; values unquoted
 -- the way systemd does for a plain value or one in double/single quotes).
@@ -217,6 +219,18 @@ local function check_bot(ctx, snap)
   end
   local unwalled = factory.unwalled_agents({ front = "slack", getenv = ctx.getenv,
     sandbox_url = ctx.sandbox_url }, snap)
+  -- switchboard-bot.service runs the bot as User=switchboard, where the local executor's
+  -- walls cannot be built (they need root): `switchboard slack` refuses to start there.
+  local walled_local = ctx.installed and require("switchboard.commands.slack").walled_local_agents(
+    { front = "slack", getenv = ctx.getenv, sandbox_url = ctx.sandbox_url }, snap) or {}
+  if #unwalled == 0 and #walled_local > 0 then
+    local names = {}
+    for _, u in ipairs(walled_local) do names[#names + 1] = u.agent end
+    return "FAIL", ("agents %s would run on the local executor's walls, which switchboard-bot.service "
+      .. "(User=switchboard) cannot build: they need root, so the bot refuses to start — fix: set "
+      .. "SANDBOX_URL=http://127.0.0.1:8080 and SANDBOX_TOKEN (the one in %s) in %s"):format(
+        table.concat(names, ", "), M.INSTALLED_SANDBOXD_ENV, M.INSTALLED_BOT_ENV)
+  end
   if #unwalled == 0 then
     local backend = factory.backend_for({ front = "slack", getenv = ctx.getenv, sandbox_url = ctx.sandbox_url },
       snap, { agent = snap.agents.default_agent })
@@ -230,12 +244,10 @@ local function check_bot(ctx, snap)
     .. "or local_walls.slack = true in policies/isolation.lua"):format(table.concat(names, ", "), unwalled[1].setting)
 end
 
+-- A file's first line (a /proc or /sys setting), or nil when it cannot be read.
 local function read_first(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("l")
-  f:close()
-  return s
+  local text = core.fs.read_file(path)
+  return text and text:match("^[^\n]*") or nil
 end
 
 -- The helper sandboxd would use: $SWITCHBOARD_WALLS_HELPER, else next to this binary.
@@ -267,14 +279,14 @@ end
 -- cgroups, and a throwaway instance is built in a scratch directory and runs a command.
 local function check_walls(ctx, snap)
   local helper, from = walls_helper(ctx)
-  local probe, perr = core.spawn{ argv = { helper }, env = {}, deadline_ms = 10000 }
-  if not probe then
+  -- run bare, the helper prints its usage and exits at once: the call margin is a bound only
+  local pr, perr = run.tool{ argv = { helper }, env = {}, deadline_ms = snap.timeouts.call.margin_ms }
+  if not pr then
     local why = type(perr) == "table" and perr.message or tostring(perr)
     return "FAIL", ("the walls helper %s (%s) does not run: %s — fix: build it (cmake --build build) "
       .. "or install it next to switchboard, or point SWITCHBOARD_WALLS_HELPER at it"):format(helper, from,
       first_line(why):gsub("^cannot start '[^']*': ", ""))
   end
-  local pr = probe:wait()
   if pr.signal then
     return "FAIL", ("the walls helper %s died of signal %s when started — fix: rebuild it for this host "
       .. "(cmake --build build)"):format(helper, tostring(pr.signal))
@@ -294,6 +306,8 @@ local function check_walls(ctx, snap)
     local fix
     if why:find("bwrap is not installed", 1, true) then
       why, fix = "bwrap is not installed (not on PATH)", "apt-get install bubblewrap"
+    elseif why:find("the walls need root", 1, true) then
+      fix = "run doctor as root (sudo), as switchboard-sandboxd.service runs sandboxd"
     elseif why:find("namespace") or why:find("uid map") or why:find("Operation not permitted")
         or why:find("Permission denied") then
       fix = userns_fix(ctx)
@@ -317,6 +331,7 @@ function M.run(argv, ctx)
   -- On an installed host, what the services load (deploy/systemd/*.service).
   if ctx.policies_dir == nil and not ctx.no_installed and is_dir(M.INSTALLED_POLICIES) then
     ctx.policies_dir = M.INSTALLED_POLICIES
+    ctx.installed = true
     local vars = M.read_env_file(M.INSTALLED_BOT_ENV) or {}
     for name, v in pairs(vars) do
       if require("switchboard.policy.schema").is_secret_name(name) then core.log_redact(v) end

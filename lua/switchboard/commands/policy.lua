@@ -28,11 +28,12 @@ show   prints every effective setting, `file  key = value  # where it was set`.
 
 examples:
   switchboard policy check                       # the policies in use
-  switchboard policy check /etc/switchboard
-  switchboard policy show --diff /etc/switchboard
-  $EDITOR /etc/switchboard/timeouts.lua && \
-    switchboard policy check /etc/switchboard && \
-    switchboard reload --pid-file /run/switchboard/sandboxd.pid
+  switchboard policy check /etc/switchboard/policies
+  switchboard policy show --diff /etc/switchboard/policies
+  $EDITOR /etc/switchboard/policies/timeouts.lua && \
+    switchboard policy check /etc/switchboard/policies && \
+    systemctl reload switchboard-sandboxd switchboard-bot     # the package's services
+  switchboard reload --pid-file /run/switchboard/sandboxd.pid  # a process started by hand
 
 exit status: 0 valid, 1 invalid, 2 usage error (including a DIR that is missing or a file)]]
 

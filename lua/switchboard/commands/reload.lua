@@ -2,8 +2,12 @@
 -- FILE holds (written by `switchboard --pid-file FILE sandboxd|console|…`), after checking
 -- that the id still belongs to a switchboard process. What the reload changed is in that
 -- process's log (policy.reloaded, policy.changed, policy.restart_required).
-local core = require("switchboard.core")
 local prologue = require("switchboard.launch.prologue")
+local run = require("switchboard.shell.run")
+
+-- kill(1) returns at once; a bound only (reload reads no policy: it runs where the process it
+-- signals may have policies this one cannot load)
+local KILL_MS = 10000
 
 local M = {
   name = "reload",
@@ -67,8 +71,7 @@ function M.run(argv, ctx)
   if not pid then return p:fail(prologue.EXIT.usage, err) end
   local ok, why = is_switchboard(pid)
   if not ok then return p:fail(1, ("process %d from %s: %s"):format(pid, file, why)) end
-  local r = assert(core.spawn{ argv = { "kill", "-HUP", tostring(pid) },
-    env = { PATH = os.getenv("PATH") or "/usr/bin:/bin" } }):wait()
+  local r = assert(run.tool{ argv = { "kill", "-HUP", tostring(pid) }, deadline_ms = KILL_MS })
   if r.exit ~= 0 then
     return p:fail(1, ("kill -HUP %d: %s"):format(pid, (r.stderr or ""):gsub("%s+$", "")))
   end

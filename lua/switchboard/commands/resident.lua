@@ -1,8 +1,8 @@
 -- `switchboard resident`: the warm per-repository server (docs/resident.md), and its
 -- onboarding client (`switchboard resident onboard OWNER/NAME`, `… status OWNER/NAME`).
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local prologue = require("switchboard.launch.prologue")
+local resident_client = require("switchboard.exec.resident_client")
 local sandboxd_cmd = require("switchboard.commands.sandboxd")
 local server = require("switchboard.resident.server")
 local walls_mod = require("switchboard.launch.walls")
@@ -60,38 +60,30 @@ Examples:
 local SPEC = { listen = "string", root = "string", ["git-base"] = "string", url = "string", wait = "flag",
   ["no-walls"] = "flag" }
 
-local function token_of(snap, ctx)
-  local name = snap.execution.resident.token_env
-  local v = (ctx.getenv or os.getenv)(name)
-  if v == nil or v == "" then return nil, name end
-  return v, name
-end
-
-local function call(url, token, method, path, body)
-  return core.http.request{ method = method, url = url:gsub("/+$", "") .. path,
-    headers = { authorization = "Bearer " .. token, ["content-type"] = "application/json" },
-    body = body and cjson.encode(body) or nil, deadline_ms = 15000 }
-end
-
 local function client(p, ctx, verb, repo)
   local snap, opts = p.snap, p.opts
-  local token, name = token_of(snap, ctx)
-  if not token then return p:fail(M.EXIT.config, name .. " is not set: the resident's routes need its bearer") end
-  local url = opts.url or (ctx.getenv or os.getenv)(snap.execution.resident.url_env) or snap.execution.resident.base_url
-  if not url or url == "" then
-    return p:fail(M.EXIT.config, ("no resident to ask: pass --url or set %s"):format(snap.execution.resident.url_env))
+  local getenv = ctx.getenv or os.getenv
+  local cfg = snap.execution.resident
+  local url, token = resident_client.configured(snap, getenv, opts.url)
+  if not url then
+    local bearer = getenv(cfg.token_env)
+    if token == cfg.token_env or bearer == nil or bearer == "" then
+      return p:fail(M.EXIT.config, token .. " is not set: the resident's routes need its bearer")
+    end
+    return p:fail(M.EXIT.config, ("no resident to ask: pass --url or set %s"):format(cfg.url_env))
   end
+  local c = resident_client.new{ url = url, token = token }
+  local deadline_ms = snap.timeouts.resident.probe_timeout_ms + snap.timeouts.call.margin_ms
   local function state()
-    local status, _, raw = call(url, token, "GET", "/status?repo=" .. repo)
-    if status == nil then return nil, "the resident cannot be reached: " .. tostring(_ and _.message or _) end
-    local ok, doc = pcall(cjson.decode, raw)
-    if not ok or type(doc) ~= "table" then return nil, ("the resident answered HTTP %d"):format(status) end
+    local status, doc = c:call("GET", "/status?repo=" .. repo, nil, deadline_ms)
+    if status == nil then return nil, "the resident cannot be reached: " .. tostring(doc and doc.message or doc) end
+    if not doc then return nil, ("the resident answered HTTP %d"):format(status) end
     if status == 404 then return { state = "not onboarded", reason = doc.error } end
     if status ~= 200 then return nil, ("the resident answered HTTP %d: %s"):format(status, tostring(doc.error)) end
     return doc
   end
   if verb == "onboard" then
-    local status, err, raw = call(url, token, "POST", "/onboard", { repo = repo })
+    local status, err, raw = c:call("POST", "/onboard", { repo = repo }, deadline_ms)
     if status == nil then return p:fail(M.EXIT.unavailable, "the resident cannot be reached: " .. tostring(err and err.message)) end
     if status ~= 202 then return p:fail(M.EXIT.unavailable, ("the resident refused (HTTP %d): %s"):format(status, raw)) end
   end

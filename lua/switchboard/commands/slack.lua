@@ -59,7 +59,9 @@ Options:
 The bot never runs anyone's command unwalled by default: its agents' commands go to the
 sandbox when SANDBOX_URL and SANDBOX_TOKEN are set, else to the local executor behind walls
 (policies/isolation.lua local_walls; docs/isolation.md "Fronts that serve other people"). When
-policy would run them unwalled the bot refuses to start and says how to fix it.
+policy would run them unwalled the bot refuses to start and says how to fix it; so it does when
+they would go to the walled local executor and the bot is not root (the walls need root: the
+package's unit runs the bot as the switchboard user and points it at sandboxd).
 
 Who may use the bot, the card's pace and the drain time are in policies/slack.lua (default:
 anyone in the workspace the bot token belongs to). SIGHUP reloads the policies; TERM/INT stop
@@ -109,6 +111,46 @@ local function unwalled_problem(list)
     .. "docs/deploy.md \"One machine\"), or set local_walls.slack = true in policies/isolation.lua "
     .. "(walls need root, bubblewrap, user namespaces and cgroups), or — only for people you trust "
     .. "with those tokens — start with --allow-unwalled-commands"):format(table.concat(names, ", "), list[1].setting)
+end
+
+-- This process's effective uid (/proc/self/status), nil where it cannot be read.
+function M.effective_uid(status_path)
+  local f = io.open(status_path or "/proc/self/status", "r")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  return tonumber(text:match("\nUid:%s+%d+%s+(%d+)"))
+end
+
+-- The repository agents this front would run on the local executor behind its walls: policy
+-- chooses local (or the resident falling back to it) and local_walls is true for the front.
+function M.walled_local_agents(opts, snap)
+  local out = {}
+  if not factory.walled_locally(snap, opts.front) then return out end
+  for _, name in ipairs(policy.agent_names(snap)) do
+    local agent = policy.agent(snap, name)
+    if agent.resources and agent.resources.repository then
+      local backend = factory.backend_for(opts, snap, { agent = name })
+      if backend == "local" or (backend == "resident" and snap.execution.resident.fallback == "local") then
+        out[#out + 1] = { agent = name, backend = backend }
+      end
+    end
+  end
+  return out
+end
+
+-- The words for a start refused because the local executor's walls need root and this bot
+-- does not run as root (switchboard-bot.service's User=switchboard): it could run nothing.
+function M.walls_need_root_problem(list, uid)
+  local names = {}
+  for _, u in ipairs(list) do names[#names + 1] = ("%s (%s)"):format(u.agent, u.backend) end
+  return ("agents %s would run Slack users' commands on the local executor behind its walls, but "
+    .. "this bot runs as uid %s, not root, and the walls need root (each instance gets a host uid, "
+    .. "cgroups and a workspace of its own), so none of their commands could run. Point the bot at "
+    .. "a sandboxd: set SANDBOX_URL and SANDBOX_TOKEN (the package's /etc/switchboard/bot.env has "
+    .. "SANDBOX_URL=http://127.0.0.1:8080 and the SANDBOX_TOKEN of /etc/switchboard/sandboxd.env; "
+    .. "restore them, then `systemctl restart switchboard-bot`; docs/deploy.md \"One machine\"), "
+    .. "or run the bot as root"):format(table.concat(names, ", "), tostring(uid))
 end
 
 -- "HOST:PORT" with a numeric address ("[::1]:8080" for IPv6).
@@ -210,6 +252,11 @@ function M.run(argv, ctx)
   }
   local unwalled = factory.unwalled_agents(stack_opts, snap)
   if #unwalled > 0 and not allow_unwalled then return p:fail(M.EXIT.config, unwalled_problem(unwalled)) end
+  -- walled, but where no wall can be built: fail closed at start, not at every command
+  local walled_local, uid = M.walled_local_agents(stack_opts, snap), M.effective_uid()
+  if #walled_local > 0 and uid and uid ~= 0 then
+    return p:fail(M.EXIT.config, M.walls_need_root_problem(walled_local, uid))
+  end
   if #unwalled > 0 then
     local names = {}
     for _, u in ipairs(unwalled) do names[#names + 1] = u.agent end
@@ -267,25 +314,20 @@ function M.run(argv, ctx)
   app.d:restore()
   rec:keep_expiring(policy.current, record_stop)
 
-  if opts.listen then
-    local listen_host, listen_port = host_port(opts.listen)
-    local srv, lerr = app:listen(listen_host, listen_port, true)
-    if not srv then return p:fail(M.EXIT.config, "--listen: " .. tostring(lerr.message)) end
-    core.log("info", "slack.listening", { host = listen_host, port = srv.port, serves = "events" })
-    pages_base = pages_base or ("http://%s:%d"):format(listen_host, srv.port)
-  end
-  if opts.health_listen then
-    local health_host, health_port = host_port(opts.health_listen)
-    local srv, lerr = app:listen(health_host, health_port, false)
-    if not srv then return p:fail(M.EXIT.config, "--health-listen: " .. tostring(lerr.message)) end
-    core.log("info", "slack.listening", { host = health_host, port = srv.port, serves = "health" })
-    pages_base = pages_base or ("http://%s:%d"):format(health_host, srv.port)
-  end
-  if opts.metrics_listen then
-    local mhost, mport = host_port(opts.metrics_listen)
-    local srv, merr = metrics.serve(mhost, mport)
-    if not srv then return p:fail(M.EXIT.config, "--metrics-listen: " .. tostring(merr and merr.message or merr)) end
-    core.log("info", "slack.listening", { host = mhost, port = srv.port, serves = "metrics" })
+  -- one listener per option given: events (and the pages), health, metrics
+  for _, l in ipairs({
+    { "--listen", opts.listen, "events", function(h, port) return app:listen(h, port, true) end },
+    { "--health-listen", opts.health_listen, "health", function(h, port) return app:listen(h, port, false) end },
+    { "--metrics-listen", opts.metrics_listen, "metrics", metrics.serve },
+  }) do
+    local flag, where, serves, listen = l[1], l[2], l[3], l[4]
+    if where then
+      local host, port = host_port(where)
+      local srv, lerr = listen(host, port)
+      if not srv then return p:fail(M.EXIT.config, flag .. ": " .. tostring(lerr and lerr.message or lerr)) end
+      core.log("info", "slack.listening", { host = host, port = srv.port, serves = serves })
+      if serves ~= "metrics" then pages_base = pages_base or ("http://%s:%d"):format(host, srv.port) end
+    end
   end
   if e.app then
     local ok, serr = app:start_socket_mode()

@@ -279,15 +279,16 @@ local function exec_protected(executor, command, opts)
   return res[2], res[3]
 end
 
--- The executor of (thread, agent): provisioned once, then reused.
+-- The executor of (thread, agent): provisioned once, then reused. A failure is the factory's
+-- error value (core.error); a raise is a bug and passes to the worker's one catch, which logs
+-- it with its traceback and ends the ask as an internal error.
 function D:executor_for(thread, ask)
   local built = thread.executors[ask.agent]
   if built then return built end
-  local ok, res, err = pcall(stack.build, self.build_opts, {
+  local err
+  built, err = stack.build(self.build_opts, {
     thread_key = self.thread_key(thread.name), agent = ask.agent, repo = ask.repo, snap = ask.snap,
   })
-  if not ok then return nil, "provisioning failed: " .. tostring(res) end
-  built = res
   if not built then return nil, err end
   thread.executors[ask.agent] = built
   return built

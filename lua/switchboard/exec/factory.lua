@@ -104,8 +104,7 @@ function M.configured(snap, opts)
   return {
     ["local"] = true,
     sandbox = (opts.sandbox_url ~= nil or set(e.sandbox.url_env)) and set(e.sandbox.token_env),
-    resident = (opts.resident_url ~= nil or e.resident.base_url ~= nil or set(e.resident.url_env))
-      and set(e.resident.token_env),
+    resident = require("switchboard.exec.resident_client").configured(snap, getenv, opts.resident_url) ~= nil,
     e2b = set(e.e2b.api_key_env),
     kubernetes = set(e.kubernetes.token_env) and (set("KUBERNETES_SERVICE_HOST") or set(e.kubernetes.kubeconfig_env)),
   }

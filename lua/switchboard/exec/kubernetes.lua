@@ -330,12 +330,12 @@ function M:exec(command, opts)
   local snap = opts.snap or self.policy()
   local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
   if not plan then return nil, errors.refused(refusal, 124) end
-  local limit = budget.clamp(snap, plan.timeout_ms)
+  local limit = plan.budget_ms -- clamped once (shell/budget.lua within_run)
   local need = limit + snap.timeouts.call.margin_ms
   local sub = {}
   for k, v in pairs(opts) do sub[k] = v end
   sub.snap = snap
-  local r, err = on_pod(self, snap, need, plan.timeout_ms, opts.signal, function(inner) return inner:exec(command, sub) end)
+  local r, err = on_pod(self, snap, need, limit, opts.signal, function(inner) return inner:exec(command, sub) end)
   if r == nil and err == "stopped" then return stopped_result(snap, opts.signal) end
   return r, err
 end

@@ -4,57 +4,43 @@
 -- environment is built per command from policy (child_env) plus resolve_envs(), so a
 -- credential current at the command's start reaches it through envp only.
 local core = require("switchboard.core")
-local budget = require("switchboard.shell.budget")
 local child_env = require("switchboard.shell.child_env")
 local errors = require("switchboard.exec.errors")
+local preflight = require("switchboard.exec.preflight")
 local render = require("switchboard.shell.render")
-local walled = require("switchboard.shell.walled")
 local workspace = require("switchboard.shell.workspace")
 
 local M = {}
 M.__index = M
 
--- Walled threads (policies/isolation.lua local_walls = true): one instance per workspace
--- directory, shared by every executor of the thread (agents of one thread share its workspace,
--- and two instances' uids cannot both own it). dir → the walled runner state of shell/walled.lua.
-local instances = {}
+-- dir → {walled = ws, open = ws}: the thread's workspace (shell/workspace.lua), shared by every
+-- executor of the thread — agents of one thread share its directory, and behind walls its one
+-- instance (two instances' uids cannot both own it). Its files outlive the instances
+-- (existing): each new instance gets them handed to its uid.
+local shared = {}
 
-local function chown_tree(dir, uid)
-  local proc = core.spawn{ argv = { "chown", "-R", "-h", "-P", ("%d:%d"):format(uid, uid), "--", dir },
-    env = { PATH = os.getenv("PATH") or "/usr/bin:/bin" }, deadline_ms = 120000 }
-  local r = proc and proc:wait()
-  if not r or r.exit ~= 0 then
-    return nil, core.error("workspace", "the workspace could not be handed to its instance's user (chown): "
-      .. tostring(r and r.stderr or "chown did not start"):match("^[^\n]*"))
+-- The thread's workspace for this executor, or nil, a tool error when its walled instance is
+-- awake with another network than this agent's.
+local function workspace_of(self)
+  local slot = self.slot
+  local mine = shared[self.dir] or {}
+  shared[self.dir] = mine
+  local ws = mine[slot]
+  if ws and ws.network ~= self.network then
+    if ws.instance and ws.instance.state ~= "stopped" then
+      return nil, errors.tool(("this thread's walled instance is awake with network %q; agent work "
+        .. "asking for %q cannot run in it. An instance's network is fixed when it is made "
+        .. "(policies/agents.lua network): ask in another thread, or stop this one's work first")
+        :format(tostring(ws.network), tostring(self.network)))
+    end
+    ws = nil
   end
-  return true
-end
-
--- The thread's walled runner, its instance made (and the workspace's files handed to the
--- instance's uid: a thread's workspace outlives its instances here, and each instance has a uid
--- of its own). nil, err when it cannot be, or when the awake instance has another network.
-local function walled_runner(self)
-  local r = instances[self.dir]
-  if r and r.instance and r.instance.state == "stopped" then r = nil end
-  if r and r.network ~= self.network then
-    return nil, errors.tool(("this thread's walled instance is awake with network %q; agent work "
-      .. "asking for %q cannot run in it. An instance's network is fixed when it is made "
-      .. "(policies/agents.lua network): ask in another thread, or stop this one's work first")
-      :format(tostring(r.network), tostring(self.network)))
+  if not ws then
+    ws = workspace.open(self.root, self.thread_key, { walls = self.walls, network = self.network,
+      existing = true })
+    mine[slot] = ws
   end
-  if not r then
-    r = { dir = self.dir, key = self.thread_key, walls = self.walls, network = self.network,
-      stopped = core.signal() }
-    instances[self.dir] = r
-  end
-  local dir, err = walled.ensure(r)
-  if not dir then return nil, err end
-  if r.owned_by ~= r.instance then
-    local ok, cerr = chown_tree(self.dir, r.instance:owner().uid)
-    if not ok then return nil, cerr end
-    r.owned_by = r.instance
-  end
-  return r
+  return ws
 end
 
 -- opts: root (workspaces root), thread_key, policy (function → the current snapshot; read only
@@ -65,15 +51,14 @@ end
 function M.new(opts)
   assert(type(opts.root) == "string", "local executor: opts.root (a directory) is required")
   assert(type(opts.policy) == "function", "local executor: opts.policy is required")
-  local ws = workspace.open(opts.root, opts.thread_key or "default")
   return setmetatable({
     walls = opts.walls,
     network = opts.walls and (opts.network or "host") or nil,
+    slot = opts.walls and "walled" or "open", -- which of the thread's shared workspaces is its
     backend = "local",
     root = opts.root,
     thread_key = opts.thread_key or "default",
-    ws = ws,
-    dir = ws.dir,
+    dir = workspace.path(opts.root, opts.thread_key or "default"),
     policy = opts.policy,
     resolve_envs = opts.resolve_envs or function() return {} end,
     getenv = opts.getenv,
@@ -81,48 +66,20 @@ function M.new(opts)
   }, M)
 end
 
-local function command_env(self, snap)
-  local env = child_env.base(snap, self.getenv)
-  local extra, err = self.resolve_envs()
-  if extra == nil then return nil, err end
-  for name, value in pairs(extra) do env[name] = value end
-  return env
-end
-
 function M:exec(command, opts)
   opts = opts or {}
-  if type(command) ~= "string" or command == "" then
-    return nil, errors.tool("bash needs a command to run")
-  end
-  local snap = opts.snap or self.policy()
-  local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
-  if not plan then return nil, errors.refused(refusal, 124) end
-  local limit_ms = plan.timeout_ms or budget.clamp(snap, nil)
-  local env, env_err = command_env(self, snap)
-  if not env then
-    -- A GitHub API failure keeps its span code (http <status>, timeout); anything else is infra.
-    local code = type(env_err) == "table" and errors.valid_code(env_err.code) and env_err.code or nil
-    return nil, errors.infra("credentials for this command could not be resolved: "
-      .. tostring(env_err), code, { cause = env_err })
-  end
+  local call, refused = preflight.command(self, command, opts)
+  if not call then return nil, refused end
+  local snap, limit_ms = call.snap, call.budget_ms
+  -- the whole environment: policy's base (child_env) and the credential resolved now
+  local env = child_env.base(snap, self.getenv)
+  for name, value in pairs(call.envs) do env[name] = value end
+  local ws, refused_ws = workspace_of(self)
+  if not ws then return nil, refused_ws end
   local stop = opts.signal and core.signal(opts.signal, self.released) or self.released
-  local spec = {
-    command = command,
-    env = env,
-    deadline_ms = limit_ms,
-    kill_grace_ms = snap.timeouts.bash.kill_grace_ms,
-    max_output = snap.timeouts.process.max_output_bytes,
-    signal = stop,
-    on_output = opts.on_output,
-  }
-  local r, run_err
-  if self.walls then
-    local wr, werr = walled_runner(self)
-    if not wr and errors.is_tool(werr) then return nil, werr end
-    if wr then r, run_err = walled.exec(wr, spec) else run_err = werr end
-  else
-    r, run_err = self.ws:run(spec)
-  end
+  local r, run_err = ws:run{ command = command, env = env, deadline_ms = limit_ms,
+    kill_grace_ms = snap.timeouts.bash.kill_grace_ms, max_output = snap.timeouts.process.max_output_bytes,
+    signal = stop, on_output = opts.on_output }
   if not r then
     if run_err and run_err.kind == "workspace" then
       return nil, errors.infra("local workspace unavailable: " .. tostring(run_err), nil, { cause = run_err })
@@ -141,7 +98,7 @@ function M:exec(command, opts)
     truncated = r.truncated,
     limit_ms = limit_ms,
     where = "local shell",
-    clip_line = plan.clip_line,
+    clip_line = call.clip_line,
   })
 end
 
@@ -170,36 +127,20 @@ local function file_error(path, err)
   return fs_error(path, err)
 end
 
--- With walls the files go through the instance's held handle, as its uid (shell/walled.lua).
-local function walled_file(self, fn)
-  local r, err = walled_runner(self)
-  if not r then return nil, err end
-  return walled.with_root(r, fn)
-end
-
 function M:read_file(path, opts)
-  local bytes, err
-  if self.walls then
-    bytes, err = walled_file(self, function(root) return root:read(path) end)
-    if bytes == nil and errors.is_tool(err) then return nil, err end
-  else
-    bytes, err = self.ws:read(path)
-  end
+  local ws, refused = workspace_of(self)
+  if not ws then return nil, refused end
+  local bytes, err = ws:read(path)
   if bytes == nil then return nil, file_error(path, err) end
   return bytes
 end
 
 function M:write_file(path, bytes, opts)
-  local ok, err
-  if self.walls then
-    local r = instances[self.dir]
-    local refused = r and walled.over_cap(r)
-    if refused then return nil, errors.tool(refused.message) end -- names the cap and what to do
-    ok, err = walled_file(self, function(root) return root:write(path, bytes) end)
-    if not ok and errors.is_tool(err) then return nil, err end
-  else
-    ok, err = self.ws:write(path, bytes)
-  end
+  local ws, refused = workspace_of(self)
+  if not ws then return nil, refused end
+  local ok, err = ws:write(path, bytes)
+  -- the walls' size cap: its text names the cap and what to do
+  if not ok and err and err.kind == "too_large" then return nil, errors.tool(err.message) end
   if not ok then return nil, file_error(path, err) end
   return true
 end
@@ -213,17 +154,17 @@ function M:walls_note()
   return "local executor: unwalled — commands run as this host's user (policies/isolation.lua local_walls)"
 end
 
--- "always" (a hard stop, a read-only run): stop whatever still runs — with walls, the thread's
--- whole instance (what a command left running in the background too). The workspace stays for
--- the thread's follow-ups either way.
+-- "always" (a hard stop, a read-only run): stop whatever still runs in the thread's workspace
+-- — with walls, its whole instance (what a command left running in the background too). The
+-- workspace's files stay for the thread's follow-ups either way.
 function M:release(mode)
   if mode == "always" then
     self.released:abort("released")
-    local r = self.walls and instances[self.dir]
-    if r then
-      instances[self.dir] = nil
-      r.stopped:abort("released")
-      walled.stop(r)
+    local mine = shared[self.dir]
+    local ws = mine and mine[self.slot]
+    if ws then
+      mine[self.slot] = nil
+      ws:stop("released")
     end
   end
   if self.released.aborted then self.released = core.signal() end

@@ -15,7 +15,7 @@
 --   * release("always") sends /detach with force (the thread's processes are killed and its
 --     worktree evicted); "if-clean" keeps the worktree for the thread's next ask.
 local core = require("switchboard.core")
-local cjson = require("cjson")
+local client = require("switchboard.exec.resident_client")
 local sandbox = require("switchboard.exec.sandbox")
 local errors = require("switchboard.exec.errors")
 local classify = require("switchboard.shell.classify")
@@ -30,19 +30,18 @@ M.REPLACED = "runtime-replaced"
 
 local function first_line(s) return (tostring(s or ""):match("^[^\n]*")) end
 
-local function decode(raw)
-  local ok, doc = pcall(cjson.decode, raw or "")
-  if ok and type(doc) == "table" then return doc end
-end
+local decode = client.decode
 
 -- opts: url, token, thread_key, repo (OWNER/NAME), ref?, policy, resolve_envs, request?
 function M.new(opts)
   assert(type(opts.repo) == "string", "resident executor: opts.repo is required")
   local self = setmetatable({
-    backend = "resident", url = (opts.url:gsub("/+$", "")), token = opts.token,
+    backend = "resident", token = opts.token,
     thread_key = opts.thread_key or "default", repo = opts.repo, ref = opts.ref, policy = opts.policy,
     request = opts.request or core.http.request, attached = false, replaced = 0,
   }, M)
+  self.client = client.new{ url = opts.url, token = opts.token, thread_key = self.thread_key,
+    request = opts.request }
   -- Every wire answer passes here, so the in-body reasons the sandbox executor does not know
   -- (not-attached, runtime-replaced) can be read after it has judged them.
   local function request(req)
@@ -56,15 +55,11 @@ function M.new(opts)
   return self
 end
 
+-- status, doc ({} when the answer is not a JSON object) | nil, transport error
 local function call(self, method, path, body, deadline_ms, signal)
-  local status, headers, raw = self.request{
-    method = method, url = self.url .. path, deadline_ms = deadline_ms, signal = signal,
-    headers = { authorization = "Bearer " .. self.token, ["content-type"] = "application/json",
-                [protocol.THREAD_HEADER] = self.thread_key },
-    body = body and cjson.encode(body) or nil,
-  }
-  if status == nil then return nil, headers end
-  return status, decode(raw) or {}
+  local status, doc = self.client:call(method, path, body, deadline_ms, signal)
+  if status == nil then return nil, doc end
+  return status, doc or {}
 end
 
 -- POST /attach → true | nil, infra error
@@ -164,40 +159,27 @@ end
 
 -- The factory's probe: GET /status?repo= → status, doc | nil, transport error.
 function M.probe(opts)
-  local status, headers, raw = (opts.request or core.http.request){
-    method = "GET", url = opts.url:gsub("/+$", "") .. "/status?repo=" .. opts.repo,
-    headers = { authorization = "Bearer " .. opts.token }, deadline_ms = opts.timeout_ms,
-  }
-  if status == nil then return nil, headers end
-  return status, decode(raw) or {}
+  local status, doc = client.new(opts):call("GET", "/status?repo=" .. opts.repo, nil, opts.timeout_ms)
+  if status == nil then return nil, doc end
+  return status, doc or {}
 end
 
--- The resident this bot talks to: url, token | nil, the setting that is missing.
-function M.configured(snap, getenv, url_override)
-  local cfg = snap.execution.resident
-  local url = url_override or getenv(cfg.url_env)
-  if url == nil or url == "" then url = cfg.base_url end
-  if not url then return nil, cfg.url_env end
-  local token = getenv(cfg.token_env)
-  if not token or token == "" then return nil, cfg.token_env end
-  return url, token
-end
+M.configured = client.configured
 
 -- `repo onboard OWNER/REPO` from a front: asks the resident to onboard and says what happens
 -- next (the text the thread gets).
 function M.onboard_text(snap, getenv, repo, url_override)
-  local url, token = M.configured(snap, getenv, url_override)
+  local url, token = client.configured(snap, getenv, url_override)
   if not url then
     return ("I cannot onboard %s: no resident is configured (%s is not set in the bot's environment)."):format(repo, token)
   end
-  local status, headers, raw = core.http.request{ method = "POST", url = url:gsub("/+$", "") .. "/onboard",
-    headers = { authorization = "Bearer " .. token, ["content-type"] = "application/json" },
-    body = cjson.encode({ repo = repo }), deadline_ms = snap.timeouts.resident.probe_timeout_ms }
+  local status, doc = client.new{ url = url, token = token }:call("POST", "/onboard", { repo = repo },
+    snap.timeouts.resident.probe_timeout_ms)
   if status == nil then
     return ("I cannot onboard %s: the resident cannot be reached (%s); try again in a minute."):format(repo,
-      first_line(headers and headers.message))
+      first_line(doc and doc.message))
   end
-  local doc = decode(raw) or {}
+  doc = doc or {}
   if status ~= 202 then
     return ("The resident refused to onboard %s (HTTP %d: %s)."):format(repo, status, first_line(doc.error or "no reason given"))
   end

@@ -20,6 +20,7 @@ local cjson = require("cjson")
 local budget = require("switchboard.shell.budget")
 local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
+local preflight = require("switchboard.exec.preflight")
 local tracing = require("switchboard.exec.tracing")
 local render = require("switchboard.shell.render")
 local protocol = require("switchboard.shell.protocol")
@@ -87,11 +88,7 @@ local function first_line(s)
   return (tostring(s):match("^[^\n]*"))
 end
 
-local function stop_reason(signal)
-  local r = signal and signal.reason
-  if type(r) == "string" and r ~= "" then return r end
-  return "hard stop"
-end
+local stop_reason = preflight.stop_reason
 
 -- What the server said in a non-200 answer, for the message: its error text, else a short
 -- excerpt of the body (never the whole of it).
@@ -192,8 +189,8 @@ local function http_call(self, req, call)
 end
 
 -- Send one request (the same bytes every time) and follow the policy's re-send rules.
--- call: route, body (encoded once), budget_ms (what the deadline is made of), deadline_ms,
---       wait_request (the budget the fleet-busy wait is bounded by), signal
+-- call: route, body (encoded once), budget_ms (the clamped budget: the deadline is made of it
+--       and the fleet-busy wait bounded by it), deadline_ms, signal
 -- Returns a verdict (verdict ok | tool | infra | stopped) or nil, capacity error.
 local function send(self, snap, call)
   local req = {
@@ -224,7 +221,7 @@ local function send(self, snap, call)
     local doc = decode(raw)
     local verdict = judge(snap, call.route, status, doc, raw, self.now_ms() - t0)
     if verdict.verdict == "fleet_busy" then
-      waits = waits or budget.fleet_busy_waits(snap, call.wait_request)
+      waits = waits or budget.fleet_busy_waits(snap, call.budget_ms)
       local d = waits[next_wait]
       if d == nil then
         return nil, errors.capacity(classify.capacity_message(snap, waited), waited)
@@ -270,17 +267,6 @@ local function check_build_once(self, snap, signal)
   end
 end
 
-local function envs_of(self)
-  local ok, envs, err = pcall(self.resolve_envs)
-  if not ok then return nil, envs end
-  if envs == nil then return nil, err end
-  return envs
-end
-
-local function env_failure(err)
-  return errors.infra("credentials for this command could not be resolved: " .. first_line(err or "no reason given"))
-end
-
 -- An empty env is still the object {} (cjson writes an empty table as an object).
 local function encode(body)
   return json.encode(body)
@@ -295,29 +281,25 @@ end
 
 function M:exec(command, opts)
   opts = opts or {}
-  if type(command) ~= "string" or command == "" then
-    return nil, errors.tool("bash needs a command to run")
-  end
-  local snap = opts.snap or self.policy()
-  local bad_key = key_refusal(self, snap)
-  if bad_key then return nil, bad_key end
-  check_build_once(self, snap, opts.signal)
-  local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
-  if not plan then return nil, errors.refused(refusal, 124) end
-  local envs, env_err = envs_of(self)
-  if not envs then return nil, env_failure(env_err) end
-  local body = { command = command, env = envs, timeoutMs = plan.timeout_ms, network = self.network }
-  local budget_ms = budget.clamp(snap, plan.timeout_ms)
+  local call, refused = preflight.command(self, command, opts, function(snap)
+    local bad_key = key_refusal(self, snap)
+    if not bad_key then check_build_once(self, snap, opts.signal) end
+    return bad_key
+  end)
+  if not call then return nil, refused end
+  local snap = call.snap
+  -- timeoutMs only when the caller asked (sandboxd applies its own default otherwise)
+  local body = { command = command, env = call.envs, timeoutMs = call.timeout_ms, network = self.network }
   local verdict, capacity = send(self, snap, {
-    route = "/exec", body = encode(body), budget_ms = budget_ms,
-    deadline_ms = budget.send_deadline(snap, plan.timeout_ms), wait_request = plan.timeout_ms,
+    route = "/exec", body = encode(body), budget_ms = call.budget_ms,
+    deadline_ms = budget.send_deadline(snap, call.budget_ms),
     signal = opts.signal, span = opts.span,
   })
   if verdict == nil then return nil, capacity end
   if verdict.verdict == "stopped" then
     return render.result(snap, {
       aborted = true, abort_reason = stop_reason(opts.signal), stdout = "", stderr = "",
-      clip_line = plan.clip_line,
+      clip_line = call.clip_line,
     })
   end
   if verdict.verdict == "tool" then return nil, errors.tool(verdict.message) end
@@ -328,7 +310,7 @@ function M:exec(command, opts)
     stdout = type(doc.stdout) == "string" and doc.stdout or "",
     stderr = type(doc.stderr) == "string" and doc.stderr or "",
     duration_ms = type(doc.durationMs) == "number" and doc.durationMs or nil,
-    clip_line = plan.clip_line,
+    clip_line = call.clip_line,
   })
 end
 
@@ -338,14 +320,14 @@ local function file_call(self, route, fields, opts)
   local bad_key = key_refusal(self, snap)
   if bad_key then return nil, bad_key end
   check_build_once(self, snap, opts.signal)
-  local envs, env_err = envs_of(self)
-  if not envs then return nil, env_failure(env_err) end
+  local envs, env_err = preflight.envs(self)
+  if not envs then return nil, env_err end
   fields.env = envs
   fields.network = self.network
   local file_budget = snap.timeouts.file_op.budget_ms
   local verdict, capacity = send(self, snap, {
     route = route, body = encode(fields), budget_ms = file_budget,
-    deadline_ms = budget.file_op_deadline(snap), wait_request = file_budget, signal = opts.signal,
+    deadline_ms = budget.file_op_deadline(snap), signal = opts.signal,
     span = opts.span,
   })
   if verdict == nil then return nil, capacity end

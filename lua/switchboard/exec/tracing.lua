@@ -23,14 +23,7 @@ local M = {}
 ---------------------------------------------------------------------------------------------
 -- Engine hooks (random ids, clocks) with stand-ins when the engine is not loaded.
 
-local core_cache
-local function core()
-  if core_cache == nil then
-    local ok, mod = pcall(require, "switchboard.core")
-    core_cache = ok and mod or false
-  end
-  return core_cache or nil
-end
+local core = require("switchboard.policy.loader").core -- the engine, or nil outside it
 
 local function hex(bytes)
   return (bytes:gsub(".", function(c) return string.format("%02x", c:byte()) end))

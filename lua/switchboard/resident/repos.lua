@@ -61,10 +61,9 @@ end
 
 -- One git (or other tool) run with argv: → true | nil, why
 local function tool(self, argv, cwd, deadline_ms)
-  local proc, err = core.spawn{ argv = argv, cwd = cwd, env = tool_env(self), deadline_ms = deadline_ms,
+  local r, err = run.tool{ argv = argv, cwd = cwd, env = tool_env(self), deadline_ms = deadline_ms,
     kill_grace_ms = 2000, max_output = 64 * 1024, signal = self.stop }
-  if not proc then return nil, first_line(err and err.message or err) end
-  local r = proc:wait()
+  if not r then return nil, first_line(err and err.message or err) end
   if r.exit == 0 then return true, r end
   if r.timed_out then return nil, ("%s timed out after %ds"):format(argv[1] == "git" and ("git " .. argv[2]) or argv[1], deadline_ms // 1000) end
   local why = first_line(r.stderr ~= "" and r.stderr or r.stdout)

@@ -21,7 +21,6 @@ local sandbox_routes = require("switchboard.sandboxd.routes")
 local runner = require("switchboard.sandboxd.runner")
 local protocol = require("switchboard.shell.protocol")
 local workspace = require("switchboard.shell.workspace")
-local walled = require("switchboard.shell.walled")
 local repos_mod = require("switchboard.resident.repos")
 
 local M = {}
@@ -77,7 +76,8 @@ end
 
 local function head_commit(ctx, dir)
   -- the resident's own git, on a tree that may be the thread uid's already (a re-attach)
-  local ok, r = repos_mod.tool(ctx.repos, { "git", "-c", "safe.directory=*", "-C", dir, "rev-parse", "HEAD" }, nil, 10000)
+  local ok, r = repos_mod.tool(ctx.repos, { "git", "-c", "safe.directory=*", "-C", dir, "rev-parse", "HEAD" }, nil,
+    ctx.policy().timeouts.resident.attach_timeout_ms)
   return ok and r.stdout:match("%x+") or nil
 end
 
@@ -182,27 +182,20 @@ local function attach(ctx, key, body, res)
     repos_mod.tool(ctx.repos, { "chmod", "0700", "--", dir }, nil, limit) -- the thread's alone, like a workspace
   end
   if not t then
+    -- walled, the thread's instance (its namespaces, cgroups and host uid) exists from the
+    -- attach on and the worktree is that uid's (the workspace hands it over), so its commands
+    -- can edit every file in it; it shows the checkout's objects (the thread's alternates)
+    -- read-only at the same path, and nothing else of the checkout
     t = { repo = repo, dir = dir, busy = 0, label = runner.label(key),
-          runner = runner.new(ctx.threads_root, key, { existing = true, walls = ctx.walls }) }
+          runner = runner.new(ctx.threads_root, key, { existing = true, walls = ctx.walls, log = ctx.log,
+            ro_binds = { e.checkout .. "/.git/objects" } }) }
     ctx.threads[key] = t
   end
-  if ctx.walls then
-    -- The thread's instance (its namespaces, cgroups and host uid) exists from the attach on;
-    -- the worktree becomes that uid's, so its commands can edit every file in it.
-    if not t.runner.instance then
-      -- made here rather than by walled.ensure: the instance shows the checkout's objects
-      -- (the thread's alternates) read-only at the same path, and nothing else of the checkout
-      t.runner.instance = ctx.walls:new(dir, t.runner.key)
-      t.runner.instance.ro_binds = { e.checkout .. "/.git/objects" }
-    end
-    local ok, err = walled.ensure(t.runner)
-    if ok then
-      local uid = t.runner.instance:owner().uid
-      ok, err = repos_mod.tool(ctx.repos, { "chown", "-R", "--no-dereference", "--", uid .. ":" .. uid, dir }, nil, limit)
-    end
-    if not ok then
-      return refuse(res, "/attach", 500, "the thread's walls could not be built: " .. tostring(err and err.message or err), "attach-failed")
-    end
+  -- a repository made anew (not reused) is the resident's files: the workspace hands them to
+  -- the thread's instance, an awake one included (its /workspace is bound to this directory)
+  local ok, err = t.runner:ensure{ remade = not reused }
+  if not ok then
+    return refuse(res, "/attach", 500, "the thread's walls could not be built: " .. tostring(err and err.message or err), "attach-failed")
   end
   ctx.log("info", "resident.attached", { thread = t.label, repo = repo, reused = reused })
   send_json(res, 200, { repo = repo, ref = ref or "origin/HEAD", commit = head_commit(ctx, dir),

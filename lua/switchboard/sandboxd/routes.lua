@@ -333,8 +333,8 @@ local function exec_route(ctx, snap, key, call, res)
   local ok, err = xpcall(run_exec, debug.traceback, ctx, snap, inst, command, env, limit_ms, res, state)
   state.done:abort("done") -- the heartbeat ends on every path, a raise included
   ctx.fleet:release(inst)
-  if not ok then
-    ctx.log("error", "sandboxd.exec_failed", { instance = inst.label, error = first_line(err) })
+  if not ok then -- (the answer may be under way: the engine's 500 cannot be sent any more)
+    ctx.log("error", "sandboxd.exec_failed", { instance = inst.label, error = err }) -- with its traceback
     local doc = server_failure(snap, "internal error in sandboxd: " .. first_line(err))
     if state.started then res:finish(json.encode(doc)) else send_json(res, 500, doc) end
   end
@@ -351,13 +351,19 @@ local function fs_failure(snap, res, route, err)
   })
 end
 
+-- A to-be-closed value that gives the instance back to the fleet.
+local function released_after(ctx, inst)
+  return setmetatable({}, { __close = function() ctx.fleet:release(inst) end })
+end
+
 local function read_route(ctx, snap, key, call, res)
   local path, route = call.path, "/read"
   local inst = instance_for(ctx, snap, key, call, route, res)
   if not inst then return end
-  local ok, bytes, err = pcall(inst.runner.read, inst.runner, path, snap.timeouts.sandbox.max_file_bytes)
-  ctx.fleet:release(inst)
-  if not ok then return fs_failure(snap, res, "/read", { message = "internal error: " .. first_line(bytes) }) end
+  -- the instance goes back however this ends; a raise passes to the engine's one protected
+  -- call, which logs it with its traceback and answers 500
+  local held <close> = released_after(ctx, inst)
+  local bytes, err = inst.runner:read(path, snap.timeouts.sandbox.max_file_bytes)
   if bytes == nil then return fs_failure(snap, res, "/read", err) end
   send_json(res, 200, { content = core.crypto.base64_encode(bytes), encoding = "base64", size = #bytes })
 end
@@ -366,9 +372,8 @@ local function write_route(ctx, snap, key, call, res)
   local path, bytes, route = call.path, call.bytes, "/write"
   local inst = instance_for(ctx, snap, key, call, route, res)
   if not inst then return end
-  local ok, done, err = pcall(inst.runner.write, inst.runner, path, bytes)
-  ctx.fleet:release(inst)
-  if not ok then return fs_failure(snap, res, "/write", { message = "internal error: " .. first_line(done) }) end
+  local held <close> = released_after(ctx, inst)
+  local done, err = inst.runner:write(path, bytes)
   if not done then return fs_failure(snap, res, "/write", err) end
   send_json(res, 200, { ok = true, size = #bytes })
 end

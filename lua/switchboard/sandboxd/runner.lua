@@ -2,8 +2,8 @@
 -- (shell/workspace.lua: root/<dir_name(thread key)>, commands through shell/run.lua's one spawn
 -- point, files through the confined core.fs.root) — the same implementation the local executor
 -- uses. The fleet (fleet.lua) decides WHEN an instance exists; this decides HOW it runs and
--- how it goes to sleep. Walls (namespaces, a cgroup) are given to the workspace as its
--- instance, behind the same four methods:
+-- how it goes to sleep. Walled or not is the workspace's business (opts.walls: namespaces, a
+-- cgroup), behind the same four methods:
 --
 --   runner:exec{command, env, deadline_ms, kill_grace_ms, max_output, signal} → proc result | nil, err
 --   runner:read(path, max_bytes)  → bytes | nil, err (kind escape | not_found | not_a_file | too_large | io)
@@ -11,7 +11,8 @@
 --   runner:stop(reason)           → kill what still runs, delete the workspace (sleep; reason
 --                                   "idle" | "shutdown")
 local core = require("switchboard.core")
-local walled = require("switchboard.shell.walled")
+local policy = require("switchboard.policy")
+local run = require("switchboard.shell.run")
 local workspace = require("switchboard.shell.workspace")
 
 local M = {}
@@ -21,23 +22,21 @@ Runner.__index = Runner
 
 -- opts.walls: the host's walls (shell/instance.lua) this instance is built with, if any;
 -- opts.network: its network ("host" | "none"; nil = policies/isolation.lua network);
--- opts.existing: the directory is this runner's own already.
+-- opts.existing: the directory is this runner's own already (the resident's worktree, made by
+-- /attach), not an earlier instance's leftovers to clear — its files outlive the instance;
+-- opts.ro_binds: host directories the instance shows read-only; opts.log: for the walls' events.
 function M.new(root, thread_key, opts)
-  local ws = workspace.open(root, thread_key, opts)
+  opts = opts or {}
+  local label = M.label(thread_key)
+  local ws = workspace.open(root, thread_key, { walls = opts.walls, network = opts.network,
+    existing = opts.existing, ro_binds = opts.ro_binds, label = label, log = opts.log })
   return setmetatable({
     root = root,
     key = thread_key,
     dir = ws.dir,
     ws = ws,
-    label = M.label(thread_key),
-    stopped = core.signal(), -- sleep: every process of this instance is killed at once
-    -- opts.existing: the directory is this runner's own already (the resident's worktree,
-    -- made by /attach), not an earlier instance's leftovers to clear
-    checked = opts and opts.existing or nil,
-    walls = opts and opts.walls or nil, -- shell/instance.lua host: this instance gets walls
-    -- "host" | "none" | nil (policies/isolation.lua network): fixed when the walls are built
-    network = opts and opts.network or nil,
-    log = opts and opts.log or nil, -- for the walls' events (an instance retired)
+    label = label,
+    checked = opts.existing or nil,
   }, Runner)
 end
 
@@ -92,35 +91,29 @@ end
 function Runner:exec(spec)
   local ok, err = fresh(self)
   if not ok then return nil, err end
-  if self.walls then return scrub(self, walled.exec(self, spec)) end
-  return scrub(self, self.ws:run{
-    command = spec.command,
-    env = spec.env,
-    deadline_ms = spec.deadline_ms,
-    kill_grace_ms = spec.kill_grace_ms,
-    max_output = spec.max_output,
-    signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped,
-  })
+  return scrub(self, self.ws:run(spec))
 end
 
 function Runner:read(path, max_bytes)
   local ok, err = fresh(self)
   if not ok then return nil, err end
-  if self.walls then
-    return scrub(self, walled.with_root(self, function(root) return root:read(path, max_bytes) end))
-  end
   return scrub(self, self.ws:read(path, max_bytes))
 end
 
 function Runner:write(path, bytes)
   local ok, err = fresh(self)
   if not ok then return nil, err end
-  if self.walls then
-    local refused = walled.over_cap(self)
-    if refused then return nil, refused end
-    return scrub(self, walled.with_root(self, function(root) return root:write(path, bytes) end))
-  end
   return scrub(self, self.ws:write(path, bytes))
+end
+
+-- The workspace ready (walled: its instance made and started, its files the instance's):
+-- the resident's /attach, before the thread's first command. opts.remade: the files were made
+-- anew by the server (walled: they are handed to the instance again).
+function Runner:ensure(opts)
+  local ok, err = fresh(self)
+  if not ok then return nil, err end
+  if opts and opts.remade then self.ws:files_remade() end
+  return scrub(self, self.ws:ensure())
 end
 
 local TRASH = ".trash-"
@@ -132,25 +125,33 @@ local function remove_now(dir)
   end
 end
 
--- Sleep: kill what still runs and delete the workspace. Deleting a large tree (a node_modules
--- has 10⁵ files) takes seconds, and the loop must not stall for it — every heartbeat and every
--- accept would wait. So the workspace is renamed out of the way at once (the thread's next
--- instance can start on a fresh directory immediately) and removed by an `rm -rf` child. On
--- shutdown (reason "shutdown") it is removed before returning; a trash directory an exit
--- interrupted is removed by the next start's sweep.
+-- Sleep: kill what still runs and delete the workspace. The workspace leaves its path first,
+-- before anything here yields: the fleet forgets this instance as it calls stop, so the thread's
+-- next request may wake a new one at once, and while this one's processes are being killed
+-- (seconds: the holder's exit, the cgroups' reap) the new one must find nothing of this one's
+-- at its path — before, the new instance's directory was made there and this stop then moved
+-- it away and deleted it under the new instance ("walls: chdir /workspace: Permission denied"
+-- under load). Deleting a large tree (a node_modules has 10⁵ files) takes seconds, and the loop
+-- must not stall for it — every heartbeat and every accept would wait — so the renamed
+-- workspace is removed by an `rm -rf` child. On shutdown (reason "shutdown") it is removed
+-- before returning; a trash directory an exit interrupted is removed by the next start's sweep.
 function Runner:stop(reason)
-  self.stopped:abort("instance asleep")
-  if self.walls then walled.stop(self) end
-  if not core.fs.exists(self.dir) then return end
-  if reason == "shutdown" then return remove_now(self.dir) end
-  local trash = ("%s/%s%s-%s"):format(self.root, TRASH, workspace.dir_name(self.key),
-    core.crypto.hex(core.crypto.random_bytes(4)))
-  if not os.rename(self.dir, trash) then return remove_now(self.dir) end
-  local proc = core.spawn{ argv = { "rm", "-rf", "--", trash }, env = { PATH = os.getenv("PATH") } }
-  if not proc then return remove_now(trash) end
+  local trash
+  if core.fs.exists(self.dir) then
+    trash = ("%s/%s%s-%s"):format(self.root, TRASH, workspace.dir_name(self.key),
+      core.crypto.hex(core.crypto.random_bytes(4)))
+    if not os.rename(self.dir, trash) then trash = nil end
+  end
+  self.ws:stop("instance asleep")
+  if trash == nil then
+    if core.fs.exists(self.dir) then remove_now(self.dir) end -- it could not be renamed
+    return
+  end
+  if reason == "shutdown" then return remove_now(trash) end
+  local deadline_ms = policy.current().timeouts.file_op.budget_ms
   core.go(function()
-    local r = proc:wait()
-    if r.exit ~= 0 and core.fs.exists(trash) then pcall(core.fs.remove_tree, trash) end
+    local r = run.tool{ argv = { "rm", "-rf", "--", trash }, deadline_ms = deadline_ms }
+    if (not r or r.exit ~= 0) and core.fs.exists(trash) then pcall(core.fs.remove_tree, trash) end
   end)
 end
 

@@ -37,8 +37,10 @@ end
 -- Cap a command's budget by the run's remaining wall clock (docs/contract.md#timeout-run-clip).
 --   requested:    the caller's timeoutMs (nil when it asked for none)
 --   remaining_ms: the run's wall clock left (nil: no run bound)
--- Returns {timeout_ms = <clamped ms or nil>, clip_line = <line or nil>}: with plenty of run
--- left a request passes through clamped and no request stays no request. Otherwise the budget
+-- Returns {timeout_ms = <clamped ms or nil>, budget_ms = <ms>, clip_line = <line or nil>}: with
+-- plenty of run left a request passes through clamped and no request stays no request
+-- (timeout_ms, what a wire carries); budget_ms is the command's budget either way — the one
+-- clamp of the command: the deadlines and waits below take it as it is. Otherwise the budget
 -- (the request, or the default the executor would apply) is cut to remaining − reserve with a
 -- "[timeout clipped to …]" line. Inside the reserve: nil, the refusal's text (the executor
 -- answers it as a refused command, exit 124).
@@ -46,7 +48,7 @@ function M.within_run(snap, requested, remaining_ms)
   local t = snap.timeouts
   local asked = requested ~= nil
   local budget = M.clamp(snap, requested)
-  local out = { timeout_ms = asked and budget or nil }
+  local out = { timeout_ms = asked and budget or nil, budget_ms = budget }
   if remaining_ms == nil then return out end
   local reserve = t.run.reserve_ms
   local cap = remaining_ms - reserve
@@ -58,17 +60,17 @@ function M.within_run(snap, requested, remaining_ms)
   end
   if budget <= cap then return out end
   cap = math.tointeger(math.floor(cap)) or math.floor(cap)
-  out.timeout_ms = cap
+  out.timeout_ms, out.budget_ms = cap, cap
   out.clip_line = template.fill(snap.errors.messages.clipped, {
     seconds = seconds(cap), remaining_s = seconds(remaining_ms), reserve_s = seconds(reserve),
   })
   return out
 end
 
--- The bot-side deadline of one remote send: the clamped budget + the call margin.
--- No request → the default budget (5 min + 30 s = 330 s).
-function M.send_deadline(snap, requested)
-  return M.clamp(snap, requested) + snap.timeouts.call.margin_ms
+-- The bot-side deadline of one remote send: the command's budget (within_run's budget_ms,
+-- clamped already) + the call margin.
+function M.send_deadline(snap, budget_ms)
+  return budget_ms + snap.timeouts.call.margin_ms
 end
 
 -- A file op's send deadline: the file-op budget + the call margin.
@@ -87,12 +89,12 @@ function M.no_answer_message(snap, who, route, budget_ms)
 end
 
 -- The fleet-busy waits before each re-send: waits_ms, then every_ms repeatedly, until the
--- total reaches min(the command's clamped budget, max_wait_ms); the last wait is cut so the
--- total lands on that limit exactly. requested: the command's timeoutMs (nil → the default;
--- a file op passes timeouts.file_op.budget_ms).
-function M.fleet_busy_waits(snap, requested)
+-- total reaches min(the command's budget, max_wait_ms); the last wait is cut so the total
+-- lands on that limit exactly. budget_ms: the command's (within_run's budget_ms, clamped
+-- already; a file op passes timeouts.file_op.budget_ms).
+function M.fleet_busy_waits(snap, budget_ms)
   local f = snap.timeouts.fleet_busy
-  local limit = math.min(M.clamp(snap, requested), f.max_wait_ms)
+  local limit = math.min(budget_ms, f.max_wait_ms)
   local waits, total, i = {}, 0, 1
   while total < limit do
     local d = f.waits_ms[i] or f.every_ms

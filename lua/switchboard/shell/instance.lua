@@ -30,13 +30,8 @@ local build_spare -- below, with Host:claim
 local Instance = {}
 Instance.__index = Instance
 
-local function read_text(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+-- A file's text, or nil (a /proc or cgroup file: read to its end, whatever its stat says).
+local function read_text(path) return (core.fs.read_file(path)) end
 
 local function gib(bytes)
   if bytes % (1024 * 1024 * 1024) == 0 then return ("%d GiB"):format(bytes // (1024 ^ 3)) end
@@ -147,6 +142,14 @@ function M.host(opts)
   end
   local max_userns = tonumber((read_text("/proc/sys/user/max_user_namespaces") or ""):match("%d+"))
   if max_userns == 0 then return nil, "user namespaces are disabled (user.max_user_namespaces = 0)" end
+  -- The helper gives each instance a host uid of its own (setresuid), its cgroups and its
+  -- workspace (chown): as a service user (switchboard-bot.service's User=) every step fails,
+  -- so say the cause here rather than the first step's errno.
+  local euid = tonumber((read_text("/proc/self/status") or ""):match("\nUid:%s+%d+%s+(%d+)"))
+  if euid and euid ~= 0 then
+    return nil, ("the walls need root, and this process runs as uid %d (each instance gets a host "
+      .. "uid, cgroups and a workspace of its own)"):format(euid)
+  end
   local layout, why = cgroup_layout(iso.cgroup_parent)
   if not layout then return nil, why end
   local self = setmetatable({

@@ -1,7 +1,13 @@
--- The one place a shell command starts: every `bash -c` the program runs for a thread — the
--- local executor's and sandboxd's alike — goes through run.bash, and nothing else in the
--- program calls core.spawn for a command. Whatever must hold for every command (an instance's
--- namespaces and cgroup, a limit) is added here once.
+-- Where the program starts processes. Two spawn points, and nothing else in the program calls
+-- core.spawn (shell/instance.lua starts the walls helper itself — the instance's holder and its
+-- one-shot runs — since that process is the walls):
+--
+--   run.bash  every `bash -c` the program runs for a thread — the local executor's and
+--             sandboxd's alike (through shell/workspace.lua). Whatever must hold for every
+--             command (an instance's namespaces and cgroup, a limit) is added here once.
+--   run.tool  a host tool the program runs for itself (chown, du, rm, chmod, git, kill): its
+--             argv as given, an environment of PATH alone unless one is given, and always a
+--             deadline, the caller's from policy.
 --
 --   local r, err = run.bash{
 --     command      = "npm test",          -- the shell text, run as `bash -c <command>`
@@ -17,6 +23,8 @@
 --   r   = core.spawn's result after proc:wait(): {exit, signal, timed_out, aborted, stdout,
 --         stderr, truncated, duration_ms}
 --   err = the engine's spawn failure ({kind, message}) when the shell could not start
+--
+--   local r, err = run.tool{argv, deadline_ms, cwd?, env?, kill_grace_ms?, max_output?, signal?}
 --
 -- instance: an object with :spawn_args(args) → args | nil, err. It receives the table that
 -- would go to core.spawn and returns the one to use (for example with `walls`, the socket of
@@ -42,18 +50,18 @@ function M.bash_path()
   return bash_path
 end
 
+-- What a spec hands core.spawn as it is.
+local PASSED = { "cwd", "env", "deadline_ms", "kill_grace_ms", "max_output", "signal", "on_output" }
+
+local function spawn_args(argv, spec)
+  local args = { argv = argv }
+  for _, name in ipairs(PASSED) do args[name] = spec[name] end
+  return args
+end
+
 -- The core.spawn arguments of one command, before any instance sees them.
 function M.spawn_args(spec)
-  return {
-    argv = { M.bash_path(), "-c", spec.command },
-    cwd = spec.cwd,
-    env = spec.env,
-    deadline_ms = spec.deadline_ms,
-    kill_grace_ms = spec.kill_grace_ms,
-    max_output = spec.max_output,
-    signal = spec.signal,
-    on_output = spec.on_output,
-  }
+  return spawn_args({ M.bash_path(), "-c", spec.command }, spec)
 end
 
 function M.bash(spec)
@@ -66,6 +74,17 @@ function M.bash(spec)
   end
   local proc, spawn_err = core.spawn(args)
   if not proc then return nil, spawn_err end
+  return proc:wait()
+end
+
+function M.tool(spec)
+  assert(type(spec.argv) == "table" and spec.argv[1], "run.tool: spec.argv is required")
+  assert(type(spec.deadline_ms) == "number", "run.tool: spec.deadline_ms (from policy) is required")
+  local args = spawn_args(spec.argv, spec)
+  args.env = spec.env or { PATH = os.getenv("PATH") or "/usr/bin:/bin" }
+  args.on_output = nil -- a tool's output is its result's
+  local proc, err = core.spawn(args)
+  if not proc then return nil, err end
   return proc:wait()
 end
 

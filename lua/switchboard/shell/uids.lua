@@ -20,13 +20,8 @@ local M = {}
 
 M.DIR = "/run/switchboard/walls"
 
-local function read(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+-- A file's text, or nil.
+local function read(path) return (core.fs.read_file(path)) end
 
 -- A process's start time (clock ticks since boot), which a reused pid does not share.
 local function started(pid)

@@ -1,9 +1,10 @@
 -- Running a thread's work behind its instance's walls (docs/isolation.md): the runner-side
 -- glue between a runner (sandboxd's, or the local executor's when policy asks) and
--- shell/instance.lua. A runner `r` has r.dir (its workspace on the host), r.walls (the host's
--- walls), r.stopped (its sleep signal) and r.network (nil = the policy's); this adds r.instance, r.handle (the workspace's
--- directory handle, opened once when the instance is made and held until it sleeps) and the
--- workspace-size state.
+-- shell/instance.lua, for a walled workspace (shell/workspace.lua). The workspace `r` has r.dir
+-- (its directory on the host), r.walls (the host's walls), r.stopped (its stop signal),
+-- r.network (nil = the policy's), r.existing (its files outlive its instances), r.ro_binds;
+-- this adds r.instance, r.handle (the workspace's directory handle, opened once when the
+-- instance is made and held until it stops), r.files_uid and the workspace-size state.
 --
 --   walled.ensure(r)          → dir | nil, err    the instance exists (made on first use)
 --   walled.exec(r, spec)      → proc result | nil, err   as core.spawn's, with limit lines
@@ -50,7 +51,7 @@ local function retire(r, why, old)
   old.retired = core.signal()
   local handle
   if r.instance == old then -- (else it was replaced already: nothing of the runner is its)
-    r.instance, r.replacing = nil, { uid = old.uid, ro_binds = old.ro_binds }
+    r.instance, r.replacing = nil, true
     handle, r.handle = r.handle, nil
   end
   if r.log then r.log("warn", "sandboxd.instance_retired", { instance = r.label, reason = why }) end
@@ -60,16 +61,24 @@ local function retire(r, why, old)
 end
 M.retire = retire
 
--- A replacement's uid may differ from the old one's: the workspace's files become its own.
-local function hand_over(r, old_uid)
+-- The workspace's files belong to its instance's uid. A fresh instance on an empty directory
+-- has it already (the helper hands it the directory); a replacement, or a new instance of a
+-- workspace whose files outlive its instances (r.existing), may have another uid: the files
+-- become its own — once per change of uid.
+local function hand_over(r)
   local uid = r.instance:owner().uid
-  if uid == old_uid then return true end
-  local proc = core.spawn{ argv = { "chown", "-R", "-h", "-P", ("%d:%d"):format(uid, uid), "--", r.dir },
-    env = { PATH = os.getenv("PATH") or "/usr/bin:/bin" }, deadline_ms = 120000 }
-  local res = proc and proc:wait()
-  if not res or res.exit ~= 0 then
-    return nil, core.error("workspace", "the workspace could not be handed to the new instance's user (chown)")
+  if r.files_uid == uid then return true end
+  if r.files_uid == nil and not r.existing then
+    r.files_uid = uid
+    return true
   end
+  local res = run.tool{ argv = { "chown", "-R", "-h", "-P", ("%d:%d"):format(uid, uid), "--", r.dir },
+    deadline_ms = r.instance.snap.timeouts.file_op.budget_ms }
+  if not res or res.exit ~= 0 then
+    return nil, core.error("workspace", "the workspace could not be handed to its instance's user (chown): "
+      .. tostring(res and res.stderr or "chown did not start"):match("^[^\n]*"))
+  end
+  r.files_uid = uid
   return true
 end
 
@@ -84,7 +93,7 @@ local CLAIM_WAIT_MS = 120000
 local function make(r)
   if r.replacing then -- the workspace is there, with the thread's files: no spare, no mkdir
     r.instance = r.walls:new(r.dir, r.key, nil, { network = r.network })
-    r.instance.ro_binds = r.replacing.ro_binds
+    r.instance.ro_binds = r.ro_binds
     return true
   end
   if r.claiming then
@@ -103,8 +112,12 @@ local function make(r)
     r.claiming = nil
     s:abort("claimed")
   end })
-  -- a spare built ahead when one fits this thread's network (the agent's, from the request)
-  r.instance = r.walls:claim(r.dir, r.key, r.network)
+  if r.existing then -- the thread's files are there: never a spare renamed onto them
+    r.instance = r.walls:new(r.dir, r.key, nil, { network = r.network })
+    r.instance.ro_binds = r.ro_binds
+  else -- a spare built ahead when one fits this thread's network (the agent's, from the request)
+    r.instance = r.walls:claim(r.dir, r.key, r.network)
+  end
   return true
 end
 
@@ -143,7 +156,13 @@ end
 
 function M.ensure(r)
   if r.instance and r.instance:dead() then retire(r, "dead") end
-  if r.instance and r.instance.state == "ready" then return r.dir end
+  if r.instance and r.instance.state == "ready" then
+    if r.files_uid == nil then -- files made anew under an awake instance (files_remade)
+      local ok, err = hand_over(r)
+      if not ok then return nil, err end
+    end
+    return r.dir
+  end
   if not r.instance then
     local ok, err = make(r)
     if not ok then return nil, err end
@@ -160,10 +179,9 @@ function M.ensure(r)
   if not ok then return nil, err end
   -- ended on its own later: retired at once, so nothing of it outlives it
   inst.on_exit = function() if r.instance == inst then retire(r, "dead", inst) end end
-  if r.replacing and r.instance == inst then
-    local old_uid = r.replacing.uid
+  if r.instance == inst then
     r.replacing = nil
-    local hok, herr = hand_over(r, old_uid)
+    local hok, herr = hand_over(r)
     if not hok then return nil, herr end
   end
   if not r.handle then
@@ -193,14 +211,13 @@ local MEASURE_EVERY_MS = 5000
 local LOST = "the sandbox instance ended while the command ran"
 local SPAWNER_EXIT_MS = 5000
 
-local function measure(r)
+local function measure(r, snap)
   if r.measuring or (r.measured_ms and core.now_ms() - r.measured_ms < MEASURE_EVERY_MS) then return end
   r.measuring = true
   r.measured_ms = core.now_ms()
   core.go(function()
-    local proc = core.spawn{ argv = { "du", "-s", "-x", "-P", "--block-size=1", r.dir },
-      env = { PATH = os.getenv("PATH") }, deadline_ms = 60000, signal = r.stopped }
-    local res = proc and proc:wait()
+    local res = run.tool{ argv = { "du", "-s", "-x", "-P", "--block-size=1", r.dir },
+      deadline_ms = snap.timeouts.file_op.budget_ms, signal = r.stopped }
     local n = res and tonumber((res.stdout or ""):match("^(%d+)"))
     if n then r.used_bytes = n end
     r.measuring = false
@@ -244,7 +261,7 @@ function M.exec(r, spec)
     retire(r, "memory", inst)
     res.stderr = append_line(res.stderr or "", RETIRED.memory)
   end
-  measure(r)
+  measure(r, inst.snap)
   return res
 end
 

@@ -3,22 +3,38 @@
 -- a readable prefix and ends with a hash of the whole key, so two keys that sanitize alike
 -- ("a/b" and "a_b") never share a workspace, and nothing in a key can climb out of the root.
 --
--- A workspace object is "a thread's directory, and running things in it" — what the local
--- executor and sandboxd's runner both are underneath:
+-- A workspace object is "a thread's directory, and running things in it", walled or not — the
+-- one thing the local executor and sandboxd's runner (and so the resident's) run in. Whether
+-- its commands and files go behind an instance's walls is decided here, once:
 --
---   local ws = workspace.open(root, thread_key [, {instance = inst}])   -- nothing created yet
+--   local ws = workspace.open(root, thread_key [, opts])   -- nothing created yet
+--     opts.walls     shell/instance.lua's host: every command and file goes behind the walls
+--                    of an instance of it (made on first use, shell/walled.lua)
+--     opts.network   "host" | "none" for that instance (nil: policies/isolation.lua network)
+--     opts.existing  the directory's files are the thread's own and outlive its instances (the
+--                    local executor's workspace, the resident's worktree): each new instance
+--                    gets them handed to its uid; without it a new instance starts empty
+--     opts.ro_binds  host directories its instances show read-only (the resident's objects)
+--     opts.label, opts.log   how the walls' events name the thread, and where they go
 --   ws.dir                           root/<dir_name(thread_key)>
---   ws:ensure()                      → dir | nil, err   (created 0700 on first use)
+--   ws:ensure()                      → dir | nil, err   (created 0700 on first use; walled:
+--                                      the instance made and started)
 --   ws:run{command, env, deadline_ms, kill_grace_ms, max_output, signal, on_output}
 --                                    → proc result | nil, err   (shell/run.lua's run.bash)
 --   ws:read(path [, max_bytes])      → bytes | nil, err (kind escape | not_found | not_a_file
 --                                      | too_large | io), confined to the workspace
---   ws:write(path, bytes)            → true | nil, err
+--   ws:write(path, bytes)            → true | nil, err (walled: refused past the size cap)
+--   ws:files_remade()                its files were made anew outside it (walled: handed to
+--                                    the instance's uid again on the next ensure)
+--   ws:stop([reason])                every process of it killed (walled: the instance down);
+--                                    the directory stays; its owner opens a new workspace for
+--                                    what comes next
 --
 -- err (core.error) from ensure, read and write is the engine's, or kind "workspace" with the
 -- engine's failure as its cause.
 local core = require("switchboard.core")
 local run = require("switchboard.shell.run")
+local walled = require("switchboard.shell.walled")
 
 local M = {}
 
@@ -49,14 +65,20 @@ end
 local Workspace = {}
 Workspace.__index = Workspace
 
--- opts.instance: the walls every command of this workspace runs inside (see shell/run.lua).
 function M.open(root, thread_key, opts)
   assert(type(root) == "string" and root ~= "", "workspace.open: root (a directory) is required")
+  opts = opts or {}
   return setmetatable({
     root = root,
     key = thread_key,
     dir = M.path(root, thread_key),
-    instance = opts and opts.instance or nil,
+    walls = opts.walls,
+    network = opts.walls and opts.network or nil,
+    existing = opts.existing,
+    ro_binds = opts.ro_binds,
+    label = opts.label,
+    log = opts.log,
+    stopped = core.signal(), -- ws:stop(): every process of this workspace is killed at once
     ready = false,
   }, Workspace)
 end
@@ -64,6 +86,7 @@ end
 -- The directory exists from the first operation on; a command may still remove its own
 -- workspace, so one stat per operation checks before the directory is used.
 function Workspace:ensure()
+  if self.walls then return walled.ensure(self) end
   if self.ready and core.fs.exists(self.dir) then return self.dir end
   local ok, err = core.fs.mkdir_p(self.dir, MODE)
   if not ok then
@@ -74,18 +97,24 @@ function Workspace:ensure()
   return self.dir
 end
 
--- spec: run.bash's spec without cwd and instance (the workspace's own are used).
+-- spec: run.bash's spec without cwd and instance (the workspace's own are used); its signal
+-- joins the workspace's stop.
 function Workspace:run(spec)
+  local own = {
+    command = spec.command, env = spec.env, deadline_ms = spec.deadline_ms,
+    kill_grace_ms = spec.kill_grace_ms, max_output = spec.max_output, on_output = spec.on_output,
+    signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped,
+  }
+  if self.walls then return walled.exec(self, own) end -- with its instance, in /workspace
   local dir, err = self:ensure()
   if not dir then return nil, err end
-  return run.bash{
-    command = spec.command, cwd = dir, env = spec.env, deadline_ms = spec.deadline_ms,
-    kill_grace_ms = spec.kill_grace_ms, max_output = spec.max_output, signal = spec.signal,
-    on_output = spec.on_output, instance = self.instance,
-  }
+  own.cwd = dir
+  return run.bash(own)
 end
 
+-- fn(root) over the workspace's confined handle: walled, the instance's held one (as its uid).
 local function with_root(self, fn)
+  if self.walls then return walled.with_root(self, fn) end
   local dir, err = self:ensure()
   if not dir then return nil, err end
   local root, root_err = core.fs.root(dir)
@@ -104,7 +133,20 @@ function Workspace:read(path, max_bytes)
 end
 
 function Workspace:write(path, bytes)
+  local refused = self.walls and walled.over_cap(self)
+  if refused then return nil, refused end
   return with_root(self, function(root) return root:write(path, bytes) end)
+end
+
+-- The files were made anew outside the workspace (the resident's re-attach): walled, the next
+-- ensure hands them to its instance's uid, an instance already awake included.
+function Workspace:files_remade()
+  self.files_uid = nil
+end
+
+function Workspace:stop(reason)
+  self.stopped:abort(reason or "workspace stopped")
+  if self.walls then walled.stop(self) end
 end
 
 return M
