@@ -5,7 +5,8 @@
 --   readonly              never writes files; gets at most the read token.
 --   token_scope           "read" | "write" | nil — a scope from policies/github.lua.
 --   max_run_minutes       the run's wall clock; commands are clipped to what is left of it.
---   tools                 bash, read_file, write_file, edit_file need resources.repository.
+--   tools                 bash, read_file, write_file, edit_file, glob, grep, list need
+--                         resources.repository.
 --   network               "host" | "none": the network of the agent's sandbox instance
 --                         (docs/isolation.md). Absent: policies/isolation.lua network. "none"
 --                         needs walls (sandboxd, or the local executor with local_walls).
@@ -28,7 +29,7 @@ agents.coding = {
   readonly = false,
   token_scope = "write",
   max_run_minutes = 30,
-  tools = { "bash", "read_file", "write_file", "edit_file" },
+  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list" },
   max_turns = 80,
   pull_requests = true,
   thinking = { budget_tokens = 6000 },
@@ -40,7 +41,7 @@ agents.review = {
   readonly = true,
   token_scope = "read",
   max_run_minutes = 25,
-  tools = { "bash", "read_file" },
+  tools = { "bash", "read_file", "glob", "grep", "list" },
   max_turns = 60,
   system_prompt = [[You are {agent}, a code reviewer working in {repository}, checked out in {workspace}.
 You may read files and run commands ({tools}) but never change anything: no edits, no commits,
@@ -68,13 +69,43 @@ Work with the tools ({tools}) until the task is done: look before you change, ru
 When you are done, answer with a short summary of what you did and what you saw; say plainly what is left undone.]],
 }
 
+-- The facts a run's system prompt carries, so the agent does not spend turns finding them:
+-- gathered by one command in the thread's sandbox at the run's start (within timeout_ms) and
+-- put after the agent's system_prompt through `prompt`: {date} (UTC), {os} (the sandbox's),
+-- {toolchains} (the first line of each command below whose program is installed),
+-- {repository}, {default_branch}, {publish_branch} (the thread's branch the run's changes are
+-- pushed to), {publishing} (`publishes` for an agent that opens pull requests, with its
+-- {publish_branch}, else `publishes_nothing`), {git_status} (`git status --short --branch`, at
+-- most max_status_lines lines)
+-- and {scratch}: the scratch directory the same command makes — scratch_dir, inside .git/
+-- when the run has a repository, so what the agent keeps there is never committed.
+environment = {
+  prompt = [[## This run
+Today is {date}. The sandbox runs {os}; toolchains: {toolchains}.
+Repository: {repository}; its default branch is {default_branch}. {publishing}
+Scratch directory for notes, logs and throwaway scripts: {scratch} (never committed). Put nothing there that the change needs.
+`git status` at the start:
+{git_status}]],
+  toolchains = { "python3 --version", "node --version", "go version", "rustc --version", "cargo --version",
+                 "gcc --version", "make --version", "java -version", "ruby --version", "git --version" },
+  publishes = "When the run ends, switchboard commits your changes and publishes them on branch {publish_branch}: do not commit, push or open a pull request yourself.",
+  publishes_nothing = "This run publishes nothing: do not commit, push or open a pull request.",
+  max_status_lines = 30,
+  scratch_dir = "switchboard-scratch",
+  timeout_ms = 30 * second,
+}
+
 -- The repository's own instructions for agents: when a run's workspace holds a repository,
 -- these files (paths from its root) are read through the executor, in this order, and put at
 -- the end of the system prompt. A file longer than max_file_bytes is cut there with a note;
 -- once max_total_bytes are used the rest are cut (or left out) with a note. The card names
 -- the files used.
+-- nested_files: the same names in a subdirectory (a monorepo's package) enter the conversation
+-- the first time the agent reads or changes a file under that directory, each cut at
+-- max_file_bytes; the card names them.
 instructions = {
   files = { "AGENTS.md", "CLAUDE.md", ".github/copilot-instructions.md" },
+  nested_files = { "AGENTS.md", "CLAUDE.md" },
   max_file_bytes = 32 * KiB,
   max_total_bytes = 64 * KiB,
 }
@@ -87,7 +118,15 @@ instructions = {
 --   author_name/_email  the commit's author and committer
 --   title, body     {ask}, {agent}, {repository}, {thread}, {thread_link} (the Slack
 --                   permalink, or "thread NAME" without one), {summary} (the model's answer),
---                   {turns}, {branch}; the body is Markdown
+--                   {turns}, {branch}, {files} (the files this run changed, a Markdown list),
+--                   {status} (draft_note for a draft, else empty); the body is Markdown. A
+--                   follow-up's body is added below the description's, after a `---` line.
+--   unfinished      a run that stops before the model says it is done — the turn limit, the
+--                   run's time, a spend cap, a `stop` — publishes a "draft" pull request (or
+--                   adds to the thread's), or "none"; a finished run's is ready for review (a
+--                   draft of the thread is marked ready when a follow-up finishes)
+--   draft_note      {why}: the reason the run stopped
+--   publish_grace_ms  the time a run stopped by `stop` or by its clock gets to publish its draft
 pull_request = {
   branch = "switchboard/{thread}-{short_id}",
   author_name = "switchboard[bot]",
@@ -97,14 +136,35 @@ pull_request = {
   body = [[Asked of agent `{agent}` in {thread_link}:
 
 > {ask}
-
+{status}
 ## What the agent did
 
 {summary}
 
+## Files changed
+
+{files}
+
 ---
 Opened by switchboard from branch `{branch}` after {turns} model turns. A follow-up in the same thread pushes to this branch and updates this pull request.]],
   max_title_chars = 72,
+  unfinished = "draft",
+  draft_note = "\n**Draft:** the run stopped before the agent said it was done ({why}). Review what is here; ask again in the thread to go on.\n",
+  publish_grace_ms = 2 * minute,
+}
+
+-- Review comments on the bot's pull requests (GitHub's webhooks on POST /github/webhook of the
+-- bot's --listen; GITHUB_WEBHOOK_SECRET verifies them): a new comment — pull_request_review_comment,
+-- pull_request_review, issue_comment on the pull request — that mentions the bot (any of
+-- `mention`, case-blind) by someone whose author_association is listed starts a follow-up
+-- run of `agent` in the pull request's Slack thread, with the comment, its file, line and
+-- diff hunk in the ask; it pushes to the same branch and answers on the pull request with
+-- `reply` ({user}, {what}: what it pushed or why nothing, {summary}: the model's answer).
+review_comments = {
+  agent = "coding",
+  mention = { "@switchboard" },
+  allow_associations = { "OWNER", "MEMBER", "COLLABORATOR" },
+  reply = "@{user} {what}\n\n{summary}",
 }
 
 -- The model API (Anthropic's Messages API, streamed). ANTHROPIC_BASE_URL in switchboard's
@@ -156,6 +216,24 @@ Decisions: what was decided and why.
 Files touched: every file read, created or changed, and how.
 Where things stand: what was done, what was seen (test results, errors), what is left.
 The plan: the next steps.]],
+}
+
+-- The tools that find their way in a repository. read_file shows at most read_max_lines
+-- numbered lines a call (offset and limit page through a longer file); a line longer than
+-- max_line_chars is cut, in read_file and grep alike. glob (paths by pattern, newest first),
+-- grep (ripgrep: matches with context lines) and list (a directory's entries with kinds and
+-- sizes) run as one command each in the thread's workspace through the executor — the walls
+-- and deadlines of bash — within timeout_ms (clipped to what is left of the run), and show at
+-- most the bounds below. Calls of one turn that only read (read_file, glob, grep, list) run at
+-- the same time; a call that changes something keeps its place in the order.
+find_tools = {
+  read_max_lines = 2000,
+  max_line_chars = 2000,
+  glob_max_paths = 200,
+  grep_max_lines = 250,
+  grep_max_context = 10,
+  list_max_entries = 500,
+  timeout_ms = minute,
 }
 
 -- A tool result longer than max_chars characters keeps head_percent of them from its start

@@ -15,8 +15,11 @@ refusal = "Sorry, I can't take asks from you here. Ask whoever runs this bot to 
 reaction = "eyes"
 
 card = {
-  update_every_ms = 1 * second,   -- at most one chat.update per card this often (newest state wins)
+  update_every_ms = 3 * second,   -- at most one chat.update per card this often (newest state wins)
+  updates_per_minute = 50,        -- all cards' chat.update calls together (Slack's Tier 3: ~50/min);
+                                  -- with many cards each is updated less often; the final state always lands
   max_block_chars = 2900,         -- output beyond this (in one Block Kit section) goes up as a file
+  max_answer_blocks = 10,         -- an agent's answer over this many sections goes up as a file
 }
 
 api = {

@@ -127,11 +127,11 @@ describe("agent runs in switchboard console", function()
     assert.equal(m.key, h["x-api-key"])
     assert.equal("2023-06-01", h["anthropic-version"])
     assert.is_true(reqs[1].body.stream)
-    assert.same({ "bash", "read_file", "write_file", "edit_file" }, model.tool_names(reqs[1]))
+    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list" }, model.tool_names(reqs[1]))
     assert.matches("1 s (1000 ms) by default, at most 3 s (3000 ms)", reqs[1].body.tools[1].description, 1, true)
     assert.matches("larger timeoutMs", reqs[1].body.tools[1].description, 1, true)
     assert.equal("wrote 3 bytes to hello.txt", model.tool_results(reqs[2])[1].content)
-    assert.equal("hi\n", model.tool_results(reqs[3])[1].content)
+    assert.equal("     1\thi", model.tool_results(reqs[3])[1].content) -- numbered as cat -n
     assert.equal('hi\nq"uote é', model.tool_results(reqs[4])[1].content)
     -- the assistant turns went back as they came, tool_use input decoded from its fragments
     -- (the coding agent thinks: its thinking block first, sent back as it came)
@@ -169,8 +169,8 @@ describe("agent runs in switchboard console", function()
       local s = cjson.decode(line)
       if s.name == "exec.exec" then spans[#spans + 1] = s end
     end
-    assert.equal(2, #spans)
-    assert.equal(3000, spans[2].attributes.timeout_ms)
+    assert.equal(3, #spans) -- the run's facts (agent/facts.lua), then the two calls
+    assert.equal(3000, spans[3].attributes.timeout_ms)
   end)
 
   it("retries 429 (retry-after), 529, an error event and a stream cut mid-answer, then finishes", function()
@@ -215,7 +215,7 @@ describe("agent runs in switchboard console", function()
       tool("write_file", { path = "x.txt", content = "no" }),
       text_answer("reviewed"),
     }, { "agent:review look around" })
-    assert.same({ "bash", "read_file" }, model.tool_names(reqs[1]))
+    assert.same({ "bash", "read_file", "glob", "grep", "list" }, model.tool_names(reqs[1]))
     local r = model.tool_results(reqs[2])[1]
     assert.is_true(r.is_error)
     assert.matches('there is no tool "write_file"', r.content, 1, true)
@@ -347,10 +347,12 @@ describe("agent runs in switchboard console", function()
 
     it("stops at once after consecutive infra failures, naming the sandbox failure", function()
       local boom = { status = 500, body = { error = "Internal Server Error" } }
+      -- the run's facts are gathered first (agent/facts.lua), then the sandbox fails
+      local facts = { status = 200, body = { stdout = "@@os Debian\n", stderr = "", exitCode = 0, durationMs = 5 } }
       local out, _, reqs = sandbox_session({
         tool("bash", { command = "echo 1" }), tool("bash", { command = "echo 2" }),
         tool("bash", { command = "echo 3" }), text_answer("unreachable"),
-      }, { boom, boom, boom, boom }, { "agent:coding build" })
+      }, { facts, boom, boom, boom, boom }, { "agent:coding build" })
       assert.equal(2, #reqs) -- the second failure ended the run: no third model turn
       assert.is_true(model.tool_results(reqs[2])[1].is_error)
       local c = cards.find(out, "^%[main%] agent:coding")

@@ -11,156 +11,42 @@
 -- while the console runs. No token may appear in an argv, .git/config, a log line, the
 -- transcript or a card.
 local core = require("switchboard.core")
-local bin = require("support.bin")
 local files = require("support.files")
 local cards = require("support.cards")
 local model = require("support.model")
 local policies = require("support.policies")
 local standin = require("support.github_standin")
 local SL = require("support.slack")
+local craft = require("support.craft")
 
-local BIN = bin.path
-if BIN:sub(1, 1) ~= "/" then BIN = os.getenv("PWD") .. "/" .. BIN end
+local sh, cat, count, cjson_text = craft.sh, craft.cat, craft.count, craft.cjson_text
+local use, edit_then_say = craft.use, craft.edit_then_say
 
-local function sh(cmd)
-  local ok = os.execute(cmd)
-  assert(ok, "failed: " .. cmd)
-end
-
-local function cat(pattern)
-  local p = io.popen("cat " .. pattern .. " 2>/dev/null")
-  local s = p:read("a")
-  p:close()
-  return s
-end
-
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function all_argv()
-  local out = {}
-  for _, name in ipairs(core.fs.list("/proc") or {}) do
-    if type(name) == "table" then name = name.name end
-    if name:find("^%d+$") then
-      local s = slurp("/proc/" .. name .. "/cmdline")
-      if s and s ~= "" then out[tonumber(name)] = s end
-    end
-  end
-  return out
-end
-
-local function count(text, plain)
-  local n, pos = 0, 1
-  while true do
-    local i = text:find(plain, pos, true)
-    if not i then return n end
-    n, pos = n + 1, i + #plain
-  end
-end
-
-local BIG = ("Claude: keep functions small.\n"):rep(1200) -- 36,000 bytes: over max_file_bytes
-
-describe("agent craft: repository instructions, edit_file and the pull request", function()
-  local state, gitport, m, w
+describe("agent craft: repository instructions, edit_file, the pull request, finding one's way", function()
+  local state, gitport, m, w, H
 
   before_each(function()
     state = files.tmpdir()
-    sh(("cd %s && mkdir -p repos/acme gitd shim && git init -q --bare repos/acme/api.git"
-      .. " && git init -q src && cd src"
-      .. " && printf 'Welcome to teh project.\\nSee teh docs.\\n' > README.md"
-      .. " && printf 'AGENTS-MARKER: run make check before you finish.\\n' > AGENTS.md"
-      .. " && printf '\\211PNG\\r\\n\\032\\n\\000\\000teh' > logo.png"
-      .. " && git add . && git -c user.email=s@x -c user.name=s commit -qm init"
-      .. " && git push -q ../repos/acme/api.git HEAD:refs/heads/main"
-      .. " && git -C ../repos/acme/api.git symbolic-ref HEAD refs/heads/main"):format(state))
-    local f = assert(io.open(state .. "/src/CLAUDE.md", "w"))
-    f:write(BIG)
-    f:close()
-    sh(("cd %s/src && git add CLAUDE.md && git -c user.email=s@x -c user.name=s commit -qm claude"
-      .. " && git push -q ../repos/acme/api.git HEAD:refs/heads/main"):format(state))
-    local shim = state .. "/shim/git"
-    f = assert(io.open(shim, "w"))
-    f:write("#!/bin/sh\nprintf '%s\\n' \"$*\" >> '" .. state .. "/git-argv'\nexec /usr/bin/git \"$@\"\n")
-    f:close()
-    sh("chmod +x " .. shim)
-    os.execute(("env -u LD_PRELOAD /usr/bin/python3 tests/support/git_standin.py --dir %s/gitd --root %s/repos --tokens-file %s/tokens >%s/gitd/out 2>&1 &")
-      :format(state, state, state, state))
-    core.run(function()
-      gitport = model.wait_for(function() return files.read(state .. "/gitd/port") end, 10000)
-    end)
-    assert(gitport, "the git stand-in did not start: " .. (files.read(state .. "/gitd/out") or ""))
+    gitport = craft.setup(state)
+    H = { state = state, gitport = gitport }
   end)
 
   after_each(function()
-    if m then core.run(function() m.stop() end) end
-    m = nil
-    local pid = files.read(state .. "/gitd/pid")
-    if pid then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
-    os.execute("rm -rf '" .. state .. "'")
-    policies.cleanup()
+    craft.teardown(state, m or H.m)
+    m, w = nil, nil
   end)
 
   -- One console session with the App configured; agents_edit changes policies/agents.lua.
   -- → stdout, stderr, the model's requests, the argv scan's leak (or nil) and scan count
   local function session(answers, lines, agents_edit)
-    local pol = policies.dir{
-      github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n' end,
-      agents = agents_edit,
-    }
-    local r, reqs, leak, scans
-    core.run(function()
-      w = standin.world{ policy = function() return policies.shipped() end, real_clock = true,
-                         tokens_file = state .. "/tokens", repos_root = state .. "/repos" }
-      local key_path = state .. "/app.pem"
-      policies.write(key_path, w.priv)
-      os.execute("chmod 600 '" .. key_path .. "'")
-      m = model.start()
-      m:script(answers)
-      local env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state .. "/st", ANTHROPIC_BASE_URL = m.url,
-                           ANTHROPIC_API_KEY = m.key, GITHUB_APP_ID = "12345",
-                           GITHUB_APP_PRIVATE_KEY = key_path, GITHUB_API_URL = w.gh.api_url,
-                           PATH = state .. "/shim:" .. os.getenv("PATH") }
-      env.GH_TOKEN = nil
-      local proc = assert(core.spawn{ argv = { BIN, "--log-level", "debug", "--policies", pol, "console" },
-                                      env = env, stdin = table.concat(lines, "\n") .. "\n", deadline_ms = 120000 })
-      local done = false
-      core.go(function() r = proc:wait(); done = true end)
-      scans = 0
-      while not done do
-        for pid, args in pairs(all_argv()) do
-          local found = w.leak(args)
-          if found then leak = ("pid %d argv carries %s"):format(pid, found) end
-        end
-        scans = scans + 1
-        core.sleep(10)
-      end
-      reqs = m:requests()
-      w.close()
-    end)
-    assert.is_false(r.timed_out)
-    return r.stdout, r.stderr, reqs, leak, scans
+    local res = table.pack(craft.session(H, answers, lines, agents_edit))
+    m, w = H.m, H.w
+    return table.unpack(res, 1, res.n)
   end
-
-  local function remote(args)
-    local p = io.popen(("git --git-dir=%s/repos/acme/api.git %s 2>&1"):format(state, args))
-    local s = p:read("a")
-    p:close()
-    return s
-  end
-
-  local function no_secret_anywhere(out, err, leak)
-    assert.is_nil(leak)
-    assert.is_nil(w.leak(out), "a card carries a secret")
-    for line in err:gmatch("[^\n]+") do assert.is_nil(w.leak(line), "log line carries a secret: " .. line) end
-    assert.is_nil(w.leak(cat(state .. "/st/workspaces/*/.git/config")), ".git/config carries a token")
-    assert.is_nil(w.leak(files.read(state .. "/git-argv") or ""), "a git argv carries a token")
-    assert.is_nil(w.leak(cat(state .. "/st/transcripts/*/*.jsonl")), "the transcript carries a token")
-  end
+  local function remote(args) return craft.remote(state, args) end
+  local function no_secret_anywhere(out, err, leak) return craft.no_secret_anywhere(state, w, out, err, leak) end
+  local function push_files(list) return craft.push_files(state, list) end
+  local function rg_barrier() return craft.rg_barrier(state) end
 
   it("reads AGENTS.md into the system prompt, edits exactly, opens a PR; a follow-up updates it; review never pushes", function()
     local function edit(path, old, new, all)
@@ -204,7 +90,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
     assert.is_nil(r1[4].is_error)
     assert.equal("edited README.md: replaced 1 occurrence at line 1", r1[4].content)
     assert.equal("edited README.md: replaced 1 occurrence at line 2", model.tool_results(reqs[3])[1].content)
-    assert.same({ "bash", "read_file", "write_file", "edit_file" }, model.tool_names(reqs[1]))
+    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list" }, model.tool_names(reqs[1]))
 
     -- 3. the pull request: opened, linked on the card, its body linking the thread
     local branch = first:match("%(branch (switchboard/main%-%x+)%)")
@@ -238,7 +124,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
     local third = cards.find(out, "look at README.md")
     assert.matches("✓ done after 2 turns", third, 1, true)
     assert.not_matches("pull request", third, 1, true)
-    assert.same({ "bash", "read_file" }, model.tool_names(reqs[6]))
+    assert.same({ "bash", "read_file", "glob", "grep", "list" }, model.tool_names(reqs[6]))
     local log = files.read(state .. "/gitd/log")
     assert.equal(2, count(log, "POST /acme/api.git/git-receive-pack 200 auth=good"))
     assert.equal(2, count(log, "POST /acme/api.git/git-receive-pack"))
@@ -273,7 +159,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
     local pol = policies.dir{
       github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n' end,
     }
-    local text, err
+    local text, err, final_blocks
     core.run(function()
       w = standin.world{ policy = function() return policies.shipped() end, real_clock = true,
                          tokens_file = state .. "/tokens", repos_root = state .. "/repos" }
@@ -281,7 +167,7 @@ describe("agent craft: repository instructions, edit_file and the pull request",
       m = model.start()
       m:script{
         { content = { { type = "tool_use", name = "edit_file", input = { path = "README.md", old_text = "teh", new_text = "the", replace_all = true } } } },
-        { content = { { type = "text", text = "Fixed both." } } },
+        { content = { { type = "text", text = "**Fixed** both typos in `README.md`." } } },
       }
       local st = SL.standin()
       local bot = SL.bot(st, { state_dir = state .. "/st", policies = pol, env = {
@@ -295,17 +181,112 @@ describe("agent craft: repository instructions, edit_file and the pull request",
         end
       end, "the final card with the pull request", 90000)
       text = SL.card_text(final)
+      final_blocks = final.blocks
       bot:signal("TERM")
       bot:wait()
       err = bot.err
       st:close()
       w.close()
     end)
-    assert.matches("pull request #1 opened: https://github.com/acme/api/pull/1", text, 1, true)
+    assert.matches("pull request #1 opened: <https://github.com/acme/api/pull/1>", text, 1, true)
+    -- the card reads like Slack: the answer as mrkdwn text (no code block), the pull request a button
+    local button, answer
+    for _, b in ipairs(final_blocks) do
+      if b.type == "actions" then
+        for _, e in ipairs(b.elements) do if e.type == "button" and e.url then button = e end end
+      end
+      if b.type == "section" and b.text.text:find("Fixed", 1, true) then answer = b.text.text end
+    end
+    assert.is_not_nil(button, "no pull request button")
+    assert.equal("https://github.com/acme/api/pull/1", button.url)
+    assert.equal("Open pull request #1", button.text.text)
+    assert.equal("*Fixed* both typos in `README.md`.", answer)
     local pr = w.gh.pulls["acme/api"][1]
     assert.matches("in https://acme.slack.com/archives/C0GEN/p1700000100000100:", pr.body, 1, true)
     assert.equal("Welcome to the project.\nSee the docs.\n", remote("show " .. pr.head .. ":README.md"))
     assert.matches("^switchboard/t0acme%-c0gen%-", pr.head)
     for line in err:gmatch("[^\n]+") do assert.is_nil(w.leak(line), "log line carries a secret: " .. line) end
+  end)
+
+
+
+
+  it("finds its way: numbered lines, glob/grep/list through the executor at the same time, nested AGENTS.md, the run's facts", function()
+    local lines = {}
+    for i = 1, 300 do lines[i] = i == 150 and "func Hello() {}" or ("line " .. i) end
+    push_files{
+      ["pkg/x.go"] = table.concat(lines, "\n") .. "\n",
+      ["pkg/AGENTS.md"] = "PKG-MARKER: run go vet in pkg/ before you finish.\n",
+      ["docs/AGENTS.md"] = "DOCS-MARKER: never read.\n",
+      [".gitignore"] = "build/\n",
+    }
+    rg_barrier()
+    local out, err, reqs = session({
+      { content = {
+        use("bash", { command = "mkdir -p build && echo 'func Hello() {}' > build/gen.go" }),
+        use("read_file", { path = "pkg/x.go", offset = 200, limit = 3 }),
+        use("glob", { pattern = "**/*.go" }),
+        use("grep", { pattern = "func Hello", context = 1, glob = "*.go" }),
+        use("list", { path = "pkg" }),
+      } },
+      { content = { use("read_file", { path = "pkg/x.go", offset = 299 }), use("grep", { pattern = "no-such-thing-here" }),
+                    use("list", { path = "../.." }) } },
+      { content = { { type = "text", text = "Hello is in pkg/x.go at line 150." } } },
+    }, { "agent:review where is Hello defined in acme/api" })
+
+    local c = cards.find(out, "where is Hello")
+    assert.is_not_nil(c, out .. err)
+    assert.matches("✓ done after 3 turns", c, 1, true)
+    assert.same({ "bash", "read_file", "glob", "grep", "list" }, model.tool_names(reqs[1]))
+
+    -- the facts in the system prompt: date, sandbox, repository, branches, git status
+    local system = model.system_text(reqs[1].body)
+    assert.matches("Today is " .. os.date("!%A %d %B %Y"), system, 1, true)
+    assert.matches("Repository: acme/api; its default branch is main.", system, 1, true)
+    assert.matches("This run publishes nothing: do not commit, push or open a pull request.", system, 1, true)
+    assert.matches("The sandbox runs [^\n]*Linux", system) -- /etc/os-release's name (Debian GNU/Linux …)
+    assert.matches("git version %d", system)
+    assert.matches("`git status` at the start:\n## main...origin/main", system, 1, true)
+    assert.matches("Scratch directory for notes, logs and throwaway scripts: .git/switchboard-scratch", system, 1, true)
+
+    local r = model.tool_results(reqs[2])
+    assert.equal(5, #r)
+    assert.equal("[lines 200-202 of 300; read on with offset 203]\n   200\tline 200\n   201\tline 201\n   202\tline 202", r[2].content)
+    assert.matches("pkg/x.go", r[3].content, 1, true)
+    assert.not_matches("build/gen.go", r[3].content, 1, true) -- .gitignore'd
+    assert.equal("pkg/x.go-149-line 149\npkg/x.go:150:func Hello() {}\npkg/x.go-151-line 151", r[4].content)
+    assert.equal("file  AGENTS.md  50 bytes\nfile  x.go  " .. #(table.concat(lines, "\n") .. "\n") .. " bytes", r[5].content)
+    -- the nested AGENTS.md entered the conversation after the first read under pkg/, once
+    local last = reqs[2].body.messages[#reqs[2].body.messages].content
+    local nested = last[#last]
+    assert.equal("text", nested.type)
+    assert.matches("[The instructions in pkg/AGENTS.md apply to the files under pkg/", nested.text, 1, true)
+    assert.matches("PKG-MARKER: run go vet in pkg/", nested.text, 1, true)
+    assert.not_matches("DOCS-MARKER", cjson_text(reqs[3].body), 1, true)
+    assert.matches("note: instructions for subdirectories: pkg/AGENTS.md", c, 1, true)
+    local r2 = model.tool_results(reqs[3])
+    assert.equal("   299\tline 299\n   300\tline 300", r2[1].content:match("\n(.*)$"))
+    assert.matches("^%[lines 299%-300 of 300%]", r2[1].content)
+    assert.equal("no match for no-such-thing-here", r2[2].content)
+    assert.is_true(r2[3].is_error)
+    assert.matches("may not leave the workspace", r2[3].content, 1, true)
+    assert.equal(1, count(cjson_text(reqs[3].body), "PKG-MARKER"))
+
+    -- glob and grep of turn 1 ran at the same time: each rg saw another start (one after the
+    -- other, the first would have waited 20 s and seen 1); turn 2's grep is the third
+    local seen = {}
+    for n in cat(state .. "/rg-seen.*"):gmatch("%d+") do seen[#seen + 1] = tonumber(n) end
+    assert.equal(3, #seen)
+    for _, n in ipairs(seen) do assert.is_true(n >= 2, "an rg ran alone: " .. table.concat(seen, ",")) end
+    -- the transcript: glob's and grep's spans overlap
+    local spans = {}
+    for line in cat(state .. "/st/transcripts/*/*.jsonl"):gmatch("[^\n]+") do
+      local doc = require("cjson").decode(line)
+      if doc.type == "tool_result" and doc.turn == 1 and (doc.name == "glob" or doc.name == "grep") then
+        spans[#spans + 1] = { doc.started_ms, doc.started_ms + doc.duration_ms }
+      end
+    end
+    assert.equal(2, #spans)
+    assert.is_true(math.max(spans[1][1], spans[2][1]) < math.min(spans[1][2], spans[2][2]), "glob and grep did not overlap")
   end)
 end)

@@ -57,7 +57,7 @@ describe("switchboard slack, Socket Mode", function()
 
   it("acks a mention, posts its card in the thread with a reaction, updates it, and the result lands", async(function()
     local sent = st:envelope("events_api", SL.mention{ ts = "1700000001.000100",
-      text = "run `printf '%s\\n' a &amp;&amp; echo \"&lt;b&gt;\" &amp;&amp; sleep 1.5`" })
+      text = "run `printf '%s\\n' a &amp;&amp; echo \"&lt;b&gt;\" &amp;&amp; sleep 4`" })
     local finals = wait_final(st, "1700000001.000100")
     local s = st:state()
     assert.equals(sent.envelope_id, s.acks[1].envelope_id)
@@ -65,14 +65,14 @@ describe("switchboard slack, Socket Mode", function()
     assert.matches("✓ exit 0", text, 1, true)
     assert.matches("```a\n&lt;b&gt;```", text, 1, true)   -- the ask's escaping undone, the output's redone
     assert.equals(1, #st:cards("1700000001.000100"))      -- one card, edited in place
-    assert.is_true(finals[1].updates >= 2)                 -- running…, then the result
+    assert.is_true(finals[1].updates >= 2)                 -- running… (card.update_every_ms: 3 s), then the result
     assert.same({ channel = "C0GEN", timestamp = "1700000001.000100", name = "eyes" }, s.reactions[1])
     bot:signal("TERM")
     assert.equals(0, bot:wait().exit)
     tokens_absent(bot.err)
   end))
 
-  it("updates a card at most once a second, coalescing the states in between", async(function()
+  it("updates a card at most once per card.update_every_ms (3 s), coalescing the states in between", async(function()
     st:envelope("events_api", SL.mention{ ts = "1700000013.000100", text = "run `echo quick`" })
     local card = wait_final(st, "1700000013.000100")[1]
     local post, updates = nil, {}
@@ -81,14 +81,16 @@ describe("switchboard slack, Socket Mode", function()
       if c.method == "chat.update" and c.args.ts == card.ts then updates[#updates + 1] = c end
     end
     -- provisioning is posted; running and the result come within milliseconds and go as one
-    -- update, a second after the post
+    -- update, three seconds after the post
     assert.equals(1, #updates)
-    assert.is_true(updates[1].at - post.at >= 800, "updated after " .. (updates[1].at - post.at) .. " ms")
+    assert.is_true(updates[1].at - post.at >= 2800, "updated after " .. (updates[1].at - post.at) .. " ms")
     assert.matches("quick", SL.card_text(card), 1, true)
   end))
 
   it("runs a follow-up in the same thread's workspace while another thread runs", async(function()
-    st:envelope("events_api", SL.mention{ ts = "1700000002.000100", text = "run `sleep 3; echo slow`" })
+    -- 12 s: the other thread's two cards, each updated at most every card.update_every_ms (3 s),
+    -- land well before it
+    st:envelope("events_api", SL.mention{ ts = "1700000002.000100", text = "run `sleep 12; echo slow`" })
     st:envelope("events_api", SL.mention{ ts = "1700000003.000100", text = "run `echo hi > marker.txt`" })
     st:envelope("events_api", SL.mention{ ts = "1700000003.000200", thread_ts = "1700000003.000100",
                                           text = "run `cat marker.txt`" })

@@ -76,6 +76,24 @@ describe("edit_file", function()
 end)
 
 describe("repository instructions", function()
+  it("a subdirectory's AGENTS.md and CLAUDE.md: found above the paths, once, and not again after a follow-up's history", function()
+    local ex = fake{ ["pkg/AGENTS.md"] = "pkg rules\n", ["pkg/api/CLAUDE.md"] = "api rules\n", ["docs/AGENTS.md"] = "docs\n" }
+    local st = instructions.nested_state()
+    local ctx = { signal = core.signal(), remaining_ms = 60000 }
+    local found = instructions.nested(ex, snap, { "pkg/api/h.go", "pkg/x.go", ".git/switchboard-scratch/n.txt", "../x/y" }, st, ctx)
+    assert.same({ "pkg/AGENTS.md", "pkg/api/CLAUDE.md" }, { found[1].path, found[2].path })
+    assert.same({ "pkg/AGENTS.md", "pkg/api/CLAUDE.md" }, st.used)
+    assert.same({}, instructions.nested(ex, snap, { "pkg/api/other.go" }, st, ctx)) -- once per directory
+    local text = instructions.nested_text(found[2])
+    assert.matches("^%[The instructions in pkg/api/CLAUDE.md apply to the files under pkg/api/ ", text)
+    -- a follow-up whose history carries them does not add them again
+    local again = instructions.nested_seen_in(instructions.nested_state(),
+      { { role = "user", content = { { type = "tool_result", tool_use_id = "t", content = "x" }, { type = "text", text = text } } } })
+    local more = instructions.nested(ex, snap, { "pkg/api/h.go" }, again, ctx)
+    assert.same({ "pkg/AGENTS.md" }, { more[1].path })
+    assert.equal(1, #more)
+  end)
+
   it("reads the listed files in order, cuts at the bounds with a note, never drops one silently", function()
     local s = setmetatable({ agents = setmetatable({ instructions = {
       files = { "AGENTS.md", "CLAUDE.md", "BIN.md", "X.md", "LATE.md" }, max_file_bytes = 300, max_total_bytes = 308,
@@ -148,7 +166,7 @@ describe("the loader", function()
 
   it("refuses edit_file or pull_requests on a readonly agent", function()
     local _, errs = load(function(src)
-      return (src:gsub('tools = { "bash", "read_file" },', 'tools = { "bash", "read_file", "edit_file" },\n  pull_requests = true,', 1))
+      return (src:gsub('tools = { "bash", "read_file", "glob", "grep", "list" },', 'tools = { "bash", "read_file", "edit_file" },\n  pull_requests = true,', 1))
     end)
     assert.is_not_nil(errs)
     local text = table.concat((function() local t = {} for _, e in ipairs(errs) do t[#t + 1] = tostring(e.message or e) .. " @ " .. tostring(e.path) end return t end)(), "\n")

@@ -71,10 +71,19 @@ describe("a long run's bounds", function()
     assert.is_true(record.cost_usd >= 0.6 and record.cost_usd < 0.61)
     card:ended(state, 0, "", problem)
     assert.matches("💲 stopped at a spend cap after 2 turns", card:status_line(0, 4000), 1, true)
-    -- what it has done is published like a run at its turn limit
+    -- what it has done is published like a run at its turn limit: as a draft
     local agent_run = require("switchboard.dispatch.agent_run")
-    local ask = { agent_def = policy.agent(shipped, "coding"), repo = "acme/api", stop = core.signal() }
-    assert.is_true(agent_run.publishes(ask, "spend"))
+    local ask = { agent_def = policy.agent(shipped, "coding"), repo = "acme/api", stop = core.signal(), snap = shipped }
+    assert.same({ "draft", "it reached a spend cap" }, { agent_run.publishes({}, ask, "spend") })
+    -- pull_request.unfinished = "none": nothing, and the card says why
+    local notes = {}
+    ask.snap = { agents = { pull_request = { unfinished = "none" } } }
+    ask.card = { add_note = function(_, n) notes[#notes + 1] = n end }
+    assert.is_nil(agent_run.publishes({}, ask, "spend"))
+    assert.matches('pull_request.unfinished in policies/agents.lua is "none"', notes[1], 1, true)
+    -- a finished run: ready; a shutdown: nothing
+    assert.equal("ready", agent_run.publishes({}, ask, "done"))
+    assert.is_nil(agent_run.publishes({ shutdown = { aborted = true } }, ask, "done"))
   end)
 
   it("stops at the per-thread cap across runs of the thread, and only that thread", function()

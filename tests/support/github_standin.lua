@@ -321,7 +321,8 @@ function Standin:pull_request(req, repo, number)
     end
     local n = #list + 1
     local pr = { number = n, head = doc.head, base = doc.base, title = doc.title, body = doc.body,
-                 state = "open", html_url = "https://github.com/" .. repo .. "/pull/" .. n }
+                 state = "open", html_url = "https://github.com/" .. repo .. "/pull/" .. n,
+                 draft = doc.draft == true, node_id = "PR_kwDO" .. core.crypto.hex(core.crypto.random_bytes(6)) }
     list[n] = pr
     local status, headers, body = json(201, pr)
     pr.bodies = { doc.body } -- every body it had, for assertions (not part of GitHub's answer)
@@ -341,6 +342,62 @@ function Standin:pull_request(req, repo, number)
     return status, headers, body
   end
   return gh_error(404, "Not Found")
+end
+
+-- GraphQL (POST /graphql) with an installation token: the one mutation switchboard sends,
+-- markPullRequestReadyForReview, answered as GitHub does (200 with data, or 200 with errors).
+function Standin:graphql(req)
+  local t = self:token_of(req)
+  if t == nil then
+    return json(401, { message = "Bad credentials", documentation_url = "https://docs.github.com/graphql" })
+  end
+  local ok, doc = pcall(cjson.decode, req.body or "")
+  if not ok or type(doc) ~= "table" or type(doc.query) ~= "string" then
+    return json(200, { errors = { { message = "A query attribute must be specified and must be a string." } } })
+  end
+  if not doc.query:find("markPullRequestReadyForReview", 1, true) then
+    return json(200, { errors = { { message = "stand-in: only markPullRequestReadyForReview is served" } } })
+  end
+  local id = type(doc.variables) == "table" and doc.variables.id
+  self.graphql_calls = self.graphql_calls or {}
+  self.graphql_calls[#self.graphql_calls + 1] = { id = id, scope = t.scope }
+  for repo, list in pairs(self.pulls) do
+    for _, pr in ipairs(list) do
+      if pr.node_id == id then
+        if not covers(self.installations[t.installation], repo) or (t.permissions.pull_requests or "") ~= "write" then
+          return json(200, { data = { markPullRequestReadyForReview = cjson.null }, errors = { {
+            type = "FORBIDDEN", path = { "markPullRequestReadyForReview" },
+            message = "Resource not accessible by integration" } } })
+        end
+        pr.draft = false
+        return json(200, { data = { markPullRequestReadyForReview = { pullRequest = { number = pr.number, isDraft = false } } } })
+      end
+    end
+  end
+  return json(200, { data = { markPullRequestReadyForReview = cjson.null }, errors = { {
+    type = "NOT_FOUND", path = { "markPullRequestReadyForReview" },
+    message = ("Could not resolve to a node with the global id of '%s'"):format(tostring(id)) } } })
+end
+
+-- POST /repos/{o}/{r}/issues/{n}/comments with an installation token: a comment on an issue
+-- or pull request (kept in .comments[repo][n]); needs issues or pull_requests write.
+function Standin:issue_comment(req, repo, n)
+  local t = self:token_of(req)
+  if t == nil then return gh_error(401, "Bad credentials") end
+  if not covers(self.installations[t.installation], repo) then return gh_error(404, "Not Found") end
+  if (t.permissions.issues or "") ~= "write" and (t.permissions.pull_requests or "") ~= "write" then
+    return gh_error(403, "Resource not accessible by integration")
+  end
+  local ok, doc = pcall(cjson.decode, req.body or "")
+  if not ok or type(doc) ~= "table" or type(doc.body) ~= "string" then return gh_error(422, "Validation Failed") end
+  local list = self.pulls[repo] or {}
+  if list[n] == nil then return gh_error(404, "Not Found") end
+  self.comments = self.comments or {}
+  self.comments[repo] = self.comments[repo] or {}
+  self.comments[repo][n] = self.comments[repo][n] or {}
+  table.insert(self.comments[repo][n], { body = doc.body, scope = t.scope })
+  return json(201, { id = #self.comments[repo][n], body = doc.body,
+                     html_url = ("https://github.com/%s/pull/%d#issuecomment-%d"):format(repo, n, #self.comments[repo][n]) })
 end
 
 -- The protocol, transport-free: req = {method, path, headers (lower-cased names), body}.
@@ -369,6 +426,9 @@ function Standin:handle(req)
   if req.method == "GET" and req.path == "/installation/repositories" then
     return answer(self:with_token(req))
   end
+  if req.method == "POST" and req.path == "/graphql" then return answer(self:graphql(req)) end
+  local c_repo, c_n = req.path:match("^/repos/([^/]+/[^/]+)/issues/(%d+)/comments$")
+  if req.method == "POST" and c_repo then return answer(self:issue_comment(req, c_repo, math.tointeger(tonumber(c_n)))) end
   local pr_repo, pr_n = req.path:match("^/repos/([^/]+/[^/]+)/pulls/(%d+)$")
   if not pr_repo then pr_repo = req.path:match("^/repos/([^/]+/[^/]+)/pulls$") end
   if pr_repo then return answer(self:pull_request(req, pr_repo, pr_n and math.tointeger(tonumber(pr_n)))) end

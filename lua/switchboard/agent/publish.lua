@@ -15,7 +15,10 @@
 --                  | nil, problem, kind ("git" | "push_refused" | "protected" | "conflict" |
 --                                        "not_found" | "github" | "infra" | "stopped" | "credential")
 --     o: executor, snap, repo, thread, thread_key, link, ask, agent, answer, turns, creds,
---        signal, remaining_ms, request?
+--        signal, remaining_ms, request?, draft? (why the run stopped before it was done: the
+--        pull request is opened as a draft and its description says so)
+--   The description lists the files this run changed ({files}: `git diff --name-status`
+--   against what the remote had) under the model's own summary ({summary}: its final answer).
 local core = require("switchboard.core")
 local template = require("switchboard.policy.template")
 local errors = require("switchboard.exec.errors")
@@ -23,6 +26,9 @@ local pulls = require("switchboard.github.pulls")
 local repo_mod = require("switchboard.agent.repo")
 
 local M = {}
+
+-- The most files the description lists one by one.
+M.MAX_FILES = 100
 
 local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
@@ -66,6 +72,9 @@ function M.script(branch, name, email, message)
     "remote=$(git rev-parse -q --verify refs/remotes/origin/" .. quote(branch) .. " || "
       .. 'git rev-parse -q --verify "refs/remotes/origin/$base" || true)',
     'if [ "$(git rev-parse HEAD)" = "$remote" ]; then echo "@@none"; exit 0; fi',
+    -- what this run changes on top of what the remote has: the description's file list
+    'if [ -n "$remote" ]; then git diff --name-status -M "$remote" HEAD | head -n ' .. (M.MAX_FILES + 1)
+      .. ' | sed "s/^/@@file /"; fi',
     'if ! out=$(git "$@" push --porcelain origin ' .. quote("HEAD:refs/heads/" .. branch) .. " 2>&1); then",
     '  printf "%s\\n" "$out"; exit 20',
     "fi",
@@ -97,10 +106,30 @@ function M.push_problem(repo, branch, text)
       .. "(App page → Install App → Configure → add the repository):\n%s"):format(repo, text), "not_found"
   end
   if t:find("401") or t:find("authentication failed") or t:find("could not read username") then
-    return ("GitHub did not accept the credential for the push to %s: set up the GitHub App "
-      .. "(docs/github.md) or GH_TOKEN:\n%s"):format(repo, text), "credential"
+    return ("GitHub did not accept the token for the push to %s (401): an installation token "
+      .. "expires after an hour and can be revoked; ask again in this thread to push with a new "
+      .. "one. If it happens again, check the GitHub App's setup (docs/github.md) or GH_TOKEN:\n%s")
+      :format(repo, text), "credential"
   end
   return ("git could not push %s to %s:\n%s"):format(branch, repo, text), "git"
+end
+
+local STATUS = { A = "added", M = "modified", D = "deleted", R = "renamed", C = "copied", T = "type changed" }
+
+-- The "@@file STATUS\tPATH[\tNEW]" lines as a Markdown list.
+function M.files_list(out)
+  local rows = {}
+  for line in out:gmatch("@@file ([^\n]*)") do
+    local st, a, b = line:match("^(%a)%d*\t([^\t]+)\t?(.*)$")
+    if st then
+      if #rows >= M.MAX_FILES then rows[#rows + 1] = ("- … and more (over %d files)"):format(M.MAX_FILES); break end
+      local what = STATUS[st] or st
+      if b ~= "" then rows[#rows + 1] = ("- `%s` → `%s` (%s)"):format(a, b, what)
+      else rows[#rows + 1] = ("- `%s` (%s)"):format(a, what) end
+    end
+  end
+  if #rows == 0 then return "(no file changes: commits only)" end
+  return table.concat(rows, "\n")
 end
 
 local function texts(o, branch)
@@ -115,7 +144,8 @@ local function texts(o, branch)
     ask = ask, agent = o.agent, repository = o.repo, thread = tostring(o.thread),
     thread_link = link or ("thread " .. tostring(o.thread)),
     summary = (o.answer and o.answer ~= "") and o.answer or "(the agent gave no summary)",
-    turns = tostring(o.turns or 0), branch = branch,
+    turns = tostring(o.turns or 0), branch = branch, files = o.files or "",
+    status = o.draft and template.fill(pol.draft_note, { why = o.draft }) or "",
   }
   local title = template.fill(pol.title, vars):gsub("%s+", " ")
   if utf8.len(title) and utf8.len(title) > pol.max_title_chars then
@@ -128,7 +158,7 @@ end
 function M.run(o)
   local pol = o.snap.agents.pull_request
   local branch = M.branch(o.snap, o.thread, o.thread_key)
-  local title, body, message = texts(o, branch)
+  local title, _, message = texts(o, branch)
   local ok, result, err = pcall(o.executor.exec, o.executor,
     M.script(branch, pol.author_name, pol.author_email, message),
     { signal = o.signal, remaining_ms = o.remaining_ms, snap = o.snap })
@@ -154,6 +184,9 @@ function M.run(o)
     return nil, ("pushed %s to %s, but the remote's default branch is unknown, so no pull request "
       .. "was opened; open it on GitHub"):format(branch, o.repo), "github"
   end
+  o.files = M.files_list(out)
+  local body
+  title, body = texts(o, branch)
   local envs, cerr = o.creds and o.creds:resolve_envs(o.scope, { repo = o.repo })
   if not (envs and envs.GH_TOKEN) then
     return nil, ("pushed %s to %s, but no token could be had for the pull request: %s"):format(
@@ -162,7 +195,7 @@ function M.run(o)
   local pr, perr = pulls.open_or_update{
     api_url = o.creds:api_url(), token = envs.GH_TOKEN, repo = o.repo, branch = branch, base = base,
     title = title, body = body, timeout_ms = o.snap.github.request_timeout_ms, request = o.request,
-    user_agent = o.user_agent,
+    user_agent = o.user_agent, draft = o.draft ~= nil,
   }
   if not pr then
     return nil, ("pushed %s to %s (commit %s), but the pull request failed: %s"):format(

@@ -11,6 +11,8 @@
 --                                                  (then nil, nil, branch when a fresh clone
 --                                                  checked out the thread's branch)
 --                                                                    | nil, problem, kind
+--     kind: "infra" | "capacity" | "tool" | "git" | "stopped" | "not_visible" (the GitHub App
+--     is not installed on the repository: the problem says where to add it)
 local template = require("switchboard.policy.template")
 local errors = require("switchboard.exec.errors")
 
@@ -53,6 +55,13 @@ function M.prepare(ex, snap, repo, ctx)
   if not ok then return nil, "the executor raised: " .. tostring(result), "infra" end
   if result == nil then
     local kind = errors.is_infra(err) and "infra" or errors.is_capacity(err) and "capacity" or "tool"
+    -- GitHub said the App cannot see the repository (404 for its installation): not the
+    -- sandbox's failure, and the message says where to install the App
+    local cause = type(err) == "table" and err.cause
+    if (type(cause) == "table" and cause.status == 404) or (type(err) == "table" and err.code == "http 404")
+        or tostring(err):find("credentials don't have access to", 1, true) then
+      kind = "not_visible"
+    end
     return nil, ("%s could not be cloned from %s: %s"):format(repo, url, tostring(err)), kind
   end
   if result.aborted then return nil, "stopped while cloning " .. repo, "stopped" end

@@ -27,6 +27,8 @@
 --            results), before the next request, so the caller can persist them (the thread's
 --            record); after a compaction the list is the compacted one
 --   instructions: agent/instructions.lua's read, appended to the system prompt
+--   facts: agent/facts.lua's gather (date, sandbox, repository, branches, git status),
+--            after the agent's system prompt through policy's environment.prompt
 --   history: the thread's earlier conversation (Messages API messages as sent before); the
 --            ask follows it
 --   thread, accounts: the thread's name and the spend totals (agent/spend.lua; default: the
@@ -43,6 +45,7 @@ local instructions = require("switchboard.agent.instructions")
 local text = require("switchboard.agent.text")
 local context = require("switchboard.agent.context")
 local spend = require("switchboard.agent.spend")
+local facts = require("switchboard.agent.facts")
 local cjson = require("cjson.safe").new()
 
 local M = {}
@@ -141,13 +144,14 @@ local function loggable(content)
   return "[an image and its caption]"
 end
 
-local function run_one(o, use, turn)
-  o.card:tool(tools.describe(use))
+-- One call. quiet: the card already names the batch this call runs in.
+local function run_one(o, use, turn, quiet)
+  if not quiet then o.card:tool(tools.describe(use)) end
   local t0 = o.now_ms()
   local out = tools.call(o.executor, o.snap, o.def, use, {
     signal = o.signal, remaining_ms = o.deadline_ms - o.now_ms(),
   })
-  o.card:tool_done()
+  if not quiet then o.card:tool_done() end
   if out.kind == "capacity" then
     o.card:add_note(("⏳ turn %d: the sandbox fleet was busy; the model was told to retry"):format(turn))
   end
@@ -155,34 +159,107 @@ local function run_one(o, use, turn)
                   is_error = out.is_error or nil }
   o.described[use.id] = tools.describe(use)
   o.transcript:write{ type = "tool_result", turn = turn, id = use.id, name = use.name, input = use.input, kind = out.kind,
-                      is_error = out.is_error, duration_ms = o.now_ms() - t0, content = loggable(block.content) }
+                      is_error = out.is_error, started_ms = t0, duration_ms = o.now_ms() - t0, content = loggable(block.content) }
+  if not out.is_error and tools.TOUCHES_FILE[use.name] and type(use.input) == "table" then
+    o.touched[#o.touched + 1] = use.input.path
+  end
   return block, out
 end
 
--- Runs the answer's tool calls in order. Returns the tool_result blocks and, when the run must
--- end here, "stopped" | "infra" with the infra failure's text. A call max_tokens cut short
--- is not run: its result says so.
+-- Calls that only read, run at the same time, each in a task of its own; their results in
+-- the calls' order.
+local function run_together(o, batch, turn)
+  local names = {}
+  for i, use in ipairs(batch) do names[i] = tools.describe(use) end
+  o.card:tool(("%d reads at once: %s"):format(#batch, table.concat(names, ", ")))
+  local blocks, outs, left = {}, {}, #batch
+  local all_done = core.signal()
+  for i, use in ipairs(batch) do
+    core.go(function()
+      local ok, block, out = pcall(run_one, o, use, turn, true)
+      if not ok then
+        local why = tostring(block)
+        block = { type = "tool_result", tool_use_id = use.id, is_error = true, content = "internal error: " .. why }
+        out = { kind = "tool", is_error = true, content = why }
+      end
+      blocks[i], outs[i] = block, out
+      left = left - 1
+      if left == 0 then all_done:abort("done") end
+    end)
+  end
+  while left > 0 do core.sleep(3600 * 1000, all_done) end
+  o.card:tool_done()
+  return blocks, outs
+end
+
+-- The answer's calls as groups that run one after another: consecutive calls that only read
+-- form one group (run at the same time); every other call is a group of its own.
+local function groups(o, uses)
+  local out = {}
+  for _, use in ipairs(uses) do
+    local last = out[#out]
+    local reads = tools.READ_ONLY[use.name] and not (use.input_error and o.cut) and tools.offered(o.snap, o.def, use.name)
+    if reads and last and last.reads then
+      last[#last + 1] = use
+    else
+      out[#out + 1] = { reads = reads, use }
+    end
+  end
+  return out
+end
+
+-- Runs the answer's tool calls: calls that change something in order, consecutive calls that
+-- only read at the same time. Returns the tool_result blocks (in the calls' order, then any
+-- nested instruction files the calls reached, as text) and, when the run must end here,
+-- "stopped" | "infra" with the infra failure's text. A call max_tokens cut short is not run:
+-- its result says so.
 function M.call_tools(o, uses, turn)
   local results, ending, why = {}, nil, nil
-  for _, use in ipairs(uses) do
-    local block
+  o.touched = {}
+  for _, group in ipairs(groups(o, uses)) do
+    local blocks, outs = {}, {}
     if ending then
-      block = { type = "tool_result", tool_use_id = use.id, is_error = true,
-                content = "not run: the run ended before this call (" .. ending .. ")" }
-    elseif use.input_error and o.cut then
-      block = { type = "tool_result", tool_use_id = use.id, is_error = true, content = o.cut }
+      for i, use in ipairs(group) do
+        blocks[i] = { type = "tool_result", tool_use_id = use.id, is_error = true,
+                      content = "not run: the run ended before this call (" .. ending .. ")" }
+      end
+    elseif #group == 1 and group[1].input_error and o.cut then
+      blocks[1] = { type = "tool_result", tool_use_id = group[1].id, is_error = true, content = o.cut }
+    elseif #group == 1 then
+      blocks[1], outs[1] = run_one(o, group[1], turn)
     else
-      local out
-      block, out = run_one(o, use, turn)
-      if o.signal.aborted then
-        ending = "stopped"
-      elseif out.kind == "infra" and o.tracker:tripped() then
-        ending, why = "infra", out.content
+      blocks, outs = run_together(o, group, turn)
+    end
+    for i = 1, #group do
+      results[#results + 1] = blocks[i]
+      local out = outs[i]
+      if out and not ending then
+        if o.signal.aborted then
+          ending = "stopped"
+        elseif out.kind == "infra" and o.tracker:tripped() then
+          ending, why = "infra", out.content
+        end
       end
     end
-    results[#results + 1] = block
   end
+  if not ending then M.nested_instructions(o, results) end
   return results, ending, why
+end
+
+-- The instruction files (AGENTS.md, CLAUDE.md) of the directories above the files this turn's
+-- calls read or changed, each the first time: a text block after the tool results, and the
+-- card's note naming them.
+function M.nested_instructions(o, results)
+  if not o.repo or #o.touched == 0 then return end
+  local found = instructions.nested(o.executor, o.snap, o.touched, o.nested, {
+    signal = o.signal, remaining_ms = o.deadline_ms - o.now_ms(),
+  })
+  if #found == 0 then return end
+  for _, f in ipairs(found) do
+    results[#results + 1] = { type = "text", text = text.valid(instructions.nested_text(f)) }
+  end
+  o.card:set_note("nested_instructions", "instructions for subdirectories: " .. table.concat(o.nested.used, ", "))
+  o.transcript:write{ type = "instructions", nested = true, files = found }
 end
 
 ---------------------------------------------------------------------------------------------
@@ -306,6 +383,9 @@ function M.compact(o, conv, turn, forced)
   local first = ("The ask: %s\n\n[The earlier turns of this run were summarised to fit the context window:]\n%s")
     :format(ask_text(o.ask), summary)
   local kept = conv:restart(first, c.keep_turns)
+  -- the summary replaced the turns that carried subdirectories' instructions: the next read
+  -- under one brings its files back
+  o.nested = instructions.nested_state(o.nested)
   compacted(o, ("turn %d: earlier turns summarised by the model, the latest %d messages kept (~%d → ~%d tokens)")
     :format(turn, kept, before, conv:estimate()))
   o.transcript:write{ type = "compaction", turn = turn, how = "summary", kept = kept, before = before,
@@ -356,9 +436,12 @@ local function setup(o)
   o.max_tokens = o.def.max_tokens
   o.tools = tools.definitions(o.snap, o.def)
   o.cached_tools = cached_tools(o.tools)
-  o.system = text.valid(instructions.append(M.system_prompt(o.snap, o.def, o), o.instructions))
+  local system = M.system_prompt(o.snap, o.def, o)
+  if o.facts then system = system .. "\n\n" .. facts.text(o.snap, o.facts) end
+  o.system = text.valid(instructions.append(system, o.instructions))
   o.totals = { input_tokens = 0, output_tokens = 0, cache_read_input_tokens = 0, cache_creation_input_tokens = 0 }
   o.cost, o.compactions, o.continuations, o.described = 0, 0, 0, {}
+  o.nested = instructions.nested_seen_in(instructions.nested_state(), o.history)
 end
 
 local function record(o, conv, turns)

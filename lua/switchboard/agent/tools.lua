@@ -21,6 +21,7 @@ local budget = require("switchboard.shell.budget")
 local text = require("switchboard.agent.text")
 local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
+local find = require("switchboard.agent.find")
 
 local M = {}
 
@@ -57,11 +58,13 @@ end
 function DEFS.read_file(snap)
   return {
     name = "read_file",
-    description = "Read a file of the workspace: the whole file, or with offset and limit the "
-      .. "lines offset to offset+limit-1 (line numbers start at 1). The path is relative to the "
-      .. "workspace; paths that leave it are refused. An image (PNG, JPEG, GIF, WebP) is shown "
-      .. "to you as an image; another binary file is described, not shown. Long results are "
-      .. "cut in the middle: read the rest with offset and limit.",
+    description = ("Read a file of the workspace, its lines numbered as cat -n prints them "
+      .. "(the number, a tab, the line; the numbers are not part of the file — leave them out of "
+      .. "edit_file's old_text). Without limit at most %d lines from offset (default 1); lines "
+      .. "longer than %d characters are cut. The path is relative to the workspace; paths that "
+      .. "leave it are refused. An image (PNG, JPEG, GIF, WebP) is shown to you as an image; "
+      .. "another binary file is described, not shown."):format(snap.agents.find_tools.read_max_lines,
+      snap.agents.find_tools.max_line_chars),
     input_schema = {
       type = "object",
       properties = {
@@ -110,8 +113,18 @@ function DEFS.edit_file(snap)
   }
 end
 
+for name in pairs(find.NAMES) do
+  DEFS[name] = function(snap) return find.definitions(snap)[name] end
+end
+
 -- Tools that change the workspace: never offered to a readonly agent.
 M.WRITE_TOOLS = { write_file = true, edit_file = true }
+-- Tools that only read: the calls of one turn that are all of these run at the same time
+-- (agent/run.lua); any other call keeps its place in the order.
+M.READ_ONLY = { read_file = true, glob = true, grep = true, list = true }
+-- Tools whose path is a file read or changed: the first under a subdirectory brings that
+-- directory's instruction files into the conversation (agent/instructions.lua nested).
+M.TOUCHES_FILE = { read_file = true, write_file = true, edit_file = true }
 
 -- The tools an agent is offered: its policy list, in order, minus the write tools for a
 -- readonly agent (the loader already refuses that combination; this is the second lock).
@@ -210,21 +223,24 @@ function CALL.read_file(ex, snap, input, ctx)
       .. "ImageMagick's convert -resize) and read that"):format(input.path, media, #bytes, max_image), false)
   end
   if text.is_binary(bytes) then return outcome("result", text.describe_binary(input.path, bytes), false) end
-  if offset or limit then return outcome("result", M.lines(bytes, offset or 1, limit), false) end
-  return outcome("result", bytes, false)
+  return outcome("result", M.lines(snap, bytes, offset or 1, limit), false)
 end
 
--- Lines first .. first+limit-1 of a text (all the rest without a limit), with a line saying
--- which lines these are of how many.
-function M.lines(bytes, first, limit)
-  local out, n = {}, 0
-  local last = limit and (first + limit - 1) or math.huge
-  for line in bytes:gmatch("([^\n]*)\n?") do -- "a\nb\n" and "a\nb" both give 2 lines
-    n = n + 1
-    if n >= first and n <= last then out[#out + 1] = line end
-  end
+-- Lines first .. first+limit-1 of a text, numbered (find.number), at most find_tools.read_max_lines
+-- of them. A part of the file is headed by a line saying which lines these are of how many and,
+-- when more follow, the offset to read on from; the whole file is just its numbered lines.
+function M.lines(snap, bytes, first, limit)
+  local f = snap.agents.find_tools
+  local want = math.min(limit or f.read_max_lines, f.read_max_lines)
+  local body, shown, n = find.number(bytes, first, want, f.max_line_chars)
   if first > n then return ("(the file has %d lines; offset %d is past its end)"):format(n, first) end
-  return ("[lines %d-%d of %d]\n%s"):format(first, math.min(last, n), n, table.concat(out, "\n"))
+  if first == 1 and shown >= n then return body end
+  local head = ("[lines %d-%d of %d"):format(first, shown, n)
+  if shown < n then
+    head = head .. ("; read on with offset %d"):format(shown + 1)
+    if not limit or limit > want then head = head .. (" (at most %d lines a call)"):format(f.read_max_lines) end
+  end
+  return head .. "]\n" .. body
 end
 
 function CALL.write_file(ex, snap, input, ctx)
@@ -357,6 +373,11 @@ function M.call(ex, snap, def, use, ctx)
   if use.input_error then
     return outcome("input", use.name .. " was called with input that is not a JSON object (" .. use.input_error .. ")", true)
   end
+  if find.NAMES[use.name] then
+    local out, err = find.call(use.name, ex, snap, use.input or {}, ctx)
+    if not out then return from_error(snap, err) end
+    return out
+  end
   return CALL[use.name](ex, snap, use.input or {}, ctx)
 end
 
@@ -365,6 +386,9 @@ function M.describe(use)
   local input = type(use.input) == "table" and use.input or {}
   if use.name == "bash" and type(input.command) == "string" then
     return "$ " .. (input.command:match("^%s*([^\n]*)") or "")
+  end
+  if type(input.pattern) == "string" then
+    return use.name .. " " .. input.pattern .. (type(input.path) == "string" and (" in " .. input.path) or "")
   end
   if type(input.path) == "string" then return use.name .. " " .. input.path end
   return tostring(use.name)

@@ -38,6 +38,8 @@ Environment:
   SLACK_BOT_TOKEN       xoxb-… (required): the Web API; auth.test at start names the bot
   SLACK_APP_TOKEN       xapp-… with connections:write: Socket Mode
   SLACK_SIGNING_SECRET  the app's signing secret: verifies Events API requests
+  GITHUB_WEBHOOK_SECRET  the GitHub App's webhook secret: with --listen, POST /github/webhook
+                        takes review comments on the bot's pull requests (docs/agent.md)
   SLACK_API_URL         the Web API's base (default https://slack.com/api)
 
 Options:
@@ -171,6 +173,7 @@ function M.read_env(getenv, opts)
   local e = {
     bot = env(getenv, "SLACK_BOT_TOKEN"), app = env(getenv, "SLACK_APP_TOKEN"),
     secret = env(getenv, "SLACK_SIGNING_SECRET"),
+    github_secret = env(getenv, "GITHUB_WEBHOOK_SECRET"), -- review comments (docs/agent.md)
     api_url = env(getenv, "SLACK_API_URL") or "https://slack.com/api",
   }
   if not e.bot then
@@ -287,6 +290,7 @@ function M.run(argv, ctx)
 
   local app = app_mod.new{
     bot = bot, policy = policy.current, secret = e.secret, bot_api = bot_api,
+    github_secret = e.github_secret,
     app_api = e.app and webapi.new{ url = e.api_url, token = e.app, deadline_ms = a.deadline_ms,
                                      max_retry_after_ms = a.max_retry_after_ms } or nil,
     sandbox_urls = factory.configured(snap, stack_opts).sandbox and sandbox_url

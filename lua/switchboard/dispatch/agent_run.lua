@@ -9,10 +9,13 @@ local core = require("switchboard.core")
 local client_mod = require("switchboard.agent.client")
 local repo_mod = require("switchboard.agent.repo")
 local instructions = require("switchboard.agent.instructions")
+local facts_mod = require("switchboard.agent.facts")
+local tools_mod = require("switchboard.agent.tools")
 local publish = require("switchboard.agent.publish")
 local run = require("switchboard.agent.run")
 local transcript = require("switchboard.agent.transcript")
 local identity = require("switchboard.github.identity")
+local pulls = require("switchboard.github.pulls")
 local parser = require("switchboard.dispatch.parser")
 
 local M = {}
@@ -57,29 +60,57 @@ local function make_client(d, snap)
   return c, why
 end
 
--- A run that ended with its work done (or its turns or its spend cap used: it ends with what
--- it has done) in a repository, of an agent whose policy lets it open pull requests,
--- publishes its changes; a readonly agent never does.
-function M.publishes(ask, state)
+-- Whether an ask's agent publishes at all: a repository, an agent whose policy lets it open
+-- pull requests, never a readonly one.
+function M.publishes_at_all(ask)
   local def = ask.agent_def
   return ask.repo ~= nil and def.pull_requests == true and not def.readonly
-    and (state == "done" or state == "turns" or state == "spend") and not ask.stop.aborted
 end
 
-function M.publish(d, thread, ask, built, t, answer, deadline)
+-- Why a run that ended in this state stopped before it was done (its pull request is then a
+-- draft), in words; nil for a finished run.
+local UNFINISHED = {
+  turns = "it used its turn limit", spend = "it reached a spend cap",
+  budget = "its time ran out", stopped = "it was stopped",
+}
+
+-- What a run that ended in state publishes: "ready" (done), "draft" (stopped before it was
+-- done, as policy's pull_request.unfinished says), or nil. A shutdown publishes nothing.
+function M.publishes(d, ask, state)
+  if not M.publishes_at_all(ask) then return nil end
+  if d.shutdown and d.shutdown.aborted then return nil end
+  if state == "done" and not ask.stop.aborted then return "ready" end
+  local stopped = ask.stop.aborted and "stopped" or state
+  if UNFINISHED[stopped] and ask.snap.agents.pull_request.unfinished == "draft" then return "draft", UNFINISHED[stopped] end
+  if UNFINISHED[stopped] then
+    ask.card:add_note(("no pull request: the run stopped before it was done (%s), and pull_request.unfinished "
+      .. "in policies/agents.lua is \"none\"; its changes stay in the thread's workspace for a follow-up"):format(UNFINISHED[stopped]))
+  end
+  return nil
+end
+
+function M.publish(d, thread, ask, built, t, answer, deadline, draft)
   local c = ask.card
   c:tool("git: committing and pushing the changes")
   d:refresh(ask)
+  -- a run stopped by `stop` or by its clock still publishes its draft: with a signal of its
+  -- own (a shutdown still ends it) and policy's grace
+  local signal, remaining = ask.stop, deadline - d.now_ms()
+  if draft then
+    signal = core.signal(d.shutdown)
+    remaining = math.max(remaining, ask.snap.agents.pull_request.publish_grace_ms)
+  end
   local ok, res, problem, kind = pcall(publish.run, {
     executor = built.executor, snap = ask.snap, repo = ask.repo, thread = thread.name,
     thread_key = d.thread_key(thread.name), link = ask.link, ask = ask.text, agent = ask.agent,
     answer = answer, turns = c.turns, creds = d.build_opts.credentials, scope = ask.agent_def.token_scope,
-    signal = ask.stop, remaining_ms = deadline - d.now_ms(),
+    signal = signal, remaining_ms = remaining, draft = draft,
   })
   c:tool_done()
   if not ok then res, problem, kind = nil, "internal error while publishing: " .. tostring(res), "internal" end
   if res and res.state == "published" then
-    c.pull_request = { url = res.pr.url, number = res.pr.number, action = res.pr.action, branch = res.branch }
+    c.pull_request = { url = res.pr.url, number = res.pr.number, action = res.pr.action, branch = res.branch,
+                       draft = res.pr.draft }
     thread.branch, thread.pr = res.branch, { number = res.pr.number, url = res.pr.url }
     d:remember("thread", d.record and d.record.bind, thread.name,
       { branch = res.branch, pr_number = res.pr.number, pr_url = res.pr.url })
@@ -87,9 +118,43 @@ function M.publish(d, thread, ask, built, t, answer, deadline)
     c.publish_problem = problem
   end
   t:write{ type = "publish", state = res and res.state or "failed", kind = kind, branch = res and res.branch,
-           sha = res and res.sha, pull_request = c.pull_request, problem = problem }
+           sha = res and res.sha, pull_request = c.pull_request, problem = problem, draft = draft }
   core.log(res and "info" or "warn", "agent.publish", { thread = thread.name, repo = ask.repo,
-    state = res and res.state or "failed", kind = kind, pr = c.pull_request and c.pull_request.number })
+    state = res and res.state or "failed", kind = kind, pr = c.pull_request and c.pull_request.number,
+    draft = draft ~= nil })
+end
+
+-- A run a review comment started answers on the pull request: what it pushed (or why
+-- nothing), and its summary (policies/agents.lua review_comments.reply).
+function M.reply_on_review(d, thread, ask, state, answer, problem)
+  local c, snap, card = ask.review, ask.snap, ask.card
+  local pr = card.pull_request
+  local what
+  if pr then
+    what = ("I pushed the changes to `%s` (pull request updated)."):format(pr.branch)
+  elseif card.publish_problem then
+    what = "I could not push the changes: " .. card.publish_problem
+  else
+    what = ("I changed nothing (the run ended: %s%s)."):format(state, problem and (" — " .. problem) or "")
+  end
+  local body = require("switchboard.policy.template").fill(snap.agents.review_comments.reply, {
+    user = tostring(c.user), what = what,
+    summary = (answer and answer ~= "") and answer or "(no summary)",
+  })
+  local creds = d.build_opts.credentials
+  local envs, err = creds and creds:resolve_envs(ask.agent_def.token_scope, { repo = c.repo })
+  local ok
+  if envs and envs.GH_TOKEN then
+    ok, err = pulls.comment{ api_url = creds:api_url(), token = envs.GH_TOKEN, repo = c.repo,
+      number = math.tointeger(c.pr_number) or c.pr_number, body = body, timeout_ms = snap.github.request_timeout_ms }
+  end
+  if ok then
+    card:add_note(("replied on pull request #%s"):format(tostring(c.pr_number)))
+  else
+    card:add_note(("the reply on pull request #%s failed: %s"):format(tostring(c.pr_number),
+      tostring(err or "no GitHub token"):match("^[^\n]*")))
+  end
+  core.log(ok and "info" or "warn", "agent.review_reply", { thread = thread.name, pr = c.pr_url, ok = ok == true })
 end
 
 -- The front's context for this run (Slack: the thread's earlier messages on its first run, the
@@ -212,12 +277,19 @@ function M.run(d, thread, ask)
     end
   end
   if not state then M.gather_context(d, thread, ask) end
+  local facts
+  if not state and #tools_mod.definitions(snap, ask.agent_def) > 0 then
+    facts = facts_mod.gather(built.executor, snap, { repo = ask.repo,
+      branch = M.publishes_at_all(ask) and publish.branch(snap, thread.name, d.thread_key(thread.name)) or nil,
+      signal = ask.stop, remaining_ms = deadline - d.now_ms() })
+    t:write{ type = "environment", facts = facts }
+  end
   if not state then
     local ok, s, a, p, res = xpcall(run.run, debug.traceback, {
       snap = snap, def = ask.agent_def, agent = ask.agent, executor = built.executor,
       tracker = built.tracker, client = client, card = c, signal = ask.stop, deadline_ms = deadline,
       ask = ask.content or ask.text, repo = ask.repo, workspace = workspace_of(built), transcript = t,
-      now_ms = d.now_ms, instructions = guide, history = M.history(d, thread),
+      now_ms = d.now_ms, instructions = guide, facts = facts, history = M.history(d, thread),
       on_turn = function(messages)
         M.keep_conversation(d, thread, messages)
         -- the cost so far, so a run the bot dies in still counts towards the caps after a restart
@@ -234,7 +306,9 @@ function M.run(d, thread, ask)
       state, problem = "model_error", "internal error in the agent run: " .. tostring(s):match("^[^\n]*")
     end
   end
-  if M.publishes(ask, state) then M.publish(d, thread, ask, built, t, answer, deadline) end
+  local publishes, unfinished = M.publishes(d, ask, state)
+  if publishes then M.publish(d, thread, ask, built, t, answer, deadline, unfinished) end
+  if ask.review then M.reply_on_review(d, thread, ask, state, answer, problem) end
   -- with a record, the conversation lives there between runs: a bot with many threads does
   -- not hold every conversation (images included) in memory; the next run reads it back
   if d.record and thread.mark then thread.history, thread.mark = nil, nil end

@@ -7,7 +7,7 @@
 --   finished_ms, tokens_in, tokens_out (fresh input and output), cache_read, cache_write
 --   (input tokens read from and written to the prompt cache), cost_usd, waiting (a ⏳ line while the fleet or the API makes
 --   the run wait), answer (the model's last text), problem (why it ended, when not done),
---   pull_request ({url, number, action = opened|updated, branch} when the run opened or
+--   pull_request ({url, number, action = opened|updated, branch, draft} when the run opened or
 --   updated one), publish_problem (why its changes could not be pushed or the PR opened)
 --
 --   [main] agent:coding · local · acme/api
@@ -151,7 +151,8 @@ function R:body_text()
   local parts = {}
   local pr, lead = self.pull_request, nil
   if pr then
-    lead = ("⇢ pull request #%s %s: %s (branch %s)"):format(tostring(pr.number), pr.action, tostring(pr.url), pr.branch)
+    lead = ("⇢ %spull request #%s %s: %s (branch %s)"):format(pr.draft and "draft " or "", tostring(pr.number),
+      pr.action, tostring(pr.url), pr.branch)
   elseif self.publish_problem then
     lead = "✗ no pull request — " .. self.publish_problem
   end

@@ -5,9 +5,17 @@
 --   POST  /repos/{o}/{r}/pulls   {title, head, base, body}     open one (201)
 --   PATCH /repos/{o}/{r}/pulls/{n}   {body}                    update it (200)
 --
+--   POST  /graphql   markPullRequestReadyForReview            a draft made ready (REST cannot)
+--   POST  /repos/{o}/{r}/issues/{n}/comments   {body}          a comment on the pull request (201)
+--
+--   local ok, err = pulls.comment{api_url, token, repo, number, body, timeout_ms, request?, user_agent?}
+--     err (and mark_ready's): core.error "github", its message saying what happened and what to do
+--
 --   local pr, err = pulls.open_or_update{api_url, token, repo, branch, base, title, body,
---                                        timeout_ms, request?, user_agent?}
---     → {number, url, action = "opened" | "updated"} | nil, "what happened and what to do"
+--                                        timeout_ms, request?, user_agent?, draft?}
+--     → {number, url, action = "opened" | "updated", draft} | nil, "what happened and what to do"
+--   draft: open the pull request as a draft; without it, a draft found open for the branch is
+--   marked ready for review (a follow-up finished what a stopped run began)
 --
 -- The token travels only in the Authorization header; error texts never quote it.
 local core = require("switchboard.core")
@@ -97,14 +105,56 @@ function M.open_or_update(o)
     status, doc, err = call(o, "PATCH", ("%s/%d"):format(base_path, n), { body = body })
     if status == nil then return nil, err end
     if status ~= 200 then return nil, M.explain(status, doc, "update pull request #" .. n, o.repo) end
-    return { number = n, url = doc.html_url or open.html_url, action = "updated" }
+    local pr = { number = n, url = doc.html_url or open.html_url, action = "updated", draft = open.draft == true }
+    if pr.draft and not o.draft then
+      local ok, why = M.mark_ready(o, open.node_id)
+      if not ok then return nil, ("updated pull request #%d, but it stays a draft: %s"):format(n, why.message) end
+      pr.draft = false
+    end
+    return pr
   end
-  status, doc, err = call(o, "POST", base_path, { title = o.title, head = o.branch, base = o.base, body = o.body })
+  status, doc, err = call(o, "POST", base_path, { title = o.title, head = o.branch, base = o.base, body = o.body,
+                                                   draft = o.draft or nil })
   if status == nil then return nil, err end
   if status ~= 201 or type(doc) ~= "table" then
     return nil, M.explain(status, doc, "open a pull request from " .. o.branch, o.repo)
   end
-  return { number = math.tointeger(doc.number) or doc.number, url = doc.html_url, action = "opened" }
+  return { number = math.tointeger(doc.number) or doc.number, url = doc.html_url, action = "opened",
+           draft = doc.draft == true }
+end
+
+-- GitHub's REST API cannot take a pull request out of draft; GraphQL's
+-- markPullRequestReadyForReview does. → true | nil, why
+local READY = "mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) "
+  .. "{ pullRequest { number isDraft } } }"
+
+-- GraphQL's endpoint: api.github.com/graphql; GitHub Enterprise Server's REST API is at
+-- HOST/api/v3 and its GraphQL at HOST/api/graphql.
+local function graphql_base(api_url)
+  return (api_url:gsub("/api/v3/*$", "/api"))
+end
+
+function M.mark_ready(o, node_id)
+  if type(node_id) ~= "string" then return nil, core.error("github", "GitHub gave no node_id for it; mark it ready on GitHub") end
+  local g = setmetatable({ api_url = graphql_base(o.api_url) }, { __index = o })
+  local status, doc, err = call(g, "POST", "/graphql", { query = READY, variables = { id = node_id } })
+  if status == nil then return nil, core.error("github", err) end
+  if status ~= 200 or type(doc) ~= "table" or doc.errors ~= nil then
+    local said = type(doc) == "table" and type(doc.errors) == "table" and type(doc.errors[1]) == "table"
+      and doc.errors[1].message or nil
+    return nil, core.error("github", ("GitHub did not mark it ready for review (%s%s) — mark it ready on GitHub"):format(
+      tostring(status), said and (": " .. tostring(said):sub(1, 200)) or ""))
+  end
+  return true
+end
+
+function M.comment(o)
+  local status, doc, err = call(o, "POST", ("/repos/%s/issues/%d/comments"):format(o.repo, o.number), { body = o.body })
+  if status == nil then return nil, core.error("github", err) end
+  if status ~= 201 then
+    return nil, core.error("github", M.explain(status, doc, "comment on pull request #" .. o.number, o.repo), { status = status })
+  end
+  return true
 end
 
 return M

@@ -18,7 +18,8 @@ M.BACKENDS = { ["local"] = true, sandbox = true, resident = true, e2b = true, ku
 M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b", "kubernetes" }
 
 -- Tools that run through an executor, so an agent offering one must declare a repository.
-M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true, edit_file = true }
+M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true, edit_file = true,
+                     glob = true, grep = true, list = true }
 -- Tools that change the workspace: never offered to a readonly agent.
 M.WRITE_TOOLS = { write_file = true, edit_file = true }
 
@@ -257,7 +258,8 @@ function S.text(vars, max_len)
 end
 
 -- The pull request's texts (policies/agents.lua pull_request).
-M.PR_VARS = { "ask", "agent", "repository", "thread", "thread_link", "summary", "turns", "branch", "title" }
+M.PR_VARS = { "ask", "agent", "repository", "thread", "thread_link", "summary", "turns", "branch", "title",
+               "files", "status" }
 
 function S.rule(v, path, report)
   if not rule.is_rule(v) then
@@ -416,6 +418,7 @@ M.files.agents = {
   }, { min = 1 }),
   instructions = S.record {
     files = S.list(S.string { pattern = "^[%w._-][%w._/-]*$", what = "a path inside the repository" }, { unique = true, max = 20 }),
+    nested_files = S.list(S.string { pattern = "^[%w._-]+$", what = "a file name (no directory)" }, { unique = true, max = 10 }),
     max_file_bytes = S.int { min = 256, max = 1024 * 1024, unit = "bytes" },
     max_total_bytes = S.int { min = 256, max = 4 * 1024 * 1024, unit = "bytes" },
   },
@@ -427,6 +430,9 @@ M.files.agents = {
     title = S.text(M.PR_VARS, 1024),
     body = S.text(M.PR_VARS, 60000),
     max_title_chars = S.int { min = 20, max = 256 },
+    unfinished = S.enum { "draft", "none" },
+    draft_note = S.text({ "why" }, 2048),
+    publish_grace_ms = ms(SECOND, HOUR),
   },
   run_defaults = S.record {
     model = S.string { one_line = true, max_len = 200 },
@@ -469,6 +475,33 @@ M.files.agents = {
     saved_dir = S.string { pattern = "^[%w_-][%w._/-]*$", what = "a relative path inside the workspace" },
     max_image_bytes = S.int { min = 1024, max = 32 * M.MIB, unit = "bytes" },
     max_image_side = S.int { min = 1, max = 100000 },
+  },
+  review_comments = S.record {
+    agent = agent_name,
+    mention = S.list(S.string { one_line = true, max_len = 100 }, { min = 1, max = 10 }),
+    allow_associations = S.list(S.enum { "OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR",
+      "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE" }, { unique = true }),
+    reply = S.text({ "user", "what", "summary" }, 8192),
+  },
+  environment = S.record {
+    prompt = S.text({ "date", "os", "toolchains", "repository", "default_branch", "publish_branch",
+                      "publishing", "git_status", "scratch" }, 16384),
+    publishes = S.text({ "publish_branch" }, 2048),
+    publishes_nothing = S.text({}, 2048),
+    toolchains = S.list(S.string { pattern = "^[%w._+-]+[%w._+ -]*$", what = "a command: a program and its arguments (letters, digits, . _ + -)" },
+      { max = 40 }),
+    max_status_lines = S.int { min = 1, max = 1000 },
+    scratch_dir = S.string { pattern = "^[%w_-][%w._/-]*$", what = "a relative path inside the workspace" },
+    timeout_ms = ms(SECOND, 10 * MINUTE),
+  },
+  find_tools = S.record {
+    read_max_lines = S.int { min = 10, max = 100000 },
+    max_line_chars = S.int { min = 80, max = 100000, unit = "characters" },
+    glob_max_paths = S.int { min = 1, max = 100000 },
+    grep_max_lines = S.int { min = 1, max = 100000 },
+    grep_max_context = S.int { min = 0, max = 100 },
+    list_max_entries = S.int { min = 1, max = 100000 },
+    timeout_ms = ms(SECOND, HOUR),
   },
   on_max_tokens = S.record {
     grow_factor = S.int { min = 1, max = 16 },
@@ -638,7 +671,9 @@ M.files.slack = {
   reaction = S.string { pattern = "^[a-z0-9_+-]+$", what = "an emoji name (no colons)" },
   card = S.record {
     update_every_ms = ms(100, MINUTE),
+    updates_per_minute = S.int { min = 1, max = 6000 },
     max_block_chars = S.int { min = 500, max = 3000, unit = "characters" },
+    max_answer_blocks = S.int { min = 1, max = 40 },
   },
   api = S.record {
     deadline_ms = ms(SECOND, 5 * MINUTE),
@@ -792,6 +827,10 @@ function M.cross.agents(a, report)
     if def.readonly and def.token_scope == "write" then
       report(p .. ".token_scope", "a readonly agent must not get the write token")
     end
+  end
+  if type(a.review_comments) == "table" and type(a.review_comments.agent) == "string"
+      and a.agents[a.review_comments.agent] == nil then
+    report("review_comments.agent", "names no agent defined in agents: " .. show(a.review_comments.agent))
   end
   if type(a.default_agent) == "string" and a.agents[a.default_agent] == nil then
     report("default_agent", "names no agent defined in agents: " .. show(a.default_agent))

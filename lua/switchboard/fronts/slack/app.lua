@@ -6,6 +6,9 @@
 --                       sandbox_urls = {…}?, sandbox_token? (the sandboxd list /readyz probes)}
 --   app:on_event(payload, source)        an event_callback payload
 --   app:on_interactive(payload)          a block_actions payload (the Stop button)
+--   app:on_github(event, delivery, payload)  a verified GitHub webhook (fronts/slack/review.lua):
+--                                        a review comment on the bot's pull request that
+--                                        mentions it starts a follow-up in the PR's thread
 --   app:start_socket_mode() → true | nil, err;   app:listen(host, port) → server | nil, err
 --   app:shutdown(drain_ms, kill_now)     stop reading, drain the asks, flush the cards
 local core = require("switchboard.core")
@@ -17,6 +20,7 @@ local front_mod = require("switchboard.fronts.slack.front")
 local http = require("switchboard.fronts.slack.http")
 local socket_mode = require("switchboard.fronts.slack.socket_mode")
 local readiness = require("switchboard.fronts.slack.readiness")
+local review = require("switchboard.fronts.slack.review")
 
 local M = {}
 local App = {}
@@ -25,6 +29,7 @@ App.__index = App
 function M.new(opts)
   local self = setmetatable({
     bot = opts.bot, policy = opts.policy, secret = opts.secret, app_api = opts.app_api,
+    github_secret = opts.github_secret,
     log = opts.log or core.log, closed = false, servers = {},
     pages = opts.pages, -- the run pages' handler (pages/routes.lua), served on every listener
     bot_api = opts.bot_api, names = {}, -- user id → display name, for the thread's context
@@ -32,6 +37,7 @@ function M.new(opts)
   local ttl = function() return self.policy().slack.events.dedup_ms end
   self.seen_events = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
   self.seen_messages = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
+  self.seen_deliveries = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
   self.front = front_mod.new{ api = opts.bot_api, policy = opts.policy, log = self.log }
   local dopts = {}
   for k, v in pairs(opts.dispatcher_opts or {}) do dopts[k] = v end
@@ -117,6 +123,47 @@ function App:on_interactive(payload)
   self.log("info", "slack.stop", { thread = thread, user = act.user, asks = hit })
 end
 
+-- The Slack thread whose pull request is url (the dispatcher's threads: after a restart, the
+-- ones it restored from the record).
+function App:thread_of_pr(url)
+  for name, t in pairs(self.d.threads or {}) do
+    if type(t) == "table" and t.pr and t.pr.url == url then return name end
+  end
+  return nil
+end
+
+function App:on_github(event, delivery, payload)
+  if self.closed then return end
+  if not self.seen_deliveries:first(delivery or "") then
+    self.log("info", "github.duplicate_delivery", { delivery = tostring(delivery) })
+    return
+  end
+  local snap = self.policy()
+  local pol = snap.agents.review_comments
+  local c, why = review.read(event, payload, pol, core.wall_ms() // 1000, snap.slack.events.dedup_ms // 1000)
+  if not c then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), event = tostring(event), why = why })
+    return
+  end
+  local thread = self:thread_of_pr(c.pr_url)
+  local where = thread and events.parse_thread(thread)
+  if not where then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "not a pull request of this bot's threads",
+                                                 pr = c.pr_url })
+    return
+  end
+  self.log("info", "github.review_comment", { thread = thread, pr = c.pr_url, user = c.user, delivery = tostring(delivery) })
+  self.front:note_ask(thread, { channel = where.channel, thread_ts = where.thread_ts })
+  local ask = self.d:handle{ thread = thread, user = "github:" .. tostring(c.user),
+                             text = "agent:" .. pol.agent .. " " .. review.ask_text(c),
+                             review = c }
+  self.front:note_ask(thread, nil)
+  if type(ask) == "table" and ask.card and ask.card.add_note then
+    ask.review = c -- the run replies on the pull request (dispatch/agent_run.lua)
+    ask.card:add_note(("started by a review comment from @%s on pull request #%s"):format(tostring(c.user), tostring(c.pr_number)))
+  end
+end
+
 function App:on_envelope(env, conn_id)
   local source = "socket:" .. tostring(conn_id)
   if env.type == "events_api" then return self:on_event(env.payload, source) end
@@ -142,6 +189,8 @@ function App:handler(with_events)
     pages = self.pages,
     on_event = function(payload, retry) self:on_event(payload, retry and ("http retry " .. retry) or "http") end,
     on_interactive = function(payload) self:on_interactive(payload) end,
+    github_secret = self.github_secret,
+    on_github = self.github_secret and function(event, delivery, payload) self:on_github(event, delivery, payload) end or nil,
   }
 end
 

@@ -9,9 +9,22 @@
 --   ```output```                                      the output, head and tail when cut
 --   [Stop]                                            while it is not final
 --
+-- An agent's card (kind = "agent") reads like Slack instead: the ask as the person's words (a
+-- quote), the model's answer converted from Markdown to mrkdwn (fronts/slack/mrkdwn.lua) as
+-- text — split over several sections, or up as a file past card.max_answer_blocks — and the
+-- pull request as a button (and a link):
+--
+--   agent:coding · local · acme/api                  context
+--   > fix the failing test                           the ask, quoted
+--   ✓ done after 3 turns in 42s · …                  the status line
+--   ⇢ pull request #7 opened (branch …)              the pull request, linked
+--   <the answer, as mrkdwn>                          one section per part
+--   [Open pull request #7]                           a link button
+--
 -- file: where the whole output went when it did not fit: {permalink = url, name = …} or
 -- {error = why}. `text` is the notification fallback (the status line).
 local text = require("switchboard.fronts.slack.text")
+local mrkdwn = require("switchboard.fronts.slack.mrkdwn")
 local card_mod = require("switchboard.dispatch.card")
 local events = require("switchboard.fronts.slack.events")
 
@@ -71,15 +84,98 @@ function M.render_text(message, opts)
   return { text = card_mod.cut_line(body:match("^[^\n]*") or "", 300), blocks = out }
 end
 
-function M.needs_file(card, max_block_chars)
+-- The answer of an agent's card as mrkdwn sections' texts.
+local function answer_parts(card, max)
+  local parts = {}
+  if card.problem and card.problem ~= "" then parts[#parts + 1] = text.escape(card.problem) end
+  if card.answer and card.answer ~= "" then parts[#parts + 1] = mrkdwn.convert(card.answer) end
+  if #parts == 0 then return {} end
+  return mrkdwn.split(table.concat(parts, "\n\n"), max)
+end
+
+local function is_agent(card) return is_known(card) and card.kind == "agent" end
+
+function M.needs_file(card, max_block_chars, max_answer_blocks)
   if not is_known(card) then return false end
+  if is_agent(card) then
+    return card:final() and #answer_parts(card, math.min(max_block_chars or M.SECTION_LIMIT, M.SECTION_LIMIT))
+      > (max_answer_blocks or 10)
+  end
   local body = card:body_text()
   return card:final() and body ~= "" and #code(body) > (max_block_chars or M.SECTION_LIMIT)
+end
+
+local function stop_button(opts)
+  return {
+    type = "actions",
+    elements = { {
+      type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
+      text = { type = "plain_text", text = "Stop" },
+    } },
+  }
+end
+
+-- The ask as a quote: each line after "> ".
+local function quoted(ask, max)
+  local cut = card_mod.cut(ask or "", max)
+  return (text.escape(cut):gsub("\n", "\n&gt; "):gsub("^", "&gt; "))
+end
+
+function M.render_agent(card, opts)
+  local max = math.min(opts.max_block_chars or M.SECTION_LIMIT, M.SECTION_LIMIT)
+  local head = { "*agent:" .. text.escape(card.agent or "?") .. "*" }
+  if card.backend then head[#head + 1] = text.escape(card.backend) end
+  if card.repo then head[#head + 1] = text.escape(card.repo) end
+  local blocks = { context(table.concat(head, " · ")) }
+  for _, note in ipairs(card.notes or {}) do
+    blocks[#blocks + 1] = context(text.escape(card_mod.cut_line("note: " .. note, max - 100)))
+  end
+  blocks[#blocks + 1] = section(quoted(card.ask or card.command, max // 2))
+  local status = card:status_line(opts.now_ms, max)
+  blocks[#blocks + 1] = section(text.escape(status))
+  local pr = card.pull_request
+  if card:final() then
+    if pr and pr.url then
+      blocks[#blocks + 1] = section(("⇢ %spull request #%s %s: <%s> (branch %s)"):format(pr.draft and "draft " or "",
+        text.escape(tostring(pr.number)), text.escape(pr.action or ""), pr.url, text.escape(pr.branch or "")))
+    elseif card.publish_problem then
+      blocks[#blocks + 1] = section(text.escape("✗ no pull request — " .. card.publish_problem):sub(1, max))
+    end
+    if opts.file and opts.file.permalink then
+      blocks[#blocks + 1] = context(("The answer is long: <%s|%s>"):format(opts.file.permalink,
+        text.escape(opts.file.name or "answer.md")))
+    else
+      local parts = answer_parts(card, max)
+      local limit = opts.max_answer_blocks or 10
+      for i, part in ipairs(parts) do
+        if i > limit then
+          blocks[#blocks + 1] = context(opts.file and opts.file.error
+            and ("The rest of the answer is not shown: " .. text.escape(opts.file.error))
+            or "The rest of the answer is not shown.")
+          break
+        end
+        blocks[#blocks + 1] = section(part)
+      end
+    end
+    if pr and pr.url then
+      blocks[#blocks + 1] = {
+        type = "actions",
+        elements = { {
+          type = "button", action_id = "switchboard_open_pr", url = pr.url,
+          text = { type = "plain_text", text = ("Open %spull request #%s"):format(pr.draft and "draft " or "", tostring(pr.number)) },
+        } },
+      }
+    end
+  elseif opts.thread then
+    blocks[#blocks + 1] = stop_button(opts)
+  end
+  return { text = card_mod.cut_line(status, 300), blocks = blocks }
 end
 
 -- opts.message: the dispatcher's message, for cards of a kind this renderer does not know.
 function M.render(card, opts)
   if not is_known(card) then return M.render_text(opts.message or {}, opts) end
+  if is_agent(card) then return M.render_agent(card, opts) end
   local max = math.min(opts.max_block_chars or M.SECTION_LIMIT, M.SECTION_LIMIT)
   local head = { "*agent:" .. text.escape(card.agent or "?") .. "*" }
   if card.backend then head[#head + 1] = text.escape(card.backend) end

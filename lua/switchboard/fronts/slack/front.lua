@@ -1,8 +1,11 @@
 -- The dispatcher's front interface for Slack: a card is posted in its thread at once
 -- (chat.postMessage, and a reaction on the ask), then edited in place (chat.update) as the work
 -- goes — at most once per `card.update_every_ms` per card, coalesced (only the newest state is
--- sent) — and its final state always lands: a final update is retried through 429s and
--- transport failures for `api.final_give_up_ms`. Output that does not fit the card goes up as
+-- sent), and all cards together at most `card.updates_per_minute` times a minute (chat.update
+-- is Tier 3: about 50 a minute per workspace), so each card is updated less often as cards
+-- multiply — and its final state always lands: a final update is retried through 429s and
+-- transport failures for `api.final_give_up_ms`, a 429's Retry-After holds back every card's
+-- next update, and a state an update failed to send is sent again unless a newer one came. Output that does not fit the card goes up as
 -- a file in the thread (files.getUploadURLExternal → upload → files.completeUploadExternal) and
 -- the card links it.
 --
@@ -31,6 +34,7 @@ function M.new(opts)
     busy = 0,          -- card and answer tasks still sending
     idle_waiters = {},
     stats = { final_lag_ms = {} }, -- final card sent − final state known (bench)
+    next_update_ms = 0, -- the earliest time the next chat.update of any card may go
   }, F)
 end
 
@@ -113,8 +117,14 @@ end
 -- Upload the whole output when it does not fit the card; remember where it went.
 function F:attach_output(h, card, s)
   -- scrubbed here, before its length is announced (webapi scrubs it again, to no change)
-  local content = core.log_scrub("$ " .. tostring(card.command) .. "\n" .. card:body_text() .. "\n")
-  local name = ("output-%s.txt"):format((h.ts or "card"):gsub("%.", "-"))
+  local content, name
+  if card.kind == "agent" then -- a long answer: the Markdown as the model wrote it
+    content = core.log_scrub("> " .. tostring(card.ask or ""):gsub("\n", "\n> ") .. "\n\n" .. card:body_text() .. "\n")
+    name = ("answer-%s.md"):format((h.ts or "card"):gsub("%.", "-"))
+  else
+    content = core.log_scrub("$ " .. tostring(card.command) .. "\n" .. card:body_text() .. "\n")
+    name = ("output-%s.txt"):format((h.ts or "card"):gsub("%.", "-"))
+  end
   local where = h.where
   local got, err = self.api:call("files.getUploadURLExternal", { filename = name, length = #content },
     { form = true, channel = where.channel, give_up_ms = s.api.final_give_up_ms })
@@ -125,7 +135,8 @@ function F:attach_output(h, card, s)
   local done
   if got and not err then
     done, err = self.api:call("files.completeUploadExternal", {
-      files = { { id = got.file_id, title = "Output of " .. command_title(card) } },
+      files = { { id = got.file_id, title = card.kind == "agent" and ("Answer of agent:" .. tostring(card.agent))
+                  or ("Output of " .. command_title(card)) } },
       channel_id = where.channel, thread_ts = where.thread_ts,
     }, { form = true, channel = where.channel, give_up_ms = s.api.final_give_up_ms })
   end
@@ -140,6 +151,7 @@ end
 
 function F:render(h, msg, s)
   return blocks.render(msg.card, { now_ms = self.now_ms(), max_block_chars = s.card.max_block_chars,
+                                   max_answer_blocks = s.card.max_answer_blocks,
                                    thread = h.thread, file = h.file, message = msg })
 end
 
@@ -173,9 +185,10 @@ function F:card_worker(h)
     next_state(h)
     local wait = h.last_ms + s.card.update_every_ms - self.now_ms()
     if wait > 0 then core.sleep(wait) end
-    msg = h.pending
+    self:update_slot(s, h)
+    msg = h.pending -- the newest state: it may have changed during the waits
     h.pending = nil
-    if msg.final and blocks.needs_file(msg.card, s.card.max_block_chars) then
+    if msg.final and blocks.needs_file(msg.card, s.card.max_block_chars, s.card.max_answer_blocks) then
       self:attach_output(h, msg.card, s)
     end
     view = self:render(h, msg, s)
@@ -183,7 +196,15 @@ function F:card_worker(h)
       channel = where.channel, ts = h.ts, text = view.text, blocks = view.blocks,
     }, { channel = where.channel, give_up_ms = msg.final and s.api.final_give_up_ms or 0 })
     h.last_ms = self.now_ms()
-    if uerr then log_failure(self, "chat.update", h, uerr) end
+    if uerr then
+      log_failure(self, "chat.update", h, uerr)
+      if uerr.kind == "rate_limited" and uerr.retry_after_ms then
+        -- the limit is the workspace's, not this card's: every card waits it out
+        self.next_update_ms = math.max(self.next_update_ms, self.now_ms() + uerr.retry_after_ms)
+      end
+      -- not lost: sent again at the next turn unless a newer state came meanwhile
+      if not msg.final and not h.pending then h.pending = msg end
+    end
     if msg.final then
       h.sent_final = true
       if h.final_known_ms then
@@ -192,6 +213,27 @@ function F:card_worker(h)
       end
     end
   end
+end
+
+-- Waits for this card's turn among all cards: chat.update calls are spaced 60 s /
+-- card.updates_per_minute apart, whichever card makes them. The slot is taken before the wait,
+-- so cards take turns in the order they asked — except that a card whose final state is known
+-- goes before every card that only has progress to show (a person waits for the answer, not
+-- for the elapsed seconds).
+function F:update_slot(s, h)
+  local spacing = 60000 // s.card.updates_per_minute
+  local final = h.final_queued
+  if final then
+    self.finals_waiting = (self.finals_waiting or 0) + 1
+  else
+    while (self.finals_waiting or 0) > 0 and not h.final_queued do core.sleep(spacing) end
+    if h.final_queued then return self:update_slot(s, h) end
+  end
+  local now = self.now_ms()
+  local slot = math.max(now, self.next_update_ms)
+  self.next_update_ms = slot + spacing
+  if slot > now then core.sleep(slot - now) end
+  if final then self.finals_waiting = self.finals_waiting - 1 end
 end
 
 function F:post(thread, msg)

@@ -15,6 +15,9 @@
 --   POST /slack/events     Events API: url_verification → the challenge; event_callback → 200
 --                          at once, then on_event in a task of its own
 --   POST /slack/actions    interactivity (form field payload=JSON) → 200, then on_interactive
+--   POST /github/webhook   GitHub's webhooks, when opts.on_github is given: verified by
+--                          X-Hub-Signature-256 (fronts/slack/review.lua; 401 otherwise), 202,
+--                          then on_github(event, delivery, payload) in a task of its own
 --
 -- Every POST must carry X-Slack-Request-Timestamp and X-Slack-Signature = "v0=" +
 -- hex(HMAC-SHA256(secret, "v0:" .. timestamp .. ":" .. raw body)), compared in constant time,
@@ -23,6 +26,7 @@
 -- deduplicates on event_id.
 local core = require("switchboard.core")
 local cjson = require("cjson")
+local review = require("switchboard.fronts.slack.review")
 
 local M = {}
 
@@ -53,6 +57,23 @@ local function form_field(body, name)
   return nil
 end
 
+-- GitHub's webhook: the signature first (nothing is read from an unsigned body), then 202 at
+-- once (GitHub waits 10 s at most) and the work in its own task.
+function M.github(opts, req, res, log)
+  if req.method ~= "POST" then
+    return res:send(405, { ["content-type"] = "text/plain", allow = "POST" }, "POST only\n")
+  end
+  local ok, why = review.verify(opts.github_secret, req.headers, req.body)
+  if not ok then
+    log("warn", "github.webhook_refused", { reason = why, remote = req.remote_addr })
+    return res:send(401, TEXT, "invalid signature\n")
+  end
+  local dok, payload = pcall(cjson.decode, req.body)
+  if not dok or type(payload) ~= "table" then return res:send(400, TEXT, "the body is not JSON\n") end
+  res:send(202)
+  core.go(opts.on_github, req.headers["x-github-event"], req.headers["x-github-delivery"], payload)
+end
+
 function M.handler(opts)
   local log = opts.log or core.log
   local now_ms = opts.now_ms or core.wall_ms
@@ -66,6 +87,9 @@ function M.handler(opts)
       return res:send(ready and 200 or 503, JSON, cjson.encode({ ready = ready, checks = checks, build = build }))
     end
     if opts.pages and opts.pages(req, res) then return end -- the run pages (pages/routes.lua)
+    if req.path == "/github/webhook" and opts.on_github and not opts.health_only then
+      return M.github(opts, req, res, log)
+    end
     if opts.health_only or (req.path ~= "/slack/events" and req.path ~= "/slack/actions") then
       return res:send(404, TEXT, "not found: Slack posts to /slack/events and /slack/actions\n")
     end
