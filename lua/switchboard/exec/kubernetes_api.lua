@@ -37,13 +37,7 @@ json.encode_invalid_numbers(false)
 local function first_line(s) return (tostring(s or ""):match("^[^\n]*")) end
 local function quote(s) return first_line(s):sub(1, M.QUOTE_BYTES) end
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local function read(path) return (core.fs.read_file(path)) end
 
 local function trim(s) return s and (s:gsub("^%s+", ""):gsub("%s+$", "")) or nil end
 
