@@ -77,6 +77,9 @@ RESOURCE = "sandboxclaims"
 LOCK = threading.RLock()
 ARGS = None
 
+# every pod ever started, so that shutdown leaves none behind
+EVERY_POD = []
+
 STATE = {
     "rv": 1000,            # the last resourceVersion handed out
     "compacted": 0,        # events with rv <= this are gone from the history
@@ -183,7 +186,7 @@ class Pod:
         self.claim = None
         self.ready = False
         self.dead = False
-        self.root = tempfile.mkdtemp(prefix="kube-pod-")
+        self.root = tempfile.mkdtemp(prefix="pod-", dir=ARGS.dir)  # so a leak names its stand-in
         log = open(os.path.join(ARGS.dir, name + ".log"), "wb")
         argv = [ARGS.bin]
         if ARGS.policies:
@@ -193,6 +196,7 @@ class Pod:
                                      start_new_session=True)
         self.log_path = log.name
         log.close()
+        EVERY_POD.append(self)
         threading.Thread(target=self.watch, daemon=True).start()
 
     def watch(self):
@@ -237,7 +241,11 @@ def free_ip():
 
 def refill():
     """The warm pool's controller: keep pool_size unclaimed pods (caller holds LOCK); a pool
-    made smaller deletes the unclaimed pods over its size."""
+    made smaller deletes the unclaimed pods over its size. Once shutting down it makes none: the
+    pods killed at shutdown wake their watchers, whose reconcile would otherwise refill the pool
+    with pods nobody is left to stop."""
+    if STATE.get("stopping"):
+        return
     idle = sorted((p for p in STATE["pods"].values() if p.claim is None and not p.dead), key=lambda p: p.name)
     for p in idle[STATE["pool_size"]:]:
         release_pod(p)
@@ -621,7 +629,9 @@ def make_cert(d):
 
 def shutdown(*_):
     with LOCK:
-        pods = list(STATE["pods"].values())
+        STATE["stopping"] = True
+        # every pod still running, also those released and still draining (out of STATE)
+        pods = [p for p in EVERY_POD if p.proc.poll() is None]
     for p in pods:
         p.stop(signal.SIGKILL)
     for p in pods:

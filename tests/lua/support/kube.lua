@@ -98,11 +98,24 @@ function M.start(opts)
     end
     return n
   end
+  -- The stand-in's pods that are still running (their --root lies under its directory).
+  local function pods_alive()
+    local alive = {}
+    for pid, cmdline in pairs(procs.cmdlines()) do
+      if cmdline:find(" --root " .. dir .. "/pod-", 1, true) then alive[#alive + 1] = pid end
+    end
+    return alive
+  end
+  -- Stops the stand-in and fails if any pod it started outlives it (a pod refilled during
+  -- its shutdown once did, orphaned for good).
   function h.stop()
     os.execute(("kill -TERM %d 2>/dev/null"):format(h.pid))
     S.wait_for(function() return read("/proc/" .. h.pid .. "/stat") == nil end, 30000)
     os.execute(("kill -9 %d 2>/dev/null"):format(h.pid))
+    local left = pods_alive()
+    for _, pid in ipairs(left) do os.execute(("kill -9 %d 2>/dev/null"):format(pid)) end
     S.rm(dir)
+    assert(#left == 0, ("the Kubernetes stand-in left %d pod(s) running: pids %s"):format(#left, table.concat(left, " ")))
   end
   -- A getenv for the factory: KUBECONFIG at the stand-in and sandboxd's bearer.
   function h.getenv(_, extra)
