@@ -211,11 +211,12 @@ describe_walls("network per agent, walled (sandboxd)", function()
   -- A Kubernetes pod with hostUsers: false (deploy/kubernetes/sandboxd.yaml): sandboxd is root
   -- of a user namespace of its own, where the kernel makes no device node, so the walls helper
   -- cannot give pasta a tun node of the instance's uid and binds the pod's /dev/net/tun (0666)
-  -- instead (tests/support/own_userns.py).
+  -- instead (tests/support/own_userns.py). Such a pod cannot mount an ext4 image either, so its
+  -- policy measures the workspace instead, as the manifest's ConfigMap says (workspace_size).
   it("sandboxd as root of its own user namespace (a pod with hostUsers: false): host still reaches the outside through pasta", function()
     core.run(function()
       local world = outside_world()
-      local h = world.sandboxd{ policies = dir,
+      local h = world.sandboxd{ policies = policy_dir('workspace_size = "measured"'),
         inner_wrap = { "python3", "tests/support/own_userns.py", tostring(UID_BASE), tostring(UID_COUNT), "--" } }
       local status, on = exec(h, "W-userns", world.curl, { network = "host" })
       assert.equal(200, status)

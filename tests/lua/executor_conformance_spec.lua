@@ -106,13 +106,15 @@ do
         local busy = make_on(small.url, k .. "-busy-" .. i)
         core.go(function() busy:exec("touch " .. mark .. "; sleep 30", { signal = stop }) end)
       end
-      -- both commands run (each holds an instance) before the third thread asks
+      -- both commands run (each holds an instance) before the third thread asks; a walled
+      -- workspace is a file system of the instance's own, reached through it (S.files)
       local running = E.wait_for(function()
-        local p = io.popen(("find '%s' -name '%s' 2>/dev/null | wc -l"):format(small.root, mark))
-        local count = tonumber(p:read("a"))
-        p:close()
-        return count == 2
-      end, 20000)
+        for i = 1, 2 do
+          local files = S.files(small, k .. "-busy-" .. i)
+          if not (files and core.fs.exists(files .. "/" .. mark)) then return false end
+        end
+        return true
+      end, 60000) -- two cold instance starts (an image made, pasta) on a loaded machine
       assert(running, "the two busy commands did not start")
       return make_on(small.url, k), function()
         stop:abort("done")
