@@ -27,15 +27,7 @@ local kube = require("switchboard.exec.kubernetes")
 
 core.log_format("text", "warn")
 
-local function median(xs)
-  local t = {}
-  for i, x in ipairs(xs) do t[i] = x end
-  table.sort(t)
-  local n = #t
-  if n == 0 then return 0 end
-  if n % 2 == 1 then return t[(n + 1) // 2] end
-  return (t[n // 2] + t[n // 2 + 1]) / 2
-end
+local median = require("bench.stats").median
 
 local function round(x, digits)
   local m = 10 ^ (digits or 2)
