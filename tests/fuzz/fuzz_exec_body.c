@@ -22,22 +22,10 @@
  *          tests/fuzz/corpus/exec_body
  * -len_control=0 lets inputs reach the recipe's length at once instead of growing from a few
  * bytes. (A planted bug — env values with a NUL kept — is found within seconds this way.) */
-#include "lua_coverage.h"
+#include "lua_harness.h"
 
-#include <lauxlib.h>
-#include <lua.h>
-#include <lualib.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#ifndef SB_LUA_DIR
-#error "SB_LUA_DIR must name the program's Lua directory"
-#endif
-
-int luaopen_switchboard_core(lua_State *L);
-int luaopen_cjson(lua_State *L);
 
 static const char harness[] =
     "local lua_dir = ...\n"
@@ -114,44 +102,12 @@ static const char harness[] =
     "  for _, r in ipairs({ '/exec', '/read', '/write' }) do check(r, built) end\n"
     "end\n";
 
-static lua_State *L;
-static int fn_ref = LUA_NOREF;
-
-static void preload(lua_State *S, const char *name, lua_CFunction open) {
-  luaL_getsubtable(S, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
-  lua_pushcfunction(S, open);
-  lua_setfield(S, -2, name);
-  lua_pop(S, 1);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  L = luaL_newstate();
-  luaL_openlibs(L);
-  sb_lua_coverage_attach(L); /* libFuzzer sees the Lua lines each input reaches */
-  preload(L, "switchboard.core", luaopen_switchboard_core);
-  preload(L, "cjson", luaopen_cjson);
-  if (luaL_loadbuffer(L, harness, sizeof harness - 1, "=fuzz_exec_body") != LUA_OK) {
-    fprintf(stderr, "fuzz_exec_body: %s\n", lua_tostring(L, -1));
-    abort();
-  }
-  lua_pushstring(L, SB_LUA_DIR);
-  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-    fprintf(stderr, "fuzz_exec_body: the harness does not load: %s\n", lua_tostring(L, -1));
-    abort();
-  }
-  fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  return 0;
+  return sb_fuzz_lua_load("fuzz_exec_body", harness, sizeof harness - 1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, fn_ref);
-  lua_pushlstring(L, (const char *)data, size);
-  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-    fprintf(stderr, "fuzz_exec_body: %s\n", lua_tostring(L, -1));
-    abort();
-  }
-  lua_gc(L, LUA_GCSTEP, 0);
-  return 0;
+  return sb_fuzz_lua_input(data, size);
 }

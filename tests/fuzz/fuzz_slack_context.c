@@ -14,20 +14,10 @@
  * Build: CC=clang cmake -S . -B build-fuzz -DSB_FUZZ=ON && cmake --build build-fuzz --target fuzz_slack_context
  * Run:   build-fuzz/tests/fuzz/fuzz_slack_context -len_control=0 -max_len=4096 -max_total_time=60 \
  *          tests/fuzz/corpus/slack_context */
-#include <lauxlib.h>
-#include <lua.h>
-#include <lualib.h>
+#include "lua_harness.h"
+
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#ifndef SB_LUA_DIR
-#error "SB_LUA_DIR must name the program's Lua directory"
-#endif
-
-int luaopen_switchboard_core(lua_State *L);
-int luaopen_cjson(lua_State *L);
 
 static const char harness[] =
     "local lua_dir = ...\n"
@@ -106,43 +96,12 @@ static const char harness[] =
     "  check(data, generate(data))\n"
     "end\n";
 
-static lua_State *L;
-static int fn_ref = LUA_NOREF;
-
-static void preload(lua_State *S, const char *name, lua_CFunction open) {
-  luaL_getsubtable(S, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
-  lua_pushcfunction(S, open);
-  lua_setfield(S, -2, name);
-  lua_pop(S, 1);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  L = luaL_newstate();
-  luaL_openlibs(L);
-  preload(L, "switchboard.core", luaopen_switchboard_core);
-  preload(L, "cjson", luaopen_cjson);
-  if (luaL_loadbuffer(L, harness, sizeof harness - 1, "=fuzz_slack_context") != LUA_OK) {
-    fprintf(stderr, "fuzz_slack_context: %s\n", lua_tostring(L, -1));
-    abort();
-  }
-  lua_pushstring(L, SB_LUA_DIR);
-  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-    fprintf(stderr, "fuzz_slack_context: the harness does not load: %s\n", lua_tostring(L, -1));
-    abort();
-  }
-  fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  return 0;
+  return sb_fuzz_lua_load("fuzz_slack_context", harness, sizeof harness - 1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, fn_ref);
-  lua_pushlstring(L, (const char *)data, size);
-  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-    fprintf(stderr, "fuzz_slack_context: %s\n", lua_tostring(L, -1));
-    abort();
-  }
-  lua_gc(L, LUA_GCSTEP, 0);
-  return 0;
+  return sb_fuzz_lua_input(data, size);
 }
