@@ -75,6 +75,19 @@ resident = {
   install_timeout_ms = 20 * minute,   -- the repository's install command (npm ci, pip …)
   attach_timeout_ms = 2 * minute,     -- the thread's repository (shared objects) plus its dependencies' copy
   min_free_mb = 512,                  -- less free disk under the root is "degraded (disk full)"
+  -- one quick host tool of the resident's (df, git config, git rev-parse, chmod of the
+  -- checkout's way): rules out a hung NFS mount or a wedged git holding the schedule forever
+  tool_timeout_ms = 10 * second,
+}
+
+-- The walls (docs/isolation.md): bounds on the walls helper, so that a kernel or a helper that
+-- hangs fails the one step with a reason instead of holding a thread (or the server's start)
+-- forever. Generous: a busy host with hundreds of instances waking at once is slow.
+walls = {
+  ready_ms = 60 * second,             -- an instance's namespaces and cgroups built (the helper's "ready")
+  helper_ms = 30 * second,            -- one run of the helper itself (reaping cgroups) or of chmod on the root
+  probe_ms = 15 * second,             -- the start-up proof's one command inside a test instance
+  stop_ms = 5 * second,               -- a stopped instance's holder gone before its cgroups are reaped
 }
 
 -- The e2b backend (docs/e2b.md). A sandbox lives sandbox_timeout_ms after it was created or

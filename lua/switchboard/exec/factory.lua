@@ -61,7 +61,8 @@ local local_hosts = {} -- workspace root → shell/instance.lua host
 -- not each build another: hosts of one process share its cgroup directory and slot numbers, so
 -- a second host's instance i0 reaps the first's (SIGKILL to its holder).
 local building = {}
-local BUILD_WAIT_MS = 120000 -- the proof's own bounds (60 s ready, 15 s command) fit inside
+-- a wake-up bound only (the loop waits again); the proof's own bounds are timeouts.walls'
+local BUILD_WAIT_MS = 120000
 
 local function build_local_walls(opts, snap, root)
   local ok, err = core.fs.mkdir_p(root, tonumber("700", 8))

@@ -368,6 +368,13 @@ M.files.timeouts = {
     install_timeout_ms = ms(SECOND, 4 * HOUR),
     attach_timeout_ms = ms(SECOND, HOUR),
     min_free_mb = S.int { min = 0, max = 1024 * 1024 * 1024, unit = "MiB" },
+    tool_timeout_ms = ms(100, 10 * MINUTE),
+  },
+  walls = S.record {
+    ready_ms = ms(SECOND, 10 * MINUTE),
+    helper_ms = ms(SECOND, 10 * MINUTE),
+    probe_ms = ms(SECOND, 10 * MINUTE),
+    stop_ms = ms(0, MINUTE),
   },
   e2b = S.record {
     sandbox_timeout_ms = ms(SECOND, 24 * HOUR),

@@ -95,7 +95,7 @@ M.detect = detect
 
 -- Free space under root in MiB (df -Pk), or nil when it cannot be read.
 local function free_mb(self)
-  local ok, r = tool(self, { "df", "-Pk", self.root }, nil, 10000)
+  local ok, r = tool(self, { "df", "-Pk", self.root }, nil, self.policy().timeouts.resident.tool_timeout_ms)
   if not ok then return nil end
   local avail = r.stdout:match("\n%S+%s+%d+%s+%d+%s+(%d+)")
   return avail and tonumber(avail) // 1024 or nil
@@ -135,7 +135,8 @@ end
 local function lock_of(self, e, snap)
   local row = detect(snap, e.checkout)
   if not row then return "" end
-  local ok, r = tool(self, { "git", "-C", e.checkout, "rev-parse", "--verify", "--quiet", "HEAD:" .. row.file }, nil, 10000)
+  local ok, r = tool(self, { "git", "-C", e.checkout, "rev-parse", "--verify", "--quiet", "HEAD:" .. row.file }, nil,
+    snap.timeouts.resident.tool_timeout_ms)
   return row.file .. "@" .. (ok and r.stdout:match("%x+") or "untracked")
 end
 M.lock_of = lock_of
@@ -150,7 +151,7 @@ local function open_way(self, e)
   dirs[#dirs + 1] = e.checkout .. "/.git"
   local argv = { "chmod", "0711", "--" }
   for _, x in ipairs(dirs) do argv[#argv + 1] = x end
-  return tool(self, argv, nil, 10000)
+  return tool(self, argv, nil, self.policy().timeouts.resident.tool_timeout_ms)
 end
 
 local function onboard_task(self, e)
@@ -165,7 +166,7 @@ local function onboard_task(self, e)
   if not ok then return set(self, e, "degraded", "clone failed: " .. why) end
   -- Threads borrow these objects (alternates): a gc here must never drop one a thread's
   -- commits may still reach (an upstream force-push leaves its old commits unreachable here).
-  tool(self, { "git", "-C", e.checkout, "config", "gc.pruneExpire", "never" }, nil, 10000)
+  tool(self, { "git", "-C", e.checkout, "config", "gc.pruneExpire", "never" }, nil, t.tool_timeout_ms)
   ok, why = open_way(self, e)
   if not ok then return set(self, e, "degraded", "cannot open the checkout's objects to threads: " .. why) end
   ok, why = install(self, e, snap)

@@ -25,7 +25,6 @@ local uids = require("switchboard.shell.uids")
 local M = {}
 
 local CONTROLLERS = { "memory", "pids", "cpu" }
-local READY_TIMEOUT_MS = 60000 -- a busy host with hundreds of instances waking at once is slow
 -- The workspace's own file system (docs/isolation.md "Workspace size while writing"): an image
 -- of this name inside the workspace's host directory, mounted over it for the instance only.
 local DISK_IMAGE = ".workspace.img"
@@ -93,11 +92,16 @@ local function cgroup_layout(parent)
   return { version = 1, dirs = dirs }
 end
 
+-- The walls' bounds (policies/timeouts.lua walls) of the policy current now.
+local function bounds(self)
+  return (self.snap_fn and self.snap_fn() or self.snap).timeouts.walls
+end
+
 -- Runs the helper to its end; returns the result.
 local function run_helper(self, args)
   local argv = { self.helper }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local proc, err = core.spawn{ argv = argv, env = { PATH = self.path }, deadline_ms = 30000 }
+  local proc, err = core.spawn{ argv = argv, env = { PATH = self.path }, deadline_ms = bounds(self).helper_ms }
   if not proc then return { exit = 127, stderr = tostring(err and err.message), stdout = "" } end
   return proc:wait()
 end
@@ -162,7 +166,7 @@ function M.host(opts)
   local self = setmetatable({
     helper = helper, path = path, log = opts.log or function() end, layout = layout,
     pid = core.pid and core.pid() or tonumber((read_text("/proc/self/stat") or ""):match("^(%d+)")),
-    slots = {}, next_slot = 0, snap_fn = opts.policy, live = {}, spares = {},
+    slots = {}, next_slot = 0, snap_fn = opts.policy, snap = opts.snap, live = {}, spares = {},
     spares_on = opts.spares == true, -- spare instances built ahead (Host:claim)
     -- each workspace a file system of workspace_max_bytes of its own, so the kernel refuses a
     -- write past it while the command writes: only where the caller asks (sandboxd, whose
@@ -213,7 +217,8 @@ function M.host(opts)
   if opts.scratch then
     -- bwrap, as the instance's uid, resolves its workspace's path: the root must be
     -- traversable (not listable); each workspace stays 0700 and its own uid's.
-    local chmod = core.spawn{ argv = { "chmod", "0711", opts.scratch }, env = { PATH = path } }
+    local chmod = core.spawn{ argv = { "chmod", "0711", opts.scratch }, env = { PATH = path },
+      deadline_ms = bounds(self).helper_ms }
     local cr = chmod and chmod:wait()
     if not cr or cr.exit ~= 0 then
       self:close()
@@ -239,7 +244,7 @@ function Host:prove(snap, scratch)
   local result
   if started then
     local proc = core.spawn(inst:spawn_args{ argv = { "sh", "-c", "test -d /workspace && test ! -e /proc/1/environ -o -r /proc/1/environ" },
-      env = { PATH = self.path }, deadline_ms = 15000 })
+      env = { PATH = self.path }, deadline_ms = snap.timeouts.walls.probe_ms })
     result = proc and proc:wait()
   end
   inst:stop()
@@ -424,8 +429,10 @@ end
 
 -- Why the holder ended before "ready", in words: its own "walls:" line, else how it ended (a
 -- signal — killed from outside, or its parent thread gone — or a bare exit status), never "".
-local function hold_failure(r)
-  if not r then return "the walls helper did not answer within 60 s" end
+local function hold_failure(r, ready_ms)
+  if not r then
+    return ("the walls helper did not answer within %g s (policies/timeouts.lua walls.ready_ms)"):format(ready_ms / 1000)
+  end
   local said = (r.stderr or ""):gsub("^%s+", ""):gsub("%s+$", "")
   if said ~= "" then return said end
   if r.signal then
@@ -441,7 +448,7 @@ function Instance:start()
   if self.state == "ready" then return true end
   if self.state == "stopped" then return nil, core.error("workspace", "the instance is asleep") end
   if self.starting then
-    core.sleep(READY_TIMEOUT_MS, self.starting)
+    core.sleep(self.snap.timeouts.walls.ready_ms, self.starting)
     if self.state == "ready" then return true end
     return nil, self.start_err
   end
@@ -510,9 +517,9 @@ function Instance:start()
     -- ended on its own (not stopped by us): whoever owns the instance retires it
     if self.state == "ready" and self.on_exit then self.on_exit(self) end
   end)
-  core.sleep(READY_TIMEOUT_MS, self.starting)
+  core.sleep(self.snap.timeouts.walls.ready_ms, self.starting)
   if not self.pid then
-    local why = hold_failure(self.hold_result)
+    local why = hold_failure(self.hold_result, self.snap.timeouts.walls.ready_ms)
     if self.disk and why:find("the workspace's own file system", 1, true) then
       why = why .. " — or, where no loop device can be had, set workspace_size = \"measured\" in "
         .. "policies/isolation.lua (the size is then measured after commands: one command can write past it)"
@@ -623,7 +630,7 @@ function Instance:stop()
   if self.state == "stopped" then return end
   self.state = "stopped"
   if self.stopped then self.stopped:abort("instance asleep") end
-  if self.done then core.sleep(5000, self.done) end
+  if self.done then core.sleep(self.snap.timeouts.walls.stop_ms, self.done) end
   if self.cgroups then
     local args = { "reap" }
     for _, a in ipairs(cgroup_args(self)) do args[#args + 1] = a end
