@@ -112,14 +112,14 @@ end
 -- Writes the pid file (atomically: a temp file renamed over it); returns a remover.
 local function write_pid_file(path)
   local pid = own_pid()
-  if not pid then return nil, "cannot read /proc/self/stat" end
+  if not pid then return nil, core.error("io", "cannot read /proc/self/stat") end
   local tmp = path .. ".tmp" .. pid
   local f, err = io.open(tmp, "w")
-  if not f then return nil, err end
+  if not f then return nil, core.error("io", err) end
   f:write(pid, "\n")
   f:close()
   local ok, rerr = os.rename(tmp, path)
-  if not ok then os.remove(tmp); return nil, rerr end
+  if not ok then os.remove(tmp); return nil, core.error("io", rerr) end
   return function()
     local g = io.open(path, "r")
     local still = g and tonumber(g:read("l") or "")
@@ -147,7 +147,7 @@ function M.main(...)
     core.log_format("json", opts.log_level and LEVELS[opts.log_level] and opts.log_level or nil)
     json = true
   end
-  if not opts then return fatal(json, err) end
+  if not opts then return fatal(json, tostring(err)) end
   if opts.log_format and opts.log_format ~= "text" and opts.log_format ~= "json" then
     return fatal(false, ("--log-format must be text or json, got %q"):format(opts.log_format))
   end

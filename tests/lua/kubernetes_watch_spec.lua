@@ -88,10 +88,10 @@ describe("kubernetes API client: where the server is", function()
     f:close()
     local cfg, why = kapi.config{ getenv = function(n) return n == "KUBECONFIG" and dir .. "/config" or nil end }
     assert.is_nil(cfg)
-    assert.matches("kubectl config view %-%-raw %-%-minify %-%-flatten %-o json", why)
+    assert.matches("kubectl config view %-%-raw %-%-minify %-%-flatten %-o json", why.message)
     cfg, why = kapi.config{ sa_dir = dir .. "/none", getenv = function() return nil end }
     assert.is_nil(cfg)
-    assert.matches("KUBECONFIG", why)
+    assert.matches("KUBECONFIG", why.message)
     S.rm(dir)
   end)
 end)

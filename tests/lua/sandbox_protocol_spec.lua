@@ -91,7 +91,8 @@ describe("sandboxd --listen", function()
     for _, bad in ipairs({ "8080", "host:", ":80", "h:70000", "::1:80", "h:8o" }) do
       local host, why = cmd.parse_listen(bad)
       assert.is_nil(host)
-      assert.truthy(why:find("HOST:PORT", 1, true))
+      assert.equal("usage", why.kind)
+      assert.truthy(why.message:find("HOST:PORT", 1, true))
     end
   end)
 end)

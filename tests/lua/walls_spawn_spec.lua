@@ -54,7 +54,7 @@ describe("core.spawn behind the walls", function()
         -- only the kernel may excuse a spec: a missing helper (a build that did not make it)
         -- or a missing package fails, with instance.host's words
         assert(support_walls.kernel_lacks(why), "the walls cannot be built: " .. tostring(why))
-        pending("this kernel cannot give the walls: " .. why)
+        pending("this kernel cannot give the walls: " .. tostring(why))
         return
       end
       core.run(fn)

@@ -2,6 +2,7 @@
 -- FILE holds (written by `switchboard --pid-file FILE sandboxd|console|…`), after checking
 -- that the id still belongs to a switchboard process. What the reload changed is in that
 -- process's log (policy.reloaded, policy.changed, policy.restart_required).
+local core = require("switchboard.core")
 local prologue = require("switchboard.launch.prologue")
 local run = require("switchboard.shell.run")
 
@@ -35,12 +36,12 @@ process (a stale file); 2 usage (no pid file given, unreadable or malformed).
 
 local function read_pid(path)
   local f, err = io.open(path, "r")
-  if not f then return nil, ("cannot read the pid file %s: %s"):format(path, tostring(err)) end
+  if not f then return nil, core.error("usage", ("cannot read the pid file %s: %s"):format(path, tostring(err))) end
   local text = f:read("a") or ""
   f:close()
   local pid = tonumber(text:match("^%s*(%d+)%s*$"))
   if not pid or pid < 2 then
-    return nil, ("%s does not hold a process id (got %q)"):format(path, text:sub(1, 40))
+    return nil, core.error("usage", ("%s does not hold a process id (got %q)"):format(path, text:sub(1, 40)))
   end
   return math.tointeger(pid)
 end

@@ -76,10 +76,10 @@ local function client(p, ctx, verb, repo)
   local deadline_ms = snap.timeouts.resident.probe_timeout_ms + snap.timeouts.call.margin_ms
   local function state()
     local status, doc = c:call("GET", "/status?repo=" .. repo, nil, deadline_ms)
-    if status == nil then return nil, "the resident cannot be reached: " .. tostring(doc and doc.message or doc) end
-    if not doc then return nil, ("the resident answered HTTP %d"):format(status) end
+    if status == nil then return nil, core.error("unavailable", "the resident cannot be reached: " .. tostring(doc and doc.message or doc)) end
+    if not doc then return nil, core.error("unavailable", ("the resident answered HTTP %d"):format(status)) end
     if status == 404 then return { state = "not onboarded", reason = doc.error } end
-    if status ~= 200 then return nil, ("the resident answered HTTP %d: %s"):format(status, tostring(doc.error)) end
+    if status ~= 200 then return nil, core.error("unavailable", ("the resident answered HTTP %d: %s"):format(status, tostring(doc.error))) end
     return doc
   end
   if verb == "onboard" then
@@ -109,7 +109,7 @@ local function usage_problem(p)
   if not p.opts.listen then return "--listen HOST:PORT is required (see --help)" end
   if not p.opts.root or p.opts.root == "" then return "--root DIR is required (see --help)" end
   local host, why = sandboxd_cmd.parse_listen(p.opts.listen)
-  if not host then return why end
+  if not host then return why.message end
 end
 
 function M.run(argv, ctx)

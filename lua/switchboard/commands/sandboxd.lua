@@ -65,13 +65,13 @@ Examples:
 local SPEC = { listen = "string", root = "string", ["max-instances"] = "number", ["no-walls"] = "flag",
   ["metrics-listen"] = "string", pod = "flag" }
 
--- "HOST:PORT" or "[V6]:PORT" → host, port | nil, why
+-- "HOST:PORT" or "[V6]:PORT" → host, port | nil, err (kind usage)
 function M.parse_listen(text)
   local host, port = text:match("^%[([^%]]+)%]:(%d+)$")
   if not host then host, port = text:match("^([^:%[%]]+):(%d+)$") end
   port = tonumber(port)
   if not host or not port or port > 65535 then
-    return nil, ("--listen needs HOST:PORT (like 127.0.0.1:8080 or [::1]:8080), got %q"):format(text)
+    return nil, core.error("usage", ("--listen needs HOST:PORT (like 127.0.0.1:8080 or [::1]:8080), got %q"):format(text))
   end
   return host, math.tointeger(port)
 end
@@ -82,7 +82,7 @@ local function usage_problem(p)
   if not opts.listen then return "--listen HOST:PORT is required (see --help)" end
   if not opts.root or opts.root == "" then return "--root DIR is required (see --help)" end
   local host, why = M.parse_listen(opts.listen)
-  if not host then return why end
+  if not host then return why.message end
   if opts.pod and opts.no_walls then
     return "--pod and --no-walls do not go together: in pod mode the pod is the wall (see --help)"
   end
@@ -90,7 +90,7 @@ local function usage_problem(p)
     return "--pod serves one thread: --max-instances does not apply (see --help)"
   end
   if opts.metrics_listen and not M.parse_listen(opts.metrics_listen) then
-    return (select(2, M.parse_listen(opts.metrics_listen)):gsub("^%-%-listen", "--metrics-listen"))
+    return (select(2, M.parse_listen(opts.metrics_listen)).message:gsub("^%-%-listen", "--metrics-listen"))
   end
   local max = opts.max_instances
   if max ~= nil and (math.type(max) ~= "integer" and max ~= math.floor(max) or max < 1) then

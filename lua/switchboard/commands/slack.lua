@@ -177,26 +177,26 @@ function M.read_env(getenv, opts)
     api_url = env(getenv, "SLACK_API_URL") or "https://slack.com/api",
   }
   if not e.bot then
-    return nil, "SLACK_BOT_TOKEN is not set: give the app's Bot User OAuth Token (xoxb-…, under "
-      .. "OAuth & Permissions)"
+    return nil, core.error("config", "SLACK_BOT_TOKEN is not set: give the app's Bot User OAuth Token (xoxb-…, under "
+      .. "OAuth & Permissions)")
   end
   if not e.bot:match("^xoxb%-") then
-    return nil, "SLACK_BOT_TOKEN does not look like a bot token (it should start with xoxb-)"
+    return nil, core.error("config", "SLACK_BOT_TOKEN does not look like a bot token (it should start with xoxb-)")
   end
   if e.app and not e.app:match("^xapp%-") then
-    return nil, "SLACK_APP_TOKEN does not look like an app-level token (it should start with xapp-; "
-      .. "create one with connections:write under Basic Information)"
+    return nil, core.error("config", "SLACK_APP_TOKEN does not look like an app-level token (it should start with xapp-; "
+      .. "create one with connections:write under Basic Information)")
   end
   if opts.listen and not e.secret then
-    return nil, "--listen serves the Events API, which needs SLACK_SIGNING_SECRET (Basic Information → "
-      .. "Signing Secret)"
+    return nil, core.error("config", "--listen serves the Events API, which needs SLACK_SIGNING_SECRET (Basic Information → "
+      .. "Signing Secret)")
   end
   if not e.app and not opts.listen then
-    return nil, "no way to receive events: set SLACK_APP_TOKEN (Socket Mode) or give --listen "
-      .. "HOST:PORT with SLACK_SIGNING_SECRET (Events API)"
+    return nil, core.error("config", "no way to receive events: set SLACK_APP_TOKEN (Socket Mode) or give --listen "
+      .. "HOST:PORT with SLACK_SIGNING_SECRET (Events API)")
   end
   if not e.api_url:match("^https?://") then
-    return nil, "SLACK_API_URL must be an http(s) URL"
+    return nil, core.error("config", "SLACK_API_URL must be an http(s) URL")
   end
   return e
 end
@@ -204,12 +204,12 @@ end
 local function identify(api)
   local who, err = api:call("auth.test", {}, {})
   if not who and err.kind ~= "slack" then
-    return nil, ("Slack's Web API (%s) could not be reached for auth.test: %s. Check the network "
-      .. "and SLACK_API_URL"):format(api.url, tostring(err.message))
+    return nil, core.error("unavailable", ("Slack's Web API (%s) could not be reached for auth.test: %s. Check the network "
+      .. "and SLACK_API_URL"):format(api.url, tostring(err.message)))
   end
   if not who then
-    return nil, ("SLACK_BOT_TOKEN was refused by Slack's auth.test: %s. Check the Bot User "
-      .. "OAuth Token (xoxb-…) and that the app is installed in the workspace"):format(err.error or err.message)
+    return nil, core.error("config", ("SLACK_BOT_TOKEN was refused by Slack's auth.test: %s. Check the Bot User "
+      .. "OAuth Token (xoxb-…) and that the app is installed in the workspace"):format(err.error or err.message))
   end
   return { user_id = who.user_id, bot_id = who.bot_id, team_id = who.team_id, team = who.team,
            user = who.user }

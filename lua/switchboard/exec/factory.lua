@@ -66,7 +66,7 @@ local BUILD_WAIT_MS = 120000
 
 local function build_local_walls(opts, snap, root)
   local ok, err = core.fs.mkdir_p(root, tonumber("700", 8))
-  if not ok then return nil, "cannot create " .. root .. ": " .. tostring(err and err.message) end
+  if not ok then return nil, core.error("workspace", "cannot create " .. root .. ": " .. tostring(err and err.message), { cause = err }) end
   local host, why
   if opts.walls_host then
     host, why = opts.walls_host(snap, root)
@@ -197,7 +197,7 @@ function BUILDERS.kubernetes(opts, ctx, snap, agent)
   local kapi = require("switchboard.exec.kubernetes_api")
   local conn, why = kapi.config{ getenv = getenv, kubeconfig_env = cfg.kubeconfig_env, sa_dir = opts.kube_sa_dir }
   if not conn then
-    return missing(snap, ctx.agent, "kubernetes", "a Kubernetes API server (" .. why .. ")")
+    return missing(snap, ctx.agent, "kubernetes", "a Kubernetes API server (" .. why.message .. ")")
   end
   local api = kapi.new(conn, { timeouts = function() return opts.policy().timeouts.kubernetes end })
   return require("switchboard.exec.kubernetes").new{

@@ -47,23 +47,23 @@ local function named(list, name)
   end
 end
 
--- The kubeconfig's current context → config, or nil, why.
+-- The kubeconfig's current context → config, or nil, err (kind config).
 local function from_kubeconfig(path)
   local text = read(path)
-  if not text then return nil, ("the kubeconfig %s cannot be read"):format(path) end
+  if not text then return nil, core.error("config", ("the kubeconfig %s cannot be read"):format(path)) end
   local ok, doc = pcall(json.decode, text)
   if not ok or type(doc) ~= "table" then
-    return nil, ("the kubeconfig %s is not JSON; write it with `kubectl config view --raw --minify "
-      .. "--flatten -o json`"):format(path)
+    return nil, core.error("config", ("the kubeconfig %s is not JSON; write it with `kubectl config view --raw --minify "
+      .. "--flatten -o json`"):format(path))
   end
   local ctx = named(doc.contexts, doc["current-context"])
   ctx = ctx and ctx.context
-  if type(ctx) ~= "table" then return nil, ("the kubeconfig %s has no current context"):format(path) end
+  if type(ctx) ~= "table" then return nil, core.error("config", ("the kubeconfig %s has no current context"):format(path)) end
   local cluster = named(doc.clusters, ctx.cluster)
   local user = named(doc.users, ctx.user)
   cluster, user = cluster and cluster.cluster, user and user.user or {}
   if type(cluster) ~= "table" or type(cluster.server) ~= "string" then
-    return nil, ("the kubeconfig %s names no server for context %s"):format(path, tostring(doc["current-context"]))
+    return nil, core.error("config", ("the kubeconfig %s names no server for context %s"):format(path, tostring(doc["current-context"])))
   end
   local b64 = core.crypto.base64_decode
   local cfg = {
@@ -99,8 +99,8 @@ function M.config(opts)
   end
   local kc = getenv(opts.kubeconfig_env or "KUBECONFIG")
   if kc and kc ~= "" then return from_kubeconfig(kc:match("^[^:]+")) end
-  return nil, "neither in a pod with a service account (" .. sa .. ") nor given a kubeconfig ("
-    .. (opts.kubeconfig_env or "KUBECONFIG") .. ")"
+  return nil, core.error("config", "neither in a pod with a service account (" .. sa .. ") nor given a kubeconfig ("
+    .. (opts.kubeconfig_env or "KUBECONFIG") .. ")")
 end
 
 -- cfg: M.config's; opts: timeouts (fn → the policy's timeouts.kubernetes), request, sleep, now_ms

@@ -108,7 +108,10 @@ function M.open_or_update(o)
     local pr = { number = n, url = doc.html_url or open.html_url, action = "updated", draft = open.draft == true }
     if pr.draft and not o.draft then
       local ok, why = M.mark_ready(o, open.node_id)
-      if not ok then return nil, ("updated pull request #%d, but it stays a draft: %s"):format(n, why.message) end
+      if not ok then
+        return nil, core.error("github", ("updated pull request #%d, but it stays a draft: %s"):format(n, why.message),
+          { cause = why })
+      end
       pr.draft = false
     end
     return pr

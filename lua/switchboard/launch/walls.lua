@@ -32,12 +32,12 @@ function M.build(p, opts, snap, root, who, what, config_status)
   end
   -- spare instances only for sandboxd: its new threads start on empty workspaces in root (the
   -- resident's start on worktrees it made)
-  local walls, why, kind = instance.host{ snap = snap, policy = policy.current, scratch = root, log = core.log,
+  local walls, why = instance.host{ snap = snap, policy = policy.current, scratch = root, log = core.log,
     owner = { kind = who, root = root, listen = opts.listen },
     spares = who == "sandboxd",
     -- each workspace a file system of its own (docs/isolation.md "Workspace size while writing")
     disks = who == "sandboxd" }
-  if walls == nil and kind == "uids-taken" then
+  if walls == nil and why.code == "uids" then
     return false, p:fail(config_status, "cannot build the walls around " .. what .. ": " .. tostring(why))
   end
   if not walls then

@@ -11,7 +11,11 @@
 --
 --   local repos = repos.open{root, git_base, policy (fn → snap), log}
 --   repos:get(name) → entry {name, state, reason, checkout, install} | nil
---   repos:onboard(name) → entry (the work continues in a task) | nil, why
+--   repos:onboard(name) → entry (the work continues in a task) | nil, err
+--
+-- Failures are core.error values: kind "invalid" (a repository name the resident refuses),
+-- "host_tool" (git, df, chmod, cp: code "spawn" | "timeout" | "exit") and "install" (the
+-- repository's install command). A degraded entry's reason is such an error's message.
 --   repos:start() / repos:close()    the fetch schedule
 --
 -- git and the install run as children of the engine with argv only (no shell for git); the
@@ -28,11 +32,11 @@ Repos.__index = Repos
 local MARKER = "onboarded.json"
 local NAME = "^[%w_.-]+/[%w_.-]+$"
 
--- OWNER/NAME as a repository name the resident accepts, or nil, why.
+-- OWNER/NAME as a repository name the resident accepts, or nil, err (kind invalid).
 function M.check_name(name)
   if type(name) ~= "string" or not name:find(NAME) or name:find("%.%.") or name:find("^%.")
       or name:find("/%.") or #name > 200 then
-    return nil, "repo must be OWNER/NAME (letters, digits, '-', '_' and '.'), like acme/api"
+    return nil, core.error("invalid", "repo must be OWNER/NAME (letters, digits, '-', '_' and '.'), like acme/api")
   end
   return name
 end
@@ -59,16 +63,24 @@ local function tool_env(self)
   return env
 end
 
--- One git (or other tool) run with argv: → true | nil, why
+local function tool_failed(code, message, cause)
+  return core.error("host_tool", message, { code = code, cause = cause })
+end
+
+-- One git (or other tool) run with argv: → true, result | nil, err (kind host_tool)
 local function tool(self, argv, cwd, deadline_ms)
   local r, err = run.tool{ argv = argv, cwd = cwd, env = tool_env(self), deadline_ms = deadline_ms,
     kill_grace_ms = 2000, max_output = 64 * 1024, signal = self.stop }
-  if not r then return nil, first_line(err and err.message or err) end
+  if not r then return nil, tool_failed("spawn", first_line(err and err.message or err), err) end
   if r.exit == 0 then return true, r end
-  if r.timed_out then return nil, ("%s timed out after %ds"):format(argv[1] == "git" and ("git " .. argv[2]) or argv[1], deadline_ms // 1000) end
+  if r.timed_out then
+    return nil, tool_failed("timeout", ("%s timed out after %ds"):format(
+      argv[1] == "git" and ("git " .. argv[2]) or argv[1], deadline_ms // 1000))
+  end
   local why = first_line(r.stderr ~= "" and r.stderr or r.stdout)
-  return nil, ("%s exited %s%s"):format(argv[1] == "git" and ("git " .. (argv[2] == "-C" and argv[4] or argv[2])) or argv[1],
-    tostring(r.exit), why ~= "" and (": " .. why) or "")
+  return nil, tool_failed("exit", ("%s exited %s%s"):format(
+    argv[1] == "git" and ("git " .. (argv[2] == "-C" and argv[4] or argv[2])) or argv[1],
+    tostring(r.exit), why ~= "" and (": " .. why) or ""))
 end
 M.tool = tool
 
@@ -121,11 +133,14 @@ local function install(self, e, snap)
   local r, err = run.bash{ command = row.command, cwd = e.checkout, env = base,
     deadline_ms = snap.timeouts.resident.install_timeout_ms, kill_grace_ms = snap.timeouts.bash.kill_grace_ms,
     max_output = 256 * 1024, signal = self.stop }
-  if not r then return nil, "install could not start: " .. first_line(err and err.message or err) end
-  if r.timed_out then return nil, ("install (%s) timed out"):format(row.command) end
+  if not r then
+    return nil, core.error("install", "install could not start: " .. first_line(err and err.message or err), { cause = err })
+  end
+  if r.timed_out then return nil, core.error("install", ("install (%s) timed out"):format(row.command)) end
   if r.exit ~= 0 then
     local why = first_line(r.stderr ~= "" and r.stderr or r.stdout)
-    return nil, ("install failed: `%s` exited %s%s"):format(row.command, tostring(r.exit), why ~= "" and (": " .. why) or "")
+    return nil, core.error("install", ("install failed: `%s` exited %s%s"):format(row.command, tostring(r.exit),
+      why ~= "" and (": " .. why) or ""))
   end
   return true
 end
@@ -163,14 +178,14 @@ local function onboard_task(self, e)
   e.onboard_failed = true -- until the end: a failed onboarding is not fetched, only redone
   if not ok then return set(self, e, "degraded", "cannot create the checkout: " .. tostring(why and why.message)) end
   ok, why = tool(self, { "git", "clone", "--quiet", "--", e.upstream, e.checkout }, nil, t.clone_timeout_ms)
-  if not ok then return set(self, e, "degraded", "clone failed: " .. why) end
+  if not ok then return set(self, e, "degraded", "clone failed: " .. why.message) end
   -- Threads borrow these objects (alternates): a gc here must never drop one a thread's
   -- commits may still reach (an upstream force-push leaves its old commits unreachable here).
   tool(self, { "git", "-C", e.checkout, "config", "gc.pruneExpire", "never" }, nil, t.tool_timeout_ms)
   ok, why = open_way(self, e)
-  if not ok then return set(self, e, "degraded", "cannot open the checkout's objects to threads: " .. why) end
+  if not ok then return set(self, e, "degraded", "cannot open the checkout's objects to threads: " .. why.message) end
   ok, why = install(self, e, snap)
-  if not ok then return set(self, e, "degraded", why) end
+  if not ok then return set(self, e, "degraded", why.message) end
   e.onboard_failed = nil
   core.fs.write_file(parent .. "/" .. MARKER, '{"repo":"' .. e.name .. '"}')
   settle(self, e, snap)
@@ -199,17 +214,17 @@ function Repos:refresh(e)
   local snap = self.policy()
   local limit = snap.timeouts.resident.clone_timeout_ms
   local ok, why = tool(self, { "git", "-C", e.checkout, "fetch", "--quiet", "--prune", "origin" }, nil, limit)
-  if not ok then return set(self, e, "degraded", "fetch failed: " .. why) end
+  if not ok then return set(self, e, "degraded", "fetch failed: " .. why.message) end
   e.lock = e.lock or lock_of(self, e, snap)
   ok, why = tool(self, { "git", "-C", e.checkout, "reset", "--quiet", "--hard", "origin/HEAD" }, nil, limit)
-  if not ok then return set(self, e, "degraded", "fetch failed: " .. why) end
+  if not ok then return set(self, e, "degraded", "fetch failed: " .. why.message) end
   local lock = lock_of(self, e, snap)
   if lock ~= e.lock or e.install_failed then
     set(self, e, "onboarding", e.install_failed and "install: trying again" or
       ("install: %s changed"):format(lock:match("^[^@]*") ~= "" and lock:match("^[^@]*") or "the install file"))
     ok, why = install(self, e, snap)
     e.install_failed = not ok or nil
-    if not ok then return set(self, e, "degraded", why) end
+    if not ok then return set(self, e, "degraded", why.message) end
   end
   e.lock = lock
   settle(self, e, snap)

@@ -97,7 +97,7 @@ local function make_repo(ctx, e, dir, ref, limit)
   if not ok then return nil, err end
   core.fs.mkdir_p(dir .. "/.git/info", tonumber("755", 8))
   ok, err = core.fs.write_file(dir .. "/.git/objects/info/alternates", e.checkout .. "/.git/objects\n")
-  if not ok then return nil, "cannot write the alternates: " .. tostring(err and err.message or err) end
+  if not ok then return nil, core.error("workspace", "cannot write the alternates: " .. tostring(err and err.message or err), { cause = err }) end
   ok, err = git("-C", dir, "fetch", "--quiet", "--no-tags", "--", e.checkout,
     "+refs/remotes/origin/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
   if not ok then return nil, err end
@@ -128,7 +128,7 @@ local function copy_deps(ctx, e, dir, deadline_ms)
     end
   end
   local ok, err = core.fs.write_file(dir .. "/.git/info/exclude", table.concat(exclude, "\n") .. "\n")
-  if not ok then return nil, "cannot write .git/info/exclude: " .. tostring(err and err.message or err) end
+  if not ok then return nil, core.error("workspace", "cannot write .git/info/exclude: " .. tostring(err and err.message or err), { cause = err }) end
   return true
 end
 
@@ -147,7 +147,7 @@ end
 
 local function attach(ctx, key, body, res)
   local repo, why = repos_mod.check_name(body.repo)
-  if not repo then return refuse(res, "/attach", 400, why) end
+  if not repo then return refuse(res, "/attach", 400, why.message) end
   local ref = body.ref
   if ref ~= nil and (type(ref) ~= "string" or not ref:find("^[%w_./@^~-]+$") or ref:find("^%-")) then
     return refuse(res, "/attach", 400, "ref must be a branch, tag or commit name")
@@ -175,10 +175,10 @@ local function attach(ctx, key, body, res)
     local ok, err = make_repo(ctx, e, dir, ref, limit)
     if not ok then
       empty_dir(ctx, dir, limit)
-      return refuse(res, "/attach", 500, "the thread's repository could not be made: " .. err, "attach-failed")
+      return refuse(res, "/attach", 500, "the thread's repository could not be made: " .. err.message, "attach-failed")
     end
     local copied, cerr = copy_deps(ctx, e, dir, limit)
-    if not copied then return refuse(res, "/attach", 500, "the dependencies could not be copied: " .. cerr, "attach-failed") end
+    if not copied then return refuse(res, "/attach", 500, "the dependencies could not be copied: " .. cerr.message, "attach-failed") end
     repos_mod.tool(ctx.repos, { "chmod", "0700", "--", dir }, nil, limit) -- the thread's alone, like a workspace
   end
   if not t then
@@ -222,7 +222,9 @@ local function fleet_of(ctx)
   function f.max() return math.huge end
   function f.acquire(_, key)
     local t = ctx.threads[key]
-    if not t then return nil, "closed" end
+    if not t then
+      return nil, core.error("closed", "the thread is not attached (or was detached)", { code = "closed" })
+    end
     t.busy = t.busy + 1
     return { key = key, runner = t.runner, label = t.label, thread = t }
   end
@@ -254,7 +256,7 @@ end
 
 local function status(ctx, req, res)
   local repo, why = repos_mod.check_name(query_param(req.query, "repo"))
-  if not repo then return send_json(res, 400, { error = "/status needs ?repo=OWNER/NAME: " .. why }) end
+  if not repo then return send_json(res, 400, { error = "/status needs ?repo=OWNER/NAME: " .. why.message }) end
   local e = ctx.repos:get(repo)
   if not e then return send_json(res, 404, { repo = repo, error = M.not_onboarded_text(repo), reason = "not-onboarded" }) end
   send_json(res, 200, { repo = repo, state = e.state, reason = e.reason, generation = ctx.generation })
@@ -264,7 +266,7 @@ local function onboard(ctx, req, res)
   local body = body_of(req)
   if not body then return send_json(res, 400, { error = "the /onboard body must be a JSON object {repo}" }) end
   local e, why = ctx.repos:onboard(body.repo)
-  if not e then return send_json(res, 400, { error = why }) end
+  if not e then return send_json(res, 400, { error = why.message }) end
   send_json(res, 202, { repo = e.name, state = e.state, reason = e.reason })
 end
 

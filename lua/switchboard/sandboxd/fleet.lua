@@ -7,8 +7,10 @@
 --
 --   local fleet = fleet.new{max_instances = fn → n, sleep_after_ms = fn → ms | false (never on idle),
 --                           new_runner = fn(key, want?) → runner, label = fn(key) → text, log = fn}
---   local inst, why = fleet:acquire(key, want?) -- one more operation in flight; why: "fleet-busy"
---                                         -- | "closed" | "network-mismatch" (want: {network})
+--   local inst, err = fleet:acquire(key, want?) -- one more operation in flight; err: core.error
+--                                         -- whose code is the protocol's reason: "fleet-busy"
+--                                         -- (kind capacity) | "closed" (kind closed) |
+--                                         -- "network-mismatch" (kind refused; want: {network})
 --   fleet:release(inst)                   -- that operation ended; idle from now when none is left
 --   fleet:close()                         -- every instance to sleep; nothing wakes any more
 --
@@ -62,13 +64,17 @@ end
 -- want (optional): {network} — what the instance is made with when this wakes it; an awake
 -- instance made with another network is not handed out ("network-mismatch", and the instance).
 function Fleet:acquire(key, want)
-  if self.closed then return nil, "closed" end
+  if self.closed then return nil, core.error("closed", "the fleet is closed: the server is shutting down", { code = "closed" }) end
   local inst = self.instances[key]
   if inst ~= nil and want and want.network and want.network ~= inst.network then
-    return nil, "network-mismatch", inst
+    return nil, core.error("refused", ("the thread's instance is awake with network %s, not %s")
+      :format(tostring(inst.network), tostring(want.network)), { code = "network-mismatch" }), inst
   end
   if inst == nil then
-    if self.awake >= self:max() then return nil, "fleet-busy" end
+    if self.awake >= self:max() then
+      return nil, core.error("capacity", ("every instance is awake (%d of %d)"):format(self.awake, self:max()),
+        { code = "fleet-busy" })
+    end
     inst = {
       key = key, label = self.label(key), runner = self.opts.new_runner(key, want), busy = 0,
       woke_ms = core.now_ms(), idle_since = core.now_ms(), watching = false,

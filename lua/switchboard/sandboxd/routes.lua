@@ -67,22 +67,22 @@ local function first_line(s)
   return (tostring(s):match("^[^\n]*"))
 end
 
--- The body as a JSON object, or nil and why.
+-- The body as a JSON object, or nil, err (kind invalid: the message is the 400's text).
 local function decode_object(body, route)
   if body == nil or body == "" then
-    return nil, ("the %s body is empty; send a JSON object"):format(route)
+    return nil, core.error("invalid", ("the %s body is empty; send a JSON object"):format(route))
   end
   local ok, doc = pcall(json.decode, body)
   if not ok then
-    return nil, ("the %s body is not valid JSON (%s)"):format(route, first_line(doc))
+    return nil, core.error("invalid", ("the %s body is not valid JSON (%s)"):format(route, first_line(doc)))
   end
   if type(doc) ~= "table" then
-    return nil, ("the %s body must be a JSON object, got a JSON %s"):format(route,
-      doc == json.null and "null" or type(doc))
+    return nil, core.error("invalid", ("the %s body must be a JSON object, got a JSON %s"):format(route,
+      doc == json.null and "null" or type(doc)))
   end
   -- lua-cjson 2.1 decodes [] and {} alike; a non-empty array is told apart by its items.
   if rawget(doc, 1) ~= nil then
-    return nil, ("the %s body must be a JSON object, got a JSON array"):format(route)
+    return nil, core.error("invalid", ("the %s body must be a JSON object, got a JSON array"):format(route))
   end
   return doc
 end
@@ -308,9 +308,9 @@ local function instance_for(ctx, snap, key, call, route, res)
   end
   local inst, busy, awake = ctx.fleet:acquire(key, want)
   if inst then return inst end
-  if busy == protocol.NETWORK_MISMATCH then
+  if busy.code == protocol.NETWORK_MISMATCH then
     refuse(res, route, 409, mismatch_text(snap, awake, want), protocol.NETWORK_MISMATCH)
-  elseif busy == "fleet-busy" then
+  elseif busy.code == "fleet-busy" then
     metrics.inc("switchboard_fleet_busy_total")
     if route == "/exec" then
       metrics.inc("switchboard_commands_total", { outcome = "capacity" })
@@ -466,7 +466,7 @@ function M.parse(snap, route, raw)
   local parse = PARSE[route:sub(2)]
   if route:sub(1, 1) ~= "/" or parse == nil then return nil, 404, "no route " .. tostring(route) end
   local body, why = decode_object(raw, route)
-  if body == nil then return nil, 400, why end
+  if body == nil then return nil, 400, why.message end
   return parse(snap, body)
 end
 

@@ -3,8 +3,9 @@
 -- policies/isolation.lua, rlimits per process, and a host uid of its own. The C helper
 -- switchboard-walls does the kernel work; this decides the paths, numbers and lifecycle.
 --
---   local walls, why = instance.host{snap, helper?, log?, spares?, owner?}  -- once per server; why names what the
---                                                          -- kernel lacks (nil, message)
+--   local walls, err = instance.host{snap, helper?, log?, spares?, owner?}  -- once per server; err
+--                                        (core.error kind "walls") names what the host lacks; code
+--                                        "uids" when the host's uid registry is the obstacle
 --   local inst = walls:new(workspace_dir, label, snap?, {network?}) -- nothing runs yet
 --   local inst = walls:claim(workspace_dir, label, network?) -- the spare when it fits (below)
 --   inst.ro_binds = {dir, ...}           (before start) host directories shown read-only at the
@@ -35,6 +36,9 @@ Host.__index = Host
 local build_spare -- below, with Host:claim
 local Instance = {}
 Instance.__index = Instance
+
+-- Why this host cannot wall (the one error kind of M.host): the message says what to do.
+local function cannot(message, fields) return core.error("walls", message, fields) end
 
 -- A file's text, or nil (a /proc or cgroup file: read to its end, whatever its stat says).
 local function read_text(path) return (core.fs.read_file(path)) end
@@ -86,8 +90,8 @@ local function cgroup_layout(parent)
     end
   end
   if #missing > 0 then
-    return nil, "the cgroup v1 controller(s) " .. table.concat(missing, ", ")
-      .. " are not mounted at /sys/fs/cgroup/<controller> (and there is no cgroup v2)"
+    return nil, cannot("the cgroup v1 controller(s) " .. table.concat(missing, ", ")
+      .. " are not mounted at /sys/fs/cgroup/<controller> (and there is no cgroup v2)")
   end
   return { version = 1, dirs = dirs }
 end
@@ -139,27 +143,27 @@ function M.host(opts)
   local iso = opts.snap.isolation
   local helper = opts.helper or find_helper()
   if not helper or not core.fs.exists(helper) then
-    return nil, "the walls helper switchboard-walls is not next to the switchboard binary "
-      .. "(build it: cmake --build build)"
+    return nil, cannot("the walls helper switchboard-walls is not next to the switchboard binary "
+      .. "(build it: cmake --build build)")
   end
   local path = os.getenv("PATH") or "/usr/bin:/bin"
   local has_bwrap = false
   for dir in path:gmatch("[^:]+") do
     if core.fs.exists(dir .. "/bwrap") then has_bwrap = true end
   end
-  if not has_bwrap then return nil, "bwrap is not installed (apt-get install bubblewrap)" end
+  if not has_bwrap then return nil, cannot("bwrap is not installed (apt-get install bubblewrap)") end
   if not core.fs.exists("/proc/self/ns/user") then
-    return nil, "this kernel has no user namespaces (CONFIG_USER_NS)"
+    return nil, cannot("this kernel has no user namespaces (CONFIG_USER_NS)")
   end
   local max_userns = tonumber((read_text("/proc/sys/user/max_user_namespaces") or ""):match("%d+"))
-  if max_userns == 0 then return nil, "user namespaces are disabled (user.max_user_namespaces = 0)" end
+  if max_userns == 0 then return nil, cannot("user namespaces are disabled (user.max_user_namespaces = 0)") end
   -- The helper gives each instance a host uid of its own (setresuid), its cgroups and its
   -- workspace (chown): as a service user (switchboard-bot.service's User=) every step fails,
   -- so say the cause here rather than the first step's errno.
   local euid = tonumber((read_text("/proc/self/status") or ""):match("\nUid:%s+%d+%s+(%d+)"))
   if euid and euid ~= 0 then
-    return nil, ("the walls need root, and this process runs as uid %d (each instance gets a host "
-      .. "uid, cgroups and a workspace of its own)"):format(euid)
+    return nil, cannot(("the walls need root, and this process runs as uid %d (each instance gets a host "
+      .. "uid, cgroups and a workspace of its own)"):format(euid))
   end
   local layout, why = cgroup_layout(iso.cgroup_parent)
   if not layout then return nil, why end
@@ -178,7 +182,7 @@ function M.host(opts)
   -- takes the same (shell/uids.lua); fixed until close, whatever a reload says.
   local claim, claim_why = uids.claim{ base = iso.uid_base, count = iso.uid_count, blocks = iso.uid_blocks,
     owner = opts.owner, dir = opts.uid_registry }
-  if not claim then return nil, claim_why, "uids-taken" end
+  if not claim then return nil, claim_why end
   self.uid_claim = claim
   self.root = opts.scratch -- the server's --root
   self.server_dirs = {}
@@ -190,9 +194,9 @@ function M.host(opts)
     local ok, err = core.fs.mkdir_p(self.server_dirs[c], tonumber("755", 8))
     if not ok then
       claim:release()
-      return nil, ("cannot create the cgroup %s: %s (sandboxd needs to be root, or cgroup_parent "
+      return nil, cannot(("cannot create the cgroup %s: %s (sandboxd needs to be root, or cgroup_parent "
         .. "in policies/isolation.lua must name a cgroup delegated to it)"):format(
-          self.server_dirs[c], tostring(err and err.message))
+          self.server_dirs[c], tostring(err and err.message)), { cause = err })
     end
   end
   if layout.version == 2 then
@@ -201,8 +205,8 @@ function M.host(opts)
     local ok = f and f:write("+memory +pids +cpu") and f:close()
     if not ok then
       self:close()
-      return nil, "cgroup v2: cannot enable memory, pids and cpu below " .. self.server_dirs.memory
-        .. " (enable them in the parent's cgroup.subtree_control, or set cgroup_parent)"
+      return nil, cannot("cgroup v2: cannot enable memory, pids and cpu below " .. self.server_dirs.memory
+        .. " (enable them in the parent's cgroup.subtree_control, or set cgroup_parent)")
     end
   end
   -- The instances' spawner sockets: a directory of the server's own, 0700, outside every
@@ -212,7 +216,7 @@ function M.host(opts)
   local sok, serr = core.fs.mkdir_p(self.socket_dir, tonumber("700", 8))
   if not sok then
     self:close()
-    return nil, "cannot create " .. self.socket_dir .. ": " .. tostring(serr and serr.message)
+    return nil, cannot("cannot create " .. self.socket_dir .. ": " .. tostring(serr and serr.message), { cause = serr })
   end
   if opts.scratch then
     -- bwrap, as the instance's uid, resolves its workspace's path: the root must be
@@ -222,7 +226,7 @@ function M.host(opts)
     local cr = chmod and chmod:wait()
     if not cr or cr.exit ~= 0 then
       self:close()
-      return nil, "cannot make " .. opts.scratch .. " traversable (chmod 0711)"
+      return nil, cannot("cannot make " .. opts.scratch .. " traversable (chmod 0711)")
     end
     local ok, err = self:prove(opts.snap, opts.scratch)
     if not ok then
@@ -238,7 +242,7 @@ end
 function Host:prove(snap, scratch)
   local dir = scratch .. "/.walls-probe-" .. core.crypto.hex(core.crypto.random_bytes(4))
   local ok, err = core.fs.mkdir_p(dir, tonumber("700", 8))
-  if not ok then return nil, "cannot make " .. dir .. ": " .. tostring(err and err.message) end
+  if not ok then return nil, cannot("cannot make " .. dir .. ": " .. tostring(err and err.message), { cause = err }) end
   local inst = self:new(dir, "probe", snap)
   local started, start_err = inst:start()
   local result
@@ -249,9 +253,9 @@ function Host:prove(snap, scratch)
   end
   inst:stop()
   core.fs.remove_tree(dir)
-  if not started then return nil, start_err.message end
+  if not started then return nil, cannot(start_err.message, { cause = start_err }) end
   if not result or result.exit ~= 0 then
-    return nil, "a command could not enter a test instance: " .. tostring(result and result.stderr)
+    return nil, cannot("a command could not enter a test instance: " .. tostring(result and result.stderr))
   end
   return true
 end

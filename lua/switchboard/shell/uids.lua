@@ -5,7 +5,8 @@
 -- registry directory (root's, under /run: gone at reboot with the servers) and drops it at
 -- close; a claim whose process is gone (kill -9) is stale and removed by the next reader.
 --
---   local claim, why = uids.claim{ base, count, blocks, owner = {kind, root, listen} }
+--   local claim, err = uids.claim{ base, count, blocks, owner = {kind, root, listen} }
+--     err: core.error kind "walls", code "uids" (the registry cannot be kept, or the block is taken)
 --     claim.base, claim.count     the block this server's instances take uids from
 --     claim:roots()              every live server's --root (for the instances' hide list)
 --     claim:release()
@@ -15,6 +16,8 @@
 -- see each other, and the later one — by start time, then pid — moves on). When every block
 -- overlaps, the server refuses to start, naming the servers in the way.
 local core = require("switchboard.core")
+
+local function refused(message) return core.error("walls", message, { code = "uids" }) end
 
 local M = {}
 
@@ -97,7 +100,7 @@ function M.claim(opts)
   if parent then core.fs.mkdir_p(parent, tonumber("755", 8)) end
   local ok, err = core.fs.mkdir_p(dir, tonumber("755", 8))
   if not ok then
-    return nil, ("cannot keep the host's registry of instance uids in %s: %s"):format(dir, tostring(err and err.message))
+    return nil, refused(("cannot keep the host's registry of instance uids in %s: %s"):format(dir, tostring(err and err.message)))
   end
   local pid = opts.pid or tonumber((read("/proc/self/stat") or ""):match("^(%d+)"))
   local owner = opts.owner or {}
@@ -118,7 +121,7 @@ function M.claim(opts)
         tostring(owner.listen or "?"))
       local wok, werr = core.fs.write_file(path, text)
       if not wok then
-        return nil, ("cannot write %s: %s"):format(path, tostring(werr and werr.message))
+        return nil, refused(("cannot write %s: %s"):format(path, tostring(werr and werr.message)))
       end
       -- written, then checked again: of two servers that claimed at once, the later moves on
       local lost = false
@@ -135,11 +138,11 @@ function M.claim(opts)
       if overlaps(c, opts.base + k * opts.count, opts.count) then inway[#inway + 1] = describe(c); break end
     end
   end
-  return nil, ("the instance uids of policies/isolation.lua (uid_base %d, uid_count %d, uid_blocks %d: uids %d-%d) "
+  return nil, refused(("the instance uids of policies/isolation.lua (uid_base %d, uid_count %d, uid_blocks %d: uids %d-%d) "
     .. "are taken by another walled server on this host — %s; two servers must never share instance uids "
     .. "(a command in one would reach the other's workspaces): give this one another uid_base (docs/isolation.md)")
     :format(opts.base, opts.count, blocks, opts.base, opts.base + blocks * opts.count - 1,
-      table.concat(inway, "; "))
+      table.concat(inway, "; ")))
 end
 
 return M

@@ -17,8 +17,9 @@ local M = {}
 -- helper binary, or a package scripts/bootstrap installs. A spec fails on these, never skips.
 local OURS = { "switchboard-walls is not next to", "bwrap is not installed", "mkfs.ext4 is not installed" }
 
--- Whether `why` (instance.host's or sandboxd's words) names something the kernel lacks.
+-- Whether `why` (instance.host's error or sandboxd's words) names something the kernel lacks.
 function M.kernel_lacks(why)
+  if core.is_error(why) then why = why.message end
   if type(why) ~= "string" or why == "" then return false end
   for _, ours in ipairs(OURS) do
     if why:find(ours, 1, true) then return false end
