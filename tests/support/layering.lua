@@ -289,4 +289,38 @@ function M.unnamed_files(dir, list, rooms)
   return missing
 end
 
+-- One error shape (ARCHITECTURE.md "Failures are values, of one type"): the places a Lua file
+-- returns a bare string as its failure — `return nil, "…"`, `return nil, ("…"):format(…)`,
+-- `return nil, [[…]]`, `return nil, name .. "…"` — outside comments. Returns {line = n, text}
+-- for each. A core.error value (`return nil, core.error(kind, …)`) or a passed-on error
+-- (`return nil, err`) is not one.
+local STRING_ERROR = {
+  "return%s+nil%s*,%s*[\"']",
+  "return%s+nil%s*,%s*%(%s*[\"']",
+  "return%s+nil%s*,%s*%[=*%[",
+  "return%s+nil%s*,%s*[%a_][%w_.]*%s*%.%.",
+}
+
+function M.string_errors(src)
+  local out, n, in_long = {}, 0, false
+  for line in (src .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    local code = line
+    if in_long then
+      local close = code:find("]]", 1, true)
+      if close then in_long = false; code = code:sub(close + 2) else code = "" end
+    end
+    local long = code:find("--[[", 1, true)
+    if long then
+      if not code:find("]]", long, true) then in_long = true end
+      code = code:sub(1, long - 1)
+    end
+    code = code:gsub("^%s*%-%-.*$", "")
+    for _, pattern in ipairs(STRING_ERROR) do
+      if code:find(pattern) then out[#out + 1] = { line = n, text = line:gsub("^%s+", "") }; break end
+    end
+  end
+  return out
+end
+
 return M
