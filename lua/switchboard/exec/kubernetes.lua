@@ -139,12 +139,16 @@ local function is_quota(f)
   return f.status == 403 and tostring(f.message):lower():find("exceeded quota", 1, true) ~= nil
 end
 
+-- A hard stop (the signal aborted) while the pod was being claimed, watched or waited for:
+-- exec turns it into the stopped result, a file operation into a tool error.
+local function stopped() return core.error("stopped", "stopped while the thread's pod was being claimed") end
+
 -- Wait until a claim being deleted is gone. → true | nil, err
 local function wait_deleted(self, snap, rv, signal)
   local v, f = self.api:watch_until(watch_spec(self, rv, snap.timeouts.kubernetes.api_timeout_ms, signal),
     function(kind) return kind == "DELETED" and "gone" or nil end)
   if v == "gone" then return true end
-  if f and f.kind == "aborted" then return nil, "stopped" end
+  if f and f.kind == "aborted" then return nil, stopped() end
   return nil, errors.infra(("the thread's previous %s is still being deleted after %ds; try again "
     .. "in a minute"):format(where(self), seconds(snap.timeouts.kubernetes.api_timeout_ms)), "timeout")
 end
@@ -156,7 +160,7 @@ local function create(self, snap, until_ms, wait_for, signal)
     local st, doc = self.api:call("POST", collection(self), claim_body(self, until_ms), { signal = signal })
     if st then return doc end
     local f = doc
-    if f.kind == "aborted" then return nil, "stopped" end
+    if f.kind == "aborted" then return nil, stopped() end
     if f.status == 409 and f.reason == "AlreadyExists" then
       local gst, cur = self.api:call("GET", item(self), nil, { signal = signal })
       if gst then
@@ -179,7 +183,7 @@ local function create(self, snap, until_ms, wait_for, signal)
           .. "SandboxClaim after waiting %ds (%s); try again when other threads' pods are released")
           :format(seconds(waited), f.message), waited)
       end
-      if not core.sleep(d, signal) then return nil, "stopped" end
+      if not core.sleep(d, signal) then return nil, stopped() end
       waited, i = waited + d, i + 1
     else
       return nil, api_infra(self, "create", f)
@@ -212,7 +216,7 @@ local function await_ready(self, snap, doc, wait_for, signal)
     return nil, errors.infra(("agent-sandbox cannot serve %s%s — check the SandboxWarmPool %q and its "
       .. "SandboxTemplate (deploy/kubernetes/)"):format(where(self), said, self.pool))
   end
-  if got.kind == "aborted" then return nil, "stopped" end
+  if got.kind == "aborted" then return nil, stopped() end
   if got.kind == "timeout" then
     forget(self, signal)
     return nil, errors.capacity(("no pod of warm pool %s became ready for this thread within %ds%s — "
@@ -236,7 +240,7 @@ local function extend(self, snap, need_ms, signal)
     { spec = { lifecycle = { shutdownTime = rfc3339(until_ms), shutdownPolicy = "Delete" } } },
     { signal = signal, content_type = "application/merge-patch+json" })
   if st then self.claim.until_ms = until_ms; return true end
-  if f.kind == "aborted" then return nil, "stopped" end
+  if f.kind == "aborted" then return nil, stopped() end
   if f.status == 404 then
     self.claim, self.inner = nil, nil
     return nil, errors.infra(("the thread's pod is gone: %s no longer exists (released after idle, "
@@ -336,7 +340,7 @@ function M:exec(command, opts)
   for k, v in pairs(opts) do sub[k] = v end
   sub.snap = snap
   local r, err = on_pod(self, snap, need, limit, opts.signal, function(inner) return inner:exec(command, sub) end)
-  if r == nil and err == "stopped" then return stopped_result(snap, opts.signal) end
+  if r == nil and err.kind == "stopped" then return stopped_result(snap, opts.signal) end
   return r, err
 end
 
@@ -348,7 +352,7 @@ local function file_op(self, opts, op)
   for k, v in pairs(opts) do sub[k] = v end
   sub.snap = snap
   local r, err = on_pod(self, snap, b + snap.timeouts.call.margin_ms, b, opts.signal, function(inner) return op(inner, sub) end)
-  if r == nil and err == "stopped" then return nil, errors.tool("file operation stopped: " .. tostring(opts.signal and opts.signal.reason or "hard stop")) end
+  if r == nil and err.kind == "stopped" then return nil, errors.tool("file operation stopped: " .. tostring(opts.signal and opts.signal.reason or "hard stop")) end
   return r, err
 end
 
