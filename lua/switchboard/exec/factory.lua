@@ -117,6 +117,12 @@ function M.backend_for(opts, snap, ctx)
     { agent = ctx.agent, repo = ctx.repo, front = opts.front, configured = M.configured(snap, opts) })
 end
 
+-- An agent that asks for network "none" on a backend that cannot take it away: refused, with
+-- why (`but`) and what to do (`instead`).
+local function no_offline(ctx, but, instead)
+  return nil, errors.tool(("agent %s asks for network \"none\", but %s; %s"):format(tostring(ctx.agent), but, instead))
+end
+
 function BUILDERS.local_(opts, ctx, snap, agent)
   local root = opts.workspace_root
   if not root then return missing(snap, ctx.agent, "local", "a workspace root") end
@@ -138,9 +144,8 @@ function BUILDERS.local_(opts, ctx, snap, agent)
       .. "the bot at a sandboxd (SANDBOX_URL, SANDBOX_TOKEN), or restart it with "
       .. "--allow-unwalled-commands"):format(tostring(ctx.agent), tostring(opts.front or "default")))
   elseif network == "none" then
-    return nil, errors.tool(("agent %s asks for network \"none\", but the local executor runs "
-      .. "unwalled (policies/isolation.lua local_walls = false) and cannot take its commands off "
-      .. "the network; set local_walls = true, or use the sandbox backend"):format(tostring(ctx.agent)))
+    return no_offline(ctx, "the local executor runs unwalled (policies/isolation.lua local_walls = false) "
+      .. "and cannot take its commands off the network", "set local_walls = true, or use the sandbox backend")
   end
   return require("switchboard.exec.local").new{
     root = root, thread_key = ctx.thread_key, policy = opts.policy,
@@ -169,8 +174,7 @@ end
 -- E2B: the API key from the variable policy names; hosts from E2B's own variables (docs/e2b.md).
 function BUILDERS.e2b(opts, ctx, snap, agent)
   if M.network_of(snap, agent) == "none" then
-    return nil, errors.tool(("agent %s asks for network \"none\", but an e2b sandbox keeps its "
-      .. "network; use the sandbox backend for it (policies/execution.lua)"):format(tostring(ctx.agent)))
+    return no_offline(ctx, "an e2b sandbox keeps its network", "use the sandbox backend for it (policies/execution.lua)")
   end
   local getenv = opts.getenv or os.getenv
   local cfg = snap.execution.e2b
@@ -187,8 +191,8 @@ end
 -- account or a kubeconfig; sandboxd's bearer from the variable policy names.
 function BUILDERS.kubernetes(opts, ctx, snap, agent)
   if M.network_of(snap, agent) == "none" then
-    return nil, errors.tool(("agent %s asks for network \"none\", but a kubernetes pod's network is "
-      .. "its NetworkPolicy's; use the sandbox backend for it (policies/execution.lua)"):format(tostring(ctx.agent)))
+    return no_offline(ctx, "a kubernetes pod's network is its NetworkPolicy's",
+      "use the sandbox backend for it (policies/execution.lua)")
   end
   local getenv = opts.getenv or os.getenv
   local cfg = snap.execution.kubernetes

@@ -26,6 +26,7 @@
 --   rec:expire(older_than_wall_ms) → threads removed
 local core = require("switchboard.core")
 local cjson = require("cjson.safe").new()
+local text_cut = require("switchboard.text_cut")
 
 
 local M = {}
@@ -178,12 +179,7 @@ local function excerpt(self, s)
   s = tostring(s or "")
   local max = self.excerpt_bytes
   if #s <= max then return s end
-  local cut = max
-  while cut > 0 do
-    local b = s:byte(cut + 1)
-    if not b or b < 0x80 or b >= 0xC0 then break end
-    cut = cut - 1
-  end
+  local cut = text_cut.prefix_len(s, max)
   return s:sub(1, cut) .. ("\n… [%d more bytes in the run's events]"):format(#s - cut)
 end
 

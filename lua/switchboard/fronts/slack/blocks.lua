@@ -61,6 +61,17 @@ local function section(s)
   return { type = "section", text = { type = "mrkdwn", text = s } }
 end
 
+-- The card's Stop button while it is not final (events.lua reads its action).
+local function stop_button(opts)
+  return {
+    type = "actions",
+    elements = { {
+      type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
+      text = { type = "plain_text", text = "Stop" },
+    } },
+  }
+end
+
 -- A card this renderer does not know (another kind of run card): its text as the console
 -- prints it, in one code block, with the Stop button while it is not final.
 local function is_known(card)
@@ -72,15 +83,7 @@ function M.render_text(message, opts)
   local max = math.min(opts.max_block_chars or M.SECTION_LIMIT, M.SECTION_LIMIT)
   local body = tostring(message.text or "")
   local out = { section(body_code(body, max)) }
-  if not message.final and opts.thread then
-    out[#out + 1] = {
-      type = "actions",
-      elements = { {
-        type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
-        text = { type = "plain_text", text = "Stop" },
-      } },
-    }
-  end
+  if not message.final and opts.thread then out[#out + 1] = stop_button(opts) end
   return { text = card_mod.cut_line(body:match("^[^\n]*") or "", 300), blocks = out }
 end
 
@@ -103,16 +106,6 @@ function M.needs_file(card, max_block_chars, max_answer_blocks)
   end
   local body = card:body_text()
   return card:final() and body ~= "" and #code(body) > (max_block_chars or M.SECTION_LIMIT)
-end
-
-local function stop_button(opts)
-  return {
-    type = "actions",
-    elements = { {
-      type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
-      text = { type = "plain_text", text = "Stop" },
-    } },
-  }
 end
 
 -- The ask as a quote: each line after "> ".
@@ -201,15 +194,7 @@ function M.render(card, opts)
         text.escape(opts.file.name or "output.txt")))
     end
   end
-  if not card:final() and opts.thread then
-    blocks[#blocks + 1] = {
-      type = "actions",
-      elements = { {
-        type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
-        text = { type = "plain_text", text = "Stop" },
-      } },
-    }
-  end
+  if not card:final() and opts.thread then blocks[#blocks + 1] = stop_button(opts) end
   return { text = card_mod.cut_line(status, 300), blocks = blocks }
 end
 

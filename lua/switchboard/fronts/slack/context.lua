@@ -10,6 +10,7 @@
 --        request (default core.http.request), names (a cache: user id → name)
 --   blocks: Messages API content blocks to put before the ask's text; notes: card lines
 local core = require("switchboard.core")
+local text_cut = require("switchboard.text_cut")
 
 local M = {}
 
@@ -40,13 +41,7 @@ end
 
 local function utf8_cut(s, max)
   if #s <= max then return s, false end
-  local cut = max
-  while cut > 0 do
-    local b = s:byte(cut + 1)
-    if not b or b < 0x80 or b >= 0xC0 then break end
-    cut = cut - 1
-  end
-  return s:sub(1, cut), true
+  return s:sub(1, text_cut.prefix_len(s, max)), true
 end
 
 -- The thread's messages before the ask, as one text block.

@@ -16,6 +16,8 @@
 --   mrkdwn.convert(markdown) → text
 --   mrkdwn.split(text, max_bytes) → {part, …}   at blank lines, then lines, never inside a code
 --                                               block (a block cut in two is closed and reopened)
+local text_cut = require("switchboard.text_cut")
+
 local M = {}
 
 local function escape(s)
@@ -105,8 +107,7 @@ function M.split(text, max)
       end
     end
     if not cut then
-      cut = room
-      while cut > 1 and (text:byte(cut + 1) or 0) >= 0x80 and (text:byte(cut + 1) or 0) < 0xC0 do cut = cut - 1 end
+      cut = math.max(1, text_cut.prefix_len(text, room))
     end
     local head = text:sub(1, cut):gsub("\n+$", "")
     local rest = text:sub(cut + 1):gsub("^\n+", "")
