@@ -340,7 +340,7 @@ function M:exec(command, opts)
   for k, v in pairs(opts) do sub[k] = v end
   sub.snap = snap
   local r, err = on_pod(self, snap, need, limit, opts.signal, function(inner) return inner:exec(command, sub) end)
-  if r == nil and err.kind == "stopped" then return stopped_result(snap, opts.signal) end
+  if r == nil and err and err.kind == "stopped" then return stopped_result(snap, opts.signal) end
   return r, err
 end
 
@@ -352,7 +352,7 @@ local function file_op(self, opts, op)
   for k, v in pairs(opts) do sub[k] = v end
   sub.snap = snap
   local r, err = on_pod(self, snap, b + snap.timeouts.call.margin_ms, b, opts.signal, function(inner) return op(inner, sub) end)
-  if r == nil and err.kind == "stopped" then return nil, errors.tool("file operation stopped: " .. tostring(opts.signal and opts.signal.reason or "hard stop")) end
+  if r == nil and err and err.kind == "stopped" then return nil, errors.tool("file operation stopped: " .. tostring(opts.signal and opts.signal.reason or "hard stop")) end
   return r, err
 end
 

@@ -68,7 +68,8 @@ function Cache:get(key, fill)
     err = core.error("github",
       "getting a GitHub credential failed inside switchboard (a bug; see the log)", { code = "infra" })
   elseif entry == nil and err == nil then
-    err = "no credential"
+    err = core.error("github", "the credential source gave no credential and no reason (a bug; see the log)",
+      { code = "infra" })
   end
   if entry ~= nil then slot.entry = entry end
   local waiters = slot.waiters
