@@ -108,6 +108,18 @@ function M.needs_file(card, max_block_chars, max_answer_blocks)
   return card:final() and body ~= "" and #code(body) > (max_block_chars or M.SECTION_LIMIT)
 end
 
+-- A card's first blocks: who runs it where (agent · backend · repository), then its notes.
+local function head_blocks(card, max)
+  local head = { "*agent:" .. text.escape(card.agent or "?") .. "*" }
+  if card.backend then head[#head + 1] = text.escape(card.backend) end
+  if card.repo then head[#head + 1] = text.escape(card.repo) end
+  local blocks = { context(table.concat(head, " · ")) }
+  for _, note in ipairs(card.notes or {}) do
+    blocks[#blocks + 1] = context(text.escape(card_mod.cut_line("note: " .. note, max - 100)))
+  end
+  return blocks
+end
+
 -- The ask as a quote: each line after "> ".
 local function quoted(ask, max)
   local cut = card_mod.cut(ask or "", max)
@@ -116,13 +128,7 @@ end
 
 function M.render_agent(card, opts)
   local max = math.min(opts.max_block_chars or M.SECTION_LIMIT, M.SECTION_LIMIT)
-  local head = { "*agent:" .. text.escape(card.agent or "?") .. "*" }
-  if card.backend then head[#head + 1] = text.escape(card.backend) end
-  if card.repo then head[#head + 1] = text.escape(card.repo) end
-  local blocks = { context(table.concat(head, " · ")) }
-  for _, note in ipairs(card.notes or {}) do
-    blocks[#blocks + 1] = context(text.escape(card_mod.cut_line("note: " .. note, max - 100)))
-  end
+  local blocks = head_blocks(card, max)
   blocks[#blocks + 1] = section(quoted(card.ask or card.command, max // 2))
   local status = card:status_line(opts.now_ms, max)
   blocks[#blocks + 1] = section(text.escape(status))
@@ -170,13 +176,7 @@ function M.render(card, opts)
   if not is_known(card) then return M.render_text(opts.message or {}, opts) end
   if is_agent(card) then return M.render_agent(card, opts) end
   local max = math.min(opts.max_block_chars or M.SECTION_LIMIT, M.SECTION_LIMIT)
-  local head = { "*agent:" .. text.escape(card.agent or "?") .. "*" }
-  if card.backend then head[#head + 1] = text.escape(card.backend) end
-  if card.repo then head[#head + 1] = text.escape(card.repo) end
-  local blocks = { context(table.concat(head, " · ")) }
-  for _, note in ipairs(card.notes or {}) do
-    blocks[#blocks + 1] = context(text.escape(card_mod.cut_line("note: " .. note, max - 100)))
-  end
+  local blocks = head_blocks(card, max)
   blocks[#blocks + 1] = section(code("$ " .. card_mod.cut(card.command or "", max // 2)))
   local status = card:status_line(opts.now_ms, max)
   blocks[#blocks + 1] = section(text.escape(status))
