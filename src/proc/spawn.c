@@ -137,6 +137,17 @@ static void close_fd(int *fd) {
   *fd = -1;
 }
 
+/* Whatever ends of a spawn's three pipes (stdin, stdout, stderr) are still open here: those
+ * handed to the caller were set to -1 first. */
+static void close_pipes(int in[2], int o[2], int e[2]) {
+  close_fd(&in[0]);
+  close_fd(&in[1]);
+  close_fd(&o[0]);
+  close_fd(&o[1]);
+  close_fd(&e[0]);
+  close_fd(&e[1]);
+}
+
 /* posix_spawn (vfork-fast) in a new session, with signals reset to their defaults (we ignore
  * SIGPIPE; a child must not inherit that). Returns 0 or an errno value. */
 static int spawn_child(const char *program, const sb_spawn_args *a, int in, int out, int err,
@@ -196,12 +207,7 @@ int sb_spawn_start(const sb_spawn_args *a, bool with_stdin, sb_spawned *out) {
   in[1] = o[0] = e[0] = -1; /* now the caller's */
 done:
   /* The child's ends always; the parent's too unless they were handed over. */
-  close_fd(&in[0]);
-  close_fd(&in[1]);
-  close_fd(&o[0]);
-  close_fd(&o[1]);
-  close_fd(&e[0]);
-  close_fd(&e[1]);
+  close_pipes(in, o, e);
   return rc;
 }
 
@@ -257,12 +263,7 @@ int sb_spawn_walled(const sb_spawn_args *a, const char *socket_path, bool with_s
   in[1] = o[0] = e[0] = sock = -1; /* now the caller's */
 done:
   /* the child's ends are the spawner's now (or were never sent); ours unless handed over */
-  close_fd(&in[0]);
-  close_fd(&in[1]);
-  close_fd(&o[0]);
-  close_fd(&o[1]);
-  close_fd(&e[0]);
-  close_fd(&e[1]);
+  close_pipes(in, o, e);
   close_fd(&sock);
   free(body);
   return rc;

@@ -435,6 +435,16 @@ static void ws_shutdown(void *ud) {
 
 /* ---- waiting ------------------------------------------------------------------------------ */
 
+/* A connect that ends before it connected (its deadline, an abort): the handle no longer keeps
+ * the userdata alive, and libwebsockets drops the half-made connection at its next turn. */
+static void abandon_connect(conn *c) {
+  luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, c->ud_ref);
+  c->ud_ref = LUA_NOREF;
+  c->close_wanted = true;
+  if (c->wsi != NULL)
+    lws_set_timeout(c->wsi, PENDING_TIMEOUT_AWAITING_PROXY_RESPONSE, LWS_TO_KILL_ASYNC);
+}
+
 static void wait_timed_out(uv_timer_t *t) {
   waiter *w = t->data;
   conn *c = w->c;
@@ -443,11 +453,7 @@ static void wait_timed_out(uv_timer_t *t) {
   wait_kind kind = w->kind;
   lua_State *task = wait_end(c);
   if (kind == WAIT_CONNECT) {
-    luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, c->ud_ref);
-    c->ud_ref = LUA_NOREF;
-    c->close_wanted = true;
-    if (c->wsi != NULL)
-      lws_set_timeout(c->wsi, PENDING_TIMEOUT_AWAITING_PROXY_RESPONSE, LWS_TO_KILL_ASYNC);
+    abandon_connect(c);
     sb_task_complete(task, sb_push_fail(task, "timeout", "websocket connect: the deadline passed"));
   } else {
     sb_task_complete(task, sb_push_fail(task, "timeout", "websocket recv: the deadline passed"));
@@ -463,11 +469,7 @@ static void wait_aborted(sb_abort_listener *l, sb_abort *sig) {
   wait_kind kind = w->kind;
   lua_State *task = wait_end(c);
   if (kind == WAIT_CONNECT) {
-    luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, c->ud_ref);
-    c->ud_ref = LUA_NOREF;
-    c->close_wanted = true;
-    if (c->wsi != NULL)
-      lws_set_timeout(c->wsi, PENDING_TIMEOUT_AWAITING_PROXY_RESPONSE, LWS_TO_KILL_ASYNC);
+    abandon_connect(c);
   }
   sb_task_complete(task, sb_abort_push_fail(task, sig));
   conn_free_if_unused(c);
