@@ -20,6 +20,7 @@
 --   inst:explain(before, exit) → text?   a line naming the limit a command hit, or nil
 --   inst:stop()                          every process gone (cgroup kill), cgroups removed
 --   walls:close()                        the server's cgroup directories removed
+--   walls:bounds()                       policies/timeouts.lua walls, of the policy current now
 local core = require("switchboard.core")
 local uids = require("switchboard.shell.uids")
 
@@ -100,6 +101,7 @@ end
 local function bounds(self)
   return (self.snap_fn and self.snap_fn() or self.snap).timeouts.walls
 end
+Host.bounds = bounds
 
 -- Runs the helper to its end; returns the result.
 local function run_helper(self, args)

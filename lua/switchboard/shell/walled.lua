@@ -84,8 +84,8 @@ local function hand_over(r)
 end
 
 -- How long a request waits for another request of its thread that is claiming the instance:
--- a claim waits at most for a spare's start (the helper's 60 s ready timeout).
-local CLAIM_WAIT_MS = 120000
+-- a claim waits at most for a spare's start (timeouts walls.ready_ms), then its own.
+local function claim_wait_ms(r) return 2 * r.walls:bounds().ready_ms end
 
 -- The thread's instance, claimed once: a claim may wait for a spare being built, and a second
 -- request of the thread arriving meanwhile must wait for that claim, not make an instance of
@@ -98,7 +98,7 @@ local function make(r)
     return true
   end
   if r.claiming then
-    core.sleep(CLAIM_WAIT_MS, core.signal(r.claiming, r.stopped))
+    core.sleep(claim_wait_ms(r), core.signal(r.claiming, r.stopped))
     if r.instance then return true end
     return nil, core.error("workspace", "the thread's instance was not made: "
       .. (r.stopped.aborted and "the thread went to sleep" or "its other request's claim did not end"))
@@ -209,9 +209,8 @@ end
 -- command); the answer gates the next command and write.
 local MEASURE_EVERY_MS = 5000
 -- The engine's words when a walled command's socket ended without its wait status
--- (src/proc/supervise.c), and how long the holder's exit may take to follow.
+-- (src/proc/supervise.c); the holder's exit may take timeouts walls.stop_ms to follow.
 local LOST = "the sandbox instance ended while the command ran"
-local SPAWNER_EXIT_MS = 5000
 
 local function measure(r, snap)
   if r.instance and r.instance.disk then return end -- its own file system: the kernel counts
@@ -259,7 +258,7 @@ function M.exec(r, spec)
   if not res then
     -- the spawner did not answer: when its holder has ended (it follows its socket at once),
     -- the instance is retired and the command runs in a fresh one — once
-    if inst.done and not spec.retried then core.sleep(SPAWNER_EXIT_MS, inst.done) end
+    if inst.done and not spec.retried then core.sleep(inst.snap.timeouts.walls.stop_ms, inst.done) end
     if (inst:dead() or inst.retired) and not spec.retried then
       retire(r, "dead", inst)
       spec.retried = true
@@ -275,7 +274,7 @@ function M.exec(r, spec)
     res.stderr = append_line(res.stderr or "", "refused: no space left — " .. M.full_text(inst))
   end
   -- the socket ended without an answer: the spawner is gone, its holder's exit follows
-  if inst.done and (res.stderr or ""):find(LOST, 1, true) then core.sleep(SPAWNER_EXIT_MS, inst.done) end
+  if inst.done and (res.stderr or ""):find(LOST, 1, true) then core.sleep(inst.snap.timeouts.walls.stop_ms, inst.done) end
   if inst:dead() or inst.retired then -- (retired already when its holder's exit came first)
     retire(r, "dead", inst)
     res.stderr = append_line(res.stderr or "", RETIRED.dead)
