@@ -18,6 +18,10 @@ kubernetes.gone_check_ms = 10 * second -- a bound for a loaded machine: the stan
 ]]
 local snap, policy_dir = S.snapshot(FAST)
 local function policy() return snap end
+-- The capacity wait as long as the command's budget: a case that cuts watches while the pool is
+-- empty must not see the command give up (FAST's 3 s) before the pool is refilled on a busy machine.
+local patient_snap = S.snapshot(FAST .. "fleet_busy.max_wait_ms = 5 * minute\n")
+local function patient_policy() return patient_snap end
 
 local seq = 0
 local function key(prefix)
@@ -182,7 +186,7 @@ describe("kubernetes executor", function()
 
   it("a watch cut mid-stream is resumed from its resourceVersion; a compacted one is relisted", async(function()
     h:pool(0)
-    local ex = executor(key("cut"))
+    local ex = executor(key("cut"), { policy = patient_policy })
     local res, err
     local done = core.signal()
     core.go(function()
