@@ -156,9 +156,10 @@ describe("sandbox executor → sandboxd", function()
         local r = cli({ "--thread", "cli-1", "--", "echo", "hello; exit 4" }, { SANDBOX_TOKEN = S.TOKEN })
         assert.equal(4, r.exit)
         assert.equal("exit 4: hello\n", r.stdout)
-        -- in cli-1, awake since the first call: a cold instance's start (pasta's, seconds under
-        -- load) would count against the 300 ms budget and answer 125, not the command's 124
-        r = cli({ "--thread", "cli-1", "--timeout-ms", "300", "--", "sleep 5" }, { SANDBOX_TOKEN = S.TOKEN })
+        -- cli-1 may have gone to sleep (2 s here) while a sanitized CLI starts on a busy machine,
+        -- and a cold instance's start (pasta's: seconds under load) counts against the budget: 20 s
+        -- holds that start and still ends the 60 s command at its own limit, 124, not 125
+        r = cli({ "--thread", "cli-1", "--timeout-ms", "20000", "--", "sleep 60" }, { SANDBOX_TOKEN = S.TOKEN })
         assert.equal(124, r.exit)
         r = cli({ "--", "true" }, {})
         assert.equal(78, r.exit)
