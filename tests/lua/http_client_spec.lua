@@ -28,7 +28,7 @@ local function start_peer(opts)
     repeat
       port = read_file(dir .. "/port")
       if not port then core.sleep(10) end
-    until port or core.now_ms() - t0 > 10000
+    until port or core.now_ms() - t0 > 180000 -- the port file ends the wait: python starts slowly on a loaded machine
   end)
   assert(port, "the peer did not start: " .. (read_file(dir .. "/log") or ""))
   local peer = {
