@@ -28,7 +28,7 @@ end
 
 local function closed_port()
   -- A port nobody listens on: bind, read it, close (the kernel hands it out rarely again soon).
-  local f = io.popen("python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); print(s.getsockname()[1]); s.close()'")
+  local f = io.popen("/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); print(s.getsockname()[1]); s.close()'")
   local port = tonumber(f:read("l"))
   f:close()
   return port

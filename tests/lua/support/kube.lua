@@ -34,7 +34,7 @@ end
 function M.start(opts)
   opts = opts or {}
   local dir = S.tmpdir()
-  local cmd = ("SANDBOX_TOKEN=%s python3 tests/support/kube_standin.py --dir %s --token %s --bin %s "
+  local cmd = ("SANDBOX_TOKEN=%s /usr/bin/python3 tests/support/kube_standin.py --dir %s --token %s --bin %s "
     .. "--policies %s --pool %s --namespace %s --pool-size %d --bookmark-ms %d --finalize-ms %d --tls "
     .. "--watch %d >%s/log 2>&1 &")
     :format(S.TOKEN, dir, M.TOKEN, S.BIN, opts.policies, M.POOL, M.NAMESPACE, opts.pool_size or 1,
