@@ -183,7 +183,10 @@ describe("kubernetes executor", function()
 
   it("a watch cut mid-stream is resumed from its resourceVersion; a compacted one is relisted", async(function()
     h:pool(0)
-    local ex = executor(key("cut"))
+    -- the executor's wait for a ready pod (fleet_busy.max_wait_ms, 3 s in FAST) must outlast
+    -- the cuts, the resume and the relist below: seconds each on a loaded machine
+    local patient = S.snapshot(FAST .. "\nfleet_busy.max_wait_ms = 120 * second\n")
+    local ex = executor(key("cut"), { policy = function() return patient end })
     local res, err
     local done = core.signal()
     core.go(function()
