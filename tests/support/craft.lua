@@ -94,7 +94,7 @@ function M.setup(state)
   os.execute(("env -u LD_PRELOAD /usr/bin/python3 tests/support/git_standin.py --dir %s/gitd --root %s/repos --tokens-file %s/tokens >%s/gitd/out 2>&1 &")
     :format(state, state, state, state))
   core.run(function()
-    gitport = model.wait_for(function() return files.read(state .. "/gitd/port") end, 10000)
+    gitport = model.wait_for(function() return files.read(state .. "/gitd/port") end, 180000) -- python3 on a loaded machine: the file ends the wait
   end)
   assert(gitport, "the git stand-in did not start: " .. (files.read(state .. "/gitd/out") or ""))
   return gitport
