@@ -8,7 +8,6 @@
 --   find.definitions(snap) → {glob = def, grep = def, list = def}
 --   find.call(name, ex, snap, input, ctx) → {kind, content, is_error}
 --   find.number(bytes, first, limit, max_line_chars) → text as `cat -n` prints it
-local errors = require("switchboard.exec.errors")
 
 local M = {}
 
@@ -205,10 +204,9 @@ function M.call(name, ex, snap, input, ctx)
   local f = snap.agents.find_tools
   local command, why = SCRIPT[name](input, f)
   if not command then return { kind = "input", content = name .. ": " .. why, is_error = true } end
-  local ok, result, err = pcall(ex.exec, ex, command, {
+  local result, err = ex:exec(command, {
     timeout_ms = f.timeout_ms, signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap,
   })
-  if not ok then result, err = nil, errors.infra("the executor raised: " .. tostring(result)) end
   if not result then return nil, err end
   if result.aborted or result.exit_code == 124 then
     return { kind = "result", content = result.text or "", is_error = false, result = result }
