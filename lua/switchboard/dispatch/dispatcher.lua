@@ -14,6 +14,10 @@
 --   * The policy snapshot is read once, when the message arrives (ask.snap); provisioning and
 --     the executor decide with that one (ctx.snap, opts.snap), so a reload while the ask
 --     waits or runs never gives it two policies.
+--   * Every run — a command, an agent's — has one lifecycle here: provision → a stop that came
+--     meanwhile ends it before anything runs → the kind's run (dispatch/command_run.lua,
+--     dispatch/agent_run.lua) → release ("always" after a stop or too many infra failures, on
+--     every way out); one catch around it all keeps a raise's traceback in the log.
 --   * A command runs under the ask's hard-stop signal and the run's remaining wall clock
 --     (the agent's max_run_minutes); its status card is refreshed while it runs and ends
 --     with the result, cut to the card limit, the whole output kept in a file.
@@ -266,8 +270,8 @@ end
 -- Running one ask
 
 -- The executor of (thread, agent): provisioned once, then reused. A failure is the factory's
--- error value (core.error); a raise is a bug and passes to the worker's one catch, which logs
--- it with its traceback and ends the ask as an internal error.
+-- error value (core.error); a raise is a bug and passes to the run's one catch (run_ask), which
+-- logs it with its traceback and ends the ask as an internal error.
 function D:executor_for(thread, ask)
   local built = thread.executors[ask.agent]
   if built then return built end
