@@ -256,6 +256,59 @@ describe("dispatcher", function()
     end)
   end
 
+  -- A bug under an agent's tool call (here a backend that raises) is caught once, by the
+  -- dispatcher's run lifecycle: not turned into a tool result on the way, its traceback kept
+  -- in the log down to where it was raised; the card says internal error and the thread goes on.
+  it("a raise in an agent's tool call reaches the run's one catch with its traceback", function()
+    local model = require("support.model")
+    local client = require("switchboard.agent.client")
+    local backends = {
+      ["local"] = function()
+        local ex = { backend = "sandbox" }
+        function ex.exec(_, cmd)
+          if cmd == "planted" then error("the planted tool bug") end
+          return { exit_code = 0, text = "ran " .. cmd }
+        end
+        function ex.read_file() return nil, errors.tool("no file") end
+        function ex.write_file() return true end
+        return ex, "sandbox"
+      end,
+    }
+    local logged, log = {}, core.log
+    core.log = function(level, event, fields)
+      logged[#logged + 1] = { event = event, fields = fields }
+      return log(level, event, fields)
+    end
+    local m, a, b, requests
+    local ok, err = pcall(run, function()
+      m = model.start()
+      m:script{ { content = { { type = "tool_use", name = "bash", input = { command = "planted" } } } },
+                { content = { { type = "text", text = "the model went on" } } } }
+      make{ backends = backends,
+            model_client = function(s) return client.new{ api_key = m.key, base_url = m.url, settings = s.agents.model_api } end }
+      a = ask("main", "agent:coding try the planted thing")
+      b = ask("main", "run `echo after`")
+      d:wait_idle()
+      requests = #m:requests()
+      m.stop()
+    end)
+    core.log = log
+    assert.is_true(ok, tostring(err))
+    assert.equal(1, requests, "the bug went back to the model as a tool result; the run ended " .. tostring(a.card.state))
+    assert.equal("model_error", a.card.state)
+    assert.matches("^internal error in the agent run: .*the planted tool bug", a.card.problem)
+    local report
+    for _, l in ipairs(logged) do
+      if l.event == "dispatch.internal_error" then report = l.fields.error end
+    end
+    assert(report, "no dispatch.internal_error in the log")
+    assert.matches("dispatch_dispatcher_spec.lua:%d+: the planted tool bug", report)
+    assert.matches("stack traceback:", report, 1, true)
+    assert.matches("switchboard/agent/tools.lua:%d+", report)
+    assert.equal("done", b.card.state)
+    assert.equal("ran echo after", b.card.body)
+  end)
+
   it("answers a stop with nothing running", function()
     make()
     run(function() ask("main", "stop") end)
