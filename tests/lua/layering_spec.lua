@@ -190,3 +190,59 @@ describe("the floors checker", function()
     assert.same({ "c proc -> http", "lua policy -> dispatch", "lua shell -> exec" }, added)
   end)
 end)
+
+-- One error shape (ARCHITECTURE.md "Failures are values, of one type"): in the agent's and the
+-- dispatcher's rooms a failure is a core.error. What the rooms had before it, by line: a
+-- message string as the error (`return nil, "a sentence"`: a run's end state is one word and
+-- allowed), a string plus a kind (a line ending `…), "kind"`), a plain {kind, message} table.
+local ERROR_SHAPES = {
+  { pattern = 'return%s+nil%s*,%s*%(?%s*"[^"]*%s', what = "a string as the error (use core.error(kind, message))" },
+  { pattern = '%)%s*,%s*"[%w_]+"%s*$', what = "a string plus a kind (use core.error(kind, message))" },
+  { pattern = 'return%s+nil%s*,.+,%s*"[%w_]+"%s*$', what = "a string plus a kind (use core.error(kind, message))" },
+  { pattern = 'return%s+nil%s*,.+,%s*"[%w_]+"%s+end%s*$', what = "a string plus a kind (use core.error(kind, message))" },
+  { pattern = 'kind%s*=%s*"[%w_]+"%s*,%s*message%s*=', what = "a plain {kind, message} table (use core.error)" },
+}
+
+local function error_shape_problems(name, text)
+  local out, n = {}, 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    if not line:match("^%s*%-%-") then
+      for _, s in ipairs(ERROR_SHAPES) do
+        if line:find(s.pattern) then out[#out + 1] = ("%s:%d: %s: %s"):format(name, n, s.what, line) end
+      end
+    end
+  end
+  return out
+end
+
+describe("one error shape", function()
+  it("agent/ and dispatch/ return core.error values, never strings, string-plus-kind or plain tables", function()
+    local problems = {}
+    local p = io.popen("git ls-files -- lua/switchboard/agent lua/switchboard/dispatch 2>/dev/null")
+    local n = 0
+    for path in p:lines() do
+      n = n + 1
+      for _, pr in ipairs(error_shape_problems(path, assert(files.read(path)))) do problems[#problems + 1] = pr end
+    end
+    p:close()
+    if n == 0 then pending("not a git checkout") return end
+    assert(#problems == 0, "\n" .. table.concat(problems, "\n"))
+  end)
+
+  it("the check catches each old shape and lets a state word and core.error pass", function()
+    local src = table.concat({
+      'if not ok then return nil, "the executor raised: " .. why, "infra" end',
+      'if not ok then return nil, problem, "infra" end',
+      '  return nil, ("git could not clone %s"):format(repo), "git"',
+      'return nil, { kind = "budget", message = "time ran out" }',
+      'if not close then return nil, "the block is not closed" end',
+      'if err.kind == "aborted" then return nil, "stopped" end',
+      'return nil, core.error("git", ("git could not clone %s"):format(repo))',
+      '-- return nil, "a comment"',
+    }, "\n")
+    local lines = {}
+    for _, pr in ipairs(error_shape_problems("x.lua", src)) do lines[#lines + 1] = tonumber(pr:match("^x%.lua:(%d+):")) end
+    assert.same({ 1, 1, 2, 3, 3, 3, 4, 5 }, lines)
+  end)
+end)
