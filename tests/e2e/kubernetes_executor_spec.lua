@@ -106,10 +106,11 @@ describe("kubernetes executor", function()
   it("idle sleep releases the claim (shutdownTime passes), and the next ask gets a fresh pod", async(function()
     local k = key("sleep")
     local ex = executor(k)
-    assert(ex:exec("echo here > marker", { timeout_ms = 1000 }))
+    -- a budget a cold instance's start fits in on a loaded machine (it counts against budget + margin)
+    assert(ex:exec("echo here > marker", { timeout_ms = 5000 }))
     local name = kube.claim_name(k)
     local first_pod = h:claim(name).pod
-    -- budget 1 s + margin 2 s + 2 × sleep_after 2 s: gone within seconds, bounded generously
+    -- budget 5 s + margin 2 s + 2 × sleep_after 2 s: gone within seconds, bounded generously
     local released = S.wait_for(function() return not h:claim(name).exists end, 60000)
     assert.is_true(released, "the idle claim was not released")
     assert.is_nil(pod_of(name))
@@ -166,15 +167,15 @@ describe("kubernetes executor", function()
     local repo = require("switchboard.agent.repo")
     local k = key("branch")
     local ex = executor(k)
-    local done, problem, _, on_branch = repo.prepare(ex, gsnap, "acme-api", { branch = branch })
-    assert.equal("cloned", done, problem)
+    local done, on_branch = repo.prepare(ex, gsnap, "acme-api", { branch = branch })
+    assert.equal("cloned", done, tostring(on_branch))
     assert.equal(branch, on_branch)
     h:kill(kube.claim_name(k))
     local r, err = ex:exec("cat thread.txt")
     assert.is_nil(r)
     assert.is_true(errors.is_infra(err), tostring(err))
-    done, problem, _, on_branch = repo.prepare(ex, gsnap, "acme-api", { branch = branch })
-    assert.equal("cloned", done, problem) -- a fresh workspace: cloned, not fetched
+    done, on_branch = repo.prepare(ex, gsnap, "acme-api", { branch = branch })
+    assert.equal("cloned", done, tostring(on_branch)) -- a fresh workspace: cloned, not fetched
     assert.equal(branch, on_branch)
     assert.equal("on-thread", assert(ex:exec("cat thread.txt")).text)
     S.rm(dir)
@@ -182,7 +183,10 @@ describe("kubernetes executor", function()
 
   it("a watch cut mid-stream is resumed from its resourceVersion; a compacted one is relisted", async(function()
     h:pool(0)
-    local ex = executor(key("cut"))
+    -- the executor's wait for a ready pod (fleet_busy.max_wait_ms, 3 s in FAST) must outlast
+    -- the cuts, the resume and the relist below: seconds each on a loaded machine
+    local patient = S.snapshot(FAST .. "\nfleet_busy.max_wait_ms = 120 * second\n")
+    local ex = executor(key("cut"), { policy = function() return patient end })
     local res, err
     local done = core.signal()
     core.go(function()

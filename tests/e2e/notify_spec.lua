@@ -11,7 +11,7 @@ local policies_dir = S.policy_dir()
 -- Starts the listener on PATH (a file path or "@abstract"); returns a handle with .messages().
 local function start_listener(path, dir)
   local out = dir .. "/notify.jsonl"
-  local proc = assert(core.spawn{ argv = { "python3", "tests/support/notify_socket.py", path, out },
+  local proc = assert(core.spawn{ argv = { "/usr/bin/python3", "tests/support/notify_socket.py", path, out },
     env = S.base_env() })
   assert(S.wait_for(function() return S.read(out .. ".ready") end, 60000), "the notify socket did not bind") -- python3 starting on a loaded machine
   local h = { proc = proc }

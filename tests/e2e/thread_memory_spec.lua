@@ -34,11 +34,11 @@ local function finals(st, thread_ts)
   return out
 end
 
-local function wait_finals(st, thread_ts, n)
+local function wait_finals(st, thread_ts, n, bound_ms)
   return SL.wait(function()
     local f = finals(st, thread_ts)
     if #f >= n then return f end
-  end, n .. " final cards in thread " .. thread_ts, 120000)
+  end, n .. " final cards in thread " .. thread_ts, bound_ms or 120000)
 end
 
 -- Every text of a request's messages, in order ("user: …", "assistant: …").
@@ -62,8 +62,8 @@ local function say(text) return { content = { { type = "text", text = text } } }
 describe("a thread that remembers", function()
   local state, gitport, st, bot, m, w, pol
 
-  local function start_bot()
-    bot = SL.bot(st, { state_dir = state .. "/st", policies = pol, args = { "--health-listen", "127.0.0.1:0" }, env = {
+  local function start_bot(policies)
+    bot = SL.bot(st, { state_dir = state .. "/st", policies = policies or pol, args = { "--health-listen", "127.0.0.1:0" }, env = {
       ANTHROPIC_BASE_URL = m.url, ANTHROPIC_API_KEY = m.key, GITHUB_APP_ID = "12345",
       GITHUB_APP_PRIVATE_KEY = state .. "/app.pem", GITHUB_API_URL = w.gh.api_url, GH_TOKEN = false,
       HOME = state,
@@ -89,9 +89,6 @@ describe("a thread that remembers", function()
     assert(gitport, "the git stand-in did not start")
     pol = P.dir{
       github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n' end,
-      -- a one-minute run (the budget case) needs a run reserve under a minute
-      agents = function(src) return src .. "\nagents.coding.max_run_minutes = 1\n" end,
-      timeouts = function(src) return src .. "\nrun.reserve_ms = 5 * second\n" end,
     }
     w = standin.world{ policy = function() return P.shipped() end, real_clock = true,
                        tokens_file = state .. "/tokens", repos_root = state .. "/repos" }
@@ -186,11 +183,12 @@ describe("a thread that remembers", function()
 
     -- (h) the first run's page (the longest run here: four tool calls, one output of 14 kB)
     -- in headless Chromium: every tool call with its input and output; a wrong token is 404
+    -- (Chromium's own bound, 300 s: on a loaded machine — load average 90 — a dump took over 120)
     local url = SL.card_text(f1[1]):match("run page: <?(http://[^%s>|]+)")
     assert.is_not_nil(url, SL.card_text(f1[1]))
     -- the bot restarted on another port since (a deployment sets record.pages.base_url)
     url = url:gsub("^http://[^/]+", "http://127.0.0.1:" .. bot.health_port)
-    local p = io.popen(("env -u LD_PRELOAD timeout 120 chromium --headless --no-sandbox --disable-gpu --dump-dom '%s' 2>/dev/null"):format(url))
+    local p = io.popen(("env -u LD_PRELOAD timeout 300 chromium --headless --no-sandbox --disable-gpu --dump-dom '%s' 2>/dev/null"):format(url))
     local dom = p:read("a")
     p:close()
     for _, want_text in ipairs({ "add a line one to README.md in acme/api", "Looking first.",
@@ -203,7 +201,7 @@ describe("a thread that remembers", function()
     local _, tool_divs = dom:gsub('class="tool', "")
     assert.equal(4, tool_divs)
     assert.is_nil(dom:find("<b>not-bold</b>", 1, true), "the page did not escape a command's output")
-    sh(("env -u LD_PRELOAD timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=390,2400 "
+    sh(("env -u LD_PRELOAD timeout 300 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=390,2400 "
       .. "--screenshot=%s/run-page.png '%s' >/dev/null 2>&1"):format(state, url))
     assert.is_true(#(files.read(state .. "/run-page.png") or "") > 1000, "no screenshot")
     if os.getenv("SB_KEEP_SCREENSHOT") then sh(("cp %s/run-page.png %s"):format(state, os.getenv("SB_KEEP_SCREENSHOT"))) end
@@ -220,18 +218,27 @@ describe("a thread that remembers", function()
   end))
 
   it("gives a follow-up queued behind a long run its whole budget", async(function()
-    -- max_run_minutes = 1: the first run holds the thread for 35 s; a clock started at the
-    -- queueing would leave the follow-up's 30 s command under 25 s (clipped, exit 124)
-    m:script{
-      bash("sleep 35; echo first-done"), say("First done."),
-      bash("sleep 30; echo full-budget"), say("Second done."),
+    -- a two-minute run keeping 5 s in reserve: 115 s for its commands. The first run holds
+    -- the thread for a 65 s command; a clock started at the queueing would leave the
+    -- follow-up's 65 s command at most 115 - 65 + (the few seconds between the first command's
+    -- start and the queueing) — under 65 s, clipped, exit 124. Its own clock leaves it 50 s for
+    -- its model turn and workspace before the command (a loaded machine took 31 s; with a
+    -- one-minute run and 35 + 30 s commands that clipped it).
+    local budget = P.dir{
+      github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n' end,
+      agents = function(src) return src .. "\nagents.coding.max_run_minutes = 2\n" end,
+      timeouts = function(src) return src .. "\nrun.reserve_ms = 5 * second\n" end,
     }
-    start_bot()
+    m:script{
+      bash("sleep 65; echo first-done"), say("First done."),
+      bash("sleep 65; echo full-budget"), say("Second done."),
+    }
+    start_bot(budget)
     local T = "1700000200.000100"
     st:envelope("events_api", SL.mention{ ts = T, text = "agent:coding wait a while in acme/api" })
     local ok = pcall(SL.wait, function()
       local c = st:cards(T)[1]
-      return c and SL.card_text(c):find("sleep 35", 1, true)
+      return c and SL.card_text(c):find("sleep 65", 1, true)
     end, "the first run's command", 60000)
     if not ok then
       local c = st:cards(T)[1]
@@ -244,7 +251,7 @@ describe("a thread that remembers", function()
         if t:find("queued behind", 1, true) then return t:find("wait a while", 1, true) end
       end
     end, "the follow-up's card saying what it is queued behind", 60000)
-    local f = wait_finals(st, T, 2)
+    local f = wait_finals(st, T, 2, 2 * 120000 + 60000) -- two two-minute runs, and a loaded machine's wait
     local reqs = m:requests()
     assert.equal(4, #reqs)
     local results = model.tool_results(reqs[4])

@@ -122,13 +122,14 @@ describe("the pull request's branch and failures", function()
   end)
 
   it("says what a refused push means and what to do", function()
-    local function kind(text) return select(2, publish.push_problem("acme/api", "b", text)) end
+    local function kind(text) return publish.push_problem("acme/api", "b", text).kind end
     assert.equal("protected", kind("remote: error: GH006: Protected branch update failed for refs/heads/b."))
     assert.equal("conflict", kind("!\tHEAD:refs/heads/b\t[rejected] (fetch first)"))
     assert.equal("push_refused", kind("remote: Permission to acme/api.git denied to bot.\nfatal: unable to access 'x': The requested URL returned error: 403"))
     assert.equal("not_found", kind("remote: Repository not found.\nfatal: repository 'x' not found"))
-    local text = publish.push_problem("acme/api", "b", "The requested URL returned error: 403")
-    assert.matches('token_scope = "write"', text, 1, true)
+    local err = publish.push_problem("acme/api", "b", "The requested URL returned error: 403")
+    assert.is_true(require("switchboard.core").is_error(err))
+    assert.matches('token_scope = "write"', tostring(err), 1, true)
   end)
 
   it("says what a refused pull-request call means", function()

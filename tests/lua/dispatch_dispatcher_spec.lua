@@ -210,6 +210,105 @@ describe("dispatcher", function()
     assert.is_false(alive(background), "the background job survived the stop")
   end)
 
+  -- A stop that arrives while the thread's executor is being provisioned: the one lifecycle
+  -- re-checks it after provisioning for every kind of run. The backend is a stand-in through
+  -- the factory's hook because a local workspace is provisioned at once: this one waits until
+  -- the spec has sent the stop, as a sandbox's provisioning waits on its fleet. The model is
+  -- the loopback stand-in speaking the Messages API (tests/lua/support/model.lua).
+  for _, case in ipairs({ { "an agent run", "agent:coding look at the tests" }, { "a command", "run `ls`" } }) do
+    it("a stop during provisioning of " .. case[1] .. ": no command runs, the executor is released", function()
+      local model = require("support.model")
+      local client = require("switchboard.agent.client")
+      local provisioning, provisioned = core.signal(), core.signal()
+      local commands, releases = {}, {}
+      local backends = {
+        ["local"] = function()
+          provisioning:abort("provisioning")
+          core.sleep(60000, provisioned) -- until the spec has stopped the thread
+          local ex = { backend = "sandbox" }
+          function ex.exec(_, cmd) commands[#commands + 1] = cmd; return { exit_code = 0, text = "ran" } end
+          function ex.read_file() commands[#commands + 1] = "read_file"; return nil, errors.tool("no file") end
+          function ex.write_file() commands[#commands + 1] = "write_file"; return true end
+          function ex.release(_, mode) releases[#releases + 1] = mode; return true end
+          return ex, "sandbox"
+        end,
+      }
+      local m, a, requests
+      run(function()
+        m = model.start()
+        m:script{ { content = { { type = "tool_use", name = "bash", input = { command = "echo ran" } } } },
+                  { content = { { type = "text", text = "done" } } } }
+        make{ backends = backends,
+              model_client = function(s) return client.new{ api_key = m.key, base_url = m.url, settings = s.agents.model_api } end }
+        a = ask("main", case[2])
+        core.sleep(60000, provisioning)
+        assert.equal(1, d:stop("main", "stop asked in this thread by ana"))
+        provisioned:abort("go on")
+        d:wait_idle()
+        requests = #m:requests()
+        m.stop()
+      end)
+      assert.same({}, commands)
+      assert.equal(0, requests, "the model was asked")
+      assert.same({ "always" }, releases)
+      assert.equal("cancelled", a.card.state)
+      assert.equal("stop asked in this thread by ana", a.card.reason)
+    end)
+  end
+
+  -- A bug under an agent's tool call (here a backend that raises) is caught once, by the
+  -- dispatcher's run lifecycle: not turned into a tool result on the way, its traceback kept
+  -- in the log down to where it was raised; the card says internal error and the thread goes on.
+  it("a raise in an agent's tool call reaches the run's one catch with its traceback", function()
+    local model = require("support.model")
+    local client = require("switchboard.agent.client")
+    local backends = {
+      ["local"] = function()
+        local ex = { backend = "sandbox" }
+        function ex.exec(_, cmd)
+          if cmd == "planted" then error("the planted tool bug") end
+          return { exit_code = 0, text = "ran " .. cmd }
+        end
+        function ex.read_file() return nil, errors.tool("no file") end
+        function ex.write_file() return true end
+        return ex, "sandbox"
+      end,
+    }
+    local logged, log = {}, core.log
+    core.log = function(level, event, fields)
+      logged[#logged + 1] = { event = event, fields = fields }
+      return log(level, event, fields)
+    end
+    local m, a, b, requests
+    local ok, err = pcall(run, function()
+      m = model.start()
+      m:script{ { content = { { type = "tool_use", name = "bash", input = { command = "planted" } } } },
+                { content = { { type = "text", text = "the model went on" } } } }
+      make{ backends = backends,
+            model_client = function(s) return client.new{ api_key = m.key, base_url = m.url, settings = s.agents.model_api } end }
+      a = ask("main", "agent:coding try the planted thing")
+      b = ask("main", "run `echo after`")
+      d:wait_idle()
+      requests = #m:requests()
+      m.stop()
+    end)
+    core.log = log
+    assert.is_true(ok, tostring(err))
+    assert.equal(1, requests, "the bug went back to the model as a tool result; the run ended " .. tostring(a.card.state))
+    assert.equal("model_error", a.card.state)
+    assert.matches("^internal error in the agent run: .*the planted tool bug", a.card.problem)
+    local report
+    for _, l in ipairs(logged) do
+      if l.event == "dispatch.internal_error" then report = l.fields.error end
+    end
+    assert(report, "no dispatch.internal_error in the log")
+    assert.matches("dispatch_dispatcher_spec.lua:%d+: the planted tool bug", report)
+    assert.matches("stack traceback:", report, 1, true)
+    assert.matches("switchboard/agent/tools.lua:%d+", report)
+    assert.equal("done", b.card.state)
+    assert.equal("ran echo after", b.card.body)
+  end)
+
   it("answers a stop with nothing running", function()
     make()
     run(function() ask("main", "stop") end)

@@ -193,9 +193,9 @@ end)
 
 -- One error shape: no Lua file of the program returns a bare string as its failure, except
 -- these, each with why its `nil, text` is not an error value (a reason or a note its caller
--- shows as it is, or a code its caller turns into one error) — or, marked pending, whose
--- conversion belongs to another change. A file that no longer needs its entry fails the spec
--- (delete the entry), unless the entry is pending.
+-- shows as it is, or a code its caller turns into one error). A file that no longer needs its
+-- entry fails the spec (delete the entry). agent/ and dispatch/ have their own rule below (it
+-- lets a run's one-word end state pass).
 local STRING_ERRORS_ALLOWED = {
   ["fronts/slack/events.lua"] = "why an event is ignored (the log's reason), not a failure",
   ["fronts/slack/review.lua"] = "why a webhook delivery starts no run (the log's reason), not a failure",
@@ -204,19 +204,17 @@ local STRING_ERRORS_ALLOWED = {
   ["exec/connect.lua"] = "a Connect envelope's defect, which the decoder turns into its one error",
   ["exec/kubernetes_watch.lua"] = "a watch event's defect, which the decoder turns into its one error",
   ["exec/e2b.lua"] = "confine's code (escape, not_a_file), which fs_error turns into a tool error",
-  ["agent/find.lua"] = "pending: issue 26 item 2, the agent run's errors (branch agentrun)",
-  ["agent/publish.lua"] = "pending: issue 26 item 2, the agent run's errors (branch agentrun)",
-  ["agent/repo.lua"] = "pending: issue 26 item 2, the agent run's errors (branch agentrun)",
-  ["agent/run.lua"] = "pending: issue 26 item 2, the agent run's errors (branch agentrun)",
-  ["dispatch/agent_run.lua"] = "pending: issue 26 item 2, the agent run's errors (branch agentrun)",
-  ["dispatch/parser.lua"] = "pending: issue 26 item 2, the agent run's errors (branch agentrun)",
 }
 
-describe("one error shape", function()
+describe("one error shape outside the agent's and the dispatcher's rooms", function()
   local function lua_files()
     local out = {}
     local p = io.popen("find lua/switchboard -name '*.lua' | sort")
-    for line in p:lines() do out[#out + 1] = line end
+    for line in p:lines() do
+      if not line:find("^lua/switchboard/agent/") and not line:find("^lua/switchboard/dispatch/") then
+        out[#out + 1] = line
+      end
+    end
     p:close()
     return out
   end
@@ -236,8 +234,8 @@ describe("one error shape", function()
     end
     assert(#found == 0, "a failure returned as a bare string (return nil, core.error(kind, message) "
       .. "instead, ARCHITECTURE.md \"Failures are values, of one type\"):\n" .. table.concat(found, "\n"))
-    for rel, why in pairs(STRING_ERRORS_ALLOWED) do
-      assert(used[rel] or why:find("^pending:"), ("%s returns no bare string any more: remove it from "
+    for rel in pairs(STRING_ERRORS_ALLOWED) do
+      assert(used[rel], ("%s returns no bare string any more: remove it from "
         .. "STRING_ERRORS_ALLOWED in tests/lua/layering_spec.lua"):format(rel))
     end
   end)
@@ -260,5 +258,61 @@ describe("one error shape", function()
     local lines = {}
     for _, h in ipairs(layering.string_errors(src)) do lines[#lines + 1] = h.line end
     assert.same({ 1, 3, 5, 6, 12 }, lines)
+  end)
+end)
+
+-- One error shape (ARCHITECTURE.md "Failures are values, of one type"): in the agent's and the
+-- dispatcher's rooms a failure is a core.error. What the rooms had before it, by line: a
+-- message string as the error (`return nil, "a sentence"`: a run's end state is one word and
+-- allowed), a string plus a kind (a line ending `…), "kind"`), a plain {kind, message} table.
+local ERROR_SHAPES = {
+  { pattern = 'return%s+nil%s*,%s*%(?%s*"[^"]*%s', what = "a string as the error (use core.error(kind, message))" },
+  { pattern = '%)%s*,%s*"[%w_]+"%s*$', what = "a string plus a kind (use core.error(kind, message))" },
+  { pattern = 'return%s+nil%s*,.+,%s*"[%w_]+"%s*$', what = "a string plus a kind (use core.error(kind, message))" },
+  { pattern = 'return%s+nil%s*,.+,%s*"[%w_]+"%s+end%s*$', what = "a string plus a kind (use core.error(kind, message))" },
+  { pattern = 'kind%s*=%s*"[%w_]+"%s*,%s*message%s*=', what = "a plain {kind, message} table (use core.error)" },
+}
+
+local function error_shape_problems(name, text)
+  local out, n = {}, 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    if not line:match("^%s*%-%-") then
+      for _, s in ipairs(ERROR_SHAPES) do
+        if line:find(s.pattern) then out[#out + 1] = ("%s:%d: %s: %s"):format(name, n, s.what, line) end
+      end
+    end
+  end
+  return out
+end
+
+describe("one error shape", function()
+  it("agent/ and dispatch/ return core.error values, never strings, string-plus-kind or plain tables", function()
+    local problems = {}
+    local p = io.popen("git ls-files -- lua/switchboard/agent lua/switchboard/dispatch 2>/dev/null")
+    local n = 0
+    for path in p:lines() do
+      n = n + 1
+      for _, pr in ipairs(error_shape_problems(path, assert(files.read(path)))) do problems[#problems + 1] = pr end
+    end
+    p:close()
+    if n == 0 then pending("not a git checkout") return end
+    assert(#problems == 0, "\n" .. table.concat(problems, "\n"))
+  end)
+
+  it("the check catches each old shape and lets a state word and core.error pass", function()
+    local src = table.concat({
+      'if not ok then return nil, "the executor raised: " .. why, "infra" end',
+      'if not ok then return nil, problem, "infra" end',
+      '  return nil, ("git could not clone %s"):format(repo), "git"',
+      'return nil, { kind = "budget", message = "time ran out" }',
+      'if not close then return nil, "the block is not closed" end',
+      'if err.kind == "aborted" then return nil, "stopped" end',
+      'return nil, core.error("git", ("git could not clone %s"):format(repo))',
+      '-- return nil, "a comment"',
+    }, "\n")
+    local lines = {}
+    for _, pr in ipairs(error_shape_problems("x.lua", src)) do lines[#lines + 1] = tonumber(pr:match("^x%.lua:(%d+):")) end
+    assert.same({ 1, 1, 2, 3, 3, 3, 4, 5 }, lines)
   end)
 end)

@@ -445,7 +445,7 @@ describe("sandbox executor over loopback", function()
       assert.is_true(errors.is_infra(err))
       assert.equal("timeout", err.code)
       assert.truthy(err.message:find("gave no answer within 2s (command budget 1s + 1s margin)", 1, true), err.message)
-      assert.is_true(took >= 1900 and took < 6000, "took " .. took)
+      assert.is_true(took >= 1900 and took < 30000, "took " .. took) -- the body goes on for good: not never
     end)
   end)
 
@@ -455,7 +455,7 @@ describe("sandbox executor over loopback", function()
       local t0 = core.now_ms()
       local _, err = executor():exec("x", { timeout_ms = 1000 })
       assert.equal("timeout", err.code)
-      assert.is_true(core.now_ms() - t0 < 6000)
+      assert.is_true(core.now_ms() - t0 < 30000) -- the server never answers: not never
     end)
   end)
 
@@ -468,7 +468,7 @@ describe("sandbox executor over loopback", function()
       assert.is_nil(r)
       assert.is_true(errors.is_infra(err))
       assert.truthy(err.message:find("/exec request failed", 1, true), err.message)
-      assert.is_true(took < 5000, "took " .. took)
+      assert.is_true(took < 30000, "took " .. took) -- under half of the 60 s budget
     end)
   end)
 

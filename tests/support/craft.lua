@@ -94,7 +94,7 @@ function M.setup(state)
   os.execute(("env -u LD_PRELOAD /usr/bin/python3 tests/support/git_standin.py --dir %s/gitd --root %s/repos --tokens-file %s/tokens >%s/gitd/out 2>&1 &")
     :format(state, state, state, state))
   core.run(function()
-    gitport = model.wait_for(function() return files.read(state .. "/gitd/port") end, 10000)
+    gitport = model.wait_for(function() return files.read(state .. "/gitd/port") end, 180000) -- python3 on a loaded machine: the file ends the wait
   end)
   assert(gitport, "the git stand-in did not start: " .. (files.read(state .. "/gitd/out") or ""))
   return gitport
@@ -133,8 +133,10 @@ function M.session(H, answers, lines, agents_edit)
                          GITHUB_APP_PRIVATE_KEY = key_path, GITHUB_API_URL = w.gh.api_url,
                          PATH = state .. "/shim:" .. os.getenv("PATH") }
     env.GH_TOKEN = nil
+    -- 10 minutes rules out a session that hangs; a whole session of several runs took 7 on this
+    -- machine at load 80, so a tighter bound would only measure the machine
     local proc = assert(core.spawn{ argv = { BIN, "--log-level", "debug", "--policies", pol, "console" },
-                                    env = env, stdin = table.concat(lines, "\n") .. "\n", deadline_ms = 120000 })
+                                    env = env, stdin = table.concat(lines, "\n") .. "\n", deadline_ms = 600000 })
     local done = false
     core.go(function() r = proc:wait(); done = true end)
     scans = 0

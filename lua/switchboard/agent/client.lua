@@ -16,10 +16,11 @@
 -- The API key travels only in the x-api-key header. It is registered with the log's redaction
 -- when the client is made, and every message this module builds is scrubbed of it.
 --
---   local c, why = client.from_env(getenv, snap)      -- why: the card text when no key is set
+--   local c, why = client.from_env(getenv, snap)      -- why: core.error("no_key", the card's text)
 --   local msg, err = c:create(body, {signal, deadline_ms, on_progress, on_wait})
 --     msg = {id, content, stop_reason, usage = {input_tokens, output_tokens}}
---     err = {kind = "aborted" | "fatal" | "exhausted" | "budget", message, status?}
+--     err = core.error(kind, message, {status?}), kind "aborted" | "fatal" | "too_long" |
+--           "exhausted" | "budget"
 local core = require("switchboard.core")
 local cjson = require("cjson.safe").new()
 local stream = require("switchboard.agent.stream")
@@ -58,7 +59,7 @@ end
 function M.from_env(getenv, snap)
   getenv = getenv or os.getenv
   local key = getenv(M.KEY_ENV)
-  if key == nil or key == "" then return nil, M.NO_KEY end
+  if key == nil or key == "" then return nil, core.error("no_key", M.NO_KEY) end
   local base = getenv(M.URL_ENV)
   if base == "" then base = nil end
   return M.new{ api_key = key, base_url = base, settings = snap.agents.model_api }
@@ -154,7 +155,7 @@ function C:attempt(body_json, opts, timeout_ms)
     end,
   }
   if opts.signal and opts.signal.aborted then
-    return "aborted", { kind = "aborted", message = tostring(opts.signal.reason or "stopped") }
+    return "aborted", core.error("aborted", tostring(opts.signal.reason or "stopped"))
   end
   if parse_err then return "retry", "the answer stream could not be read: " .. parse_err end
   if status == nil then
@@ -166,7 +167,7 @@ function C:attempt(body_json, opts, timeout_ms)
       local t = asm.error.type
       local text = ("the model API failed mid-answer (%s: %s)"):format(t, self:scrub(asm.error.message))
       if t == "overloaded_error" or t == "api_error" or t == "rate_limit_error" then return "retry", text end
-      return "fatal", { kind = "fatal", message = text }
+      return "fatal", core.error("fatal", text)
     end
     if not asm.done then
       return "retry", ("the answer stream was cut after %d events, before message_stop"):format(asm.events)
@@ -179,11 +180,11 @@ function C:attempt(body_json, opts, timeout_ms)
     return "retry", ("the model API answered %d %s: %s"):format(status, kind, message), retry_after_ms(headers)
   end
   if too_long(status, message) then
-    return "fatal", { kind = "too_long", status = status,
-      message = ("the conversation is larger than the model's window (%d %s: %s)"):format(status, kind, message) }
+    return "fatal", core.error("too_long", ("the conversation is larger than the model's window (%d %s: %s)")
+      :format(status, kind, message), { status = status })
   end
   local fix = FIX[status] or ("the model API refused the request (%d %%s: %%s)"):format(status)
-  return "fatal", { kind = "fatal", status = status, message = fix:format(kind, message) }
+  return "fatal", core.error("fatal", fix:format(kind, message), { status = status })
 end
 
 -- body: the request as a table (model, max_tokens, system, messages, tools); stream is set here.
@@ -198,8 +199,8 @@ function C:create(body, opts)
   for attempt = 1, r.max_attempts do
     local left = opts.deadline_ms and (opts.deadline_ms - self.now_ms()) or self.settings.request_timeout_ms
     if left <= 0 then
-      return nil, { kind = "budget", message = "the run's time ran out while waiting for the model"
-        .. (last and (" (" .. last .. ")") or "") }
+      return nil, core.error("budget", "the run's time ran out while waiting for the model"
+        .. (last and (" (" .. last .. ")") or ""))
     end
     local timeout = math.floor(math.min(self.settings.request_timeout_ms, left))
     local outcome, a, b = self:attempt(body_json, opts, timeout)
@@ -212,16 +213,16 @@ function C:create(body, opts)
     if not wait or wait <= 0 or wait > r.max_retry_after_ms then wait = M.backoff_ms(r, attempt, self.random) end
     left = opts.deadline_ms and (opts.deadline_ms - self.now_ms()) or math.huge
     if wait >= left then
-      return nil, { kind = "budget", message = ("the model API asked to wait %ds, longer than the run has left (%s)")
-        :format(math.ceil(wait / 1000), a) }
+      return nil, core.error("budget", ("the model API asked to wait %ds, longer than the run has left (%s)")
+        :format(math.ceil(wait / 1000), a))
     end
     if opts.on_wait then opts.on_wait(wait, a) end
     if not self.sleep(wait, opts.signal) then
-      return nil, { kind = "aborted", message = tostring(opts.signal and opts.signal.reason or "stopped") }
+      return nil, core.error("aborted", tostring(opts.signal and opts.signal.reason or "stopped"))
     end
   end
-  return nil, { kind = "exhausted", message = ("the model API failed %d times in a row; the last: %s")
-    :format(r.max_attempts, last) }
+  return nil, core.error("exhausted", ("the model API failed %d times in a row; the last: %s")
+    :format(r.max_attempts, last))
 end
 
 return M

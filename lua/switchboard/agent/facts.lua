@@ -73,10 +73,10 @@ function M.gather(ex, snap, o)
   local env = snap.agents.environment
   local scratch = M.scratch_dir(snap, o.repo)
   local f = {}
-  local ok, result = pcall(ex.exec, ex, M.script(snap, scratch), {
+  local result = ex:exec(M.script(snap, scratch), {
     timeout_ms = env.timeout_ms, signal = o.signal, remaining_ms = o.remaining_ms, snap = snap,
   })
-  if ok and result and result.exit_code == 0 then f = parse(result.stdout or "", env.max_status_lines) end
+  if result and result.exit_code == 0 then f = parse(result.stdout or "", env.max_status_lines) end
   local unknown = "unknown (the sandbox did not say)"
   return {
     date = os.date("!%A %d %B %Y (UTC)", (o.now_s or os.time)()),

@@ -8,8 +8,8 @@
 --   find.definitions(snap) → {glob = def, grep = def, list = def}
 --   find.call(name, ex, snap, input, ctx) → {kind, content, is_error}
 --   find.number(bytes, first, limit, max_line_chars) → text as `cat -n` prints it
-local errors = require("switchboard.exec.errors")
 
+local core = require("switchboard.core")
 local M = {}
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
@@ -98,15 +98,16 @@ function M.definitions(snap)
   return { glob = DEFS.glob(snap), grep = DEFS.grep(snap), list = DEFS.list(snap) }
 end
 
--- A path the model gave: relative to the workspace and never leaving it. nil, why otherwise.
+-- A path the model gave: relative to the workspace and never leaving it. nil, a core.error of
+-- kind "input" (what the model's input lacks) otherwise.
 local function safe_path(p)
   if p == nil or p == "" then return "." end
-  if type(p) ~= "string" then return nil, "path must be a string" end
-  if p:sub(1, 1) == "/" then return nil, "path must be relative to the workspace, got " .. p end
+  if type(p) ~= "string" then return nil, core.error("input", "path must be a string") end
+  if p:sub(1, 1) == "/" then return nil, core.error("input", "path must be relative to the workspace, got " .. p) end
   for part in p:gmatch("[^/]+") do
-    if part == ".." then return nil, "path may not leave the workspace (..): " .. p end
+    if part == ".." then return nil, core.error("input", "path may not leave the workspace (..): " .. p) end
   end
-  if p:find("[%z\n]") then return nil, "path has a NUL or a line break" end
+  if p:find("[%z\n]") then return nil, core.error("input", "path has a NUL or a line break") end
   return p
 end
 
@@ -115,7 +116,7 @@ local SCRIPT = {}
 -- Newest first: ripgrep sorts by modification time; head bounds the list, one line more
 -- than the bound tells that there were more.
 function SCRIPT.glob(input, f)
-  if type(input.pattern) ~= "string" or input.pattern == "" then return nil, "glob needs {\"pattern\": \"…\"}" end
+  if type(input.pattern) ~= "string" or input.pattern == "" then return nil, core.error("input", "glob needs {\"pattern\": \"…\"}") end
   local path, why = safe_path(input.path)
   if not path then return nil, why end
   return ("cd -- %s && rg --files --hidden -g '!.git' --glob %s --sortr modified 2>&1 | head -n %d")
@@ -123,7 +124,7 @@ function SCRIPT.glob(input, f)
 end
 
 function SCRIPT.grep(input, f)
-  if type(input.pattern) ~= "string" or input.pattern == "" then return nil, "grep needs {\"pattern\": \"…\"}" end
+  if type(input.pattern) ~= "string" or input.pattern == "" then return nil, core.error("input", "grep needs {\"pattern\": \"…\"}") end
   local path, why = safe_path(input.path)
   if not path then return nil, why end
   local args = { "rg", "--no-heading", "--color=never", "--hidden", "-g", quote("!.git"),
@@ -138,7 +139,7 @@ function SCRIPT.grep(input, f)
   if input.ignore_case == true then args[#args + 1] = "--ignore-case" end
   if type(input.glob) == "string" and input.glob ~= "" then args[#args + 1] = "--glob " .. quote(input.glob) end
   if type(input.type) == "string" and input.type ~= "" then
-    if not input.type:match("^[%w_+-]+$") then return nil, "type is a ripgrep type name such as go or py" end
+    if not input.type:match("^[%w_+-]+$") then return nil, core.error("input", "type is a ripgrep type name such as go or py") end
     args[#args + 1] = "--type " .. input.type
   end
   args[#args + 1] = "-e " .. quote(input.pattern) .. " -- " .. quote(path)
@@ -204,11 +205,10 @@ end
 function M.call(name, ex, snap, input, ctx)
   local f = snap.agents.find_tools
   local command, why = SCRIPT[name](input, f)
-  if not command then return { kind = "input", content = name .. ": " .. why, is_error = true } end
-  local ok, result, err = pcall(ex.exec, ex, command, {
+  if not command then return { kind = "input", content = name .. ": " .. tostring(why), is_error = true } end
+  local result, err = ex:exec(command, {
     timeout_ms = f.timeout_ms, signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap,
   })
-  if not ok then result, err = nil, errors.infra("the executor raised: " .. tostring(result)) end
   if not result then return nil, err end
   if result.aborted or result.exit_code == 124 then
     return { kind = "result", content = result.text or "", is_error = false, result = result }

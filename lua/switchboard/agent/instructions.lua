@@ -40,8 +40,8 @@ function M.read(ex, snap, ctx)
   local left = pol.max_total_bytes
   local out, parts, names = { files = {} }, {}, {}
   for _, path in ipairs(pol.files) do
-    local ok, bytes = pcall(ex.read_file, ex, path, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
-    if ok and type(bytes) == "string" and bytes ~= "" then
+    local bytes = ex:read_file(path, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
+    if type(bytes) == "string" and bytes ~= "" then
       local entry = { path = path, bytes = #bytes }
       if bytes:find("\0", 1, true) or not utf8.len(bytes) then
         entry.skipped = "not UTF-8 text"
@@ -110,8 +110,8 @@ function M.nested(ex, snap, paths, state, ctx)
         state.seen[dir] = true
         for _, name in ipairs(pol.nested_files) do
           local file = dir .. "/" .. name
-          local ok, bytes = pcall(ex.read_file, ex, file, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
-          if ok and type(bytes) == "string" and bytes ~= "" and not bytes:find("\0", 1, true) and utf8.len(bytes) then
+          local bytes = ex:read_file(file, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
+          if type(bytes) == "string" and bytes ~= "" and not bytes:find("\0", 1, true) and utf8.len(bytes) then
             local text = M.head(bytes, pol.max_file_bytes)
             local entry = { path = file, dir = dir, bytes = #bytes, used = #text, cut = #text < #bytes or nil }
             if entry.cut then

@@ -12,8 +12,9 @@
 --
 --   publish.branch(snap, thread_name, thread_key) → "switchboard/main-1a2b3c4d"
 --   publish.run(o) → {state = "none"} | {state = "published", branch, pr = {number, url, action}}
---                  | nil, problem, kind ("git" | "push_refused" | "protected" | "conflict" |
---                                        "not_found" | "github" | "infra" | "stopped" | "credential")
+--                  | nil, err (core.error; kind "git" | "push_refused" | "protected" | "conflict" |
+--                              "not_found" | "github" | "infra" | "stopped" | "credential"; an
+--                              executor's or GitHub's error underneath is its cause)
 --     o: executor, snap, repo, thread, thread_key, link, ask, agent, answer, turns, creds,
 --        signal, remaining_ms, request?, draft? (why the run stopped before it was done: the
 --        pull request is opened as a draft and its description says so)
@@ -83,35 +84,36 @@ function M.script(branch, name, email, message)
   }, "\n")
 end
 
--- What a refused push means, from git's words, and what to do about it.
+-- What a refused push means, from git's words, and what to do about it: a core.error whose
+-- kind names the refusal.
 function M.push_problem(repo, branch, text)
   local t = text:lower()
   if t:find("gh006") or t:find("protected branch") then
-    return ("GitHub refused the push to %s in %s: the branch is protected (GH006). Change "
+    return core.error("protected", ("GitHub refused the push to %s in %s: the branch is protected (GH006). Change "
       .. "pull_request.branch in policies/agents.lua to a name the branch protection rules do not "
-      .. "cover, or relax the rule for switchboard's App:\n%s"):format(branch, repo, text), "protected"
+      .. "cover, or relax the rule for switchboard's App:\n%s"):format(branch, repo, text))
   end
   if t:find("non%-fast%-forward") or t:find("fetch first") or t:find("%[rejected%]") then
-    return ("The push to %s in %s was rejected: the branch on GitHub has commits this workspace "
+    return core.error("conflict", ("The push to %s in %s was rejected: the branch on GitHub has commits this workspace "
       .. "lacks (someone pushed to it). Ask the agent to pull and merge origin/%s, or delete the "
-      .. "branch on GitHub to start it again:\n%s"):format(branch, repo, branch, text), "conflict"
+      .. "branch on GitHub to start it again:\n%s"):format(branch, repo, branch, text))
   end
   if t:find("403") or t:find("permission to") or t:find("denied") or t:find("write access") then
-    return ("GitHub refused the push to %s (403): the token this agent got cannot write to the "
+    return core.error("push_refused", ("GitHub refused the push to %s (403): the token this agent got cannot write to the "
       .. "repository. A readonly (read-scoped) token never can; give the agent token_scope = "
-      .. "\"write\" in policies/agents.lua and the App \"Contents: Read and write\":\n%s"):format(repo, text), "push_refused"
+      .. "\"write\" in policies/agents.lua and the App \"Contents: Read and write\":\n%s"):format(repo, text))
   end
   if t:find("not found") or t:find("404") then
-    return ("GitHub answered 404 for %s: the App is not installed on it or does not cover it "
-      .. "(App page → Install App → Configure → add the repository):\n%s"):format(repo, text), "not_found"
+    return core.error("not_found", ("GitHub answered 404 for %s: the App is not installed on it or does not cover it "
+      .. "(App page → Install App → Configure → add the repository):\n%s"):format(repo, text))
   end
   if t:find("401") or t:find("authentication failed") or t:find("could not read username") then
-    return ("GitHub did not accept the token for the push to %s (401): an installation token "
+    return core.error("credential", ("GitHub did not accept the token for the push to %s (401): an installation token "
       .. "expires after an hour and can be revoked; ask again in this thread to push with a new "
       .. "one. If it happens again, check the GitHub App's setup (docs/github.md) or GH_TOKEN:\n%s")
-      :format(repo, text), "credential"
+      :format(repo, text))
   end
-  return ("git could not push %s to %s:\n%s"):format(branch, repo, text), "git"
+  return core.error("git", ("git could not push %s to %s:\n%s"):format(branch, repo, text))
 end
 
 local STATUS = { A = "added", M = "modified", D = "deleted", R = "renamed", C = "copied", T = "type changed" }
@@ -159,38 +161,36 @@ function M.run(o)
   local pol = o.snap.agents.pull_request
   local branch = M.branch(o.snap, o.thread, o.thread_key)
   local title, _, message = texts(o, branch)
-  local ok, result, err = pcall(o.executor.exec, o.executor,
-    M.script(branch, pol.author_name, pol.author_email, message),
+  local result, err = o.executor:exec(M.script(branch, pol.author_name, pol.author_email, message),
     { signal = o.signal, remaining_ms = o.remaining_ms, snap = o.snap })
-  if not ok then return nil, "the executor raised: " .. tostring(result), "infra" end
   if result == nil then
     local kind = errors.is_infra(err) and "infra" or "git"
-    return nil, ("the changes could not be committed and pushed: %s"):format(tostring(err)), kind
+    return nil, core.error(kind, ("the changes could not be committed and pushed: %s"):format(tostring(err)), { cause = err })
   end
-  if result.aborted then return nil, "stopped while pushing", "stopped" end
+  if result.aborted then return nil, core.error("stopped", "stopped while pushing") end
   local out = result.stdout or ""
   if result.exit_code == 20 then
     return nil, M.push_problem(o.repo, branch, (out:gsub("@@base[^\n]*\n", "")):match("^%s*(.-)%s*$"))
   end
   if result.exit_code ~= 0 then
-    return nil, ("git could not commit the changes on %s (exit %s):\n%s"):format(branch,
-      tostring(result.exit_code), (result.text or ""):gsub("^exit %-?%d+: ?", "")), "git"
+    return nil, core.error("git", ("git could not commit the changes on %s (exit %s):\n%s"):format(branch,
+      tostring(result.exit_code), (result.text or ""):gsub("^exit %-?%d+: ?", "")))
   end
   local base = out:match("@@base ([^\n]*)")
   if out:find("@@none") then return { state = "none", branch = branch } end
   local sha = out:match("@@pushed (%x+)")
-  if not sha then return nil, "git gave no answer about the push:\n" .. out, "git" end
+  if not sha then return nil, core.error("git", "git gave no answer about the push:\n" .. out) end
   if base == nil or base == "" then
-    return nil, ("pushed %s to %s, but the remote's default branch is unknown, so no pull request "
-      .. "was opened; open it on GitHub"):format(branch, o.repo), "github"
+    return nil, core.error("github", ("pushed %s to %s, but the remote's default branch is unknown, so no pull request "
+      .. "was opened; open it on GitHub"):format(branch, o.repo))
   end
   o.files = M.files_list(out)
   local body
   title, body = texts(o, branch)
   local envs, cerr = o.creds and o.creds:resolve_envs(o.scope, { repo = o.repo })
   if not (envs and envs.GH_TOKEN) then
-    return nil, ("pushed %s to %s, but no token could be had for the pull request: %s"):format(
-      branch, o.repo, tostring(cerr or "no GitHub credential (docs/github.md)")), "credential"
+    return nil, core.error("credential", ("pushed %s to %s, but no token could be had for the pull request: %s"):format(
+      branch, o.repo, tostring(cerr or "no GitHub credential (docs/github.md)")), { cause = cerr })
   end
   local pr, perr = pulls.open_or_update{
     api_url = o.creds:api_url(), token = envs.GH_TOKEN, repo = o.repo, branch = branch, base = base,
@@ -198,8 +198,8 @@ function M.run(o)
     user_agent = o.user_agent, draft = o.draft ~= nil,
   }
   if not pr then
-    return nil, ("pushed %s to %s (commit %s), but the pull request failed: %s"):format(
-      branch, o.repo, sha:sub(1, 12), perr), "github"
+    return nil, core.error("github", ("pushed %s to %s (commit %s), but the pull request failed: %s"):format(
+      branch, o.repo, sha:sub(1, 12), tostring(perr)), { cause = perr })
   end
   return { state = "published", branch = branch, sha = sha, pr = pr, base = base }
 end

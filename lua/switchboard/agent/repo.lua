@@ -8,11 +8,14 @@
 -- is never written to .git/config — so the token is in no argv, no URL and no file.
 --
 --   repo.prepare(executor, snap, "acme/api", {signal, remaining_ms, branch?}) → "cloned" | "fetched"
---                                                  (then nil, nil, branch when a fresh clone
+--                                                  (then the thread's branch when a fresh clone
 --                                                  checked out the thread's branch)
---                                                                    | nil, problem, kind
---     kind: "infra" | "capacity" | "tool" | "git" | "stopped" | "not_visible" (the GitHub App
---     is not installed on the repository: the problem says where to add it)
+--                                                                    | nil, err
+--     err: core.error, kind "infra" | "capacity" | "tool" | "git" | "stopped" | "not_visible"
+--     (the GitHub App is not installed on the repository: the message says where to add it);
+--     the executor's error, when there is one, is its cause. An executor that raises is a bug:
+--     the raise reaches the run's one catch (dispatch/dispatcher.lua).
+local core = require("switchboard.core")
 local template = require("switchboard.policy.template")
 local errors = require("switchboard.exec.errors")
 
@@ -51,8 +54,7 @@ end
 
 function M.prepare(ex, snap, repo, ctx)
   local url = M.url(snap, repo)
-  local ok, result, err = pcall(ex.exec, ex, M.script(url, ctx.branch), { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
-  if not ok then return nil, "the executor raised: " .. tostring(result), "infra" end
+  local result, err = ex:exec(M.script(url, ctx.branch), { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if result == nil then
     local kind = errors.is_infra(err) and "infra" or errors.is_capacity(err) and "capacity" or "tool"
     -- GitHub said the App cannot see the repository (404 for its installation): not the
@@ -62,18 +64,18 @@ function M.prepare(ex, snap, repo, ctx)
         or tostring(err):find("credentials don't have access to", 1, true) then
       kind = "not_visible"
     end
-    return nil, ("%s could not be cloned from %s: %s"):format(repo, url, tostring(err)), kind
+    return nil, core.error(kind, ("%s could not be cloned from %s: %s"):format(repo, url, tostring(err)), { cause = err })
   end
-  if result.aborted then return nil, "stopped while cloning " .. repo, "stopped" end
+  if result.aborted then return nil, core.error("stopped", "stopped while cloning " .. repo) end
   if result.exit_code ~= 0 then
     local text = (result.text or ""):gsub("^exit %-?%d+: ?", "")
-    return nil, ("git could not clone %s from %s (exit %s):\n%s\nCheck that the repository exists "
+    return nil, core.error("git", ("git could not clone %s from %s (exit %s):\n%s\nCheck that the repository exists "
       .. "and that switchboard's GitHub credential can read it (docs/github.md)."):format(
-      repo, url, tostring(result.exit_code), text), "git"
+      repo, url, tostring(result.exit_code), text))
   end
   local out = result.stdout or ""
   if out:match("fetched") then return "fetched" end
-  return "cloned", nil, nil, out:match("on%-branch") and ctx.branch or nil
+  return "cloned", out:match("on%-branch") and ctx.branch or nil
 end
 
 return M

@@ -174,20 +174,26 @@ local function run_together(o, batch, turn)
   o.card:tool(("%d reads at once: %s"):format(#batch, table.concat(names, ", ")))
   local blocks, outs, left = {}, {}, #batch
   local all_done = core.signal()
+  local raised -- a call's raise (a bug), with the traceback of the task it was raised in
+  local function keep_traceback(e)
+    if core.is_error(e) then
+      e.traceback = e.traceback or debug.traceback("", 2)
+      return e
+    end
+    return debug.traceback(tostring(e), 2)
+  end
   for i, use in ipairs(batch) do
     core.go(function()
-      local ok, block, out = pcall(run_one, o, use, turn, true)
-      if not ok then
-        local why = tostring(block)
-        block = { type = "tool_result", tool_use_id = use.id, is_error = true, content = "internal error: " .. why }
-        out = { kind = "tool", is_error = true, content = why }
-      end
-      blocks[i], outs[i] = block, out
+      local ok, block, out = xpcall(run_one, keep_traceback, o, use, turn, true)
+      if ok then blocks[i], outs[i] = block, out else raised = raised or block end
       left = left - 1
       if left == 0 then all_done:abort("done") end
     end)
   end
   while left > 0 do core.sleep(3600 * 1000, all_done) end
+  -- not caught here: it goes on up to the run's one catch (dispatch/dispatcher.lua), in the
+  -- run's own task, once every call of the batch has ended
+  if raised then error(raised, 0) end
   o.card:tool_done()
   return blocks, outs
 end
@@ -329,7 +335,8 @@ local function describe_elided(o)
 end
 
 -- The summary request: the conversation so far and the policy's summary prompt, answered
--- with text. Returns the summary or nil and why not.
+-- with text. Returns the summary or nil, a core.error (the model client's, or kind "spend" |
+-- "empty").
 local function summarise(o, conv)
   local c = o.snap.agents.context
   local msgs = {}
@@ -340,13 +347,13 @@ local function summarise(o, conv)
   msgs[#msgs] = { role = "user", content = content }
   local max = c.summary_max_tokens + (o.def.thinking and o.def.thinking.budget_tokens or 0)
   local why = spend.check(o.snap, o, o.cost)
-  if why then return nil, why, "spend" end
+  if why then return nil, core.error("spend", why) end
   o.card:tool("compacting the conversation: the model summarises it")
   local message, err = ask_model(o, M.body(o, msgs, math.min(max, o.model.max_output_tokens)))
   o.card:tool_done()
-  if not message then return nil, err.message, err.kind end
+  if not message then return nil, err end
   local _, summary = M.split(message)
-  if summary == "" then return nil, "the summary request gave no text" end
+  if summary == "" then return nil, core.error("empty", "the summary request gave no text") end
   return summary
 end
 
@@ -371,11 +378,12 @@ function M.compact(o, conv, turn, forced)
     o.transcript:write{ type = "compaction", turn = turn, how = "elide", results = n, before = before, after = conv:estimate() }
     if not forced and conv:estimate() <= limit then return true end
   end
-  local summary, why, kind = summarise(o, conv)
+  local summary, err = summarise(o, conv)
   if not summary then
-    if kind == "aborted" then return false, "stopped" end
-    if kind == "spend" then return false, "spend", why end
-    if kind == "budget" then return false, "budget", why end
+    local why = err.message
+    if err.kind == "aborted" then return false, "stopped" end
+    if err.kind == "spend" then return false, "spend", why end
+    if err.kind == "budget" then return false, "budget", why end
     return false, "context", ("the conversation (~%d tokens) no longer fits the model's window of %d "
       .. "tokens, and compacting it failed (%s). Ask again in this thread with a narrower task, or "
       .. "lower context.compact_at_percent in policies/agents.lua."):format(before, o.model.context_tokens, why)

@@ -22,8 +22,9 @@
 --
 --   local s = stream.new{on_progress = function(kind, s, block) end}
 --     kind: "usage" | "block" | "text" | "thinking"
---   local err = s:event(type, data)     -- nil, or {kind = "bad_event", message}
+--   local err = s:event(type, data)     -- nil, or core.error("bad_event", message)
 --   s.done, s.error, s:message()        -- message = {id, content, stop_reason, usage}
+local core = require("switchboard.core")
 local cjson = require("cjson.safe").new()
 
 local M = {}
@@ -155,10 +156,10 @@ function S:event(type_, data)
   if h == nil then return nil end -- unknown events are skipped
   local doc = cjson.decode(data)
   if type(doc) ~= "table" then
-    return { kind = "bad_event", message = ("the %s event's data is not a JSON object"):format(type_) }
+    return core.error("bad_event", ("the %s event's data is not a JSON object"):format(type_))
   end
   local why = h(self, doc)
-  if why then return { kind = "bad_event", message = why } end
+  if why then return core.error("bad_event", why) end
   return nil
 end
 

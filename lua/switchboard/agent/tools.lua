@@ -8,6 +8,8 @@
 --   an infra error                  → is_error, the sandbox failure; the health tracker counts it
 --   a capacity error (fleet busy)   → not an error of the model's: policy's fleet_busy_tool text
 --   bad input (not an object, no command) → is_error, what the input lacks
+--   a raise (a bug below)           → not caught here: it passes through the run to the one
+--                                     catch of the dispatcher's lifecycle, with its traceback
 --
 --   tools.definitions(snap, agent_def) → the API's `tools` list for the agent
 --   edit_file reads and writes the file through the executor's file routes (the same confined
@@ -164,12 +166,6 @@ local function from_error(snap, err)
   return outcome("tool", tostring(err), true, { error = err })
 end
 
-local function protected(fn, ...)
-  local res = table.pack(pcall(fn, ...))
-  if not res[1] then return nil, errors.infra("the executor raised: " .. tostring(res[2])) end
-  return res[2], res[3]
-end
-
 local CALL = {}
 
 function CALL.bash(ex, snap, input, ctx)
@@ -179,7 +175,7 @@ function CALL.bash(ex, snap, input, ctx)
   end
   local requested = input.timeoutMs
   local timeout = type(requested) == "number" and budget.clamp(snap, requested) or nil
-  local result, err = protected(ex.exec, ex, command, {
+  local result, err = ex:exec(command, {
     timeout_ms = timeout, signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap,
   })
   if not result then return from_error(snap, err) end
@@ -197,7 +193,7 @@ function CALL.read_file(ex, snap, input, ctx)
       or (offset or 1) < 1 or (limit or 1) < 1 then
     return outcome("input", "read_file: offset and limit are whole numbers of lines, at least 1", true)
   end
-  local bytes, err = protected(ex.read_file, ex, input.path, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
+  local bytes, err = ex:read_file(input.path, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if bytes == nil then return from_error(snap, err) end
   if bytes == "" then return outcome("result", "(empty file)", false) end
   local media = text.image_type(bytes)
@@ -247,7 +243,7 @@ function CALL.write_file(ex, snap, input, ctx)
   if type(input.path) ~= "string" or input.path == "" or type(input.content) ~= "string" then
     return outcome("input", "write_file needs {\"path\": \"…\", \"content\": \"…\"}", true)
   end
-  local ok, err = protected(ex.write_file, ex, input.path, input.content,
+  local ok, err = ex:write_file(input.path, input.content,
     { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if not ok then return from_error(snap, err) end
   return outcome("result", ("wrote %d bytes to %s"):format(#input.content, input.path), false)
@@ -333,7 +329,7 @@ function CALL.edit_file(ex, snap, input, ctx)
     return outcome("input", "edit_file: old_text is empty; to create a file or replace it whole use write_file", true)
   end
   local opts = { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap }
-  local text, err = protected(ex.read_file, ex, path, opts)
+  local text, err = ex:read_file(path, opts)
   if text == nil then return from_error(snap, err) end
   if text:find("\0", 1, true) or not utf8.len(text) then
     return outcome("tool", ("edit_file: %s is not a text file (it has NUL bytes or is not UTF-8); "
@@ -355,7 +351,7 @@ function CALL.edit_file(ex, snap, input, ctx)
       .. "changed. Include more of the surrounding lines to make it unique, or set replace_all to "
       .. "true to replace all %d."):format(#at, path, table.concat(where, ", "), #at), true)
   end
-  local ok, werr = protected(ex.write_file, ex, path, replace_at(text, at, #old, new), opts)
+  local ok, werr = ex:write_file(path, replace_at(text, at, #old, new), opts)
   if not ok then return from_error(snap, werr) end
   local first = line_of(text, at[1])
   if #at == 1 then

@@ -1,10 +1,17 @@
--- A free-text ask in the dispatcher: the run of one agent in one thread, from its card's first
--- line to its last. The dispatcher queues the ask like a command (one at a time per thread)
--- and hands it here; this file provisions the thread's executor the same way, prepares the
--- repository, runs agent/run.lua and ends the card.
+-- A free-text ask as a kind of run: one agent in one thread. The dispatcher queues it like a
+-- command (one at a time per thread) and runs it through the same lifecycle
+-- (dispatch/dispatcher.lua: provision → stop re-check → run → release); these are the
+-- agent's steps in it: the model client before provisioning, then the repository, the
+-- context, agent/run.lua and the pull request, and after the release the card's end, the
+-- transcript's and the record's.
 --
---   agent_run.run(dispatcher, thread, ask)     in the thread's worker task
+--   agent_run.before(d, run) → true | false (the card has ended: no model credential)
+--   agent_run.run(d, run)           in the thread's worker task, the executor provisioned
+--   agent_run.raised(d, run, why)   the run raised (a bug; logged by the lifecycle)
+--   agent_run.ended(d, run)         after the release
 --   agent_run.repo_in(text) → "OWNER/REPO" | nil  the repository a free-text ask names
+-- run: {thread, ask, built, released}; the steps keep their own state on it (client,
+-- transcript, record row, state, answer, problem, cost).
 local core = require("switchboard.core")
 local client_mod = require("switchboard.agent.client")
 local repo_mod = require("switchboard.agent.repo")
@@ -12,9 +19,8 @@ local instructions = require("switchboard.agent.instructions")
 local facts_mod = require("switchboard.agent.facts")
 local tools_mod = require("switchboard.agent.tools")
 local publish = require("switchboard.agent.publish")
-local run = require("switchboard.agent.run")
+local agent = require("switchboard.agent.run")
 local transcript = require("switchboard.agent.transcript")
-local identity = require("switchboard.github.identity")
 local pulls = require("switchboard.github.pulls")
 local parser = require("switchboard.dispatch.parser")
 
@@ -43,21 +49,9 @@ function M.repo_in(text)
   return nil
 end
 
-local function finish(d, ask, state, answer, problem)
-  ask.card:ended(state, d.now_ms(), answer, problem)
-  d:finish_card(ask)
-end
-
-local function workspace_of(built)
-  local inner = built.tracker and built.tracker.inner
-  return inner and inner.dir or nil
-end
-
 local function make_client(d, snap)
   local factory = d.model_client or function(s) return client_mod.from_env(os.getenv, s) end
-  local ok, c, why = pcall(factory, snap)
-  if not ok then return nil, "the model client could not be made: " .. tostring(c) end
-  return c, why
+  return factory(snap)
 end
 
 -- Whether an ask's agent publishes at all: a repository, an agent whose policy lets it open
@@ -100,14 +94,14 @@ function M.publish(d, thread, ask, built, t, answer, deadline, draft)
     signal = core.signal(d.shutdown)
     remaining = math.max(remaining, ask.snap.agents.pull_request.publish_grace_ms)
   end
-  local ok, res, problem, kind = pcall(publish.run, {
+  local res, err = publish.run{
     executor = built.executor, snap = ask.snap, repo = ask.repo, thread = thread.name,
     thread_key = d.thread_key(thread.name), link = ask.link, ask = ask.text, agent = ask.agent,
     answer = answer, turns = c.turns, creds = d.build_opts.credentials, scope = ask.agent_def.token_scope,
     signal = signal, remaining_ms = remaining, draft = draft,
-  })
+  }
   c:tool_done()
-  if not ok then res, problem, kind = nil, "internal error while publishing: " .. tostring(res), "internal" end
+  local problem, kind = err and tostring(err), err and err.kind
   if res and res.state == "published" then
     c.pull_request = { url = res.pr.url, number = res.pr.number, action = res.pr.action, branch = res.branch,
                        draft = res.pr.draft }
@@ -219,119 +213,123 @@ function M.record_start(d, thread, ask, built, t)
   return rrun
 end
 
-function M.run(d, thread, ask)
-  local c = ask.card
-  local snap = ask.snap
-  if ask.stop.aborted then
-    c:cancelled(ask.stop.reason or "stopped", d.now_ms())
-    return d:finish_card(ask)
+-- Before provisioning: a run without a model client ends at once (its card says how to set
+-- the key), provisioning nothing.
+function M.before(d, run)
+  local client, why = make_client(d, run.ask.snap)
+  if not client then
+    run.ask.card:ended("no_key", d.now_ms(), nil, tostring(why))
+    return false
   end
-  local client, why = make_client(d, snap)
-  if not client then return finish(d, ask, "no_key", nil, why) end
+  run.client = client
+  return true
+end
 
-  c:provisioning()
+-- The repository, cloned or fetched in the thread's workspace, and its instruction files.
+-- Returns nil, or the state the run ends in when the repository could not be made ready.
+local function prepare_repo(d, run, deadline)
+  local thread, ask, built, t = run.thread, run.ask, run.built, run.transcript
+  local c, snap = ask.card, ask.snap
+  c:preparing("git: " .. ask.repo)
   d:refresh(ask)
-  local built, err = d:executor_for(thread, ask)
-  if not built then
-    c:unprovisioned(err, d.now_ms())
-    return d:finish_card(ask)
+  local done, err = repo_mod.prepare(built.executor, snap, ask.repo, {
+    signal = ask.stop, remaining_ms = deadline - d.now_ms(),
+    branch = publish.branch(snap, thread.name, d.thread_key(thread.name)),
+  })
+  t:write{ type = "repository", repo = ask.repo, outcome = done or err.kind, problem = err and tostring(err) }
+  if not done then
+    if err.kind == "stopped" or ask.stop.aborted then return "stopped" end
+    run.problem = tostring(err)
+    return err.kind == "infra" and "infra" or "clone_failed"
   end
-  c:provisioned(built.backend, built.notes or built.note)
-  local no_token = identity.notice_for(d.build_opts.credentials, ask.agent_def)
-  if no_token then c:add_note(no_token) end
+  local on_branch = err -- a fresh clone that checked out the thread's branch names it
+  c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
+  d:remember("thread", d.record and d.record.bind, thread.name, { repo = ask.repo, backend = built.backend })
+  c.state = "running"
+  run.guide = instructions.read(built.executor, snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
+  if run.guide.note then c:add_note(run.guide.note) end
+  t:write{ type = "instructions", files = run.guide.files }
+  return nil
+end
 
-  c:running(d.now_ms())
-  local ticker_done = core.signal()
-  core.go(function()
-    while core.sleep(snap.timeouts.console.refresh_ms, ticker_done) do d:refresh(ask) end
-  end)
+-- The model's turns (agent/run.lua) with the thread's conversation.
+local function converse(d, run, deadline)
+  local thread, ask, built = run.thread, run.ask, run.built
+  local c, snap = ask.card, ask.snap
+  local facts
+  if #tools_mod.definitions(snap, ask.agent_def) > 0 then
+    facts = facts_mod.gather(built.executor, snap, { repo = ask.repo,
+      branch = M.publishes_at_all(ask) and publish.branch(snap, thread.name, d.thread_key(thread.name)) or nil,
+      signal = ask.stop, remaining_ms = deadline - d.now_ms() })
+    run.transcript:write{ type = "environment", facts = facts }
+  end
+  local s, a, p, res = agent.run{
+    snap = snap, def = ask.agent_def, agent = ask.agent, executor = built.executor,
+    tracker = built.tracker, client = run.client, card = c, signal = ask.stop, deadline_ms = deadline,
+    ask = ask.content or ask.text, repo = ask.repo,
+    workspace = built.executor.workspace_dir and built.executor:workspace_dir() or nil,
+    transcript = run.transcript, now_ms = d.now_ms, instructions = run.guide, facts = facts,
+    history = M.history(d, thread),
+    on_turn = function(messages)
+      M.keep_conversation(d, thread, messages)
+      -- the cost so far, so a run the bot dies in still counts towards the caps after a restart
+      if run.rrun and c.cost_usd then core.go(function() d:remember("run_cost", d.record.run_cost, run.rrun, c.cost_usd) end) end
+    end,
+    thread = thread.name, accounts = d.accounts,
+  }
+  run.state, run.answer, run.problem = s, a, p
+  if res and res.messages then M.keep_conversation(d, thread, res.messages) end
+  run.cost = res and res.cost
+end
+
+function M.run(d, run)
+  local thread, ask, built = run.thread, run.ask, run.built
+  local c = ask.card
   -- the run's clock starts when it runs (a follow-up queued behind a long run keeps its budget)
   local deadline = (ask.started_ms or d.now_ms()) + ask.agent_def.max_run_minutes * 60 * 1000
   local t = transcript.open(d.transcripts_dir, d.thread_key(thread.name), ask.id)
   if t.path then c.transcript_path = t.path end
-  local rrun = M.record_start(d, thread, ask, built, t)
+  run.transcript = t
+  run.rrun = M.record_start(d, thread, ask, built, t)
   core.log("info", "agent.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
+  if ask.repo then run.state = prepare_repo(d, run, deadline) end
+  if run.state then return end
+  M.gather_context(d, thread, ask)
+  converse(d, run, deadline)
+  local publishes, unfinished = M.publishes(d, ask, run.state)
+  if publishes then M.publish(d, thread, ask, built, t, run.answer, deadline, unfinished) end
+end
 
-  local state, answer, problem, guide, cost
-  if ask.repo then
-    c:preparing("git: " .. ask.repo)
-    d:refresh(ask)
-    local branch = publish.branch(snap, thread.name, d.thread_key(thread.name))
-    local done, prep_problem, kind, on_branch = repo_mod.prepare(built.executor, snap, ask.repo, {
-      signal = ask.stop, remaining_ms = deadline - d.now_ms(), branch = branch,
-    })
-    t:write{ type = "repository", repo = ask.repo, outcome = done or kind, problem = prep_problem }
-    if done then
-      c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
-      d:remember("thread", d.record and d.record.bind, thread.name, { repo = ask.repo, backend = built.backend })
-      c.state = "running"
-      guide = instructions.read(built.executor, snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
-      if guide.note then c:add_note(guide.note) end
-      t:write{ type = "instructions", files = guide.files }
-    elseif kind == "stopped" or ask.stop.aborted then
-      state = "stopped"
-    elseif kind == "infra" then
-      state, problem = "infra", prep_problem
-    else
-      state, problem = "clone_failed", prep_problem
-    end
-  end
-  if not state then M.gather_context(d, thread, ask) end
-  local facts
-  if not state and #tools_mod.definitions(snap, ask.agent_def) > 0 then
-    facts = facts_mod.gather(built.executor, snap, { repo = ask.repo,
-      branch = M.publishes_at_all(ask) and publish.branch(snap, thread.name, d.thread_key(thread.name)) or nil,
-      signal = ask.stop, remaining_ms = deadline - d.now_ms() })
-    t:write{ type = "environment", facts = facts }
-  end
-  if not state then
-    local ok, s, a, p, res = xpcall(run.run, debug.traceback, {
-      snap = snap, def = ask.agent_def, agent = ask.agent, executor = built.executor,
-      tracker = built.tracker, client = client, card = c, signal = ask.stop, deadline_ms = deadline,
-      ask = ask.content or ask.text, repo = ask.repo, workspace = workspace_of(built), transcript = t,
-      now_ms = d.now_ms, instructions = guide, facts = facts, history = M.history(d, thread),
-      on_turn = function(messages)
-        M.keep_conversation(d, thread, messages)
-        -- the cost so far, so a run the bot dies in still counts towards the caps after a restart
-        if rrun and c.cost_usd then core.go(function() d:remember("run_cost", d.record.run_cost, rrun, c.cost_usd) end) end
-      end,
-      thread = thread.name, accounts = d.accounts,
-    })
-    if ok then
-      state, answer, problem = s, a, p
-      if res and res.messages then M.keep_conversation(d, thread, res.messages) end
-      cost = res and res.cost
-    else
-      core.log("error", "agent.internal_error", { thread = thread.name, error = tostring(s) })
-      state, problem = "model_error", "internal error in the agent run: " .. tostring(s):match("^[^\n]*")
-    end
-  end
-  local publishes, unfinished = M.publishes(d, ask, state)
-  if publishes then M.publish(d, thread, ask, built, t, answer, deadline, unfinished) end
+-- A raise in the run (a bug, in this file or below it) ends it as a model error whose problem
+-- says so; the lifecycle has logged it with its traceback.
+function M.raised(_, run, why)
+  run.state, run.problem = "model_error", "internal error in the agent run: " .. why
+end
+
+function M.ended(d, run)
+  local thread, ask, c = run.thread, run.ask, run.ask.card
+  local state, answer, problem = run.state, run.answer, run.problem
+  if ask.stop.aborted then state = "stopped" end
   if ask.review then M.reply_on_review(d, thread, ask, state, answer, problem) end
   -- with a record, the conversation lives there between runs: a bot with many threads does
   -- not hold every conversation (images included) in memory; the next run reads it back
   if d.record and thread.mark then thread.history, thread.mark = nil, nil end
-  ticker_done:abort("finished")
-  if state == "stopped" or ask.stop.aborted then
-    state = "stopped"
-    d:release(thread, ask.agent, "always")
-  elseif built.tracker:tripped() then
-    d:release(thread, ask.agent, "always")
+  local t = run.transcript
+  if t then
+    t:write{ type = "run_end", state = state, turns = c.turns, tokens_in = c.tokens_in,
+             tokens_out = c.tokens_out, cache_read = c.cache_read, cache_write = c.cache_write, cost_usd = c.cost_usd,
+             duration_ms = d.now_ms() - (c.started_ms or d.now_ms()), problem = problem, answer = answer }
+    t:close()
   end
-  t:write{ type = "run_end", state = state, turns = c.turns, tokens_in = c.tokens_in,
-           tokens_out = c.tokens_out, cache_read = c.cache_read, cache_write = c.cache_write, cost_usd = c.cost_usd, duration_ms = d.now_ms() - (c.started_ms or d.now_ms()),
-           problem = problem, answer = answer }
-  t:close()
-  if rrun then
-    d:remember("run_end", d.record.run_end, rrun, { outcome = state, turns = c.turns, tokens_in = c.tokens_in,
-      tokens_out = c.tokens_out, cost = cost, answer = answer, problem = problem or c.publish_problem,
+  if run.rrun then
+    d:remember("run_end", d.record.run_end, run.rrun, { outcome = state, turns = c.turns, tokens_in = c.tokens_in,
+      tokens_out = c.tokens_out, cost = run.cost, answer = answer, problem = problem or c.publish_problem,
       pr_url = c.pull_request and c.pull_request.url })
   end
   core.log("info", "agent.done", { thread = thread.name, agent = ask.agent, ask = ask.id, state = state,
                                    turns = c.turns, tokens_in = c.tokens_in, tokens_out = c.tokens_out,
                                    cost_usd = c.cost_usd })
-  finish(d, ask, state, answer, problem)
+  c:ended(state, d.now_ms(), answer, problem)
 end
 
 return M

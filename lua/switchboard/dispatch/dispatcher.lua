@@ -14,6 +14,10 @@
 --   * The policy snapshot is read once, when the message arrives (ask.snap); provisioning and
 --     the executor decide with that one (ctx.snap, opts.snap), so a reload while the ask
 --     waits or runs never gives it two policies.
+--   * Every run — a command, an agent's — has one lifecycle here: provision → a stop that came
+--     meanwhile ends it before anything runs → the kind's run (dispatch/command_run.lua,
+--     dispatch/agent_run.lua) → release ("always" after a stop or too many infra failures, on
+--     every way out); one catch around it all keeps a raise's traceback in the log.
 --   * A command runs under the ask's hard-stop signal and the run's remaining wall clock
 --     (the agent's max_run_minutes); its status card is refreshed while it runs and ends
 --     with the result, cut to the card limit, the whole output kept in a file.
@@ -32,14 +36,13 @@
 --   d:drain(grace_ms)      -- take nothing new; running asks get grace_ms, then are killed
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
-local errors = require("switchboard.exec.errors")
 local stack = require("switchboard.exec.stack")
-local resident = require("switchboard.exec.resident")
 local identity = require("switchboard.github.identity")
 local workspace = require("switchboard.shell.workspace")
 local card_mod = require("switchboard.dispatch.card")
 local run_card = require("switchboard.dispatch.run_card")
 local agent_run = require("switchboard.dispatch.agent_run")
+local command_run = require("switchboard.dispatch.command_run")
 local help = require("switchboard.dispatch.help")
 local parser = require("switchboard.dispatch.parser")
 local spend = require("switchboard.agent.spend")
@@ -266,22 +269,9 @@ end
 ---------------------------------------------------------------------------------------------
 -- Running one ask
 
--- The one place a raise from an executor is caught: the decision is the dispatcher's (the
--- ask ends as an infra failure and the thread goes on). The tracker and the span below saw
--- the raise pass without catching it. The log line keeps where it came from.
-local function exec_protected(executor, command, opts)
-  local res = table.pack(xpcall(executor.exec, debug.traceback, executor, command, opts))
-  if not res[1] then
-    local text = tostring(res[2])
-    log("error", "dispatch.executor_raised", { error = text })
-    return nil, errors.infra("the executor raised: " .. text:match("^[^\n]*"))
-  end
-  return res[2], res[3]
-end
-
 -- The executor of (thread, agent): provisioned once, then reused. A failure is the factory's
--- error value (core.error); a raise is a bug and passes to the worker's one catch, which logs
--- it with its traceback and ends the ask as an internal error.
+-- error value (core.error); a raise is a bug and passes to the run's one catch (run_ask), which
+-- logs it with its traceback and ends the ask as an internal error.
 function D:executor_for(thread, ask)
   local built = thread.executors[ask.agent]
   if built then return built end
@@ -305,13 +295,43 @@ function D:release(thread, agent, mode)
   end
 end
 
-function D:run_ask(thread, ask)
-  if ask.kind == "agent" then return agent_run.run(self, thread, ask) end
+-- The kinds of run: each is {before?, run, raised, ended} (dispatch/command_run.lua,
+-- dispatch/agent_run.lua); the lifecycle below is the same for all of them.
+local KINDS = { command = command_run, agent = agent_run }
+
+-- A raise's text for the log: its message and where it was raised (an error object's own
+-- traceback when it carries one: it was raised in another task).
+local function traced(e)
+  if core.is_error(e) then
+    return ("%s: %s\n%s"):format(e.kind, tostring(e), e.traceback or debug.traceback("", 2))
+  end
+  return debug.traceback(tostring(e), 2)
+end
+
+-- On every way out of a run that was provisioned — its end, a stop, a raise — the card's
+-- refresh stops and the executor is released with "always" when the ask was stopped or the
+-- executor failed too often (run.released says which); the next ask provisions again.
+function D:after_run(run)
+  return setmetatable({}, { __close = function()
+    if run.ticker then run.ticker:abort("finished") end
+    if run.ask.stop.aborted then
+      run.released = "stopped"
+    elseif run.built.tracker:tripped() then
+      run.released = "tripped"
+    end
+    if run.released then self:release(run.thread, run.ask.agent, "always") end
+  end })
+end
+
+-- The lifecycle of every run: provision → stop re-check → run → release, then the card's end.
+function D:lifecycle(run)
+  local thread, ask, kind = run.thread, run.ask, run.kind
   local c = ask.card
   if ask.stop.aborted then
     c:cancelled(ask.stop.reason or "stopped", self.now_ms())
     return self:finish_card(ask)
   end
+  if kind.before and not kind.before(self, run) then return self:finish_card(ask) end
   c:provisioning()
   self:refresh(ask)
   local built, err = self:executor_for(thread, ask)
@@ -319,52 +339,56 @@ function D:run_ask(thread, ask)
     c:unprovisioned(err, self.now_ms())
     return self:finish_card(ask)
   end
+  run.built = built
   c:provisioned(built.backend, built.notes or built.note)
   -- An agent that should carry a GitHub token but has no credential to get one: say so once.
   local no_token = identity.notice_for(self.build_opts.credentials, ask.agent_def)
   if no_token then c:add_note(no_token) end
-  if ask.stop.aborted then
-    c:cancelled(ask.stop.reason or "stopped", self.now_ms())
-    self:release(thread, ask.agent, "always")
-    return self:finish_card(ask)
+  do
+    local after <close> = self:after_run(run)
+    -- a stop that came while the executor was provisioned: nothing runs, the executor goes
+    if ask.stop.aborted then
+      c:cancelled(ask.stop.reason or "stopped", self.now_ms())
+    else
+      run.phase = "running"
+      c:running(self.now_ms())
+      self:refresh(ask)
+      run.ticker = core.signal()
+      core.go(function()
+        while core.sleep(ask.snap.timeouts.console.refresh_ms, run.ticker) do self:refresh(ask) end
+      end)
+      kind.run(self, run)
+    end
   end
-
-  c:running(self.now_ms())
-  self:refresh(ask)
-  local ticker_done = core.signal()
-  local refresh_ms = ask.snap.timeouts.console.refresh_ms
-  core.go(function()
-    while core.sleep(refresh_ms, ticker_done) do self:refresh(ask) end
-  end)
-
-  local run_ms = ask.agent_def.max_run_minutes * 60 * 1000
-  local remaining = run_ms - (self.now_ms() - ask.started_ms)
-  log("info", "dispatch.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
-  local result, exec_err = exec_protected(built.executor, ask.command, {
-    signal = ask.stop, remaining_ms = remaining, snap = ask.snap,
-  })
-  ticker_done:abort("finished")
-
-  local now = self.now_ms()
-  if result then
-    c:finished(result, now)
-  else
-    c:failed(exec_err, now, errors)
+  if run.phase == "running" then
+    run.phase = "ending"
+    kind.ended(self, run)
   end
-  local stopped = ask.stop.aborted
-  if stopped then
-    if c.state ~= "stopped" then c:add_note("stopped: " .. tostring(ask.stop.reason)) end
-    self:release(thread, ask.agent, "always")
-  elseif built.tracker:tripped() then
-    c:add_note(("the executor failed %d times in a row; the next ask provisions a fresh one")
-      :format(built.tracker.count))
-    self:release(thread, ask.agent, "always")
-  end
-  log("info", "dispatch.done", {
-    thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id,
-    state = c.state, exit = c.exit_code,
-  })
   self:finish_card(ask)
+end
+
+-- The one catch of a run: a raise anywhere in it is a bug. The log keeps its message and
+-- traceback; a run that was running ends as its kind says (its executor already handled by
+-- after_run), anything before as an internal error of the dispatcher; the thread goes on.
+function D:run_ask(thread, ask)
+  local run = { thread = thread, ask = ask, kind = KINDS[ask.kind], phase = "starting" }
+  local ok, err = xpcall(self.lifecycle, traced, self, run)
+  if ok then return end
+  log("error", "dispatch.internal_error", { thread = thread.name, ask = ask.id, phase = run.phase, error = err })
+  local why = err:match("^[^\n]*")
+  if run.phase == "running" then
+    run.phase = "ending"
+    ok, err = xpcall(function()
+      run.kind.raised(self, run, why)
+      run.kind.ended(self, run)
+    end, traced)
+    if not ok then log("error", "dispatch.internal_error", { thread = thread.name, ask = ask.id, phase = "ending", error = err }) end
+  end
+  if not ask.card:final() then
+    ask.card:unprovisioned(core.error("internal", "internal error in the dispatcher: " .. why), self.now_ms())
+  end
+  ok, err = xpcall(self.finish_card, traced, self, ask)
+  if not ok then log("error", "dispatch.card_lost", { thread = thread.name, ask = ask.id, error = err }) end
 end
 
 function D:worker(thread)
@@ -372,15 +396,7 @@ function D:worker(thread)
     local ask = table.remove(thread.queue, 1)
     thread.running = ask
     ask.started_ms = self.now_ms() -- the run's clock starts now, not when it was queued
-    local ok, err = xpcall(self.run_ask, debug.traceback, self, thread, ask)
-    if not ok then
-      log("error", "dispatch.internal_error", { thread = thread.name, error = tostring(err) })
-      if not ask.card:final() then
-        ask.card:unprovisioned("internal error in the dispatcher: " .. tostring(err):match("^[^\n]*"),
-          self.now_ms())
-        pcall(self.finish_card, self, ask)
-      end
-    end
+    self:run_ask(thread, ask)
     thread.running = nil
     self.active = self.active - 1
   end
@@ -511,8 +527,7 @@ function D:handle(msg)
   end
   if parsed.kind == "onboard" then
     return core.go(function()
-      self:answer(msg.thread, resident.onboard_text(snap, self.build_opts.getenv or os.getenv, parsed.repo,
-        self.build_opts.resident_url))
+      self:answer(msg.thread, stack.onboard(self.build_opts, snap, parsed.repo))
     end)
   end
   if parsed.kind == "malformed" then

@@ -17,6 +17,7 @@
 --   {kind = "malformed", reason = TEXT}   reason says what was wrong and how to write it
 --   {kind = "free_text", agent = NAME | nil, text = TEXT}   an ask with no `run`
 -- Nothing here knows which agents exist: the dispatcher checks the name against policy.
+local core = require("switchboard.core")
 local M = {}
 
 local function trim(s)
@@ -71,7 +72,7 @@ local function command_of(rest)
       if not at then break end
       close, from = at, at + 1
     end
-    if not close then return nil, "the ``` block is not closed" end
+    if not close then return nil, core.error("malformed", "the ``` block is not closed") end
     local command = body:sub(1, close - 1)
     -- ```sh\n… : a language tag on the opening line is not part of the command
     local tag, after = command:match("^(%a[%w_+-]*)\n(.*)$")
@@ -88,7 +89,7 @@ local function command_of(rest)
     if not at then break end
     close, from = at, at + 1
   end
-  if not close then return nil, "the command's closing backtick is missing" end
+  if not close then return nil, core.error("malformed", "the command's closing backtick is missing") end
   return trim(body:sub(1, close - 1)), trim(body:sub(close + 1))
 end
 
@@ -108,7 +109,7 @@ local function parse_run(agent, rest)
   end
   local command, trailing = command_of(rest)
   if command == nil then
-    return malformed(trailing .. "; write the command as run `COMMAND`")
+    return malformed(tostring(trailing) .. "; write the command as run `COMMAND`")
   end
   if command == "" then
     return malformed("the command between the backticks is empty; write run `COMMAND`")

@@ -9,6 +9,7 @@
 --   ex:write_file(path, bytes, opts)   → true | nil, err
 --   ex:release(mode)        (optional) mode "always" | "if-clean"
 --   ex:move_to(...)         (optional)
+--   ex:workspace_dir()      (optional) the host directory the thread's commands run in
 --   opts: timeout_ms (the clamped per-call budget), signal (hard stop), span (tracing parent),
 --         remaining_ms (the run's wall clock left), snap (the policy snapshot the ask captured:
 --         the executor decides with it and does not read the policy again)

@@ -66,6 +66,10 @@ function M.new(opts)
   }, M)
 end
 
+-- The thread's directory on this host (the one every agent of the thread shares): what an
+-- agent's system prompt names as its workspace.
+function M:workspace_dir() return self.dir end
+
 function M:exec(command, opts)
   opts = opts or {}
   local call, refused = preflight.command(self, command, opts)

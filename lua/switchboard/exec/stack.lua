@@ -3,10 +3,17 @@
 local factory = require("switchboard.exec.factory")
 local health = require("switchboard.exec.health")
 local tracing = require("switchboard.exec.tracing")
+local resident = require("switchboard.exec.resident")
 
 local M = {}
 
 local function discard() end
+
+-- `repo onboard OWNER/REPO` from a front: the backend that keeps repositories warm (the
+-- resident) onboards it; returns the text the thread gets.
+function M.onboard(opts, snap, repo)
+  return resident.onboard_text(snap, opts.getenv or os.getenv, repo, opts.resident_url)
+end
 
 -- opts: the factory's opts plus sink (a tracing sink; spans are dropped without one) and
 --       unwalled_note (a line added to every card whose local executor runs unwalled)

@@ -221,6 +221,10 @@ function M.new(inner, opts)
   if type(inner.move_to) == "function" then
     function self.move_to(s, ...) return traced(s, "move_to", "move_to", nil, ...) end
   end
+  -- a property, not an operation: no span
+  if type(inner.workspace_dir) == "function" then
+    function self.workspace_dir(s) return s.inner:workspace_dir() end
+  end
   return self
 end
 

@@ -37,10 +37,10 @@ function M.start(opts)
   p:close()
   -- --watch: the stand-in ends (with its sandboxes) when this process does, even if a spec
   -- failed before its teardown
-  local cmd = ("python3 tests/support/e2b_standin.py --dir %s --api-key %s --split-delay-ms %s --watch %d >%s/log 2>&1 &")
+  local cmd = ("/usr/bin/python3 tests/support/e2b_standin.py --dir %s --api-key %s --split-delay-ms %s --watch %d >%s/log 2>&1 &")
     :format(dir, opts.key or M.KEY, tostring(opts.split_delay_ms or 1), procs.self_pid(), dir)
   os.execute(cmd)
-  local port = wait_for(function() return read(dir .. "/port") end, 60000) -- python3 starting on a loaded machine
+  local port = wait_for(function() return read(dir .. "/port") end, 180000) -- python3 starting on a loaded machine (over 60 s seen): the file ends the wait
   assert(port, "the E2B stand-in did not start: " .. (read(dir .. "/log") or ""))
   local h = { dir = dir, port = tonumber(port), pid = tonumber(read(dir .. "/pid")) }
   h.url = "http://127.0.0.1:" .. h.port

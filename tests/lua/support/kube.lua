@@ -34,13 +34,13 @@ end
 function M.start(opts)
   opts = opts or {}
   local dir = S.tmpdir()
-  local cmd = ("SANDBOX_TOKEN=%s python3 tests/support/kube_standin.py --dir %s --token %s --bin %s "
+  local cmd = ("SANDBOX_TOKEN=%s /usr/bin/python3 tests/support/kube_standin.py --dir %s --token %s --bin %s "
     .. "--policies %s --pool %s --namespace %s --pool-size %d --bookmark-ms %d --finalize-ms %d --tls "
     .. "--watch %d >%s/log 2>&1 &")
     :format(S.TOKEN, dir, M.TOKEN, S.BIN, opts.policies, M.POOL, M.NAMESPACE, opts.pool_size or 1,
       opts.bookmark_ms or 500, opts.finalize_ms or 300, procs.self_pid(), dir)
   os.execute(cmd)
-  local port = S.wait_for(function() return read(dir .. "/port") end, 60000) -- python3 on a loaded machine
+  local port = S.wait_for(function() return read(dir .. "/port") end, 180000) -- python3 on a loaded machine (over 60 s seen): the file ends the wait
   assert(port, "the Kubernetes stand-in did not start: " .. (read(dir .. "/log") or ""))
   local h = { dir = dir, port = tonumber(port), pid = tonumber(read(dir .. "/pid")),
               pod_port = tonumber(read(dir .. "/pod_port")), ca = dir .. "/ca.crt" }

@@ -257,8 +257,10 @@ end
 --   h.url; h:script(list of answers) ; h:requests() → the requests it received
 function M.start_standin()
   local dir = M.tmpdir()
-  os.execute(("python3 tests/support/sandbox_standin.py --dir %s >%s/log 2>&1 &"):format(dir, dir))
-  local port = M.wait_for(function() return M.read(dir .. "/port") end, 60000) -- loaded machines start python slowly
+  os.execute(("/usr/bin/python3 tests/support/sandbox_standin.py --dir %s >%s/log 2>&1 &"):format(dir, dir))
+  -- the port file ends the wait; the bound only catches a stand-in that never comes up (python
+  -- took over 60 s to start beside a loaded suite)
+  local port = M.wait_for(function() return M.read(dir .. "/port") end, 180000)
   assert(port, "the stand-in did not start: " .. (M.read(dir .. "/log") or ""))
   local h = { dir = dir, port = tonumber(port), pid = tonumber(M.read(dir .. "/pid")) }
   h.url = "http://127.0.0.1:" .. h.port

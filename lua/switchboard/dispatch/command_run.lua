@@ -1,0 +1,44 @@
+-- A command ask (`run `make test``) as a kind of run: the dispatcher's lifecycle
+-- (dispatch/dispatcher.lua: provision → stop re-check → run → release) calls these. The
+-- command runs once under the ask's hard-stop signal and the run's remaining wall clock (the
+-- agent's max_run_minutes); its card ends with the result or the executor's error.
+--
+--   command_run.run(d, run)           the command, in the thread's worker task
+--   command_run.raised(d, run, why)   the run raised (a bug; logged by the lifecycle): the card's error
+--   command_run.ended(d, run)         after the release: what the card says about it
+-- run: {thread, ask, built, released = "stopped" | "tripped" | nil}
+local core = require("switchboard.core")
+local errors = require("switchboard.exec.errors")
+
+local M = {}
+
+function M.run(d, run)
+  local ask, c = run.ask, run.ask.card
+  local remaining = ask.agent_def.max_run_minutes * 60 * 1000 - (d.now_ms() - ask.started_ms)
+  core.log("info", "dispatch.run", { thread = run.thread.name, agent = ask.agent, backend = run.built.backend, ask = ask.id })
+  local result, err = run.built.executor:exec(ask.command, {
+    signal = ask.stop, remaining_ms = remaining, snap = ask.snap,
+  })
+  if result then c:finished(result, d.now_ms()) else c:failed(err, d.now_ms(), errors) end
+end
+
+-- An executor that raises ends the ask as an infra failure; the thread goes on.
+function M.raised(d, run, why)
+  run.ask.card:failed(errors.infra("the executor raised: " .. why), d.now_ms(), errors)
+end
+
+function M.ended(d, run)
+  local ask, c = run.ask, run.ask.card
+  if run.released == "stopped" then
+    if c.state ~= "stopped" then c:add_note("stopped: " .. tostring(ask.stop.reason)) end
+  elseif run.released == "tripped" then
+    c:add_note(("the executor failed %d times in a row; the next ask provisions a fresh one")
+      :format(run.built.tracker.count))
+  end
+  core.log("info", "dispatch.done", {
+    thread = run.thread.name, agent = ask.agent, backend = run.built.backend, ask = ask.id,
+    state = c.state, exit = c.exit_code,
+  })
+end
+
+return M
