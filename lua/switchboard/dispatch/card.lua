@@ -19,6 +19,8 @@
 -- naming the file that keeps the whole output (the dispatcher writes it; see full_path).
 -- Lengths are counted in bytes, which is never less than characters, and a cut never splits
 -- a UTF-8 sequence.
+local text_cut = require("switchboard.text_cut")
+
 local M = {}
 M.__index = M
 
@@ -180,17 +182,6 @@ end
 -- Cutting
 
 -- The largest n ≤ limit such that s:sub(1, n) does not end inside a UTF-8 sequence.
-local function utf8_prefix_len(s, limit)
-  if limit >= #s then return #s end
-  local n = limit
-  while n > 0 do
-    local b = s:byte(n + 1)
-    if b == nil or b < 0x80 or b >= 0xC0 then break end -- s[n+1] starts a character
-    n = n - 1
-  end
-  return n
-end
-
 -- The smallest start ≥ from such that s:sub(start) begins on a character boundary.
 local function utf8_suffix_start(s, from)
   local i = from
@@ -207,7 +198,7 @@ function M.cut_line(s, max)
   s = s:gsub("\n.*$", " …")
   if #s <= max then return s end
   local ell = "…"
-  return s:sub(1, utf8_prefix_len(s, math.max(0, max - #ell))) .. ell
+  return s:sub(1, text_cut.prefix_len(s, math.max(0, max - #ell))) .. ell
 end
 
 local function thousands(n)
@@ -242,11 +233,11 @@ function M.cut(text, max, where)
   if #text <= max then return text, false end
   local provisional = M.marker(#text, #text, where)
   local avail = max - #provisional - 2
-  if avail < 2 then return text:sub(1, utf8_prefix_len(text, math.max(0, max))), true end
+  if avail < 2 then return text:sub(1, text_cut.prefix_len(text, math.max(0, max))), true end
   local head_budget = avail // 3
   local tail_budget = avail - head_budget
 
-  local head_len = utf8_prefix_len(text, head_budget)
+  local head_len = text_cut.prefix_len(text, head_budget)
   local nl = text:sub(1, head_len):match(".*()\n")
   if nl and nl - 1 >= head_budget // 2 then head_len = nl - 1 end
 
@@ -285,7 +276,7 @@ function M:render(opts)
     local budget = max - #text - 1
     text = text .. "\n" .. M.cut(body, math.max(0, budget), where)
   end
-  if #text > max then text = text:sub(1, utf8_prefix_len(text, max)) end
+  if #text > max then text = text:sub(1, text_cut.prefix_len(text, max)) end
   return text
 end
 
