@@ -23,6 +23,7 @@
 --   walls:bounds()                       policies/timeouts.lua walls, of the policy current now
 local core = require("switchboard.core")
 local uids = require("switchboard.shell.uids")
+local run = require("switchboard.shell.run")
 
 local M = {}
 
@@ -223,9 +224,8 @@ function M.host(opts)
   if opts.scratch then
     -- bwrap, as the instance's uid, resolves its workspace's path: the root must be
     -- traversable (not listable); each workspace stays 0700 and its own uid's.
-    local chmod = core.spawn{ argv = { "chmod", "0711", opts.scratch }, env = { PATH = path },
+    local cr = run.tool{ argv = { "chmod", "0711", opts.scratch }, env = { PATH = path },
       deadline_ms = bounds(self).helper_ms }
-    local cr = chmod and chmod:wait()
     if not cr or cr.exit ~= 0 then
       self:close()
       return nil, cannot("cannot make " .. opts.scratch .. " traversable (chmod 0711)")
