@@ -330,7 +330,8 @@ describe("sandboxd: signals", function()
 
   it("TERM: a command that outlives the drain is killed and answered with the recycle-shaped failure", function()
     core.run(function()
-      local h = S.start_sandboxd{ policies = policies_dir }
+      -- FAST's 1 s drain kills the command; a 30 s flush lets its answer out on a loaded machine
+      local h = S.start_sandboxd{ policies = S.policy_dir(S.FAST .. "\nserver.flush_ms = 30 * second\n") }
       local body
       local t0 = core.now_ms()
       core.go(function() _, _, body = S.call(h.url, "/exec", { body = { command = "sleep 30" } }) end)
@@ -350,7 +351,9 @@ describe("sandboxd: signals", function()
 
   it("a second TERM skips what is left of the drain", function()
     core.run(function()
-      local long = S.policy_dir(S.FAST .. "\nserver.drain_ms = 60 * second\n")
+      -- flush_ms 30 s: the killed command's answer must go out on a loaded machine too (FAST's 1 s
+      -- lost it once under stress-ng); the flush ends as soon as nothing is left to answer
+      local long = S.policy_dir(S.FAST .. "\nserver.drain_ms = 60 * second\nserver.flush_ms = 30 * second\n")
       local h = S.start_sandboxd{ policies = long }
       local body
       core.go(function() _, _, body = S.call(h.url, "/exec", { body = { command = "sleep 30" } }) end)
