@@ -214,7 +214,9 @@ server.max_connections_per_peer = 100000
 server.max_connections_per_peer = 50
 ]]) }
       local done = false
-      core.go(function() flood(h.port, { "idle", "300" }, 2500); done = true end)
+      -- 10 s of flood: room for at least three canary tries (each its own http_flood process, about
+      -- a second apiece on a sanitized build beside stress-ng; 2.5 s once held only two)
+      core.go(function() flood(h.port, { "idle", "300" }, 10000); done = true end)
       core.sleep(300)
       local ok, tries = 0, 0
       while not done do
