@@ -199,14 +199,14 @@ function M.files(h, thread)
   local dir = require("switchboard.shell.workspace").path(h.root, thread)
   local image = (core.fs.realpath(dir) or dir) .. "/.workspace.img"
   if not core.fs.exists(image) then return dir end
+  -- read with core.fs, never a shell: a spec polls this, and a popen'd `ls` blocks the loop
+  -- (on the sanitized build, with the runtimes preloaded into it, for a second beside stress-ng)
   local devnum
-  local ls = io.popen("ls /sys/block 2>/dev/null")
-  for name in ls:lines() do
+  for _, name in ipairs(core.fs.list("/sys/block") or {}) do
     if name:match("^loop%d+$") and (M.read("/sys/block/" .. name .. "/loop/backing_file") or "") == image .. "\n" then
       devnum = (M.read("/sys/block/" .. name .. "/dev") or ""):match("^(%d+:%d+)")
     end
   end
-  ls:close()
   if not devnum then return nil end
   -- the instances' cgroups are below the server's own (pids controller, or v2's one tree):
   -- looked up where they are, not searched for (a find over /sys/fs/cgroup takes seconds on a
@@ -214,16 +214,16 @@ function M.files(h, thread)
   local own = M.read("/proc/" .. h.pid .. "/cgroup") or ""
   local base = own:match("%d+:[^:\n]*pids[^:\n]*:([^\n]*)")
   base = base and ("/sys/fs/cgroup/pids" .. base) or ("/sys/fs/cgroup" .. (own:match("0::([^\n]*)") or ""))
-  local procs = io.popen(("cat '%s'/switchboard-%d/i*/cgroup.procs 2>/dev/null"):format(base:gsub("/+$", ""), h.pid))
-  local found
-  for pid in procs:lines() do
-    for line in (M.read("/proc/" .. pid .. "/mountinfo") or ""):gmatch("[^\n]+") do
-      local mm, at = line:match("^%d+ %d+ (%d+:%d+) %S+ (%S+)")
-      if not found and mm == devnum and at == "/workspace" then found = "/proc/" .. pid .. "/root/workspace" end
+  local server = ("%s/switchboard-%d"):format(base:gsub("/+$", ""), h.pid)
+  for _, inst in ipairs(core.fs.list(server) or {}) do
+    for pid in (inst:match("^i") and M.read(server .. "/" .. inst .. "/cgroup.procs") or ""):gmatch("%d+") do
+      for line in (M.read("/proc/" .. pid .. "/mountinfo") or ""):gmatch("[^\n]+") do
+        local mm, at = line:match("^%d+ %d+ (%d+:%d+) %S+ (%S+)")
+        if mm == devnum and at == "/workspace" then return "/proc/" .. pid .. "/root/workspace" end
+      end
     end
   end
-  procs:close()
-  return found
+  return nil
 end
 
 -- Every server a spec started; cleanup_servers() (after_each) kills the ones a failed test left.
