@@ -135,8 +135,13 @@ describe("the E2B stand-in", function()
       local s = f:read("a"); f:close(); return tonumber(s:match("%d+"))
     end, 60000) -- a bound for a loaded machine: the file ends the wait
     assert.truthy(bg)
-    local leader
-    for _, p in ipairs(h:sandbox(sb.sandboxID).pids) do leader = p end
+    -- bash can write bg.pid before the stand-in's request thread has recorded the pid Popen
+    -- returned (a loaded machine): the stand-in's own list ends this wait
+    local leader = E.wait_for(function()
+      local pids = h:sandbox(sb.sandboxID).pids
+      return pids[#pids]
+    end, 30000)
+    assert.truthy(leader, "the stand-in never listed the command's pid")
     local status = core.http.request{
       method = "POST", url = h.url .. "/process.Process/SendSignal", deadline_ms = 5000,
       headers = { ["content-type"] = "application/json", ["x-access-token"] = sb.envdAccessToken,
