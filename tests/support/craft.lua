@@ -114,7 +114,10 @@ function M.session(H, answers, lines, agents_edit)
   local state, gitport = H.state, H.gitport
   local w, m
   local pol = policies.dir{
-    github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n' end,
+    -- the GitHub stand-in answers from this process's loop, which also scans every process's argv
+    -- for a leak: beside a loaded suite a scan can hold it past the shipped 10 s
+    github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n'
+      .. "request_timeout_ms = 60 * second\n" end,
     agents = agents_edit,
   }
   local r, reqs, leak, scans
