@@ -285,8 +285,8 @@ end
 function M.run(d, run)
   local thread, ask, built = run.thread, run.ask, run.built
   local c = ask.card
-  -- the run's clock starts when it runs (a follow-up queued behind a long run keeps its budget)
-  local deadline = (ask.started_ms or d.now_ms()) + ask.agent_def.max_run_minutes * 60 * 1000
+  -- the lifecycle's clock: from when the run started, not when it was queued
+  local deadline = run.deadline_ms
   local t = transcript.open(d.transcripts_dir, d.thread_key(thread.name), ask.id)
   if t.path then c.transcript_path = t.path end
   run.transcript = t

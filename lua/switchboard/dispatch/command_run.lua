@@ -6,7 +6,7 @@
 --   command_run.run(d, run)           the command, in the thread's worker task
 --   command_run.raised(d, run, why)   the run raised (a bug; logged by the lifecycle): the card's error
 --   command_run.ended(d, run)         after the release: what the card says about it
--- run: {thread, ask, built, released = "stopped" | "tripped" | nil}
+-- run: {thread, ask, built, deadline_ms, released = "stopped" | "tripped" | nil}
 local core = require("switchboard.core")
 local errors = require("switchboard.exec.errors")
 
@@ -14,10 +14,9 @@ local M = {}
 
 function M.run(d, run)
   local ask, c = run.ask, run.ask.card
-  local remaining = ask.agent_def.max_run_minutes * 60 * 1000 - (d.now_ms() - ask.started_ms)
   core.log("info", "dispatch.run", { thread = run.thread.name, agent = ask.agent, backend = run.built.backend, ask = ask.id })
   local result, err = run.built.executor:exec(ask.command, {
-    signal = ask.stop, remaining_ms = remaining, snap = ask.snap,
+    signal = ask.stop, remaining_ms = run.deadline_ms - d.now_ms(), snap = ask.snap,
   })
   if result then c:finished(result, d.now_ms()) else c:failed(err, d.now_ms(), errors) end
 end

@@ -351,6 +351,8 @@ function D:lifecycle(run)
       c:cancelled(ask.stop.reason or "stopped", self.now_ms())
     else
       run.phase = "running"
+      -- the run's wall clock, from when its worker took it (max_run_minutes), for every kind
+      run.deadline_ms = ask.started_ms + ask.agent_def.max_run_minutes * 60 * 1000
       c:running(self.now_ms())
       self:refresh(ask)
       run.ticker = core.signal()
