@@ -238,8 +238,16 @@ describe("sandbox executor → sandboxd", function()
       local h = S.start_sandboxd{ policies = dir, args = { "--no-walls" } }
       local stop = core.signal()
       local ws = workspace.path(h.root, "stopped")
+      -- The shell creates the file before echo writes to it: wait for the whole line.
+      local function command_pid()
+        local f = io.open(ws .. "/pid", "r")
+        if not f then return nil end
+        local line = f:read("a")
+        f:close()
+        return tonumber(line:match("^(%d+)\n"))
+      end
       core.go(function()
-        S.wait_for(function() return core.fs.exists(ws .. "/pid") end, 30000)
+        S.wait_for(command_pid, 30000)
         stop:abort("operator stop")
       end)
       local t0 = core.now_ms()
@@ -249,9 +257,7 @@ describe("sandbox executor → sandboxd", function()
       assert.is_true(r.aborted)
       assert.truthy(r.text:find("[stopped: operator stop", 1, true), r.text)
       -- sandboxd kills the command's group: wait for that event, generously
-      local f = assert(io.open(ws .. "/pid", "r"))
-      local pid = tonumber(f:read("l"))
-      f:close()
+      local pid = assert(command_pid(), "the command never wrote its pid")
       assert.truthy(S.wait_for(function() return not procs.alive(pid) end, 30000), "the command survived the stop")
       assert.is_false(core.fs.exists(ws .. "/marker"))
       h:stop(); h:wait()

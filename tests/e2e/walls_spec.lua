@@ -135,7 +135,9 @@ describe_walls("sandboxd walls: what a command sees and cannot do", function()
 
   it("/read and /write hold the walls: a swapped workspace, a symlink out and a hard link to a host file lead nowhere", function()
     core.run(function()
-      local h = S.start_sandboxd{ policies = dir }
+      -- the held handle is an awake instance's: S.FAST's 2 s sleep_after put it to sleep between
+      -- two requests on a loaded machine, and the wake opened the swapped path anew
+      local h = S.start_sandboxd{ policies = policy_dir(nil, 'sandbox.sleep_after = "10m"') }
       local r = exec(h, "A", table.concat({
         "echo data > keep",
         "ln -s /etc/shadow shadow-link",
