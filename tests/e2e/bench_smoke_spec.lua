@@ -22,7 +22,7 @@ end
 
 describe("bench smoke", function()
   it("sandbox_bench concurrent: every command completes through the bench's own overlay", function()
-    local ok, out = run("lua5.4 bench/sandbox_bench.lua concurrent 60 1 250")
+    local ok, out = run(require("support.preload").shell_prefix() .. "lua5.4 bench/sandbox_bench.lua concurrent 60 1 250")
     assert.is_true(ok, out)
     local r = last_json(out)
     assert.equal(60, r.commands)

@@ -148,7 +148,7 @@ describe_walls("an instance whose spawner died", function()
           local after = exec(h, "heal", "cat kept.txt && echo again-" .. i .. " >> kept.txt && touch /dev/shm/ok")
           no_host_paths(h, after.stderr)
           assert.equal(0, after.exitCode, cjson.encode(after) .. "\n" .. h.log())
-          assert.truthy(after.stdout:find("^kept\n"), after.stdout)
+          assert.truthy(after.stdout:find("^kept\n"), cjson.encode(after) .. "\n" .. h.log())
         end
         -- nothing of the old instance is left: its processes, its mount namespace, its cgroup
         local now = instance_procs(h.pid)

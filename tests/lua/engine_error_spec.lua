@@ -16,11 +16,8 @@ local function lua_child(code, opts)
     PATH = PATH,
     LUA_CPATH = BUILD .. "/lua/?.so;;",
     LUA_PATH = "./lua/?.lua;./lua/?/init.lua;;",
-    -- the sanitized build's module needs its runtimes in a plain interpreter
-    LD_PRELOAD = os.getenv("LD_PRELOAD"),
-    ASAN_OPTIONS = os.getenv("ASAN_OPTIONS"),
-    UBSAN_OPTIONS = os.getenv("UBSAN_OPTIONS"),
   }
+  require("support.preload").env(opts.env) -- the sanitized build's module needs its runtimes
   opts.deadline_ms = opts.deadline_ms or 30000
   return assert(core.spawn(opts))
 end

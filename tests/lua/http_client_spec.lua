@@ -494,7 +494,7 @@ describe("core.http.request", function()
         os.exit(7, true) -- closes the state with the requests still waiting
       ]], build, peer.base .. "/hang")
       local t0 = os.time()
-      local ok, how, code = os.execute("lua5.4 -e '" .. script:gsub("'", "'\\''") .. "'")
+      local ok, how, code = os.execute(require("support.preload").shell_prefix() .. "lua5.4 -e '" .. script:gsub("'", "'\\''") .. "'")
       assert.equal("exit", how)
       assert.equal(7, code)
       assert.is_true(os.time() - t0 < 30) -- under half of the requests' 60 s deadline: not waited out

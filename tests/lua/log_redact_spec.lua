@@ -13,8 +13,7 @@ local function log_in_child(secret, line)
     core.log("warn", "probe", { text = %q })
   ]]):format(build, secret, line)
   local p = assert(core.spawn { argv = { "lua5.4", "-e", script }, deadline_ms = 10000,
-                                env = { PATH = os.getenv("PATH"), LD_PRELOAD = os.getenv("LD_PRELOAD"),
-                                        ASAN_OPTIONS = os.getenv("ASAN_OPTIONS") } })
+                                env = require("support.preload").env{ PATH = os.getenv("PATH") } })
   return p:wait()
 end
 

@@ -88,8 +88,7 @@ end)
     f:close()
     -- the writer is the same interpreter busted runs in (under the sanitized build, with the
     -- runtimes preloaded)
-    local env = {}
-    for _, k in ipairs({ "PATH", "LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS" }) do env[k] = os.getenv(k) end
+    local env = require("support.preload").env{ PATH = os.getenv("PATH") }
     local proc = core.spawn{ argv = { "lua5.4", script }, env = env, max_output = 4096 }
     -- wait for the writer to say the batch committed, then SIGKILL it
     local deadline = core.now_ms() + 60000

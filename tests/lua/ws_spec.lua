@@ -167,8 +167,8 @@ describe("core.ws over TLS", function()
       end)
     ]]
     local r = assert(core.spawn{ argv = { "lua5.4", "-e", probe },
-      env = { PATH = "/usr/bin:/bin", SSL_CERT_FILE = dir .. "/c.pem", WS_URL = url, SB_BUILD_DIR = os.getenv("SB_BUILD_DIR"),
-              LD_PRELOAD = os.getenv("LD_PRELOAD"), ASAN_OPTIONS = os.getenv("ASAN_OPTIONS") } }):wait()
+      env = require("support.preload").env{ PATH = "/usr/bin:/bin", SSL_CERT_FILE = dir .. "/c.pem", WS_URL = url,
+                                             SB_BUILD_DIR = os.getenv("SB_BUILD_DIR") } }):wait()
     assert.equals(0, r.exit, r.stderr)
     assert.equals("echo:over tls", r.stdout)
     peer.proc:kill("KILL")

@@ -8,11 +8,9 @@ M.path = os.getenv("SWITCHBOARD_BIN") or "./build/switchboard"
 -- The environment the binary gets: ours, minus nothing, plus `extra`.
 function M.env(extra)
   local env = {}
-  for _, name in ipairs({ "PATH", "HOME", "LANG", "LD_PRELOAD", "ASAN_OPTIONS",
-                          "UBSAN_OPTIONS", "SWITCHBOARD_LUA_DIR" }) do
+  for _, name in ipairs({ "PATH", "HOME", "LANG", "ASAN_OPTIONS", "UBSAN_OPTIONS", "SWITCHBOARD_LUA_DIR" }) do
     env[name] = os.getenv(name)
   end
-  if env.LD_PRELOAD then env.LD_PRELOAD = nil end -- the binary is instrumented itself
   for k, v in pairs(extra or {}) do env[k] = v end
   return env
 end
