@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -107,6 +108,27 @@ static int open_image(int dir_fd, const char *name, long long bytes, int nice, c
   return -1;
 }
 
+/* One mount of an image at a time. The instance before this one (retired, or killed from inside)
+ * may still have the image mounted while the kernel tears its mount namespace down; a second
+ * mount of the same ext4 image would then read what the first had not yet written back (a file
+ * written just before came back empty) and later race it on the image's blocks. The lock is on
+ * this open file, which LOOP_CONFIGURE makes the loop device's own: it is released when the
+ * kernel detaches that device, after the last mount of it is gone — whichever instance took it.
+ * The wait is bounded by the server's walls.ready_ms, which ends a holder that is not ready. */
+static int hold_image(int img, char *why, size_t size) {
+  if (flock(img, LOCK_EX | LOCK_NB) == 0)
+    return 0;
+  if (errno != EWOULDBLOCK)
+    return fail(why, size, errno, "cannot lock the workspace's image");
+  fprintf(stderr, "switchboard-walls: the workspace's image is still mounted by the instance before "
+                  "this one; waiting for the kernel to release it\n");
+  while (flock(img, LOCK_EX) < 0) {
+    if (errno != EINTR)
+      return fail(why, size, errno, "cannot lock the workspace's image");
+  }
+  return 0;
+}
+
 /* Opens loop device n read-write. Where /dev has no node for it (a container's /dev holds only
  * the devices it was given), one is made on a scratch tmpfs over the workspace directory (in our
  * private mount namespace), opened, and the tmpfs detached again: the open device stays. */
@@ -179,6 +201,10 @@ int walls_disk_mount(int dir_fd, const char *path, const char *name, long long b
   int img = open_image(dir_fd, name, bytes, nice, why, why_size);
   if (img < 0)
     return -1;
+  if (hold_image(img, why, why_size) < 0) {
+    close(img);
+    return -1;
+  }
   int dev = attach_loop(img, dir_fd, path, why, why_size);
   close(img); /* the loop device holds the file now */
   if (dev < 0)

@@ -143,12 +143,21 @@ describe_walls("an instance whose spawner died", function()
         -- the instance's last moments may still meet it dying, and is told so in words)
         assert.truthy(S.wait_for(function() return h.log():find("sandboxd.instance_retired", 1, true) end, 60000),
           "the instance was never retired:\n" .. h.log())
+        -- the fresh instance mounts the workspace's image only when no other mount of it is left
+        -- (src/walls/disk.c hold_image): held here for 3 s, as a dying instance's loop device
+        -- holds it, the next request waits for it; a second mount read a file written just
+        -- before as empty
+        local held = S.tmpdir() .. "/held"
+        os.execute(("flock %s/heal-*/.workspace.img -c 'touch %s; sleep 3' >/dev/null 2>&1 &"):format(h.root, held))
+        assert.truthy(S.wait_for(function() return core.fs.exists(held) end, 60000), "the image was never free to lock")
+        local t0 = core.now_ms()
         -- every later request works, in a fresh instance, on the same workspace
         for i = 1, 3 do
           local after = exec(h, "heal", "cat kept.txt && echo again-" .. i .. " >> kept.txt && touch /dev/shm/ok")
           no_host_paths(h, after.stderr)
           assert.equal(0, after.exitCode, cjson.encode(after) .. "\n" .. h.log())
           assert.truthy(after.stdout:find("^kept\n"), cjson.encode(after) .. "\n" .. h.log())
+          if i == 1 then assert.is_true(core.now_ms() - t0 >= 2500, "the image was mounted while held") end
         end
         -- nothing of the old instance is left: its processes, its mount namespace, its cgroup
         local now = instance_procs(h.pid)
