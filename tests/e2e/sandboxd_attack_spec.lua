@@ -46,14 +46,30 @@ end
 
 -- The canary: while `busy()` is true, one real /exec after another (a short command, the way
 -- the executor sends it), each with its own deadline. Returns successes, attempts.
+-- A try whose connection was closed before any answer is made once more on a fresh one, as an
+-- HTTP client does: under an idle flood the server closes the oldest connection that has sent
+-- nothing, and a canary descheduled between its connect and its write on a loaded machine was
+-- that one once in 12 tries (the flood's tool had cycled every slot meanwhile).
 local function canary(h, busy, opts)
   opts = opts or {}
   local ok, tries = 0, 0
+  local function try()
+    return S.call(h.url, "/exec", { body = { command = "echo canary" }, deadline_ms = 5000 })
+  end
   while busy() or tries < (opts.min_tries or 3) do
     tries = tries + 1
-    local status, _, body = S.call(h.url, "/exec", { body = { command = "echo canary" }, deadline_ms = 5000 })
+    local status, err, body = try()
+    if status == nil and type(err) == "table" and err.kind == "transport" then
+      io.stderr:write("[attack] canary: " .. tostring(err.message) .. "; once more on a fresh connection\n")
+      status, err, body = try()
+    end
     local good, doc = pcall(cjson.decode, (body or ""):match("^ *(.*)$"))
-    if status == 200 and good and type(doc) == "table" and doc.stdout == "canary\n" then ok = ok + 1 end
+    if status == 200 and good and type(doc) == "table" and doc.stdout == "canary\n" then
+      ok = ok + 1
+    else -- said, so that a failed count comes with its cause
+      io.stderr:write(("[attack] canary try %d failed: %s %s\n"):format(tries, tostring(status),
+        status and (body or ""):sub(1, 200) or (type(err) == "table" and (err.kind .. ": " .. tostring(err.message)) or tostring(err))))
+    end
     core.sleep(opts.pause_ms or 100)
   end
   return ok, tries
