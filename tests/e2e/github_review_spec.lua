@@ -22,19 +22,7 @@ local function slurp(path)
   return s
 end
 
--- Every process's argv (NUL-separated in /proc/<pid>/cmdline), keyed by pid.
-local function all_argv()
-  local out = {}
-  local names = core.fs.list("/proc") or {}
-  for _, name in ipairs(names) do
-    if type(name) == "table" then name = name.name end
-    if name:find("^%d+$") then
-      local s = slurp("/proc/" .. name .. "/cmdline")
-      if s and s ~= "" then out[tonumber(name)] = s end
-    end
-  end
-  return out
-end
+local all_argv = require("support.craft").all_argv
 
 -- Starts `switchboard sandboxd` on a free loopback port; → process, url, its stderr chunks.
 local function start_sandboxd(dir, token)
@@ -113,7 +101,7 @@ describe("github identity end to end (switchboard exec, agent review)", function
         end
       end
       scans = scans + 1
-      core.sleep(math.max(20, 3 * (core.now_ms() - t0))) -- at most a quarter of a core (craft.lua)
+      require("support.craft").scan_pause(t0, 20)
     end
     if sandboxd then
       sandboxd:kill("TERM")

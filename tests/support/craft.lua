@@ -57,6 +57,15 @@ local function all_argv()
   return out
 end
 
+M.all_argv = all_argv -- every process's argv (NUL-separated), keyed by pid
+
+-- The pause after an argv scan that began at t0: a scan reads every /proc/<pid>/cmdline, tens of
+-- ms beside a loaded suite; after a fixed short pause a scanning loop took most of a core, three
+-- times the scan's own time keeps it under a quarter.
+function M.scan_pause(t0, floor_ms)
+  core.sleep(math.max(floor_ms, 3 * (core.now_ms() - t0)))
+end
+
 function M.cjson_text(v) return require("cjson").encode(v) end
 
 function M.count(text, plain)
@@ -150,10 +159,7 @@ function M.session(H, answers, lines, agents_edit)
         if found then leak = ("pid %d argv carries %s"):format(pid, found) end
       end
       scans = scans + 1
-      -- a scan reads every /proc/<pid>/cmdline, tens of ms beside a loaded suite: after a fixed
-      -- 10 ms pause this loop took most of a core; three times the scan's own time keeps it
-      -- under a quarter (git's argv is also recorded whole by the shim, tests below read it)
-      core.sleep(math.max(10, 3 * (core.now_ms() - t0)))
+      M.scan_pause(t0, 10) -- git's argv is also recorded whole by the shim (no_secret_anywhere)
     end
     reqs = m:requests()
     w.close()
