@@ -6,8 +6,11 @@
  *
  * - instructions: a count hook, as Redis bounds its scripts; a loop is stopped with an error
  *   naming its line.
- * - time_ms: checked by the same hook every few hundred instructions, for instructions that
- *   each do a lot of C work (comparing two long strings, say).
+ * - time_ms: the CPU time of the calling thread (the loop's), checked by the same hook every
+ *   few hundred instructions, for instructions that each do a lot of C work (comparing two
+ *   long strings, say). CPU time, not wall time: the bounded code can neither wait nor yield,
+ *   so the only wall time it spends beyond its CPU time is time the kernel gave to other
+ *   processes, and a valid policy must not be refused because the host is busy.
  * - memory_bytes: the bytes the call may allocate, counted by the state's allocator while the
  *   call runs, as HAProxy's hlua caps its allocator. Growth is counted and frees are not, so
  *   this also bounds the time spent building strings (("x"):rep(1e9), s = s .. s): one
@@ -21,6 +24,8 @@
  * restore the outer limits. */
 #include "engine.h"
 #include "engine_internal.h"
+
+#include <time.h>
 
 
 enum {
@@ -76,11 +81,42 @@ void sb_bounded_uninstall(lua_State *L) {
 /* The limits of the running bounded call (the hook finds them here). */
 typedef struct {
   lua_Integer instructions, executed;
-  double deadline_ms; /* sb_now_ms() value; 0: none */
-  lua_Integer time_ms;
+  lua_Integer time_ms; /* 0: no time budget */
+  double cpu_start;    /* thread_cpu_ms() when the time budget started; < 0: not yet */
+  double wall_next;    /* sb_now_ms() before which the time budget cannot be spent */
 } budget;
 
 static budget *current;
+
+/* The calling thread's CPU time in milliseconds. Linux always has this clock. */
+static double thread_cpu_ms(void) {
+  struct timespec ts = {0};
+  (void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Whether the CPU time budget is spent. The CPU clock is a system call (a decision's whole cost
+ * is about one), so it is read rarely: at the first check, which starts the budget (the
+ * instructions before it, at most HOOK_STEP, are bounded by the instruction budget), and then
+ * only once the wall clock (vDSO) says the budget could be spent, since a thread's CPU time
+ * never runs ahead of its wall time. */
+static bool time_spent(budget *b) {
+  if (b->time_ms == 0)
+    return false;
+  double now = sb_now_ms();
+  if (b->cpu_start < 0) {
+    b->cpu_start = thread_cpu_ms();
+    b->wall_next = now + (double)b->time_ms;
+    return false;
+  }
+  if (now < b->wall_next)
+    return false;
+  double left = (double)b->time_ms - (thread_cpu_ms() - b->cpu_start);
+  if (left <= 0)
+    return true;
+  b->wall_next = now + left;
+  return false;
+}
 
 /* Raises `why` at the line the hooked function is on (level 0: a hook runs in no frame of its
  * own, so luaL_error's level 1 would name the caller). */
@@ -99,8 +135,8 @@ static void hook(lua_State *L, lua_Debug *ar) {
   b->executed += step;
   if (b->executed >= b->instructions)
     hook_error(L, "instruction budget exhausted", 0);
-  if (b->deadline_ms > 0 && sb_now_ms() > b->deadline_ms)
-    hook_error(L, "time budget of %I ms exhausted", b->time_ms);
+  if (time_spent(b))
+    hook_error(L, "CPU time budget of %I ms exhausted", b->time_ms);
   lua_Integer left = b->instructions - b->executed;
   if (left < HOOK_STEP)
     lua_sethook(L, hook, LUA_MASKCOUNT, (int)left);
@@ -172,8 +208,7 @@ static int l_call_bounded(lua_State *L) {
   budget *outer = current;
   account saved = A.acct;
   current = &b;
-  if (b.time_ms > 0)
-    b.deadline_ms = sb_now_ms() + (double)b.time_ms;
+  b.cpu_start = -1; /* the first hook starts the time budget */
   lua_sethook(co, hook, LUA_MASKCOUNT,
               (int)(b.instructions < HOOK_STEP ? b.instructions : HOOK_STEP));
   if (memory > 0 && A.f != NULL)
@@ -219,7 +254,7 @@ static int l_call_bounded(lua_State *L) {
  * the call's worst case) against the running bounded call, before the call runs, so that no
  * single C call can take the loop past the budget: the count hook sees only Lua instructions.
  * Refused (false, what is left) when they exceed what is left, or (false, left, true) when the
- * time budget is already spent; nothing is charged then. Outside a bounded call: true. */
+ * CPU time budget is already spent; nothing is charged then. Outside a bounded call: true. */
 static int l_bounded_charge(lua_State *L) {
   lua_Number units = luaL_checknumber(L, 1);
   budget *b = current;
@@ -228,7 +263,7 @@ static int l_bounded_charge(lua_State *L) {
     return 1;
   }
   lua_Integer left = b->instructions - b->executed;
-  bool late = b->deadline_ms > 0 && sb_now_ms() > b->deadline_ms;
+  bool late = b->cpu_start >= 0 && time_spent(b); /* not started: nothing to be late for */
   if (late || !(units <= (lua_Number)left)) { /* also refuses NaN */
     lua_pushboolean(L, 0);
     lua_pushinteger(L, left);

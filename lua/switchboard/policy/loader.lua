@@ -19,7 +19,8 @@ local M = {}
 
 -- The one place the bounds on policy code are set: instructions (count hook), bytes it may
 -- allocate (counted by the engine's allocator while it runs; this also bounds the time spent
--- building strings), wall time (a backstop for instructions that each do much C work), and the
+-- building strings), CPU time (a backstop for instructions that each do much C work; not wall
+-- time, so that a busy host does not refuse a valid policy), and the
 -- worst-case steps of one pattern match (a single C call the hook cannot interrupt).
 M.limits = {
   load_instructions = 10 * 1000 * 1000, -- running one policy file
@@ -125,7 +126,7 @@ local function charge(what, steps, level)
   local c = core()
   if c and c.bounded_charge then
     local ok, left, late = c.bounded_charge(steps / M.limits.steps_per_instruction)
-    if late then error("time budget exhausted before " .. what, level) end
+    if late then error("CPU time budget exhausted before " .. what, level) end
     if not ok then
       error(s_format("%s may take %.3g steps, more than the %d instructions (%.3g steps) left of this budget",
         what, steps, left, left * M.limits.steps_per_instruction), level)
