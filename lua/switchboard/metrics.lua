@@ -165,7 +165,7 @@ end
 -- scraper's private network). Nothing else is served there. → server | nil, err
 function M.serve(host, port)
   local core = require("switchboard.core")
-  local ok, srv, err = pcall(core.http.serve, {
+  return core.http.serve{
     host = host, port = port,
     limits = { max_header_bytes = 16 * 1024, max_body_bytes = 1024, request_timeout_ms = 10000,
       idle_timeout_ms = 60000, max_connections = 64 },
@@ -173,9 +173,7 @@ function M.serve(host, port)
       if req.path == "/metrics" and req.method == "GET" then return M.answer(res) end
       res:send(404, { ["content-type"] = "text/plain" }, "only GET /metrics is served here\n")
     end,
-  })
-  if not ok then return nil, core.error("listen", tostring(srv)) end
-  return srv, err
+  }
 end
 
 return M

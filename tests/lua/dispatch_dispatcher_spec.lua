@@ -309,6 +309,50 @@ describe("dispatcher", function()
     assert.equal("ran echo after", b.card.body)
   end)
 
+  -- A release is not a run's part, so its raise is caught where it is called; the log keeps
+  -- where it was raised, as for every other bug (an operator's report must carry a location).
+  it("a release that raises is logged with its traceback; the thread goes on", function()
+    local provisioning, provisioned = core.signal(), core.signal()
+    local backends = {
+      ["local"] = function()
+        provisioning:abort("provisioning")
+        core.sleep(60000, provisioned) -- until the spec has stopped the thread
+        local ex = { backend = "sandbox" }
+        function ex.exec(_, cmd) return { exit_code = 0, text = "ran " .. cmd } end
+        function ex.release() error("the planted release bug") end
+        return ex, "sandbox"
+      end,
+    }
+    local logged, log = {}, core.log
+    core.log = function(level, event, fields)
+      logged[#logged + 1] = { event = event, fields = fields }
+      return log(level, event, fields)
+    end
+    local a, b
+    local ok, err = pcall(run, function()
+      make{ backends = backends }
+      a = ask("main", "run `ls`")
+      core.sleep(60000, provisioning)
+      assert.equal(1, d:stop("main", "stop asked in this thread by ana"))
+      provisioned:abort("go on")
+      d:wait_idle()
+      b = ask("main", "run `echo after`")
+      d:wait_idle()
+    end)
+    core.log = log
+    assert.is_true(ok, tostring(err))
+    assert.equal("cancelled", a.card.state)
+    local report
+    for _, l in ipairs(logged) do
+      if l.event == "dispatch.release_failed" then report = l.fields.error end
+    end
+    assert(report, "no dispatch.release_failed in the log")
+    assert.matches("dispatch_dispatcher_spec.lua:%d+: the planted release bug", report)
+    assert.matches("stack traceback:", report, 1, true)
+    assert.equal("done", b.card.state)
+    assert.equal("ran echo after", b.card.body)
+  end)
+
   it("answers a stop with nothing running", function()
     make()
     run(function() ask("main", "stop") end)

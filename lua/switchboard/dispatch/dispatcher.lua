@@ -284,21 +284,6 @@ function D:executor_for(thread, ask)
   return built
 end
 
--- Release a thread's executor (mode "always" after a hard stop) and forget it: the next ask
--- provisions again.
-function D:release(thread, agent, mode)
-  local built = thread.executors[agent]
-  thread.executors[agent] = nil
-  if built and built.executor.release then
-    local ok, err = pcall(built.executor.release, built.executor, mode)
-    if not ok then log("warn", "dispatch.release_failed", { thread = thread.name, agent = agent, error = tostring(err) }) end
-  end
-end
-
--- The kinds of run: each is {before?, run, raised, ended} (dispatch/command_run.lua,
--- dispatch/agent_run.lua); the lifecycle below is the same for all of them.
-local KINDS = { command = command_run, agent = agent_run }
-
 -- A raise's text for the log: its message and where it was raised (an error object's own
 -- traceback when it carries one: it was raised in another task).
 local function traced(e)
@@ -307,6 +292,21 @@ local function traced(e)
   end
   return debug.traceback(tostring(e), 2)
 end
+
+-- Release a thread's executor (mode "always" after a hard stop) and forget it: the next ask
+-- provisions again.
+function D:release(thread, agent, mode)
+  local built = thread.executors[agent]
+  thread.executors[agent] = nil
+  if built and built.executor.release then
+    local ok, err = xpcall(built.executor.release, traced, built.executor, mode)
+    if not ok then log("warn", "dispatch.release_failed", { thread = thread.name, agent = agent, error = tostring(err) }) end
+  end
+end
+
+-- The kinds of run: each is {before?, run, raised, ended} (dispatch/command_run.lua,
+-- dispatch/agent_run.lua); the lifecycle below is the same for all of them.
+local KINDS = { command = command_run, agent = agent_run }
 
 -- On every way out of a run that was provisioned — its end, a stop, a raise — the card's
 -- refresh stops and the executor is released with "always" when the ask was stopped or the

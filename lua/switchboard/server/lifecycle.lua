@@ -61,10 +61,9 @@ function Life:listen(spec)
     local finished <close> = setmetatable({}, { __close = done })
     return handler(req, res)
   end
-  local ok, srv, err = pcall(core.http.serve, {
+  local srv, err = core.http.serve{
     host = spec.host, port = spec.port, handler = counted, limits = spec.limits, on_head = spec.on_head,
-  })
-  if not ok then return nil, core.error("listen", tostring(srv)) end
+  }
   if not srv then return nil, err end
   self.server = srv
   return srv

@@ -196,13 +196,12 @@ end
 
 function App:listen(host, port, with_events)
   local limits = self.policy().timeouts.server
-  local ok, srv, err = pcall(core.http.serve, {
+  local srv, err = core.http.serve{
     host = host, port = port, handler = self:handler(with_events),
     limits = { max_header_bytes = limits.max_header_bytes, max_body_bytes = 1 << 20,
                request_timeout_ms = limits.request_timeout_ms, idle_timeout_ms = limits.idle_timeout_ms,
                max_connections = limits.max_connections },
-  })
-  if not ok then return nil, core.error("listen", tostring(srv)) end
+  }
   if not srv then return nil, err end
   self.servers[#self.servers + 1] = srv
   return srv
