@@ -176,6 +176,42 @@ describe_walls("sandboxd walls: what a command sees and cannot do", function()
   end)
 end)
 
+describe_walls("sandboxd walls: a workspace path swapped while its instance sleeps", function()
+  -- Root on the host (or a bug) puts a symlink where a slept thread's workspace was. The wake
+  -- must not follow it: the new instance's first request clears whatever is at its path
+  -- (sandboxd/runner.lua fresh: the link itself, not its target), so no command, /read or
+  -- /write reaches the target, and nothing there is created, chowned or mounted.
+  it("the wake does not follow a symlink at the workspace's path", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir("spare_instances = 0") } -- S.FAST: sleeps after 2 s
+      assert.equal(0, exec(h, "A", "echo data > keep").exitCode)
+      local ws = require("switchboard.shell.workspace").path(h.root, "A")
+      assert.is_true(S.wait_for(function()
+        return h.log():find("sandboxd.instance_slept", 1, true) and not core.fs.exists(ws)
+      end, 60000), "the instance never slept:\n" .. h.log())
+      local bait = S.tmpdir()
+      local f = assert(io.open(bait .. "/secret", "w"))
+      f:write("canary-" .. S.TOKEN .. "\n")
+      f:close()
+      assert.is_true(os.execute(("chmod 755 '%s' && chmod 644 '%s/secret' && ln -s '%s' '%s'")
+        :format(bait, bait, bait, ws)))
+      local function listing() return io.popen(("ls -lnR --time-style=+%%s.%%N '%s'"):format(bait)):read("a") end
+      local before = listing()
+      local r = exec(h, "A", "ls -A; cat secret; echo planted > planted")
+      assert.equal("", r.stdout, cjson.encode(r)) -- a new, empty workspace: not the link's target
+      local status, doc = file_op(h, "A", "/read", { path = "secret" })
+      assert.equal(404, status, cjson.encode(doc))
+      status = file_op(h, "A", "/write", { path = "written", content = "x" })
+      assert.equal(200, status)
+      assert.equal("planted\n", exec(h, "A", "cat planted").stdout)
+      assert.equal(before, listing())
+      assert.falsy(os.execute(("test -L '%s'"):format(ws)), "the link is still at the workspace's path")
+      h:stop(); h:wait()
+      S.rm(bait)
+    end)
+  end)
+end)
+
 describe_walls("sandboxd walls: nothing left behind", function()
   it("a daemon a command started dies when its instance sleeps, and when the server stops", function()
     core.run(function()
