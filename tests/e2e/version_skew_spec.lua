@@ -21,7 +21,8 @@ end
 -- Starts tests/support/skewed_sandboxd.py answering /healthz with `commit`.
 local function start_skewed(commit, extra)
   local dir = sb.tmpdir()
-  local argv = { "/usr/bin/python3", "tests/support/skewed_sandboxd.py", "--dir", dir, "--commit", commit }
+  local argv = { "/usr/bin/python3", "tests/support/skewed_sandboxd.py", "--dir", dir, "--commit", commit,
+    "--watch", tostring(require("support.procs").self_pid()) } -- it ends with this process
   for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
   local proc = assert(core.spawn{ argv = argv, env = sb.base_env() })
   local port = sb.wait_for(function() return sb.read(dir .. "/port") end, 180000) -- python3 on a loaded machine: the file ends the wait

@@ -21,7 +21,9 @@ local function start_peer(opts)
   local dir = io.popen("mktemp -d"):read("l")
   local flags = opts.unix and " --unix" or ""
   if opts.tls then flags = flags .. " --tls " .. opts.tls end
-  sh(string.format("/usr/bin/python3 %s --dir %s%s >%s/log 2>&1 &", PEER, dir, flags, dir))
+  -- --watch: the peer ends when this process does, even if a spec failed before its teardown
+  sh(string.format("/usr/bin/python3 %s --dir %s%s --watch %d >%s/log 2>&1 &", PEER, dir, flags,
+    require("support.procs").self_pid(), dir))
   local port
   core.run(function()
     local t0 = core.now_ms()

@@ -7,7 +7,8 @@ local PYTHON = "/usr/bin/python3"
 
 local function start_peer(extra)
   local peer = { out = "" }
-  local argv = { PYTHON, "tests/support/ws_peer.py" }
+  -- --watch: the peer ends when this process does, even if a spec failed before its teardown
+  local argv = { PYTHON, "tests/support/ws_peer.py", "--watch", tostring(require("support.procs").self_pid()) }
   for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
   peer.proc = assert(core.spawn{
     argv = argv, env = { PATH = "/usr/bin:/bin" },

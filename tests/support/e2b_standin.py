@@ -55,6 +55,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit, parse_qs
 
+import watched  # tests/support/watched.py: --watch PID
+
 ENVD_PORT = 49983
 DOMAIN = "e2b.local"
 LOCK = threading.Lock()
@@ -515,7 +517,7 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--api-key", required=True)
     ap.add_argument("--split-delay-ms", type=float, default=1.0)
-    ap.add_argument("--watch", type=int, default=0, help="exit (killing every sandbox) when this pid is gone")
+    watched.add_argument(ap)  # exit, killing every sandbox, when the spec is gone
     ARGS = ap.parse_args()
     ARGS.root = os.path.join(ARGS.dir, "vm")
     os.makedirs(ARGS.root, exist_ok=True)
@@ -535,12 +537,7 @@ def main():
                 sb.die()
         os._exit(0)
     signal.signal(signal.SIGTERM, bye)
-    if ARGS.watch:
-        def watch():
-            while os.path.exists("/proc/%d" % ARGS.watch):
-                time.sleep(1)
-            bye()
-        threading.Thread(target=watch, daemon=True).start()
+    watched.end_with(ARGS.watch, bye)
     server.serve_forever()
 
 

@@ -33,6 +33,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+import watched  # tests/support/watched.py: --watch PID
+
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -150,7 +152,9 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--unix", action="store_true")
     ap.add_argument("--tls")
+    watched.add_argument(ap)
     args = ap.parse_args()
+    watched.end_with(args.watch)
     tcp = TCPServer(("127.0.0.1", 0), Handler)
     servers = [tcp]
     if args.unix:

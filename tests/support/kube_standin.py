@@ -70,6 +70,8 @@ import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit, parse_qs
 
+import watched  # tests/support/watched.py: --watch PID
+
 GROUP = "extensions.agents.x-k8s.io"
 VERSION = "v1beta1"
 API_VERSION = GROUP + "/" + VERSION
@@ -653,7 +655,7 @@ def main():
     ap.add_argument("--tls", action="store_true")
     ap.add_argument("--bookmark-ms", type=int, default=1000)
     ap.add_argument("--finalize-ms", type=int, default=300)
-    ap.add_argument("--watch", type=int, default=0, help="exit (killing every pod) when this pid is gone")
+    watched.add_argument(ap)  # exit, killing every pod, when the spec is gone
     ARGS = ap.parse_args()
     if not ARGS.pod_port:
         ARGS.pod_port = random.randint(20000, 60000)
@@ -669,12 +671,7 @@ def main():
         ctx.verify_mode = ssl.CERT_OPTIONAL
         ctx.load_verify_locations(client_ca)
         srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    if ARGS.watch:
-        def watch():
-            while os.path.exists("/proc/%d" % ARGS.watch):
-                time.sleep(0.5)
-            shutdown()
-        threading.Thread(target=watch, daemon=True).start()
+    watched.end_with(ARGS.watch, shutdown)
     with LOCK:
         STATE["pool_size"] = ARGS.pool_size
         refill()

@@ -58,6 +58,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import watched  # tests/support/watched.py: --watch PID
+
 LOCK = threading.Lock()
 SCRIPT = []
 REQUESTS = []
@@ -392,7 +394,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
     ap.add_argument("--key", required=True)
+    watched.add_argument(ap)
     a = ap.parse_args()
+    watched.end_with(a.watch)
     KEY = a.key
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True

@@ -21,6 +21,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import watched  # tests/support/watched.py: --watch PID
+
 LOCK = threading.Lock()
 SCRIPT = []
 REQUESTS = []
@@ -102,7 +104,9 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
+    watched.add_argument(ap)
     a = ap.parse_args()
+    watched.end_with(a.watch)
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     with open(os.path.join(a.dir, "pid"), "w") as f:

@@ -12,6 +12,8 @@ import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import watched  # tests/support/watched.py: --watch PID
+
 LOCK = threading.Lock()
 COUNT = {"healthz": 0}
 ARGS = None
@@ -55,7 +57,9 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--commit", required=True)
     ap.add_argument("--healthz-status", type=int, default=200)
+    watched.add_argument(ap)
     ARGS = ap.parse_args()
+    watched.end_with(ARGS.watch)
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     tmp = os.path.join(ARGS.dir, "port.tmp")

@@ -35,7 +35,8 @@ Standin.__index = Standin
 function M.standin()
   local self = setmetatable({ out = "" }, Standin)
   self.proc = assert(core.spawn{
-    argv = { M.PYTHON, "tests/support/slack_standin.py" },
+    -- --watch: it ends when this process does, even if a spec failed before its teardown
+    argv = { M.PYTHON, "tests/support/slack_standin.py", "--watch", tostring(require("support.procs").self_pid()) },
     env = { PATH = "/usr/bin:/bin", SLACK_BOT_TOKEN = M.BOT_TOKEN, SLACK_APP_TOKEN = M.APP_TOKEN },
     on_output = function(stream, chunk) if stream == "stdout" then self.out = self.out .. chunk end end,
   })

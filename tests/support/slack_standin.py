@@ -26,9 +26,10 @@ Tests drive it over a control API on the same HTTP port (/_control/...):
                                                   bot token only (else Slack's sign-in HTML)
   GET  /_control/state                            everything it saw (calls, acks, connections)
 
-Usage: SLACK_BOT_TOKEN=… SLACK_APP_TOKEN=… slack_standin.py   (prints "READY <http port>")
+Usage: SLACK_BOT_TOKEN=… SLACK_APP_TOKEN=… slack_standin.py [--watch PID]   (prints "READY <http port>")
 The tokens it accepts come from the environment, so they never sit in argv.
 """
+import argparse
 import asyncio
 import base64
 import json
@@ -39,6 +40,8 @@ import urllib.parse
 import uuid
 
 import websockets
+
+import watched  # tests/support/watched.py: --watch PID
 
 BOT = os.environ["SLACK_BOT_TOKEN"]
 APP = os.environ["SLACK_APP_TOKEN"]
@@ -361,6 +364,9 @@ async def ws_handler(ws, path=None):
 
 
 async def main():
+    ap = argparse.ArgumentParser()
+    watched.add_argument(ap)
+    watched.end_with(ap.parse_args().watch)
     http = await asyncio.start_server(http_conn, "127.0.0.1", 0)
     port_holder["http"] = http.sockets[0].getsockname()[1]
     ws = await websockets.serve(ws_handler, "127.0.0.1", 0, ping_interval=5, ping_timeout=20)

@@ -6,14 +6,16 @@ Each connection's path picks what it does:
   /fragments      sends one 300,000-byte text message in 3 fragments, then echoes
   /silent         reads and says nothing
   /reject         refuses the upgrade (HTTP 403)
-With `--tls CERT KEY` it serves wss:// instead. Prints "READY <port>" when listening; after every closed connection it prints
+With `--tls CERT KEY` it serves wss:// instead; with `--watch PID` it exits once PID is gone. Prints "READY <port>" when listening; after every closed connection it prints
 "CLOSED <path> <code>" (the close code it received, 1006 when there was no close frame).
 """
+import argparse
 import asyncio
 import ssl
-import sys
 
 import websockets
+
+import watched  # tests/support/watched.py: --watch PID
 
 
 async def handler(ws, path=None):
@@ -41,10 +43,15 @@ async def reject(path, headers):
 
 
 async def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
+    watched.add_argument(ap)
+    args = ap.parse_args()
+    watched.end_with(args.watch)
     ctx = None
-    if len(sys.argv) == 4 and sys.argv[1] == "--tls":
+    if args.tls:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+        ctx.load_cert_chain(*args.tls)
     async with websockets.serve(handler, "127.0.0.1", 0, process_request=reject,
                                 max_size=2 ** 24, ssl=ctx) as srv:
         print("READY %d" % srv.sockets[0].getsockname()[1], flush=True)

@@ -257,7 +257,9 @@ end
 --   h.url; h:script(list of answers) ; h:requests() → the requests it received
 function M.start_standin()
   local dir = M.tmpdir()
-  os.execute(("/usr/bin/python3 tests/support/sandbox_standin.py --dir %s >%s/log 2>&1 &"):format(dir, dir))
+  -- --watch: the stand-in ends when this process does, even if a spec failed before its teardown
+  os.execute(("/usr/bin/python3 tests/support/sandbox_standin.py --dir %s --watch %d >%s/log 2>&1 &")
+    :format(dir, require("support.procs").self_pid(), dir))
   -- the port file ends the wait; the bound only catches a stand-in that never comes up (python
   -- took over 60 s to start beside a loaded suite)
   local port = M.wait_for(function() return M.read(dir .. "/port") end, 180000)
