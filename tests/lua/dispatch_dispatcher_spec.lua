@@ -38,6 +38,23 @@ local function run(fn, limit_ms)
   assert.is_false(timed_out, "the test ran out of time")
 end
 
+-- run(fn) with every core.log line recorded: → ok, err (run's), and the error field of the
+-- last `event` logged (nil if none).
+local function run_logging(event, fn)
+  local logged, log = {}, core.log
+  core.log = function(level, ev, fields)
+    logged[#logged + 1] = { event = ev, fields = fields }
+    return log(level, ev, fields)
+  end
+  local ok, err = pcall(run, fn)
+  core.log = log
+  local report
+  for _, l in ipairs(logged) do
+    if l.event == event then report = l.fields.error end
+  end
+  return ok, err, report
+end
+
 -- Waits on the loop until pred() holds (or fails after limit_ms).
 local function eventually(pred, what, limit_ms)
   local t0 = core.now_ms()
@@ -274,13 +291,8 @@ describe("dispatcher", function()
         return ex, "sandbox"
       end,
     }
-    local logged, log = {}, core.log
-    core.log = function(level, event, fields)
-      logged[#logged + 1] = { event = event, fields = fields }
-      return log(level, event, fields)
-    end
     local m, a, b, requests
-    local ok, err = pcall(run, function()
+    local ok, err, report = run_logging("dispatch.internal_error", function()
       m = model.start()
       m:script{ { content = { { type = "tool_use", name = "bash", input = { command = "planted" } } } },
                 { content = { { type = "text", text = "the model went on" } } } }
@@ -292,15 +304,10 @@ describe("dispatcher", function()
       requests = #m:requests()
       m.stop()
     end)
-    core.log = log
     assert.is_true(ok, tostring(err))
     assert.equal(1, requests, "the bug went back to the model as a tool result; the run ended " .. tostring(a.card.state))
     assert.equal("model_error", a.card.state)
     assert.matches("^internal error in the agent run: .*the planted tool bug", a.card.problem)
-    local report
-    for _, l in ipairs(logged) do
-      if l.event == "dispatch.internal_error" then report = l.fields.error end
-    end
     assert(report, "no dispatch.internal_error in the log")
     assert.matches("dispatch_dispatcher_spec.lua:%d+: the planted tool bug", report)
     assert.matches("stack traceback:", report, 1, true)
@@ -323,13 +330,8 @@ describe("dispatcher", function()
         return ex, "sandbox"
       end,
     }
-    local logged, log = {}, core.log
-    core.log = function(level, event, fields)
-      logged[#logged + 1] = { event = event, fields = fields }
-      return log(level, event, fields)
-    end
     local a, b
-    local ok, err = pcall(run, function()
+    local ok, err, report = run_logging("dispatch.release_failed", function()
       make{ backends = backends }
       a = ask("main", "run `ls`")
       core.sleep(60000, provisioning)
@@ -339,13 +341,8 @@ describe("dispatcher", function()
       b = ask("main", "run `echo after`")
       d:wait_idle()
     end)
-    core.log = log
     assert.is_true(ok, tostring(err))
     assert.equal("cancelled", a.card.state)
-    local report
-    for _, l in ipairs(logged) do
-      if l.event == "dispatch.release_failed" then report = l.fields.error end
-    end
     assert(report, "no dispatch.release_failed in the log")
     assert.matches("dispatch_dispatcher_spec.lua:%d+: the planted release bug", report)
     assert.matches("stack traceback:", report, 1, true)
