@@ -148,11 +148,17 @@ describe("core.spawn behind the walls", function()
     local runner = require("switchboard.sandboxd.runner")
     local procs = require("support.procs")
     local root, spares = scratch, walls
-    -- a claim with no spare ready makes the next one: wait until one is being built
+    -- a claim takes the ready spare and starts building the next on the next loop turn: watch
+    -- for that build at every turn, the claimed instance stopping beside it. (Stopped first and
+    -- polled every 20 ms, a build quicker than the stop could end unseen; CI failed this file
+    -- once with its output cut, and this is the race the case had.)
     if not spares.building then
-      spares:claim(scratch .. "/w-take-" .. core.crypto.hex(core.crypto.random_bytes(4)), "spec"):stop()
+      local taken = spares:claim(scratch .. "/w-take-" .. core.crypto.hex(core.crypto.random_bytes(4)), "spec")
+      core.go(function() taken:stop() end)
+      local t0 = core.now_ms()
+      while not spares.building and core.now_ms() - t0 < 20000 do core.sleep(0) end
     end
-    assert.truthy(S.wait_for(function() return spares.building end, 20000), "no spare is being built")
+    assert.truthy(spares.building, "no spare is being built")
     -- which helper reaches the directory first varies, so the claims are counted too (the real
     -- claim runs; the count is what a second instance would show every time)
     local claims, real_claim = 0, spares.claim
