@@ -165,6 +165,19 @@ end
 
 -- COMMANDS concurrent `sleep SLEEP_S` in one server: its RSS (children excluded: they are other
 -- processes), the longest gap between heartbeats any client saw, and that all complete.
+-- The server log's first lines from the walls helper or bwrap, and its first warning or error:
+-- where an instance that could not be built says why.
+local function first_problem(log)
+  local lines = {}
+  for line in log:gmatch("[^\n]+") do
+    if #lines < 8 and (line:find("^bwrap:") or line:find("^walls:") or line:find("^%S+ error ")
+      or line:find("^%S+ warn ")) then
+      lines[#lines + 1] = line:sub(1, 400)
+    end
+  end
+  return table.concat(lines, "\n")
+end
+
 function MODES.concurrent(commands, sleep_s, heartbeat_ms)
   commands, sleep_s, heartbeat_ms = tonumber(commands) or 2000, tonumber(sleep_s) or 20, tonumber(heartbeat_ms) or 1000
   local h = start(M.concurrent_overlay(commands, heartbeat_ms), { "--max-instances", tostring(commands) },
@@ -205,6 +218,8 @@ function MODES.concurrent(commands, sleep_s, heartbeat_ms)
   return {
     mode = "concurrent", commands = commands, sleep_s = sleep_s, heartbeat_ms = heartbeat_ms,
     completed = ok, failures = #failures, first_failure = failures[1],
+    -- a failure's cause is often only in the server's log (bwrap's own message is there)
+    first_failure_log = failures[1] and first_problem(h.log()) or nil,
     server_rss_idle_mib = round((idle_rss or 0) / 1024, 1), server_rss_peak_mib = round(peak_rss / 1024, 1),
     server_vmhwm_mib = round((hwm or 0) / 1024, 1), goal_rss_mib = 64,
     longest_heartbeat_gap_ms = round(max_gap, 1), goal_gap_ms = heartbeat_ms + 1000,

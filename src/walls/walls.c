@@ -831,6 +831,7 @@ static int hold(const options *o) {
     got = read(ready[0], word, sizeof word);
   while (got < 0 && errno == EINTR);
   close(ready[0]);
+  bool cloned = inner > 0; /* bwrap reported its child: the namespaces exist */
   if (got <= 0)
     inner = -1;
   if (inner > 0 && !(outbound_ok && outbound_ready(&ob))) {
@@ -851,7 +852,11 @@ static int hold(const options *o) {
       die("waitpid");
   if (inner <= 0) {
     errno = 0;
-    die("bwrap could not create the instance's namespaces (its message is above)");
+    /* which step says where to look: the kernel's namespace limits, or the mounts bwrap makes
+     * and the init it then runs */
+    die(cloned ? "bwrap made the instance's namespaces but could not finish its view or start its init "
+                 "(its message is above)"
+               : "bwrap could not create the instance's namespaces (its message is above)");
   }
   return mirror_status(status);
 }
