@@ -10,7 +10,7 @@ local instance = require("switchboard.shell.instance")
 local support_walls = require("support.walls")
 
 -- host uids of this run's own (other specs and engineers use theirs)
-local UID_BASE = 1400000 + (core.crypto.random_bytes(1):byte() * 256 + core.crypto.random_bytes(1):byte()) * 8
+local UID_BASE = support_walls.private_uid_base(8)
 local snap = assert(policies.load(policies.dir{
   isolation = function(src) return src .. ("\nuid_base = %d\nuid_count = 8\n"):format(UID_BASE) end,
 }))
@@ -186,6 +186,31 @@ describe("core.spawn behind the walls", function()
     end
     assert.equal(1, claims, "the thread's instance was claimed twice")
     spares.claim = nil
+    r:stop()
+  end)
+
+  walled_it("an instance that cannot be built is logged with the helper's own words", function()
+    local runner = require("switchboard.sandboxd.runner")
+    -- a policy whose root file system has no shell, taken after the host proved itself: bwrap
+    -- makes the namespaces, then cannot start the instance's init
+    local bad = assert(policies.load(policies.dir{
+      isolation = function(src) return src .. ('\nuid_base = %d\nuid_count = 8\nrootfs = "/tmp"\n'):format(UID_BASE) end,
+    }))
+    local real_policy = walls.snap_fn
+    walls.snap_fn = function() return bad end
+    local logged = {}
+    local r = runner.new(scratch, "unbuildable", { walls = walls,
+      log = function(level, event, fields) logged[#logged + 1] = { level, event, fields } end })
+    local res, err = r:exec{ command = "true", deadline_ms = 60000 }
+    walls.snap_fn = real_policy
+    assert.is_nil(res)
+    assert.truthy(tostring(err and err.message):find("could not be used", 1, true), tostring(err and err.message))
+    local line
+    for _, l in ipairs(logged) do if l[2] == "sandboxd.instance_failed" then line = l end end
+    assert.truthy(line, "no sandboxd.instance_failed line")
+    assert.equal("warn", line[1])
+    assert.truthy(line[3].error:find("bwrap: execvp sh", 1, true), line[3].error) -- bwrap's own line
+    assert.truthy(line[3].error:find("could not finish its view or start its init", 1, true), line[3].error)
     r:stop()
   end)
 

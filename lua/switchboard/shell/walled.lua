@@ -174,6 +174,11 @@ function M.ensure(r)
     local slot <close> = enter_gate(inst.snap.isolation.starts_at_once, r.stopped)
     if not slot then return nil, core.error("workspace", "the instance is asleep") end
     ok, err = inst:start()
+    -- the client's answer keeps only the reason's last words: the helper's and bwrap's own
+    -- lines (why the kernel refused) are the operator's, in the log, once per failed build
+    if not ok and r.log then
+      r.log("warn", "sandboxd.instance_failed", { instance = r.label, error = err and err.message })
+    end
   else
     ok, err = inst:start()
   end
