@@ -11,7 +11,7 @@ local cjson = require("cjson")
 local S = require("support.sandbox")
 local policies = require("support.policies")
 
-local UID_BASE = 1300000 + (core.crypto.random_bytes(2):byte(1) * 256 + core.crypto.random_bytes(1):byte()) * 64
+local UID_BASE = require("support.walls").private_uid_base(64)
 local UID_COUNT = 64 -- (this run's own range, as tests/e2e/walls_spec.lua takes one)
 
 local function policy_dir()

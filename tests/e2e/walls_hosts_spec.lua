@@ -14,7 +14,7 @@ local policies = require("support.policies")
 local function rand(n) return core.crypto.hex(core.crypto.random_bytes(n)) end
 
 -- A uid range of this run's own (other checkouts run their suites on this host too).
-local UID_BASE = 1500000 + (core.crypto.random_bytes(1):byte() * 256 + core.crypto.random_bytes(1):byte()) * 256
+local UID_BASE = require("support.walls").private_uid_base(256)
 local UID_COUNT = 32
 
 local function policy_dir(extra)

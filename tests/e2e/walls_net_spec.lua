@@ -17,7 +17,7 @@ local factory = require("switchboard.exec.factory")
 local stack = require("switchboard.exec.stack")
 local errors = require("switchboard.exec.errors")
 
-local UID_BASE = 1400000 + (core.crypto.random_bytes(2):byte(1) * 256 + core.crypto.random_bytes(1):byte()) * 64
+local UID_BASE = require("support.walls").private_uid_base(64)
 local UID_COUNT = 64
 
 -- Two agents besides the shipped ones: offline (network "none") and online (network "host").

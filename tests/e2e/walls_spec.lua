@@ -9,7 +9,7 @@ local S = require("support.sandbox")
 local policies = require("support.policies")
 local procs = require("support.procs")
 
-local UID_BASE = 1300000 + (core.crypto.random_bytes(2):byte(1) * 256 + core.crypto.random_bytes(1):byte()) * 64
+local UID_BASE = require("support.walls").private_uid_base(64)
 local UID_COUNT = 64
 
 local function policy_dir(isolation_extra, timeouts_extra)

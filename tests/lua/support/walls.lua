@@ -15,7 +15,19 @@ local M = {}
 
 -- Reasons the walls are missing that are this checkout's, not the kernel's: the build's own
 -- helper binary, or a package scripts/bootstrap installs. A spec fails on these, never skips.
-local OURS = { "switchboard-walls is not next to", "bwrap is not installed", "mkfs.ext4 is not installed" }
+local OURS = { "switchboard-walls is not next to", "bwrap is not installed", "mkfs.ext4 is not installed",
+  "are taken by another walled server" } -- a spec's uid base that met another's: the spec's bug
+
+-- A spec's own uid base for its walled hosts, a multiple of `align`. Above the range servers on
+-- the shipped policy take (uid_base 1,200,000, 16 blocks of 65,536: the other specs' sandboxd
+-- run with it) and spread over two billion uids, so specs running at once do not meet. (A
+-- random base inside the shipped range met a default server's block beside it: the host was
+-- refused, "uids … are taken by another walled server", and the whole file went pending.)
+function M.private_uid_base(align)
+  local b = core.crypto.random_bytes(4)
+  local n = ((b:byte(1) << 24) | (b:byte(2) << 16) | (b:byte(3) << 8) | b:byte(4)) % 2000000000
+  return 3000000 + n - n % (align or 1)
+end
 
 -- Whether `why` (instance.host's error or sandboxd's words) names something the kernel lacks.
 function M.kernel_lacks(why)
