@@ -163,8 +163,6 @@ local function rss_kib(pid, field)
   return tonumber(s:match(field .. ":%s*(%d+) kB"))
 end
 
--- COMMANDS concurrent `sleep SLEEP_S` in one server: its RSS (children excluded: they are other
--- processes), the longest gap between heartbeats any client saw, and that all complete.
 -- The server log's first lines from the walls helper or bwrap, and its first warning or error:
 -- where an instance that could not be built says why.
 local function first_problem(log)
@@ -178,6 +176,8 @@ local function first_problem(log)
   return table.concat(lines, "\n")
 end
 
+-- COMMANDS concurrent `sleep SLEEP_S` in one server: its RSS (children excluded: they are other
+-- processes), the longest gap between heartbeats any client saw, and that all complete.
 function MODES.concurrent(commands, sleep_s, heartbeat_ms)
   commands, sleep_s, heartbeat_ms = tonumber(commands) or 2000, tonumber(sleep_s) or 20, tonumber(heartbeat_ms) or 1000
   local h = start(M.concurrent_overlay(commands, heartbeat_ms), { "--max-instances", tostring(commands) },

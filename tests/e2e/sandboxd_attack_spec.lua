@@ -76,8 +76,7 @@ local function canary(h, busy, opts)
 end
 
 -- Runs attack() in its own task and the canary beside it; returns the attack's results and
--- the canary's numbers.
--- The canary's thread gets its instance first, with a deadline for a loaded machine: building
+-- the canary's numbers. The canary's thread gets its instance first, with a deadline for a loaded machine: building
 -- a walled instance (bwrap, cgroups) under a sanitizer beside other specs once took the whole
 -- 5 s of the first try (CI: 43 heartbeats, then the deadline), and that is not what a flood
 -- is tried for.
