@@ -210,6 +210,42 @@ describe("switchboard slack, Socket Mode", function()
   end))
 end)
 
+describe("switchboard slack, a second TERM", function()
+  local st, bot
+
+  after_each(async(function()
+    if bot and not bot.result then
+      bot:signal("KILL")
+      bot:wait()
+    end
+    st:close()
+    tmp.remove_all()
+    P.cleanup()
+  end))
+
+  -- The drain is a minute, so the second TERM lands inside it; Slack holds every card update
+  -- back (429, Retry-After 5 s), so the front still has a final update to send when the drain
+  -- ends. The bot once slept for ever here: the flush got a signal already aborted.
+  it("ends the drain at once and exits though Slack still holds a final card back", async(function()
+    st = SL.standin()
+    bot = SL.bot(st, { state_dir = tmp.dir("slack"), policies = policies("drain_ms = 60 * second") })
+    st:envelope("events_api", SL.mention{ ts = "1700000040.000100", text = "run `sleep 120`" })
+    SL.wait(function()
+      local c = st:cards("1700000040.000100")[1]
+      return c and SL.card_text(c):find("running", 1, true)
+    end, "the command running")
+    st:control("rate_limit", { method = "chat.update", count = 1000, retry_after = 5 })
+    bot:signal("TERM")
+    SL.wait(function() return bot.err:find("slack.draining", 1, true) end, "the drain to begin")
+    bot:signal("TERM")
+    -- 30 s: half the drain, and six of Slack's Retry-After; the bot must be gone well before
+    SL.wait(function() return not require("support.procs").alive(bot.proc.pid) end,
+      "the bot to exit after the second TERM", 30000)
+    assert.equals(0, bot:wait().exit)
+    tokens_absent(bot.err)
+  end))
+end)
+
 describe("switchboard slack, Events API", function()
   local st, bot
 

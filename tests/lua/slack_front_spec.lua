@@ -10,6 +10,7 @@ local blocks = require("switchboard.fronts.slack.blocks")
 local app = require("switchboard.fronts.slack.app")
 local webapi = require("switchboard.fronts.slack.webapi")
 local card_mod = require("switchboard.dispatch.card")
+local front_mod = require("switchboard.fronts.slack.front")
 
 local BOT = { user_id = "U0BOT", bot_id = "B0BOT", team_id = "T0ACME" }
 
@@ -192,5 +193,38 @@ describe("slack Web API client", function()
     assert(api:call("files.getUploadURLExternal", { filename = "a b.txt", length = 3 }, { form = true }))
     assert.equals("filename=a%20b.txt&length=3", calls[#calls].body)
     srv:close()
+  end))
+end)
+
+describe("slack front flush", function()
+  -- flush(signal) in a task of its own, given `bound_ms` to return: → returned?, its value
+  local function flush_within(f, signal, bound_ms)
+    local done, value = core.signal(), nil
+    core.go(function() value = f:flush(signal); done:abort("flushed") end)
+    core.sleep(bound_ms, done)
+    return done.aborted, value
+  end
+
+  it("waits for the cards still sending, and gives up when its signal aborts, before or during the wait", async(function()
+    local f = front_mod.new{ api = {}, policy = function() return {} end }
+    local release = core.signal()
+    f:spawn(function() core.sleep(60000, release) end) -- a card update Slack has not answered
+    -- the second TERM came during the drain: the signal is aborted before the flush starts
+    local kill_now = core.signal()
+    kill_now:abort("second SIGTERM")
+    local returned, value = flush_within(f, kill_now, 5000)
+    assert.is_true(returned, "a flush given an aborted signal never returned")
+    assert.is_false(value)
+    -- aborted while the flush waits
+    local later = core.signal()
+    core.go(function() core.sleep(50); later:abort("second SIGTERM") end)
+    returned, value = flush_within(f, later, 5000)
+    assert.is_true(returned, "a flush whose signal aborted while it waited never returned")
+    assert.is_false(value)
+    -- the card's update ends: the flush returns true
+    core.go(function() core.sleep(50); release:abort("answered") end)
+    returned, value = flush_within(f, core.signal(), 5000)
+    assert.is_true(returned, "a flush never returned after the last card was sent")
+    assert.is_true(value)
   end))
 end)

@@ -44,6 +44,7 @@ local run_card = require("switchboard.dispatch.run_card")
 local agent_run = require("switchboard.dispatch.agent_run")
 local command_run = require("switchboard.dispatch.command_run")
 local help = require("switchboard.dispatch.help")
+local in_flight = require("switchboard.dispatch.in_flight")
 local parser = require("switchboard.dispatch.parser")
 local spend = require("switchboard.agent.spend")
 
@@ -88,8 +89,7 @@ function M.new(opts)
     page_url = opts.page_url,
     accounts = opts.accounts or (opts.record and spend.new_accounts() or nil),
     threads = {},
-    active = 0,          -- asks queued or running
-    idle_waiters = {},
+    asks = in_flight.new(), -- asks queued or running
     closed = false,
     shutdown = core.signal(), -- aborting it stops every ask
     seq = 0,
@@ -178,36 +178,11 @@ function D:remember(what, fn, ...)
   return res
 end
 
-function D:is_idle() return self.active == 0 end
-
-local function wake_idle(self)
-  if self.active ~= 0 then return end
-  local waiters = self.idle_waiters
-  self.idle_waiters = {}
-  for _, w in ipairs(waiters) do
-    if not w.woken then
-      w.woken = true
-      core.wake(w.task, true)
-    end
-  end
-end
+function D:is_idle() return self.asks.count == 0 end
 
 -- Yields until no ask is queued or running (true), or until signal fires (false).
 function D:wait_idle(signal)
-  if self.active == 0 then return true end
-  if signal and signal.aborted then return false end
-  local w = { task = core.current(), woken = false }
-  assert(w.task, "dispatcher:wait_idle must run in a task")
-  self.idle_waiters[#self.idle_waiters + 1] = w
-  if signal then
-    signal:on_abort(function()
-      if not w.woken then
-        w.woken = true
-        core.wake(w.task, false)
-      end
-    end)
-  end
-  return core.suspend()
+  return self.asks:wait(signal)
 end
 
 ---------------------------------------------------------------------------------------------
@@ -400,10 +375,9 @@ function D:worker(thread)
     ask.started_ms = self.now_ms() -- the run's clock starts now, not when it was queued
     self:run_ask(thread, ask)
     thread.running = nil
-    self.active = self.active - 1
+    self.asks:leave()
   end
   thread.worker = nil
-  wake_idle(self)
 end
 
 ---------------------------------------------------------------------------------------------
@@ -476,7 +450,7 @@ function D:enqueue(msg, snap, parsed, name, def)
   ask.shown = first.text
   ask.handle = self.front:post(msg.thread, first)
   thread.queue[#thread.queue + 1] = ask
-  self.active = self.active + 1
+  self.asks:enter()
   if not thread.worker then
     thread.worker = core.go(function() self:worker(thread) end)
   end
@@ -573,7 +547,7 @@ function D:drain(grace_ms, kill_now)
   local idle = self:wait_idle(deadline)
   timer_off:abort("drained")
   if not idle then
-    log("warn", "dispatch.drain_kill", { asks = self.active })
+    log("warn", "dispatch.drain_kill", { asks = self.asks.count })
     self.shutdown:abort("switchboard is shutting down: the drain time ran out")
     self:wait_idle()
   end

@@ -18,6 +18,7 @@
 local core = require("switchboard.core")
 local blocks = require("switchboard.fronts.slack.blocks")
 local events = require("switchboard.fronts.slack.events")
+local in_flight = require("switchboard.dispatch.in_flight")
 local text = require("switchboard.fronts.slack.text")
 
 local M = {}
@@ -31,8 +32,7 @@ function M.new(opts)
     log = opts.log or core.log,
     now_ms = opts.now_ms or core.now_ms,
     threads = {},      -- thread name → {channel, thread_ts, ask_ts}
-    busy = 0,          -- card and answer tasks still sending
-    idle_waiters = {},
+    sending = in_flight.new(), -- card and answer tasks still sending
     stats = { final_lag_ms = {} }, -- final card sent − final state known (bench)
     next_update_ms = 0, -- the earliest time the next chat.update of any card may go
   }, F)
@@ -48,31 +48,17 @@ end
 
 -- Runs fn as a counted task: flush() waits for every one.
 function F:spawn(fn)
-  self.busy = self.busy + 1
+  self.sending:enter()
   core.go(function()
     local ok, err = xpcall(fn, debug.traceback)
     if not ok then self.log("error", "slack.front_error", { error = tostring(err) }) end
-    self.busy = self.busy - 1
-    if self.busy == 0 then
-      local waiters = self.idle_waiters
-      self.idle_waiters = {}
-      for _, w in ipairs(waiters) do
-        if not w.woken then w.woken = true; core.wake(w.task, true) end
-      end
-    end
+    self.sending:leave()
   end)
 end
 
+-- A second TERM during the drain aborts the signal before the flush begins: false at once.
 function F:flush(signal)
-  if self.busy == 0 then return true end
-  local w = { task = core.current(), woken = false }
-  self.idle_waiters[#self.idle_waiters + 1] = w
-  if signal then
-    signal:on_abort(function()
-      if not w.woken then w.woken = true; core.wake(w.task, false) end
-    end)
-  end
-  return core.suspend()
+  return self.sending:wait(signal)
 end
 
 local function log_failure(self, what, h, err)

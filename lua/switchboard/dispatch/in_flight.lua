@@ -1,0 +1,49 @@
+-- Work in flight, counted, and the tasks waiting until there is none: the dispatcher's asks
+-- (its drain waits for them) and the Slack front's card updates (its flush waits for them).
+--
+--   local work = in_flight.new()
+--   work:enter() … work:leave()      around each piece of work
+--   work:wait(signal) → true          once the count is zero (at once if it is)
+--                     → false         once signal aborts (at once if it has)
+local core = require("switchboard.core")
+
+local M = {}
+local W = {}
+W.__index = W
+
+function M.new()
+  return setmetatable({ count = 0, waiters = {} }, W)
+end
+
+function W:enter()
+  self.count = self.count + 1
+end
+
+local function wake(w, value)
+  if not w.woken then
+    w.woken = true
+    core.wake(w.task, value)
+  end
+end
+
+function W:leave()
+  assert(self.count > 0, "in_flight:leave without a matching enter")
+  self.count = self.count - 1
+  if self.count ~= 0 then return end
+  local waiters = self.waiters
+  self.waiters = {}
+  for _, w in ipairs(waiters) do wake(w, true) end
+end
+
+function W:wait(signal)
+  if self.count == 0 then return true end
+  -- An aborted signal runs on_abort at once, which would wake this task before it suspends.
+  if signal and signal.aborted then return false end
+  local w = { task = core.current(), woken = false }
+  assert(w.task, "in_flight:wait must run in a task")
+  self.waiters[#self.waiters + 1] = w
+  if signal then signal:on_abort(function() wake(w, false) end) end
+  return core.suspend()
+end
+
+return M
