@@ -32,10 +32,24 @@ local function state_of(h, repo)
   return doc.state, doc
 end
 
+-- Waits until the repository is in `want`, and returns the status document that said so: the
+-- scheduled refresh moves a degraded repository on (onboarding, "install: trying again"), so a
+-- second request after the wait may read the state after it.
+local function wait_state(h, repo, want, ms)
+  local seen
+  assert.truthy(S.wait_for(function()
+    local state, doc = state_of(h, repo)
+    seen = doc
+    return state == want
+  end, ms or 120000), ("%s never became %s (last: %s)"):format(repo, want, seen and seen.state))
+  return seen
+end
+
 local function onboard(h, repo)
   assert.equal(202, (call(h, "POST", "/onboard", { repo = repo })))
-  assert.truthy(S.wait_for(function() return state_of(h, repo) ~= "onboarding" end, 60000))
-  return state_of(h, repo)
+  local state
+  assert.truthy(S.wait_for(function() state = state_of(h, repo); return state ~= "onboarding" end, 60000))
+  return state
 end
 
 local function new_ex(h, snap, opts)
@@ -374,8 +388,7 @@ describe("resident server and executor on loopback", function()
       local ex = new_ex(h, snap, { thread = "T-new" })
       assert.equal("two", assert(ex:exec("cat NEW")).text)
       sh(("mv %s/base/acme/api %s/base/acme/api.away"):format(base, base))
-      assert.truthy(S.wait_for(function() return state_of(h, "acme/api") == "degraded" end, 120000))
-      local _, doc = state_of(h, "acme/api")
+      local doc = wait_state(h, "acme/api", "degraded")
       assert.matches("^fetch failed: git fetch exited", doc.reason)
       sh(("mv %s/base/acme/api.away %s/base/acme/api"):format(base, base))
       assert.truthy(S.wait_for(function() return state_of(h, "acme/api") == "warm" end, 120000))
@@ -411,8 +424,7 @@ describe("resident server and executor on loopback", function()
       assert.equal(1, runs())
       -- a re-install that fails: degraded with the install's reason; fixed upstream, warm again
       push("setup.sh", "echo no such registry >&2; exit 7\n")
-      assert.truthy(S.wait_for(function() return state_of(h, "acme/api") == "degraded" end, 120000))
-      local _, doc = state_of(h, "acme/api")
+      local doc = wait_state(h, "acme/api", "degraded")
       assert.equal("install failed: `sh setup.sh` exited 7: no such registry", doc.reason)
       push("setup.sh", "mkdir -p deps && echo installed v3 > deps/ok && echo run >> ../installs.log\n")
       assert.truthy(S.wait_for(function() return state_of(h, "acme/api") == "warm" end, 120000))
