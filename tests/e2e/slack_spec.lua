@@ -34,6 +34,17 @@ local function policies(slack_lines)
   return P.dir{ slack = function(src) return src .. "\n" .. (slack_lines or "") end }
 end
 
+-- A case's teardown: its bot (if it is still running) and its stand-in go, with their files.
+local function kill_bot_and_standin(bot, st)
+  if bot and not bot.result then
+    bot:signal("KILL")
+    bot:wait()
+  end
+  st:close()
+  tmp.remove_all()
+  P.cleanup()
+end
+
 describe("switchboard slack, Socket Mode", function()
   local st, bot, state_dir
 
@@ -45,15 +56,7 @@ describe("switchboard slack, Socket Mode", function()
                        args = { "--trace", "-" } })
   end))
 
-  after_each(async(function()
-    if bot and not bot.result then
-      bot:signal("KILL")
-      bot:wait()
-    end
-    st:close()
-    tmp.remove_all()
-    P.cleanup()
-  end))
+  after_each(async(function() kill_bot_and_standin(bot, st) end))
 
   it("acks a mention, posts its card in the thread with a reaction, updates it, and the result lands", async(function()
     local sent = st:envelope("events_api", SL.mention{ ts = "1700000001.000100",
@@ -213,15 +216,7 @@ end)
 describe("switchboard slack, a second TERM", function()
   local st, bot
 
-  after_each(async(function()
-    if bot and not bot.result then
-      bot:signal("KILL")
-      bot:wait()
-    end
-    st:close()
-    tmp.remove_all()
-    P.cleanup()
-  end))
+  after_each(async(function() kill_bot_and_standin(bot, st) end))
 
   -- The drain is a minute, so the second TERM lands inside it; Slack holds every card update
   -- back (429, Retry-After 5 s), so the front still has a final update to send when the drain
