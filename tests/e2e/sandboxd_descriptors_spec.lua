@@ -57,7 +57,7 @@ describe("sandboxd descriptor budget", function()
         end)
       end
       core.suspend()
-      assert.same({}, other)
+      assert.same({}, other, "the server's log:\n" .. log_of(h)) -- bwrap's own words are there (sandboxd.instance_failed)
       assert.equal(fit, ran)        -- every instance that fits ran its command …
       assert.equal(n - fit, busy)   -- … and every other request was refused in words
       assert.is_nil(log_of(h):find("Too many open files", 1, true), log_of(h))
