@@ -51,6 +51,11 @@ lua_State *sb_main_state(void) { return E.L; }
 
 double sb_now_ms(void) { return (double)uv_hrtime() / 1e6; }
 
+void sb_timer_start(uv_timer_t *t, uv_timer_cb cb, uint64_t ms) {
+  uv_update_time(t->loop);
+  uv_timer_start(t, cb, ms, 0);
+}
+
 /* The message part of the error value at `idx` (pushed). */
 const char *sb_error_text(lua_State *L, int idx) {
   idx = lua_absindex(L, idx);

@@ -78,6 +78,13 @@ bool sb_is_error(lua_State *L, int idx);
 /* Monotonic time in milliseconds with sub-millisecond precision. */
 double sb_now_ms(void);
 
+/* Starts one-shot timer `t` to fire `ms` from now. libuv measures a timer from the time it read
+ * at the start of the loop's tick; after long work in one tick (a large answer encoded, many
+ * tasks run) that time is stale, and a timer started then fires early by as much: a command's
+ * deadline would cut it short, a slow-peer watch would end a peer that kept reading. The time is
+ * read afresh first. Every timer that stands for a duration someone was promised starts here. */
+void sb_timer_start(uv_timer_t *t, uv_timer_cb cb, uint64_t ms);
+
 /* ---- Abort signals (abort.c) ----------------------------------------------------------- */
 
 typedef struct sb_abort sb_abort;

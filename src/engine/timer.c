@@ -76,7 +76,7 @@ static int l_sleep(lua_State *L) {
   /* At least 1 ms: libuv runs, in the same pass, a timer due at the loop's current time, and
    * this task is resumed from a timer callback. A task looping on core.sleep(0) then re-armed
    * a timer that was already due, and the timer phase never ended: no other task, no I/O. */
-  uv_timer_start(&s->timer, sleeper_fired, ms < 1 ? 1 : (uint64_t)ms, 0);
+  sb_timer_start(&s->timer, sleeper_fired, ms < 1 ? 1 : (uint64_t)ms);
   if (sig != NULL) {
     lua_pushvalue(L, 2);
     s->signal_ref = luaL_ref(L, LUA_REGISTRYINDEX);

@@ -118,7 +118,7 @@ static int on_timer_change(CURLM *multi, long timeout_ms, void *userp) {
   if (timeout_ms < 0)
     uv_timer_stop(&M.timer);
   else
-    uv_timer_start(&M.timer, on_timer, (uint64_t)timeout_ms, 0);
+    sb_timer_start(&M.timer, on_timer, (uint64_t)timeout_ms);
   return 0;
 }
 

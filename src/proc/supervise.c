@@ -248,7 +248,7 @@ static void record_end(sb_proc *p, int exit_code, int signo) {
   uv_timer_stop(&p->grace);
   signal_group(p, SIGKILL); /* what the leader left running dies with it */
   if (p->out.open || p->err.open)
-    uv_timer_start(&p->linger, linger_expired, PIPE_LINGER_MS, 0);
+    sb_timer_start(&p->linger, linger_expired, PIPE_LINGER_MS);
   maybe_finish(p);
 }
 
@@ -444,7 +444,7 @@ static void deadline_expired(uv_timer_t *t) {
     return;
   p->timed_out = true;
   signal_group(p, SIGTERM);
-  uv_timer_start(&p->grace, grace_expired, p->kill_grace_ms, 0);
+  sb_timer_start(&p->grace, grace_expired, p->kill_grace_ms);
 }
 
 static void abort_fired(sb_abort_listener *l, sb_abort *sig) {
@@ -626,7 +626,7 @@ static int l_spawn(lua_State *L) {
   if (child.stdin_fd >= 0)
     feed_stdin(L, p, child.stdin_fd);
   if (deadline_ms > 0)
-    uv_timer_start(&p->deadline, deadline_expired, (uint64_t)deadline_ms, 0);
+    sb_timer_start(&p->deadline, deadline_expired, (uint64_t)deadline_ms);
   if (sig != NULL)
     sb_abort_listen(sig, &p->on_abort, abort_fired);
   return 1;

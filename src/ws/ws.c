@@ -488,7 +488,7 @@ static int wait_start(lua_State *L, conn *c, wait_kind kind, double deadline_ms,
   w->timer.data = w;
   c->w = w;
   if (deadline_ms >= 0)
-    uv_timer_start(&w->timer, wait_timed_out, (uint64_t)deadline_ms, 0);
+    sb_timer_start(&w->timer, wait_timed_out, (uint64_t)deadline_ms);
   sb_abort *sig = sig_idx ? sb_abort_opt(L, sig_idx) : NULL;
   if (sig != NULL) {
     lua_pushvalue(L, sig_idx);

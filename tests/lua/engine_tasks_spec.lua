@@ -26,4 +26,23 @@ describe("core.sleep", function()
     assert.is_true(core.now_ms() - t0 >= 49)
     assert.is_true(core.sleep(0.3))
   end))
+
+  -- libuv measures a timer from the time it read at the start of the loop's turn: started after
+  -- long work in the same turn, a timer once fired early by as much as the work took
+  it("waits its whole time, and a command its whole deadline, when started after long work in one turn", async(function()
+    local function hold_the_loop(ms)
+      local t0 = core.now_ms()
+      while core.now_ms() - t0 < ms do end
+    end
+    hold_the_loop(300)
+    local t0 = core.now_ms()
+    assert.is_true(core.sleep(200))
+    local slept = core.now_ms() - t0
+    assert.is_true(slept >= 199, ("core.sleep(200) after 300 ms of work returned after %.1f ms"):format(slept))
+    hold_the_loop(300)
+    local proc = assert(core.spawn{ argv = { "sleep", "30" }, env = {}, deadline_ms = 400 })
+    local r = proc:wait()
+    assert.is_true(r.timed_out)
+    assert.is_true(r.duration_ms >= 399, ("a 400 ms deadline after 300 ms of work ended the command at %.1f ms"):format(r.duration_ms))
+  end))
 end)
