@@ -1,6 +1,7 @@
 /* The HTTP server's connections (see server_conn.h for the phases). */
 #include "server_conn.h"
 #include "server_response.h"
+#include "tcp_progress.h"
 #include "../engine/engine.h"
 #include "../log/log.h"
 
@@ -158,12 +159,42 @@ static void timer_fired(uv_timer_t *t);
 
 static void arm(sb_http_conn *c, int role, uint64_t ms) {
   c->timer_role = (uint8_t)role;
-  uv_timer_start(&c->timer, timer_fired, ms, 0);
+  sb_timer_start(&c->timer, timer_fired, ms);
 }
 
 static void disarm(sb_http_conn *c) {
   c->timer_role = TIMER_NONE;
   uv_timer_stop(&c->timer);
+}
+
+/* The bytes the peer has taken of what we sent (0 when the socket cannot say). */
+static uint64_t peer_taken(const sb_http_conn *c) {
+  uv_os_fd_t fd;
+  uint64_t acked = 0;
+  if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) != 0 || !sb_tcp_bytes_acked(fd, &acked))
+    return 0;
+  return acked;
+}
+
+/* Arms a timer that ends a peer which takes none of our bytes for request_timeout_ms (STALL:
+ * a response waiting on it; FLUSH: our last bytes). What the peer took is counted by the
+ * kernel and checked when the timer fires (peer_stalled): a steady reader frees the socket in
+ * steps too coarse for the loop to see within the timeout (a third of a 4 MiB send buffer at
+ * a time), and the loop runs due timers before it polls the sockets, so after this process was
+ * itself held up (a loaded host, a paused VM) a timer fires before the loop sees the progress. */
+static void arm_peer_watch(sb_http_conn *c, int role) {
+  c->taken_at_arm = peer_taken(c);
+  arm(c, role, c->server->limits.request_timeout_ms);
+}
+
+/* At a peer watch's end: true when the peer took nothing since it was armed; else it is armed
+ * again for the next request_timeout_ms. */
+static bool peer_stalled(sb_http_conn *c, int role) {
+  if (peer_taken(c) > c->taken_at_arm) {
+    arm_peer_watch(c, role);
+    return false;
+  }
+  return true;
 }
 
 /* ---- closing ----------------------------------------------------------------------------- */
@@ -223,7 +254,7 @@ static void conn_end(sb_http_conn *c) {
     return;
   }
   /* A peer that does not read our last bytes is not waited for longer than a request. */
-  arm(c, TIMER_FLUSH, c->server->limits.request_timeout_ms);
+  arm_peer_watch(c, TIMER_FLUSH);
 }
 
 void sb_http_conn_answer(sb_http_conn *c, int status, const char *text) {
@@ -518,7 +549,7 @@ void sb_http_conn_stall_watch(sb_http_conn *c, bool on) {
   if (c->phase != SB_CONN_HANDLING)
     return;
   if (on)
-    arm(c, TIMER_STALL, c->server->limits.request_timeout_ms);
+    arm_peer_watch(c, TIMER_STALL);
   else if (c->timer_role == TIMER_STALL)
     disarm(c);
 }
@@ -551,11 +582,16 @@ static void timer_fired(uv_timer_t *t) {
     sb_http_conn_answer(c, 408, "request timeout: the request did not arrive in time");
     break;
   case TIMER_STALL:
+    if (!peer_stalled(c, role))
+      break;
     log_conn("warn", "http.slow_peer", c, "reason", "took no response bytes for request_timeout_ms");
     sb_http_conn_close(c);
     break;
-  case TIMER_IDLE:
   case TIMER_FLUSH:
+    if (peer_stalled(c, role))
+      sb_http_conn_close(c);
+    break;
+  case TIMER_IDLE:
   case TIMER_LINGER:
     sb_http_conn_close(c);
     break;

@@ -96,6 +96,7 @@ struct sb_http_conn {
   sb_http_peer *peer;    /* this connection's entry in the per-peer counts, NULL before */
   void *exchange; /* the Lua face's response object while HANDLING, else NULL */
   uint32_t writes_pending; /* uv_write requests not completed */
+  uint64_t taken_at_arm;   /* the peer's acknowledged bytes when a STALL or FLUSH timer began */
   uint8_t phase;           /* sb_conn_phase */
   uint8_t timer_role;
   uint8_t handles_open;    /* 2 → 0 as tcp and timer close */
@@ -126,8 +127,9 @@ void sb_http_server_free_all(sb_http_server *s);
 bool sb_http_conn_write(sb_http_conn *c, const uv_buf_t *bufs, unsigned nbufs);
 /* Bytes queued for the peer and not yet taken by the socket. */
 size_t sb_http_conn_queued(const sb_http_conn *c);
-/* While a response waits for the peer to take its queued bytes (res:drain): `on` arms a timer
- * of request_timeout_ms after which the peer counts as gone and the connection closes. */
+/* While a response waits for the peer to take its queued bytes (res:drain): `on` arms a timer;
+ * a peer that took none of our bytes for request_timeout_ms counts as gone and the connection
+ * closes (one that took some, however few, is watched for another request_timeout_ms). */
 void sb_http_conn_stall_watch(sb_http_conn *c, bool on);
 /* res:drain() waits while more than this is queued. */
 enum { SB_HTTP_DRAIN_MARK = 256 * 1024 };

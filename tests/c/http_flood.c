@@ -18,7 +18,8 @@
  *                           from TEMPLATES, '|'-separated, taken in turn; "%d" is i), reading
  *                           answers all the while; then reads until COUNT answers came or the
  *                           duration ends. Answer i must contain MARKS[i mod k] with "%d" = i
- *                           ("-": no check). Prints "answers N", "in_order N", "statuses …".
+ *                           ("-": no check). Prints "answers N", "in_order N", "statuses …",
+ *                           "ended answers|eof|duration".
  *
  *   slowread REQFILE OUTFILE RATE
  *                           one connection with a small receive buffer (64 KiB): sends the
@@ -352,7 +353,8 @@ static int mode_pipeline(int count, const char *templates, const char *marks) {
   for (int s = 0; s < MAX_STATUS; s++)
     if (counts[s] > 0)
       printf(" %d=%d", s, counts[s]);
-  printf("\n");
+  /* why the run ended: every answer, the server's close, or the duration */
+  printf("\nended %s\n", answers >= count ? "answers" : eof ? "eof" : "duration");
   close(fd);
   free(out);
   free(in);

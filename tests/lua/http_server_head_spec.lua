@@ -147,4 +147,51 @@ describe("core.http.serve: res:drain", function()
       srv:close()
     end)
   end)
+
+  -- A response waiting in res:drain ends a peer that takes none of its bytes for
+  -- request_timeout_ms. The loop runs due timers before it polls the sockets, so after the
+  -- server's own loop was held up, that timer fires before the loop has seen the peer read all
+  -- along: the kernel's count of the bytes the peer took is what decides.
+  it("a reader that kept reading while the server's loop was held up is not taken for a slow peer", function()
+    core.run(function()
+      local srv = serve_with{
+        limits = {request_timeout_ms = 1000},
+        handler = function(req, res)
+          if req.path == "/hold" then
+            -- resumed from the child's end (the loop's I/O phase, not its timers): the loop's
+            -- next turn begins with the timers that fell due meanwhile
+            assert(core.spawn{argv = {"true"}, env = {}}):wait()
+            local t0 = core.now_ms()
+            while core.now_ms() - t0 < 2500 do end -- held 2.5 s, over twice request_timeout_ms
+            return res:send(200, nil, "held\n")
+          end
+          res:start(200, {["content-length"] = 20 * 1024 * 1024})
+          local slice = string.rep("s", 64 * 1024)
+          for _ = 1, 320 do
+            if not (res:write(slice) and res:drain()) then return end
+          end
+          res:finish()
+        end,
+      }
+      local req = dir .. "/held-request"
+      local fh = assert(io.open(req, "w"))
+      fh:write("GET /big HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+      fh:close()
+      -- 4 MB/s through a 64 KiB window: the handler waits in res:drain most of the time
+      local reader = background(string.format("%s --duration 60000 127.0.0.1 %d slowread %s %s 4000000",
+        FLOOD, srv.port, q(req), q(dir .. "/held-answer")))
+      wait_until("the answer's first megabyte", function()
+        local f = io.open(dir .. "/held-answer", "rb")
+        local size = f and f:seek("end") or 0
+        if f then f:close() end
+        return size > 1000 * 1000
+      end)
+      local hold = probe(srv.port, {get("/hold", "Connection: close\\r\\n"), "read"}, 30000)
+      assert.truthy(hold.wait():find("held", 1, true))
+      local out = reader.wait(90000)
+      assert.truthy(out:find("eof 1", 1, true), out)
+      assert.equal(20 * 1024 * 1024, #(body_of(read_file(dir .. "/held-answer")) or ""))
+      srv:close()
+    end)
+  end)
 end)
