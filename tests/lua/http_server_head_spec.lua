@@ -116,6 +116,30 @@ describe("core.http.serve: the body pool", function()
   end)
 end)
 
+-- The handler's 20 MB answer, in 64 KiB slices with a drain after each; it stops when the peer
+-- is gone.
+local STREAMED = 20 * 1024 * 1024
+local function stream_20mb(res)
+  res:start(200, {["content-length"] = STREAMED})
+  local slice = string.rep("s", 64 * 1024)
+  for _ = 1, STREAMED // #slice do
+    if not (res:write(slice) and res:drain()) then return false end
+  end
+  res:finish()
+  return true
+end
+
+-- A slowread client (tests/c/http_flood.c) of GET /big at `rate` bytes/s, in the background;
+-- its answer goes to dir/<name>-answer.
+local function read_big(port, name, rate, duration_ms)
+  local req = dir .. "/" .. name .. "-request"
+  local fh = assert(io.open(req, "w"))
+  fh:write("GET /big HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+  fh:close()
+  return background(string.format("%s --duration %d 127.0.0.1 %d slowread %s %s %d",
+    FLOOD, duration_ms, port, q(req), q(dir .. "/" .. name .. "-answer"), rate))
+end
+
 describe("core.http.serve: res:drain", function()
   teardown(function() os.execute("rm -rf " .. q(dir)) end)
   -- without res:drain the 20 MB would pile up past max_write_queue_bytes (1 MiB) and the
@@ -124,26 +148,11 @@ describe("core.http.serve: res:drain", function()
     core.run(function()
       local srv = serve_with{
         limits = {max_write_queue_bytes = 1024 * 1024},
-        handler = function(_, res)
-          res:start(200, {["content-length"] = 20 * 1024 * 1024})
-          local slice = string.rep("s", 64 * 1024)
-          for _ = 1, 320 do
-            assert(res:write(slice))
-            assert(res:drain())
-          end
-          res:finish()
-        end,
+        handler = function(_, res) assert(stream_20mb(res)) end,
       }
-      local req = dir .. "/drain-request"
-      local fh = assert(io.open(req, "w"))
-      fh:write("GET /big HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-      fh:close()
-      local f = background(string.format("%s --duration 20000 127.0.0.1 %d slowread %s %s 40000000",
-        FLOOD, srv.port, q(req), q(dir .. "/drain-answer")))
-      local out = f.wait(30000)
+      local out = read_big(srv.port, "drain", 40000000, 20000).wait(30000)
       assert.truthy(out:find("eof 1", 1, true), out)
-      local got = read_file(dir .. "/drain-answer")
-      assert.equal(20 * 1024 * 1024, #(body_of(got) or ""))
+      assert.equal(STREAMED, #(body_of(read_file(dir .. "/drain-answer")) or ""))
       srv:close()
     end)
   end)
@@ -165,21 +174,11 @@ describe("core.http.serve: res:drain", function()
             while core.now_ms() - t0 < 2500 do end -- held 2.5 s, over twice request_timeout_ms
             return res:send(200, nil, "held\n")
           end
-          res:start(200, {["content-length"] = 20 * 1024 * 1024})
-          local slice = string.rep("s", 64 * 1024)
-          for _ = 1, 320 do
-            if not (res:write(slice) and res:drain()) then return end
-          end
-          res:finish()
+          stream_20mb(res)
         end,
       }
-      local req = dir .. "/held-request"
-      local fh = assert(io.open(req, "w"))
-      fh:write("GET /big HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-      fh:close()
       -- 4 MB/s through a 64 KiB window: the handler waits in res:drain most of the time
-      local reader = background(string.format("%s --duration 60000 127.0.0.1 %d slowread %s %s 4000000",
-        FLOOD, srv.port, q(req), q(dir .. "/held-answer")))
+      local reader = read_big(srv.port, "held", 4000000, 60000)
       wait_until("the answer's first megabyte", function()
         local f = io.open(dir .. "/held-answer", "rb")
         local size = f and f:seek("end") or 0
@@ -190,7 +189,7 @@ describe("core.http.serve: res:drain", function()
       assert.truthy(hold.wait():find("held", 1, true))
       local out = reader.wait(90000)
       assert.truthy(out:find("eof 1", 1, true), out)
-      assert.equal(20 * 1024 * 1024, #(body_of(read_file(dir .. "/held-answer")) or ""))
+      assert.equal(STREAMED, #(body_of(read_file(dir .. "/held-answer")) or ""))
       srv:close()
     end)
   end)
