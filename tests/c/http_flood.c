@@ -25,7 +25,8 @@
  *                           one connection with a small receive buffer (64 KiB): sends the
  *                           bytes of REQFILE, then reads at most RATE bytes a second into
  *                           OUTFILE until the server closes or the duration ends — a steady
- *                           reader on a slow link. Prints "bytes N" and "eof 1|0".
+ *                           reader on a slow link, whose unused bandwidth is not saved up
+ *                           (at most 100 ms of it). Prints "bytes N" and "eof 1|0".
  *
  * --from binds the local address (e.g. 127.0.0.2) so a spec can be two peers on loopback. The
  * run ends after --duration (default 3000) ms; the exit status is 0 unless setup failed. */
@@ -382,25 +383,33 @@ static int mode_slowread(const char *req_path, const char *out_path, long long r
       return 2;
     at += (size_t)n;
   }
-  long long got = 0, start = now_ms();
-  bool eof = false;
   static char buf[16384];
+  /* A link's bandwidth is not saved up: while the server works and sends nothing, at most
+   * 100 ms of credit accrues, so the reader never bursts through an answer that came late. */
+  long long burst = rate / 10 > (long long)sizeof buf ? rate / 10 : (long long)sizeof buf;
+  long long got = 0, credit = 0, last = now_ms();
+  bool eof = false;
   while (now_ms() < deadline_ms) {
-    long long allowed = (now_ms() - start + 1) * rate / 1000 - got;
-    if (allowed <= 0) {
+    long long now = now_ms();
+    credit += (now - last) * rate / 1000;
+    last = now;
+    if (credit > burst)
+      credit = burst;
+    if (credit <= 0) {
       usleep(2000);
       continue;
     }
     struct pollfd p = {fd, POLLIN, 0};
     if (poll(&p, 1, 50) <= 0)
       continue;
-    ssize_t n = recv(fd, buf, allowed < (long long)sizeof buf ? (size_t)allowed : sizeof buf, 0);
+    ssize_t n = recv(fd, buf, credit < (long long)sizeof buf ? (size_t)credit : sizeof buf, 0);
     if (n <= 0) {
       eof = true;
       break;
     }
     fwrite(buf, 1, (size_t)n, of);
     got += n;
+    credit -= n;
   }
   fclose(of);
   close(fd);

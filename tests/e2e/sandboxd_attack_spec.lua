@@ -361,7 +361,7 @@ describe("sandboxd under attack: answers", function()
   it("a peer that stops reading is let go after request_timeout_ms, and the log says so", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = S.policy_dir(BIG_ANSWER .. "server.request_timeout_ms = 1 * second\n") }
-      local reader, dir = start_slowread(h, 4 * 1000 * 1000) -- about 6 s for the whole answer
+      local reader, dir = start_slowread(h, 2 * 1000 * 1000) -- about 13 s for the whole answer
       wait_streaming(dir, h)
       os.execute("kill -STOP " .. reader.pid) -- the reader is this spec's own child
       local let_go = S.wait_for(function() return h.log():find("http.slow_peer", 1, true) end, 30000)
