@@ -178,10 +178,9 @@ static uint64_t peer_taken(const sb_http_conn *c) {
 
 /* Arms a timer that ends a peer which takes none of our bytes for request_timeout_ms (STALL:
  * a response waiting on it; FLUSH: our last bytes). What the peer took is counted by the
- * kernel and checked when the timer fires (peer_stalled): a steady reader frees the socket in
- * steps too coarse for the loop to see within the timeout (a third of a 4 MiB send buffer at
- * a time), and the loop runs due timers before it polls the sockets, so after this process was
- * itself held up (a loaded host, a paused VM) a timer fires before the loop sees the progress. */
+ * kernel and checked when the timer fires (peer_stalled): the loop runs due timers before it
+ * polls the sockets, so after this process was itself held up (a loaded host, a paused VM) the
+ * timer fires before the loop has seen what the peer read meanwhile. */
 static void arm_peer_watch(sb_http_conn *c, int role) {
   c->taken_at_arm = peer_taken(c);
   arm(c, role, c->server->limits.request_timeout_ms);

@@ -4,17 +4,14 @@
 #include "tcp_progress.h"
 
 #include <linux/tcp.h>
+#include <netinet/in.h>
 #include <stddef.h>
 #include <sys/socket.h>
-
-#ifndef SOL_TCP
-#define SOL_TCP 6
-#endif
 
 bool sb_tcp_bytes_acked(int fd, uint64_t *acked) {
   struct tcp_info info;
   socklen_t len = sizeof info;
-  if (getsockopt(fd, SOL_TCP, TCP_INFO, &info, &len) != 0)
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0)
     return false;
   /* An older kernel fills less of the struct (the field came in Linux 4.1). */
   if (len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof info.tcpi_bytes_acked)
