@@ -105,7 +105,8 @@ own="$("$build/switchboard" version --json | python3 -c 'import json, sys; print
 theirs="$(echo "$health" | python3 -c 'import json, sys; print(json.load(sys.stdin)["build"]["commit"])')"
 expect_eq "$own" "$theirs" "the container's sandboxd is this build (/healthz build.commit)"
 log="$(sx -- true 2>&1)"
-if echo "$log" | grep -q 'version-skew'; then fail "the executor saw skew against its own image: $log"; fi
+# a here-string, not a pipe: under pipefail a pipe's early end could hide the skew
+if grep -q 'version-skew' <<<"$log"; then fail "the executor saw skew against its own image: $log"; fi
 ok "the executor logs no version skew against the image of its own build"
 
 # The walls attacks, from a command inside the container against the sandboxd beside it.
