@@ -37,12 +37,21 @@ open_files = 256                 -- RLIMIT_NOFILE
 fleet_files_percent = 50
 file_size_bytes = 4096 * MiB     -- RLIMIT_FSIZE: no single file grows past this
 
--- The workspace's size. sandboxd: each workspace is a file system of this size of its own (a
--- sparse image, loop-mounted for its instance only), so a write past it fails while the command
--- writes ("No space left on device", then a line naming this setting); deleting always works.
+-- The workspace's size. sandboxd: each workspace is a file system of this size of its own (an
+-- image loop-mounted for its instance only), so a write past it fails while the command writes
+-- ("No space left on device", then a line naming this setting); deleting always works. Every
+-- byte of it is reserved on the host's disk when its instance is made (and stays reserved while
+-- the workspace exists), so the fleet never promises more disk than the host has: a thread
+-- whose workspace does not fit beside disk_reserve_bytes is refused in words ("the host's disk
+-- is full: …"), and sandboxd warns at start when max_instances (+ spare_instances) workspaces
+-- and the reserve exceed the disk (docs/isolation.md "The host's disk"). 25 instances + 1 spare
+-- of 2 GiB take 52 GiB.
 -- The resident's worktrees: measured after commands; past it the next command or write is
 -- refused in words until files are deleted (docs/isolation.md "Workspace size while writing").
-workspace_max_bytes = 20480 * MiB
+workspace_max_bytes = 2048 * MiB
+-- What the host's disk keeps free beside the workspaces (its logs, sandboxd's state, the
+-- resident's repositories): an instance whose workspace would take it is not made.
+disk_reserve_bytes = 2048 * MiB
 -- How sandboxd holds it: "filesystem" (the kernel, while writing; needs the loop driver and
 -- /dev/loop-control: a host without them refuses to start, naming them) or "measured" (after
 -- commands, as the resident does: one command can write past it). Only where no loop device can

@@ -18,6 +18,7 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,7 +44,7 @@ static int fail(char *why, size_t size, int err, const char *fmt, ...) {
 /* mkfs.ext4 on the image open as img_fd: no journal (a workspace never outlives its server,
  * which sweeps them all at start, and a crash of the instance unmounts it cleanly), no blocks
  * reserved for root (sandboxd's /write, as root, gets no more room than a command), inode
- * tables initialised lazily and nothing discarded (a sparse file: both would only cost time).
+ * tables initialised lazily and nothing discarded (the image is fallocated: unwritten extents read as zeros, and a discard would punch out what was reserved).
  * Its output goes to our stderr: our stdout carries "ready". */
 static int make_fs(int img_fd, int nice, char *why, size_t size) {
   char dev[32];
@@ -74,16 +75,98 @@ static int make_fs(int img_fd, int nice, char *why, size_t size) {
   return 0;
 }
 
+/* The refusal a workspace that does not fit the host's disk gets, in words (the program
+ * recognises its first words, shell/instance.lua): the amounts are the operator's. */
+static int no_room(char *why, size_t size, long long need, long long avail, long long reserve) {
+  return fail(why, size, 0, "the host's disk is full: this sandbox cannot grow; delete files or ask "
+              "later (its workspace needs %lld MiB more of the host's disk, which has %lld MiB free "
+              "and keeps %lld MiB in reserve: policies/isolation.lua workspace_max_bytes, "
+              "disk_reserve_bytes)", need >> 20, avail >> 20, reserve >> 20);
+}
+
+/* Bytes free to us on the file system of fd (what a write there can still take), or -1. */
+static long long free_bytes(int fd) {
+  struct statvfs fs;
+  if (fstatvfs(fd, &fs) < 0)
+    return -1;
+  return (long long)fs.f_bavail * (long long)fs.f_frsize;
+}
+
+/* Every byte of the image reserved on the host's disk (fallocate: unwritten extents, no data
+ * written) while `reserve` bytes stay free beside it. A sparse image would take its blocks only
+ * when the workspace's ext4 writes them back: on a full host that writeback fails after the
+ * command was told its write succeeded (the kernel's "lost async page write"), and nothing can
+ * save it then. Instances start at once: the check and the allocation are one step under a lock
+ * on the server's root (the workspace's parent, `dir_fd`'s ".."), so two starts never both take
+ * the same room; the check after catches what others on the host wrote meanwhile. `undo` (a new
+ * image): a reservation that leaves the host short is given back by the caller removing it. */
+static int reserve_image(int img, int dir_fd, long long bytes, long long reserve, bool undo,
+                         char *why, size_t size) {
+  int rc = -1;
+  int root = openat(dir_fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) {
+    fail(why, size, errno, "cannot open the workspaces' root");
+    goto out;
+  }
+  while (flock(root, LOCK_EX) < 0) {
+    if (errno != EINTR) {
+      fail(why, size, errno, "cannot lock the workspaces' root");
+      goto out;
+    }
+  }
+  struct stat st;
+  if (fstat(img, &st) < 0) {
+    fail(why, size, errno, "cannot stat the workspace's image");
+    goto out;
+  }
+  long long held = (long long)st.st_blocks * 512;
+  long long need = bytes > held ? bytes - held : 0;
+  long long avail = free_bytes(img);
+  if (avail < 0) {
+    fail(why, size, errno, "cannot read the host's free disk space (statvfs)");
+    goto out;
+  }
+  if (need > 0 && avail - need < reserve) {
+    no_room(why, size, need, avail, reserve);
+    goto out;
+  }
+  if (need > 0 && fallocate(img, 0, 0, (off_t)bytes) < 0) {
+    if (errno == ENOSPC || errno == EDQUOT)
+      no_room(why, size, need, avail, reserve);
+    else
+      fail(why, size, errno, "cannot reserve the workspace's image on the host's disk (fallocate; "
+           "a file system without it can only hold workspace_size = \"measured\")");
+    goto out;
+  }
+  long long left = free_bytes(img);
+  if (undo && need > 0 && left >= 0 && left < reserve) {
+    no_room(why, size, need, left + need, reserve);
+    goto out;
+  }
+  rc = 0;
+out:
+  if (root >= 0)
+    close(root); /* and the lock with it */
+  return rc;
+}
+
 /* The image, open read-write: the one there (a retired instance's replacement mounts its
  * predecessor's files), else a new one, made under a temporary name and renamed into place
- * only once its file system is complete. */
-static int open_image(int dir_fd, const char *name, long long bytes, int nice, char *why, size_t size) {
+ * only once its file system is complete. Either is wholly reserved on the host's disk first. */
+static int open_image(int dir_fd, const char *name, long long bytes, long long reserve, int nice,
+                      char *why, size_t size) {
   int img = openat(dir_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
   if (img >= 0) {
     if (fstat(img, &st) < 0 || !S_ISREG(st.st_mode)) {
       close(img);
       return fail(why, size, 0, "the workspace's image %s is not a regular file", name);
+    }
+    /* its own size, whatever the policy says now: its ext4 was made to fill it (an image made
+     * sparse by an older server is reserved now, or refused) */
+    if (reserve_image(img, dir_fd, (long long)st.st_size, reserve, false, why, size) < 0) {
+      close(img);
+      return -1;
     }
     return img;
   }
@@ -96,9 +179,7 @@ static int open_image(int dir_fd, const char *name, long long bytes, int nice, c
   img = openat(dir_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (img < 0)
     return fail(why, size, errno, "cannot create the workspace's image");
-  if (ftruncate(img, (off_t)bytes) < 0) {
-    fail(why, size, errno, "cannot size the workspace's image to %lld bytes", bytes);
-  } else if (make_fs(img, nice, why, size) == 0) {
+  if (reserve_image(img, dir_fd, bytes, reserve, true, why, size) == 0 && make_fs(img, nice, why, size) == 0) {
     if (renameat(dir_fd, tmp, dir_fd, name) == 0)
       return img;
     fail(why, size, errno, "cannot rename the workspace's image into place");
@@ -196,9 +277,9 @@ static int attach_loop(int img, int dir_fd, const char *dir_path, char *why, siz
   return fail(why, size, 0, "every free loop device was taken by others %d times over", LOOP_TRIES);
 }
 
-int walls_disk_mount(int dir_fd, const char *path, const char *name, long long bytes, int nice,
-                     char *why, size_t why_size) {
-  int img = open_image(dir_fd, name, bytes, nice, why, why_size);
+int walls_disk_mount(int dir_fd, const char *path, const char *name, long long bytes,
+                     long long reserve, int nice, char *why, size_t why_size) {
+  int img = open_image(dir_fd, name, bytes, reserve, nice, why, why_size);
   if (img < 0)
     return -1;
   if (hold_image(img, why, why_size) < 0) {
@@ -225,10 +306,11 @@ int walls_disk_mount(int dir_fd, const char *path, const char *name, long long b
     return fail(why, why_size, 0, "%s changed while the instance was being made", path);
   }
   const char *target = path;
-  /* discard: a deleted file's blocks are punched out of the sparse image, so the host's disk
-   * holds what the workspace holds, not its high-water mark; noinit_itable: the kernel does not
-   * zero inode tables in the background (a fresh sparse file reads zeros already). */
-  int rc = mount(source, target, "ext4", MS_NOSUID | MS_NODEV, "discard,noinit_itable");
+  /* no discard: a deleted file's blocks stay the image's, reserved on the host's disk (punched
+   * out, the next write there would need the host's disk again, which may be full by then);
+   * noinit_itable: the kernel does not zero inode tables in the background (the image's
+   * unwritten extents read as zeros already). */
+  int rc = mount(source, target, "ext4", MS_NOSUID | MS_NODEV, "noinit_itable");
   int err = errno;
   close(dev); /* the mount holds the device; with it gone, the kernel detaches it (autoclear) */
   if (rc < 0)

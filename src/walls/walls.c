@@ -6,7 +6,8 @@
  *   switchboard-walls hold  [common] [--expose NAME]... [--hide PATH]... --workspace DIR
  *                           [--rootfs DIR] [--net host|none] [--hostname NAME]
  *                           [--cg-write FILE=VALUE]... [--socket PATH --nofile N --fsize BYTES]
- *                           [--nice N] [--ro-bind PATH]... [--disk-image NAME --disk-bytes N]
+ *                           [--nice N] [--ro-bind PATH]... [--disk-image NAME --disk-bytes N
+ *                           [--disk-reserve BYTES]]
  *     Creates the instance: makes and joins its cgroups (--cgroup, created when missing, then
  *     the --cg-write limits), drops to the instance's host uid/gid, and runs bwrap with new
  *     user, PID, mount, IPC, UTS and network namespaces around `sleep infinity`. The network
@@ -20,7 +21,8 @@
  *     search the way to it (or to the workspace), it is staged first (stage_reachable). It dies with its
  *     parent (PR_SET_PDEATHSIG), bwrap dies with it (--die-with-parent), and everything in the
  *     PID namespace dies with bwrap's init. With --disk-image the workspace is a file system of
- *     its own: the image NAME in the workspace directory (made sparse, N bytes, when missing) is
+ *     its own: the image NAME in the workspace directory (made N bytes when missing, every byte
+ *     reserved on the host's disk while BYTES stay free beside it, else refused in words) is
  *     loop-mounted over that directory in the helper's private mount namespace, so the kernel
  *     refuses a write past N while the command writes, and the mount goes with the instance's
  *     last process (src/walls/disk.c).
@@ -124,6 +126,7 @@ typedef struct {
   const char *workspace, *rootfs, *net, *hostname, *cwd;
   const char *disk_image;  /* hold: the workspace's own file system, an image of this name in it */
   long long disk_bytes;    /* its size; -1: none (the workspace is the host's directory) */
+  long long disk_reserve;  /* bytes the host's disk keeps free beside it (0: none) */
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
   long long nofile, fsize; /* -1: leave as inherited */
   long long nice;          /* hold: bwrap's niceness (a spare built in the background); -1: ours */
@@ -197,6 +200,7 @@ static void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--nice") == 0) o->nice = number(f, v);
     else if (strcmp(f, "--disk-bytes") == 0) o->disk_bytes = number(f, v);
     else if (strcmp(f, "--disk-image") == 0) o->disk_image = v;
+    else if (strcmp(f, "--disk-reserve") == 0) o->disk_reserve = number(f, v);
     else if (strcmp(f, "--cgroup") == 0) push(&o->cgroups, f, v);
     else if (strcmp(f, "--cg-write") == 0) push(&o->cg_writes, f, v);
     else if (strcmp(f, "--expose") == 0) push(&o->expose, f, v);
@@ -682,8 +686,8 @@ static int mount_disk(const options *o, int ws) {
   }
   if (private_mounts() < 0)
     die("the workspace's own file system needs a mount namespace of the helper's own");
-  if (walls_disk_mount(ws, o->workspace, o->disk_image, o->disk_bytes, (int)(o->nice > 0 ? o->nice : 0),
-                       why, sizeof why) < 0) {
+  if (walls_disk_mount(ws, o->workspace, o->disk_image, o->disk_bytes, o->disk_reserve,
+                       (int)(o->nice > 0 ? o->nice : 0), why, sizeof why) < 0) {
     errno = 0;
     die("the workspace's own file system (%lld bytes, policies/isolation.lua workspace_max_bytes) "
         "could not be made: %s", o->disk_bytes, why);

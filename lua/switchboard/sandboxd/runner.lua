@@ -63,8 +63,13 @@ local function reason_of(err)
   return msg:match(":%s*([^:]+)$") or "an I/O error"
 end
 
--- The workspace's own failures (it could not be made, cleared or opened) name the thread.
+-- The workspace's own failures (it could not be made, cleared or opened) name the thread. The
+-- host's disk being full is said in the helper's own words, whole: they name no path, only
+-- amounts and the policy settings (shell/instance.lua HOST_DISK_FULL).
 local function scrub(self, a, err)
+  if a == nil and type(err) == "table" and err.kind == "workspace" and err.code == "host-disk-full" then
+    return nil, err
+  end
   if a == nil and type(err) == "table" and err.kind == "workspace" then
     return nil, core.error("workspace", ("the workspace of thread %s could not be used (%s)")
       :format(self.label, reason_of(err)))

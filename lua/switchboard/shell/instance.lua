@@ -32,6 +32,9 @@ local CONTROLLERS = { "memory", "pids", "cpu" }
 -- of this name inside the workspace's host directory, mounted over it for the instance only.
 local DISK_IMAGE = ".workspace.img"
 M.DISK_IMAGE = DISK_IMAGE
+-- The first words of the helper's refusal when a workspace does not fit the host's disk
+-- (src/walls/disk.c no_room; docs/isolation.md "The host's disk").
+M.HOST_DISK_FULL = "the host's disk is full"
 
 local Host = {}
 Host.__index = Host
@@ -478,6 +481,7 @@ function Instance:start()
   if self.disk then
     argv[#argv + 1] = "--disk-image"; argv[#argv + 1] = DISK_IMAGE
     argv[#argv + 1] = "--disk-bytes"; argv[#argv + 1] = tostring(iso.workspace_max_bytes)
+    argv[#argv + 1] = "--disk-reserve"; argv[#argv + 1] = tostring(iso.disk_reserve_bytes)
   end
   for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
   for _, a in ipairs(limit_writes(self)) do argv[#argv + 1] = a end
@@ -526,6 +530,14 @@ function Instance:start()
   core.sleep(self.snap.timeouts.walls.ready_ms, self.starting)
   if not self.pid then
     local why = hold_failure(self.hold_result, self.snap.timeouts.walls.ready_ms)
+    local full = self.disk and why:match("(" .. M.HOST_DISK_FULL .. "[^\n]*)")
+    if full then
+      -- the host's disk, not the walls: the helper's own words, alone (docs/isolation.md
+      -- "The host's disk"); nothing was made, nothing ran
+      self.start_err = core.error("workspace", full, { code = "host-disk-full" })
+      self:stop()
+      return nil, self.start_err
+    end
     if self.disk and why:find("the workspace's own file system", 1, true) then
       why = why .. " — or, where no loop device can be had, set workspace_size = \"measured\" in "
         .. "policies/isolation.lua (the size is then measured after commands: one command can write past it)"

@@ -1,0 +1,116 @@
+-- Black-box: instances never fill the host's disk through their workspace images (issue 35
+-- item 3). Before, each image was sparse: with workspace_max_bytes 700 MiB on a 1 GiB root, two
+-- threads writing 600 MB each took the host's file system to 100 %, both `dd` reported success,
+-- and the kernel logged "lost async page write" on the loop device — data the program was told
+-- was written was gone. Now every byte a workspace's ext4 can accept is reserved on the host when
+-- its image is made (fallocate), and an instance is made only while the host keeps
+-- disk_reserve_bytes free beyond it (docs/isolation.md "The host's disk"): the thread that does
+-- not fit is refused in words, and every write that reported success reads back intact.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local S = require("support.sandbox")
+local policies = require("support.policies")
+
+local MiB = 1024 * 1024
+local REFUSAL = "the host's disk is full"
+
+local function policy_dir()
+  return policies.dir{
+    timeouts = function(src) return src .. "\n" .. S.FAST .. '\nsandbox.sleep_after = "10m"\n' end,
+    isolation = function(src)
+      return src .. "\nworkspace_max_bytes = 700 * MiB\ndisk_reserve_bytes = 64 * MiB\n"
+    end,
+  }
+end
+
+local describe_walls = require("support.walls").probe(policy_dir(),
+  { describe = describe, it = it, pending = pending })
+
+local function sh(cmd)
+  local p = assert(core.spawn{ argv = { "sh", "-c", cmd }, env = { PATH = os.getenv("PATH") } })
+  return p:wait()
+end
+
+-- A small host file system of the spec's own: a 1 GiB ext4 image, loop-mounted (as root).
+local small = {}
+local function make_small_root()
+  small.dir = S.tmpdir()
+  small.image = small.dir .. "/host.img"
+  small.mnt = small.dir .. "/mnt"
+  local r = sh(("truncate -s 1G '%s' && mkfs.ext4 -q -F -m 0 '%s' && mkdir -p '%s' && mount -o loop '%s' '%s'")
+    :format(small.image, small.image, small.mnt, small.image, small.mnt))
+  assert(r.exit == 0, "cannot make the small host file system: " .. tostring(r.stderr))
+  small.mounted = true
+  return small.mnt
+end
+
+local function drop_small_root()
+  if small.mounted then
+    -- the server's instances are gone by now; lazily, so a straggler never leaves the mount
+    sh(("umount '%s' || umount -l '%s'"):format(small.mnt, small.mnt))
+    small.mounted = false
+  end
+  if small.dir then S.rm(small.dir); small.dir = nil end
+end
+
+after_each(function()
+  S.cleanup_servers()
+  core.run(drop_small_root)
+  policies.cleanup()
+end)
+teardown(S.cleanup)
+
+local function exec(h, thread, command)
+  local status, _, raw = S.call(h.url, "/exec", { thread = thread, deadline_ms = 300000,
+    body = { command = command, timeoutMs = 240000 } })
+  assert.equal(200, status, raw)
+  return cjson.decode(raw)
+end
+
+describe_walls("the host's disk under the fleet's workspaces (1 GiB root, 700 MiB workspaces)", function()
+  it("two threads writing 600 MB each: the one that does not fit is refused in words, nothing written is lost", function()
+    core.run(function()
+      local mnt = make_small_root()
+      local h = S.start_sandboxd{ policies = policy_dir(), root = mnt .. "/sandboxd" }
+      -- each thread writes 600 MB of random bytes, keeps their checksum, and syncs
+      local write = "set -o pipefail; dd if=/dev/urandom bs=1M count=600 iflag=fullblock status=none "
+        .. "| tee data | sha256sum | cut -d' ' -f1 > written.sum && sync && cat written.sum"
+      local results, done, me = {}, 0, core.current()
+      for i = 1, 2 do
+        core.go(function()
+          results[i] = exec(h, "disk-" .. i, write)
+          done = done + 1
+          if done == 2 then core.wake(me) end
+        end)
+      end
+      core.suspend()
+      local wrote, refused = 0, 0
+      for i = 1, 2 do
+        local r = results[i]
+        local text = tostring(r.error) .. "\n" .. tostring(r.stderr)
+        if r.exitCode == 0 then
+          wrote = wrote + 1
+          local sum = r.stdout:match("^(%x+)\n$")
+          assert.truthy(sum, r.stdout)
+          -- read back from the device, not the page cache: a write the kernel lost shows here
+          local back = exec(h, "disk-" .. i, "set -o pipefail; dd if=data iflag=direct bs=1M status=none | sha256sum | cut -d' ' -f1")
+          assert.equal(0, back.exitCode, back.stderr)
+          assert.equal(sum .. "\n", back.stdout, "thread " .. i .. "'s 600 MB were reported written and read back different")
+        else
+          refused = refused + 1
+          assert.truthy(text:find(REFUSAL, 1, true) or text:find("No space left on device", 1, true), cjson.encode(r))
+        end
+      end
+      assert.equal(1, wrote, cjson.encode(results))
+      assert.equal(1, refused, cjson.encode(results))
+      -- the refusal says it in words: the thread that did not fit never got an instance
+      local both = cjson.encode(results)
+      assert.truthy(both:find(REFUSAL .. ": this sandbox cannot grow; delete files or ask later", 1, true), both)
+      -- the host's file system kept its reserve
+      local df = sh(("df -B1 --output=avail '%s' | tail -1"):format(mnt))
+      assert.is_true(tonumber(df.stdout:match("%d+")) >= 64 * MiB, df.stdout)
+      assert.is_nil(h.log():find("lost async page write", 1, true))
+      h:stop(); h:wait()
+    end)
+  end)
+end)
