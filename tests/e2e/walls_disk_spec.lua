@@ -72,6 +72,11 @@ describe_walls("the host's disk under the fleet's workspaces (1 GiB root, 700 Mi
     core.run(function()
       local mnt = make_small_root()
       local h = S.start_sandboxd{ policies = policy_dir(), root = mnt .. "/sandboxd" }
+      -- said at start: 25 workspaces (+ 1 spare) of 700 MiB do not fit a 1 GiB disk; one does
+      local start = h.log():match("[^\n]*sandboxd%.disk_short[^\n]*")
+      assert.truthy(start, h.log())
+      assert.truthy(start:find("workspaces_that_fit=1", 1, true), start)
+      assert.truthy(start:find("the fleet's workspaces can take", 1, true), start)
       -- each thread writes 600 MB of random bytes, keeps their checksum, and syncs
       local write = "set -o pipefail; dd if=/dev/urandom bs=1M count=600 iflag=fullblock status=none "
         .. "| tee data | sha256sum | cut -d' ' -f1 > written.sum && sync && cat written.sum"

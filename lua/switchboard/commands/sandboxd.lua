@@ -3,6 +3,7 @@ local core = require("switchboard.core")
 local prologue = require("switchboard.launch.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
+local disk_budget = require("switchboard.sandboxd.disk_budget")
 local metrics = require("switchboard.metrics")
 local walls_mod = require("switchboard.launch.walls")
 local policy = require("switchboard.policy")
@@ -127,6 +128,11 @@ function M.run(argv, ctx)
   local swept = runner.sweep(root)
   if swept > 0 then core.log("info", "sandboxd.swept", { workspaces = swept }) end
 
+  if not opts.pod and not opts.no_walls then -- the fleet's workspace images against the disk
+    disk_budget.check{ root = root, max_instances = max or snap.timeouts.sandbox.max_instances,
+      spares = snap.isolation.spare_instances, isolation = snap.isolation,
+      deadline_ms = snap.timeouts.walls.helper_ms, log = core.log }
+  end
   local walls, status = nil, nil
   if opts.pod then
     -- the pod is the wall (gVisor or Kata, one thread): no bubblewrap, no cgroups of our own
