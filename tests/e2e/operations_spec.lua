@@ -55,7 +55,8 @@ describe("operations: overlays and reload", function()
   end))
 
   it("a sandboxd started without --max-instances wakes the shipped 25 instances, and no 26th", async(function()
-    local h = S.start_sandboxd({})
+    -- the shipped fleet, on small workspaces: each image is reserved on the host's disk whole
+    local h = S.start_sandboxd({ policies = overlay({ isolation = "workspace_max_bytes = 64 * MiB\n" }) })
     for i = 1, 25 do
       local status, _, body = S.call(h.url, "/exec", { thread = "T" .. i, body = { command = "true" } })
       assert.equal(200, status)

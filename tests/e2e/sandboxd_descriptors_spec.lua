@@ -29,7 +29,11 @@ describe("sandboxd descriptor budget", function()
       local bin = S.BIN
       S.BIN = limited_bin(tmp)
       -- 64 connections at most: the instances' share of the 300 descriptors is what is left
-      local dir = S.policy_dir(S.FAST .. "server.max_connections = 64\nsandbox.heartbeat_ms = 1000\n")
+      local dir = policies.dir{
+        timeouts = function(src) return src .. "\n" .. S.FAST .. "server.max_connections = 64\nsandbox.heartbeat_ms = 1000\n" end,
+        -- up to 30 awake at once: small workspaces, each image reserved on the host's disk whole
+        isolation = function(src) return src .. "\nworkspace_max_bytes = 64 * MiB\n" end,
+      }
       local ok, h = pcall(S.start_sandboxd, { policies = dir, args = { "--max-instances", "25" } })
       S.BIN = bin
       assert(ok, h)

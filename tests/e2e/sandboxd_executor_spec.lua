@@ -296,7 +296,9 @@ describe("sandbox executor → sandboxd", function()
         timeouts = function(src) return src .. "\n" .. S.FAST .. 'sandbox.sleep_after = "60s"\n' end,
         -- network "none": no pasta per instance, so 200 starts measure the executor, not pasta's
         -- start-up (on a loaded host ~1-2 s each; walls_net_spec covers the network)
-        isolation = function(src) return src .. "\npids_max = 32\nopen_files = 128\nnetwork = \"none\"\n" end,
+        -- and small workspaces: each image is reserved on the host's disk whole (200 × 2 GiB would not fit)
+        isolation = function(src) return src .. "\npids_max = 32\nopen_files = 128\nnetwork = \"none\"\n"
+          .. "workspace_max_bytes = 16 * MiB\n" end,
       }
       local h = S.start_sandboxd{ policies = dir, args = { "--max-instances", "200" } }
       local results, done = {}, 0

@@ -111,6 +111,11 @@ describe_walls("the host's disk under the fleet's workspaces (1 GiB root, 700 Mi
       -- the refusal says it in words: the thread that did not fit never got an instance
       local both = cjson.encode(results)
       assert.truthy(both:find(REFUSAL .. ": this sandbox cannot grow; delete files or ask later", 1, true), both)
+      -- a file route of a thread that does not fit either: refused in the same words, nothing written
+      local status, _, raw = S.call(h.url, "/write", { thread = "disk-3", deadline_ms = 120000,
+        body = { path = "f", content = core.crypto.base64_encode("x"), encoding = "base64" } })
+      assert.are_not.equal(200, status, raw)
+      assert.truthy(raw:find(REFUSAL .. ": this sandbox cannot grow", 1, true), raw)
       -- the host's file system kept its reserve
       local df = sh(("df -B1 --output=avail '%s' | tail -1"):format(mnt))
       assert.is_true(tonumber(df.stdout:match("%d+")) >= 64 * MiB, df.stdout)
