@@ -44,7 +44,8 @@ static int fail(char *why, size_t size, int err, const char *fmt, ...) {
 /* mkfs.ext4 on the image open as img_fd: no journal (a workspace never outlives its server,
  * which sweeps them all at start, and a crash of the instance unmounts it cleanly), no blocks
  * reserved for root (sandboxd's /write, as root, gets no more room than a command), inode
- * tables initialised lazily and nothing discarded (the image is fallocated: unwritten extents read as zeros, and a discard would punch out what was reserved).
+ * tables initialised lazily and nothing discarded (the image is fallocated: its unwritten
+ * extents read as zeros, and a discard would punch out what was reserved).
  * Its output goes to our stderr: our stdout carries "ready". */
 static int make_fs(int img_fd, int nice, char *why, size_t size) {
   char dev[32];
@@ -78,10 +79,11 @@ static int make_fs(int img_fd, int nice, char *why, size_t size) {
 /* The refusal a workspace that does not fit the host's disk gets, in words (the program
  * recognises its first words, shell/instance.lua): the amounts are the operator's. */
 static int no_room(char *why, size_t size, long long need, long long avail, long long reserve) {
-  return fail(why, size, 0, "the host's disk is full: this sandbox cannot grow; delete files or ask "
-              "later (its workspace needs %lld MiB more of the host's disk, which has %lld MiB free "
-              "and keeps %lld MiB in reserve: policies/isolation.lua workspace_max_bytes, "
-              "disk_reserve_bytes)", need >> 20, avail >> 20, reserve >> 20);
+  return fail(why, size, 0,
+              "the host's disk is full: this sandbox cannot grow; delete files or ask later (its "
+              "workspace needs %lld MiB more of the host's disk, which has %lld MiB free and keeps "
+              "%lld MiB in reserve: policies/isolation.lua workspace_max_bytes, disk_reserve_bytes)",
+              need >> 20, avail >> 20, reserve >> 20);
 }
 
 /* Bytes free to us on the file system of fd (what a write there can still take), or -1. */
@@ -179,7 +181,8 @@ static int open_image(int dir_fd, const char *name, long long bytes, long long r
   img = openat(dir_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (img < 0)
     return fail(why, size, errno, "cannot create the workspace's image");
-  if (reserve_image(img, dir_fd, bytes, reserve, true, why, size) == 0 && make_fs(img, nice, why, size) == 0) {
+  if (reserve_image(img, dir_fd, bytes, reserve, true, why, size) == 0 &&
+      make_fs(img, nice, why, size) == 0) {
     if (renameat(dir_fd, tmp, dir_fd, name) == 0)
       return img;
     fail(why, size, errno, "cannot rename the workspace's image into place");
