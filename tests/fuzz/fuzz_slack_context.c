@@ -8,8 +8,10 @@
  * decodes it as the Web API client does; what does not decode is used as a string), and as a
  * recipe for a table of any shape built from the bytes (keys Slack uses, values of every type),
  * because the Lua side gives libFuzzer no coverage signal (hence -len_control=0). The reader must never raise,
- * never keep more messages or bytes than its bounds, and name every file it skips. Nothing is
- * fetched: a file it would download gets a request function that answers with the input.
+ * never keep more messages or bytes than its bounds, name every file it skips, and never ask
+ * anything of an address that is not Slack's (fronts/slack/file_url.lua). Nothing is fetched:
+ * a file it would download gets a request function that answers with the input, or with a
+ * redirect to some of its bytes.
  *
  * Build: CC=clang cmake -S . -B build-fuzz -DSB_FUZZ=ON && cmake --build build-fuzz --target fuzz_slack_context
  * Run:   build-fuzz/tests/fuzz/fuzz_slack_context -len_control=0 -max_len=4096 -max_total_time=60 \
