@@ -537,22 +537,26 @@ static int l_gc(lua_State *L) {
 /* The database holds what people asked and what their commands printed: it is the owner's
  * alone. SQLite creates a new file 0644 less the umask (0644 under the usual 022), and its
  * -wal, -shm and -journal with the database's own mode. So the database is created here
- * 0600 (and an older, wider one narrowed), before SQLite opens it; side files an older run
- * left are narrowed too. A failure here (not the owner, no directory) is left for SQLite's
- * open to report. */
+ * 0600 before SQLite opens it, and an older, wider one and the side files an older run left
+ * are narrowed. An existing file is changed by its path, never opened: closing a descriptor
+ * of it would drop the POSIX locks another connection of this process holds on it. A failure
+ * here (not the owner, no directory) is left for SQLite's open to report. */
 static void own_files_only(const char *path) {
   static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
   char side[4096];
   if (strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0)
     return; /* not a plain file name: SQLite's to interpret */
-  for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-    if (snprintf(side, sizeof side, "%s%s", path, suffixes[i]) >= (int)sizeof side)
-      return;
-    int fd = open(side, O_RDWR | O_CLOEXEC | (i == 0 ? O_CREAT : 0), 0600);
-    if (fd < 0)
-      continue;
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0) { /* new, so nobody holds a lock on it */
     (void)fchmod(fd, 0600);
     close(fd);
+  }
+  for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+    struct stat st;
+    if (snprintf(side, sizeof side, "%s%s", path, suffixes[i]) >= (int)sizeof side)
+      return;
+    if (stat(side, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) != 0600)
+      (void)chmod(side, 0600);
   }
 }
 
