@@ -1,7 +1,8 @@
 -- Black-box: `switchboard slack` never runs a Slack user's command within reach of its own
 -- secrets (docs/isolation.md "Fronts that serve other people"), against the Slack stand-in
 -- (tests/support/slack_standin.py) and a real sandboxd. Commands that read the bot's
--- environment three ways must post no secret; an unwalled policy refuses to start unless the
+-- environment three ways must post no secret, and a command's every visible environment,
+-- printed in base64 and decoded here, holds no bot secret in plain, hex or base64; an unwalled policy refuses to start unless the
 -- loud flag is given; every text the bot posts passes the log's redaction; /readyz goes false
 -- when Socket Mode is lost or the sandbox is unreachable. The installed package's bot is the
 -- same spec's subject in deploy/tests/package_bot.sh.
