@@ -52,4 +52,6 @@ context = {
   max_files = 5,
   max_image_bytes = 5 * MiB,        -- the Messages API's limit for one image
   max_text_file_bytes = 64 * KiB,
+  max_redirects = 2,                -- a file's redirects followed, to Slack's file hosts only
+                                    -- and without the token (docs/slack.md "Context")
 }

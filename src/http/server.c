@@ -142,11 +142,18 @@ static void push_request(lua_State *L, sb_http_conn *c, bool with_body) {
 }
 
 /* A client's path as a log line may carry it: at most LOG_PATH_MAX bytes, bytes outside
- * printable ASCII as '?', "..." where it was cut. */
-static void log_path(char out[LOG_PATH_MAX + 4], const sb_http_request *q) {
+ * printable ASCII as '?', "..." where it was cut; after a log_hide prefix, "<hidden>". */
+static void log_path(char out[LOG_PATH_MAX + 4], const sb_http_server *s, const sb_http_request *q) {
   const char *path, *query;
   size_t path_len, query_len;
   sb_http_split_target(q->head, q->target_len, &path, &path_len, &query, &query_len);
+  for (size_t i = 0; i < s->n_log_hide; i++) {
+    size_t n = strlen(s->log_hide[i]);
+    if (path_len > n && memcmp(path, s->log_hide[i], n) == 0) {
+      snprintf(out, LOG_PATH_MAX + 4, "%s<hidden>", s->log_hide[i]);
+      return;
+    }
+  }
   size_t n = path_len > LOG_PATH_MAX ? LOG_PATH_MAX : path_len;
   for (size_t i = 0; i < n; i++)
     out[i] = path[i] > ' ' && path[i] < 127 ? path[i] : '?';
@@ -165,7 +172,7 @@ static void init_response(res_ud *r, sb_http_conn *c) {
   r->http10 = sb_http_request_version_minor(&c->req) == 0;
   r->started_ms = sb_now_ms();
   r->method = sb_http_request_method(&c->req);
-  log_path(r->path, &c->req);
+  log_path(r->path, c->server, &c->req);
   snprintf(r->remote, sizeof r->remote, "%s", c->remote_addr);
 }
 
@@ -237,7 +244,7 @@ static int head_hook(lua_State *L) {
                       uv_buf_init((char *)body, fr.framing == SB_HTTP_FRAME_LENGTH ? (unsigned)n : 0)};
   char status_text[8], path[LOG_PATH_MAX + 4];
   snprintf(status_text, sizeof status_text, "%d", status);
-  log_path(path, &c->req);
+  log_path(path, c->server, &c->req);
   sb_log_field f[] = {{"remote", c->remote_addr, false},
                       {"method", sb_http_request_method(&c->req), false},
                       {"path", path, false}, {"status", status_text, true},
@@ -886,7 +893,38 @@ static void clamp_connections(sb_http_limits *lim) {
   lim->max_connections = (size_t)allowed;
 }
 
-/* core.http.serve{host, port, handler, limits} → server, or nil, {kind="listen", message}. */
+/* log_hide = {prefix, …}: at most 4 path prefixes of 1–32 printable bytes starting with '/'
+ * (the program names its secret-bearing routes; the engine only keeps their rest out of logs). */
+static size_t read_log_hide(lua_State *L, char hide[4][33]) {
+  memset(hide, 0, 4 * 33);
+  lua_getfield(L, 1, "log_hide");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  luaL_checktype(L, -1, LUA_TTABLE);
+  size_t n = (size_t)lua_rawlen(L, -1);
+  if (n > 4)
+    luaL_error(L, "core.http.serve: log_hide takes at most 4 prefixes");
+  for (size_t i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    size_t len = 0;
+    const char *p = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+    bool ok = p != NULL && len >= 1 && len <= 32 && p[0] == '/';
+    for (size_t j = 0; ok && j < len; j++)
+      ok = p[j] > ' ' && p[j] < 127;
+    if (!ok)
+      luaL_error(L, "core.http.serve: log_hide[%d] must be a path prefix of 1 to 32 printable "
+                    "bytes starting with '/'", (int)i + 1);
+    memcpy(hide[i], p, len);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return n;
+}
+
+/* core.http.serve{host, port, handler, limits, on_head, log_hide} → server, or nil,
+ * {kind="listen", message}. */
 static int l_serve(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_getfield(L, 1, "host");
@@ -908,6 +946,8 @@ static int l_serve(lua_State *L) {
   }
   lua_pop(L, 1);
   clamp_connections(&lim);
+  char hide[4][33];
+  size_t n_hide = read_log_hide(L, hide);
   lua_getfield(L, 1, "on_head");
   if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TFUNCTION)
     return luaL_error(L, "core.http.serve: on_head must be a function");
@@ -925,6 +965,8 @@ static int l_serve(lua_State *L) {
   if (s == NULL)
     return luaL_error(L, "out of memory");
   s->limits = lim;
+  memcpy(s->log_hide, hide, sizeof hide);
+  s->n_log_hide = n_hide;
   s->up = &lua_face;
   s->self_ref = s->handler_ref = s->on_head_ref = LUA_NOREF;
   int err = sb_http_server_listen(s, host, (int)port);

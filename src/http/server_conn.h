@@ -79,6 +79,10 @@ struct sb_http_server {
   int self_ref;         /* registry: the Lua server object, while anything is open */
   int handler_ref;      /* registry: the handler function */
   int on_head_ref;      /* registry: the on_head hook, or LUA_NOREF */
+  /* core.http.serve's log_hide: path prefixes (NUL-terminated) after which a log line shows
+   * "<hidden>" instead of the client's bytes — a run page's token is its only credential */
+  char log_hide[4][33];
+  size_t n_log_hide;
 };
 
 typedef enum { SB_CONN_READING, SB_CONN_HANDLING, SB_CONN_CLOSING, SB_CONN_CLOSED } sb_conn_phase;

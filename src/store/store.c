@@ -3,7 +3,9 @@
  *   core.store.open(path) → db | nil, err       opens (creates) the file: WAL journal,
  *                                               synchronous=NORMAL (a commit survives the
  *                                               process being killed; only a power cut can lose
- *                                               the last ones), foreign keys on
+ *                                               the last ones), foreign keys on; the file and
+ *                                               its -wal, -shm and -journal are 0600 whatever
+ *                                               the umask
  *   db:run(sql, ...) → rows, info | nil, err    one statement; ? parameters bound from the
  *                                               values after it (nil, boolean, number, string)
  *   db:batch{{sql, p1, …, n = k}, …} → {rows…}, info | nil, err
@@ -21,12 +23,15 @@
 
 #include "../engine/engine.h"
 
+#include <fcntl.h>
 #include <lauxlib.h>
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define STORE_MT "switchboard.store"
 
@@ -529,6 +534,32 @@ static int l_gc(lua_State *L) {
   return 0;
 }
 
+/* The database holds what people asked and what their commands printed: it is the owner's
+ * alone. SQLite creates a new file 0644 less the umask (0644 under the usual 022), and its
+ * -wal, -shm and -journal with the database's own mode. So the database is created here
+ * 0600 before SQLite opens it, and an older, wider one and the side files an older run left
+ * are narrowed. An existing file is changed by its path, never opened: closing a descriptor
+ * of it would drop the POSIX locks another connection of this process holds on it. A failure
+ * here (not the owner, no directory) is left for SQLite's open to report. */
+static void own_files_only(const char *path) {
+  static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+  char side[4096];
+  if (strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0)
+    return; /* not a plain file name: SQLite's to interpret */
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0) { /* new, so nobody holds a lock on it */
+    (void)fchmod(fd, 0600);
+    close(fd);
+  }
+  for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+    struct stat st;
+    if (snprintf(side, sizeof side, "%s%s", path, suffixes[i]) >= (int)sizeof side)
+      return;
+    if (stat(side, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) != 0600)
+      (void)chmod(side, 0600);
+  }
+}
+
 static int l_open(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   handle *h = lua_newuserdatauv(L, sizeof *h, 0);
@@ -543,6 +574,7 @@ static int l_open(lua_State *L) {
   if (live != NULL)
     live->prev_live = db;
   live = db;
+  own_files_only(path);
   int rc = sqlite3_open_v2(path, &db->conn,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
   if (rc == SQLITE_OK)

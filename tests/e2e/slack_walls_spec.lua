@@ -1,7 +1,8 @@
 -- Black-box: `switchboard slack` never runs a Slack user's command within reach of its own
 -- secrets (docs/isolation.md "Fronts that serve other people"), against the Slack stand-in
 -- (tests/support/slack_standin.py) and a real sandboxd. Commands that read the bot's
--- environment three ways must post no secret; an unwalled policy refuses to start unless the
+-- environment three ways must post no secret, and a command's every visible environment,
+-- printed in base64 and decoded here, holds no bot secret in plain, hex or base64; an unwalled policy refuses to start unless the
 -- loud flag is given; every text the bot posts passes the log's redaction; /readyz goes false
 -- when Socket Mode is lost or the sandbox is unreachable. The installed package's bot is the
 -- same spec's subject in deploy/tests/package_bot.sh.
@@ -28,6 +29,11 @@ local ATTACKS = {
   { ts = "1700000103.000100", text = "run `ps eww -A`" },
 }
 
+-- A command's whole environment and every environment it can see, base64 so that the
+-- redaction (exact matches only) cannot hide a secret that is there: the spec decodes it.
+local ENCODED = { ts = "1700000104.000100",
+  text = "run `for p in /proc/self /proc/[0-9]*; do cat $p/environ; echo; done 2>/dev/null | base64 -w0`" }
+
 local function wait_final(st, thread_ts)
   return SL.wait(function()
     for _, c in ipairs(st:cards(thread_ts)) do if SL.is_final(c) then return c end end
@@ -48,9 +54,49 @@ local function assert_no_secret(text, where, extra)
   end
 end
 
+-- The forms a secret may take in text: as it is, hex (either case), base64 at each of the
+-- three alignments (the part of the encoding that depends on the secret alone).
+local function forms(v)
+  local out = { v, core.crypto.hex(v), core.crypto.hex(v):upper() }
+  for pad = 0, 2 do
+    local e = core.crypto.base64_encode(("\0"):rep(pad) .. v)
+    out[#out + 1] = e:sub(pad > 0 and 5 or 1, -5)
+  end
+  return out
+end
+
+-- No bot secret in text, in any of those forms (GH_TOKEN is left out: it is the commands'
+-- own credential, docs/isolation.md "A command's own credential").
+local function assert_no_bot_secret_encoded(text, where, extra)
+  local bot_secrets = { SL.BOT_TOKEN, SL.APP_TOKEN, SECRETS.SLACK_SIGNING_SECRET, SECRETS.ANTHROPIC_API_KEY }
+  for _, v in ipairs(extra or {}) do bot_secrets[#bot_secrets + 1] = v end
+  for _, v in ipairs(bot_secrets) do
+    for i, form in ipairs(forms(v)) do
+      assert.is_nil(text:find(form, 1, true), ("a secret (%s…, form %d) reached %s"):format(v:sub(1, 8), i, where))
+    end
+  end
+end
+
+-- The ENCODED attack's output, decoded: from its card, or from the whole output's upload.
+local function decoded_environments(st, card_text)
+  local texts = { card_text }
+  for _, up in pairs(st:state().uploads) do texts[#texts + 1] = up.bytes or "" end
+  local out = {}
+  for _, t in ipairs(texts) do
+    for run in t:gmatch("[%w+/]+=*") do
+      if #run >= 64 and #run % 4 == 0 then
+        local bytes = core.crypto.base64_decode(run)
+        if bytes and bytes:find("PATH=", 1, true) then out[#out + 1] = bytes end
+      end
+    end
+  end
+  assert.is_true(#out > 0, "no environment came back decodable:\n" .. card_text)
+  return table.concat(out, "\n")
+end
+
 -- Everything the stand-in received from the bot (calls' arguments, messages, uploads).
 local function slack_side(st)
-  return cjson.encode(st:state())
+  return (cjson.encode(st:state()):gsub("\\/", "/")) -- cjson writes / as \/: base64 has slashes
 end
 
 local function bot_env(extra)
@@ -60,11 +106,13 @@ local function bot_env(extra)
   return env
 end
 
--- Sends the three attacks, waits for their cards; → the cards' texts.
+-- Sends the three attacks and the encoded one, waits for their cards; → the cards' texts (the
+-- encoded one's last).
 local function attack(st)
-  for _, a in ipairs(ATTACKS) do st:envelope("events_api", SL.mention{ ts = a.ts, text = a.text }) end
+  local all = { ATTACKS[1], ATTACKS[2], ATTACKS[3], ENCODED }
+  for _, a in ipairs(all) do st:envelope("events_api", SL.mention{ ts = a.ts, text = a.text }) end
   local texts = {}
-  for _, a in ipairs(ATTACKS) do texts[#texts + 1] = SL.card_text(wait_final(st, a.ts)) end
+  for _, a in ipairs(all) do texts[#texts + 1] = SL.card_text(wait_final(st, a.ts)) end
   return texts
 end
 
@@ -224,6 +272,11 @@ describe_walls("the shipped bot's commands read no secret of it", function()
       assert.truthy(text:find("· sandbox", 1, true), text) -- the shipped policy picked the sandbox
       assert_no_secret(text, "a card", { S.TOKEN })
     end
+    local env = decoded_environments(st, texts[#texts])
+    -- the command's own credential is its to see (and proves the decoding found the env)
+    assert.truthy(env:find("GH_TOKEN=" .. SECRETS.GH_TOKEN, 1, true), "no GH_TOKEN in the command's environment")
+    assert_no_bot_secret_encoded(env, "a command's environment", { S.TOKEN })
+    assert_no_bot_secret_encoded(slack_side(st), "the Slack stand-in", { S.TOKEN })
     stop(bot)
     assert_no_secret(slack_side(st), "the Slack stand-in", { S.TOKEN })
     assert_no_secret(bot.err, "the bot's log", { S.TOKEN })
@@ -237,6 +290,11 @@ describe_walls("the shipped bot's commands read no secret of it", function()
       assert.truthy(text:find("local executor: walled", 1, true), text)
       assert_no_secret(text, "a card")
     end
+    local env = decoded_environments(st, texts[#texts])
+    -- the command's own credential is its to see (and proves the decoding found the env)
+    assert.truthy(env:find("GH_TOKEN=" .. SECRETS.GH_TOKEN, 1, true), "no GH_TOKEN in the command's environment")
+    assert_no_bot_secret_encoded(env, "a command's environment")
+    assert_no_bot_secret_encoded(slack_side(st), "the Slack stand-in")
     stop(bot)
     assert_no_secret(slack_side(st), "the Slack stand-in")
     assert_no_secret(bot.err, "the bot's log")

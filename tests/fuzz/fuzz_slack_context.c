@@ -8,8 +8,10 @@
  * decodes it as the Web API client does; what does not decode is used as a string), and as a
  * recipe for a table of any shape built from the bytes (keys Slack uses, values of every type),
  * because the Lua side gives libFuzzer no coverage signal (hence -len_control=0). The reader must never raise,
- * never keep more messages or bytes than its bounds, and name every file it skips. Nothing is
- * fetched: a file it would download gets a request function that answers with the input.
+ * never keep more messages or bytes than its bounds, name every file it skips, and never ask
+ * anything of an address that is not Slack's (fronts/slack/file_url.lua). Nothing is fetched:
+ * a file it would download gets a request function that answers with the input, or with a
+ * redirect to some of its bytes.
  *
  * Build: CC=clang cmake -S . -B build-fuzz -DSB_FUZZ=ON && cmake --build build-fuzz --target fuzz_slack_context
  * Run:   build-fuzz/tests/fuzz/fuzz_slack_context -len_control=0 -max_len=4096 -max_total_time=60 \
@@ -25,11 +27,12 @@ static const char harness[] =
     "local cjson = require('cjson')\n"
     "local context = require('switchboard.fronts.slack.context')\n"
     "local POL = { max_messages = 4, max_bytes = 300, max_files = 3, max_image_bytes = 256,\n"
-    "              max_text_file_bytes = 64 }\n"
+    "              max_text_file_bytes = 64, max_redirects = 2 }\n"
     /* a recipe: bytes → a table of any shape (Lua gives libFuzzer no coverage signal, so the
      * shapes come from the bytes, not from the coverage-guided search) */
     "local ATOMS = { 'x', '', 0, 1, 1.5, -1, true, false, cjson.null, '0.5', '1e300', 'U1', 'image/png',\n"
-    "                'text/plain', 'application/zip', 'http://x/f', ('\\xC3'):rep(3) }\n"
+    "                'text/plain', 'application/zip', 'http://x/f', 'http://x:80/f', 'https://files.slack.com/f',\n"
+    "                'http://x@y/f', 'http://y/f', '/f', ('\\xC3'):rep(3) }\n"
     "local KEYS = { 'ts', 'user', 'text', 'bot_id', 'subtype', 'messages', 'profile', 'display_name',\n"
     "               'real_name', 'name', 'mimetype', 'size', 'url_private', 'url_private_download', 'ok' }\n"
     "local core = require('switchboard.core')\n"
@@ -68,10 +71,18 @@ static const char harness[] =
     "  if byte() % 7 == 0 then return any(0) end\n"
     "  return doc\n"
     "end\n"
+    "local file_url = require('switchboard.fronts.slack.file_url')\n"
     "local function check(data, doc)\n"
-    "  local api = { token = 'xoxb-fuzz', deadline_ms = 1000,\n"
+    "  local api = { token = 'xoxb-fuzz', deadline_ms = 1000, url = 'http://x/api',\n"
     "    call = function(_, method) return doc end }\n"
-    "  local function request() return 200, { ['content-type'] = 'application/octet-stream' }, data end\n"
+    /* the answer: the input, or a redirect to the input's own bytes (allowed or not); nothing
+     * is ever asked of an address that is not Slack's */
+    "  local origins = file_url.origins(api.url)\n"
+    "  local function request(a) \n"
+    "    assert(file_url.allowed(a.url, origins), 'a request to ' .. a.url)\n"
+    "    if #data > 0 and data:byte(1) % 4 == 0 then return 302, { location = data:sub(2, 40) }, '' end\n"
+    "    return 200, { ['content-type'] = 'application/octet-stream' }, data\n"
+    "  end\n"
     "  local o = { channel = 'C1', thread_ts = '1.0', ask_ts = '1e10', names = {}, first = true,\n"
     "              request = request, files = doc }\n"
     "  local block, why, n = context.thread_block(api, POL, o)\n"

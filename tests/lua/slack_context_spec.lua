@@ -6,7 +6,8 @@
 package.cpath = (os.getenv("SB_BUILD_DIR") or "./build") .. "/lua/?.so;" .. package.cpath
 local context = require("switchboard.fronts.slack.context")
 
-local POL = { max_messages = 3, max_bytes = 200, max_files = 2, max_image_bytes = 64, max_text_file_bytes = 32 }
+local POL = { max_messages = 3, max_bytes = 200, max_files = 2, max_image_bytes = 64, max_text_file_bytes = 32,
+              max_redirects = 2 }
 
 local function api(replies, users)
   return {
@@ -77,5 +78,90 @@ describe("slack context (seed " .. seed .. ")", function()
     assert.equal(3, n)
     assert.equal("Earlier messages in this Slack thread, oldest first (the 1 oldest left out):\n"
       .. "Ana: two\nU2: three\nU2: four", block.text)
+  end)
+end)
+
+describe("slack context: where the bot token may go", function()
+  local file_url = require("switchboard.fronts.slack.file_url")
+
+  it("allows Slack's file host and the configured API's origin, nothing else", function()
+    local local_api = file_url.origins("http://127.0.0.1:4567/api")
+    local slack = file_url.origins("https://slack.com/api")
+    local gov = file_url.origins("https://slack-gov.com/api")
+    local cases = {
+      { "https://files.slack.com/files-pri/T1-F1/a.png", true, true },
+      { "https://FILES.slack.com:443/files-pri/T1-F1/a.png?x=1", true, true },
+      { "http://127.0.0.1:4567/files-pri/T1-F1/a.txt?download=1", true, false },
+      { "http://127.0.0.1:4568/files-pri/T1-F1/a.txt", false, false },   -- another port
+      { "http://127.0.0.2:4567/files-pri/T1-F1/a.txt", false, false },   -- another loopback address
+      { "https://127.0.0.1:4567/files-pri/a.txt", false, false },        -- https where http is configured
+      { "http://files.slack.com/files-pri/a.png", false, false },        -- http to Slack's host
+      { "https://files.slack.com@127.0.0.2/a.png", false, false },       -- userinfo
+      { "https://x@files.slack.com/a.png", false, false },
+      { "https://files.slack.com./a.png", false, false },
+      { "https://files.slack.com:0443/a.png", false, false },
+      { "https://files.slack.com%2e127.0.0.2/a.png", false, false },
+      { "https://files.slack.com\\@127.0.0.2/a.png", false, false },
+      { "https://files.slack.com /a.png", false, false },
+      { "https://files.slack.com#@127.0.0.2/", false, false },           -- no path: an odd form
+      { "https://files.slack.com?@127.0.0.2/", false, false },
+      { "//files.slack.com/a.png", false, false },
+      { "HTTPS://files.slack.com/a.png", false, false },
+      { "ftp://files.slack.com/a.png", false, false },
+      { "https://slack.com/api/files.info", false, true },
+      { "https://files.slack-gov.com/a.png", false, false },
+      { "https://evil.files.slack.com/a.png", false, false },
+    }
+    for _, c in ipairs(cases) do
+      assert.equal(c[2], file_url.allowed(c[1], local_api), "local API: " .. c[1])
+      assert.equal(c[3], file_url.allowed(c[1], slack), "slack.com: " .. c[1])
+    end
+    assert.is_true(file_url.allowed("https://files.slack-gov.com/a.png", gov))
+    assert.is_false(file_url.allowed("http://127.0.0.1:4567/a", gov))
+  end)
+
+  local function recorder(answers)
+    local seen = {}
+    return seen, function(a)
+      seen[#seen + 1] = { url = a.url, authorization = a.headers.authorization }
+      local r = answers[#seen] or { 200, { ["content-type"] = "text/plain" }, "hello" }
+      return r[1], r[2], r[3]
+    end
+  end
+  local API = { token = "xoxb-test", deadline_ms = 1000, url = "http://127.0.0.1:4567/api" }
+
+  it("fetches nothing from an address that is not Slack's, and says so", function()
+    for _, mime in ipairs({ "text/plain", "image/png" }) do
+      local seen, request = recorder({})
+      local block, note = context.file_block(API, POL, { request = request },
+        { name = "x", mimetype = mime, url_private_download = "http://127.0.0.2:4567/files-pri/T-F/x" })
+      assert.is_nil(block)
+      assert.equal("x not fetched: not a Slack file URL", note)
+      assert.equal(0, #seen)
+    end
+  end)
+
+  it("follows a redirect only to Slack, without the token", function()
+    local seen, request = recorder({ { 302, { location = "/files-pri/T-F/elsewhere" }, "" } })
+    local block = context.file_block(API, POL, { request = request },
+      { name = "x", mimetype = "text/plain", url_private_download = "http://127.0.0.1:4567/files-pri/T-F/x" })
+    assert.truthy(block)
+    assert.same({ { url = "http://127.0.0.1:4567/files-pri/T-F/x", authorization = "Bearer xoxb-test" },
+                  { url = "http://127.0.0.1:4567/files-pri/T-F/elsewhere" } }, seen)
+
+    seen, request = recorder({ { 302, { location = "http://127.0.0.2:4567/steal" }, "" } })
+    local none, note = context.file_block(API, POL, { request = request },
+      { name = "x", mimetype = "text/plain", url_private_download = "http://127.0.0.1:4567/files-pri/T-F/x" })
+    assert.is_nil(none)
+    assert.equal("x not fetched: not a Slack file URL (Slack redirected it elsewhere)", note)
+    assert.equal(1, #seen)
+
+    seen, request = recorder({ { 302, { location = "/a" }, "" }, { 302, { location = "/b" }, "" },
+                               { 302, { location = "/c" }, "" } })
+    none, note = context.file_block(API, POL, { request = request },
+      { name = "x", mimetype = "text/plain", url_private_download = "http://127.0.0.1:4567/files-pri/T-F/x" })
+    assert.is_nil(none)
+    assert.equal("x was not read: it could not be fetched (more than 2 redirects)", note)
+    assert.equal(3, #seen)
   end)
 end)

@@ -106,4 +106,40 @@ end)
     assert.equal("acknowledged", rows[1].v)
     db:close()
   end))
+
+  -- record.db outside the systemd unit (whose UMask is 0077): under the usual umask 022 the
+  -- database and its -wal and -shm are still the owner's alone, and an older, wider file is
+  -- narrowed when it is opened. A child process, for the umask is the process's.
+  it("keeps the database and its side files 0600 whatever the umask", function()
+    local build = os.getenv("SB_BUILD_DIR") or "./build"
+    local script = dir .. "/open.lua"
+    local f = assert(io.open(script, "w"))
+    f:write(([[
+package.cpath = %q .. "/lua/?.so;" .. package.cpath
+local core = require("switchboard.core")
+core.run(function()
+  local db = assert(core.store.open(arg[1]))
+  assert(db:run("CREATE TABLE IF NOT EXISTS t (x)"))
+  assert(db:run("INSERT INTO t VALUES (1)"))
+  local p = io.popen("cd " .. arg[1]:match("^(.*)/") .. " && stat -c '%%n %%a' t.db*")
+  io.write(p:read("a"))
+  p:close()
+  db:close()
+end)
+]]):format(build))
+    f:close()
+    local function modes()
+      local p = assert(io.popen(("umask 022 && %slua5.4 %s %s/t.db 2>&1")
+        :format(require("support.preload").shell_prefix(), script, dir)))
+      local out = p:read("a")
+      p:close()
+      return out
+    end
+    local out = modes()
+    assert.equal("t.db 600\nt.db-shm 600\nt.db-wal 600\n", out)
+    -- an older run's files, wide open: narrowed at the next open
+    os.execute(("cd %s && rm -f t.db-wal t.db-shm && chmod 644 t.db && printf x > t.db-wal && chmod 644 t.db-wal"):format(dir))
+    out = modes()
+    assert.equal("t.db 600\nt.db-shm 600\nt.db-wal 600\n", out)
+  end)
 end)

@@ -21,9 +21,10 @@ Tests drive it over a control API on the same HTTP port (/_control/...):
   POST /_control/fail {method, error, count}      the next COUNT calls answer ok=false
   POST /_control/thread {channel, ts, messages}   a thread's earlier messages ({ts, user, text}),
                                                   for conversations.replies
-  POST /_control/file {name, mimetype, content_b64} → a file object as on a message; its
-                                                  url_private(_download) serves the bytes to the
-                                                  bot token only (else Slack's sign-in HTML)
+  POST /_control/file {name, mimetype, content_b64, redirect?} → a file object as on a
+                                                  message; its url_private(_download) serves the
+                                                  bytes to the bot token only (else Slack's
+                                                  sign-in HTML), or answers 302 to `redirect`
   GET  /_control/state                            everything it saw (calls, acks, connections)
 
 Usage: SLACK_BOT_TOKEN=… SLACK_APP_TOKEN=… slack_standin.py [--watch PID]   (prints "READY <http port>")
@@ -251,7 +252,8 @@ async def control(method, path, body):
         # a file as Slack describes it on a message: url_private(_download) need the bot token
         fid = "F" + uuid.uuid4().hex[:10].upper()
         data = base64.b64decode(args["content_b64"])
-        HOSTED[fid] = {"name": args["name"], "mimetype": args["mimetype"], "bytes": data}
+        HOSTED[fid] = {"name": args["name"], "mimetype": args["mimetype"], "bytes": data,
+                       "redirect": args.get("redirect")}
         url = "http://127.0.0.1:%d/files-pri/%s-%s/%s" % (port_holder["http"], TEAM, fid, args["name"])
         return 200, {"id": fid, "name": args["name"], "title": args["name"], "mimetype": args["mimetype"],
                      "filetype": args.get("filetype", "binary"), "size": len(data),
@@ -300,6 +302,9 @@ async def http_conn(reader, writer):
                 state["downloads"].append({"id": fid, "token": "bot" if auth == "Bearer " + BOT else "other"})
                 if f is None:
                     status, out, ctype = 404, b"file not found", "text/plain"
+                elif f["redirect"]:
+                    status, out, ctype = 302, b"", "text/plain"
+                    extra = {"location": f["redirect"]}
                 elif auth != "Bearer " + BOT:
                     status, out, ctype = 200, b"<!DOCTYPE html><html><body>Sign in to Slack</body></html>", "text/html; charset=utf-8"
                 else:
@@ -316,7 +321,7 @@ async def http_conn(reader, writer):
                 ctype = "text/plain"
             else:
                 status, out, ctype = 404, b"not found", "text/plain"
-            reason = {200: "OK", 404: "Not Found", 409: "Conflict", 429: "Too Many Requests"}.get(status, "X")
+            reason = {200: "OK", 302: "Found", 404: "Not Found", 409: "Conflict", 429: "Too Many Requests"}.get(status, "X")
             head = "HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n" % (status, reason, ctype, len(out))
             for k, v in extra.items():
                 head += "%s: %s\r\n" % (k, v)

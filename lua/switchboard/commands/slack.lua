@@ -309,6 +309,7 @@ function M.run(argv, ctx)
       end,
     },
     pages = pages_routes.handler{ record = rec, policy = policy.current },
+    log_hide = { pages_routes.PREFIX }, -- a page's token is its credential: never in a log line
   }
   -- the threads the record keeps, before the first event can arrive
   app.d:restore()

@@ -8,17 +8,22 @@
 --
 --   GET /runs/<32 hex>   200 text/html, the run's page (pages/render.lua); 404 when the token
 --                        is unknown, malformed, expired, or policy record.pages.enabled is false
+--
+--   routes.PREFIX        "/runs/": a listener serving the pages gives it to core.http.serve's
+--                        log_hide, so its request log lines show "/runs/<hidden>", never a token
 local render = require("switchboard.pages.render")
 
 local M = {}
+
+M.PREFIX = "/runs/"
 
 local NOT_FOUND = "no such run page (the link may be mistyped, or the thread expired)\n"
 local TEXT = { ["content-type"] = "text/plain; charset=utf-8" }
 
 function M.handler(o)
   return function(req, res)
-    local token = req.path:match("^/runs/(.*)$")
-    if not token then return false end
+    if req.path:sub(1, #M.PREFIX) ~= M.PREFIX then return false end
+    local token = req.path:sub(#M.PREFIX + 1)
     if req.method ~= "GET" and req.method ~= "HEAD" then
       res:send(405, { ["content-type"] = "text/plain", allow = "GET, HEAD" }, "GET only\n")
       return true
@@ -38,7 +43,10 @@ function M.handler(o)
       ["cache-control"] = "no-store",
       ["x-content-type-options"] = "nosniff",
       ["referrer-policy"] = "no-referrer",
-      ["content-security-policy"] = "default-src 'none'; style-src 'unsafe-inline'",
+      -- no script, no fetch, no framing (clickjacking): frame-ancestors, and X-Frame-Options
+      -- for browsers that predate it
+      ["content-security-policy"] = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
+      ["x-frame-options"] = "DENY",
     }, render.page(run, events, thread, { tool_open_bytes = pol.tool_open_bytes }))
     return true
   end

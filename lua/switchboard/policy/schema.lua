@@ -701,6 +701,7 @@ M.files.slack = {
     max_files = S.int { min = 0, max = 20, unit = "files" },
     max_image_bytes = S.int { min = 0, max = 5 * 1024 * 1024, unit = "bytes" },
     max_text_file_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
+    max_redirects = S.int { min = 0, max = 5, unit = "redirects" },
   },
 }
 

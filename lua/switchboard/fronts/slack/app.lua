@@ -32,6 +32,7 @@ function M.new(opts)
     github_secret = opts.github_secret,
     log = opts.log or core.log, closed = false, servers = {},
     pages = opts.pages, -- the run pages' handler (pages/routes.lua), served on every listener
+    log_hide = opts.log_hide, -- path prefixes whose rest the request log never shows (core.http.serve)
     bot_api = opts.bot_api, names = {}, -- user id → display name, for the thread's context
   }, App)
   local ttl = function() return self.policy().slack.events.dedup_ms end
@@ -198,6 +199,7 @@ function App:listen(host, port, with_events)
   local limits = self.policy().timeouts.server
   local srv, err = core.http.serve{
     host = host, port = port, handler = self:handler(with_events),
+    log_hide = self.log_hide,
     limits = { max_header_bytes = limits.max_header_bytes, max_body_bytes = 1 << 20,
                request_timeout_ms = limits.request_timeout_ms, idle_timeout_ms = limits.idle_timeout_ms,
                max_connections = limits.max_connections },

@@ -3,7 +3,9 @@
 --     newest `max_messages`, at most `max_bytes`, oldest first, each with its author's name
 --     (users.info, cached); the bot's own cards are left out
 --   * files attached to the ask, fetched with the bot token (files:read): images as image
---     blocks, text files inline (cut at a bound), anything else named on the card and skipped
+--     blocks, text files inline (cut at a bound), anything else named on the card and skipped;
+--     the token goes only to Slack's own file hosts (file_url.lua), a redirect is followed
+--     only to them and without it, and any other address is not fetched at all
 --
 --   context.gather(api, pol, o) → blocks, notes     pol: snap.slack.context
 --     o: channel, thread_ts, ask_ts, files (the event's), first (no conversation yet),
@@ -11,6 +13,7 @@
 --   blocks: Messages API content blocks to put before the ask's text; notes: card lines
 local core = require("switchboard.core")
 local text_cut = require("switchboard.text_cut")
+local file_url = require("switchboard.fronts.slack.file_url")
 
 local M = {}
 
@@ -76,14 +79,35 @@ function M.thread_block(api, pol, o)
   return { type = "text", text = head .. table.concat(lines, "\n") }, nil, #lines
 end
 
-local function download(api, o, file, max)
+local REDIRECTS = { [301] = true, [302] = true, [303] = true, [307] = true, [308] = true }
+local NOT_SLACK = "not fetched: not a Slack file URL"
+
+-- GET url: the bot token goes only to the first request, which file_url allowed; a redirect
+-- is followed (up to pol.max_redirects) only to an allowed origin, and without the token.
+local function fetch(api, pol, o, url)
+  local origins = file_url.origins(api.url)
+  if not file_url.allowed(url, origins) then return nil, NOT_SLACK end
+  local headers = { authorization = "Bearer " .. api.token }
+  for _ = 0, pol.max_redirects do
+    local status, answer, body = (o.request or core.http.request){
+      method = "GET", url = url, deadline_ms = api.deadline_ms, headers = headers,
+    }
+    if not status then return nil, "it could not be fetched (" .. tostring(answer) .. ")" end
+    if not REDIRECTS[status] then return status, answer, body end
+    local next_url = file_url.resolve(url, answer and answer.location)
+    if not next_url or not file_url.allowed(next_url, origins) then
+      return nil, NOT_SLACK .. " (Slack redirected it elsewhere)"
+    end
+    url, headers = next_url, {}
+  end
+  return nil, ("it could not be fetched (more than %d redirects)"):format(pol.max_redirects)
+end
+
+local function download(api, pol, o, file, max)
   local url = file.url_private_download or file.url_private
   if type(url) ~= "string" then return nil, "it has no download address" end
-  local status, headers, body = (o.request or core.http.request){
-    method = "GET", url = url, deadline_ms = api.deadline_ms,
-    headers = { authorization = "Bearer " .. api.token },
-  }
-  if not status then return nil, "it could not be fetched (" .. tostring(headers) .. ")" end
+  local status, headers, body = fetch(api, pol, o, url)
+  if not status then return nil, headers end
   if status ~= 200 then return nil, ("Slack answered %d for it"):format(status) end
   local ctype = headers and (headers["content-type"] or "") or ""
   if ctype:match("^text/html") and file.mimetype ~= "text/html" then
@@ -91,6 +115,13 @@ local function download(api, o, file, max)
   end
   if #body > max then return nil, ("it is %d bytes, over the %d this bot reads"):format(#body, max) end
   return body
+end
+
+-- why → the card's note: "NAME was not read: why", or "NAME not fetched: …" for an address
+-- that is not Slack's
+local function skipped(name, why)
+  if why:sub(1, #NOT_SLACK) == NOT_SLACK then return name .. " " .. why end
+  return name .. " was not read: " .. why
 end
 
 -- One attached file → a block, or a note saying why it was skipped.
@@ -103,15 +134,15 @@ function M.file_block(api, pol, o, file)
     if size and size > pol.max_image_bytes then
       return nil, ("%s was not read: %d bytes, over slack.context.max_image_bytes"):format(name, size)
     end
-    local bytes, why = download(api, o, file, pol.max_image_bytes)
-    if not bytes then return nil, name .. " was not read: " .. why end
+    local bytes, why = download(api, pol, o, file, pol.max_image_bytes)
+    if not bytes then return nil, skipped(name, why) end
     return { type = "image", source = { type = "base64", media_type = mime, data = core.crypto.base64_encode(bytes) } },
       "read " .. name .. " (image)"
   end
   if is_text(mime) then
     -- a text file up to four times the bound is read and cut; a larger one is skipped
-    local bytes, why = download(api, o, file, 4 * pol.max_text_file_bytes)
-    if not bytes then return nil, name .. " was not read: " .. why end
+    local bytes, why = download(api, pol, o, file, 4 * pol.max_text_file_bytes)
+    if not bytes then return nil, skipped(name, why) end
     if not utf8.len(bytes) then return nil, name .. " was not read: it is not UTF-8 text" end
     local text, cut = utf8_cut(bytes, pol.max_text_file_bytes)
     return { type = "text", text = ("Attached file %s%s:\n```\n%s\n```"):format(name,
