@@ -71,6 +71,19 @@ local function allocated()
   return n
 end
 
+-- The cgroup.procs files of the server's instances (pids controller, or v2's one tree).
+local function instance_procs_files(h)
+  local own = S.read("/proc/" .. h.pid .. "/cgroup") or ""
+  local base = own:match("%d+:[^:\n]*pids[^:\n]*:([^\n]*)")
+  base = base and ("/sys/fs/cgroup/pids" .. base) or ("/sys/fs/cgroup" .. (own:match("0::([^\n]*)") or ""))
+  local server = ("%s/switchboard-%d"):format(base:gsub("/+$", ""), h.pid)
+  local files = {}
+  for _, name in ipairs(core.fs.list(server) or {}) do
+    if name:match("^i") then files[#files + 1] = server .. "/" .. name .. "/cgroup.procs" end
+  end
+  return files
+end
+
 local function exec(h, thread, command)
   local status, _, raw = S.call(h.url, "/exec", { thread = thread, deadline_ms = 120000,
     body = { command = command, timeoutMs = 60000 } })
@@ -86,6 +99,20 @@ describe_walls("the host's file table", function()
       assert.equal(200, status, raw)
       local built = exec(h, "ft", "cc -O2 -o attack attack.c && echo kept > kept.txt && echo built")
       assert.equal(0, built.exitCode, built.stderr)
+      -- what an instance at work holds, counted as the watch counts it: far under its share
+      -- (a command of 21 processes, each with its libraries mapped and its descriptors open)
+      local busy
+      core.go(function() busy = exec(h, "ft", "for i in $(seq 20); do sleep 3 & done; wait") end)
+      local counts
+      assert.truthy(S.wait_for(function()
+        counts = core.file_refs(instance_procs_files(h))
+        return #counts == 1 and counts[1] and counts[1].processes >= 21
+      end, 60000), "the 20 sleeps were never seen")
+      print(("an instance running 20 sleeps holds %d file references in %d processes")
+        :format(counts[1].files, counts[1].processes))
+      assert.is_true(counts[1].files < SHARE // 20, tostring(counts[1].files))
+      assert.truthy(S.wait_for(function() return busy end, 60000))
+      assert.equal(0, busy.exitCode, busy.stderr)
 
       -- the host's count before, and its peak while the attack runs (sampled every 5 ms: the
       -- attack maps ~400,000 files a second on this machine's two cores). The bound: the share,
