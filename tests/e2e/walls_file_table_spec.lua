@@ -162,4 +162,34 @@ describe_walls("the host's file table", function()
       assert.equal(0, h:wait().exit)
     end)
   end)
+
+  it("ends an instance whose background processes take it, and the thread's next command says so", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir() }
+      local status, _, raw = S.call(h.url, "/write", { thread = "bg", body = { path = "attack.c", content = ATTACK } })
+      assert.equal(200, status, raw)
+      local base = allocated()
+      -- the command ends at once; the attack goes on in a session of its own (out of the
+      -- command's process group, which dies with the command: the command waits until the
+      -- attack's session is its own), no command running
+      local started = exec(h, "bg", "cc -O2 -o attack attack.c && echo kept > kept.txt && "
+        .. ("(setsid sh -c 'echo $$ > bg.pid; exec ./attack kept.txt %d %d' </dev/null >/dev/null 2>&1 &); "
+          .. "while [ ! -s bg.pid ]; do sleep 0.01; done; echo started"):format(PROCS, MAPS))
+      assert.equal(0, started.exitCode, started.stderr)
+      assert.truthy(S.wait_for(function() return h.log():find("reason=file_table", 1, true) end, 60000),
+        ("never retired (the host's count is +%d)\n%s"):format(allocated() - base, h.log()))
+      local after = exec(h, "bg", "cat kept.txt")
+      assert.equal(0, after.exitCode, cjson.encode(after) .. "\n" .. h.log())
+      assert.equal("kept\n", after.stdout)
+      assert.truthy(after.stderr:find("earlier: this sandbox instance was ended: its processes held ", 1, true),
+        cjson.encode(after))
+      -- told once
+      local again = exec(h, "bg", "true")
+      assert.equal("", again.stderr)
+      assert.truthy(S.wait_for(function() return allocated() < base + SHARE end, 60000),
+        ("the host's count stayed up: %d (base %d)"):format(allocated(), base))
+      h:stop()
+      assert.equal(0, h:wait().exit)
+    end)
+  end)
 end)
