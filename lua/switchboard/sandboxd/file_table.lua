@@ -70,7 +70,8 @@ local function loop(self)
     if allocated then
       if self.base == nil or allocated < self.base then self.base = allocated end
       if allocated >= self.base + iso.file_table_rise then
-        attribute(self)
+        local ok, err = pcall(attribute, self)
+        if not ok then self.log("error", "sandboxd.file_table_count_failed", { error = tostring(err) }) end
         -- looked at this level: the next count when the host's count rises as much again (a
         -- retired instance's files drop the count, and the level follows it down)
         self.base = core.file_table() or allocated
