@@ -3,7 +3,8 @@
 -- descriptors, and a file that is mmap'd and closed keeps its file object with no descriptor
 -- (one instance took 480,000 of the host's 2.4 M with 4 descriptors open). So this watches:
 --
---   local w = file_table.start{fleet = fleet, log = fn, policy = fn → snapshot}
+--   local w = file_table.start{fleet = fleet, log = fn, policy = fn → snapshot,
+--                               read_table?, count_refs?}   (core.file_table, core.file_refs)
 --   w:stop()
 --
 -- Every isolation.file_table_check_ms it reads the host's count (/proc/sys/fs/file-nr: one small
@@ -48,7 +49,7 @@ local function attribute(self)
     most = math.max(most, M.share(e.inst.snap.isolation))
   end
   local t0 = core.now_ms()
-  local counts = core.file_refs(paths, most)
+  local counts = self.count_refs(paths, most)
   local retired = 0
   for i, c in ipairs(counts) do
     local e = list[i]
@@ -66,7 +67,7 @@ end
 local function loop(self)
   while not self.stopped.aborted do
     local iso = self.policy().isolation
-    local allocated = core.file_table()
+    local allocated = self.read_table()
     if allocated then
       if self.base == nil or allocated < self.base then self.base = allocated end
       if allocated >= self.base + iso.file_table_rise then
@@ -74,7 +75,7 @@ local function loop(self)
         if not ok then self.log("error", "sandboxd.file_table_count_failed", { error = tostring(err) }) end
         -- looked at this level: the next count when the host's count rises as much again (a
         -- retired instance's files drop the count, and the level follows it down)
-        self.base = core.file_table() or allocated
+        self.base = self.read_table() or allocated
       end
     end
     core.sleep(iso.file_table_check_ms, self.stopped)
@@ -84,8 +85,9 @@ end
 function M.start(opts)
   local self = setmetatable({
     fleet = opts.fleet, log = opts.log or core.log, policy = opts.policy, stopped = core.signal(),
+    read_table = opts.read_table or core.file_table, count_refs = opts.count_refs or core.file_refs,
   }, Watch)
-  local allocated, err = core.file_table()
+  local allocated, err = self.read_table()
   if not allocated then
     self.log("warn", "sandboxd.file_table_unwatched", { error = tostring(err),
       hint = "the host's file table cannot be read: no instance is held to its share of it" })
