@@ -200,3 +200,38 @@ describe_walls("the host's file table", function()
     end)
   end)
 end)
+
+-- The resident's walled threads run sandboxd's runner: the same watch holds them.
+describe_walls("the host's file table, in the resident's walled threads", function()
+  it("ends the thread's instance that takes more than its share; the worktree and its next command are kept", function()
+    core.run(function()
+      local R = require("support.resident")
+      local resident = require("switchboard.exec.resident")
+      local base = R.make_base()
+      local dir = policies.dir{
+        timeouts = function(src) return src .. "\n" .. S.FAST .. "\nresident.fetch_every_ms = 1 * second\n" end,
+        execution = function(src)
+          return src .. '\nresident.install = { { file = "setup.sh", command = "sh setup.sh", deps = { "deps" } } }\n'
+        end,
+        isolation = function(src)
+          return src .. ("\nuid_base = %d\nuid_count = %d\nspare_instances = 0\n"):format(UID_BASE, UID_COUNT)
+        end,
+      }
+      local snap = assert(policies.load(dir))
+      local h = R.start(base, { policies = dir, walls = true })
+      assert.equal("warm", R.onboard(h, "acme/api"))
+      local ex = resident.new{ url = h.url, token = S.TOKEN, thread_key = "RT", repo = "acme/api",
+        policy = function() return snap end }
+      local built = assert(ex:exec("cat > attack.c <<'EOF'\n" .. ATTACK .. "EOF\n"
+        .. "cc -O2 -o attack attack.c && echo kept >> README && echo built"))
+      assert.truthy(built.text:find("built", 1, true), built.text)
+      local r = assert(ex:exec(("./attack README %d %d"):format(PROCS, MAPS)))
+      assert.truthy(r.text:find("this sandbox instance was ended: its processes held ", 1, true), r.text)
+      assert.truthy(h.log():find("reason=file_table", 1, true), h.log())
+      local after = assert(ex:exec("tail -1 README && ls attack"))
+      assert.equal("kept\nattack", after.text)
+      h.stop(); h.wait()
+      S.rm(base)
+    end)
+  end)
+end)

@@ -38,7 +38,7 @@ local function watch(host)
   local held = { a = 10, b = 10 }
   local t = { logs = logs, a = a, b = b, a_ws = a_ws, held = held, counts = 0, host = host }
   t.w = file_table.start{
-    fleet = fleet, policy = snapshot,
+    instances = function() return fleet.instances end, policy = snapshot,
     log = function(level, event, fields) logs[#logs + 1] = { level = level, event = event, fields = fields } end,
     read_table = function() return t.host end,
     count_refs = function(paths, stop_at)

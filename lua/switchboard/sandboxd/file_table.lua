@@ -3,7 +3,8 @@
 -- descriptors, and a file that is mmap'd and closed keeps its file object with no descriptor
 -- (one instance took 480,000 of the host's 2.4 M with 4 descriptors open). So this watches:
 --
---   local w = file_table.start{fleet = fleet, log = fn, policy = fn → snapshot,
+--   local w = file_table.start{instances = fn → {key → {runner, label}} (the fleet's awake ones;
+--                               the resident's attached threads), log = fn, policy = fn → snapshot,
 --                               read_table?, count_refs?}   (core.file_table, core.file_refs)
 --   w:stop()
 --
@@ -27,9 +28,9 @@ Watch.__index = Watch
 function M.share(iso) return iso.pids_max * iso.open_files end
 
 -- The walled instances awake now: {ws, inst} with the cgroup.procs file to count.
-local function awake(fleet)
+local function awake(instances)
   local list = {}
-  for _, fi in pairs(fleet.instances) do
+  for _, fi in pairs(instances) do
     local ws = fi.runner and fi.runner.ws
     local inst = ws and ws.instance
     local procs = inst and not inst.retired and inst.state == "ready" and inst:procs_file()
@@ -41,7 +42,7 @@ end
 -- Counts every awake instance's file references and retires those over their share. The
 -- count of one instance stops past the largest share (only "over or not" is asked).
 local function attribute(self)
-  local list = awake(self.fleet)
+  local list = awake(self.instances())
   if #list == 0 then return 0 end
   local paths, most = {}, 0
   for i, e in ipairs(list) do
@@ -84,7 +85,7 @@ end
 
 function M.start(opts)
   local self = setmetatable({
-    fleet = opts.fleet, log = opts.log or core.log, policy = opts.policy, stopped = core.signal(),
+    instances = opts.instances, log = opts.log or core.log, policy = opts.policy, stopped = core.signal(),
     read_table = opts.read_table or core.file_table, count_refs = opts.count_refs or core.file_refs,
   }, Watch)
   local allocated, err = self.read_table()

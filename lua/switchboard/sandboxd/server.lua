@@ -43,7 +43,10 @@ function M.start(opts)
     log = log,
   }
   -- walled instances are held to their share of the host's file table (issue 35)
-  if opts.walls then self.file_table = file_table.start{ fleet = self.fleet, log = log, policy = policy.current } end
+  if opts.walls then
+    self.file_table = file_table.start{ instances = function() return self.fleet.instances end, log = log,
+      policy = policy.current }
+  end
   self.ctx = {
     fleet = self.fleet, descriptors = self.descriptors, token = opts.token, policy = policy.current, build = core.build,
     log = log, stopping = core.signal(), getenv = opts.getenv,
