@@ -35,6 +35,15 @@ open_files = 256                 -- RLIMIT_NOFILE
 -- numbers above: 160 × 256 = 40,960 per instance, 26 instances = 1.07 M of a 24 GiB host's
 -- 2.47 M (43 %). A bigger fleet needs lower numbers here or a host with a larger table.
 fleet_files_percent = 50
+-- That share is held by sandboxd's watch, not by the kernel: a file that is mmap'd and then
+-- closed keeps its file object with no descriptor, which no rlimit or cgroup counts. sandboxd
+-- reads the host's count (/proc/sys/fs/file-nr) every file_table_check_ms; when it has risen
+-- file_table_rise files since it last looked, it counts each awake instance's descriptors and
+-- file-backed mappings, and an instance over pids_max × open_files is ended (the command running
+-- in it is told; the thread's next command gets a fresh instance on the same /workspace files).
+-- docs/isolation.md "The host's file table".
+file_table_check_ms = 100
+file_table_rise = 16384
 file_size_bytes = 4096 * MiB     -- RLIMIT_FSIZE: no single file grows past this
 
 -- The workspace's size. sandboxd: each workspace is a file system of this size of its own (an

@@ -12,6 +12,7 @@
 #include "../json/json.h"
 #include "../log/log_lua.h"
 #include "../notify/notify.h"
+#include "../proc/filerefs.h"
 #include "../proc/proc.h"
 #include "../secrets/secrets.h"
 #include "../sse/sse_lua.h"
@@ -24,7 +25,7 @@ static int (*const openers[])(lua_State *) = {
     sb_engine_open,      sb_log_open,         sb_proc_open, sb_http_client_open,
     sb_http_server_open, sb_crypto_open,      sb_fs_open,   sb_stdin_open,
     sb_ws_open,          sb_secrets_open,     sb_sse_open,         sb_notify_open,
-    sb_tty_open,         sb_json_open,        sb_store_open,
+    sb_tty_open,         sb_json_open,        sb_store_open,       sb_filerefs_open,
 };
 
 static char finalizer_key;

@@ -652,6 +652,8 @@ M.files.isolation = {
   cpu_percent = S.int { min = 10, max = 102400 },
   open_files = S.int { min = 64, max = 1048576 },
   fleet_files_percent = S.int { min = 1, max = 90 },
+  file_table_check_ms = S.ms(10, 60000),
+  file_table_rise = S.int { min = 1024, max = 100000000 },
   file_size_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   workspace_max_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   disk_reserve_bytes = S.int { min = 0, max = 1024 * 1024 * M.MIB, unit = "bytes" },

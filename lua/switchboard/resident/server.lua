@@ -11,6 +11,7 @@
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local routes = require("switchboard.resident.routes")
+local file_table = require("switchboard.sandboxd.file_table")
 local request_log = require("switchboard.sandboxd.request_log")
 local lifecycle = require("switchboard.server.lifecycle")
 local repos = require("switchboard.resident.repos")
@@ -33,9 +34,17 @@ function M.start(opts)
     threads_root = opts.root .. "/threads", stopping = core.signal(), generation = self.generation,
     getenv = opts.getenv, walls = opts.walls,
   }
+  -- walled threads are held to their share of the host's file table, as sandboxd's instances
+  if opts.walls then
+    self.file_table = file_table.start{ instances = function() return self.ctx.threads or {} end, log = log,
+      policy = policy.current }
+  end
   self.life = lifecycle.new{ event = "resident", log = log,
     fields = function() return { generation = self.generation } end,
-    on_close = function() self.repos:close() end,
+    on_close = function()
+      if self.file_table then self.file_table:stop() end
+      self.repos:close()
+    end,
     on_kill = function() self.ctx.stopping:abort("runtime replaced") end,
   }
   local on_head, handler = request_log.wrap{ event = "resident.request", log = log,

@@ -13,6 +13,7 @@
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
 local descriptors = require("switchboard.sandboxd.descriptors")
+local file_table = require("switchboard.sandboxd.file_table")
 local fleet = require("switchboard.sandboxd.fleet")
 local lifecycle = require("switchboard.server.lifecycle")
 local routes = require("switchboard.sandboxd.routes")
@@ -41,6 +42,11 @@ function M.start(opts)
     label = runner.label, -- a hash of the thread key: logs never carry the key
     log = log,
   }
+  -- walled instances are held to their share of the host's file table (issue 35)
+  if opts.walls then
+    self.file_table = file_table.start{ instances = function() return self.fleet.instances end, log = log,
+      policy = policy.current }
+  end
   self.ctx = {
     fleet = self.fleet, descriptors = self.descriptors, token = opts.token, policy = policy.current, build = core.build,
     log = log, stopping = core.signal(), getenv = opts.getenv,
@@ -56,7 +62,10 @@ function M.start(opts)
       self.ctx.drain_ms = t.drain_ms
       self.ctx.stopping:abort("shutdown")
     end,
-    on_stopped = function() self.fleet:close() end,
+    on_stopped = function()
+      if self.file_table then self.file_table:stop() end
+      self.fleet:close()
+    end,
   }
   local on_head, handler = request_log.wrap{ event = "sandboxd.request", log = log,
     on_head = routes.on_head(self.ctx), handler = routes.handler(self.ctx) }

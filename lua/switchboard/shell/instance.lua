@@ -17,6 +17,7 @@
 --                                        instance's /proc root; else the host directory)
 --   inst:argv(program_argv) → argv       the same through the `run` client (for diagnosis)
 --   inst:counters() → {oom, pids}        the limit counters, before a command
+--   inst:procs_file() → path             its processes' cgroup.procs (sandboxd/file_table.lua)
 --   inst:explain(before, exit) → text?   a line naming the limit a command hit, or nil
 --   inst:stop()                          every process gone (cgroup kill), cgroups removed
 --   walls:close()                        the server's cgroup directories removed
@@ -618,6 +619,11 @@ function Instance:explain(before, exit)
   end
   if #lines == 0 then return nil end
   return table.concat(lines, "\n")
+end
+
+-- The instance's processes (its pids cgroup's cgroup.procs), for sandboxd's file-table watch.
+function Instance:procs_file()
+  return self.cgroups and self.cgroups.pids .. "/cgroup.procs" or nil
 end
 
 -- Whether the instance ended on its own: its holder (the spawner) exited while it was ready —

@@ -41,7 +41,9 @@ local RETIRE_WAIT_MS = 60000 -- a bound only: stop's own waits are shorter
 -- stay. Marked before the stop yields, so a request meanwhile builds the replacement; a caller
 -- that finds it being retired waits until it is gone, so whoever says it is gone is right.
 
-local function retire(r, why, old)
+-- fields (optional): more for the log line; note (optional): what the command running in it
+-- is told instead of RETIRED.dead (the instance's retired_note).
+local function retire(r, why, old, fields, note)
   old = old or r.instance
   if not old then return end
   if old.retired then -- another task is retiring it: done when that one is
@@ -49,17 +51,35 @@ local function retire(r, why, old)
     return
   end
   old.retired = core.signal()
+  old.retired_note = note
   local handle
   if r.instance == old then -- (else it was replaced already: nothing of the runner is its)
     r.instance, r.replacing = nil, true
     handle, r.handle = r.handle, nil
   end
-  if r.log then r.log("warn", "sandboxd.instance_retired", { instance = r.label, reason = why }) end
+  if r.log then
+    local line = { instance = r.label, reason = why }
+    for k, v in pairs(fields or {}) do line[k] = v end
+    r.log("warn", "sandboxd.instance_retired", line)
+  end
   old:stop()
   if handle then handle:close() end
   old.retired:abort("retired")
 end
 M.retire = retire
+
+-- Retired by sandboxd's file-table watch (sandboxd/file_table.lua): its processes held more of
+-- the host's file table than its share. c: {files, cut (counting stopped there), share}. The
+-- command running in it is told why; when none was, the thread's next command is.
+function M.retire_over_files(r, old, c)
+  local note = ("this sandbox instance was ended: its processes held %s%d of the host's file objects "
+    .. "(open files, and files kept by mmap after their descriptor was closed), over its share of %d "
+    .. "(policies/isolation.lua pids_max × open_files). The thread's next command starts a fresh "
+    .. "instance on the same /workspace files; /tmp, /dev/shm and background processes do not carry over")
+    :format(c.cut and "more than " or "", c.cut and c.share or c.files, c.share)
+  if (r.running or 0) == 0 then r.notice = note end
+  retire(r, "file_table", old, { files = c.files, share = c.share, counted_past_share = c.cut or nil }, note)
+end
 
 -- The workspace's files belong to its instance's uid. A fresh instance on an empty directory
 -- has it already (the helper hands it the directory); a replacement, or a new instance of a
@@ -255,12 +275,19 @@ function M.exec(r, spec)
   local inst = r.instance
   local signal = spec.signal and core.signal(r.stopped, spec.signal) or r.stopped
   local before = inst:counters()
+  -- an earlier instance retired while no command ran in it: this command's answer says so
+  local notice = r.notice
+  r.notice = nil
+  r.running = (r.running or 0) + 1
   local res, spawn_err = run.bash{
     command = spec.command, env = spec.env, deadline_ms = spec.deadline_ms,
     kill_grace_ms = spec.kill_grace_ms, max_output = spec.max_output, signal = signal,
     on_output = spec.on_output, instance = inst,
   }
+  r.running = r.running - 1
+  if notice and res then res.stderr = append_line(res.stderr or "", "earlier: " .. notice) end
   if not res then
+    r.notice = r.notice or notice -- (told with the answer that comes)
     -- the spawner did not answer: when its holder has ended (it follows its socket at once),
     -- the instance is retired and the command runs in a fresh one — once
     if inst.done and not spec.retried then core.sleep(inst.snap.timeouts.walls.stop_ms, inst.done) end
@@ -282,7 +309,7 @@ function M.exec(r, spec)
   if inst.done and (res.stderr or ""):find(LOST, 1, true) then core.sleep(inst.snap.timeouts.walls.stop_ms, inst.done) end
   if inst:dead() or inst.retired then -- (retired already when its holder's exit came first)
     retire(r, "dead", inst)
-    res.stderr = append_line(res.stderr or "", RETIRED.dead)
+    res.stderr = append_line(res.stderr or "", inst.retired_note or RETIRED.dead)
   elseif inst:counters().oom > before.oom and inst:memory_held_by_files() then
     retire(r, "memory", inst)
     res.stderr = append_line(res.stderr or "", RETIRED.memory)
