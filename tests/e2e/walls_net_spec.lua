@@ -116,6 +116,56 @@ local function exec(h, thread, command, extra)
   return status, cjson.decode(raw)
 end
 
+-- Issue 35 item 4: the host's services listening on [::] (and ::1, and 0.0.0.0). pasta maps the
+-- host's interface into the instance, its own MAC the host's: the gateway's link-local address
+-- (fe80::fc:ff:fe00:1 here, the EUI-64 of that MAC) was the host's own, and pasta connects a
+-- link-local destination on the host's interface — so a command reached every service the host
+-- had on [::]. The probe learns every gateway address an instance can (its routes, its
+-- neighbours once it sent traffic, the link-locals their MACs make, pasta's well-known
+-- addresses), adds the host's own addresses (this spec reads them), and connects to each
+-- listener's port at each, link-locals scoped to the instance's interface. A control inside
+-- shows a scoped link-local connect works where something listens.
+local PROBE = [=[
+ports="%s"; host_addrs="%s"
+ifc=$(ip -o link show | awk -F': ' '$2 != "lo" { sub(/@.*/, "", $2); print $2; exit }')
+for i in $(seq 150); do [ -z "$(ip -6 addr show tentative 2>/dev/null)" ] && break; sleep 0.1; done
+eui64() { IFS=: read -r a b c d e f <<< "$1"
+  printf 'fe80::%%x:%%x:%%x:%%x\n' $(( (0x$a ^ 2) << 8 | 0x$b )) $(( 0x$c << 8 | 0xff )) \
+    $(( 0xfe << 8 | 0x$d )) $(( 0x$e << 8 | 0x$f )); }
+gateways() { { ip -4 route; ip -6 route; } | awk '{ for (i = 1; i < NF; i++) if ($i == "via") print $(i + 1) }'; }
+neighbours() { { ip -4 neigh; ip -6 neigh; } | while read -r addr _ _ l mac _; do
+  echo "$addr"; [ "$l" = lladdr ] && eui64 "$mac"; done; }
+probe() {
+  for a in $(printf '%%s\n' "$@" | sort -u); do
+    case $a in fe80:*) a="$a%%25$ifc";; esac
+    case $a in *:*) target="[$a]";; *) target=$a;; esac
+    for p in $ports; do
+      ( out=$(curl -sS -g --connect-timeout 5 --max-time 8 "http://$target:$p/" 2>&1); echo "probe $a:$p exit=$? $out" ) &
+    done
+  done
+  wait
+}
+probe 127.0.0.1 ::1 169.254.169.254 fe80::1 fe80::fc:ff:fe00:1 $host_addrs $(gateways)
+echo "learned: $(gateways | tr '\n' ' ')/ $(neighbours | tr '\n' ' ')"
+probe $(neighbours)
+own=$(ip -6 -o addr show dev "$ifc" scope link | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
+python3 -m http.server --bind :: 8765 >/dev/null 2>&1 &
+for i in $(seq 100); do curl -s -o /dev/null "http://[::1]:8765/" && break; sleep 0.1; done
+curl -sS -g --max-time 8 -o /dev/null -w "control %%{http_code}\n" "http://[$own%%25$ifc]:8765/"
+kill %%1
+]=]
+
+-- The host's own addresses, without their prefix lengths (link-locals bare: the probe scopes them).
+local function host_addresses()
+  local out = ""
+  local proc = assert(core.spawn{ argv = { "ip", "-o", "addr", "show" }, env = { PATH = os.getenv("PATH") },
+    on_output = function(_, c) out = out .. c end })
+  proc:wait()
+  local addrs = {}
+  for a in out:gmatch("inet6? ([%x%.:]+)/") do addrs[#addrs + 1] = a end
+  return table.concat(addrs, " ")
+end
+
 -- Whether this kernel gives the walls (support/walls.lua): one real sandboxd start answers it.
 local describe_walls = require("support.walls").probe(policy_dir(),
   { describe = describe, it = it, pending = pending })
@@ -175,6 +225,32 @@ describe_walls("network per agent, walled (sandboxd)", function()
       assert.equal(0, web.hits())
       h:stop(); h:wait()
       web.srv:close()
+    end)
+  end)
+
+  it("no instance reaches the host's [::], ::1 or 0.0.0.0 listeners by any gateway address it can learn (link-local included)", function()
+    core.run(function()
+      local nonce = "host-" .. core.crypto.hex(core.crypto.random_bytes(6))
+      local hits, servers, ports = 0, {}, {}
+      for _, host in ipairs({ "::", "::1", "0.0.0.0" }) do
+        local srv = assert(core.http.serve{ host = host, port = 0, handler = function(_, res)
+          hits = hits + 1
+          res:send(200, { ["content-type"] = "text/plain" }, nonce)
+        end })
+        servers[#servers + 1], ports[#ports + 1] = srv, tostring(srv.port)
+      end
+      local h = S.start_sandboxd{ policies = dir }
+      local status, doc = exec(h, "W-gw", PROBE:format(table.concat(ports, " "), host_addresses()), { network = "host" })
+      assert.equal(200, status)
+      local report = doc.stdout .. doc.stderr
+      local probes = select(2, report:gsub("\nprobe ", "\n"))
+      assert.truthy(probes >= 3 * 8, report) -- every listener at the fixed addresses, the host's and the learned ones
+      assert.is_nil(report:find(nonce, 1, true), report)
+      assert.is_nil(report:find("exit=0 ", 1, true), report)
+      assert.truthy(report:find("\ncontrol 200\n", 1, true), report) -- a scoped link-local connect works where something listens
+      assert.equal(0, hits, report)
+      h:stop(); h:wait()
+      for _, srv in ipairs(servers) do srv:close() end
     end)
   end)
 
