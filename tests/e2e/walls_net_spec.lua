@@ -150,7 +150,7 @@ echo "learned: $(gateways | tr '\n' ' ')/ $(neighbours | tr '\n' ' ')"
 probe $(neighbours)
 own=$(ip -6 -o addr show dev "$ifc" scope link | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
 python3 -m http.server --bind :: 8765 >/dev/null 2>&1 &
-for i in $(seq 100); do curl -s -o /dev/null "http://[::1]:8765/" && break; sleep 0.1; done
+for i in $(seq 300); do curl -s -o /dev/null "http://[::1]:8765/" && break; sleep 0.1; done
 curl -sS -g --max-time 8 -o /dev/null -w "control %%{http_code}\n" "http://[$own%%25$ifc]:8765/"
 kill %%1
 ]=]
