@@ -4,7 +4,7 @@
  * lua/switchboard/shell/instance.lua from policies/isolation.lua.
  *
  *   switchboard-walls hold  [common] [--expose NAME]... [--hide PATH]... --workspace DIR
- *                           [--rootfs DIR] [--net host|none] [--hostname NAME]
+ *                           [--rootfs DIR] [--net host|none] [--outbound-if NAME] [--hostname NAME]
  *                           [--cg-write FILE=VALUE]... [--socket PATH --nofile N --fsize BYTES]
  *                           [--nice N] [--ro-bind PATH]... [--disk-image NAME --disk-bytes N
  *                           [--disk-reserve BYTES]]
@@ -125,6 +125,7 @@ typedef struct {
   list cgroups, expose, hide, cg_writes, ro_binds;
   const char *workspace, *rootfs, *net, *hostname, *cwd;
   const char *disk_image;  /* hold: the workspace's own file system, an image of this name in it */
+  const char *outbound_if; /* hold, --net host: the host interface pasta's sockets are bound to */
   long long disk_bytes;    /* its size; -1: none (the workspace is the host's directory) */
   long long disk_reserve;  /* bytes the host's disk keeps free beside it (0: none) */
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
@@ -210,6 +211,7 @@ static void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--rootfs") == 0) o->rootfs = v;
     else if (strcmp(f, "--net") == 0) o->net = v;
     else if (strcmp(f, "--hostname") == 0) o->hostname = v;
+    else if (strcmp(f, "--outbound-if") == 0) o->outbound_if = v;
     else if (strcmp(f, "--cwd") == 0) o->cwd = v;
     else if (strcmp(f, "--socket") == 0) o->socket = v;
     else die("unknown option %s", f);
@@ -301,7 +303,12 @@ static void die_with_parent(pid_t parent) {
  * instance's host uid. It is told to forward no port either way (-t/-u/-T/-U none: by default
  * it would map ports bound on the host's loopback into the namespace) and not to map the
  * gateway address to the host (--no-map-gw), so nothing bound to the host's 127.0.0.1
- * (sandboxd, the resident, the bot's listener) is reachable from inside.
+ * (sandboxd, the resident, the bot's listener) is reachable from inside. Nor anything the host
+ * has on [::] or 0.0.0.0: IPv4 only (--ipv4-only; pasta's MAC is the host's, so the gateway's
+ * link-local address was the host's own, and pasta connects a link-local destination on the host's
+ * interface), and its sockets bound to the interface of the host's default route
+ * (--outbound-if4, SO_BINDTODEVICE), where the host's addresses on its other interfaces (a
+ * container bridge's 10.88.0.1) are not local.
  *
  * pasta runs as the instance's uid and opens /dev/net/tun; Debian's udev makes that node 0666,
  * a host without udev may have it 0600. So a launcher, forked while the holder is still root,
@@ -394,8 +401,15 @@ static void outbound_launcher(const options *o, pid_t holder, int go, int up) {
     die_with_parent(me);
     char *argv[] = {"pasta", "--foreground", "--quiet", "--config-net",
                     "-t", "none", "-u", "none", "-T", "none", "-U", "none", "--no-map-gw",
-                    "--netns", "/dev/net/netns", "--userns", "/dev/net/userns",
-                    "--pid", "/dev/net/ready", NULL};
+                    "--ipv4-only", "--netns", "/dev/net/netns", "--userns", "/dev/net/userns",
+                    "--pid", "/dev/net/ready", NULL, NULL, NULL};
+    size_t end = 0;
+    while (argv[end] != NULL)
+      end++;
+    if (o->outbound_if != NULL) { /* into the two free slots; the last stays NULL */
+      argv[end] = "--outbound-if4";
+      argv[end + 1] = (char *)o->outbound_if;
+    }
     execvp("pasta", argv);
     die("cannot run pasta (apt-get install passt)");
   }

@@ -63,15 +63,22 @@ end
 -- pasta's gateway). sandboxd runs in it (opts.wrap); this spec reaches it through a relay on
 -- the host's loopback (tests/support/netns_relay.py). Nothing of the host's network changes.
 local OUTSIDE_ADDR, OUTSIDE_PORT = "203.0.113.5", 8080
-local function outside_world()
+-- opts.v6_and_bridge: d0 also has IPv6 (2001:db8::1/64, a default route: pasta gives an
+-- instance IPv6 where the host has both) and a second interface, d2 with 10.99.0.1, stands in
+-- for a container bridge of the host's.
+local function outside_world(opts)
   local files = S.tmpdir()
   local nonce = "outside-" .. core.crypto.hex(core.crypto.random_bytes(6))
   local f = assert(io.open(files .. "/nonce", "w")); f:write(nonce); f:close()
+  local more = opts and opts.v6_and_bridge and table.concat({
+    "ip addr add 2001:db8::1/64 dev d0 nodad", "ip -6 route add default via 2001:db8::fffe dev d0",
+    "ip link add d2 type veth peer name d3", "ip addr add 10.99.0.1/24 dev d2",
+    "ip link set d2 up", "ip link set d3 up" }, " && ") .. " && " or ""
   local setup = table.concat({
     "ip link set lo up", "ip link add d0 type veth peer name d1", "ip link set d1 up",
     "ip addr add 198.51.100.1/24 dev d0",
     "ip addr add " .. OUTSIDE_ADDR .. "/32 dev d0", "ip link set d0 up",
-    "ip route add default via 198.51.100.254 dev d0", "echo up",
+    more .. "ip route add default via 198.51.100.254 dev d0", "echo up",
     ("exec python3 -u -m http.server --bind %s --directory %s %d >%s/log 2>&1"):format(OUTSIDE_ADDR, files, OUTSIDE_PORT, files),
   }, " && ")
   local out = ""
@@ -115,6 +122,77 @@ local function exec(h, thread, command, extra)
   local status, _, raw = S.call(h.url, "/exec", { thread = thread, body = body, deadline_ms = 120000 })
   return status, cjson.decode(raw)
 end
+
+-- Issue 35 item 4: the host's services listening on [::] (and ::1, and 0.0.0.0). pasta maps the
+-- host's interface into the instance, its own MAC the host's: the gateway's link-local address
+-- (fe80::fc:ff:fe00:1 here, the EUI-64 of that MAC) was the host's own, and pasta connects a
+-- link-local destination on the host's interface — so a command reached every service the host
+-- had on [::]. The probe learns every gateway address an instance can (its routes, its
+-- neighbours once it sent traffic, the link-locals their MACs make, pasta's well-known
+-- addresses), adds the host's own addresses (this spec reads them), and connects to each
+-- listener's port at each, link-locals scoped to the instance's interface. A control inside
+-- shows a scoped link-local connect works where something listens.
+local PROBE = [=[
+ports="%s"; host_addrs="%s"
+ifc=$(ip -o link show | awk -F': ' '$2 != "lo" { sub(/@.*/, "", $2); print $2; exit }')
+for i in $(seq 150); do [ -z "$(ip -6 addr show tentative 2>/dev/null)" ] && break; sleep 0.1; done
+eui64() { IFS=: read -r a b c d e f <<< "$1"
+  printf 'fe80::%%x:%%x:%%x:%%x\n' $(( (0x$a ^ 2) << 8 | 0x$b )) $(( 0x$c << 8 | 0xff )) \
+    $(( 0xfe << 8 | 0x$d )) $(( 0x$e << 8 | 0x$f )); }
+gateways() { { ip -4 route; ip -6 route; } | awk '{ for (i = 1; i < NF; i++) if ($i == "via") print $(i + 1) }'; }
+neighbours() { { ip -4 neigh; ip -6 neigh; } | while read -r addr _ _ l mac _; do
+  echo "$addr"; [ "$l" = lladdr ] && eui64 "$mac"; done; }
+probe() {
+  for a in $(printf '%%s\n' "$@" | sort -u); do
+    case $a in fe80:*) a="$a%%25$ifc";; esac
+    case $a in *:*) target="[$a]";; *) target=$a;; esac
+    for p in $ports; do
+      ( out=$(curl -sS -g --connect-timeout 5 --max-time 8 "http://$target:$p/" 2>&1); echo "probe $a:$p exit=$? $out" ) &
+    done
+  done
+  wait
+}
+probe 127.0.0.1 ::1 169.254.169.254 fe80::1 fe80::fc:ff:fe00:1 $host_addrs $(gateways)
+echo "learned: $(gateways | tr '\n' ' ')/ $(neighbours | tr '\n' ' ')"
+probe $(neighbours)
+own=$(ip -6 -o addr show dev "$ifc" scope link | awk '{ sub(/\/.*/, "", $4); print $4; exit }')
+python3 -m http.server --bind :: 8765 >/dev/null 2>&1 &
+for i in $(seq 300); do curl -s -o /dev/null "http://[::1]:8765/" && break; sleep 0.1; done
+curl -sS -g --max-time 8 -o /dev/null -w "control %%{http_code}\n" "http://[$own%%25$ifc]:8765/"
+kill %%1
+]=]
+
+-- The host's own addresses, without their prefix lengths (link-locals bare: the probe scopes
+-- them); with netns, a namespace's (the spec's own "outside").
+local function host_addresses(netns)
+  local out = ""
+  local argv = { "ip", "-o", "addr", "show" }
+  if netns then argv = { "nsenter", "--net=" .. netns, "--", table.unpack(argv) } end
+  local proc = assert(core.spawn{ argv = argv, env = { PATH = os.getenv("PATH") },
+    on_output = function(_, c) out = out .. c end })
+  proc:wait()
+  local addrs = {}
+  for a in out:gmatch("inet6? ([%x%.:]+)/") do addrs[#addrs + 1] = a end
+  return table.concat(addrs, " ")
+end
+
+-- Listeners on [::] (both families), ::1 and 0.0.0.0 in a namespace (the spec's "outside"), on
+-- ports the kernel picks: each connection answers `nonce` and is counted in LOG.
+local NS_LISTENERS = [=[
+import socket, sys, threading
+log, nonce, socks = open(sys.argv[1], "a", buffering=1), sys.argv[2].encode(), []
+for family, addr in ((socket.AF_INET6, "::"), (socket.AF_INET6, "::1"), (socket.AF_INET, "0.0.0.0")):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    if addr == "::": s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.bind((addr, 0)); s.listen(64); socks.append(s)
+def serve(s):
+    while True:
+        c, peer = s.accept(); log.write("accepted %s\n" % (peer,))
+        c.sendall(b"HTTP/1.0 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(nonce), nonce)); c.close()
+for s in socks: threading.Thread(target=serve, args=(s,), daemon=True).start()
+print(" ".join(str(s.getsockname()[1]) for s in socks), flush=True)
+threading.Event().wait()
+]=]
 
 -- Whether this kernel gives the walls (support/walls.lua): one real sandboxd start answers it.
 local describe_walls = require("support.walls").probe(policy_dir(),
@@ -175,6 +253,68 @@ describe_walls("network per agent, walled (sandboxd)", function()
       assert.equal(0, web.hits())
       h:stop(); h:wait()
       web.srv:close()
+    end)
+  end)
+
+  it("no instance reaches the host's [::], ::1 or 0.0.0.0 listeners by any gateway address it can learn (link-local included)", function()
+    core.run(function()
+      local nonce = "host-" .. core.crypto.hex(core.crypto.random_bytes(6))
+      local hits, servers, ports = 0, {}, {}
+      for _, host in ipairs({ "::", "::1", "0.0.0.0" }) do
+        local srv = assert(core.http.serve{ host = host, port = 0, handler = function(_, res)
+          hits = hits + 1
+          res:send(200, { ["content-type"] = "text/plain" }, nonce)
+        end })
+        servers[#servers + 1], ports[#ports + 1] = srv, tostring(srv.port)
+      end
+      local h = S.start_sandboxd{ policies = dir }
+      local status, doc = exec(h, "W-gw", PROBE:format(table.concat(ports, " "), host_addresses()), { network = "host" })
+      assert.equal(200, status)
+      local report = doc.stdout .. doc.stderr
+      local probes = select(2, report:gsub("\nprobe ", "\n"))
+      assert.truthy(probes >= 3 * 8, report) -- every listener at the fixed addresses, the host's and the learned ones
+      assert.is_nil(report:find(nonce, 1, true), report)
+      assert.is_nil(report:find("exit=0 ", 1, true), report)
+      assert.truthy(report:find("\ncontrol 200\n", 1, true), report) -- a scoped link-local connect works where something listens
+      assert.equal(0, hits, report)
+      h:stop(); h:wait()
+      for _, srv in ipairs(servers) do srv:close() end
+    end)
+  end)
+
+  it("in a namespace this spec made, with IPv6 and a second interface: no instance reaches its [::], ::1 or 0.0.0.0 listeners either", function()
+    core.run(function()
+      local world = outside_world{ v6_and_bridge = true }
+      local nonce = "ns-" .. core.crypto.hex(core.crypto.random_bytes(6))
+      local log, line = world.files .. "/accepted", ""
+      local listeners = assert(core.spawn{ argv = { "nsenter", "--net=" .. world.netns, "--", "python3", "-u", "-c",
+        NS_LISTENERS, log, nonce }, env = { PATH = os.getenv("PATH") }, on_output = function(_, c) line = line .. c end })
+      local ports = S.wait_for(function() return line:match("^(%d+ %d+ %d+)\n") end, 30000)
+      assert(ports, "the namespace's listeners did not start: " .. line)
+      -- d0's link-local (the EUI-64 of its MAC: pasta's gateway link-local in an instance) ends its DAD
+      local addrs = S.wait_for(function()
+        local a = host_addresses(world.netns)
+        return a:find("fe80:") and a:find("2001:db8::1", 1, true) and a
+      end, 30000)
+      assert(addrs, "d0 got no link-local address")
+      -- 203.0.113.5 is "the outside" here (the internet an instance reaches by design), not one
+      -- of the host's addresses; a host's own second address on its default route's interface
+      -- is not refused (docs/isolation.md)
+      addrs = addrs:gsub("%f[%d]" .. OUTSIDE_ADDR:gsub("%.", "%%.") .. "%f[^%d.]", "")
+      local h = world.sandboxd{ policies = dir }
+      local status, doc = exec(h, "W-ns-gw", PROBE:format(ports, addrs), { network = "host" })
+      assert.equal(200, status)
+      local report = doc.stdout .. doc.stderr
+      assert.truthy(select(2, report:gsub("\nprobe ", "\n")) >= 3 * 8, report)
+      assert.is_nil(report:find(nonce, 1, true), report)
+      assert.truthy(report:find("\ncontrol 200\n", 1, true), report)
+      assert.equal("", S.read(log) or "", report)
+      -- and outbound access is kept: the outside server answers
+      local _, on = exec(h, "W-ns-gw", world.curl, { network = "host" })
+      assert.equal(world.nonce, on.stdout, on.stderr)
+      listeners:kill("KILL"); listeners:wait()
+      h:stop(); h:wait()
+      world.close(h)
     end)
   end)
 

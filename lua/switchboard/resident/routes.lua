@@ -20,6 +20,7 @@ local auth = require("switchboard.sandboxd.auth")
 local sandbox_routes = require("switchboard.sandboxd.routes")
 local runner = require("switchboard.sandboxd.runner")
 local protocol = require("switchboard.shell.protocol")
+local child_env = require("switchboard.shell.child_env")
 local workspace = require("switchboard.shell.workspace")
 local repos_mod = require("switchboard.resident.repos")
 
@@ -74,11 +75,17 @@ end
 -- Threads: key → {runner, repo, dir, busy}. The worktree is the runner's workspace
 -- (threads_root/<dir_name(key)>), so sandboxd's runner runs commands and files in it as is.
 
-local function head_commit(ctx, dir)
-  -- the resident's own git, on a tree that may be the thread uid's already (a re-attach)
-  local ok, r = repos_mod.tool(ctx.repos, { "git", "-c", "safe.directory=*", "-C", dir, "rev-parse", "HEAD" }, nil,
-    ctx.policy().timeouts.resident.attach_timeout_ms)
-  return ok and r.stdout:match("%x+") or nil
+-- The thread's HEAD as the thread's own git sees it: a command in its instance (walled: its
+-- uid, its namespaces, its view), never the resident's git on the thread's files. The worktree
+-- is the thread's, `.git` included: replaced by a gitfile (`gitdir: <another repository's
+-- checkout>/.git`) or holding a HEAD that links elsewhere, the resident's git (its user,
+-- safe.directory=*) answered another repository's HEAD (issue 35 item 7); the thread's git
+-- sees no such path. nil when the thread's git shows no commit.
+local function head_commit(ctx, t, limit)
+  local snap = ctx.policy()
+  local r = t.runner:exec{ command = "git rev-parse --verify --quiet HEAD", env = child_env.base(snap),
+    deadline_ms = limit, kill_grace_ms = snap.timeouts.bash.kill_grace_ms, max_output = 4096 }
+  return r and r.exit == 0 and r.stdout:match("^(%x+)\n$") or nil
 end
 
 -- The thread's own repository at `target` (docs/resident.md "A thread's repository"): a
@@ -137,12 +144,17 @@ end
 -- place would leave the thread's commands in a deleted one. Each removal runs off the loop
 -- (core.fs.remove_tree in a task: the thread pool), so a tree of 10⁵ files does not stall it.
 -- The directory is the resident's again (the owner of the threads root), as a new one would
--- be: git refuses to work in a repository another user owns (safe.directory).
+-- be: git refuses to work in a repository another user owns (safe.directory). It is taken
+-- (owner, then mode 0700) before anything is removed: the resident's git runs in it next, and
+-- a thread's command still writing there (the thread owned it, and may have made it 0777) could
+-- otherwise plant a .git — a gitfile, a config with hooks — between the removal and `git init`.
+-- False when the directory is not empty after all.
 local function empty_dir(ctx, dir, limit)
-  local names = core.fs.list(dir)
-  if not names then return end
-  for _, name in ipairs(names) do core.fs.remove_tree(dir .. "/" .. name) end
+  if not core.fs.exists(dir) then return true end
   repos_mod.tool(ctx.repos, { "chown", "--reference=" .. ctx.threads_root, "--", dir }, nil, limit)
+  repos_mod.tool(ctx.repos, { "chmod", "0700", "--", dir }, nil, limit)
+  for _, name in ipairs(core.fs.list(dir) or {}) do core.fs.remove_tree(dir .. "/" .. name) end
+  return #(core.fs.list(dir) or {}) == 0
 end
 
 local function attach(ctx, key, body, res)
@@ -171,7 +183,9 @@ local function attach(ctx, key, body, res)
   ctx.attaching[key] = true
   local busy <close> = setmetatable({}, { __close = function() ctx.attaching[key] = nil end })
   if not reused then
-    empty_dir(ctx, dir, limit)
+    if not empty_dir(ctx, dir, limit) then
+      return refuse(res, "/attach", 500, "the thread's directory could not be emptied for its new repository", "attach-failed")
+    end
     local ok, err = make_repo(ctx, e, dir, ref, limit)
     if not ok then
       empty_dir(ctx, dir, limit)
@@ -198,7 +212,7 @@ local function attach(ctx, key, body, res)
     return refuse(res, "/attach", 500, "the thread's walls could not be built: " .. tostring(err and err.message or err), "attach-failed")
   end
   ctx.log("info", "resident.attached", { thread = t.label, repo = repo, reused = reused })
-  send_json(res, 200, { repo = repo, ref = ref or "origin/HEAD", commit = head_commit(ctx, dir),
+  send_json(res, 200, { repo = repo, ref = ref or "origin/HEAD", commit = head_commit(ctx, t, limit),
     reused = reused, generation = ctx.generation })
 end
 

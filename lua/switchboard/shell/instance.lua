@@ -452,6 +452,27 @@ local function hold_failure(r, ready_ms)
   return ("the walls helper exited with status %s and said nothing"):format(tostring(r.exit))
 end
 
+-- The interface of the host's IPv4 default route (/proc/net/route; the lowest metric wins).
+-- An instance with network "host" has pasta's sockets bound to it (docs/isolation.md "An
+-- instance's own network"): there the host's addresses on its other interfaces (a container
+-- bridge's) are not local, so a command cannot reach what the host listens on through them. nil
+-- where the host has no such route (pasta, IPv4 only, then refuses to start and says why).
+local function default_route_interface()
+  local f = io.open("/proc/net/route", "r")
+  if not f then return nil end
+  local best, best_metric
+  for line in f:lines() do
+    local name, dest, flags, metric, mask =
+      line:match("^(%S+)%s+(%x+)%s+%x+%s+(%x+)%s+%d+%s+%d+%s+(%d+)%s+(%x+)")
+    if name and dest == "00000000" and mask == "00000000" and tonumber(flags, 16) & 1 == 1
+        and (not best or tonumber(metric) < best_metric) then
+      best, best_metric = name, tonumber(metric)
+    end
+  end
+  f:close()
+  return best
+end
+
 -- Creates the namespaces and cgroups (once; later calls return at once). Waits for the
 -- helper's "ready <pid>".
 function Instance:start()
@@ -479,6 +500,8 @@ function Instance:start()
     "--socket", self.socket, "--nofile", tostring(iso.open_files),
     "--fsize", tostring(iso.file_size_bytes), "--hostname", iso.hostname }
   if self.spare then argv[#argv + 1] = "--nice"; argv[#argv + 1] = "10" end -- built in the background
+  local outbound_if = (self.network or iso.network) == "host" and default_route_interface()
+  if outbound_if then argv[#argv + 1] = "--outbound-if"; argv[#argv + 1] = outbound_if end
   if self.disk then
     argv[#argv + 1] = "--disk-image"; argv[#argv + 1] = DISK_IMAGE
     argv[#argv + 1] = "--disk-bytes"; argv[#argv + 1] = tostring(iso.workspace_max_bytes)
