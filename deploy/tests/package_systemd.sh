@@ -129,11 +129,13 @@ in_c sed -i 's/^#test# SANDBOX_URL=/SANDBOX_URL=/' /etc/switchboard/bot.env
 t0=$(date +%s)
 in_c systemctl start switchboard-bot.service >"$work/start.log" 2>&1 \
   || fail "systemctl start switchboard-bot: $(cat "$work/start.log"); $(in_c journalctl -u switchboard-sandboxd -u switchboard-bot -o cat --no-pager | tail -20)"
+journal() { in_c journalctl -u "$1" -o cat --no-pager; }
 for unit in switchboard-sandboxd switchboard-bot; do
-  expect_eq active "$(in_c systemctl is-active "$unit" || true)" "systemctl start: $unit is active (Type=notify: READY=1 said)"
+  state="$(in_c systemctl is-active "$unit" || true)"
+  [ "$state" = active ] || fail "systemctl start: $unit is $state, not active: $(journal "$unit" | grep -E 'fatal|error' | tail -3)"
+  ok "systemctl start: $unit is active (Type=notify: READY=1 said)"
 done
 ok "the bot (and the sandboxd it Wants) started and said READY=1 in $(( $(date +%s) - t0 )) s"
-journal() { in_c journalctl -u "$1" -o cat --no-pager; }
 expect_match '"event":"sandboxd.listening".*"walls":"cgroup v1"' "$(journal switchboard-sandboxd)" \
   "journalctl -u switchboard-sandboxd: sandboxd listens walled"
 expect_match '"event":"slack.connected"|"event":"slack\.ready"|socket' "$(journal switchboard-bot)" \
