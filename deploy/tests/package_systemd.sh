@@ -205,6 +205,11 @@ done
 expect_match '"event":"policy.reloaded"' "$(journal switchboard-bot | grep '"event":"policy.reloaded"' | tail -n +"$((before + 1))")" \
   "systemctl reload switchboard-bot: the bot loaded the changed overlay"
 expect_eq active "$(in_c systemctl is-active switchboard-bot || true)" "the bot is active after the reload"
+in_c systemctl reload switchboard-sandboxd || fail "systemctl reload switchboard-sandboxd"
+for _ in $(seq 1 150); do journal switchboard-sandboxd | grep -q '"event":"policy.changed".*"key":"bash.max_ms"' && break; sleep 0.2; done
+expect_match '"event":"policy.changed".*"key":"bash.max_ms"' "$(journal switchboard-sandboxd)" \
+  "systemctl reload switchboard-sandboxd: the journal names the changed setting (bash.max_ms)"
+expect_eq active "$(in_c systemctl is-active switchboard-sandboxd || true)" "sandboxd is active after the reload"
 in_c sh -c 'rm /etc/switchboard/policies/timeouts.lua; umask 077; printf "bash.max_ms = 20 * minute\n" >/etc/switchboard/policies/timeouts.lua'
 check=0
 out="$(in_c switchboard policy check /etc/switchboard/policies 2>&1)" || check=$?
