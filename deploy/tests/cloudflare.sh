@@ -13,6 +13,20 @@ if [ ! -x node_modules/.bin/node ] || [ package-lock.json -nt node_modules/.pack
 fi
 node=node_modules/.bin/node
 expect_match '^v22\.' "$($node --version)" "npm's Node 22 runs the Worker's tools"
+# The build stamp is set at build (wrangler.jsonc build.command → stamp.mjs → src/stamp.generated.ts
+# from image/build.json, which build-image --context writes), never a --var at deploy.
+grep -q -- '--var' wrangler.jsonc && fail "wrangler.jsonc still types a --var into the deploy command"
+expect_match '"build": \{ "command": "node stamp\.mjs" \}' "$(cat wrangler.jsonc)" "wrangler deploy runs stamp.mjs before it bundles"
+stamp_dir="$(mktemp -d)"
+mkdir "$stamp_dir/image" "$stamp_dir/src"
+cp stamp.mjs "$stamp_dir/"
+"$build/switchboard" version --json >"$stamp_dir/image/build.json"
+$node "$stamp_dir/stamp.mjs" || fail "stamp.mjs from an image context's build.json"
+commit="$($node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).commit)' "$stamp_dir/image/build.json")"
+expect_match "export const SANDBOX_BUILD = \"$commit\";" "$(cat "$stamp_dir/src/stamp.generated.ts")" \
+  "stamp.mjs stamps the Worker with the image context's build ($commit)"
+rm -rf "$stamp_dir"
+$node stamp.mjs --commit "$commit" || fail "stamp.mjs --commit"
 $node node_modules/.bin/tsc --noEmit -p . || fail "tsc --noEmit on the Worker"
 ok "tsc --noEmit passes on the Worker and its test entry"
 SWITCHBOARD_BIN="$build/switchboard" $node --test-reporter=spec test/worker.test.mjs \

@@ -4,6 +4,7 @@
 --   SB_IMAGE_URL   the container's published sandboxd
 --   SANDBOX_TOKEN  its bearer
 --   SB_IMAGE_PID   sandboxd's pid in the container's PID namespace (what a command would aim at)
+--   SB_IMAGE_ROOT  its --root when not the image's /var/lib/sandboxd (deploy/tests/package_systemd.sh)
 local core = require("switchboard.core")
 local cjson = require("cjson")
 local walls = require("support.walls")
@@ -21,7 +22,7 @@ local function exec(thread, command, extra)
 end
 
 local ctx = {
-  token = TOKEN, pid = tonumber(os.getenv("SB_IMAGE_PID")), root = "/var/lib/sandboxd",
+  token = TOKEN, pid = tonumber(os.getenv("SB_IMAGE_PID")), root = os.getenv("SB_IMAGE_ROOT") or "/var/lib/sandboxd",
   -- the shipped policies/isolation.lua pids_max: the image's own settings
   pids_max = tonumber(io.open("policies/isolation.lua"):read("a"):match("\npids_max = (%d+)")),
   healthz = function()
@@ -40,6 +41,25 @@ describe("the sandbox image, walled: a command inside", function()
   end)
   it("cannot read another thread's GH_TOKEN from /proc", function()
     core.run(function() walls.attacks.gh_token(exec, ctx) end)
+  end)
+  -- The container's own capability list (podman's --cap-add, the manifests' add:) must be enough
+  -- to heal an instance that killed every process in it: a workspace's file system remounted for
+  -- the next instance was chmod'ed as the dead instance's uid owned it (CAP_FOWNER, in no list).
+  it("after `kill -9 -1` the thread's next command runs in a fresh instance on the same files", function()
+    core.run(function()
+      assert.equal(0, exec("heal", "echo kept > kept.txt").exitCode)
+      assert.are_not.equal(0, exec("heal", "kill -9 -1; sleep 5").exitCode)
+      -- (a request racing the instance's last moments may meet it dying, and is told so: the
+      -- next ones must work — before, every later one failed)
+      local r
+      for _ = 1, 30 do
+        r = exec("heal", "cat kept.txt")
+        if r.exitCode == 0 then break end
+        core.sleep(1000)
+      end
+      assert.equal(0, r.exitCode, cjson.encode(r))
+      assert.equal("kept\n", r.stdout)
+    end)
   end)
   it("a fork bomb stops at the instance's own process limit (its cgroup in the delegated subtree)", function()
     core.run(function() walls.attacks.fork_bomb(exec, ctx) end)

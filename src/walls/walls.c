@@ -713,9 +713,11 @@ static int mount_disk(const options *o, int ws) {
   close(ws);
   /* the instance finds an empty /workspace, as before (`git clone URL .` needs one): mkfs's
    * lost+found goes (e2fsck makes it again if it ever needs it), and the mode is the host
-   * directory's */
+   * directory's. A remount (after the instance before died) finds the root its uid's: chmod
+   * needs the owner or CAP_FOWNER, which the units do not give, so the root is ours again
+   * first (CAP_CHOWN, as the fchown after this) */
   (void)unlinkat(fs, "lost+found", AT_REMOVEDIR);
-  if (fchmod(fs, 0700) < 0)
+  if (fchown(fs, geteuid(), getegid()) < 0 || fchmod(fs, 0700) < 0)
     die("chmod the workspace's own file system");
   return fs;
 }

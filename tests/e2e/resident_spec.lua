@@ -288,6 +288,13 @@ describe("resident server and executor on loopback", function()
       b = assert(make("acme/api"))
       assert.matches("^resident unreachable %(a probe failed in the last 30 s%) — using fresh sandbox$", b.note)
       assert.equal(before + 1, probes)
+      -- a fallback that cannot be made says first why the resident was not used (before: only
+      -- "SANDBOX_URL is not set", as if the resident had never been asked)
+      env.SANDBOX_URL = nil
+      local none, err = make("acme/api")
+      assert.is_nil(none)
+      assert.matches("^resident unreachable %(a probe failed in the last 30 s%), so this falls back to a fresh "
+        .. "sandbox: agent coding runs on the sandbox backend, but SANDBOX_URL is not set", err.message)
       S.rm(root)
     end)
   end)

@@ -267,6 +267,9 @@ describe("switchboard slack, Events API", function()
     local hs, _, hb = core.http.request{ url = ("http://127.0.0.1:%d/healthz"):format(bot.events_port), deadline_ms = 5000 }
     assert.equals(200, hs)
     assert.same(core.build.commit, cjson.decode(hb).build.commit)
+    -- one spelling of the stamp on every /healthz (sandboxd's, the resident's, `version --json`)
+    assert.same(core.build.built_at, cjson.decode(hb).build.builtAt)
+    assert.is_nil(cjson.decode(hb).build.built_at)
   end))
 
   it("refuses unsigned, wrongly signed and stale requests with 401 and runs nothing", async(function()

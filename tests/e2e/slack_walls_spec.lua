@@ -5,7 +5,7 @@
 -- printed in base64 and decoded here, holds no bot secret in plain, hex or base64; an unwalled policy refuses to start unless the
 -- loud flag is given; every text the bot posts passes the log's redaction; /readyz goes false
 -- when Socket Mode is lost or the sandbox is unreachable. The installed package's bot is the
--- same spec's subject in deploy/tests/package_bot.sh.
+-- same spec's subject in deploy/tests/package_systemd.sh.
 local core = require("switchboard.core")
 local cjson = require("cjson")
 local async = require("support.async")

@@ -165,3 +165,74 @@ describe("TracingExecutor", function()
     assert.equal("exec.write_file", got[1].name)
   end)
 end)
+
+-- Issue 38: the backends' own HTTP calls (e2b, Kubernetes, the resident) are http.request
+-- children of the operation's span, and an agent's tool call is the parent of the exec.* spans
+-- it causes (before, neither existed: the clients' requests emitted nothing and a tool call
+-- handed the executor no span).
+describe("spans across the stack", function()
+  local sink
+  before_each(function() sink = tracing.memory_sink() end)
+
+  local function by_name(name)
+    local out = {}
+    for _, rec in ipairs(sink.records) do if rec.name == name then out[#out + 1] = rec end end
+    return out
+  end
+
+  it("a request through tracing.http during an operation is an http.request child of its span", function()
+    local wrapped = tracing.http(function(req)
+      assert.equal("GET", req.method)
+      return 200, {}, "{}"
+    end, "kubernetes")
+    local inner = fake("kubernetes")
+    function inner:exec() wrapped{ method = "GET", url = "https://10.0.0.1:6443/api/v1/namespaces/sb/pods/p1?watch=1&resourceVersion=7" }
+      return { exit_code = 0, text = "" } end
+    local ex = tracing.new(inner, { sink = sink, clock = clock })
+    ex:exec("true", {})
+    local http, exec = by_name("http.request"), by_name("exec.exec")
+    assert.equal(1, #http)
+    assert.equal(exec[1].span_id, http[1].parent_id)
+    assert.equal(exec[1].trace_id, http[1].trace_id)
+    assert.same({ backend = "kubernetes", method = "GET", route = "/api/v1/namespaces/sb/pods/p1", status = 200 },
+      http[1].attributes)
+    -- outside an operation the same function makes no span
+    wrapped{ method = "GET", url = "https://10.0.0.1:6443/version" }
+    assert.equal(1, #by_name("http.request"))
+  end)
+
+  it("the e2b, Kubernetes and resident clients' requests are wrapped", function()
+    local calls = 0
+    local function request() calls = calls + 1; return 200, {}, "{}" end
+    local span = tracing.start_span("exec.exec", nil, {}, { sink = sink, clock = clock })
+    tracing.within(span, function()
+      require("switchboard.exec.resident_client").new{ url = "http://127.0.0.1:1", token = "t", request = request }
+        :call("GET", "/status?repo=acme/api")
+      require("switchboard.exec.kubernetes_api").new({}, { request = request })
+        .request{ method = "GET", url = "https://k/api/v1/pods" }
+      require("switchboard.exec.e2b").new{ api_key = "k", policy = function() end, request = request }
+        .request{ method = "POST", url = "https://api.e2b.app/sandboxes" }
+    end)
+    assert.equal(3, calls)
+    local routes = {}
+    for _, rec in ipairs(by_name("http.request")) do
+      assert.equal(span.span_id, rec.parent_id)
+      routes[#routes + 1] = rec.attributes.backend .. " " .. rec.attributes.route
+    end
+    assert.same({ "resident /status", "kubernetes /api/v1/pods", "e2b /sandboxes" }, routes)
+  end)
+
+  it("an agent's tool call is an agent.tool span, the parent of the exec.* spans it causes", function()
+    local snap = assert(require("support.sandbox").snapshot())
+    local tools = require("switchboard.agent.tools")
+    local ex = tracing.new(fake(), { sink = sink, clock = clock })
+    local out = tools.call(ex, snap, { tools = { "bash" } }, { id = "t1", name = "bash", input = { command = "true" } }, {})
+    assert.equal("result", out.kind)
+    local tool, exec = by_name("agent.tool"), by_name("exec.exec")
+    assert.equal(1, #tool)
+    assert.equal(1, #exec)
+    assert.equal(tool[1].span_id, exec[1].parent_id)
+    assert.equal(tool[1].trace_id, exec[1].trace_id)
+    assert.equal("bash", tool[1].attributes.tool)
+  end)
+end)

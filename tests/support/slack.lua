@@ -160,7 +160,7 @@ local Bot = {}
 Bot.__index = Bot
 
 -- The Slack front's own behaviour is what these specs test, not the walls (tests/e2e/
--- slack_walls_spec.lua and deploy/tests/package_bot.sh test those): unless opts.walled, the bot
+-- slack_walls_spec.lua and deploy/tests/package_systemd.sh test those): unless opts.walled, the bot
 -- runs its commands unwalled — local_walls.slack = false and --allow-unwalled-commands.
 local function unwalled_policies(dir)
   dir = dir or require("support.policies").dir()

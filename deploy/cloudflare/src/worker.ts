@@ -7,6 +7,8 @@
 import { Container, getContainer } from "@cloudflare/containers";
 import { bearerMatches } from "./auth";
 import { versionSkew } from "./skew";
+// The commit this Worker and its image were built from, set at build by stamp.mjs.
+import { SANDBOX_BUILD } from "./stamp.generated";
 
 export { ContainerProxy } from "@cloudflare/containers";
 
@@ -14,8 +16,6 @@ export interface Env {
   SANDBOX: DurableObjectNamespace<SandboxContainer>;
   /** The bearer every route needs (`wrangler secret put SANDBOX_TOKEN`); the container gets it too. */
   SANDBOX_TOKEN: string;
-  /** The commit this Worker and its image were built from (`switchboard version --json`), set at deploy. */
-  SANDBOX_BUILD: string;
   /** How long an idle thread's container stays warm (wrangler.jsonc vars: "5m"). */
   SANDBOX_SLEEP_AFTER: string;
 }
@@ -70,7 +70,7 @@ export class SandboxContainer extends Container<Env> {
     } catch {
       body = null;
     }
-    const skew = versionSkew(body, this.env.SANDBOX_BUILD);
+    const skew = versionSkew(body, SANDBOX_BUILD);
     if (skew) console.warn(JSON.stringify({ level: "warn", event: "sandbox.version-skew", ...skew }));
   }
 }

@@ -64,7 +64,9 @@ function startProxy(target) {
   });
 }
 
-async function bundle() {
+// The Worker bundled with BUILD as its stamp, as `wrangler deploy` bundles it after stamp.mjs.
+async function bundle(build) {
+  execFileSync(process.execPath, [path.join(here, "..", "stamp.mjs"), "--commit", build]);
   const out = path.join(work, "worker.js");
   await esbuild.build({
     entryPoints: [path.join(here, "entry.ts")], bundle: true, format: "esm", platform: "neutral",
@@ -75,11 +77,11 @@ async function bundle() {
 }
 
 async function worker(build) {
-  const scriptPath = await bundle();
+  const scriptPath = await bundle(build);
   return new Miniflare({
     modules: true, scriptPath, modulesRoot: path.dirname(scriptPath), compatibilityDate: "2025-11-01",
     durableObjects: { SANDBOX: { className: "SandboxContainer", useSQLite: true } },
-    bindings: { SANDBOX_TOKEN: TOKEN, SANDBOX_BUILD: build, SANDBOX_SLEEP_AFTER: "5m", LOCAL_SANDBOXD: proxyUrl },
+    bindings: { SANDBOX_TOKEN: TOKEN, SANDBOX_SLEEP_AFTER: "5m", LOCAL_SANDBOXD: proxyUrl },
     handleRuntimeStdio: (stdout, stderr) => {
       for (const stream of [stdout, stderr]) {
         let rest = "";

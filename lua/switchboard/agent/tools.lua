@@ -23,6 +23,7 @@ local budget = require("switchboard.shell.budget")
 local text = require("switchboard.agent.text")
 local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
+local tracing = require("switchboard.exec.tracing")
 local find = require("switchboard.agent.find")
 
 local M = {}
@@ -361,7 +362,7 @@ function CALL.edit_file(ex, snap, input, ctx)
 end
 
 -- use: {id, name, input, input_error?}; def: the agent's policy entry.
-function M.call(ex, snap, def, use, ctx)
+local function call_tool(ex, snap, def, use, ctx)
   if not M.offered(snap, def, use.name) then
     return outcome("input", ("there is no tool %q for this agent; the tools are: %s"):format(
       tostring(use.name), table.concat(def.tools or {}, ", ")), true)
@@ -375,6 +376,20 @@ function M.call(ex, snap, def, use, ctx)
     return out
   end
   return CALL[use.name](ex, snap, use.input or {}, ctx)
+end
+
+-- One tool call, as an agent.tool span (where the executor's spans go) that is the parent of the
+-- exec.* spans — and their HTTP requests — the call causes (exec/tracing.lua).
+function M.call(ex, snap, def, use, ctx)
+  local span = tracing.tool_span(ex, use.name)
+  if not span then return call_tool(ex, snap, def, use, ctx) end
+  local done <close> = setmetatable({}, { __close = function(_, err)
+    if err ~= nil then span:finish("error", err) end
+  end })
+  local out = tracing.within(span, call_tool, ex, snap, def, use, ctx)
+  span.attributes.outcome = out.kind
+  span:finish(out.is_error and "error" or "ok", { kind = out.kind })
+  return out
 end
 
 -- The first line of a call's command (or its path), for the card.

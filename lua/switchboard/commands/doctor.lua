@@ -22,7 +22,8 @@ Checks what this environment configures and prints one line per check:
   ok    policies  …            the policies load (--policies / $SWITCHBOARD_POLICIES)
   ok    github    …            the GitHub App's key signs a JWT and the installation answers,
                                with the permissions it grants (GITHUB_APP_ID, …)
-  ok    slack     …            SLACK_BOT_TOKEN / SLACK_APP_TOKEN pass auth.test
+  ok    slack     …            SLACK_BOT_TOKEN passes auth.test; SLACK_APP_TOKEN opens a
+                               Socket Mode connection (apps.connections.open), as the bot does
   ok    model     …            ANTHROPIC_API_KEY is accepted (GET /v1/models)
   ok    sandboxd  …            SANDBOX_URL answers /healthz with this binary's build
   ok    walls     …            the walls sandboxd needs are proven as its start-up does: the
@@ -35,7 +36,12 @@ Checks what this environment configures and prints one line per check:
 On an installed host (the package's /etc/switchboard exists) and with neither --policies nor
 $SWITCHBOARD_POLICIES given, doctor checks what the services load: the policies in
 /etc/switchboard/policies (over the shipped set), and the variables of
-/etc/switchboard/bot.env for those not set in its own environment (run it as root to read it).
+/etc/switchboard/bot.env for those not set in its own environment (run it as root to read it),
+GH_TOKEN and the GitHub App's variables included. $SWITCHBOARD_CONFIG_DIR names another
+directory in place of /etc/switchboard (a test's own, or a copy being prepared).
+
+Before the services are started the sandboxd check fails (nothing answers SANDBOX_URL yet):
+start switchboard-sandboxd, then run doctor again.
 
 A check whose settings are absent says `skip` and which variable turns it on; a failing one
 says `FAIL` and what to do. Tokens are sent only to the service they belong to and never
@@ -50,10 +56,18 @@ Examples:
 
 local SPEC = { ["sandbox-url"] = "string" }
 
--- What the package installs (deploy/systemd/*.service read these).
-M.INSTALLED_POLICIES = "/etc/switchboard/policies"
-M.INSTALLED_BOT_ENV = "/etc/switchboard/bot.env"
-M.INSTALLED_SANDBOXD_ENV = "/etc/switchboard/sandboxd.env"
+local function nonempty_dir(v)
+  if type(v) == "string" and v:find("%S") then return (v:gsub("/+$", "")) end
+  return nil
+end
+
+-- What the package installs (deploy/systemd/*.service read these), below /etc/switchboard or
+-- $SWITCHBOARD_CONFIG_DIR (a spec's own directory: a test never reads the host's install).
+M.CONFIG_DIR = "/etc/switchboard"
+local function installed_paths(getenv)
+  local dir = nonempty_dir(getenv("SWITCHBOARD_CONFIG_DIR")) or M.CONFIG_DIR
+  return { policies = dir .. "/policies", bot_env = dir .. "/bot.env", sandboxd_env = dir .. "/sandboxd.env" }
+end
 
 -- NAME=value lines of an EnvironmentFile (comments and blank lines skipped; values unquoted
 -- the way systemd does for a plain value or one in double/single quotes).
@@ -104,6 +118,8 @@ local function check_policies(ctx)
   if not snap then
     return "FAIL", ("%s — fix: edit that line, then `switchboard policy check`"):format(first_line(errs[1]))
   end
+  local unreadable = ctx.policies_dir and require("switchboard.commands.policy").unreadable_overlays(ctx.policies_dir) or {}
+  if unreadable[1] then return "FAIL", unreadable[1] end
   return "ok", ("%s (version %s)"):format(snap.dir, snap.version:sub(1, 12))
 end
 
@@ -150,26 +166,38 @@ local function check_github(ctx)
   return "FAIL", ("GET /app/installations/%d: %s"):format(id.installation_id, tostring(status or doc))
 end
 
+-- Each token with the call that proves it for what the bot does with it: the bot token's
+-- auth.test (who the bot is), the app token's apps.connections.open (a Socket Mode URL: the
+-- app-level token is what opens the bot's connection, and auth.test is not a call it is for).
+local SLACK_PROOF = {
+  { name = "SLACK_BOT_TOKEN", method = "auth.test",
+    said = function(doc) return ("team %s, user %s"):format(tostring(doc.team or "?"), tostring(doc.user or doc.user_id or "?")) end },
+  { name = "SLACK_APP_TOKEN", method = "apps.connections.open",
+    said = function(doc) return type(doc.url) == "string" and "opens a Socket Mode connection" or nil end },
+}
+
 local function check_slack(ctx, snap)
-  local names = { "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN" }
   local base = (nonempty(ctx.getenv("SLACK_API_URL")) or "https://slack.com/api"):gsub("/+$", "")
   local said, any = {}, false
-  for _, name in ipairs(names) do
+  for _, proof in ipairs(SLACK_PROOF) do
+    local name = proof.name
     local token = nonempty(ctx.getenv(name))
     if token then
       any = true
       core.log_redact(token)
-      local status, doc = call{ method = "POST", url = base .. "/auth.test",
+      local status, doc = call{ method = "POST", url = base .. "/" .. proof.method,
         headers = { authorization = "Bearer " .. token, ["content-type"] = "application/x-www-form-urlencoded" },
         body = "", deadline_ms = snap.github.request_timeout_ms }
       if status ~= 200 or type(doc) ~= "table" then
-        return "FAIL", ("%s: auth.test at %s answered %s — fix: check the network or SLACK_API_URL"):format(name, base, tostring(status or doc))
+        return "FAIL", ("%s: %s at %s answered %s — fix: check the network or SLACK_API_URL"):format(name,
+          proof.method, base, tostring(status or doc))
       end
-      if doc.ok ~= true then
-        return "FAIL", ("%s: auth.test says %s — fix: copy the token again from the app's settings (api.slack.com/apps)")
-          :format(name, tostring(doc.error or "not ok"))
+      local what = doc.ok == true and proof.said(doc)
+      if not what then
+        return "FAIL", ("%s: %s says %s — fix: copy the token again from the app's settings (api.slack.com/apps)")
+          :format(name, proof.method, tostring(doc.error or "not ok"))
       end
-      said[#said + 1] = ("%s ok (team %s, user %s)"):format(name, tostring(doc.team or "?"), tostring(doc.user or doc.user_id or "?"))
+      said[#said + 1] = ("%s ok (%s)"):format(name, what)
     end
   end
   if not any then return "skip", "no Slack token (set SLACK_BOT_TOKEN and SLACK_APP_TOKEN)" end
@@ -191,6 +219,11 @@ local function check_model(ctx, snap)
   return "FAIL", ("%s/v1/models answered %s — fix: check the network or ANTHROPIC_BASE_URL"):format(base, tostring(status or doc))
 end
 
+-- A count from JSON as a person writes it: 25, not 25.0 (cjson decodes every number a float).
+local function count_text(n)
+  return type(n) == "number" and math.tointeger(n) and tostring(math.tointeger(n)) or tostring(n or "?")
+end
+
 local function check_sandboxd(ctx, snap, url)
   local cfg = snap.execution.sandbox
   url = nonempty(url) or nonempty(ctx.getenv(cfg.url_env))
@@ -209,7 +242,7 @@ local function check_sandboxd(ctx, snap, url)
     return "FAIL", ("%s runs build %s, this binary is %s — fix: deploy the same build to both"):format(url, theirs, ours)
   end
   return "ok", ("%s answers /healthz with this build (%s); %s of %s instances awake"):format(url, ours,
-    tostring(doc.instances and doc.instances.awake), tostring(doc.instances and doc.instances.max))
+    count_text(doc.instances and doc.instances.awake), count_text(doc.instances and doc.instances.max))
 end
 
 -- The bot's front: would `switchboard slack` here run any agent's commands unwalled?
@@ -229,7 +262,7 @@ local function check_bot(ctx, snap)
     return "FAIL", ("agents %s would run on the local executor's walls, which switchboard-bot.service "
       .. "(User=switchboard) cannot build: they need root, so the bot refuses to start — fix: set "
       .. "SANDBOX_URL=http://127.0.0.1:8080 and SANDBOX_TOKEN (the one in %s) in %s"):format(
-        table.concat(names, ", "), M.INSTALLED_SANDBOXD_ENV, M.INSTALLED_BOT_ENV)
+        table.concat(names, ", "), ctx.paths.sandboxd_env, ctx.paths.bot_env)
   end
   if #unwalled == 0 then
     local backend = factory.backend_for({ front = "slack", getenv = ctx.getenv, sandbox_url = ctx.sandbox_url },
@@ -329,16 +362,20 @@ function M.run(argv, ctx)
   ctx.getenv = ctx.getenv or os.getenv
   ctx.sandbox_url = p.opts.sandbox_url
   -- On an installed host, what the services load (deploy/systemd/*.service).
-  if ctx.policies_dir == nil and not ctx.no_installed and is_dir(M.INSTALLED_POLICIES) then
-    ctx.policies_dir = M.INSTALLED_POLICIES
+  ctx.paths = installed_paths(ctx.getenv)
+  if ctx.policies_dir == nil and not ctx.no_installed and is_dir(ctx.paths.policies) then
+    ctx.policies_dir = ctx.paths.policies
     ctx.installed = true
-    local vars = M.read_env_file(M.INSTALLED_BOT_ENV) or {}
+    local vars = M.read_env_file(ctx.paths.bot_env) or {}
     for name, v in pairs(vars) do
       if require("switchboard.policy.schema").is_secret_name(name) then core.log_redact(v) end
     end
     local own = ctx.getenv
     ctx.getenv = function(name) local v = own(name) if v ~= nil and v ~= "" then return v end return vars[name] end
-    p:say(("installed host: checking %s and %s%s"):format(M.INSTALLED_POLICIES, M.INSTALLED_BOT_ENV,
+    -- the GitHub identity as the bot would make it: from bot.env too (the CLI's came from this
+    -- process's environment alone, and said "no GitHub credential" over a GH_TOKEN in bot.env)
+    ctx.credentials = identity.from_env(ctx.getenv)
+    p:say(("installed host: checking %s and %s%s"):format(ctx.paths.policies, ctx.paths.bot_env,
       next(vars) and "" or " (not readable or empty: run as root)"))
   end
   local failed = 0

@@ -5,6 +5,7 @@
 -- the operator changes; every file it lacks, and every setting its files leave alone, comes
 -- from the shipped set.
 
+local core = require("switchboard.core")
 local loader = require("switchboard.policy.loader")
 local policy = require("switchboard.policy")
 local flat = require("switchboard.policy.flat")
@@ -79,8 +80,34 @@ local function refuse(p, errs, dir, summary)
   return 1
 end
 
+-- The overlay files a service could not read although its directory lets others in: a file
+-- written with root's umask 077 (mode 0600) in /etc/switchboard/policies (0750,
+-- root:switchboard) loads for root — `policy check` and `doctor` run as root — and fails the
+-- services' reload, which read it as their own user (Permission denied). One problem line each.
+function M.unreadable_overlays(dir)
+  local ok, root = pcall(core.fs.root, dir)
+  if not ok or not root then return {} end
+  local problems = {}
+  local top = root:stat(".")
+  if top and top.mode & tonumber("055", 8) ~= 0 then
+    for _, name in ipairs(root:list(".") or {}) do
+      local st = name:match("%.lua$") and root:stat(name)
+      if st and st.type == "file" and st.mode & tonumber("044", 8) == 0 then
+        problems[#problems + 1] = ("%s/%s:1: readable by its owner only (mode %04o), while the directory "
+          .. "lets the services in (mode %04o): they read overlays as their own user (switchboard-bot, "
+          .. "switchboard-sandboxd), so their reload would fail with Permission denied — fix: chmod 0644 %s/%s")
+          :format(dir, name, st.mode, top.mode, dir, name)
+      end
+    end
+  end
+  root:close()
+  return problems
+end
+
 local function check(p, dir)
   local snap, errs = load(p, dir)
+  local unreadable = M.unreadable_overlays(dir)
+  if snap and #unreadable > 0 then snap, errs = nil, unreadable end
   if not snap then return refuse(p, errs, dir, "policy check failed: %d problem%s in %s") end
   local c = snap.checked
   p:say(string.format("policies in %s are valid: %d files, %d rules with %d examples, %d hook calls",

@@ -14,6 +14,7 @@
 --     forgotten, and the next command starts a fresh sandbox. A full account (429 on create)
 --     waits like a full fleet, then ExecCapacityError. A nonzero exit is a result.
 local core = require("switchboard.core")
+local tracing = require("switchboard.exec.tracing")
 local budget = require("switchboard.shell.budget")
 local api = require("switchboard.exec.e2b_api")
 local envd = require("switchboard.exec.e2b_envd")
@@ -52,7 +53,8 @@ function M.new(opts)
     template = opts.template or M.DEFAULT_TEMPLATE,
     workdir = workdir ~= "" and workdir or "/",
     state_dir = opts.state_dir,
-    request = opts.request or core.http.request,
+    -- each request an http.request child of the operation's span (exec/tracing.lua)
+    request = tracing.http(opts.request or core.http.request, "e2b"),
     sleep = opts.sleep or core.sleep,
     now_ms = opts.now_ms or core.now_ms,
     sandbox = nil, -- {id, token, domain, expires_ms (our clock)}

@@ -260,7 +260,15 @@ function BUILDERS.resident(opts, ctx, snap, agent)
   end
   local fallback = cfg.fallback or "sandbox"
   local ex, err = BUILDERS[fallback == "local" and "local_" or fallback](opts, ctx, snap, agent)
-  if not ex then return nil, err end
+  if not ex then
+    -- why the resident was not used comes first: alone, the fallback's "SANDBOX_URL is not
+    -- set" read as if the resident had never been asked
+    if errors.is_error(err) and err.kind == "tool" then
+      return nil, errors.tool(("%s, so this falls back to a fresh %s: %s"):format(why,
+        fallback == "local" and "local workspace" or "sandbox", err.message))
+    end
+    return nil, err
+  end
   return ex, fallback, ("%s — using fresh %s"):format(why, fallback == "local" and "local workspace" or "sandbox")
 end
 

@@ -19,6 +19,7 @@
 --     an ERROR event or as the answer) — relisted with a GET of the object and watched again
 --     from there. done(event_type, object) says when to stop.
 local core = require("switchboard.core")
+local tracing = require("switchboard.exec.tracing")
 local cjson = require("cjson")
 local watch_mod = require("switchboard.exec.kubernetes_watch")
 
@@ -108,7 +109,8 @@ function M.new(cfg, opts)
   opts = opts or {}
   return setmetatable({
     cfg = cfg, timeouts = opts.timeouts,
-    request = opts.request or core.http.request,
+    -- each request an http.request child of the operation's span (exec/tracing.lua)
+    request = tracing.http(opts.request or core.http.request, "kubernetes"),
     sleep = opts.sleep or core.sleep, now_ms = opts.now_ms or core.now_ms,
     token_read_ms = nil,
   }, M)

@@ -8,6 +8,7 @@
 --   c:call(method, path, body?, deadline_ms, signal?) → status, doc, raw | nil, transport err
 --     doc: the answer decoded when it is a JSON object, else nil
 local core = require("switchboard.core")
+local tracing = require("switchboard.exec.tracing")
 local cjson = require("cjson")
 local protocol = require("switchboard.shell.protocol")
 
@@ -38,7 +39,8 @@ function M.new(opts)
   assert(type(opts.url) == "string" and opts.url ~= "", "resident client: opts.url is required")
   return setmetatable({
     url = (opts.url:gsub("/+$", "")), token = opts.token, thread_key = opts.thread_key,
-    request = opts.request or core.http.request,
+    -- each request an http.request child of the operation's span (exec/tracing.lua)
+    request = tracing.http(opts.request or core.http.request, "resident"),
   }, Client)
 end
 

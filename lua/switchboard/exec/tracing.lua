@@ -4,7 +4,12 @@
 -- A span carries the backend and the per-call timeout_ms (and an exec's exit code) — never
 -- the command, a path, file bytes or output. A `nil, err` return or a raise ends the span as
 -- an error (its kind and code only) and reaches the caller unchanged. The span is handed to
--- the inner executor as opts.span, so its HTTP calls can be children of it.
+-- the inner executor as opts.span, so its HTTP calls can be children of it; it is also the
+-- running coroutine's current span while the operation runs (M.current), so a client whose
+-- request function is wrapped with M.http (e2b, Kubernetes, the resident) makes each of its
+-- requests an http.request child without threading the span through its calls. An operation
+-- whose opts carry no span takes the current one as its parent: an agent's tool call
+-- (M.within, agent/tools.lua) is the parent of the exec.* spans it causes.
 --
 --   local sink = tracing.file_sink("/var/log/switchboard/spans.jsonl")  -- or stderr_sink()
 --   local ex = tracing.new(inner, {sink = sink})
@@ -148,6 +153,55 @@ function Span:finish(status, err)
 end
 
 ---------------------------------------------------------------------------------------------
+-- The current span of a coroutine: set while a traced operation (or M.within) runs in it.
+
+local current = setmetatable({}, { __mode = "k" })
+
+function M.current() return current[coroutine.running()] end
+
+-- Run fn(...) with span as this coroutine's current span; the one before is restored after,
+-- a raise included.
+function M.within(span, fn, ...)
+  local co = coroutine.running()
+  local before = current[co]
+  current[co] = span
+  local restore <close> = setmetatable({}, { __close = function() current[co] = before end })
+  return fn(...)
+end
+
+-- A tool call of an agent as an agent.tool span (attributes: the tool's name), written where
+-- the executor's spans go (ex.sink: the tracing decorator's), its parent the current span.
+-- Returns the span, or nil when the executor writes no spans.
+function M.tool_span(ex, name)
+  if type(ex) ~= "table" or ex.sink == nil then return nil end
+  return M.start_span("agent.tool", M.current(), { tool = name }, { sink = ex.sink, clock = ex.clock, ids = ex.ids })
+end
+
+-- request(req) wrapped so that, under a current span, each request is an http.request child
+-- of it: backend, method, the URL's path (no query: it may carry a watch's resourceVersion or
+-- a name the caller chose) and the status — never a header or a body.
+function M.http(request, backend)
+  return function(req)
+    local parent = M.current()
+    if type(parent) ~= "table" or parent.trace_id == nil or type(req) ~= "table" then return request(req) end
+    local path = tostring(req.url or ""):match("^%a[%w+.-]*://[^/]*(/[^?#]*)") or "/"
+    local span = M.start_span("http.request", parent, { backend = backend, method = req.method or "GET", route = path },
+      { sink = parent.sink, clock = parent.clock })
+    local done <close> = setmetatable({}, { __close = function(_, err)
+      if err ~= nil then span:finish("error", err) end
+    end })
+    local status, headers, raw = request(req)
+    if status == nil then
+      span:finish("error", headers)
+    else
+      span.attributes.status = status
+      span:finish(status < 500 and "ok" or "error", { kind = "http", code = tostring(status) })
+    end
+    return status, headers, raw
+  end
+end
+
+---------------------------------------------------------------------------------------------
 -- The wrapper
 
 local function with_span(opts, span)
@@ -181,7 +235,7 @@ local function traced(self, op, method, opts_at, ...)
   local opts = opts_at and args[opts_at] or nil
   local attrs = { backend = self.backend }
   if type(opts) == "table" and type(opts.timeout_ms) == "number" then attrs.timeout_ms = opts.timeout_ms end
-  local parent = type(opts) == "table" and opts.span or nil
+  local parent = type(opts) == "table" and opts.span or M.current()
   local span = M.start_span("exec." .. op, parent, attrs, { sink = self.sink, clock = self.clock, ids = self.ids })
   if opts_at then
     args[opts_at] = with_span(opts, span)
@@ -191,7 +245,7 @@ local function traced(self, op, method, opts_at, ...)
   local closer <close> = setmetatable({}, { __close = function(_, err)
     if err ~= nil then span:finish("error", err) end
   end })
-  local res = table.pack(self.inner[method](self.inner, table.unpack(args, 1, args.n)))
+  local res = table.pack(M.within(span, self.inner[method], self.inner, table.unpack(args, 1, args.n)))
   if op == "exec" then count_command(res[1], res[2]) end
   if res[1] == nil and res.n >= 2 then
     span:finish("error", res[2])

@@ -77,7 +77,9 @@ end
 function M.handler(opts)
   local log = opts.log or core.log
   local now_ms = opts.now_ms or core.wall_ms
-  local build = opts.build or core.build
+  -- the build stamp as every /healthz spells it (sandboxd's, the resident's, `version --json`)
+  local stamp = opts.build or core.build
+  local build = { commit = stamp.commit, builtAt = stamp.built_at }
   return function(req, res)
     if req.path == "/healthz" and (req.method == "GET" or req.method == "HEAD") then
       return res:send(200, JSON, cjson.encode({ ok = true, build = build }))

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# The Debian package under a real systemd (issue 38), the package test of record for what the
+# units do: a Debian 12 container whose PID 1 is systemd (podman --systemd=always; the image is
+# make-base's debootstrap root plus systemd, systemd-sysv, dbus and the package's Depends,
+# cached by its inputs' hash), the .deb installed with apt-get, both units started with
+# systemctl exactly as shipped (Type=notify, CapabilityBoundingSet=, DevicePolicy=,
+# ProtectSystem=, PrivateTmp=, …). Then, against the Slack stand-in inside the container:
+# three mentions that read the bot's environment (walled, no secret anywhere), the walls
+# attacks against the installed sandboxd (deploy/tests/image_walls_spec.lua), `kill -9 -1` and a
+# memory-limit kill each followed by a command that finds its files, `systemctl reload` with an
+# overlay change, a 0600 overlay refused by `policy check` with the reason, the journal's lines,
+# `systemctl stop` draining a command in flight, and the purge.
+#
+# The container gets what a host's systemd has and a container's lacks, nothing of the units':
+# the capabilities the sandboxd unit's bounding set names (podman's default set lacks SYS_ADMIN,
+# MKNOD, SYS_PTRACE), the host's tun and loop devices (--device: the container's own device
+# cgroup, inside which the unit's DevicePolicy= is systemd's), an unmasked /proc (bwrap mounts
+# one per instance), and its own cgroup v1 controllers writable (podman mounts them read-only
+# for a systemd container; systemd then cannot delegate them nor apply DevicePolicy=) —
+# remounted read-write in the container's mount namespace, below its own cgroup only
+# (--cgroupns=private), and systemd re-executed so it sees them.
+#   deploy/tests/package_systemd.sh BUILD_DIR
+. "$(dirname "$0")/lib.sh"
+build="$(cd "${1:?BUILD_DIR}" && pwd)"
+need_root "the package test under systemd"
+command -v podman >/dev/null || skip "podman is not installed (scripts/bootstrap installs podman and runc)"
+command -v debootstrap >/dev/null || skip "debootstrap is not installed (scripts/bootstrap installs it)"
+command -v cpack >/dev/null || skip "cpack is not installed"
+. "$DEPLOY_DIR/sandbox/podman-env"
+podman_setup
+sb_podman info >/dev/null 2>&1 || skip "podman cannot run containers here: $(sb_podman info 2>&1 | tail -1)"
+[ -e /sys/fs/cgroup/memory/cgroup.procs ] \
+  || skip "this test remounts the container's cgroup v1 controllers; this host has no cgroup v1 memory controller"
+
+work="$(mktemp -d /var/tmp/switchboard-systemd.XXXXXX)"
+name="switchboard-systemd-$$-$RANDOM"
+cleanup() {
+  sb_podman rm -f -t 0 "$name" >/dev/null 2>&1 || true
+  if [ "${SB_PACKAGE_KEEP:-0}" = 1 ]; then echo "kept: $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+mkdir "$work/in" "$work/empty"
+(cd "$build" && cpack -G DEB -B "$work/deb" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log" >&2; fail "cpack -G DEB"; }
+deb="$(ls "$work"/deb/switchboard_*.deb)"
+cp "$deb" "$work/in/switchboard.deb"
+cp "$REPO_DIR/tests/support/slack_standin.py" "$REPO_DIR/tests/support/watched.py" "$DEPLOY_DIR/tests/slack_mention.py" "$work/in/"
+chmod -R a+rX "$work/in"
+ok "cpack -G DEB built $(basename "$deb")"
+
+# ---- the image: Debian 12 with systemd as init and the package's Depends ------------------
+# (Depends preinstalled: the container then installs the .deb without reaching the archive;
+# git for the walls attacks' own work in a workspace.)
+base_key="$("$DEPLOY_DIR/sandbox/make-base")"
+depends="$(dpkg-deb -f "$deb" Depends | sed 's/([^)]*)//g; s/,/ /g; s/  */ /g')"
+recipe="FROM debian:bookworm-slim
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
+      systemd systemd-sysv dbus python3 python3-websockets curl iproute2 git $depends \\
+ && rm -rf /var/lib/apt/lists/* \\
+ && systemctl mask getty@tty1.service console-getty.service systemd-logind.service
+"
+key="$(printf '%s %s' "$base_key" "$recipe" | sha256sum | cut -c1-16)"
+tag="localhost/switchboard-systemd:$key"
+if ! sb_podman image exists "$tag"; then
+  echo "package_systemd: podman build $tag (about a minute, once per base and Depends)" >&2
+  printf '%s' "$recipe" | sb_podman build --network=host -t "$tag" -f - "$work/empty" >"$work/build.log" 2>&1 \
+    || { tail -20 "$work/build.log" >&2; fail "podman build of the systemd image"; }
+fi
+ok "a Debian 12 image with systemd as init: $tag"
+
+sb_podman run -d --name "$name" --systemd=always --cgroupns=private \
+  --cap-add SYS_ADMIN,MKNOD,SYS_PTRACE --device /dev/net/tun --device /dev/loop-control \
+  --device-cgroup-rule 'b 7:* rwm' --security-opt 'unmask=/proc/*' \
+  -v "$work/in:/srv/test:ro" "$tag" /sbin/init >"$work/run.log" 2>&1 || fail "podman run: $(cat "$work/run.log")"
+cpid="$(sb_podman inspect -f '{{.State.Pid}}' "$name")"
+for c in cpu cpuacct cpuset memory pids devices blkio freezer; do
+  nsenter -t "$cpid" -m mount -o remount,bind,rw "/sys/fs/cgroup/$c" || fail "cannot make the container's $c controller writable"
+done
+in_c() { sb_podman exec "$name" "$@"; }
+state=""
+for _ in $(seq 1 300); do
+  state="$(in_c systemctl is-system-running 2>/dev/null || true)"
+  case "$state" in running|degraded) break ;; esac
+  sleep 0.2
+done
+in_c systemctl daemon-reexec || fail "systemctl daemon-reexec"
+expect_match '^(running|degraded)$' "$(in_c systemctl is-system-running 2>/dev/null || true)" \
+  "systemd is PID 1 in the container and has booted (after: $state)"
+
+in_c env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends /srv/test/switchboard.deb \
+  >"$work/apt.log" 2>&1 || { tail -20 "$work/apt.log" >&2; fail "apt-get install ./switchboard.deb"; }
+ok "apt-get install ./$(basename "$deb") under systemd"
+token_of() { in_c sed -n 's/^SANDBOX_TOKEN=//p' "/etc/switchboard/$1"; }
+sandbox_token="$(token_of sandboxd.env)"
+expect_match '^[0-9a-f]{64}$' "$sandbox_token" "the postinst generated a SANDBOX_TOKEN in a container too (/run/.containerenv)"
+expect_eq "$sandbox_token" "$(token_of bot.env)" "bot.env holds the same SANDBOX_TOKEN"
+
+# ---- the bot's secrets, the Slack stand-in, a small memory limit -------------------------
+rnd() { od -An -tx1 -N12 /dev/urandom | tr -d ' \n'; }
+bot_token="xoxb-$(rnd)" app_token="xapp-$(rnd)" signing="$(rnd)" model="sk-ant-$(rnd)" gh="ghp_$(rnd)"
+secrets=("$bot_token" "$app_token" "$signing" "$model" "$gh" "$sandbox_token")
+printf 'SLACK_BOT_TOKEN=%s\nSLACK_APP_TOKEN=%s\n' "$bot_token" "$app_token" >"$work/standin.env"
+sb_podman cp "$work/standin.env" "$name:/root/standin.env"
+in_c systemd-run --unit slack-standin -p EnvironmentFile=/root/standin.env -p StandardOutput=file:/root/standin.out \
+  -p WorkingDirectory=/srv/test /usr/bin/python3 /srv/test/slack_standin.py >/dev/null 2>&1 || fail "systemd-run the Slack stand-in"
+port=""
+for _ in $(seq 1 300); do port="$(in_c sed -n 's/^READY //p' /root/standin.out 2>/dev/null || true)"; [ -n "$port" ] && break; sleep 0.2; done
+[ -n "$port" ] || fail "the Slack stand-in did not start: $(in_c journalctl -u slack-standin -o cat --no-pager | tail -5)"
+{ printf 'SLACK_BOT_TOKEN=%s\nSLACK_APP_TOKEN=%s\nSLACK_SIGNING_SECRET=%s\n' "$bot_token" "$app_token" "$signing"
+  printf 'ANTHROPIC_API_KEY=%s\nGH_TOKEN=%s\nSLACK_API_URL=http://127.0.0.1:%s/api\n' "$model" "$gh" "$port"
+} >"$work/bot.env.add"
+sb_podman cp "$work/bot.env.add" "$name:/root/bot.env.add"
+in_c sh -c 'cat /root/bot.env.add >>/etc/switchboard/bot.env && rm /root/bot.env.add /root/standin.env'
+# A small memory limit, so that filling /dev/shm reaches it in a moment (root's umask 022 here:
+# the overlay is readable by the bot's group).
+in_c sh -c 'umask 022; printf "memory_bytes = 96 * MiB\n" >/etc/switchboard/policies/isolation.lua'
+
+# ---- systemctl start, exactly as shipped ---------------------------------------------------
+# Without SANDBOX_URL the bot's agents would go to the local executor's walls, which its
+# User=switchboard cannot build (they need root): it refuses to start, exit 78, saying so and
+# what to restore — never runs anyone's command unwalled, never sits ready running nothing.
+in_c sed -i 's/^SANDBOX_URL=/#test# SANDBOX_URL=/' /etc/switchboard/bot.env
+! in_c systemctl start switchboard-bot.service >/dev/null 2>&1 || fail "the bot without SANDBOX_URL started"
+expect_eq 78 "$(in_c systemctl show -p ExecMainStatus --value switchboard-bot)" "without SANDBOX_URL the bot's unit fails: exit 78"
+expect_match 'not root, and the walls need root.*set SANDBOX_URL and SANDBOX_TOKEN' "$(in_c journalctl -u switchboard-bot -o cat --no-pager)" \
+  "… and its journal says why and what to restore"
+in_c systemctl stop switchboard-bot.service switchboard-sandboxd.service
+in_c systemctl reset-failed
+in_c sed -i 's/^#test# SANDBOX_URL=/SANDBOX_URL=/' /etc/switchboard/bot.env
+t0=$(date +%s)
+in_c systemctl start switchboard-bot.service >"$work/start.log" 2>&1 \
+  || fail "systemctl start switchboard-bot: $(cat "$work/start.log"); $(in_c journalctl -u switchboard-sandboxd -u switchboard-bot -o cat --no-pager | tail -20)"
+journal() { in_c journalctl -u "$1" -o cat --no-pager; }
+for unit in switchboard-sandboxd switchboard-bot; do
+  state="$(in_c systemctl is-active "$unit" || true)"
+  [ "$state" = active ] || fail "systemctl start: $unit is $state, not active: $(journal "$unit" | grep -E 'fatal|error' | tail -3)"
+  ok "systemctl start: $unit is active (Type=notify: READY=1 said)"
+done
+ok "the bot (and the sandboxd it Wants) started and said READY=1 in $(( $(date +%s) - t0 )) s"
+expect_match '"event":"sandboxd.listening".*"walls":"cgroup v1"' "$(journal switchboard-sandboxd)" \
+  "journalctl -u switchboard-sandboxd: sandboxd listens walled"
+expect_match '"event":"slack.connected"|"event":"slack\.ready"|socket' "$(journal switchboard-bot)" \
+  "journalctl -u switchboard-bot: the bot connected to Slack"
+# The capability bounding set the kernel applied is the unit's line, in both units.
+for unit in switchboard-sandboxd switchboard-bot; do
+  main="$(in_c systemctl show -p MainPID --value "$unit")"
+  bnd="$(in_c awk '/^CapBnd:/ { print $2 }' "/proc/$main/status")"
+  want="$(in_c sh -c "sed -n 's/^CapabilityBoundingSet=//p' /lib/systemd/system/$unit.service")"
+  got="$(python3 -c '
+import sys
+names = ["chown","dac_override","dac_read_search","fowner","fsetid","kill","setgid","setuid","setpcap",
+  "linux_immutable","net_bind_service","net_broadcast","net_admin","net_raw","ipc_lock","ipc_owner",
+  "sys_module","sys_rawio","sys_chroot","sys_ptrace","sys_pacct","sys_admin","sys_boot","sys_nice",
+  "sys_resource","sys_time","sys_tty_config","mknod","lease","audit_write","audit_control","setfcap"]
+m = int(sys.argv[1], 16)
+print(" ".join(sorted("CAP_" + n.upper() for i, n in enumerate(names) if m >> i & 1)))' "$bnd")"
+  expect_eq "$(tr ' ' '\n' <<<"$want" | grep . | sort | tr '\n' ' ' | sed 's/ $//')" "$got" \
+    "$unit's process has exactly the unit's CapabilityBoundingSet= ($bnd)"
+done
+devices="$(in_c cat /sys/fs/cgroup/devices/system.slice/switchboard-sandboxd.service/devices.list)"
+expect_match '^b 7:\* rwm$' "$devices" "DevicePolicy=closed is applied to sandboxd, with the loop block devices allowed"
+expect_match '^c 10:237 rw$' "$devices" "… and /dev/loop-control"
+! grep -q '^a ' <<<"$devices" || fail "sandboxd's device cgroup allows every device: $devices"
+
+mention() { in_c python3 /srv/test/slack_mention.py "$port" "$@"; }
+
+# ---- the walls: the bot's environment stays out of reach ---------------------------------
+n=0
+for attack in "run \`tr '\\0' '\\n' &lt; /proc/\$PPID/environ\`" "run \`cat /proc/*/environ | tr '\\0' '\\n'\`" "run \`ps eww -A\`"; do
+  n=$((n + 1))
+  card="$(mention "17000003$n.000100" "$attack")" || fail "no final card for $attack"
+  grep -q '· sandbox' <<<"$card" && ! grep -q unwalled <<<"$card" || fail "the command did not run walled in the sandbox: $card"
+  ok "walled in the sandbox: $attack"
+done
+main="$(in_c systemctl show -p MainPID --value switchboard-sandboxd)"
+sandbox_url="http://127.0.0.1:8080"
+(cd "$REPO_DIR" && SB_BUILD_DIR="$build" SB_IMAGE_URL="$sandbox_url" SB_IMAGE_PID="$main" \
+   SB_IMAGE_ROOT=/var/lib/switchboard-sandboxd SANDBOX_TOKEN="$sandbox_token" \
+   timeout 600 nsenter --net="/proc/$cpid/ns/net" busted --output=utfTerminal deploy/tests/image_walls_spec.lua) \
+  >"$work/walls.log" 2>&1 \
+  || { cat "$work/walls.log" >&2; fail "a walls attack succeeded against the installed sandboxd (deploy/tests/image_walls_spec.lua)"; }
+ok "every walls attack fails against the sandboxd systemd started: $(grep -o '[0-9]* success[a-z]*' "$work/walls.log")"
+
+# ---- an instance's death heals: the next command finds its files ------------------------
+for attack in "kill -9 -1; sleep 5" "head -c 1G /dev/zero > /dev/shm/fill"; do
+  n=$((n + 1))
+  thread="17000004$n.000100"
+  card="$(mention "$thread" "run \`echo kept-$n > kept.txt && echo started\`")" || fail "no card for the thread's first command"
+  grep -q 'started' <<<"$card" || fail "the thread's first command did not run: $card"
+  mention "$thread" "run \`$attack\`" >"$work/attack.card" || fail "no card for $attack"
+  card="$(mention "$thread" "run \`cat kept.txt\`")" || fail "no card after $attack"
+  grep -q "kept-$n" <<<"$card" || fail "after $attack the thread's next command did not find its files: $card
+$(journal switchboard-sandboxd | tail -5)"
+  ok "after \`$attack\` the thread's next command runs in a fresh instance on the same files"
+done
+expect_match '"event":"sandboxd.instance_retired".*"reason":"memory"' "$(journal switchboard-sandboxd)" \
+  "journalctl: the memory-limit kill was seen as such"
+
+# ---- systemctl reload: an overlay change, and a 0600 overlay refused -------------------
+before="$(journal switchboard-bot | grep -c '"event":"policy.reloaded"' || true)"
+in_c sh -c 'umask 022; printf "bash.max_ms = 30 * minute\n" >/etc/switchboard/policies/timeouts.lua'
+in_c systemctl reload switchboard-bot || fail "systemctl reload switchboard-bot"
+for _ in $(seq 1 150); do
+  [ "$(journal switchboard-bot | grep -c '"event":"policy.reloaded"' || true)" -gt "$before" ] && break; sleep 0.2
+done
+expect_match '"event":"policy.reloaded"' "$(journal switchboard-bot | grep '"event":"policy.reloaded"' | tail -n +"$((before + 1))")" \
+  "systemctl reload switchboard-bot: the bot loaded the changed overlay"
+expect_eq active "$(in_c systemctl is-active switchboard-bot || true)" "the bot is active after the reload"
+in_c systemctl reload switchboard-sandboxd || fail "systemctl reload switchboard-sandboxd"
+for _ in $(seq 1 150); do journal switchboard-sandboxd | grep -q '"event":"policy.changed".*"key":"bash.max_ms"' && break; sleep 0.2; done
+expect_match '"event":"policy.changed".*"key":"bash.max_ms"' "$(journal switchboard-sandboxd)" \
+  "systemctl reload switchboard-sandboxd: the journal names the changed setting (bash.max_ms)"
+expect_eq active "$(in_c systemctl is-active switchboard-sandboxd || true)" "sandboxd is active after the reload"
+in_c sh -c 'rm /etc/switchboard/policies/timeouts.lua; umask 077; printf "bash.max_ms = 20 * minute\n" >/etc/switchboard/policies/timeouts.lua'
+check=0
+out="$(in_c switchboard policy check /etc/switchboard/policies 2>&1)" || check=$?
+[ "$check" != 0 ] || fail "policy check (as root) passed an overlay the service cannot read: $out"
+expect_match 'timeouts\.lua:1: readable by its owner only \(mode 0600\).*Permission denied' "$out" \
+  "policy check (as root) refuses a 0600 overlay the services could not read, saying why"
+expect_match 'FAIL +policies +.*timeouts\.lua:1: readable by its owner only' "$(in_c switchboard doctor 2>&1 || true)" \
+  "doctor (as root) fails the same overlay"
+in_c chmod 0640 /etc/switchboard/policies/timeouts.lua
+
+# ---- systemctl stop drains a command in flight --------------------------------------------
+thread="1700000500.000100"
+mention "$thread" "run \`echo warm\`" >/dev/null || fail "no card for the drain's first command"
+in_c python3 /srv/test/slack_mention.py "$port" "$thread" "run \`sleep 4 && echo drained\`" >"$work/drain.card" 2>&1 &
+drain=$!
+# (the command's own process in the container, sleeping: the request is in flight)
+for _ in $(seq 1 300); do in_c pgrep -f '^sleep 4$' >/dev/null 2>&1 && break; sleep 0.1; done
+in_c pgrep -f '^sleep 4$' >/dev/null 2>&1 || fail "the drain's command never started: $(cat "$work/drain.card")"
+in_c systemctl stop switchboard-sandboxd || fail "systemctl stop switchboard-sandboxd"
+wait "$drain" || fail "the command in flight during the stop got no final card: $(cat "$work/drain.card")"
+expect_match 'drained' "$(cat "$work/drain.card")" "systemctl stop switchboard-sandboxd let the command in flight finish"
+expect_eq inactive "$(in_c systemctl is-active switchboard-sandboxd || true)" "sandboxd stopped cleanly (inactive, not failed)"
+in_c systemctl stop switchboard-bot || fail "systemctl stop switchboard-bot"
+expect_eq inactive "$(in_c systemctl is-active switchboard-bot || true)" "the bot stopped cleanly"
+
+# ---- no secret anywhere -----------------------------------------------------------------
+in_c journalctl -o cat --no-pager >"$work/journal.txt"
+in_c sh -c 'find /var/lib/switchboard /var/cache/switchboard -type f -print0 | xargs -0 -r cat' >"$work/kept.txt"
+in_c curl -fsS "http://127.0.0.1:$port/_control/state" >"$work/standin-state.json"
+for place in journal.txt kept.txt standin-state.json; do
+  for s in "${secrets[@]}"; do
+    ! grep -qF -- "$s" "$work/$place" || fail "a secret (${s:0:8}…) reached $place"
+  done
+  ok "no secret of the bot in $place"
+done
+
+# ---- purge --------------------------------------------------------------------------------
+in_c apt-get purge -y switchboard >"$work/purge.log" 2>&1 || { cat "$work/purge.log" >&2; fail "apt-get purge switchboard"; }
+for p in /etc/switchboard/bot.env /etc/switchboard/sandboxd.env /var/lib/switchboard /var/lib/switchboard-sandboxd \
+         /var/cache/switchboard /run/switchboard; do
+  in_c test ! -e "$p" || fail "the purge left $p"
+done
+ok "the purge removed the environment files, the state, cache and runtime directories"
+expect_eq "" "$(in_c systemctl list-unit-files 'switchboard-*' --no-legend)" "the purge removed both units"
+
+echo "$checks passed, 0 failed"
