@@ -34,8 +34,19 @@ sb_podman info >/dev/null 2>&1 || skip "podman cannot run containers here: $(sb_
 
 work="$(mktemp -d /var/tmp/switchboard-systemd.XXXXXX)"
 name="switchboard-systemd-$$-$RANDOM"
+# systemd as PID 1 raises fs.file-max and fs.nr_open to the kernel's maximum when it starts and
+# at each daemon-reexec, and the unmasked /proc it needs (above) lets it write the host's own
+# (these sysctls are not namespaced). The host's values are put back as soon as the container's
+# systemd has booted and again on every way out: a test must not change the host (specs beside it
+# check the fleet against fs.file-max).
+host_file_max="$(cat /proc/sys/fs/file-max)" host_nr_open="$(cat /proc/sys/fs/nr_open)"
+restore_host_sysctls() {
+  echo "$host_file_max" >/proc/sys/fs/file-max || true
+  echo "$host_nr_open" >/proc/sys/fs/nr_open || true
+}
 cleanup() {
   sb_podman rm -f -t 0 "$name" >/dev/null 2>&1 || true
+  restore_host_sysctls
   if [ "${SB_PACKAGE_KEEP:-0}" = 1 ]; then echo "kept: $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -83,6 +94,8 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 in_c systemctl daemon-reexec || fail "systemctl daemon-reexec"
+restore_host_sysctls
+expect_eq "$host_file_max" "$(cat /proc/sys/fs/file-max)" "the host's fs.file-max is its own again after the container's systemd raised it"
 expect_match '^(running|degraded)$' "$(in_c systemctl is-system-running 2>/dev/null || true)" \
   "systemd is PID 1 in the container and has booted (after: $state)"
 
