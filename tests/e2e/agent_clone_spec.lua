@@ -112,6 +112,41 @@ describe("agent runs on a repository", function()
     assert.not_matches(token, transcript, 1, true)
   end)
 
+  it("a follow-up reads the cache: the system prompt is the same, the run's facts open its ask, the toolchains are not asked again", function()
+    local _, _, reqs = session({
+      { content = { { type = "tool_use", name = "bash", input = { command = "echo note > notes.txt" } } } },
+      { content = { { type = "text", text = "Noted." } } },
+      { content = { { type = "text", text = "Still noted." } } },
+    }, { "agent:review write a note in acme/api", "agent:review and now?" }, nil)
+    assert.equal(3, #reqs)
+    local first, follow = reqs[1], reqs[3]
+    -- byte-identical system prompt and tools, though the workspace's git status changed
+    assert.equal(model.system_text(first.body), model.system_text(follow.body))
+    assert.same(first.body.tools, follow.body.tools)
+    assert.not_matches("## main", model.system_text(first.body), 1, true)
+    assert.not_matches("rustup", model.system_text(first.body), 1, true) -- a toolchain whose command fails is left out
+    -- the run's facts open each ask: the follow-up's status shows the file the first run wrote
+    local msgs = follow.body.messages
+    local ask = model.text_of(msgs[#msgs])
+    assert.matches("^%[This run: today is " .. os.date("!%A %d %B %Y"), ask)
+    assert.matches("?? notes.txt", ask, 1, true)
+    assert.matches("and now?", ask, 1, true)
+    -- the stand-in accounts usage as the API does: the prefix the first run wrote is read
+    local u = follow.usage
+    local total = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+    assert.is_true(u.cache_read_input_tokens / total >= 0.9,
+      ("cached share %d of %d input tokens"):format(u.cache_read_input_tokens, total))
+    -- the OS and toolchains came from the workspace's facts file on the follow-up
+    local transcript = cat(state .. "/st/transcripts/*/*.jsonl")
+    local cached = {}
+    for line in transcript:gmatch("[^\n]+") do
+      local doc = require("cjson").decode(line)
+      if doc.type == "environment" then cached[#cached + 1] = doc.facts.cached end
+    end
+    table.sort(cached, function(a, b) return tostring(a) < tostring(b) end)
+    assert.same({ false, true }, cached)
+  end)
+
   it("a clone that fails is a legible card and no model turn", function()
     local out, _, reqs = session({}, { "agent:coding fix the tests in acme/missing" }, nil)
     local c = cards.find(out, "acme/missing")

@@ -27,8 +27,12 @@
 --            results), before the next request, so the caller can persist them (the thread's
 --            record); after a compaction the list is the compacted one
 --   instructions: agent/instructions.lua's read, appended to the system prompt
---   facts: agent/facts.lua's gather (date, sandbox, repository, branches, git status),
---            after the agent's system prompt through policy's environment.prompt
+--   facts: agent/facts.lua's gather: the workspace's (sandbox, repository) after the agent's
+--            system prompt through policy's environment.prompt, the run's (date, branch, git
+--            status) opening the new user turn through environment.turn — so the system
+--            prompt and tools are byte-identical across a thread's runs (the prompt cache)
+--   before_tools(): called before an answer's tool calls run: waits for what the workspace still
+--            prepares beside the first request (dispatch/agent_run.lua: a warm thread's fetch)
 --   history: the thread's earlier conversation (Messages API messages as sent before); the
 --            ask follows it
 --   thread, accounts: the thread's name and the spend totals (agent/spend.lua; default: the
@@ -222,6 +226,7 @@ end
 function M.call_tools(o, uses, turn)
   local results, ending, why = {}, nil, nil
   o.touched = {}
+  if o.before_tools then o.before_tools() end -- the workspace still being prepared (a fetch)
   for _, group in ipairs(groups(o, uses)) do
     local blocks, outs = {}, {}
     if ending then
@@ -411,17 +416,19 @@ end
 
 -- The history plus the ask as the next user turn. A history that ends with a user message
 -- (tool results of a run that ended there) gets the ask as a text block after them, so roles
--- still alternate. The ask's text is made valid UTF-8 first.
-function M.start_messages(history, ask)
+-- still alternate. The ask's text is made valid UTF-8 first. opening: a text put before the
+-- ask (the run's facts).
+function M.start_messages(history, ask, opening)
   local messages = {}
   for i, m in ipairs(history or {}) do messages[i] = m end
   local ask_content = {}
+  if opening then ask_content[1] = { type = "text", text = text.valid(opening) } end
   if type(ask) == "table" then
-    for i, b in ipairs(ask) do
-      ask_content[i] = b.type == "text" and { type = "text", text = text.valid(b.text) } or b
+    for _, b in ipairs(ask) do
+      ask_content[#ask_content + 1] = b.type == "text" and { type = "text", text = text.valid(b.text) } or b
     end
   else
-    ask_content[1] = { type = "text", text = text.valid(ask) }
+    ask_content[#ask_content + 1] = { type = "text", text = text.valid(ask) }
   end
   local last = messages[#messages]
   if last and last.role == "user" then
@@ -554,7 +561,7 @@ end
 function M.run(o)
   setup(o)
   local fixed = (#o.system + #(cjson.encode(o.tools) or "")) // context.BYTES_PER_TOKEN
-  local conv = context.new(M.start_messages(o.history, o.ask), fixed)
+  local conv = context.new(M.start_messages(o.history, o.ask, o.facts and facts.turn(o.snap, o.facts)), fixed)
   if o.on_turn then o.on_turn(conv.messages) end -- the ask itself is kept before the first request
   o.answer = ""
   o.transcript:write{ type = "run_start", agent = o.agent, model = o.def.model, repo = o.repo,
