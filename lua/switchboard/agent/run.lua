@@ -369,19 +369,26 @@ local function compacted(o, what)
     o.compactions == 1 and "" or "s", what))
 end
 
--- Makes the next request fit: elide, then summarise. forced: the API said it does not fit.
+-- Makes the next request fit, cheapest first: elide the tool results older than the latest
+-- keep_tool_results, and when that does not make it fit, summarise. forced: the API said it
+-- does not fit (its count replaces the estimate): the elided conversation is tried first, and
+-- the summary comes only when the API refuses it again (nothing more to elide). The
+-- transcript's compaction line has the real sizes: the messages' bytes and the tokens.
 -- Returns true, or false, the state and the problem that end the run.
-function M.compact(o, conv, turn, forced)
+function M.compact(o, conv, turn, forced, api_said)
   local limit = threshold(o)
+  if forced and api_said then conv:too_long(api_said) end
   if not forced and conv:estimate() <= limit then return true end
   local c = o.snap.agents.context
-  local before = conv:estimate()
-  local n = conv:elide(forced and 0 or c.keep_tool_results, describe_elided(o))
+  local before, bytes_before = conv:estimate(), conv:bytes()
+  local n = conv:elide(c.keep_tool_results, describe_elided(o))
   if n > 0 then
+    local after, bytes_after = conv:estimate(), conv:bytes()
     compacted(o, ("turn %d: %d older tool results elided (~%d → ~%d tokens of %d)")
-      :format(turn, n, before, conv:estimate(), o.model.context_tokens))
-    o.transcript:write{ type = "compaction", turn = turn, how = "elide", results = n, before = before, after = conv:estimate() }
-    if not forced and conv:estimate() <= limit then return true end
+      :format(turn, n, before, after, o.model.context_tokens))
+    o.transcript:write{ type = "compaction", turn = turn, how = "elide", results = n, before = before, after = after,
+                        bytes_before = bytes_before, bytes_after = bytes_after, forced = forced or nil }
+    if forced or after <= limit then return true end
   end
   local summary, err = summarise(o, conv)
   if not summary then
@@ -395,6 +402,7 @@ function M.compact(o, conv, turn, forced)
   end
   local first = ("The ask: %s\n\n[The earlier turns of this run were summarised to fit the context window:]\n%s")
     :format(ask_text(o.ask), summary)
+  local bytes_summarised = conv:bytes()
   local kept = conv:restart(first, c.keep_turns)
   -- the summary replaced the turns that carried subdirectories' instructions: the next read
   -- under one brings its files back
@@ -402,7 +410,7 @@ function M.compact(o, conv, turn, forced)
   compacted(o, ("turn %d: earlier turns summarised by the model, the latest %d messages kept (~%d → ~%d tokens)")
     :format(turn, kept, before, conv:estimate()))
   o.transcript:write{ type = "compaction", turn = turn, how = "summary", kept = kept, before = before,
-                      after = conv:estimate(), summary = summary }
+                      after = conv:estimate(), bytes_before = bytes_summarised, bytes_after = conv:bytes(), summary = summary }
   if conv:estimate() > o.model.context_tokens then
     return false, "context", ("even after the model summarised the conversation, its latest turns "
       .. "(~%d tokens) do not fit the model's window of %d tokens. Ask again in this thread with a "
@@ -534,9 +542,9 @@ end
 -- One turn's request, compacting first when it would not fit, and once more when the API
 -- says it does not. Returns the message, or nil, state, problem.
 local function request(o, conv, turn)
-  local forced = false
+  local forced, api_said = false, nil
   for _ = 1, 3 do
-    local ok, state, problem = M.compact(o, conv, turn, forced)
+    local ok, state, problem = M.compact(o, conv, turn, forced, api_said)
     if not ok then return nil, state, problem end
     local ending, why = must_end(o)
     if ending then return nil, ending, why end
@@ -552,7 +560,7 @@ local function request(o, conv, turn)
     if err.kind == "aborted" then return nil, "stopped" end
     if err.kind == "budget" then return nil, "budget", err.message end
     if err.kind ~= "too_long" then return nil, "model_error", err.message end
-    forced = true
+    forced, api_said = true, err.message
   end
   return nil, "context", ("the conversation does not fit the model's window of %d tokens even after "
     .. "compacting it twice; ask again in this thread with a narrower task"):format(o.model.context_tokens)
