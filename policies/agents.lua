@@ -79,15 +79,17 @@ When you are done, answer with a short summary of what you did and what you saw;
 -- `publishes_nothing`) and {scratch}: the scratch directory the same command makes —
 -- scratch_dir, inside .git/ when the run has a repository, so what the agent keeps there is
 -- never committed. What belongs to this run opens its user turn through `turn`: {date} (UTC),
--- {publish_branch} (the thread's branch the run's changes are pushed to) and {git_status}
--- (`git status --short --branch`, at most max_status_lines lines).
+-- {workspace} (the workspace's path), {publish_branch} (the thread's branch the run's changes
+-- are pushed to) and {git_status} (`git status --short --branch`, at most max_status_lines
+-- lines). An agent's system_prompt's {workspace} is "the thread's workspace", not the path,
+-- so it is the same in every thread.
 environment = {
   prompt = [[## The workspace
 The sandbox runs {os}; toolchains: {toolchains}.
 Repository: {repository}; its default branch is {default_branch}. {publishing}
 Scratch directory for notes, logs and throwaway scripts: {scratch} (never committed). Put nothing there that the change needs.
 Each ask opens with this run's facts: the date, the branch and `git status` at the start.]],
-  turn = [[[This run: today is {date}; changes are published on branch {publish_branch}.
+  turn = [[[This run: today is {date}; the workspace is {workspace}; changes are published on branch {publish_branch}.
 `git status` at the start:
 {git_status}]
 ]],

@@ -113,13 +113,32 @@ describe("agent runs on a repository", function()
   end)
 
   it("a follow-up reads the cache: the system prompt is the same, the run's facts open its ask, the toolchains are not asked again", function()
+    -- a toolchain of the policy's list that logs each time it is asked
+    local shim = state .. "/shim/make"
+    local f = assert(io.open(shim, "w"))
+    f:write("#!/bin/sh\nprintf '%s\\n' \"$*\" >> '" .. state .. "/make-argv'\necho 'GNU Make 9.9'\n")
+    f:close()
+    sh("chmod +x " .. shim)
     local _, _, reqs = session({
       { content = { { type = "tool_use", name = "bash", input = { command = "echo note > notes.txt" } } } },
       { content = { { type = "text", text = "Noted." } } },
       { content = { { type = "text", text = "Still noted." } } },
-    }, { "agent:review write a note in acme/api", "agent:review and now?" }, nil)
-    assert.equal(3, #reqs)
-    local first, follow = reqs[1], reqs[3]
+      -- the other thread runs beside the first: its answer is matched by its ask
+      { match = "what is in acme/api", content = { { type = "text", text = "Another thread." } } },
+    }, { "agent:review write a note in acme/api", "agent:review and now?", "/thread other",
+         "agent:review what is in acme/api?" }, nil)
+    assert.equal(4, #reqs)
+    local main, other = {}, nil
+    for _, r in ipairs(reqs) do
+      if r.matched then other = r else main[#main + 1] = r end
+    end
+    -- asked once: not by the follow-up (the workspace's file), nor by the new thread's workspace
+    -- (the same backend and agent: the same image; it started beside the first and waited)
+    assert.equal("--version\n", files.read(state .. "/make-argv"))
+    assert.matches("GNU Make 9.9", model.system_text(other.body), 1, true)
+    -- the same system prompt in another thread of the same agent and repository
+    assert.equal(model.system_text(main[1].body), model.system_text(other.body))
+    local first, follow = main[1], main[3]
     -- byte-identical system prompt and tools, though the workspace's git status changed
     assert.equal(model.system_text(first.body), model.system_text(follow.body))
     assert.same(first.body.tools, follow.body.tools)
@@ -144,7 +163,7 @@ describe("agent runs on a repository", function()
       if doc.type == "environment" then cached[#cached + 1] = doc.facts.cached end
     end
     table.sort(cached, function(a, b) return tostring(a) < tostring(b) end)
-    assert.same({ false, true }, cached)
+    assert.same({ false, false, true }, cached)
   end)
 
   it("a clone that fails is a legible card and no model turn", function()

@@ -60,7 +60,9 @@ function M.system_prompt(snap, def, o)
   return template.fill(def.system_prompt, {
     agent = def.name or o.agent,
     repository = o.repo or "no repository (the workspace starts empty)",
-    workspace = o.workspace or "the current directory of each command",
+    -- not the path (a thread's own under the local backend): the system prompt stays the
+    -- same across threads; the path opens each ask with the run's facts
+    workspace = "the thread's workspace",
     tools = #names > 0 and table.concat(names, ", ") or "no tools",
   })
 end
@@ -569,7 +571,7 @@ end
 function M.run(o)
   setup(o)
   local fixed = (#o.system + #(cjson.encode(o.tools) or "")) // context.BYTES_PER_TOKEN
-  local conv = context.new(M.start_messages(o.history, o.ask, o.facts and facts.turn(o.snap, o.facts)), fixed)
+  local conv = context.new(M.start_messages(o.history, o.ask, o.facts and facts.turn(o.snap, o.facts, o.workspace)), fixed)
   if o.on_turn then o.on_turn(conv.messages) end -- the ask itself is kept before the first request
   o.answer = ""
   o.transcript:write{ type = "run_start", agent = o.agent, model = o.def.model, repo = o.repo,

@@ -311,14 +311,31 @@ local function read_instructions(d, run, deadline)
   run.transcript:write{ type = "instructions", files = run.guide.files }
 end
 
+-- The OS and toolchain lines a workspace of a backend gave, per (backend, agent): a new
+-- workspace of the same image gets them written instead of running the toolchains again. While
+-- one workspace computes them, another of the same image waits for its lines (the toolchains
+-- are asked once, not once per thread that started at the same time).
+local known_facts, computing = {}, {}
+
 -- The run's facts (agent/facts.lua): an agent without tools gets none.
 local function gather_facts(d, run, deadline)
   local thread, ask = run.thread, run.ask
   local snap = ask.snap
   if #tools_mod.definitions(snap, ask.agent_def) == 0 then return end
-  run.facts = facts_mod.gather(run.built.executor, snap, { repo = ask.repo,
+  local image = tostring(run.built.backend) .. "\0" .. tostring(ask.agent) .. "\0" .. facts_mod.facts_file(snap, "")
+  if not known_facts[image] and computing[image] then core.sleep(deadline - d.now_ms(), computing[image]) end
+  local mine = not known_facts[image] and not computing[image] and core.signal(ask.stop) or nil
+  if mine then computing[image] = mine end
+  local ok, got = pcall(facts_mod.gather, run.built.executor, snap, { repo = ask.repo,
     branch = M.publishes_at_all(ask) and publish.branch(snap, thread.name, d.thread_key(thread.name)) or nil,
-    signal = ask.stop, remaining_ms = deadline - d.now_ms() })
+    signal = ask.stop, remaining_ms = deadline - d.now_ms(), known = known_facts[image] })
+  if mine then
+    if ok then known_facts[image] = got.known end
+    computing[image] = nil
+    mine:abort("computed")
+  end
+  if not ok then error(got, 0) end
+  run.facts = got
   run.transcript:write{ type = "environment", facts = run.facts }
 end
 

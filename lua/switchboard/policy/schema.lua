@@ -492,7 +492,7 @@ M.files.agents = {
   },
   environment = S.record {
     prompt = S.text({ "os", "toolchains", "repository", "default_branch", "publishing", "scratch" }, 16384),
-    turn = S.text({ "date", "publish_branch", "git_status" }, 16384),
+    turn = S.text({ "date", "workspace", "publish_branch", "git_status" }, 16384),
     publishes = S.text({}, 2048),
     publishes_nothing = S.text({}, 2048),
     toolchains = S.list(S.string { pattern = "^[%w._+-]+[%w._+ -]*$", what = "a command: a program and its arguments (letters, digits, . _ + -)" },
