@@ -6,7 +6,8 @@
 --
 --   warm           a follow-up in a thread whose earlier ask has run (2nd, 3rd, … ask)
 --   warm_restart   the first ask in such a thread after the console was restarted (the
---                  conversation comes back from the thread's record)
+--                  conversation comes back from the thread's record), written once the new
+--                  console has started
 --   cold_repo      the first ask of a new thread that names a repository (the clone, the
 --                  instruction files, the run's facts)
 --   cold           the first ask of a new thread without a repository
@@ -32,6 +33,7 @@ local files = require("support.files")
 local policies = require("support.policies")
 
 local WARM, RESTARTS, COLDS = tonumber(arg[1] or 12), tonumber(arg[2] or 4), tonumber(arg[3] or 6)
+local SL = require("support.slack")
 
 local BIN = os.getenv("SWITCHBOARD_BIN") or (build .. "/switchboard")
 if BIN:sub(1, 1) ~= "/" then BIN = os.getenv("PWD") .. "/" .. BIN end
@@ -105,6 +107,30 @@ local function ask(c, m, line, seen)
   return t_req - t_ask
 end
 
+-- The Slack front: one mention (or a reply in a thread) pushed over Socket Mode by the Slack
+-- stand-in (tests/support/slack_standin.py); the ask's time is taken before the stand-in is
+-- told to send it. Waits for the card's final state.
+local slack_seq = 0
+local function slack_ask(st, m, text, root)
+  slack_seq = slack_seq + 1
+  local ts = ("1700001%03d.000100"):format(slack_seq)
+  local before = #m:requests()
+  local t_ask = core.now_ms()
+  st:envelope("events_api", SL.mention{ ts = ts, thread_ts = root, text = text })
+  local reqs = model.wait_for(function()
+    local r = m:requests()
+    return #r > before and r
+  end, 120000)
+  assert(reqs, "no model request for the Slack ask: " .. text)
+  local thread = root or ts
+  assert(model.wait_for(function()
+    for _, c in ipairs(st:cards(thread)) do
+      if SL.is_final(c) and SL.card_text(c):find(text:gsub("^agent:%S+ ", ""), 1, true) then return true end
+    end
+  end, 120000), "the Slack card did not end: " .. text)
+  return reqs[before + 1].t * 1000 - t_ask, ts
+end
+
 local function close(c)
   c.w:close()
   local r = c.proc:wait()
@@ -128,7 +154,8 @@ local function main()
                 -- a pull request is refused at once (nothing listens there): the card ends
                 GITHUB_API_URL = "http://127.0.0.1:9" }
   local load0 = load_now()
-  local times = { warm = {}, warm_restart = {}, cold_repo = {}, cold = {} }
+  local times = { warm = {}, warm_restart = {}, cold_repo = {}, cold = {},
+                  slack_warm = {}, slack_warm_restart = {}, slack_cold_repo = {}, slack_cold = {} }
   local seen = {}
   local shares = {}
 
@@ -153,23 +180,54 @@ local function main()
     times.cold[#times.cold + 1] = ask(c, m, "agent:coding what is 2 + 2?", seen)
   end
   close(c)
-  -- warm after a restart: the thread's conversation comes back from the record
+  -- warm after a restart: the thread's conversation comes back from the record; the ask is
+  -- written once the console is up (it has answered /thread), as a bot is before its asks
   for i = 1, RESTARTS do
     c = console(dir, env, pol)
     c.w:write("/thread warm\n")
+    assert(model.wait_for(function() return (files.read(c.out) or ""):find("thread: warm", 1, true) end, 120000),
+      "the console did not start")
     times.warm_restart[#times.warm_restart + 1] = ask(c, m, "agent:coding after restart " .. i .. "?", seen)
     close(c)
   end
+
+  -- the same through the Slack front
+  local st = SL.standin()
+  local benv = {}
+  for _, k in ipairs({ "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "GH_TOKEN", "GITHUB_API_URL" }) do benv[k] = env[k] end
+  local sdir = dir .. "/slack-state"
+  local bot = SL.bot(st, { state_dir = sdir, policies = pol, env = benv })
+  local _, root = slack_ask(st, m, "agent:coding what does the README in acme/api say?")
+  for i = 1, WARM do
+    m:script{ { content = { { type = "tool_use", name = "write_file", input = { path = "slack-" .. i .. ".txt", content = "note\n" } } } },
+              { content = { { type = "text", text = "Noted." } } } }
+    times.slack_warm[#times.slack_warm + 1] = slack_ask(st, m, "agent:coding slack question " .. i .. "?", root)
+  end
+  for i = 1, COLDS do
+    times.slack_cold_repo[#times.slack_cold_repo + 1] = slack_ask(st, m, "agent:coding what does the README in acme/api say, " .. i .. "?")
+    times.slack_cold[#times.slack_cold + 1] = slack_ask(st, m, "agent:coding what is " .. i .. " + 2?")
+  end
+  for i = 1, RESTARTS do
+    bot:signal("TERM")
+    bot:wait()
+    bot = SL.bot(st, { state_dir = sdir, policies = pol, env = benv })
+    times.slack_warm_restart[#times.slack_warm_restart + 1] = slack_ask(st, m, "agent:coding slack after restart " .. i .. "?", root)
+  end
+  bot:signal("TERM")
+  bot:wait()
+  st:close()
+
   local load1 = load_now()
 
   local result = { scenarios = {}, load = { before = load0, after = load1 },
                    cached_share = { p50 = percentile(shares, 50), min = percentile(shares, 0) } }
-  print(("%-14s %4s %10s %10s %10s"):format("scenario", "n", "p50 ms", "p95 ms", "max ms"))
-  for _, name in ipairs({ "warm", "warm_restart", "cold_repo", "cold" }) do
+  print(("%-18s %4s %10s %10s %10s"):format("scenario", "n", "p50 ms", "p95 ms", "max ms"))
+  for _, name in ipairs({ "warm", "warm_restart", "cold_repo", "cold",
+                          "slack_warm", "slack_warm_restart", "slack_cold_repo", "slack_cold" }) do
     local xs = times[name]
     local r = { n = #xs, p50_ms = percentile(xs, 50), p95_ms = percentile(xs, 95), max_ms = percentile(xs, 100) }
     result.scenarios[name] = r
-    print(("%-14s %4d %10.1f %10.1f %10.1f"):format(name, r.n, r.p50_ms or 0, r.p95_ms or 0, r.max_ms or 0))
+    print(("%-18s %4d %10.1f %10.1f %10.1f"):format(name, r.n, r.p50_ms or 0, r.p95_ms or 0, r.max_ms or 0))
   end
   print(("cached share of a warm follow-up's input tokens: p50 %.1f %%, lowest %.1f %%"):format(
     100 * (result.cached_share.p50 or 0), 100 * (result.cached_share.min or 0)))
