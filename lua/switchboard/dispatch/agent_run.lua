@@ -152,11 +152,26 @@ function M.reply_on_review(d, thread, ask, state, answer, problem)
 end
 
 -- The front's context for this run (Slack: the thread's earlier messages on its first run, the
--- ask's files): content blocks put before the ask's text, notes on the card.
-function M.gather_context(d, thread, ask)
-  if not ask.prepare then return end
-  local history = M.history(d, thread)
-  local ok, blocks, notes = pcall(ask.prepare, history == nil or #history == 0)
+-- ask's files): content blocks put before the ask's text, notes on the card. It is fetched from
+-- the run's start, beside the clone (issue 36: a cold thread's first request waits for the
+-- slower of the two, not their sum); the function returned waits for it and applies it, so
+-- its notes come after the repository's, as before.
+function M.start_context(d, thread, ask)
+  if not ask.prepare then return function() end end
+  local got
+  local done = core.signal()
+  core.go(function()
+    local history = M.history(d, thread)
+    got = { pcall(ask.prepare, history == nil or #history == 0) }
+    done:abort("done")
+  end)
+  return function()
+    while not got do core.sleep(3600 * 1000, done) end
+    M.apply_context(thread, ask, table.unpack(got, 1, 3))
+  end
+end
+
+function M.apply_context(thread, ask, ok, blocks, notes)
   if not ok then
     core.log("error", "agent.context_failed", { thread = thread.name, error = tostring(blocks) })
     ask.card:add_note("the context from the front could not be read: " .. tostring(blocks):match("^[^\n]*"))
@@ -372,6 +387,7 @@ function M.run(d, run)
   run.transcript = t
   run.rrun = M.record_start(d, thread, ask, built, t)
   core.log("info", "agent.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
+  local context_ready = M.start_context(d, thread, ask)
   if ask.repo then run.state = prepare_repo(d, run, deadline) end
   if run.state then return end
   -- the instruction files and the facts are read at the same time (each is executor work)
@@ -379,7 +395,7 @@ function M.run(d, run)
     function() if ask.repo then read_instructions(d, run, deadline) end end,
     function() gather_facts(d, run, deadline) end,
   }
-  M.gather_context(d, thread, ask)
+  context_ready()
   converse(d, run, deadline)
   if run.workspace_ready then run.workspace_ready(true) end
   local publishes, unfinished = M.publishes(d, ask, run.state)
