@@ -3,7 +3,11 @@
 -- (dispatch/dispatcher.lua: provision → stop re-check → run → release); these are the
 -- agent's steps in it: the model client before provisioning, then the repository, the
 -- context, agent/run.lua and the pull request, and after the release the card's end, the
--- transcript's and the record's.
+-- transcript's and the record's. Nothing but the model is on the first request's path that
+-- can be elsewhere (issue 36): the front's context is fetched beside the clone, a warm
+-- workspace's fetch runs beside the first request (its tools wait for it), the instruction
+-- files and the run's facts are read at the same time, and the toolchains are asked once per
+-- image (agent/facts.lua).
 --
 --   agent_run.before(d, run) → true | false (the card has ended: no model credential)
 --   agent_run.run(d, run)           in the thread's worker task, the executor provisioned
