@@ -166,6 +166,29 @@ describe("agent runs on a repository", function()
     assert.same({ false, false, true }, cached)
   end)
 
+  it("a follow-up's fetch runs beside its first request, and its tool calls wait for the fetch", function()
+    -- git fetch waits (up to 20 s, then fails) until the model has the follow-up's first request
+    local f = assert(io.open(state .. "/shim/git", "w"))
+    f:write(("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> '%s/git-argv'\n"
+      .. "case \" $* \" in *' fetch '*)\n"
+      .. "  i=0; while [ ! -e '%s/first-request' ]; do i=$((i+1)); [ $i -gt 400 ] && exit 1; sleep 0.05; done\n"
+      .. "  /usr/bin/git \"$@\"; rc=$?; touch '%s/fetch-done'; exit $rc;;\nesac\nexec /usr/bin/git \"$@\"\n")
+      :format(state, state, state))
+    f:close()
+    local out, err = session({
+      { content = { { type = "text", text = "Cloned." } } },
+      { content = { { type = "tool_use", name = "bash", input = { command = "test -e '" .. state .. "/fetch-done' && echo the fetch came first" } } },
+        touch = state .. "/first-request" },
+      { content = { { type = "text", text = "Fetched." } } },
+    }, { "agent:review what is in acme/api?", "agent:review and now?" }, nil)
+    local follow = cards.find(out, "and now%?")
+    assert.is_not_nil(follow, out .. err)
+    assert.matches("✓ done after 2 turns", follow, 1, true)
+    assert.matches("note: fetched acme/api", follow, 1, true)
+    local transcript = cat(state .. "/st/transcripts/*/*.jsonl")
+    assert.matches("the fetch came first", transcript, 1, true)
+  end)
+
   it("a clone that fails is a legible card and no model turn", function()
     local out, _, reqs = session({}, { "agent:coding fix the tests in acme/missing" }, nil)
     local c = cards.find(out, "acme/missing")
