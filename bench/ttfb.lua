@@ -146,6 +146,7 @@ local function main()
     github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. port .. '/{repo}.git"\n' end,
   }
   local m = model.start()
+  m:config{ min_cache_tokens = 1024 } -- the API's minimum cacheable prompt for the shipped model (Sonnet)
   local env = { PATH = os.getenv("PATH"), HOME = dir, LANG = os.getenv("LANG"),
                 ASAN_OPTIONS = os.getenv("ASAN_OPTIONS"), UBSAN_OPTIONS = os.getenv("UBSAN_OPTIONS"),
                 SWITCHBOARD_LUA_DIR = os.getenv("SWITCHBOARD_LUA_DIR"),
