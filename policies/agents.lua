@@ -69,26 +69,33 @@ Work with the tools ({tools}) until the task is done: look before you change, ru
 When you are done, answer with a short summary of what you did and what you saw; say plainly what is left undone.]],
 }
 
--- The facts a run's system prompt carries, so the agent does not spend turns finding them:
--- gathered by one command in the thread's sandbox at the run's start (within timeout_ms) and
--- put after the agent's system_prompt through `prompt`: {date} (UTC), {os} (the sandbox's),
--- {toolchains} (the first line of each command below whose program is installed),
--- {repository}, {default_branch}, {publish_branch} (the thread's branch the run's changes are
--- pushed to), {publishing} (`publishes` for an agent that opens pull requests, with its
--- {publish_branch}, else `publishes_nothing`), {git_status} (`git status --short --branch`, at
--- most max_status_lines lines)
--- and {scratch}: the scratch directory the same command makes — scratch_dir, inside .git/
--- when the run has a repository, so what the agent keeps there is never committed.
+-- The facts a run starts with, so the agent does not spend turns finding them: gathered by
+-- one command in the thread's sandbox at the run's start (within timeout_ms). What is the same
+-- for every run in the workspace goes after the agent's system_prompt through `prompt` — so
+-- the system prompt stays byte-identical across a thread's runs and the prompt cache holds:
+-- {os} (the sandbox's), {toolchains} (the first line of each command below whose program is
+-- installed and which succeeds; computed once per workspace and kept in it), {repository},
+-- {default_branch}, {publishing} (`publishes` for an agent that opens pull requests, else
+-- `publishes_nothing`) and {scratch}: the scratch directory the same command makes —
+-- scratch_dir, inside .git/ when the run has a repository, so what the agent keeps there is
+-- never committed. What belongs to this run opens its user turn through `turn`: {date} (UTC),
+-- {workspace} (the workspace's path), {publish_branch} (the thread's branch the run's changes
+-- are pushed to) and {git_status} (`git status --short --branch`, at most max_status_lines
+-- lines). An agent's system_prompt's {workspace} is "the thread's workspace", not the path,
+-- so it is the same in every thread.
 environment = {
-  prompt = [[## This run
-Today is {date}. The sandbox runs {os}; toolchains: {toolchains}.
+  prompt = [[## The workspace
+The sandbox runs {os}; toolchains: {toolchains}.
 Repository: {repository}; its default branch is {default_branch}. {publishing}
 Scratch directory for notes, logs and throwaway scripts: {scratch} (never committed). Put nothing there that the change needs.
+Each ask opens with this run's facts: the date, the branch and `git status` at the start.]],
+  turn = [[[This run: today is {date}; the workspace is {workspace}; changes are published on branch {publish_branch}.
 `git status` at the start:
-{git_status}]],
+{git_status}]
+]],
   toolchains = { "python3 --version", "node --version", "go version", "rustc --version", "cargo --version",
                  "gcc --version", "make --version", "java -version", "ruby --version", "git --version" },
-  publishes = "When the run ends, switchboard commits your changes and publishes them on branch {publish_branch}: do not commit, push or open a pull request yourself.",
+  publishes = "When a run ends, switchboard commits your changes and publishes them on the thread's branch: do not commit, push or open a pull request yourself.",
   publishes_nothing = "This run publishes nothing: do not commit, push or open a pull request.",
   max_status_lines = 30,
   scratch_dir = "switchboard-scratch",

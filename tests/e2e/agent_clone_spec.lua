@@ -112,6 +112,83 @@ describe("agent runs on a repository", function()
     assert.not_matches(token, transcript, 1, true)
   end)
 
+  it("a follow-up reads the cache: the system prompt is the same, the run's facts open its ask, the toolchains are not asked again", function()
+    -- a toolchain of the policy's list that logs each time it is asked
+    local shim = state .. "/shim/make"
+    local f = assert(io.open(shim, "w"))
+    f:write("#!/bin/sh\nprintf '%s\\n' \"$*\" >> '" .. state .. "/make-argv'\necho 'GNU Make 9.9'\n")
+    f:close()
+    sh("chmod +x " .. shim)
+    local _, _, reqs = session({
+      { content = { { type = "tool_use", name = "bash", input = { command = "echo note > notes.txt" } } } },
+      { content = { { type = "text", text = "Noted." } } },
+      { content = { { type = "text", text = "Still noted." } } },
+      -- the other thread runs beside the first: its answer is matched by its ask
+      { match = "what is in acme/api", content = { { type = "text", text = "Another thread." } } },
+    }, { "agent:review write a note in acme/api", "agent:review and now?", "/thread other",
+         "agent:review what is in acme/api?" }, nil)
+    assert.equal(4, #reqs)
+    local main, other = {}, nil
+    for _, r in ipairs(reqs) do
+      if r.matched then other = r else main[#main + 1] = r end
+    end
+    -- asked once: not by the follow-up (the workspace's file), nor by the new thread's workspace
+    -- (the same backend and agent: the same image; it started beside the first and waited)
+    assert.equal("--version\n", files.read(state .. "/make-argv"))
+    assert.matches("GNU Make 9.9", model.system_text(other.body), 1, true)
+    -- the same system prompt in another thread of the same agent and repository
+    assert.equal(model.system_text(main[1].body), model.system_text(other.body))
+    local first, follow = main[1], main[3]
+    -- byte-identical system prompt and tools, though the workspace's git status changed
+    assert.equal(model.system_text(first.body), model.system_text(follow.body))
+    assert.same(first.body.tools, follow.body.tools)
+    assert.not_matches("## main", model.system_text(first.body), 1, true)
+    assert.not_matches("rustup", model.system_text(first.body), 1, true) -- a toolchain whose command fails is left out
+    -- the run's facts open each ask: the follow-up's status shows the file the first run wrote
+    local msgs = follow.body.messages
+    local ask = model.text_of(msgs[#msgs])
+    assert.matches("^%[This run: today is " .. os.date("!%A %d %B %Y"), ask)
+    assert.matches("?? notes.txt", ask, 1, true)
+    assert.matches("and now?", ask, 1, true)
+    -- the stand-in accounts usage as the API does: the prefix the first run wrote is read
+    local u = follow.usage
+    local total = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+    assert.is_true(u.cache_read_input_tokens / total >= 0.9,
+      ("cached share %d of %d input tokens"):format(u.cache_read_input_tokens, total))
+    -- the OS and toolchains came from the workspace's facts file on the follow-up
+    local transcript = cat(state .. "/st/transcripts/*/*.jsonl")
+    local cached = {}
+    for line in transcript:gmatch("[^\n]+") do
+      local doc = require("cjson").decode(line)
+      if doc.type == "environment" then cached[#cached + 1] = doc.facts.cached end
+    end
+    table.sort(cached, function(a, b) return tostring(a) < tostring(b) end)
+    assert.same({ false, false, true }, cached)
+  end)
+
+  it("a follow-up's fetch runs beside its first request, and its tool calls wait for the fetch", function()
+    -- git fetch waits (up to 20 s, then fails) until the model has the follow-up's first request
+    local f = assert(io.open(state .. "/shim/git", "w"))
+    f:write(("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> '%s/git-argv'\n"
+      .. "case \" $* \" in *' fetch '*)\n"
+      .. "  i=0; while [ ! -e '%s/first-request' ]; do i=$((i+1)); [ $i -gt 400 ] && exit 1; sleep 0.05; done\n"
+      .. "  /usr/bin/git \"$@\"; rc=$?; touch '%s/fetch-done'; exit $rc;;\nesac\nexec /usr/bin/git \"$@\"\n")
+      :format(state, state, state))
+    f:close()
+    local out, err = session({
+      { content = { { type = "text", text = "Cloned." } } },
+      { content = { { type = "tool_use", name = "bash", input = { command = "test -e '" .. state .. "/fetch-done' && echo the fetch came first" } } },
+        touch = state .. "/first-request" },
+      { content = { { type = "text", text = "Fetched." } } },
+    }, { "agent:review what is in acme/api?", "agent:review and now?" }, nil)
+    local follow = cards.find(out, "and now%?")
+    assert.is_not_nil(follow, out .. err)
+    assert.matches("✓ done after 2 turns", follow, 1, true)
+    assert.matches("note: fetched acme/api", follow, 1, true)
+    local transcript = cat(state .. "/st/transcripts/*/*.jsonl")
+    assert.matches("the fetch came first", transcript, 1, true)
+  end)
+
   it("a clone that fails is a legible card and no model turn", function()
     local out, _, reqs = session({}, { "agent:coding fix the tests in acme/missing" }, nil)
     local c = cards.find(out, "acme/missing")

@@ -227,12 +227,12 @@ describe("agent runs in switchboard console", function()
       tool("bash", { command = "sleep 0.5" }), text_answer("first done"), text_answer("second done"),
     }, { "agent:coding first ask", "agent:coding second ask" })
     local asks = {}
-    for i, r in ipairs(reqs) do asks[i] = model.text_of(r.body.messages[1]) end
+    for i, r in ipairs(reqs) do asks[i] = model.ask_of(r.body.messages[1]) end
     -- the second ask continues the thread's conversation: its request starts with the first
     -- ask and ends with the second, after the first run's whole exchange (docs/record.md)
     assert.same({ "first ask", "first ask", "first ask" }, asks)
     local last = reqs[3].body.messages
-    assert.equal("second ask", model.text_of(last[#last]))
+    assert.equal("second ask", model.ask_of(last[#last]))
     assert.equal("first done", model.text_of(last[#last - 1]))
     assert.matches("first done$", cards.find(out, "> first ask"))
     assert.matches("second done$", cards.find(out, "> second ask"))

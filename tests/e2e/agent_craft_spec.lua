@@ -239,15 +239,18 @@ describe("agent craft: repository instructions, edit_file, the pull request, fin
     assert.matches("✓ done after 3 turns", c, 1, true)
     assert.same({ "bash", "read_file", "glob", "grep", "list" }, model.tool_names(reqs[1]))
 
-    -- the facts in the system prompt: date, sandbox, repository, branches, git status
+    -- the workspace's facts in the system prompt: sandbox, repository, default branch
     local system = model.system_text(reqs[1].body)
-    assert.matches("Today is " .. os.date("!%A %d %B %Y"), system, 1, true)
     assert.matches("Repository: acme/api; its default branch is main.", system, 1, true)
     assert.matches("This run publishes nothing: do not commit, push or open a pull request.", system, 1, true)
     assert.matches("The sandbox runs [^\n]*Linux", system) -- /etc/os-release's name (Debian GNU/Linux …)
     assert.matches("git version %d", system)
-    assert.matches("`git status` at the start:\n## main...origin/main", system, 1, true)
     assert.matches("Scratch directory for notes, logs and throwaway scripts: .git/switchboard-scratch", system, 1, true)
+    -- the run's facts open the ask: date, branch, git status
+    local opening = model.text_of(reqs[1].body.messages[1])
+    assert.matches("[This run: today is " .. os.date("!%A %d %B %Y"), opening, 1, true)
+    assert.matches("changes are published on branch none (this run publishes nothing)", opening, 1, true)
+    assert.matches("`git status` at the start:\n## main...origin/main", opening, 1, true)
 
     local r = model.tool_results(reqs[2])
     assert.equal(5, #r)

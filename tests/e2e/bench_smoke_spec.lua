@@ -30,6 +30,22 @@ describe("bench smoke", function()
     assert.equal(0, r.failures, out)
   end)
 
+  it("ttfb: every scenario's asks reach the model stand-in and the bench reports them", function()
+    local ok, out = run(require("support.preload").shell_prefix() .. "lua5.4 bench/ttfb.lua 2 1 1")
+    assert.is_true(ok, out)
+    local r = last_json(out)
+    assert.equal(2, r.scenarios.warm.n, out)
+    assert.equal(1, r.scenarios.warm_restart.n, out)
+    assert.equal(1, r.scenarios.cold_repo.n, out)
+    assert.equal(1, r.scenarios.cold.n, out)
+    assert.equal(2, r.scenarios.slack_warm.n, out)
+    assert.equal(1, r.scenarios.slack_warm_restart.n, out)
+    assert.equal(1, r.scenarios.slack_cold_repo.n, out)
+    assert.equal(1, r.scenarios.slack_cold.n, out)
+    for _, s in pairs(r.scenarios) do assert.is_true(s.p50_ms > 0, out) end
+    assert.is_true(r.cached_share.p50 >= 0 and r.cached_share.p50 <= 1, out)
+  end)
+
   it("the concurrent overlay lets the shipped 2,000 clients from one address in", function()
     package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
     local text = dofile("bench/sandbox_bench_overlay.lua").concurrent_overlay(2000, 1000)

@@ -75,19 +75,23 @@ describe("switchboard slack, Socket Mode", function()
     tokens_absent(bot.err)
   end))
 
-  it("updates a card at most once per card.update_every_ms (3 s), coalescing the states in between", async(function()
-    st:envelope("events_api", SL.mention{ ts = "1700000013.000100", text = "run `echo quick`" })
+  it("paces a card's progress at most once per card.update_every_ms (3 s), coalescing the states in between", async(function()
+    st:envelope("events_api", SL.mention{ ts = "1700000013.000100", text = "run `sleep 7; echo slow`" })
     local card = wait_final(st, "1700000013.000100")[1]
     local post, updates = nil, {}
     for _, c in ipairs(st:calls()) do
       if c.method == "chat.postMessage" and c.args.thread_ts == "1700000013.000100" then post = c end
       if c.method == "chat.update" and c.args.ts == card.ts then updates[#updates + 1] = c end
     end
-    -- provisioning is posted; running and the result come within milliseconds and go as one
-    -- update, three seconds after the post
-    assert.equals(1, #updates)
-    assert.is_true(updates[1].at - post.at >= 2800, "updated after " .. (updates[1].at - post.at) .. " ms")
-    assert.matches("quick", SL.card_text(card), 1, true)
+    -- provisioning is posted; each progress update (running, its seconds) comes at least three
+    -- seconds after the one before; the final one is not paced (the next case)
+    assert.is_true(#updates >= 2, #updates .. " updates")
+    local prev = post.at
+    for i = 1, #updates - 1 do
+      assert.is_true(updates[i].at - prev >= 2800, "progress updated after " .. (updates[i].at - prev) .. " ms")
+      prev = updates[i].at
+    end
+    assert.matches("slow", SL.card_text(card), 1, true)
   end))
 
   it("runs a follow-up in the same thread's workspace while another thread runs", async(function()
@@ -382,5 +386,34 @@ describe("switchboard slack, starting", function()
     bot:signal("TERM")
     assert.equals(0, bot:wait().exit)
     P.cleanup()
+  end))
+end)
+
+describe("switchboard slack, a card's final state", function()
+  local st, bot
+
+  before_each(async(function()
+    st = SL.standin()
+    -- progress paced far apart: a final state that waited for the next slot would come ~20 s late
+    bot = SL.bot(st, { state_dir = tmp.dir("slack"), policies = policies("card.update_every_ms = 20 * second") })
+  end))
+
+  after_each(async(function() kill_bot_and_standin(bot, st) end))
+
+  it("goes out at once when the run ends, not at the next progress slot (issue 36)", async(function()
+    -- the command prints its own end on CLOCK_MONOTONIC, the stand-in's clock for its calls
+    st:envelope("events_api", SL.mention{ ts = "1700000021.000100",
+      text = "run `sleep 1; python3 -c 'import time; print(int(time.monotonic() * 1000))'`" })
+    local card = wait_final(st, "1700000021.000100")[1]
+    local ended_ms = tonumber(SL.card_text(card):match("```(%d+)```"))
+    assert.is_not_nil(ended_ms, SL.card_text(card))
+    local updates = {}
+    for _, c in ipairs(st:calls()) do
+      if c.method == "chat.update" and c.args.ts == card.ts then updates[#updates + 1] = c end
+    end
+    assert.equals(1, #updates) -- no progress within the 20 s pacing: the final alone
+    local lag = updates[1].at - ended_ms
+    -- compared with the pacing interval, not an absolute: at most a quarter of it
+    assert.is_true(lag < 20000 / 4, ("the final card went %.0f ms after the command ended"):format(lag))
   end))
 end)

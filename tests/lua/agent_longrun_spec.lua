@@ -47,7 +47,7 @@ describe("a long run's bounds", function()
     local args = {
       snap = snap, def = policy.agent(snap, "coding"), agent = "coding", executor = tracker, tracker = tracker,
       client = c, card = card, signal = core.signal(), deadline_ms = core.now_ms() + 120000, ask = o.ask or "go",
-      transcript = { write = function() end }, thread = o.thread or "main", accounts = o.accounts,
+      transcript = o.transcript or { write = function() end }, thread = o.thread or "main", accounts = o.accounts,
       history = o.history, now_s = o.now_s, on_turn = o.on_turn,
     }
     local s, a, p, r = run.run(args)
@@ -279,6 +279,51 @@ describe("a long run's bounds", function()
     assert.equal(2, #reqs) -- the turn's request, then the summary's; both refused as too long
     card:ended(state, 0, "", problem)
     assert.matches("✗ the conversation outgrew the model's window after 1 turn", card:status_line(0, 4000), 1, true)
+  end)
+
+  it("on \"prompt is too long\" elides only the older results, keeps the newest keep_tool_results, retries, and asks for no summary", function()
+    local state, reqs, lines = nil, nil, {}
+    core.run(function()
+      m = model.start()
+      m:script{ text("sized") }
+      one_run(snap_with{}, { accounts = spend.new_accounts() })
+      local u = m:requests()[1].usage
+      local base = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+      -- each result is ~1,000 tokens: the 4th request (three results) passes the stand-in's
+      -- window, the 3rd does not; the shipped window (200,000) never asks for compaction itself
+      m:config{ max_prompt_tokens = base + 2700 }
+      local summary = shipped.agents.context.summary_prompt
+      m:script{ bash("one"), bash("two"), bash("three"), text("done"),
+                { match = summary:sub(1, 40), content = { { type = "text", text = "a summary" } } } }
+      local n = 0
+      state = one_run(snap_with{ context = setmetatable({ keep_tool_results = 1 }, { __index = shipped.agents.context }) },
+        { accounts = spend.new_accounts(), transcript = { write = function(_, rec) lines[#lines + 1] = rec end },
+          exec = function() n = n + 1; return { exit_code = 0, text = ("result " .. n .. " "):rep(500) } end })
+      reqs = m:requests()
+    end)
+    assert.equal("done", state)
+    local statuses = {}
+    for i = 2, #reqs do statuses[#statuses + 1] = reqs[i].status end
+    assert.same({ 200, 200, 200, 400, 200 }, statuses) -- the 4th refused once; its retry accepted
+    for _, r in ipairs(reqs) do assert.is_not_true(r.matched) end -- no summary was asked for
+    local results = {}
+    for _, msg in ipairs(reqs[6].body.messages) do
+      for _, b in ipairs(type(msg.content) == "table" and msg.content or {}) do
+        if b.type == "tool_result" then results[#results + 1] = b.content end
+      end
+    end
+    assert.equal(3, #results)
+    assert.matches("^%[elided to keep the conversation within the model's window", results[1])
+    assert.matches("^%[elided to keep the conversation within the model's window", results[2])
+    assert.matches("^result 3 ", results[3]) -- the newest (the one the model has not seen) kept
+    local compaction
+    for _, rec in ipairs(lines) do if rec.type == "compaction" then assert.is_nil(compaction); compaction = rec end end
+    assert.equal("elide", compaction.how)
+    assert.equal(2, compaction.results)
+    assert.is_true(compaction.forced)
+    -- real sizes: the API's count before, the bytes the messages took before and after
+    assert.is_true(compaction.before > 0 and compaction.after > 0 and compaction.after < compaction.before, tostring(compaction.after))
+    assert.is_true(compaction.bytes_after > 0 and compaction.bytes_after < compaction.bytes_before - 5000)
   end)
 
   it("shows on the card that the model is thinking while thinking streams", function()

@@ -77,6 +77,13 @@ function M.text_of(message)
   return table.concat(out, "\n")
 end
 
+-- The text of a user message without the run's facts that open a run's ask (policies/agents.lua
+-- environment.turn: "[This run: …]").
+function M.ask_of(message)
+  local t = M.text_of(message)
+  return (t:gsub("^%[This run: .-%]\n\n?", ""))
+end
+
 -- The system prompt of a request body: a string, or its text blocks joined (the run sends
 -- blocks, the last with a cache breakpoint).
 function M.system_text(body)

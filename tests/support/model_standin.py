@@ -20,15 +20,18 @@ Like the real API it refuses (400 invalid_request_error, the real error shape):
     checked by the API)
 It reports usage as the API does: input_tokens (fresh), cache_creation_input_tokens and
 cache_read_input_tokens from the request's cache_control breakpoints (a prefix up to a
-breakpoint is cached when a request carries it; a later request whose breakpoint prefix was
-cached reads it), output_tokens. With thinking enabled every answer starts with a thinking
+breakpoint is cached when a request carries it; a later request reads the longest cached
+prefix ending at one of its breakpoints or up to 20 blocks before it — a changed byte anywhere
+before that is a miss: the prompt is hashed in the API's order, tools, system, messages, per
+model; see cache_usage), output_tokens. With thinking enabled every answer starts with a thinking
 block (the scripted `thinking` text, or a stand-in's).
 
 Control routes (no key needed):
   PUT /_script     body: a JSON list of answers, served in order (replaces the queue); an
                    answer with "match": TEXT is not queued: it answers every request whose
                    last message has TEXT (the run's summary request, whenever it comes)
-  PUT /_config     body: {"max_prompt_tokens": N} (default 200000)
+  PUT /_config     body: {"max_prompt_tokens": N} (default 200000), {"min_cache_tokens": N}
+                   (default 0: the API's minimum cacheable prompt, 1024 for Sonnet)
   GET /_requests   the requests so far: [{headers, body (parsed JSON, null when unreadable),
                    t, bytes, status (of the answer), usage}]
 An answer (all fields optional):
@@ -102,24 +105,42 @@ def prompt_blocks(body):
     return out
 
 
+LOOKBACK = 20  # blocks before a breakpoint the API checks for an earlier request's entry
+
+
 def cache_usage(body):
-    """(fresh input, cache written, cache read) for a request, caching its breakpoint prefixes."""
+    """(fresh input, cache written, cache read) for a request, as the API accounts them: the
+    prompt is hashed block by block in its cache order (tools, system, messages), the model
+    first; at each cache_control breakpoint the API looks for the longest prefix, ending at
+    that breakpoint or up to LOOKBACK blocks before it, that an earlier request wrote — what
+    it finds is read; the rest up to the last breakpoint is written (each breakpoint's prefix
+    is then cached); what follows the last breakpoint is fresh. A prefix shorter than the
+    config's min_cache_tokens is never cached, as the API's minimum cacheable length."""
     blocks = prompt_blocks(body)
-    total = tokens([b for b, _ in blocks])
-    h = hashlib.sha256()
-    read = written_upto = 0
-    keys = []
-    for i, (b, marked) in enumerate(blocks):
+    sizes = [len(json.dumps(b, ensure_ascii=False, separators=(",", ":")).encode()) for b, _ in blocks]
+    total = (2 + sum(sizes) + max(0, len(sizes) - 1)) // 4
+
+    def upto(i):  # tokens of the prompt's blocks 0..i, as tokens() counts them
+        return (2 + sum(sizes[: i + 1]) + i) // 4
+
+    h = hashlib.sha256(("model:%s\n" % body.get("model")).encode())
+    prefix = []
+    for b, _ in blocks:
         h.update(json.dumps(b, sort_keys=True).encode())
-        if marked:
-            key = h.copy().hexdigest()
-            n = tokens([x for x, _ in blocks[: i + 1]])
-            keys.append((key, n))
-            if key in CACHE:
-                read = max(read, n)
-            written_upto = max(written_upto, n)
-    for key, n in keys:
-        CACHE[key] = n
+        prefix.append(h.copy().hexdigest())
+    minimum = CONFIG.get("min_cache_tokens", 0)
+    read = written_upto = 0
+    marks = [i for i, (_, marked) in enumerate(blocks) if marked]
+    for i in marks:
+        for j in range(i, max(-1, i - LOOKBACK - 1), -1):
+            if prefix[j] in CACHE:
+                read = max(read, upto(j))
+                break
+        if upto(i) >= minimum:
+            written_upto = max(written_upto, upto(i))
+    for i in marks:
+        if upto(i) >= minimum:
+            CACHE[prefix[i]] = upto(i)
     written = max(0, written_upto - read)
     return max(0, total - read - written), written, read
 

@@ -68,12 +68,27 @@ local function use_of(messages, i, id)
   return nil
 end
 
--- Elides tool results older than the latest `keep`. describe(use, id) → "the result of …; how
--- to get it again". Returns how many were elided and the bytes freed.
+-- The API's own count, when it said the prompt is too long ("prompt is too long: N tokens >
+-- M maximum"): what the conversation weighs now, in place of the estimate.
+function Conv:too_long(message)
+  local n = tostring(message or ""):match("(%d+) tokens > %d+")
+  if n then self.base_tokens, self.added_bytes = tonumber(n), 0 end
+  return n ~= nil
+end
+
+-- The bytes the messages take in a request (the conversation's real size, for the record).
+function Conv:bytes()
+  return #(cjson.encode(self.messages) or "")
+end
+
+-- Elides tool results older than the latest `keep`; the results of the newest message when
+-- it is the user's (the model has not seen them yet) are never elided. describe(use, id) →
+-- "the result of …; how to get it again". Returns how many were elided and the bytes freed.
 function Conv:elide(keep, describe)
   local seen, n, freed = 0, 0, 0
   for i = #self.messages, 1, -1 do
     local m = self.messages[i]
+    local unseen = i == #self.messages and m.role == "user"
     if m.role == "user" and type(m.content) == "table" then
       local copy -- the message is replaced, never changed in place: the thread's record tells
                  -- a rewritten conversation from an appended one by the message tables
@@ -83,7 +98,7 @@ function Conv:elide(keep, describe)
           seen = seen + 1
           local size = bytes_of(b.content)
           local done = type(b.content) == "string" and b.content:sub(1, #ELIDED) == ELIDED
-          if seen > keep and not done and size >= MIN_BYTES then
+          if seen > keep and not done and not unseen and size >= MIN_BYTES then
             local line = ("%s: %s (%d bytes).]"):format(ELIDED, describe(use_of(self.messages, i, b.tool_use_id), b), size)
             copy = copy or { table.unpack(m.content) }
             copy[j] = { type = "tool_result", tool_use_id = b.tool_use_id, is_error = b.is_error, content = line }

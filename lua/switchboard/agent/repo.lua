@@ -7,9 +7,12 @@
 -- agent's token there per command) through a credential helper given with `git -c` — which
 -- is never written to .git/config — so the token is in no argv, no URL and no file.
 --
---   repo.prepare(executor, snap, "acme/api", {signal, remaining_ms, branch?}) → "cloned" | "fetched"
---                                                  (then the thread's branch when a fresh clone
---                                                  checked out the thread's branch)
+--   repo.prepare(executor, snap, "acme/api", {signal, remaining_ms, branch?, defer_fetch?})
+--     → "cloned" | "fetched" | "present" (then the thread's branch when a fresh clone checked
+--       out the thread's branch). defer_fetch: a workspace that already has the repository is
+--       not fetched ("present"): the caller fetches it with repo.fetch beside the model's first
+--       request, so a warm thread's request waits for no network but the model's (issue 36)
+--   repo.fetch(executor, snap, "acme/api", {signal, remaining_ms}) → "fetched" | nil, err
 --                                                                    | nil, err
 --     err: core.error, kind "infra" | "capacity" | "tool" | "git" | "stopped" | "not_visible"
 --     (the GitHub App is not installed on the repository: the message says where to add it);
@@ -28,14 +31,14 @@ M.HELPER = HELPER
 
 -- The command that clones url into the current directory, or fetches when it is a checkout;
 -- a fresh clone checks out the thread's branch when the remote has it.
-function M.script(url, branch)
+function M.script(url, branch, defer_fetch)
   return table.concat({
     "set -e",
     "export GIT_TERMINAL_PROMPT=0",
     'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. HELPER) .. "; fi",
     "if [ -d .git ]; then",
-    '  git "$@" fetch --quiet origin',
-    "  echo fetched",
+    defer_fetch and "  echo present" or '  git "$@" fetch --quiet origin',
+    defer_fetch and "  exit 0" or "  echo fetched",
     "else",
     '  git "$@" clone --quiet ' .. quote(url) .. " .",
     "  echo cloned",
@@ -54,7 +57,7 @@ end
 
 function M.prepare(ex, snap, repo, ctx)
   local url = M.url(snap, repo)
-  local result, err = ex:exec(M.script(url, ctx.branch), { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
+  local result, err = ex:exec(M.script(url, ctx.branch, ctx.defer_fetch), { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if result == nil then
     local kind = errors.is_infra(err) and "infra" or errors.is_capacity(err) and "capacity" or "tool"
     -- GitHub said the App cannot see the repository (404 for its installation): not the
@@ -74,8 +77,26 @@ function M.prepare(ex, snap, repo, ctx)
       repo, url, tostring(result.exit_code), text))
   end
   local out = result.stdout or ""
+  if out:match("present") then return "present" end
   if out:match("fetched") then return "fetched" end
   return "cloned", out:match("on%-branch") and ctx.branch or nil
+end
+
+-- The fetch of a workspace that has the repository (after prepare said "present").
+function M.fetch(ex, snap, repo, ctx)
+  local script = table.concat({
+    "set -e", "export GIT_TERMINAL_PROMPT=0",
+    'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. HELPER) .. "; fi",
+    'git "$@" fetch --quiet origin', "echo fetched",
+  }, "\n")
+  local result, err = ex:exec(script, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
+  if result == nil then return nil, core.error("infra", tostring(err), { cause = err }) end
+  if result.aborted then return nil, core.error("stopped", "stopped while fetching " .. repo) end
+  if result.exit_code ~= 0 then
+    return nil, core.error("git", ("git could not fetch %s (exit %s): %s"):format(repo, tostring(result.exit_code),
+      ((result.text or ""):gsub("^exit %-?%d+: ?", ""))))
+  end
+  return "fetched"
 end
 
 return M

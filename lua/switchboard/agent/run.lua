@@ -27,8 +27,12 @@
 --            results), before the next request, so the caller can persist them (the thread's
 --            record); after a compaction the list is the compacted one
 --   instructions: agent/instructions.lua's read, appended to the system prompt
---   facts: agent/facts.lua's gather (date, sandbox, repository, branches, git status),
---            after the agent's system prompt through policy's environment.prompt
+--   facts: agent/facts.lua's gather: the workspace's (sandbox, repository) after the agent's
+--            system prompt through policy's environment.prompt, the run's (date, branch, git
+--            status) opening the new user turn through environment.turn — so the system
+--            prompt and tools are byte-identical across a thread's runs (the prompt cache)
+--   before_tools(): called before an answer's tool calls run: waits for what the workspace still
+--            prepares beside the first request (dispatch/agent_run.lua: a warm thread's fetch)
 --   history: the thread's earlier conversation (Messages API messages as sent before); the
 --            ask follows it
 --   thread, accounts: the thread's name and the spend totals (agent/spend.lua; default: the
@@ -56,7 +60,9 @@ function M.system_prompt(snap, def, o)
   return template.fill(def.system_prompt, {
     agent = def.name or o.agent,
     repository = o.repo or "no repository (the workspace starts empty)",
-    workspace = o.workspace or "the current directory of each command",
+    -- not the path (a thread's own under the local backend): the system prompt stays the
+    -- same across threads; the path opens each ask with the run's facts
+    workspace = "the thread's workspace",
     tools = #names > 0 and table.concat(names, ", ") or "no tools",
   })
 end
@@ -222,6 +228,7 @@ end
 function M.call_tools(o, uses, turn)
   local results, ending, why = {}, nil, nil
   o.touched = {}
+  if o.before_tools then o.before_tools() end -- the workspace still being prepared (a fetch)
   for _, group in ipairs(groups(o, uses)) do
     local blocks, outs = {}, {}
     if ending then
@@ -364,19 +371,26 @@ local function compacted(o, what)
     o.compactions == 1 and "" or "s", what))
 end
 
--- Makes the next request fit: elide, then summarise. forced: the API said it does not fit.
+-- Makes the next request fit, cheapest first: elide the tool results older than the latest
+-- keep_tool_results, and when that does not make it fit, summarise. forced: the API said it
+-- does not fit (its count replaces the estimate): the elided conversation is tried first, and
+-- the summary comes only when the API refuses it again (nothing more to elide). The
+-- transcript's compaction line has the real sizes: the messages' bytes and the tokens.
 -- Returns true, or false, the state and the problem that end the run.
-function M.compact(o, conv, turn, forced)
+function M.compact(o, conv, turn, forced, api_said)
   local limit = threshold(o)
+  if forced and api_said then conv:too_long(api_said) end
   if not forced and conv:estimate() <= limit then return true end
   local c = o.snap.agents.context
-  local before = conv:estimate()
-  local n = conv:elide(forced and 0 or c.keep_tool_results, describe_elided(o))
+  local before, bytes_before = conv:estimate(), conv:bytes()
+  local n = conv:elide(c.keep_tool_results, describe_elided(o))
   if n > 0 then
+    local after, bytes_after = conv:estimate(), conv:bytes()
     compacted(o, ("turn %d: %d older tool results elided (~%d → ~%d tokens of %d)")
-      :format(turn, n, before, conv:estimate(), o.model.context_tokens))
-    o.transcript:write{ type = "compaction", turn = turn, how = "elide", results = n, before = before, after = conv:estimate() }
-    if not forced and conv:estimate() <= limit then return true end
+      :format(turn, n, before, after, o.model.context_tokens))
+    o.transcript:write{ type = "compaction", turn = turn, how = "elide", results = n, before = before, after = after,
+                        bytes_before = bytes_before, bytes_after = bytes_after, forced = forced or nil }
+    if forced or after <= limit then return true end
   end
   local summary, err = summarise(o, conv)
   if not summary then
@@ -390,6 +404,7 @@ function M.compact(o, conv, turn, forced)
   end
   local first = ("The ask: %s\n\n[The earlier turns of this run were summarised to fit the context window:]\n%s")
     :format(ask_text(o.ask), summary)
+  local bytes_summarised = conv:bytes()
   local kept = conv:restart(first, c.keep_turns)
   -- the summary replaced the turns that carried subdirectories' instructions: the next read
   -- under one brings its files back
@@ -397,7 +412,7 @@ function M.compact(o, conv, turn, forced)
   compacted(o, ("turn %d: earlier turns summarised by the model, the latest %d messages kept (~%d → ~%d tokens)")
     :format(turn, kept, before, conv:estimate()))
   o.transcript:write{ type = "compaction", turn = turn, how = "summary", kept = kept, before = before,
-                      after = conv:estimate(), summary = summary }
+                      after = conv:estimate(), bytes_before = bytes_summarised, bytes_after = conv:bytes(), summary = summary }
   if conv:estimate() > o.model.context_tokens then
     return false, "context", ("even after the model summarised the conversation, its latest turns "
       .. "(~%d tokens) do not fit the model's window of %d tokens. Ask again in this thread with a "
@@ -411,17 +426,19 @@ end
 
 -- The history plus the ask as the next user turn. A history that ends with a user message
 -- (tool results of a run that ended there) gets the ask as a text block after them, so roles
--- still alternate. The ask's text is made valid UTF-8 first.
-function M.start_messages(history, ask)
+-- still alternate. The ask's text is made valid UTF-8 first. opening: a text put before the
+-- ask (the run's facts).
+function M.start_messages(history, ask, opening)
   local messages = {}
   for i, m in ipairs(history or {}) do messages[i] = m end
   local ask_content = {}
+  if opening then ask_content[1] = { type = "text", text = text.valid(opening) } end
   if type(ask) == "table" then
-    for i, b in ipairs(ask) do
-      ask_content[i] = b.type == "text" and { type = "text", text = text.valid(b.text) } or b
+    for _, b in ipairs(ask) do
+      ask_content[#ask_content + 1] = b.type == "text" and { type = "text", text = text.valid(b.text) } or b
     end
   else
-    ask_content[1] = { type = "text", text = text.valid(ask) }
+    ask_content[#ask_content + 1] = { type = "text", text = text.valid(ask) }
   end
   local last = messages[#messages]
   if last and last.role == "user" then
@@ -527,9 +544,9 @@ end
 -- One turn's request, compacting first when it would not fit, and once more when the API
 -- says it does not. Returns the message, or nil, state, problem.
 local function request(o, conv, turn)
-  local forced = false
+  local forced, api_said = false, nil
   for _ = 1, 3 do
-    local ok, state, problem = M.compact(o, conv, turn, forced)
+    local ok, state, problem = M.compact(o, conv, turn, forced, api_said)
     if not ok then return nil, state, problem end
     local ending, why = must_end(o)
     if ending then return nil, ending, why end
@@ -545,7 +562,7 @@ local function request(o, conv, turn)
     if err.kind == "aborted" then return nil, "stopped" end
     if err.kind == "budget" then return nil, "budget", err.message end
     if err.kind ~= "too_long" then return nil, "model_error", err.message end
-    forced = true
+    forced, api_said = true, err.message
   end
   return nil, "context", ("the conversation does not fit the model's window of %d tokens even after "
     .. "compacting it twice; ask again in this thread with a narrower task"):format(o.model.context_tokens)
@@ -554,7 +571,7 @@ end
 function M.run(o)
   setup(o)
   local fixed = (#o.system + #(cjson.encode(o.tools) or "")) // context.BYTES_PER_TOKEN
-  local conv = context.new(M.start_messages(o.history, o.ask), fixed)
+  local conv = context.new(M.start_messages(o.history, o.ask, o.facts and facts.turn(o.snap, o.facts, o.workspace)), fixed)
   if o.on_turn then o.on_turn(conv.messages) end -- the ask itself is kept before the first request
   o.answer = ""
   o.transcript:write{ type = "run_start", agent = o.agent, model = o.def.model, repo = o.repo,

@@ -3,7 +3,11 @@
 -- (dispatch/dispatcher.lua: provision → stop re-check → run → release); these are the
 -- agent's steps in it: the model client before provisioning, then the repository, the
 -- context, agent/run.lua and the pull request, and after the release the card's end, the
--- transcript's and the record's.
+-- transcript's and the record's. Nothing but the model is on the first request's path that
+-- can be elsewhere (issue 36): the front's context is fetched beside the clone, a warm
+-- workspace's fetch runs beside the first request (its tools wait for it), the instruction
+-- files and the run's facts are read at the same time, and the toolchains are asked once per
+-- image (agent/facts.lua).
 --
 --   agent_run.before(d, run) → true | false (the card has ended: no model credential)
 --   agent_run.run(d, run)           in the thread's worker task, the executor provisioned
@@ -152,11 +156,26 @@ function M.reply_on_review(d, thread, ask, state, answer, problem)
 end
 
 -- The front's context for this run (Slack: the thread's earlier messages on its first run, the
--- ask's files): content blocks put before the ask's text, notes on the card.
-function M.gather_context(d, thread, ask)
-  if not ask.prepare then return end
-  local history = M.history(d, thread)
-  local ok, blocks, notes = pcall(ask.prepare, history == nil or #history == 0)
+-- ask's files): content blocks put before the ask's text, notes on the card. It is fetched from
+-- the run's start, beside the clone (issue 36: a cold thread's first request waits for the
+-- slower of the two, not their sum); the function returned waits for it and applies it, so
+-- its notes come after the repository's, as before.
+function M.start_context(d, thread, ask)
+  if not ask.prepare then return function() end end
+  local got
+  local done = core.signal()
+  core.go(function()
+    local history = M.history(d, thread)
+    got = { pcall(ask.prepare, history == nil or #history == 0) }
+    done:abort("done")
+  end)
+  return function()
+    while not got do core.sleep(3600 * 1000, done) end
+    M.apply_context(thread, ask, table.unpack(got, 1, 3))
+  end
+end
+
+function M.apply_context(thread, ask, ok, blocks, notes)
   if not ok then
     core.log("error", "agent.context_failed", { thread = thread.name, error = tostring(blocks) })
     ask.card:add_note("the context from the front could not be read: " .. tostring(blocks):match("^[^\n]*"))
@@ -225,51 +244,131 @@ function M.before(d, run)
   return true
 end
 
--- The repository, cloned or fetched in the thread's workspace, and its instruction files.
--- Returns nil, or the state the run ends in when the repository could not be made ready.
+-- Runs fns at the same time, each in a task of its own, and returns when all have ended; a
+-- raise in one is raised here (with its traceback) once all have ended.
+local function together(fns)
+  local left, raised = #fns, nil
+  local all_done = core.signal()
+  for _, fn in ipairs(fns) do
+    core.go(function()
+      local ok, e = xpcall(fn, function(x) return core.is_error(x) and x or debug.traceback(tostring(x), 2) end)
+      if not ok then raised = raised or e end
+      left = left - 1
+      if left == 0 then all_done:abort("done") end
+    end)
+  end
+  while left > 0 do core.sleep(3600 * 1000, all_done) end
+  if raised then error(raised, 0) end
+end
+
+-- A workspace that already has the repository is fetched beside the run, not before it: the
+-- model's first request waits for no network but the model's (issue 36). The run's tools wait
+-- for the fetch (run.workspace_ready), and so does the run's end (nothing is released or
+-- published under a running fetch). A failed fetch is a note: the workspace's copy is used.
+local function fetch_beside(d, run, deadline)
+  local ask, built, t = run.ask, run.built, run.transcript
+  local ready = core.signal(ask.stop)
+  local done = false
+  core.go(function()
+    local ok, got, err = pcall(repo_mod.fetch, built.executor, ask.snap, ask.repo,
+      { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
+    if not ok then got, err = nil, got end
+    t:write{ type = "repository", repo = ask.repo, outcome = got or (type(err) == "table" and err.kind) or "error",
+             problem = err and tostring(err) }
+    if got then
+      ask.card:add_note("fetched " .. ask.repo)
+    elseif not ask.stop.aborted then
+      ask.card:add_note(("the fetch of %s failed; the workspace's copy is used: %s"):format(ask.repo,
+        tostring(err):match("^[^\n]*")))
+    end
+    done = true
+    ready:abort("ready")
+  end)
+  run.workspace_ready = function(quiet)
+    if done or ask.stop.aborted then return end
+    if not quiet then ask.card:tool("waiting for the workspace: git fetch " .. ask.repo) end
+    while not done and not ask.stop.aborted do core.sleep(3600 * 1000, ready) end
+    if not quiet then ask.card:tool_done() end
+  end
+end
+
+-- The repository, cloned in the thread's workspace (or found there, then fetched beside the
+-- run). Returns nil, or the state the run ends in when the repository could not be made ready.
 local function prepare_repo(d, run, deadline)
   local thread, ask, built, t = run.thread, run.ask, run.built, run.transcript
   local c, snap = ask.card, ask.snap
   c:preparing("git: " .. ask.repo)
   d:refresh(ask)
   local done, err = repo_mod.prepare(built.executor, snap, ask.repo, {
-    signal = ask.stop, remaining_ms = deadline - d.now_ms(),
+    signal = ask.stop, remaining_ms = deadline - d.now_ms(), defer_fetch = true,
     branch = publish.branch(snap, thread.name, d.thread_key(thread.name)),
   })
-  t:write{ type = "repository", repo = ask.repo, outcome = done or err.kind, problem = err and tostring(err) }
+  if done ~= "present" then
+    t:write{ type = "repository", repo = ask.repo, outcome = done or err.kind, problem = err and tostring(err) }
+  end
   if not done then
     if err.kind == "stopped" or ask.stop.aborted then return "stopped" end
     run.problem = tostring(err)
     return err.kind == "infra" and "infra" or "clone_failed"
   end
-  local on_branch = err -- a fresh clone that checked out the thread's branch names it
-  c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
+  if done == "present" then
+    fetch_beside(d, run, deadline)
+  else
+    local on_branch = err -- a fresh clone that checked out the thread's branch names it
+    c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
+  end
   d:remember("thread", d.record and d.record.bind, thread.name, { repo = ask.repo, backend = built.backend })
   c.state = "running"
-  run.guide = instructions.read(built.executor, snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
-  if run.guide.note then c:add_note(run.guide.note) end
-  t:write{ type = "instructions", files = run.guide.files }
   return nil
+end
+
+-- The repository's instruction files (the system prompt's end).
+local function read_instructions(d, run, deadline)
+  local ask = run.ask
+  run.guide = instructions.read(run.built.executor, ask.snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
+  if run.guide.note then ask.card:add_note(run.guide.note) end
+  run.transcript:write{ type = "instructions", files = run.guide.files }
+end
+
+-- The OS and toolchain lines a workspace of a backend gave, per (backend, agent): a new
+-- workspace of the same image gets them written instead of running the toolchains again. While
+-- one workspace computes them, another of the same image waits for its lines (the toolchains
+-- are asked once, not once per thread that started at the same time).
+local known_facts, computing = {}, {}
+
+-- The run's facts (agent/facts.lua): an agent without tools gets none.
+local function gather_facts(d, run, deadline)
+  local thread, ask = run.thread, run.ask
+  local snap = ask.snap
+  if #tools_mod.definitions(snap, ask.agent_def) == 0 then return end
+  local image = tostring(run.built.backend) .. "\0" .. tostring(ask.agent) .. "\0" .. facts_mod.facts_file(snap, "")
+  if not known_facts[image] and computing[image] then core.sleep(deadline - d.now_ms(), computing[image]) end
+  local mine = not known_facts[image] and not computing[image] and core.signal(ask.stop) or nil
+  if mine then computing[image] = mine end
+  local ok, got = pcall(facts_mod.gather, run.built.executor, snap, { repo = ask.repo,
+    branch = M.publishes_at_all(ask) and publish.branch(snap, thread.name, d.thread_key(thread.name)) or nil,
+    signal = ask.stop, remaining_ms = deadline - d.now_ms(), known = known_facts[image] })
+  if mine then
+    if ok then known_facts[image] = got.known end
+    computing[image] = nil
+    mine:abort("computed")
+  end
+  if not ok then error(got, 0) end
+  run.facts = got
+  run.transcript:write{ type = "environment", facts = run.facts }
 end
 
 -- The model's turns (agent/run.lua) with the thread's conversation.
 local function converse(d, run, deadline)
   local thread, ask, built = run.thread, run.ask, run.built
   local c, snap = ask.card, ask.snap
-  local facts
-  if #tools_mod.definitions(snap, ask.agent_def) > 0 then
-    facts = facts_mod.gather(built.executor, snap, { repo = ask.repo,
-      branch = M.publishes_at_all(ask) and publish.branch(snap, thread.name, d.thread_key(thread.name)) or nil,
-      signal = ask.stop, remaining_ms = deadline - d.now_ms() })
-    run.transcript:write{ type = "environment", facts = facts }
-  end
   local s, a, p, res = agent.run{
     snap = snap, def = ask.agent_def, agent = ask.agent, executor = built.executor,
     tracker = built.tracker, client = run.client, card = c, signal = ask.stop, deadline_ms = deadline,
     ask = ask.content or ask.text, repo = ask.repo,
     workspace = built.executor.workspace_dir and built.executor:workspace_dir() or nil,
-    transcript = run.transcript, now_ms = d.now_ms, instructions = run.guide, facts = facts,
-    history = M.history(d, thread),
+    transcript = run.transcript, now_ms = d.now_ms, instructions = run.guide, facts = run.facts,
+    history = M.history(d, thread), before_tools = run.workspace_ready,
     on_turn = function(messages)
       M.keep_conversation(d, thread, messages)
       -- the cost so far, so a run the bot dies in still counts towards the caps after a restart
@@ -292,10 +391,17 @@ function M.run(d, run)
   run.transcript = t
   run.rrun = M.record_start(d, thread, ask, built, t)
   core.log("info", "agent.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
+  local context_ready = M.start_context(d, thread, ask)
   if ask.repo then run.state = prepare_repo(d, run, deadline) end
   if run.state then return end
-  M.gather_context(d, thread, ask)
+  -- the instruction files and the facts are read at the same time (each is executor work)
+  together{
+    function() if ask.repo then read_instructions(d, run, deadline) end end,
+    function() gather_facts(d, run, deadline) end,
+  }
+  context_ready()
   converse(d, run, deadline)
+  if run.workspace_ready then run.workspace_ready(true) end
   local publishes, unfinished = M.publishes(d, ask, run.state)
   if publishes then M.publish(d, thread, ask, built, t, run.answer, deadline, unfinished) end
 end

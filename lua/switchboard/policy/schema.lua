@@ -491,9 +491,9 @@ M.files.agents = {
     reply = S.text({ "user", "what", "summary" }, 8192),
   },
   environment = S.record {
-    prompt = S.text({ "date", "os", "toolchains", "repository", "default_branch", "publish_branch",
-                      "publishing", "git_status", "scratch" }, 16384),
-    publishes = S.text({ "publish_branch" }, 2048),
+    prompt = S.text({ "os", "toolchains", "repository", "default_branch", "publishing", "scratch" }, 16384),
+    turn = S.text({ "date", "workspace", "publish_branch", "git_status" }, 16384),
+    publishes = S.text({}, 2048),
     publishes_nothing = S.text({}, 2048),
     toolchains = S.list(S.string { pattern = "^[%w._+-]+[%w._+ -]*$", what = "a command: a program and its arguments (letters, digits, . _ + -)" },
       { max = 40 }),

@@ -1,9 +1,10 @@
 -- The dispatcher's front interface for Slack: a card is posted in its thread at once
 -- (chat.postMessage, and a reaction on the ask), then edited in place (chat.update) as the work
--- goes — at most once per `card.update_every_ms` per card, coalesced (only the newest state is
--- sent), and all cards together at most `card.updates_per_minute` times a minute (chat.update
--- is Tier 3: about 50 a minute per workspace), so each card is updated less often as cards
--- multiply — and its final state always lands: a final update is retried through 429s and
+-- goes — its progress at most once per `card.update_every_ms` per card, coalesced (only the
+-- newest state is sent), and all cards together at most `card.updates_per_minute` times a
+-- minute (chat.update is Tier 3: about 50 a minute per workspace), so each card is updated
+-- less often as cards multiply — and its final state goes at once and always lands: a final
+-- update is not paced (only a 429's Retry-After holds it), it is retried through 429s and
 -- transport failures for `api.final_give_up_ms`, a 429's Retry-After holds back every card's
 -- next update, and a state an update failed to send is sent again unless a newer one came. Output that does not fit the card goes up as
 -- a file in the thread (files.getUploadURLExternal → upload → files.completeUploadExternal) and
@@ -170,7 +171,8 @@ function F:card_worker(h)
   while not h.sent_final do
     next_state(h)
     local wait = h.last_ms + s.card.update_every_ms - self.now_ms()
-    if wait > 0 then core.sleep(wait) end
+    -- the pacing is for progress: a final state known meanwhile ends the wait (issue 36)
+    if wait > 0 and not h.final_queued then core.sleep(wait, h.final_known) end
     self:update_slot(s, h)
     msg = h.pending -- the newest state: it may have changed during the waits
     h.pending = nil
@@ -185,8 +187,9 @@ function F:card_worker(h)
     if uerr then
       log_failure(self, "chat.update", h, uerr)
       if uerr.kind == "rate_limited" and uerr.retry_after_ms then
-        -- the limit is the workspace's, not this card's: every card waits it out
+        -- the limit is the workspace's, not this card's: every card waits it out, finals too
         self.next_update_ms = math.max(self.next_update_ms, self.now_ms() + uerr.retry_after_ms)
+        self.hold_until_ms = math.max(self.hold_until_ms or 0, self.now_ms() + uerr.retry_after_ms)
       end
       -- not lost: sent again at the next turn unless a newer state came meanwhile
       if not msg.final and not h.pending then h.pending = msg end
@@ -201,11 +204,12 @@ function F:card_worker(h)
   end
 end
 
--- Waits for this card's turn among all cards: chat.update calls are spaced 60 s /
+-- Waits for this card's turn among all cards: progress updates are spaced 60 s /
 -- card.updates_per_minute apart, whichever card makes them. The slot is taken before the wait,
--- so cards take turns in the order they asked — except that a card whose final state is known
--- goes before every card that only has progress to show (a person waits for the answer, not
--- for the elapsed seconds).
+-- so cards take turns in the order they asked. A card whose final state is known goes at once
+-- (a person waits for the answer, not for the elapsed seconds; issue 36), before every card
+-- that only has progress to show — only a 429's Retry-After holds it — and still counts
+-- against the spacing of the progress after it.
 function F:update_slot(s, h)
   local spacing = 60000 // s.card.updates_per_minute
   local final = h.final_queued
@@ -216,10 +220,20 @@ function F:update_slot(s, h)
     if h.final_queued then return self:update_slot(s, h) end
   end
   local now = self.now_ms()
-  local slot = math.max(now, self.next_update_ms)
-  self.next_update_ms = slot + spacing
-  if slot > now then core.sleep(slot - now) end
-  if final then self.finals_waiting = self.finals_waiting - 1 end
+  local slot
+  if final then
+    slot = math.max(now, self.hold_until_ms or 0)
+    self.next_update_ms = math.max(self.next_update_ms, slot) + spacing
+  else
+    slot = math.max(now, self.next_update_ms, self.hold_until_ms or 0)
+    self.next_update_ms = slot + spacing
+  end
+  if slot > now then core.sleep(slot - now, not final and h.final_known or nil) end
+  if final then
+    self.finals_waiting = self.finals_waiting - 1
+  elseif h.final_queued then
+    return self:update_slot(s, h) -- the final came during a progress slot's wait
+  end
 end
 
 function F:post(thread, msg)
@@ -233,7 +247,7 @@ function F:post(thread, msg)
     end
     where = { channel = t.channel, thread_ts = t.thread_ts }
   end
-  local h = { thread = thread, where = where, pending = msg }
+  local h = { thread = thread, where = where, pending = msg, final_known = core.signal() }
   if msg.card == nil then
     self:say(where, msg.text)
     h.sent_final = true
@@ -259,6 +273,7 @@ function F:update(h, msg)
   if msg.final then
     h.final_queued = true
     h.final_known_ms = self.now_ms()
+    h.final_known:abort("final") -- ends a progress wait: the final goes at once
   end
   local t = h.waiting
   if t then
