@@ -78,6 +78,29 @@ describe("slack dedup", function()
   end)
 end)
 
+describe("slack dedup with a store", function()
+  it("asks the store only for keys memory has not seen, and lets memory decide when the store fails", function()
+    local asked, answer = {}, false
+    local store = { claim = function(_, key, ttl)
+      asked[#asked + 1] = key .. "/" .. ttl
+      if answer == nil then return nil, "disk full" end
+      return answer
+    end }
+    local logged = {}
+    local d = dedup.new{ ttl_ms = 1000, now_ms = function() return 0 end, store = store, prefix = "p:",
+                         log = function(_, event) logged[#logged + 1] = event end }
+    assert.is_false(d:first("a")) -- seen by another process, or before a restart
+    assert.is_false(d:first("a")) -- and now memory knows
+    answer = true
+    assert.is_true(d:first("b"))
+    assert.is_false(d:first("b"))
+    assert.same({ "p:a/1000", "p:b/1000" }, asked)
+    answer = nil
+    assert.is_true(d:first("c"))
+    assert.same({ "dedup.store_failed" }, logged)
+  end)
+end)
+
 describe("slack signatures", function()
   local secret = "s3cr3t"
   local function sign(body, ts)

@@ -291,6 +291,7 @@ function M.run(argv, ctx)
   local app = app_mod.new{
     bot = bot, policy = policy.current, secret = e.secret, bot_api = bot_api,
     github_secret = e.github_secret,
+    record = rec, -- the seen event ids and comments (fronts/slack/dedup.lua), across restarts
     app_api = e.app and webapi.new{ url = e.api_url, token = e.app, deadline_ms = a.deadline_ms,
                                      max_retry_after_ms = a.max_retry_after_ms } or nil,
     sandbox_urls = factory.configured(snap, stack_opts).sandbox and sandbox_url

@@ -3,7 +3,8 @@
 --
 --   local app = app.new{bot_api, app_api?, secret?, bot = {user_id, bot_id, team_id, …},
 --                       dispatcher_opts = {stack, outputs_dir, …}, policy = policy.current,
---                       sandbox_urls = {…}?, sandbox_token? (the sandboxd list /readyz probes)}
+--                       sandbox_urls = {…}?, sandbox_token? (the sandboxd list /readyz probes),
+--                       record? (store/record.lua: the seen keys, shared across restarts)}
 --   app:on_event(payload, source)        an event_callback payload
 --   app:on_interactive(payload)          a block_actions payload (the Stop button)
 --   app:on_github(event, delivery, payload)  a verified GitHub webhook (fronts/slack/review.lua):
@@ -34,10 +35,16 @@ function M.new(opts)
     pages = opts.pages, -- the run pages' handler (pages/routes.lua), served on every listener
     bot_api = opts.bot_api, names = {}, -- user id → display name, for the thread's context
   }, App)
-  local ttl = function() return self.policy().slack.events.dedup_ms end
-  self.seen_events = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
-  self.seen_messages = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
-  self.seen_deliveries = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
+  -- Seen keys live in the thread's record too (opts.record), for the replay window: an event
+  -- replayed after a restart, or delivered to the other of two overlapping processes, runs once.
+  local ttl = self.policy().slack.events.dedup_ms
+  local function seen(prefix, store)
+    return dedup.new{ ttl_ms = ttl, now_ms = core.now_ms, store = store, prefix = prefix, log = self.log }
+  end
+  self.seen_events = seen("slack.event:", opts.record)
+  self.seen_messages = seen("slack.message:", opts.record)
+  self.seen_comments = seen("github:", opts.record)
+  self.seen_deliveries = seen("github.delivery:", nil) -- unsigned: a hint that saves a lookup
   self.front = front_mod.new{ api = opts.bot_api, policy = opts.policy, log = self.log }
   local dopts = {}
   for k, v in pairs(opts.dispatcher_opts or {}) do dopts[k] = v end
@@ -150,6 +157,16 @@ function App:on_github(event, delivery, payload)
   if not where then
     self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "not a pull request of this bot's threads",
                                                  pr = c.pr_url })
+    return
+  end
+  -- once per comment, whatever the (unsigned) delivery id says, across restarts
+  local key = review.seen_key(event, payload)
+  if not key then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "the delivery names no comment id" })
+    return
+  end
+  if not self.seen_comments:first(key) then
+    self.log("info", "github.duplicate_comment", { delivery = tostring(delivery), comment = key })
     return
   end
   self.log("info", "github.review_comment", { thread = thread, pr = c.pr_url, user = c.user, delivery = tostring(delivery) })
