@@ -224,13 +224,38 @@ function App:listen(host, port, with_events)
   return srv
 end
 
--- TERM: no new events; running asks get drain_ms; then every card's last state is sent.
-function App:shutdown(drain_ms, kill_now)
+-- Yields until `done` or `deadline` fires: true when done came first.
+local function until_either(done, deadline)
+  -- a sleep long enough never to end on its own: it ends when one of them aborts
+  core.sleep(24 * 3600 * 1000, core.signal(done, deadline))
+  return done.aborted
+end
+
+-- TERM: no new events; running asks get drain_ms − flush_ms, then are killed; every card's
+-- last state is sent in what is left. Every wait is bounded by the one deadline (drain_ms
+-- after the TERM, or a second TERM: kill_now): whatever Slack, the model API or GitHub do, this
+-- returns by then (→ true when everything drained and every card was sent, false when cut).
+function App:shutdown(drain_ms, kill_now, flush_ms)
   self.closed = true
+  local deadline = kill_now and core.signal(kill_now) or core.signal()
+  local timer_off = core.signal(deadline)
+  core.go(function()
+    if core.sleep(drain_ms, timer_off) then deadline:abort("drain time over") end
+  end)
   if self.sm then self.sm:stop() end
   for _, srv in ipairs(self.servers) do srv:close() end
-  self.d:drain(drain_ms, kill_now)
-  self.front:flush(kill_now)
+  local drained = core.signal()
+  core.go(function()
+    self.d:drain(math.max(0, drain_ms - (flush_ms or 0)), deadline)
+    drained:abort("drained")
+  end)
+  local ok = until_either(drained, deadline) and self.front:flush(deadline)
+  timer_off:abort("over")
+  if not ok then
+    self.log("warn", "slack.drain_cut", { drain_ms = drain_ms, asks = self.d.asks and self.d.asks.count,
+      why = kill_now and kill_now.aborted and "a second signal" or "the drain time ran out" })
+  end
+  return ok
 end
 
 return M
