@@ -118,6 +118,35 @@ describe("slack signatures", function()
   end)
 end)
 
+describe("slack Events API while the bot stops", function()
+  it("runs what it answered 200, counted until handed over; answers 503 once closing and runs nothing", async(function()
+    local secret, closing = "s3cr3t", false
+    local intake = require("switchboard.dispatch.in_flight").new()
+    local ran, release = {}, core.signal()
+    local h = http.handler{ secret = secret, intake = intake, closing = function() return closing end,
+      policy = function() return { slack = { events = { window_ms = 300000 } } } end, log = function() end,
+      on_event = function(p) ran[#ran + 1] = p.event_id; core.sleep(60000, release) end }
+    local function post(id)
+      local body = cjson.encode{ type = "event_callback", event_id = id }
+      local ts = tostring(math.floor(core.wall_ms() / 1000))
+      local got = {}
+      h({ method = "POST", path = "/slack/events", body = body, headers = {
+          ["x-slack-request-timestamp"] = ts,
+          ["x-slack-signature"] = "v0=" .. core.crypto.hex(core.crypto.hmac_sha256(secret, "v0:" .. ts .. ":" .. body)) } },
+        { send = function(_, status) got.status = status end })
+      return got.status
+    end
+    assert.equals(200, post("Ev1"))
+    assert.equals(1, intake.count) -- taken: the shutdown waits for it
+    closing = true
+    assert.equals(503, post("Ev2"))
+    core.sleep(10)
+    assert.same({ "Ev1" }, ran)
+    release:abort("go on")
+    assert.is_true(intake:wait())
+  end))
+end)
+
 describe("slack Block Kit card", function()
   local function card(state, body)
     local c = card_mod.new{ thread = "T/C/1.0", agent = "coding", command = "echo <hi> ```", repo = "acme/api" }

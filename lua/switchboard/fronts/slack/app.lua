@@ -14,6 +14,7 @@
 --   app:shutdown(drain_ms, kill_now)     stop reading, drain the asks, flush the cards
 local core = require("switchboard.core")
 local dispatcher = require("switchboard.dispatch.dispatcher")
+local in_flight = require("switchboard.dispatch.in_flight")
 local context = require("switchboard.fronts.slack.context")
 local dedup = require("switchboard.fronts.slack.dedup")
 local events = require("switchboard.fronts.slack.events")
@@ -32,6 +33,7 @@ function M.new(opts)
     bot = opts.bot, policy = opts.policy, secret = opts.secret, app_api = opts.app_api,
     github_secret = opts.github_secret,
     log = opts.log or core.log, closed = false, servers = {},
+    intake = in_flight.new(), -- Events API requests answered 200 whose event is not handed over yet
     pages = opts.pages, -- the run pages' handler (pages/routes.lua), served on every listener
     bot_api = opts.bot_api, names = {}, -- user id → display name, for the thread's context
   }, App)
@@ -72,8 +74,9 @@ function M.allowed(allow, bot, team, channel, user)
   return listed(allow.channels, channel) and listed(allow.users, user)
 end
 
+-- An event acked (Socket Mode) or answered 200 (Events API) runs, also when a TERM came
+-- meanwhile: shutdown waits for it to reach the dispatcher before the drain closes it.
 function App:on_event(payload, source)
-  if self.closed then return end
   if type(payload) ~= "table" then return end
   if not self.seen_events:first(payload.event_id) then
     self.log("info", "slack.duplicate_event", { event_id = tostring(payload.event_id), source = source })
@@ -140,7 +143,6 @@ function App:thread_of_pr(url)
 end
 
 function App:on_github(event, delivery, payload)
-  if self.closed then return end
   if not self.seen_deliveries:first(delivery or "") then
     self.log("info", "github.duplicate_delivery", { delivery = tostring(delivery) })
     return
@@ -203,7 +205,7 @@ function App:handler(with_events)
   end
   return http.handler{
     secret = self.secret, policy = self.policy, log = self.log, readiness = self.readiness,
-    pages = self.pages,
+    pages = self.pages, intake = self.intake, closing = function() return self.closed end,
     on_event = function(payload, retry) self:on_event(payload, retry and ("http retry " .. retry) or "http") end,
     on_interactive = function(payload) self:on_interactive(payload) end,
     github_secret = self.github_secret,
@@ -231,8 +233,10 @@ local function until_either(done, deadline)
   return done.aborted
 end
 
--- TERM: no new events; running asks get drain_ms − flush_ms, then are killed; every card's
--- last state is sent in what is left. Every wait is bounded by the one deadline (drain_ms
+-- TERM: no new events (Socket Mode's connections close: Slack sends what is not acked to the
+-- app's other connections — the process that replaces this one; the Events API answers 503
+-- and Slack retries); every event taken before runs; running asks get drain_ms − flush_ms,
+-- then are killed; every card's last state is sent in what is left. Every wait is bounded by the one deadline (drain_ms
 -- after the TERM, or a second TERM: kill_now): whatever Slack, the model API or GitHub do, this
 -- returns by then (→ true when everything drained and every card was sent, false when cut).
 function App:shutdown(drain_ms, kill_now, flush_ms)
@@ -246,6 +250,10 @@ function App:shutdown(drain_ms, kill_now, flush_ms)
   for _, srv in ipairs(self.servers) do srv:close() end
   local drained = core.signal()
   core.go(function()
+    -- what was acked or answered 200 before the stop reaches the dispatcher first (then it runs
+    -- in the drain like every ask); what came after was not acked, and Slack sends it again
+    if self.sm then self.sm:handed_over(deadline) end
+    self.intake:wait(deadline)
     self.d:drain(math.max(0, drain_ms - (flush_ms or 0)), deadline)
     drained:abort("drained")
   end)
