@@ -36,7 +36,8 @@ socket = {
 
 events = {
   window_ms = 300 * second,           -- a signed request's timestamp may be this far from now
-  dedup_ms = 60 * minute,             -- an event_id (or message) seen within this runs once
+  dedup_ms = 60 * minute,             -- an event_id (or message, or GitHub comment) seen within this runs
+                                      -- once, also across restarts (kept in the thread's record)
 }
 
 drain_ms = 30 * second                -- a TERM ends the process within this, whatever Slack does: running
