@@ -697,6 +697,7 @@ M.files.slack = {
   },
   events = S.record { window_ms = ms(SECOND, HOUR), dedup_ms = ms(SECOND, 24 * HOUR) },
   drain_ms = ms(0, HOUR),
+  flush_ms = ms(0, HOUR), -- the end of drain_ms kept for the final cards (clamped to drain_ms)
   context = S.record {
     max_messages = S.int { min = 0, max = 1000, unit = "messages" },
     max_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
