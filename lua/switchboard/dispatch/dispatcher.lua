@@ -289,6 +289,8 @@ local KINDS = { command = command_run, agent = agent_run }
 function D:after_run(run)
   return setmetatable({}, { __close = function()
     if run.ticker then run.ticker:abort("finished") end
+    -- what the backend said about the thread's workspace during the run (exec/stack.lua)
+    for _, line in ipairs(run.built.take_notes and run.built.take_notes() or {}) do run.ask.card:add_note(line) end
     if run.ask.stop.aborted then
       run.released = "stopped"
     elseif run.built.tracker:tripped() then
