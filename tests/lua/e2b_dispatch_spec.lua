@@ -62,6 +62,9 @@ describe("the dispatcher on the e2b backend", function()
     d:wait_idle()
     assert.is_true(core.now_ms() - t0 < 30000, "the stop waited for the command (60 s)")
     assert.equal("stopped", long.card.state)
+    local said
+    for _, note in ipairs(long.card.notes) do said = said or note:find("workspace not kept: the thread's E2B sandbox", 1, true) end
+    assert.truthy(said, "the stopped card did not say the workspace went: " .. table.concat(long.card.notes, " | "))
     assert.is_true(E.wait_for(function() return not procs.alive(bg) end, 30000), "the background job survived the stop")
     assert.is_false(h:sandbox(id).alive, "release(\"always\") did not delete the sandbox")
     local after = ask("run `cat marker`")

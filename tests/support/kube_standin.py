@@ -33,7 +33,7 @@ reason DependenciesReady; with no ready pod it stays Ready=False (DependenciesNo
 one is (the pool refills in the background, or never with --no-refill). A warm pool that does
 not exist is Ready=False reason WarmPoolNotFound. A pod that dies clears podIPs and turns Ready
 False (DependenciesNotReady, "Pod does not exist"); agent-sandbox would then make the Sandbox a
-new pod (a new IP), which the stand-in does not — the executor treats both alike (the claim no
+new pod (a new IP), which the stand-in does only for a cold claim's Sandbox (below) — the executor treats both alike (the claim no
 longer Ready, or naming another pod: it is deleted and the next ask claims afresh). spec.lifecycle.shutdownTime with shutdownPolicy Delete deletes
 the claim when it passes. Deleting a claim stops its pod; the claim lingers with a
 deletionTimestamp for --finalize-ms (its finalizer) before the DELETED event.
@@ -457,12 +457,17 @@ def reconcile_cold(name, obj):
                 pvc["metadata"]["resourceVersion"] = next_rv()
             if t["metadata"]["name"] == "workspace":
                 volume = volume_dir(pvc_name)
+        sb["volume"] = volume
         STATE["sandboxes"][name] = sb
-        pod = Pod(name, free_ip(), volume)
-        pod.claim = name
-        STATE["pods"][name] = pod
         obj["status"]["sandbox"] = {"name": name}
     pod = STATE["pods"].get(sb["pod"])
+    if pod is None or (pod.dead and pod.proc.poll() is not None):
+        # the Sandbox's controller makes its pod again when it is gone (a new IP), on the volume
+        if pod is not None:
+            release_pod(pod)
+        pod = Pod(name, free_ip(), sb["volume"])
+        pod.claim = name
+        STATE["pods"][name] = pod
     if pod is not None and pod.ready and not pod.dead:
         obj["status"]["sandbox"] = {"name": name, "podIPs": [pod.ip]}
         if set_ready(obj, "True", "DependenciesReady", "Pod is Ready; Service Exists"):

@@ -289,14 +289,15 @@ local KINDS = { command = command_run, agent = agent_run }
 function D:after_run(run)
   return setmetatable({}, { __close = function()
     if run.ticker then run.ticker:abort("finished") end
-    -- what the backend said about the thread's workspace during the run (exec/stack.lua)
-    for _, line in ipairs(run.built.take_notes and run.built.take_notes() or {}) do run.ask.card:add_note(line) end
     if run.ask.stop.aborted then
       run.released = "stopped"
     elseif run.built.tracker:tripped() then
       run.released = "tripped"
     end
     if run.released then self:release(run.thread, run.ask.agent, "always") end
+    -- what the backend said about the thread's workspace during the run and its release
+    -- (exec/stack.lua take_notes)
+    for _, line in ipairs(run.built.take_notes and run.built.take_notes() or {}) do run.ask.card:add_note(line) end
   end })
 end
 

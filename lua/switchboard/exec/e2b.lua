@@ -193,6 +193,8 @@ function M:release(mode)
   local id = (self.sandbox and self.sandbox.id) or api.recalled(self)
   api.forget(self)
   if not id then return true end
+  api.note(self, ("workspace not kept: the thread's E2B sandbox %s was deleted to end what ran in "
+    .. "it; the next ask starts a fresh one"):format(id))
   return api.delete(self, self.policy(), id)
 end
 
