@@ -125,7 +125,8 @@ function M.run(argv, ctx)
   local ok, err = walls_mod.make_root(opts.root)
   if not ok then return fail(M.EXIT.config, "--root: " .. tostring(err.message)) end
   local root = core.fs.realpath(opts.root) or opts.root
-  local swept = runner.sweep(root)
+  -- pod mode: what is in root is the thread's kept workspace (its volume), never leftovers
+  local swept = opts.pod and 0 or runner.sweep(root)
   if swept > 0 then core.log("info", "sandboxd.swept", { workspaces = swept }) end
 
   if not opts.pod and not opts.no_walls then -- the fleet's workspace images against the disk

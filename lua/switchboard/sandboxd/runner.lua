@@ -24,19 +24,23 @@ Runner.__index = Runner
 -- opts.network: its network ("host" | "none"; nil = policies/isolation.lua network);
 -- opts.existing: the directory is this runner's own already (the resident's worktree, made by
 -- /attach), not an earlier instance's leftovers to clear — its files outlive the instance;
--- opts.ro_binds: host directories the instance shows read-only; opts.log: for the walls' events.
+-- opts.ro_binds: host directories the instance shows read-only; opts.log: for the walls' events;
+-- opts.keep: the workspace is the thread's own and outlives the instance (sandboxd --pod: the
+-- pod's volume is the thread's, kept across the pod's sleep by whoever claimed it — issue 37):
+-- found there, it is used, and a stop ends the processes but leaves the files.
 function M.new(root, thread_key, opts)
   opts = opts or {}
   local label = M.label(thread_key)
   local ws = workspace.open(root, thread_key, { walls = opts.walls, network = opts.network,
-    existing = opts.existing, ro_binds = opts.ro_binds, label = label, log = opts.log })
+    existing = opts.existing or opts.keep, ro_binds = opts.ro_binds, label = label, log = opts.log })
   return setmetatable({
     root = root,
     key = thread_key,
     dir = ws.dir,
     ws = ws,
     label = label,
-    checked = opts.existing or nil,
+    checked = (opts.existing or opts.keep) or nil,
+    keep = opts.keep or nil,
   }, Runner)
 end
 
@@ -50,9 +54,9 @@ end
 -- log: the server's (core.log's shape).
 -- want: the fleet's {network} for the instance being woken (routes check it first: without
 -- walls only "host" gets here).
-function M.factory(root, walls, log)
+function M.factory(root, walls, log, keep)
   return function(thread_key, want)
-    return M.new(root, thread_key, { walls = walls, network = want and want.network, log = log })
+    return M.new(root, thread_key, { walls = walls, network = want and want.network, log = log, keep = keep })
   end
 end
 
@@ -141,6 +145,7 @@ end
 -- workspace is removed by an `rm -rf` child. On shutdown (reason "shutdown") it is removed
 -- before returning; a trash directory an exit interrupted is removed by the next start's sweep.
 function Runner:stop(reason)
+  if self.keep then return self.ws:stop("instance asleep") end -- the files stay (opts.keep)
   local trash
   if core.fs.exists(self.dir) then
     trash = ("%s/%s%s-%s"):format(self.root, TRASH, workspace.dir_name(self.key),

@@ -38,7 +38,8 @@ function M.start(opts)
   self.fleet = fleet.new{
     max_instances = function() return math.min(wanted(), self.descriptors.capacity) end,
     sleep_after_ms = function() return not opts.pod and policy.current().timeouts.sandbox.sleep_after_ms end,
-    new_runner = opts.new_runner or runner.factory(opts.root, opts.walls, log),
+    -- pod mode: the pod's volume is the thread's workspace, kept across the pod's sleep
+    new_runner = opts.new_runner or runner.factory(opts.root, opts.walls, log, opts.pod),
     label = runner.label, -- a hash of the thread key: logs never carry the key
     log = log,
   }
