@@ -41,8 +41,8 @@ static int fail(char *why, size_t size, int err, const char *fmt, ...) {
   return -1;
 }
 
-/* mkfs.ext4 on the image open as img_fd: no journal (a workspace never outlives its server,
- * which sweeps them all at start, and a crash of the instance unmounts it cleanly), no blocks
+/* mkfs.ext4 on the image open as img_fd: no journal (a crash of the instance or of the server
+ * unmounts it cleanly, and sandboxd checks every kept image with e2fsck -p at start), no blocks
  * reserved for root (sandboxd's /write, as root, gets no more room than a command), inode
  * tables initialised lazily and nothing discarded (the image is fallocated: its unwritten
  * extents read as zeros, and a discard would punch out what was reserved).

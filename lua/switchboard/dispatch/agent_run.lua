@@ -232,7 +232,7 @@ local function prepare_repo(d, run, deadline)
   local c, snap = ask.card, ask.snap
   c:preparing("git: " .. ask.repo)
   d:refresh(ask)
-  local done, err = repo_mod.prepare(built.executor, snap, ask.repo, {
+  local done, err, ws_note = repo_mod.prepare(built.executor, snap, ask.repo, {
     signal = ask.stop, remaining_ms = deadline - d.now_ms(),
     branch = publish.branch(snap, thread.name, d.thread_key(thread.name)),
   })
@@ -243,7 +243,13 @@ local function prepare_repo(d, run, deadline)
     return err.kind == "infra" and "infra" or "clone_failed"
   end
   local on_branch = err -- a fresh clone that checked out the thread's branch names it
-  c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
+  if ws_note and ws_note.state == "expired" and done == "cloned" then
+    -- the executor evicted the thread's slept workspace (sandboxd/keep.lua): said with the policy
+    c:add_note(("%s: re-cloned %s on branch %s"):format(ws_note.text, ask.repo, on_branch or "(the default branch)"))
+  else
+    if ws_note then c:add_note(ws_note.text) end
+    c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
+  end
   d:remember("thread", d.record and d.record.bind, thread.name, { repo = ask.repo, backend = built.backend })
   c.state = "running"
   run.guide = instructions.read(built.executor, snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })

@@ -311,6 +311,10 @@ function M:exec(command, opts)
     stderr = type(doc.stderr) == "string" and doc.stderr or "",
     duration_ms = type(doc.durationMs) == "number" and doc.durationMs or nil,
     clip_line = call.clip_line,
+    -- what became of the thread's workspace since it last ran (kept from its sleep, expired):
+    -- the card's note (dispatch/agent_run.lua), never the model's text
+    workspace_note = type(doc.workspace) == "table" and type(doc.workspace.text) == "string"
+      and { state = tostring(doc.workspace.state), text = doc.workspace.text } or nil,
   })
 end
 
