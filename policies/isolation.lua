@@ -55,8 +55,9 @@ disk_reserve_bytes = 2048 * MiB
 -- Slept workspaces (docs/sandboxd.md "Instances"): an instance that sleeps (idle past timeouts
 -- sandbox.sleep_after, or sandboxd stopping) keeps its workspace on the host's disk, and the
 -- thread's next request remounts it in a fresh instance — files, dependencies, git state as left.
--- They are kept under this budget: their bytes on the host's disk together (each image holds
--- its whole workspace_max_bytes) and the time since each slept (never past policies/record.lua
+-- They are kept under this budget: their bytes on the host's disk together (a slept image gives
+-- its free blocks back to the disk: it holds about its files' size; its wake reserves it whole
+-- again, or is refused in words while the disk is full) and the time since each slept (never past policies/record.lua
 -- retention_ms: a workspace never outlives its thread's record). Past either the oldest go
 -- first, and the thread's next request is told "workspace expired (policy …)" and re-clones.
 slept_max_bytes = 20480 * MiB

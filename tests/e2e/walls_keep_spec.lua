@@ -79,13 +79,22 @@ describe_walls("a slept thread's workspace", function()
       assert.truthy(slept(h, 1), h.log())
       -- asleep: the image stays on the host, root's, readable by no other uid
       local dir = workspace.path(root, "keep")
-      local p = io.popen("stat -c '%u %a' " .. dir .. "/.workspace.img")
-      assert.equal("0 600", p:read("l"))
-      p:close()
+      local function sh(cmd)
+        local p = io.popen(cmd)
+        local out = p:read("l")
+        p:close()
+        return out
+      end
+      assert.equal("0 600", sh("stat -c '%u %a' " .. dir .. "/.workspace.img"))
+      -- its free blocks given back to the host's disk: it holds about its files, not 64 MiB
+      local held = function() return tonumber(sh("du -B1 " .. dir .. "/.workspace.img"):match("^(%d+)")) end
+      assert.is_true(held() < 16 * 1024 * 1024, "a slept image holds " .. held())
       local r = ok(h, "keep", CHECK)
       assert.equal(EXPECTED, r.stdout)
       assert.equal("kept", r.workspace and r.workspace.state, cjson.encode(r))
       assert.truthy(r.workspace.text:find("background processes ended at sleep", 1, true), r.workspace.text)
+      -- awake, the image is reserved whole again (docs/isolation.md "The host's disk")
+      assert.is_true(held() >= 64 * 1024 * 1024, "an awake image holds " .. held())
       -- told once: the next command carries no note
       assert.is_nil(exec(h, "keep", "true").workspace)
       -- another thread's instance never sees the host's path of it
@@ -118,15 +127,16 @@ describe_walls("a slept thread's workspace", function()
 
   it("lives under slept_max_bytes: the oldest is evicted first and its thread told why", function()
     core.run(function()
-      local h = S.start_sandboxd{ policies = policy_dir("slept_max_bytes = 100 * MiB") }
-      ok(h, "first", "echo one > f")
+      local h = S.start_sandboxd{ policies = policy_dir("slept_max_bytes = 64 * MiB") }
+      -- 40 MiB each that no file system compresses: two slept ones hold more than 64 MiB
+      ok(h, "first", "echo one > f && head -c 40M /dev/urandom > big")
       assert.truthy(slept(h, 1), h.log())
-      ok(h, "second", "echo two > f")
+      ok(h, "second", "echo two > f && head -c 40M /dev/urandom > big")
       assert.truthy(slept(h, 2), h.log())
       assert.truthy(S.wait_for(function() return h.log():find("sandboxd.workspace_evicted", 1, true) end, 60000), h.log())
       local r = exec(h, "first", "cat f 2>&1; ls -A | grep -v lost+found | wc -l")
       assert.equal("expired", r.workspace and r.workspace.state, cjson.encode(r))
-      assert.truthy(r.workspace.text:find("workspace expired (policy: slept workspaces past 100 MiB, "
+      assert.truthy(r.workspace.text:find("workspace expired (policy: slept workspaces past 64 MiB, "
         .. "policies/isolation.lua slept_max_bytes", 1, true), r.workspace.text)
       assert.truthy(r.stdout:find("No such file", 1, true), r.stdout)
       r = ok(h, "second", "cat f")

@@ -18,6 +18,7 @@
 --                                           discarded, with a log line → {kept, repaired, discarded}
 --   keep.in_use(dir, deadline_ms)           → an instance has its image mounted (the lock)
 --   keep.kind(path, deadline_ms)            → "directory" | "symbolic link" | … (lstat) | nil
+--   keep.compact(dir, wait_ms, deadline_ms) a slept image's free blocks given back to the disk
 --   keep.touch(dir, deadline_ms)            its sleep time (the directory's mtime) set to now
 local core = require("switchboard.core")
 local run = require("switchboard.shell.run")
@@ -51,6 +52,26 @@ end
 function M.kind(path, deadline_ms)
   local r = tool({ "stat", "-c", "%F", "--", path }, deadline_ms)
   return r and r.exit == 0 and (r.stdout or ""):match("^([^\n]+)") or nil
+end
+
+-- A slept image gives its free blocks back to the host's disk (e2fsck -E discard punches them
+-- out of the file: a 2 GiB image holding 13 MB of files then holds ~25 MB on the host), so
+-- the budget counts what slept threads really hold. Under the image's lock, taken once the
+-- instance's loop device has let it go (src/walls/disk.c hold_image), and the thread's next
+-- holder reserves the image whole again only under that lock, after this — or is refused in
+-- words ("the host's disk is full"), its files intact. → true | nil, why
+function M.compact(dir, wait_ms, deadline_ms)
+  local image = dir .. "/" .. M.IMAGE
+  if not core.fs.exists(image) then return true end
+  -- e2fsck discards nothing in a run that changed the file system, and every run here does: the
+  -- walls' helper removes the empty lost+found at each mount (src/walls/walls.c), e2fsck makes
+  -- it again — so a second run, on a clean file system, is the one that discards
+  local r = tool({ "flock", "-x", "-w", ("%.1f"):format(wait_ms / 1000), "-E", "75", image,
+    "sh", "-c", 'e2fsck -f -y -E discard "$1"; rc=$?; if [ $rc -eq 1 ]; then e2fsck -f -y -E discard "$1"; rc=$?; fi; exit $rc',
+    "sh", image }, deadline_ms)
+  if r and (r.exit == 0 or r.exit == 1) then return true end
+  if r and r.exit == 75 then return nil, "its loop device was not released in time" end
+  return nil, ("e2fsck exit %s: %s"):format(tostring(r and r.exit), tostring(r and r.stderr or ""):sub(1, 200))
 end
 
 function M.touch(dir, deadline_ms) tool({ "touch", "-c", "--", dir }, deadline_ms) end

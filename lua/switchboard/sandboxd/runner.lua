@@ -40,6 +40,7 @@ function M.new(root, thread_key, opts)
     label = label,
     checked = opts.existing or nil,
     after_sleep = opts.after_sleep,
+    log = opts.log,
   }, Runner)
 end
 
@@ -148,13 +149,22 @@ end
 
 -- Sleep: kill what still runs; the workspace stays where it is, for the thread's next request
 -- (issue 37: before, it was deleted, and the next ask re-cloned and re-installed everything).
+-- A walled image gives its free blocks back to the host's disk (sandboxd/keep.lua compact).
 -- Its directory's mtime becomes its sleep time — the budget's age (sandboxd/keep.lua) — and the
 -- budget is enforced after it. A new instance of the thread woken while this one's processes
 -- are still being killed waits for this one's mount to go (the image's lock, src/walls/disk.c
 -- hold_image) before it mounts the same image.
 function Runner:stop(reason)
   self.ws:stop("instance asleep")
-  if core.fs.exists(self.dir) then keep.touch(self.dir) end
+  if core.fs.exists(self.dir) then
+    local t = policy.current().timeouts
+    local ok, why = keep.compact(self.dir, t.walls.stop_ms, t.walls.helper_ms)
+    if self.log then
+      if ok then self.log("debug", "sandboxd.workspace_compacted", { instance = self.label })
+      else self.log("warn", "sandboxd.workspace_not_compacted", { instance = self.label, reason = why }) end
+    end
+    keep.touch(self.dir)
+  end
   if self.after_sleep and reason ~= "shutdown" then core.go(self.after_sleep) end
 end
 
