@@ -10,7 +10,8 @@
 --               on an empty workspace rebuilding the same state (the tree and the commit) —
 --               a lower bound of today's re-clone plus setup, which adds the network
 -- disk:         bytes a slept thread holds on the host's disk (du of its directory: the image,
---               reserved whole) against its files' size (du inside /workspace)
+--               its free blocks given back at sleep) against its files' size (du inside
+--               /workspace), and what its image holds awake (reserved whole)
 -- copy_1gib:    copying a 1 GiB image holding 256 MiB of files on --root's file system
 --               (cp --sparse=always; cp --reflink=always where the file system has it)
 -- Goal: after_sleep ≤ 500 ms. One JSON document on stdout.
@@ -72,7 +73,7 @@ core.run(function()
   }
   local h = S.start_sandboxd{ policies = pol }
   local root = core.fs.realpath(h.root)
-  local after, rebuild, disk, files = {}, {}, {}, {}
+  local after, rebuild, disk, files, awake_disk = {}, {}, {}, {}, {}
   for i = 1, ROUNDS do
     local thread = "bench-keep-" .. i
     local _, ms = exec(h, thread, BUILD) -- a new thread building its state: today's price after a sleep
@@ -89,11 +90,13 @@ core.run(function()
     doc, ms = exec(h, thread, "cat repo/untracked.txt && ls node_modules | wc -l")
     assert(doc.workspace and doc.workspace.state == "kept", "not kept")
     after[#after + 1] = ms
+    awake_disk[#awake_disk + 1] = tonumber(sh("du -s -B1 " .. workspace.path(root, thread)):match("^(%d+)"))
   end
   h:stop(); h:wait()
   result.after_sleep_ms = { median = median(after), all = after }
   result.rebuild_ms = { median = median(rebuild), all = rebuild }
   result.slept_disk_bytes = median(disk)
+  result.awake_disk_bytes = median(awake_disk)
   result.files_bytes = median(files)
 
   -- a 1 GiB base image on --root's file system: its copy's cost
