@@ -59,7 +59,7 @@ end
 -- the budget counts what slept threads really hold. Under the image's lock, taken once the
 -- instance's loop device has let it go (src/walls/disk.c hold_image), and the thread's next
 -- holder reserves the image whole again only under that lock, after this — or is refused in
--- words ("the host's disk is full"), its files intact. → true | nil, why
+-- words ("the host's disk is full"), its files intact. → true | nil, err (kind workspace)
 function M.compact(dir, wait_ms, deadline_ms)
   local image = dir .. "/" .. M.IMAGE
   if not core.fs.exists(image) then return true end
@@ -70,8 +70,9 @@ function M.compact(dir, wait_ms, deadline_ms)
     "sh", "-c", 'e2fsck -f -y -E discard "$1"; rc=$?; if [ $rc -eq 1 ]; then e2fsck -f -y -E discard "$1"; rc=$?; fi; exit $rc',
     "sh", image }, deadline_ms)
   if r and (r.exit == 0 or r.exit == 1) then return true end
-  if r and r.exit == 75 then return nil, "its loop device was not released in time" end
-  return nil, ("e2fsck exit %s: %s"):format(tostring(r and r.exit), tostring(r and r.stderr or ""):sub(1, 200))
+  if r and r.exit == 75 then return nil, core.error("workspace", "its loop device was not released in time") end
+  return nil, core.error("workspace", ("e2fsck exit %s: %s"):format(tostring(r and r.exit),
+    tostring(r and r.stderr or ""):sub(1, 200)))
 end
 
 function M.touch(dir, deadline_ms) tool({ "touch", "-c", "--", dir }, deadline_ms) end

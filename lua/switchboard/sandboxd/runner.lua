@@ -161,7 +161,7 @@ function Runner:stop(reason)
     local ok, why = keep.compact(self.dir, t.walls.stop_ms, t.walls.helper_ms)
     if self.log then
       if ok then self.log("debug", "sandboxd.workspace_compacted", { instance = self.label })
-      else self.log("warn", "sandboxd.workspace_not_compacted", { instance = self.label, reason = why }) end
+      else self.log("warn", "sandboxd.workspace_not_compacted", { instance = self.label, reason = why.message }) end
     end
     keep.touch(self.dir)
   end
