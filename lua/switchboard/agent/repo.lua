@@ -9,9 +9,7 @@
 --
 --   repo.prepare(executor, snap, "acme/api", {signal, remaining_ms, branch?}) → "cloned" | "fetched"
 --                                                  (then the thread's branch when a fresh clone
---                                                  checked out the thread's branch, then the
---                                                  executor's note on the workspace: {state =
---                                                  "kept" | "expired", text}, or nil)
+--                                                  checked out the thread's branch)
 --                                                                    | nil, err
 --     err: core.error, kind "infra" | "capacity" | "tool" | "git" | "stopped" | "not_visible"
 --     (the GitHub App is not installed on the repository: the message says where to add it);
@@ -76,8 +74,8 @@ function M.prepare(ex, snap, repo, ctx)
       repo, url, tostring(result.exit_code), text))
   end
   local out = result.stdout or ""
-  if out:match("fetched") then return "fetched", nil, result.workspace_note end
-  return "cloned", out:match("on%-branch") and ctx.branch or nil, result.workspace_note
+  if out:match("fetched") then return "fetched" end
+  return "cloned", out:match("on%-branch") and ctx.branch or nil
 end
 
 return M

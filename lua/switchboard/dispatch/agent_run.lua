@@ -151,6 +151,19 @@ function M.reply_on_review(d, thread, ask, state, answer, problem)
   core.log(ok and "info" or "warn", "agent.review_reply", { thread = thread.name, pr = c.pr_url, ok = ok == true })
 end
 
+-- What the executor said about the thread's workspace on a wake (sandboxd: kept from its sleep,
+-- or expired by the slept workspaces' budget; docs/sandboxd.md "Slept workspaces"), on the
+-- card ("workspace expired (policy …): re-cloned acme/api on branch X" after a re-clone).
+local function say_workspace(c, executor, done, on_branch, repo)
+  local note = executor.take_workspace_note and executor:take_workspace_note()
+  if not note then return end
+  if note.state == "expired" and done == "cloned" then
+    c:add_note(("%s: re-cloned %s on branch %s"):format(note.text, repo, on_branch or "(the default branch)"))
+  else
+    c:add_note(note.text)
+  end
+end
+
 -- The front's context for this run (Slack: the thread's earlier messages on its first run, the
 -- ask's files): content blocks put before the ask's text, notes on the card.
 function M.gather_context(d, thread, ask)
@@ -232,7 +245,7 @@ local function prepare_repo(d, run, deadline)
   local c, snap = ask.card, ask.snap
   c:preparing("git: " .. ask.repo)
   d:refresh(ask)
-  local done, err, ws_note = repo_mod.prepare(built.executor, snap, ask.repo, {
+  local done, err = repo_mod.prepare(built.executor, snap, ask.repo, {
     signal = ask.stop, remaining_ms = deadline - d.now_ms(),
     branch = publish.branch(snap, thread.name, d.thread_key(thread.name)),
   })
@@ -243,14 +256,9 @@ local function prepare_repo(d, run, deadline)
     return err.kind == "infra" and "infra" or "clone_failed"
   end
   local on_branch = err -- a fresh clone that checked out the thread's branch names it
-  if ws_note and ws_note.state == "expired" and done == "cloned" then
-    -- the executor evicted the thread's slept workspace (sandboxd/keep.lua): said with the policy
-    c:add_note(("%s: re-cloned %s on branch %s"):format(ws_note.text, ask.repo, on_branch or "(the default branch)"))
-  else
-    if ws_note then c:add_note(ws_note.text) end
-    c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
-  end
+  c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
   d:remember("thread", d.record and d.record.bind, thread.name, { repo = ask.repo, backend = built.backend })
+  say_workspace(c, built.executor, done, on_branch, ask.repo)
   c.state = "running"
   run.guide = instructions.read(built.executor, snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
   if run.guide.note then c:add_note(run.guide.note) end
