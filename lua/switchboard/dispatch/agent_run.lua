@@ -258,7 +258,7 @@ local function prepare_repo(d, run, deadline)
   local on_branch = err -- a fresh clone that checked out the thread's branch names it
   c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
   d:remember("thread", d.record and d.record.bind, thread.name, { repo = ask.repo, backend = built.backend })
-  say_workspace(c, built.executor, done, on_branch, ask.repo)
+  say_workspace(c, built.executor, done, err, ask.repo) -- (err: the branch a fresh clone took)
   c.state = "running"
   run.guide = instructions.read(built.executor, snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
   if run.guide.note then c:add_note(run.guide.note) end
