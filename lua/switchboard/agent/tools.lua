@@ -25,6 +25,7 @@ local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
 local tracing = require("switchboard.exec.tracing")
 local find = require("switchboard.agent.find")
+local web_fetch = require("switchboard.agent.web_fetch")
 
 local M = {}
 
@@ -116,6 +117,8 @@ function DEFS.edit_file(snap)
   }
 end
 
+DEFS.web_fetch = web_fetch.definition
+
 for name in pairs(find.NAMES) do
   DEFS[name] = function(snap) return find.definitions(snap)[name] end
 end
@@ -137,6 +140,7 @@ function M.definitions(snap, def)
     local make = DEFS[name]
     if make and not (def.readonly and M.WRITE_TOOLS[name]) then out[#out + 1] = make(snap) end
   end
+  if def.mcp then for _, t in ipairs(def.mcp:definitions()) do out[#out + 1] = t end end -- agent/mcp/bridge.lua
   return out
 end
 
@@ -168,6 +172,12 @@ local function from_error(snap, err)
 end
 
 local CALL = {}
+
+function CALL.web_fetch(ex, snap, input, ctx)
+  local out, err = web_fetch.call(ex, snap, input, ctx)
+  if not out then return from_error(snap, err) end
+  return outcome(out.kind, out.content, out.is_error)
+end
 
 function CALL.bash(ex, snap, input, ctx)
   local command = input.command
@@ -370,6 +380,7 @@ local function call_tool(ex, snap, def, use, ctx)
   if use.input_error then
     return outcome("input", use.name .. " was called with input that is not a JSON object (" .. use.input_error .. ")", true)
   end
+  if def.mcp and def.mcp:owns(use.name) then return def.mcp:call(ex, snap, use, ctx) end
   if find.NAMES[use.name] then
     local out, err = find.call(use.name, ex, snap, use.input or {}, ctx)
     if not out then return from_error(snap, err) end

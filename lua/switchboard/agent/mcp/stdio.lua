@@ -1,0 +1,97 @@
+-- An MCP server over stdio, run inside the thread's sandbox through its executor (docs/mcp.md
+-- "stdio servers"). The executor runs a command and waits for it, so each exchange is one
+-- command: a bash driver starts the server as a coprocess with the policy's argv and env,
+-- writes initialize, waits for its reply, writes notifications/initialized and the request,
+-- waits for that reply, then closes the server's stdin and ends it. Every line the server
+-- wrote comes back on stdout; the reply is found by its id. Stateless but correct: the walls,
+-- the command deadline and the run's stop bound each exchange like a bash call.
+--
+--   stdio.exchange(ex, snap, server, method, params, ctx) → result | nil, error text, kind
+--     server: {name, command = {argv…}, env = {K = V}}; kind: "infra" | "capacity" | "refused"
+--     | "server" (the server failed: it did not start, or answered an error)
+local protocol = require("switchboard.agent.mcp.protocol")
+local errors = require("switchboard.exec.errors")
+
+local M = {}
+
+M.INIT_ID, M.CALL_ID = "sbmcp-init", "sbmcp-call"
+M.STDERR_MARK = "--sbmcp-stderr--"
+local STDERR_AT = M.STDERR_MARK:gsub("%-", "%%-") .. "\n"
+
+local function quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
+-- The server's command line: env with the policy's variables, then its argv (env takes the
+-- first word without "=" as the program: the schema refuses a program name with "=").
+function M.command_line(server)
+  local words = { "exec", "env" }
+  for _, k in ipairs(sorted_keys(server.env)) do words[#words + 1] = quote(k .. "=" .. server.env[k]) end
+  for _, a in ipairs(server.command) do words[#words + 1] = quote(a) end
+  return table.concat(words, " ")
+end
+
+-- The driver: bash (the instance has the host's /usr, and the bash tool needs it anyway).
+function M.script(server, request_json)
+  return table.concat({
+    "__sb_err=$(mktemp) || exit 70",
+    "coproc SBMCP { " .. M.command_line(server) .. " 2>\"$__sb_err\"; }",
+    "exec {__sb_out}<&\"${SBMCP[0]}\" {__sb_in}>&\"${SBMCP[1]}\"",
+    "__sb_wait() { local line; while IFS= read -r line <&$__sb_out; do printf '%s\\n' \"$line\"; "
+      .. "case $line in *\"$1\"*) return 0;; esac; done; return 1; }",
+    "__sb_rc=3",
+    "printf '%s\\n' " .. quote(protocol.initialize(M.INIT_ID)) .. " >&$__sb_in 2>/dev/null",
+    "if __sb_wait " .. quote('"' .. M.INIT_ID .. '"') .. "; then",
+    "  printf '%s\\n' " .. quote(protocol.initialized()) .. " " .. quote(request_json) .. " >&$__sb_in 2>/dev/null",
+    "  __sb_wait " .. quote('"' .. M.CALL_ID .. '"') .. " && __sb_rc=0",
+    "fi",
+    "exec {__sb_in}>&-",
+    "kill \"$SBMCP_PID\" 2>/dev/null; wait \"$SBMCP_PID\" 2>/dev/null",
+    "if [ $__sb_rc -ne 0 ]; then printf '%s\\n' " .. quote(M.STDERR_MARK) .. "; tail -c 1500 \"$__sb_err\"; fi",
+    "rm -f \"$__sb_err\"",
+    "exit $__sb_rc",
+  }, "\n")
+end
+
+local function why_failed(stdout)
+  local err = stdout:match(STDERR_AT .. "(.*)$") or ""
+  err = err:gsub("%s+$", ""):gsub("\n", " | ")
+  if #err > 400 then err = "…" .. err:sub(-400) end
+  return err ~= "" and ("its stderr: " .. err) or "it wrote nothing on stderr"
+end
+
+function M.exchange(ex, snap, server, method, params, ctx)
+  local script = M.script(server, protocol.request(M.CALL_ID, method, params))
+  local result, err = ex:exec(script, {
+    timeout_ms = snap.timeouts.bash.default_ms, signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap,
+  })
+  if not result then
+    local kind = errors.is_capacity(err) and "capacity" or errors.is_infra(err) and "infra"
+      or errors.is_refused(err) and "refused" or "server"
+    return nil, tostring(err), kind
+  end
+  local stdout = result.stdout or result.text or ""
+  local messages = protocol.decode_lines((stdout:gsub(STDERR_AT .. ".*$", "")))
+  if result.exit_code ~= 0 then
+    if result.exit_code == 124 or result.timed_out then
+      return nil, ("no answer within the command deadline (%d ms)"):format(snap.timeouts.bash.default_ms), "server"
+    end
+    local code, why = tostring(result.exit_code), why_failed(stdout)
+    if protocol.answer(messages, M.INIT_ID) then
+      return nil, ("it ended without answering %s (exit %s); %s"):format(method, code, why), "server"
+    end
+    return nil, ("it did not start or did not answer initialize (exit %s); %s"):format(code, why), "server"
+  end
+  local answer, aerr = protocol.answer(messages, M.CALL_ID)
+  if not answer then return nil, aerr, "server" end
+  return answer
+end
+
+return M
