@@ -109,7 +109,8 @@ function M.open(o, opts)
 end
 
 function M.attach(o, opts)
-  if type(o.def.mcp_servers) ~= "table" or next(o.def.mcp_servers) == nil then return o.def end
+  -- a policy snapshot's tables are frozen proxies: pairs sees their entries, next does not
+  if type(o.def.mcp_servers) ~= "table" or #sorted_names(o.def.mcp_servers) == 0 then return o.def end
   return setmetatable({ mcp = M.open(o, opts) }, { __index = o.def })
 end
 
