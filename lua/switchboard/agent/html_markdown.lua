@@ -6,6 +6,10 @@
 --   html_markdown.convert(html, base_url?) → markdown text (links made absolute against base)
 local M = {}
 
+-- Nested lists deeper than this are indented no further (a page of thousands of nested lists
+-- must not make its markdown grow with the square of its size).
+M.MAX_INDENT = 8
+
 local NAMED = {
   amp = "&", lt = "<", gt = ">", quot = '"', apos = "'", nbsp = " ", copy = "©", reg = "®",
   mdash = "—", ndash = "–", hellip = "…", rsquo = "’", lsquo = "‘", rdquo = "”", ldquo = "“",
@@ -73,7 +77,7 @@ local function open_tag(o, name, attrs, base)
     local l = o.lists[#o.lists] or { ordered = false, n = 0 }
     l.n = l.n + 1
     o.block(1)
-    o.text(("\3"):rep(math.max(0, #o.lists - 1)) .. (l.ordered and (l.n .. ". ") or "- "))
+    o.text(("\3"):rep(math.min(M.MAX_INDENT, math.max(0, #o.lists - 1))) .. (l.ordered and (l.n .. ". ") or "- "))
   elseif name == "dt" then o.block(1)
   elseif name == "dd" then o.block(1); o.text(": ")
   elseif name == "pre" then o.block(2); o.text("```\n"); o.pre = o.pre + 1
@@ -110,12 +114,28 @@ local function finish(parts)
   return (s:gsub("^%s+", ""):gsub("%s+$", ""))
 end
 
+-- html without each open … close (plain text; an open without its close cuts to the end).
+local function cut_between(html, open, close)
+  local out, pos = {}, 1
+  while true do
+    local i = html:find(open, pos, true)
+    if not i then out[#out + 1] = html:sub(pos); break end
+    out[#out + 1] = html:sub(pos, i - 1)
+    local _, j = html:find(close, i + #open, true)
+    if not j then break end
+    pos = j + 1
+  end
+  return table.concat(out)
+end
+
 function M.convert(html, base)
-  html = html:gsub("<!%-%-.-%-%->", ""):gsub("<!%[CDATA%[.-%]%]>", ""):gsub("<![^>]*>", ""):gsub("<%?[^>]*>", "")
+  html = cut_between(cut_between(html, "<!--", "-->"), "<![CDATA[", "]]>"):gsub("<[!?][^<>]*>", "")
   local o = new_out()
   local pos, drop = 1, nil
   while pos <= #html do
-    local s, e, slash, name, attrs = html:find("<(/?)([%a][%w-]*)([^>]*)>", pos)
+    -- [^<>]: a "<" without its ">" ends the search at the next "<", so a page never makes
+    -- this quadratic
+    local s, e, slash, name, attrs = html:find("<(/?)([%a][%w-]*)([^<>]*)>", pos)
     local text = html:sub(pos, (s or #html + 1) - 1)
     if not drop and text ~= "" then
       text = text:gsub("<", "&lt;")

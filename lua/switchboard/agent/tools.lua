@@ -380,7 +380,10 @@ local function call_tool(ex, snap, def, use, ctx)
   if use.input_error then
     return outcome("input", use.name .. " was called with input that is not a JSON object (" .. use.input_error .. ")", true)
   end
-  if def.mcp and def.mcp:owns(use.name) then return def.mcp:call(ex, snap, use, ctx) end
+  if def.mcp and def.mcp:owns(use.name) then
+    local out, err = def.mcp:call(ex, snap, use, ctx)
+    return out or from_error(snap, err)
+  end
   if find.NAMES[use.name] then
     local out, err = find.call(use.name, ex, snap, use.input or {}, ctx)
     if not out then return from_error(snap, err) end

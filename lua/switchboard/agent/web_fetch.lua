@@ -14,6 +14,7 @@
 --   web_fetch.definition(snap) → the API's tool entry
 --   web_fetch.call(ex, snap, input, ctx) → {kind, content, is_error} | nil, executor error
 --   web_fetch.refused(address) → nil | why (IPv4 dotted quad)
+local core = require("switchboard.core")
 local html_markdown = require("switchboard.agent.html_markdown")
 
 local M = {}
@@ -64,19 +65,21 @@ end
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
--- scheme, host, port of an http(s) URL; nil and why for anything else.
+-- scheme, host, port of an http(s) URL; nil and why (a core.error "input") for anything else.
+local function bad(why) return core.error("input", why) end
+
 function M.parse(url)
-  if type(url) ~= "string" or url:find("[%s%c]") then return nil, "not a URL" end
+  if type(url) ~= "string" or url:find("[%s%c]") then return nil, bad("not a URL") end
   local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
   scheme = scheme and scheme:lower()
-  if scheme ~= "http" and scheme ~= "https" then return nil, "only http:// and https:// URLs are fetched" end
+  if scheme ~= "http" and scheme ~= "https" then return nil, bad("only http:// and https:// URLs are fetched") end
   local authority = rest:match("^([^/?#]*)")
-  if authority:find("@", 1, true) then return nil, "a URL with credentials is not fetched" end
-  if authority:sub(1, 1) == "[" then return nil, "an IPv6 address (the sandbox has no IPv6)" end
+  if authority:find("@", 1, true) then return nil, bad("a URL with credentials is not fetched") end
+  if authority:sub(1, 1) == "[" then return nil, bad("an IPv6 address (the sandbox has no IPv6)") end
   local host, port = authority:match("^([^:]+):(%d+)$")
   host = (host or authority):lower()
   port = tonumber(port) or (scheme == "https" and 443 or 80)
-  if host == "" or not host:match("^[%w.-]+$") then return nil, "no host name in the URL" end
+  if host == "" or not host:match("^[%w.-]+$") then return nil, bad("no host name in the URL") end
   return { scheme = scheme, host = host, port = port, url = url }
 end
 
@@ -148,7 +151,7 @@ end
 function M.call(ex, snap, input, ctx)
   local w = snap.agents.web_fetch
   local u, perr = M.parse(type(input) == "table" and input.url or nil)
-  if not u then return { kind = "input", content = "web_fetch needs {\"url\": \"http(s)://…\"}: " .. perr, is_error = true } end
+  if not u then return { kind = "input", content = "web_fetch needs {\"url\": \"http(s)://…\"}: " .. tostring(perr), is_error = true } end
   for _ = 0, w.max_redirects do
     local address, refusal, err = checked_address(ex, snap, u, ctx)
     if err then return nil, err end
@@ -166,7 +169,7 @@ function M.call(ex, snap, input, ctx)
     status = tonumber(status)
     if status >= 300 and status < 400 and location ~= "" then
       local nu, nerr = M.parse(location)
-      if not nu then return tool_error(("%s redirects to %s: %s"):format(u.url, location, nerr)) end
+      if not nu then return tool_error(("%s redirects to %s: %s"):format(u.url, location, tostring(nerr))) end
       u = nu
     else
       return { kind = "result", content = render(u, status, ctype:lower(), body), is_error = status >= 400 }

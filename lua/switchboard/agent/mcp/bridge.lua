@@ -9,8 +9,9 @@
 --                                  now_ms}; returns o.def itself when it names no server, else
 --                                  a def that reads through to it with .mcp, the run's session
 --   def.mcp:definitions() → the API's tool entries; def.mcp:owns(name) → bool
---   def.mcp:call(ex, snap, use, ctx) → {kind, content, is_error}
+--   def.mcp:call(ex, snap, use, ctx) → {kind, content, is_error} | nil, the executor's error
 local cjson = require("cjson.safe").new()
+local errors = require("switchboard.exec.errors")
 local protocol = require("switchboard.agent.mcp.protocol")
 local stdio = require("switchboard.agent.mcp.stdio")
 local http = require("switchboard.agent.mcp.http")
@@ -54,8 +55,8 @@ end
 local function list_tools(t, ex, snap, ctx, limits)
   local tools, cursor = {}, nil
   for _ = 1, 20 do
-    local result, err, kind = t:exchange(ex, snap, "tools/list", cursor and { cursor = cursor } or nil, ctx)
-    if not result then return nil, err, kind end
+    local result, err = t:exchange(ex, snap, "tools/list", cursor and { cursor = cursor } or nil, ctx)
+    if not result then return nil, err end
     for _, tool in ipairs(type(result.tools) == "table" and result.tools or {}) do
       if #tools >= limits.max_tools then return tools end
       if type(tool) == "table" and type(tool.name) == "string" and tool.name ~= "" then tools[#tools + 1] = tool end
@@ -78,10 +79,10 @@ function M.open(o, opts)
   for _, name in ipairs(sorted_names(def.mcp_servers)) do
     local server = def.mcp_servers[name]
     local t = transport(name, server, opts)
-    local tools, err, kind = list_tools(t, o.executor, snap, ctx, limits)
+    local tools, err = list_tools(t, o.executor, snap, ctx, limits)
     if not tools then
       self.notes[#self.notes + 1] = ("MCP server %s failed to start or list its tools (%s): %s"):format(
-        name, kind or "server", err)
+        name, errors.is_infra(err) and "sandbox failure" or "server", tostring(err))
     else
       local offered = 0
       for _, tool in ipairs(tools) do
@@ -121,10 +122,11 @@ function B:owns(name) return self.routes[name] ~= nil end
 function B:call(ex, snap, use, ctx)
   local route = self.routes[use.name]
   local args = type(use.input) == "table" and use.input or {}
-  local result, err, kind = route.transport:exchange(ex, snap, "tools/call", { name = route.tool, arguments = args }, ctx)
+  local result, err = route.transport:exchange(ex, snap, "tools/call", { name = route.tool, arguments = args }, ctx)
+  if not result and not (type(err) == "table" and err.kind == "mcp_server") then return nil, err end
   if not result then
-    return { kind = kind == "server" and "tool" or kind,
-             content = ("MCP server %s, tool %s: %s"):format(route.server, route.tool, err), is_error = true }
+    return { kind = "tool", content = ("MCP server %s, tool %s: %s"):format(route.server, route.tool, tostring(err)),
+             is_error = true }
   end
   local content, is_error = protocol.content(result)
   return { kind = "result", content = content, is_error = is_error }

@@ -6,7 +6,7 @@
 -- never logged, never shown (an error names the header and the variable, not the value).
 --
 --   local s = http.session(server, opts)   server: {name, url, headers}; opts: request, getenv
---   s:exchange(snap, method, params, ctx) → result | nil, error text, kind ("server")
+--   s:exchange(snap, method, params, ctx) → result | nil, core.error("mcp_server", why)
 local core = require("switchboard.core")
 local protocol = require("switchboard.agent.mcp.protocol")
 
@@ -16,6 +16,8 @@ local S = {}
 S.__index = S
 
 -- The header values with ${NAME} replaced from the environment, or nil and what is missing.
+local function fail(why) return core.error("mcp_server", why) end
+
 function M.headers(server, getenv)
   local out = {
     ["Accept"] = "application/json, text/event-stream",
@@ -29,7 +31,7 @@ function M.headers(server, getenv)
       return got
     end)
     if missing then
-      return nil, ("header %s names ${%s}, which is not set in the bot's environment"):format(name, missing)
+      return nil, fail(("header %s names ${%s}, which is not set in the bot's environment"):format(name, missing))
     end
     if core.log_redact and v ~= value then core.log_redact(v) end
     out[name] = v
@@ -72,21 +74,21 @@ function S:post(json, deadline_ms, signal)
   if self.version then headers["MCP-Protocol-Version"] = self.version end
   local status, rh, body = self.request{ method = "POST", url = self.server.url, headers = headers, body = json,
                                           deadline_ms = deadline_ms, signal = signal }
-  if type(status) ~= "number" then return nil, "no answer: " .. tostring(rh or status) end
+  if type(status) ~= "number" then return nil, fail("no answer: " .. tostring(rh or status)) end
   if status == 202 then return {}, nil, rh end
-  if status < 200 or status > 299 then return nil, ("HTTP %d"):format(status) end
+  if status < 200 or status > 299 then return nil, fail(("HTTP %d"):format(status)) end
   return M.messages(rh and rh["content-type"], body), nil, rh
 end
 
 function S:open(deadline_ms, signal)
   local msgs, err, rh = self:post(protocol.initialize("sbmcp-init"), deadline_ms, signal)
-  if not msgs then return nil, "initialize: " .. err end
+  if not msgs then return nil, fail("initialize: " .. tostring(err)) end
   local result, aerr = protocol.answer(msgs, "sbmcp-init")
-  if not result then return nil, "initialize: " .. aerr end
+  if not result then return nil, fail("initialize: " .. tostring(aerr)) end
   self.session_id = rh and rh["mcp-session-id"]
   self.version = type(result.protocolVersion) == "string" and result.protocolVersion or nil
   local _, nerr = self:post(protocol.initialized(), deadline_ms, signal)
-  if nerr then return nil, "notifications/initialized: " .. nerr end
+  if nerr then return nil, fail("notifications/initialized: " .. tostring(nerr)) end
   self.opened = true
   return true
 end
@@ -95,13 +97,11 @@ function S:exchange(snap, method, params, ctx)
   local deadline = math.min(snap.timeouts.bash.default_ms, math.max(1, ctx.remaining_ms or math.huge))
   if not self.opened then
     local ok, err = self:open(deadline, ctx.signal)
-    if not ok then return nil, err, "server" end
+    if not ok then return nil, err end
   end
   local msgs, err = self:post(protocol.request("sbmcp-call", method, params), deadline, ctx.signal)
-  if not msgs then return nil, err, "server" end
-  local result, aerr = protocol.answer(msgs, "sbmcp-call")
-  if not result then return nil, aerr, "server" end
-  return result
+  if not msgs then return nil, err end
+  return protocol.answer(msgs, "sbmcp-call")
 end
 
 return M

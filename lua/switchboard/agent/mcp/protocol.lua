@@ -4,9 +4,10 @@
 --
 --   protocol.request(id, method, params) → JSON text
 --   protocol.initialize(id) / protocol.initialized() → JSON text
---   protocol.answer(messages, id) → result | nil, error text   (the reply with that id)
+--   protocol.answer(messages, id) → result | nil, core.error("mcp_server", why)   (the reply with that id)
 --   protocol.tool_name(server, tool) → "mcp__SERVER__TOOL" within ^[a-zA-Z0-9_-]{1,64}$
 --   protocol.content(result) → content (text or blocks), is_error
+local core = require("switchboard.core")
 local cjson = require("cjson.safe").new()
 
 local M = {}
@@ -35,13 +36,13 @@ function M.answer(messages, id)
   for _, m in ipairs(messages) do
     if type(m) == "table" and m.id == id then
       if type(m.error) == "table" then
-        return nil, ("error %s: %s"):format(tostring(m.error.code), tostring(m.error.message))
+        return nil, core.error("mcp_server", ("error %s: %s"):format(tostring(m.error.code), tostring(m.error.message)))
       end
       if type(m.result) == "table" then return m.result end
-      return nil, "a reply without a result"
+      return nil, core.error("mcp_server", "a reply without a result")
     end
   end
-  return nil, "no reply to " .. tostring(id)
+  return nil, core.error("mcp_server", "no reply to " .. tostring(id))
 end
 
 -- Lines of text, each a JSON message (stdio; an SSE event's data): the ones that decode.

@@ -6,11 +6,12 @@
 -- wrote comes back on stdout; the reply is found by its id. Stateless but correct: the walls,
 -- the command deadline and the run's stop bound each exchange like a bash call.
 --
---   stdio.exchange(ex, snap, server, method, params, ctx) → result | nil, error text, kind
---     server: {name, command = {argv…}, env = {K = V}}; kind: "infra" | "capacity" | "refused"
---     | "server" (the server failed: it did not start, or answered an error)
+--   stdio.exchange(ex, snap, server, method, params, ctx) → result | nil, err
+--     server: {name, command = {argv…}, env = {K = V}}; err: the executor's error as it came
+--     (infra, capacity, a refusal), or core.error("mcp_server", why) when the server failed
+--     (it did not start, ended, answered an error, or not within the deadline)
+local core = require("switchboard.core")
 local protocol = require("switchboard.agent.mcp.protocol")
-local errors = require("switchboard.exec.errors")
 
 local M = {}
 
@@ -72,26 +73,22 @@ function M.exchange(ex, snap, server, method, params, ctx)
   local result, err = ex:exec(script, {
     timeout_ms = snap.timeouts.bash.default_ms, signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap,
   })
-  if not result then
-    local kind = errors.is_capacity(err) and "capacity" or errors.is_infra(err) and "infra"
-      or errors.is_refused(err) and "refused" or "server"
-    return nil, tostring(err), kind
-  end
+  if not result then return nil, err end
   local stdout = result.stdout or result.text or ""
   local messages = protocol.decode_lines((stdout:gsub(STDERR_AT .. ".*$", "")))
   if result.exit_code ~= 0 then
     if result.exit_code == 124 or result.timed_out then
-      return nil, ("no answer within the command deadline (%d ms)"):format(snap.timeouts.bash.default_ms), "server"
+      local why = ("no answer within the command deadline (%d ms)"):format(snap.timeouts.bash.default_ms)
+      return nil, core.error("mcp_server", why)
     end
     local code, why = tostring(result.exit_code), why_failed(stdout)
+    local text = ("it did not start or did not answer initialize (exit %s); %s"):format(code, why)
     if protocol.answer(messages, M.INIT_ID) then
-      return nil, ("it ended without answering %s (exit %s); %s"):format(method, code, why), "server"
+      text = ("it ended without answering %s (exit %s); %s"):format(method, code, why)
     end
-    return nil, ("it did not start or did not answer initialize (exit %s); %s"):format(code, why), "server"
+    return nil, core.error("mcp_server", text)
   end
-  local answer, aerr = protocol.answer(messages, M.CALL_ID)
-  if not answer then return nil, aerr, "server" end
-  return answer
+  return protocol.answer(messages, M.CALL_ID)
 end
 
 return M
