@@ -96,6 +96,40 @@ describe("a stdio MCP server through the executor", function()
   end))
 end)
 
+describe("a stdio MCP server that never answers", function()
+  after_each(function() tmp.remove_all(); P.cleanup() end)
+
+  it("is bounded by the command deadline and is a note", async(function()
+    local dir = P.dir{ timeouts = function(src) return src .. "\nbash.floor_ms = 100\nbash.default_ms = 1500\n" end }
+    local fast = assert(P.load(dir))
+    local ex = local_executor.new{ root = tmp.dir("ws"), thread_key = "mcp3", policy = function() return fast end }
+    local c = card()
+    local def = {}
+    for k, v in pairs(policy.agent(fast, "coding")) do def[k] = v end
+    def.mcp_servers = { silent = { command = { "/usr/bin/python3", "-c", "import time; time.sleep(600)" } } }
+    local t0 = core.now_ms()
+    bridge.attach({ snap = fast, def = def, executor = ex, card = c, signal = core.signal(),
+                    deadline_ms = core.now_ms() + 600000, now_ms = core.now_ms })
+    local took = core.now_ms() - t0
+    assert.matches("MCP server silent failed to start or list its tools (server): no answer within the command "
+      .. "deadline (1500 ms)", c.notes.mcp, 1, true)
+    assert.is_true(took >= 1500 and took < 60000, tostring(took))
+  end))
+end)
+
+describe("HTML as markdown", function()
+  local convert = require("switchboard.agent.html_markdown").convert
+  it("keeps headings, links, lists, code and emphasis; drops scripts and styles; decodes entities", function()
+    assert.equal("# Title & more\n\nText with a [link](https://a.example/dir/x.html) and *emphasis*.\n\n"
+      .. "- one\n- two\n  1. inner\n\n```\nx < y\n  z\n```\n\ncafé é ✓ `inline`",
+      convert("<html><head><title>T</title><style>p{}</style></head><body><script>alert(1)</script>"
+        .. "<h1>Title &amp; more</h1><p>Text  with a <a href=\"x.html\">link</a> and <em>emphasis</em>.</p>"
+        .. "<ul><li>one</li><li>two<ol><li>inner</li></ol></li></ul><pre>x &lt; y\n  z</pre>"
+        .. "<p>caf&eacute; &#233; &#x2713; <code>inline</code></p><!-- a comment --></body></html>",
+        "https://a.example/dir/page.html"))
+  end)
+end)
+
 describe("a streamable-HTTP MCP server", function()
   local dir, pid
   local function start(token)

@@ -416,6 +416,7 @@ function M.describe(use)
     return use.name .. " " .. input.pattern .. (type(input.path) == "string" and (" in " .. input.path) or "")
   end
   if type(input.path) == "string" then return use.name .. " " .. input.path end
+  if use.name == "web_fetch" and type(input.url) == "string" then return "web_fetch " .. input.url end
   return tostring(use.name)
 end
 
