@@ -236,11 +236,13 @@ The plan: the next steps.]],
 -- the same time; a call that changes something keeps its place in the order.
 -- MCP servers' tools (docs/mcp.md): at most max_tools per server are offered; a description
 -- is cut to max_description_chars; a tool whose input schema is larger than max_schema_bytes
--- is not offered (the card's note says so).
+-- is not offered (the card's note says so). An HTTP server's reply over max_reply_bytes is cut
+-- off (a failed call); a stdio server's output is bounded like any command's.
 mcp = {
   max_tools = 64,
   max_description_chars = 2000,
   max_schema_bytes = 16 * 1024,
+  max_reply_bytes = 4 * 1024 * 1024,
 }
 
 -- web_fetch (docs/agent.md): a URL fetched inside the thread's sandbox, at most

@@ -428,6 +428,7 @@ M.files.agents = {
     max_tools = S.int { min = 1, max = 500 },
     max_description_chars = S.int { min = 100, max = 100000, unit = "characters" },
     max_schema_bytes = S.int { min = 256, max = 1024 * 1024, unit = "bytes" },
+    max_reply_bytes = S.int { min = 1024, max = 64 * 1024 * 1024, unit = "bytes" },
   },
   web_fetch = S.record {
     max_redirects = S.int { min = 0, max = 20 },

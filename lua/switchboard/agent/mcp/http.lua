@@ -67,27 +67,27 @@ function M.session(server, opts)
                         getenv = opts.getenv or os.getenv }, S)
 end
 
-function S:post(json, deadline_ms, signal)
+function S:post(json, deadline_ms, signal, max_body)
   local headers, herr = M.headers(self.server, self.getenv)
   if not headers then return nil, herr end
   if self.session_id then headers["Mcp-Session-Id"] = self.session_id end
   if self.version then headers["MCP-Protocol-Version"] = self.version end
   local status, rh, body = self.request{ method = "POST", url = self.server.url, headers = headers, body = json,
-                                          deadline_ms = deadline_ms, signal = signal }
+                                          deadline_ms = deadline_ms, signal = signal, max_body = max_body }
   if type(status) ~= "number" then return nil, fail("no answer: " .. tostring(rh or status)) end
   if status == 202 then return {}, nil, rh end
   if status < 200 or status > 299 then return nil, fail(("HTTP %d"):format(status)) end
   return M.messages(rh and rh["content-type"], body), nil, rh
 end
 
-function S:open(deadline_ms, signal)
-  local msgs, err, rh = self:post(protocol.initialize("sbmcp-init"), deadline_ms, signal)
+function S:open(deadline_ms, signal, max_body)
+  local msgs, err, rh = self:post(protocol.initialize("sbmcp-init"), deadline_ms, signal, max_body)
   if not msgs then return nil, fail("initialize: " .. tostring(err)) end
   local result, aerr = protocol.answer(msgs, "sbmcp-init")
   if not result then return nil, fail("initialize: " .. tostring(aerr)) end
   self.session_id = rh and rh["mcp-session-id"]
   self.version = type(result.protocolVersion) == "string" and result.protocolVersion or nil
-  local _, nerr = self:post(protocol.initialized(), deadline_ms, signal)
+  local _, nerr = self:post(protocol.initialized(), deadline_ms, signal, max_body)
   if nerr then return nil, fail("notifications/initialized: " .. tostring(nerr)) end
   self.opened = true
   return true
@@ -96,10 +96,11 @@ end
 function S:exchange(snap, method, params, ctx)
   local deadline = math.min(snap.timeouts.bash.default_ms, math.max(1, ctx.remaining_ms or math.huge))
   if not self.opened then
-    local ok, err = self:open(deadline, ctx.signal)
+    local ok, err = self:open(deadline, ctx.signal, snap.agents.mcp.max_reply_bytes)
     if not ok then return nil, err end
   end
-  local msgs, err = self:post(protocol.request("sbmcp-call", method, params), deadline, ctx.signal)
+  local msgs, err = self:post(protocol.request("sbmcp-call", method, params), deadline, ctx.signal,
+    snap.agents.mcp.max_reply_bytes)
   if not msgs then return nil, err end
   return protocol.answer(msgs, "sbmcp-call")
 end
