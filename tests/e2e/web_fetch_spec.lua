@@ -7,10 +7,15 @@
 --   - a page on the thread's own 127.0.0.1 (a server is listening there: only the check stops
 --     it) is refused, by address and by a name that resolves to it (localhost)
 --   - a redirect from the public page to that loopback page is refused at the hop
+-- and the same from the bot, for an agent without a sandbox (core.http with public_only:
+-- the engine refuses the address as it connects), run in the thread's namespace as a process
+-- of its own (tests/support/web_fetch_bot.lua).
 local core = require("switchboard.core")
 local async = require("support.async")
 local tmp = require("support.tmp")
 local files = require("support.files")
+local cjson = require("cjson")
+local preload = require("support.preload")
 local policy = require("switchboard.policy")
 local local_executor = require("switchboard.exec.local")
 local tools = require("switchboard.agent.tools")
@@ -111,5 +116,29 @@ describe("web_fetch", function()
     assert.matches("10.0.0.1, a private network", private.content, 1, true)
     local meta = fetch("http://169.254.169.254/latest/meta-data/")
     assert.matches("link-local", meta.content, 1, true)
+
+    -- from the bot: the same page served, the same loopback page refused
+    local p = io.popen(("%sip netns exec %s lua5.4 tests/support/web_fetch_bot.lua %s %s %s %s 2>&1"):format(
+      preload.shell_prefix(), THREAD_NS, "http://203.0.113.2:8080/moved", "http://127.0.0.1:8081/secret",
+      "http://localhost:8081/secret", "http://203.0.113.2:8080/away"))
+    local lines = {}
+    for line in p:lines() do lines[#lines + 1] = line end
+    p:close()
+    local bot = {}
+    for i, line in ipairs(lines) do
+      local ok, v = pcall(cjson.decode, line)
+      assert(ok, table.concat(lines, "\n"))
+      bot[i] = v
+    end
+    assert.equal(4, #bot, table.concat(lines, "\n"))
+    assert.is_false(bot[1].is_error)
+    assert.equal(page.content, bot[1].content)
+    for i = 2, 4 do
+      assert.is_true(bot[i].is_error)
+      assert.matches("refused http://127.0.0.1:8081/secret: 127.0.0.1", bot[i].content:gsub("localhost", "127.0.0.1"), 1, true)
+      assert.matches("web_fetch only fetches public addresses", bot[i].content, 1, true)
+    end
+    assert.equal("/secret\n", files.read(inner .. "/log"))
+    assert.equal("/moved\n/\n/away\n/moved\n/\n/away\n", files.read(web .. "/log"))
   end))
 end)

@@ -384,6 +384,9 @@ local function call_tool(ex, snap, def, use, ctx)
     local out, err = def.mcp:call(ex, snap, use, ctx)
     return out or from_error(snap, err)
   end
+  if use.name == "web_fetch" and not (def.resources and def.resources.repository) then
+    return CALL.web_fetch(nil, snap, use.input or {}, ctx) -- no sandbox: the bot fetches (agent/web_fetch.lua)
+  end
   if find.NAMES[use.name] then
     local out, err = find.call(use.name, ex, snap, use.input or {}, ctx)
     if not out then return from_error(snap, err) end

@@ -8,11 +8,16 @@
 --   2. curl fetches that one URL with --resolve HOST:PORT:ADDRESS (the connection goes to
 --      the checked address, TLS still checks the host's name) and no redirect of its own
 --   3. a redirect's Location is the next hop, checked the same way, at most max_redirects
+-- An agent without a sandbox (no repository: the null executor) fetches from the bot instead,
+-- over core.http with public_only: the engine refuses a non-public address at the moment it
+-- connects (src/http/client.c), so the check and the connection cannot disagree; each redirect
+-- is a new request, refused the same way.
 -- HTML becomes markdown (agent/html_markdown.lua); other text is given as it is; the rest is
 -- described. The model's bound on tool output applies to what is returned, as for bash.
 --
 --   web_fetch.definition(snap) → the API's tool entry
 --   web_fetch.call(ex, snap, input, ctx) → {kind, content, is_error} | nil, executor error
+--     ex nil: the agent has no sandbox; the fetch is the bot's (ctx.request: core.http.request)
 --   web_fetch.refused(address) → nil | why (IPv4 dotted quad)
 local core = require("switchboard.core")
 local html_markdown = require("switchboard.agent.html_markdown")
@@ -148,25 +153,60 @@ local function render(u, status, ctype, body)
   return head .. "\n\n" .. body
 end
 
+-- One hop from the bot: status, content type, the redirect's absolute URL, body | nil, result.
+local function bot_hop(snap, u, ctx)
+  local w = snap.agents.web_fetch
+  local request = ctx.request or core.http.request
+  local status, headers, body = request{ method = "GET", url = u.url, public_only = true, signal = ctx.signal,
+    deadline_ms = math.max(1, math.min(w.timeout_ms, ctx.remaining_ms or w.timeout_ms)),
+    max_body = w.max_download_bytes,
+    headers = { ["Accept"] = "text/html, text/plain;q=0.9, */*;q=0.5", ["User-Agent"] = "switchboard-web_fetch/1" } }
+  if type(status) ~= "number" then
+    local err = headers
+    if type(err) == "table" and err.kind == "refused_address" then
+      return nil, tool_error(("refused %s: %s; web_fetch only fetches public addresses"):format(u.url,
+        tostring(err):match("refused to connect to ([^:]+):") or tostring(err)))
+    end
+    return nil, tool_error(("fetching %s failed: %s"):format(u.url, tostring(err)))
+  end
+  local location = headers and headers["location"] or ""
+  return status, (headers and headers["content-type"] or ""), location ~= "" and html_markdown.absolute(location, u.url) or "", body or ""
+end
+
+-- One hop inside the sandbox: the same, or nil, result | nil, nil, executor error.
+local function sandbox_hop(ex, snap, u, ctx)
+  local address, refusal, err = checked_address(ex, snap, u, ctx)
+  if err then return nil, nil, err end
+  if refusal then return nil, refusal end
+  local result, xerr = run(ex, snap, M.script(snap, u, address), ctx)
+  if not result then return nil, nil, xerr end
+  local out = result.stdout or result.text or ""
+  local meta, body = out:match("^(.-)\n" .. M.BODY_MARK:gsub("%-", "%%-") .. "\n(.*)$")
+  meta, body = meta or out, body or ""
+  local status, ctype, location, complaint = meta:match("^(%d+)\n([^\n]*)\n([^\n]*)\n?(.*)$")
+  if result.exit_code ~= 0 or not status then
+    return nil, tool_error(("fetching %s failed (curl exit %s): %s"):format(u.url, tostring(result.exit_code),
+      (complaint or meta):gsub("%s+$", "")))
+  end
+  return tonumber(status), ctype, location, body
+end
+
 function M.call(ex, snap, input, ctx)
   local w = snap.agents.web_fetch
   local u, perr = M.parse(type(input) == "table" and input.url or nil)
   if not u then return { kind = "input", content = "web_fetch needs {\"url\": \"http(s)://…\"}: " .. tostring(perr), is_error = true } end
   for _ = 0, w.max_redirects do
-    local address, refusal, err = checked_address(ex, snap, u, ctx)
-    if err then return nil, err end
-    if refusal then return refusal end
-    local result, xerr = run(ex, snap, M.script(snap, u, address), ctx)
-    if not result then return nil, xerr end
-    local out = result.stdout or result.text or ""
-    local meta, body = out:match("^(.-)\n" .. M.BODY_MARK:gsub("%-", "%%-") .. "\n(.*)$")
-    meta, body = meta or out, body or ""
-    local status, ctype, location, complaint = meta:match("^(%d+)\n([^\n]*)\n([^\n]*)\n?(.*)$")
-    if result.exit_code ~= 0 or not status then
-      return tool_error(("fetching %s failed (curl exit %s): %s"):format(u.url, tostring(result.exit_code),
-        (complaint or meta):gsub("%s+$", "")))
+    local status, ctype, location, body
+    if ex then
+      local refusal, err
+      status, ctype, location, body = sandbox_hop(ex, snap, u, ctx)
+      if not status then refusal, err = ctype, location end
+      if err then return nil, err end
+      if refusal then return refusal end
+    else
+      status, ctype, location, body = bot_hop(snap, u, ctx)
+      if not status then return ctype end
     end
-    status = tonumber(status)
     if status >= 300 and status < 400 and location ~= "" then
       local nu, nerr = M.parse(location)
       if not nu then return tool_error(("%s redirects to %s: %s"):format(u.url, location, tostring(nerr))) end

@@ -19,7 +19,7 @@ M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b", "kubernetes" }
 
 -- Tools that run through an executor, so an agent offering one must declare a repository.
 M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true, edit_file = true,
-                     glob = true, grep = true, list = true, web_fetch = true }
+                     glob = true, grep = true, list = true }
 -- Tools that change the workspace: never offered to a readonly agent.
 M.WRITE_TOOLS = { write_file = true, edit_file = true }
 
