@@ -248,6 +248,13 @@ mcp = {
 -- web_fetch (docs/agent.md): a URL fetched inside the thread's sandbox, at most
 -- max_download_bytes, each hop within timeout_ms, at most max_redirects redirects (each
 -- checked again: no loopback, private or link-local destination).
+-- web_search (docs/agent.md): provider "none" offers it to no agent. To offer it, name a
+-- provider and list "web_search" in an agent's tools; the provider is called from the bot with
+-- the key in the bot's environment variable key_env (never in the sandbox, never logged):
+--   web_search = { provider = "brave", url = "https://api.search.brave.com/res/v1/web/search",
+--                  key_env = "BRAVE_SEARCH_API_KEY", max_results = 8, timeout_ms = 15 * 1000 }
+web_search = { provider = "none" }
+
 web_fetch = {
   max_redirects = 5,
   max_download_bytes = 2 * 1024 * 1024,

@@ -26,6 +26,7 @@ local errors = require("switchboard.exec.errors")
 local tracing = require("switchboard.exec.tracing")
 local find = require("switchboard.agent.find")
 local web_fetch = require("switchboard.agent.web_fetch")
+local web_search = require("switchboard.agent.web_search")
 
 local M = {}
 
@@ -118,6 +119,7 @@ function DEFS.edit_file(snap)
 end
 
 DEFS.web_fetch = web_fetch.definition
+DEFS.web_search = web_search.definition -- nil without a provider in policy: not offered
 
 for name in pairs(find.NAMES) do
   DEFS[name] = function(snap) return find.definitions(snap)[name] end
@@ -138,7 +140,7 @@ function M.definitions(snap, def)
   local out = {}
   for _, name in ipairs(def.tools or {}) do
     local make = DEFS[name]
-    if make and not (def.readonly and M.WRITE_TOOLS[name]) then out[#out + 1] = make(snap) end
+    if make and not (def.readonly and M.WRITE_TOOLS[name]) then out[#out + 1] = make(snap) end -- nil: not offered
   end
   if def.mcp then for _, t in ipairs(def.mcp:definitions()) do out[#out + 1] = t end end -- agent/mcp/bridge.lua
   return out
@@ -172,6 +174,8 @@ local function from_error(snap, err)
 end
 
 local CALL = {}
+
+function CALL.web_search(_, snap, input, ctx) return web_search.call(snap, input, ctx) end
 
 function CALL.web_fetch(ex, snap, input, ctx)
   local out, err = web_fetch.call(ex, snap, input, ctx)

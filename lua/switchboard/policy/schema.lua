@@ -430,6 +430,19 @@ M.files.agents = {
     max_schema_bytes = S.int { min = 256, max = 1024 * 1024, unit = "bytes" },
     max_reply_bytes = S.int { min = 1024, max = 64 * 1024 * 1024, unit = "bytes" },
   },
+  web_search = function(v, path, report)
+    S.record {
+      provider = S.enum { "none", "brave" },
+      url = S.optional(S.string { one_line = true, max_len = 2048, pattern = "^https?://[^%s/?#]+", what = "an http:// or https:// URL" }),
+      key_env = S.optional(S.string { pattern = "^[A-Za-z_][A-Za-z0-9_]*$", what = "an environment variable name" }),
+      max_results = S.optional(S.int { min = 1, max = 20 }),
+      timeout_ms = S.optional(ms(SECOND, 2 * MINUTE)),
+    }(v, path, report)
+    if type(v) ~= "table" or v.provider == "none" then return end
+    for _, k in ipairs { "url", "key_env", "max_results", "timeout_ms" } do
+      if v[k] == nil then report(child(path, k), "is required with a provider") end
+    end
+  end,
   web_fetch = S.record {
     max_redirects = S.int { min = 0, max = 20 },
     max_download_bytes = S.int { min = 1024, max = 64 * 1024 * 1024, unit = "bytes" },
