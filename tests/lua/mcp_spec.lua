@@ -89,6 +89,7 @@ describe("a stdio MCP server through the executor", function()
     assert.matches("MCP server broken failed to start or list its tools", c.notes.mcp, 1, true)
     assert.matches("cannot open its database", c.notes.mcp, 1, true)
     assert.matches("MCP server missing failed to start", c.notes.mcp, 1, true)
+    assert.matches("its stderr: env: .*/nonexistent/mcp%-server.*: No such file or directory", c.notes.mcp)
     for _, t in ipairs(tools.definitions(snap, def)) do assert.is_nil(t.name:match("^mcp__")) end
     local out = call(ex, def, "mcp__broken__echo", { text = "x" })
     assert.is_true(out.is_error)

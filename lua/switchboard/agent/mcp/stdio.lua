@@ -1,6 +1,6 @@
 -- An MCP server over stdio, run inside the thread's sandbox through its executor (docs/mcp.md
 -- "stdio servers"). The executor runs a command and waits for it, so each exchange is one
--- command: a bash driver starts the server as a coprocess with the policy's argv and env,
+-- command: a bash driver starts the server (its stdin and stdout FIFOs) with the policy's argv and env,
 -- writes initialize, waits for its reply, writes notifications/initialized and the request,
 -- waits for that reply, then closes the server's stdin and ends it. Every line the server
 -- wrote comes back on stdout; the reply is found by its id. Stateless but correct: the walls,
@@ -39,12 +39,17 @@ function M.command_line(server)
   return table.concat(words, " ")
 end
 
--- The driver: bash (the instance has the host's /usr, and the bash tool needs it anyway).
+-- The driver: bash (the instance has the host's /usr, and the bash tool needs it anyway). The
+-- server's stdin and stdout are FIFOs opened before it runs, so a server that dies at once
+-- still leaves its stderr to read (a coprocess's descriptors vanish with it); SIGPIPE is
+-- ignored so that writing to a server that is gone fails instead of killing the driver.
 function M.script(server, request_json)
   return table.concat({
-    "__sb_err=$(mktemp) || exit 70",
-    "coproc SBMCP { " .. M.command_line(server) .. " 2>\"$__sb_err\"; }",
-    "exec {__sb_out}<&\"${SBMCP[0]}\" {__sb_in}>&\"${SBMCP[1]}\"",
+    "trap '' PIPE",
+    "__sb_d=$(mktemp -d) && mkfifo \"$__sb_d/in\" \"$__sb_d/out\" || exit 70",
+    "( " .. M.command_line(server) .. " <\"$__sb_d/in\" >\"$__sb_d/out\" 2>\"$__sb_d/err\" ) &",
+    "__sb_pid=$!",
+    "exec {__sb_in}>\"$__sb_d/in\" {__sb_out}<\"$__sb_d/out\"",
     "__sb_wait() { local line; while IFS= read -r line <&$__sb_out; do printf '%s\\n' \"$line\"; "
       .. "case $line in *\"$1\"*) return 0;; esac; done; return 1; }",
     "__sb_rc=3",
@@ -54,9 +59,9 @@ function M.script(server, request_json)
     "  __sb_wait " .. quote('"' .. M.CALL_ID .. '"') .. " && __sb_rc=0",
     "fi",
     "exec {__sb_in}>&-",
-    "kill \"$SBMCP_PID\" 2>/dev/null; wait \"$SBMCP_PID\" 2>/dev/null",
-    "if [ $__sb_rc -ne 0 ]; then printf '%s\\n' " .. quote(M.STDERR_MARK) .. "; tail -c 1500 \"$__sb_err\"; fi",
-    "rm -f \"$__sb_err\"",
+    "kill \"$__sb_pid\" 2>/dev/null; wait \"$__sb_pid\" 2>/dev/null",
+    "if [ $__sb_rc -ne 0 ]; then printf '%s\\n' " .. quote(M.STDERR_MARK) .. "; tail -c 1500 \"$__sb_d/err\"; fi",
+    "rm -rf \"$__sb_d\"",
     "exit $__sb_rc",
   }, "\n")
 end
