@@ -171,6 +171,17 @@ describe("a streamable-HTTP MCP server", function()
     end
     assert.same({ "initialize", "notifications/initialized", "tools/list", "tools/call" }, methods)
     assert.equal("2025-03-26", log[4].version)
+    -- the server forgets its sessions: the next call is a 404, then a new session and the call
+    assert.equal(200, (core.http.request{ method = "POST", url = url .. "/_expire", body = "{}", deadline_ms = 10000 }))
+    local again = call(nil, def, "mcp__lookup__lookup", { key = "k2" })
+    assert.is_false(again.is_error, again.content)
+    assert.equal("value of k2", again.content)
+    local later = {}
+    for line in files.read(dir .. "/log"):gmatch("[^\n]+") do later[#later + 1] = cjson.decode(line) end
+    local after = {}
+    for i = 5, #later do after[#after + 1] = later[i].method end
+    assert.same({ "tools/call", "initialize", "notifications/initialized", "tools/call" }, after)
+    assert.are_not.equal(later[5].session, later[8].session)
   end))
 
   it("whose token variable is unset is a note naming the header and the variable", async(function()

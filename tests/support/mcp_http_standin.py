@@ -10,6 +10,8 @@ request without that session id (400) or with another (404); answers tools/list 
 tools/call as an SSE stream (a progress notification first, then the reply). Its one tool:
   lookup {key} → "value of KEY"
 DIR/log gets one JSON line per request: {method, session, auth_ok} (never the token).
+POST /_expire (no auth) forgets every session, as a server does when they expire or it restarts:
+a later request with an old session id gets 404, and the client must initialize again.
 """
 import argparse
 import json
@@ -17,7 +19,7 @@ import os
 import secrets
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-SESSION = "sess-" + secrets.token_hex(8)
+SESSIONS = set()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -38,7 +40,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
-        msg = json.loads(self.rfile.read(length))
+        raw = self.rfile.read(length)
+        if self.path == "/_expire":
+            SESSIONS.clear()
+            return self.reply(200, b"{}")
+        msg = json.loads(raw)
         auth_ok = self.headers.get("Authorization") == "Bearer " + ARGS.token
         session = self.headers.get("Mcp-Session-Id")
         with open(os.path.join(ARGS.dir, "log"), "a") as f:
@@ -54,10 +60,12 @@ class Handler(BaseHTTPRequestHandler):
             body = {"jsonrpc": "2.0", "id": mid, "result": {
                 "protocolVersion": "2025-03-26", "capabilities": {"tools": {}},
                 "serverInfo": {"name": "lookup", "version": "1"}}}
-            return self.reply(200, json.dumps(body).encode(), extra={"Mcp-Session-Id": SESSION})
+            session = "sess-" + secrets.token_hex(8)
+            SESSIONS.add(session)
+            return self.reply(200, json.dumps(body).encode(), extra={"Mcp-Session-Id": session})
         if session is None:
             return self.reply(400, b'{"error":"no session"}')
-        if session != SESSION:
+        if session not in SESSIONS:
             return self.reply(404, b'{"error":"unknown session"}')
         if mid is None:
             return self.reply(202)

@@ -1,5 +1,6 @@
 -- The agent's MCP servers (policies/agents.lua mcp_servers; docs/mcp.md) as tools of one run:
--- at the run's start each server's tools are listed once (tools/list, every page) and offered
+-- at the run's start each server's tools are listed once (tools/list, every page; the servers
+-- at the same time) and offered
 -- to the model as mcp__SERVER__TOOL with their descriptions and input schemas (bounded by
 -- policy's agents.mcp); a call goes to its server (stdio: inside the thread's sandbox through
 -- the executor; HTTP: from the bot). A server that fails to start or to list its tools is a
@@ -10,6 +11,7 @@
 --                                  a def that reads through to it with .mcp, the run's session
 --   def.mcp:definitions() → the API's tool entries; def.mcp:owns(name) → bool
 --   def.mcp:call(ex, snap, use, ctx) → {kind, content, is_error} | nil, the executor's error
+local core = require("switchboard.core")
 local cjson = require("cjson.safe").new()
 local errors = require("switchboard.exec.errors")
 local protocol = require("switchboard.agent.mcp.protocol")
@@ -67,6 +69,32 @@ local function list_tools(t, ex, snap, ctx, limits)
   return tools
 end
 
+-- list(name) for every name at the same time, each in a task of its own (a server that is slow
+-- to start holds the run's start once, not once per server); the results in the names' order.
+-- A raise (a bug) in one goes on up, with its traceback, once every task has ended.
+local function list_all(names, list)
+  local out, left, raised = {}, #names, nil
+  local all_done = core.signal()
+  local function keep_traceback(e)
+    if core.is_error(e) then
+      e.traceback = e.traceback or debug.traceback("", 2)
+      return e
+    end
+    return debug.traceback(tostring(e), 2)
+  end
+  for i, name in ipairs(names) do
+    core.go(function()
+      local ok, v = xpcall(list, keep_traceback, name)
+      if ok then out[i] = v else raised = raised or v end
+      left = left - 1
+      if left == 0 then all_done:abort("done") end
+    end)
+  end
+  while left > 0 do core.sleep(3600 * 1000, all_done) end
+  if raised then error(raised, 0) end
+  return out
+end
+
 local function note(card, notes)
   if card and #notes > 0 then card:set_note("mcp", "🔌 " .. table.concat(notes, "; ")) end
 end
@@ -76,10 +104,14 @@ function M.open(o, opts)
   local limits = snap.agents.mcp
   local self = setmetatable({ defs = {}, routes = {}, notes = {} }, B)
   local ctx = { signal = o.signal, remaining_ms = o.deadline_ms and (o.deadline_ms - o.now_ms()) or nil }
-  for _, name in ipairs(sorted_names(def.mcp_servers)) do
-    local server = def.mcp_servers[name]
-    local t = transport(name, server, opts)
+  local names = sorted_names(def.mcp_servers)
+  local listed = list_all(names, function(name)
+    local t = transport(name, def.mcp_servers[name], opts)
     local tools, err = list_tools(t, o.executor, snap, ctx, limits)
+    return { transport = t, tools = tools, err = err }
+  end)
+  for i, name in ipairs(names) do
+    local t, tools, err = listed[i].transport, listed[i].tools, listed[i].err
     if not tools then
       self.notes[#self.notes + 1] = ("MCP server %s failed to start or list its tools (%s): %s"):format(
         name, errors.is_infra(err) and "sandbox failure" or "server", tostring(err))

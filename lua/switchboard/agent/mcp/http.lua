@@ -76,7 +76,7 @@ function S:post(json, deadline_ms, signal, max_body)
                                           deadline_ms = deadline_ms, signal = signal, max_body = max_body }
   if type(status) ~= "number" then return nil, fail("no answer: " .. tostring(rh or status)) end
   if status == 202 then return {}, nil, rh end
-  if status < 200 or status > 299 then return nil, fail(("HTTP %d"):format(status)) end
+  if status < 200 or status > 299 then return nil, fail(("HTTP %d"):format(status)), nil, status end
   return M.messages(rh and rh["content-type"], body), nil, rh
 end
 
@@ -99,8 +99,16 @@ function S:exchange(snap, method, params, ctx)
     local ok, err = self:open(deadline, ctx.signal, snap.agents.mcp.max_reply_bytes)
     if not ok then return nil, err end
   end
-  local msgs, err = self:post(protocol.request("sbmcp-call", method, params), deadline, ctx.signal,
+  local msgs, err, _, status = self:post(protocol.request("sbmcp-call", method, params), deadline, ctx.signal,
     snap.agents.mcp.max_reply_bytes)
+  if not msgs and status == 404 and self.session_id then
+    -- the server ended the session (it expired, the server restarted): a new one, once
+    self.opened, self.session_id, self.version = false, nil, nil
+    local ok, oerr = self:open(deadline, ctx.signal, snap.agents.mcp.max_reply_bytes)
+    if not ok then return nil, oerr end
+    msgs, err = self:post(protocol.request("sbmcp-call", method, params), deadline, ctx.signal,
+      snap.agents.mcp.max_reply_bytes)
+  end
   if not msgs then return nil, err end
   return protocol.answer(msgs, "sbmcp-call")
 end
