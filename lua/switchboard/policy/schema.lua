@@ -422,7 +422,32 @@ M.files.agents = {
     pull_requests = S.optional(S.bool),
     network = S.optional(S.enum { "host", "none" }),
     thinking = S.optional(S.record { budget_tokens = S.int { min = 1024, max = 1000000 } }),
+    mcp_servers = S.optional(require("switchboard.policy.mcp_shape").servers(S)),
   }, { min = 1 }),
+  mcp = S.record {
+    max_tools = S.int { min = 1, max = 500 },
+    max_description_chars = S.int { min = 100, max = 100000, unit = "characters" },
+    max_schema_bytes = S.int { min = 256, max = 1024 * 1024, unit = "bytes" },
+    max_reply_bytes = S.int { min = 1024, max = 64 * 1024 * 1024, unit = "bytes" },
+  },
+  web_search = function(v, path, report)
+    S.record {
+      provider = S.enum { "none", "brave" },
+      url = S.optional(S.string { one_line = true, max_len = 2048, pattern = "^https?://[^%s/?#]+", what = "an http:// or https:// URL" }),
+      key_env = S.optional(S.string { pattern = "^[A-Za-z_][A-Za-z0-9_]*$", what = "an environment variable name" }),
+      max_results = S.optional(S.int { min = 1, max = 20 }),
+      timeout_ms = S.optional(ms(SECOND, 2 * MINUTE)),
+    }(v, path, report)
+    if type(v) ~= "table" or v.provider == "none" then return end
+    for _, k in ipairs { "url", "key_env", "max_results", "timeout_ms" } do
+      if v[k] == nil then report(child(path, k), "is required with a provider") end
+    end
+  end,
+  web_fetch = S.record {
+    max_redirects = S.int { min = 0, max = 20 },
+    max_download_bytes = S.int { min = 1024, max = 64 * 1024 * 1024, unit = "bytes" },
+    timeout_ms = ms(SECOND, 10 * MINUTE),
+  },
   instructions = S.record {
     files = S.list(S.string { pattern = "^[%w._-][%w._/-]*$", what = "a path inside the repository" }, { unique = true, max = 20 }),
     nested_files = S.list(S.string { pattern = "^[%w._-]+$", what = "a file name (no directory)" }, { unique = true, max = 10 }),
@@ -829,6 +854,12 @@ function M.cross.agents(a, report)
       end
       if def.readonly and M.WRITE_TOOLS[tool] then
         report(string.format("%s.tools[%d]", p, i), "a readonly agent cannot have " .. tool)
+      end
+    end
+    for name, server in pairs(type(def.mcp_servers) == "table" and def.mcp_servers or {}) do
+      if type(server) == "table" and server.command ~= nil and not repo then
+        report(string.format("%s.mcp_servers.%s", p, name), string.format("a stdio server runs in the thread's "
+          .. "sandbox, so agent %s must declare resources = { repository = true }", key))
       end
     end
     if def.token_scope ~= nil and not repo then
