@@ -15,8 +15,9 @@
 --   edit_file reads and writes the file through the executor's file routes (the same confined
 --   paths as read_file/write_file): old_text must occur exactly once unless replace_all; else
 --   a tool error saying how often it occurred (and where), or showing the nearest lines.
---   tools.call(executor, snap, tool_use, ctx) → {content, is_error, kind, command?, result?}
---     ctx: signal, remaining_ms; kind: "result" | "tool" | "refused" | "infra" | "capacity" |
+--   screenshot (agent/screenshot.lua): headless Chromium through the executor; an image block
+--   tools.call(executor, snap, tool_use, ctx) → {content, is_error, kind, command?, result?, image?}
+--     ctx: signal, remaining_ms, attach? (function(image): a screenshot for the page and thread); kind: "result" | "tool" | "refused" | "infra" | "capacity" |
 --          "input"
 local core = require("switchboard.core")
 local budget = require("switchboard.shell.budget")
@@ -24,6 +25,7 @@ local text = require("switchboard.agent.text")
 local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
 local find = require("switchboard.agent.find")
+local screenshot = require("switchboard.agent.screenshot")
 
 local M = {}
 
@@ -114,6 +116,8 @@ function DEFS.edit_file(snap)
     },
   }
 end
+
+DEFS.screenshot = screenshot.definition
 
 for name in pairs(find.NAMES) do
   DEFS[name] = function(snap) return find.definitions(snap)[name] end
@@ -358,6 +362,12 @@ function CALL.edit_file(ex, snap, input, ctx)
     return outcome("result", ("edited %s: replaced 1 occurrence at line %d"):format(path, first), false)
   end
   return outcome("result", ("edited %s: replaced %d occurrences (the first at line %d)"):format(path, #at, first), false)
+end
+
+function CALL.screenshot(ex, snap, input, ctx)
+  local out, err = screenshot.call(ex, snap, input, ctx)
+  if not out then return from_error(snap, err) end
+  return outcome(out.kind, out.content, out.is_error, { image = out.image, result = out.result })
 end
 
 -- use: {id, name, input, input_error?}; def: the agent's policy entry.
