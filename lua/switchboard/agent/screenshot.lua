@@ -12,8 +12,9 @@
 -- Chromium runs one command: `timeout` bounds it, its profile and HOME live in a fresh temporary
 -- directory (the instance's HOME is not writable), and it writes the PNG into the workspace
 -- under a hidden name that the tool reads back through the executor's file read (binary-safe:
--- base64 on the wire) and then removes. Chromium's own sandbox is left on: inside the walls it
--- starts (docs/agent.md "screenshot").
+-- base64 on the wire) and then removes. Chromium's own sandbox is left on: inside the walls, as
+-- the instance's unprivileged user, it starts (docs/agent.md "screenshot"); only as root (an
+-- unwalled local executor), where Chromium refuses it, is it turned off (--no-sandbox).
 local text = require("switchboard.agent.text")
 local core = require("switchboard.core")
 
@@ -61,7 +62,9 @@ function M.command(snap, url, w, h, out, secs)
   local s = snap.agents.screenshot
   return table.concat({
     'd=$(mktemp -d) || exit 1',
-    ('HOME="$d" timeout -k 5 %d %s --headless --disable-gpu --no-first-run --hide-scrollbars '
+    -- Chromium refuses to run as root with its sandbox on (an unwalled local executor)
+    'ns=; [ "$(id -u)" = 0 ] && ns=--no-sandbox',
+    ('HOME="$d" timeout -k 5 %d %s $ns --headless --disable-gpu --no-first-run --hide-scrollbars '
       .. '--user-data-dir="$d/profile" --screenshot="$PWD/%s" --window-size=%d,%d %s >"$d/log" 2>&1; s=$?')
       :format(secs, quote(s.command), out, w, h, url_word(url)),
     ('if [ $s -ne 0 ] || [ ! -s %s ]; then grep -v -e dbus -e "^$" "$d/log" | tail -n 8; fi'):format(quote(out)),
@@ -92,7 +95,7 @@ function M.call(ex, snap, input, ctx)
   if not result then return nil, err end
   local bytes = result.exit_code == 0 and ex:read_file(out, opts) or nil
   ex:exec("rm -f " .. out, { timeout_ms = 10000, signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
-  local ms = core.now_ms() - t0
+  local ms = math.floor(core.now_ms() - t0)
   if not bytes or text.image_type(bytes) ~= "image/png" then
     return { kind = "result", is_error = true, result = result, content = ("screenshot of %s failed (exit %s after %d ms):\n%s")
       :format(url, tostring(result.exit_code), ms, text.valid(result.text or result.stdout or "")) }
