@@ -8,8 +8,9 @@
 --     files: {{path, added, removed, binary}}; patch: the unified diff, at most max_bytes
 --     (policy record.pages.diff_max_bytes; cut = true when it was longer)
 --   diff.summary(d) → "+N −M in K files"
---   diff.split(patch) → {{path, lines}}   the patch per file (for the page)
 --   opts: signal, remaining_ms
+local core = require("switchboard.core")
+
 local M = {}
 
 local MARK = "@@switchboard-diff-patch@@"
@@ -50,14 +51,14 @@ local function parse_numstat(s)
 end
 
 function M.capture(ex, snap, base, opts)
-  if not base or not base:match("^%x+$") then return nil, "no starting commit" end
+  if not base or not base:match("^%x+$") then return nil, core.error("git", "no starting commit") end
   local max = snap.record.pages.diff_max_bytes
   local res, err = exec(ex, snap, M.command(base, max), opts)
   if not res then return nil, err end
   local out = res.stdout or ""
   local at = out:find("\n" .. MARK .. "\n", 1, true)
   if res.exit_code ~= 0 or not at then
-    return nil, ("git diff failed (exit %s): %s"):format(tostring(res.exit_code), (res.stderr or ""):sub(1, 500))
+    return nil, core.error("git", ("git diff failed (exit %s): %s"):format(tostring(res.exit_code), (res.stderr or ""):sub(1, 500)))
   end
   local files, added, removed = parse_numstat(out:sub(1, at - 1))
   local patch = out:sub(at + #MARK + 2)
@@ -69,20 +70,6 @@ end
 function M.summary(d)
   local n = #d.files
   return ("+%d −%d in %d file%s"):format(d.added, d.removed, n, n == 1 and "" or "s")
-end
-
--- The patch cut at each "diff --git a/X b/Y" line: the file's path (b/'s) and its lines.
-function M.split(patch)
-  local out, cur = {}, nil
-  for line in (patch or ""):gmatch("([^\n]*)\n?") do
-    local b = line:match("^diff %-%-git a/.- b/(.*)$")
-    if b then
-      cur = { path = b, lines = {} }
-      out[#out + 1] = cur
-    end
-    if cur then cur.lines[#cur.lines + 1] = line end
-  end
-  return out
 end
 
 return M
