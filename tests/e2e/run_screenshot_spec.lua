@@ -68,13 +68,24 @@ describe("the screenshot tool and the run's diff", function()
         end
       end, "the screenshot's upload", 60000)
       r.requests = m:requests()
+      -- a View run press: Slack opens the link and still sends block_actions; the bot acks it
+      -- and does nothing
+      local press = SL.stop_press(T)
+      press.actions[1].action_id, press.actions[1].url = "switchboard_view_run", "http://x/runs/y"
+      local form = "payload=" .. require("cjson").encode(press):gsub("[^%w]", function(c)
+        return ("%%%02X"):format(c:byte())
+      end)
+      local fh = SL.sign(form)
+      fh["content-type"] = "application/x-www-form-urlencoded"
+      r.press = bot:post("/slack/actions", form, fh)
       local url = r.card:match("%[View run%]\nlink: <(http://[^%s>|]+)>")
       if url then
         url = url:gsub("^http://[^/]+", "http://127.0.0.1:" .. bot.events_port)
         r.status, r.headers, r.page = core.http.request{ method = "GET", url = url, deadline_ms = 10000 }
       end
       bot:signal("TERM")
-      bot:wait()
+      r.log = bot:wait() and (bot.err .. bot.out)
+      r.cards_after = #st:cards(T)
       st:close()
     end)
     -- the model saw the screenshot: the third request's last message carries the image block
@@ -94,6 +105,7 @@ describe("the screenshot tool and the run's diff", function()
     -- the card: the changes counted, the page behind a View run button, not a bare URL
     assert.matches("+3 −2 in 2 files", r.card, 1, true)
     assert.is_nil(r.card:find("run page:", 1, true), r.card)
+    assert.equal(200, r.press)
     assert.is_not_nil(r.page, r.card)
     assert.equal(200, r.status)
     assert.matches("img-src data:", r.headers["content-security-policy"], 1, true)
@@ -108,6 +120,9 @@ describe("the screenshot tool and the run's diff", function()
     assert.truthy(r.page:find("<strong>the page</strong>", 1, true))
     -- the screenshot's temporary file is not among the changes
     assert.is_nil(r.page:find(".switchboard-screenshot", 1, true))
+    -- the press stopped nothing and posted nothing
+    assert.is_nil(r.log:find("slack%.stop thread="), r.log)
+    assert.equal(1, r.cards_after)
     print(("\nscreenshot: %s; the page: %d bytes, %d of them the image"):format(
       result.content[2].text:match("taken in %d+ ms"), #r.page, #core.crypto.base64_encode(png)))
   end)
