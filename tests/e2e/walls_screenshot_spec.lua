@@ -50,4 +50,30 @@ describe("the screenshot tool inside the walls", function()
     assert.are_not.equal("0", r.left:match("(%d+)%s*$"))
     print(("\nwalled screenshot: %s"):format(r.shot.content[2].text))
   end)
+
+  it("Chromium's own sandbox engages inside the walls: its renderers in namespaces of their own, under seccomp", function()
+    local out
+    core.run(function()
+      local h = S.start_sandboxd{ policies = dir }
+      local ex = sandbox.new{ url = h.url, token = S.TOKEN, thread_key = "shot-2", policy = function() return snap end }
+      -- Chromium as the tool runs it, kept alive by a debugging port; its renderers are
+      -- looked at once they exist (at most 60 s on a loaded machine), then it is ended. The
+      -- pattern [-]-type does not match this command line itself
+      out = call(ex, "bash", { timeoutMs = 120000, command = [[
+d=$(mktemp -d)
+HOME="$d" chromium --headless --disable-gpu --no-first-run --user-data-dir="$d/p" --remote-debugging-port=9229 about:blank >/dev/null 2>&1 &
+c=$!
+for i in $(seq 600); do pgrep -f '[-]-type=renderer' >/dev/null && break; sleep 0.1; done
+echo "bash $(readlink /proc/self/ns/user)"
+sleep 1; for p in $(pgrep -f '[-]-type=renderer'); do echo "renderer $(readlink /proc/$p/ns/user) $(awk '/^Seccomp:/{print $2}' /proc/$p/status)"; done
+kill $c; wait $c 2>/dev/null; rm -rf "$d"; true]] }).content
+      h:stop()
+      h:wait()
+    end)
+    local own = out:match("bash (user:%[%d+%])")
+    local ns, seccomp = out:match("renderer (user:%[%d+%]) (%d)")
+    assert.is_not_nil(ns, out)
+    assert.are_not.equal(own, ns)
+    assert.equal("2", seccomp) -- SECCOMP_MODE_FILTER
+  end)
 end)

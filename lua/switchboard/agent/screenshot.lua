@@ -25,8 +25,9 @@ function M.definition(snap)
   return {
     name = "screenshot",
     description = ("Take a screenshot of a web page with headless Chromium in the workspace's "
-      .. "sandbox and see it as an image. url: an http(s) URL (a server you started in this "
-      .. "sandbox is on localhost), a file:// URL, or a path of an HTML file in the workspace. "
+      .. "sandbox and see it as an image. url: an http(s) URL the sandbox can reach, a file:// "
+      .. "URL, or a path of an HTML file in the workspace (a server started by a bash call does "
+      .. "not outlive that call, so render a local page by its path). "
       .. "The window is width×height pixels (default %d×%d, at most %d a side); full_page makes "
       .. "the window %d pixels tall to show more of a long page. The picture is also posted in "
       .. "the Slack thread and on the run's page."):format(s.width, s.height, s.max_side, s.max_side),
