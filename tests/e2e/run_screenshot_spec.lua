@@ -118,6 +118,9 @@ describe("the screenshot tool and the run's diff", function()
     assert.is_nil(r.page:find("<script>", 1, true))
     assert.is_nil(r.page:find('href="javascript', 1, true))
     assert.truthy(r.page:find("<strong>the page</strong>", 1, true))
+    -- who asked, by name (users.info), and the Slack thread
+    assert.truthy(r.page:find("<dt>asked by</dt><dd>ana (U0ANA)</dd>", 1, true))
+    assert.truthy(r.page:find('href="https://app.slack.com/client/' .. SL.TEAM .. '/C0GEN/thread/C0GEN-' .. T .. '"', 1, true))
     -- the screenshot's temporary file is not among the changes
     assert.is_nil(r.page:find(".switchboard-screenshot", 1, true))
     -- the press stopped nothing and posted nothing

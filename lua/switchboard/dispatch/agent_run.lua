@@ -203,6 +203,12 @@ function M.record_start(d, thread, ask, built, t)
     ask.card.page_url = url
     ask.card:add_note("run page: " .. url)
   end
+  if ask.user_name then
+    core.go(function()
+      local ok, name = pcall(ask.user_name)
+      if ok and type(name) == "string" and name ~= ask.user then t:write{ type = "asker", user = ask.user, name = name } end
+    end)
+  end
   local write = t.write
   -- events are not waited for (the FIFO keeps their order, and the conversation's save after
   -- each turn, which is waited for, commits after them): the run does not pay two more

@@ -249,13 +249,16 @@ end
 function M.page(run, events, thread, opts)
   opts = opts or {}
   local o = { tool_open_bytes = opts.tool_open_bytes or 2048, tool_open_lines = opts.tool_open_lines or 40 }
-  local diff
-  for _, e in ipairs(events) do if e.type == "diff" then diff = e end end
+  local diff, asker
+  for _, e in ipairs(events) do
+    if e.type == "diff" then diff = e end
+    if e.type == "asker" and e.user == run.user then asker = e.name end
+  end
   local t = tally(events)
   local dur = run.ended_ms and (run.ended_ms - run.started_ms) or nil
   local rows = {
     { "agent", run.agent }, { "model", run.model }, { "repository", thread and thread.repo },
-    { "asked by", run.user }, { "started", when(run.started_ms) },
+    { "asked by", asker and ("%s (%s)"):format(asker, run.user) or run.user }, { "started", when(run.started_ms) },
     { "duration", run.ended_ms and ms_text(dur) or "running" },
     { "outcome", run.outcome or "running" }, { "turns", run.turns },
     { "tokens", run.tokens_in and ("%s in / %s out"):format(num(run.tokens_in), num(run.tokens_out)) },
