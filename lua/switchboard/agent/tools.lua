@@ -397,6 +397,7 @@ function M.describe(use)
     return use.name .. " " .. input.pattern .. (type(input.path) == "string" and (" in " .. input.path) or "")
   end
   if type(input.path) == "string" then return use.name .. " " .. input.path end
+  if type(input.url) == "string" then return use.name .. " " .. input.url end
   return tostring(use.name)
 end
 
