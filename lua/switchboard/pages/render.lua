@@ -172,7 +172,7 @@ local function turns_html(events, o, answer)
         :format(esc(e.turn), ms_text(e.duration_ms), num(e.usage and e.usage.input_tokens or 0),
           num(e.usage and e.usage.output_tokens or 0))
       for _, b in ipairs(e.content or {}) do
-        if b.type == "text" and i == last and answer and b.text and answer:find(b.text, 1, true) then
+        if b.type == "text" and i == last and answer and (b.text or "") ~= "" and answer:find(b.text, 1, true) then
           out[#out + 1] = '<div class="meta">(the answer, below)</div>'
         elseif b.type == "text" then
           out[#out + 1] = '<div class="md">' .. markdown.html(b.text) .. "</div>"
