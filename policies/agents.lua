@@ -37,7 +37,7 @@ agents.coding = {
   readonly = false,
   token_scope = "write",
   max_run_minutes = 30,
-  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch" },
+  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot" },
   max_turns = 80,
   pull_requests = true,
   thinking = { budget_tokens = 6000 },
@@ -292,6 +292,12 @@ tool_output = {
   max_image_bytes = 3750 * KiB,    -- the API takes 5 MB per image, base64 (4/3 of this) included
   max_image_side = 8000,           -- pixels; the API refuses a larger side
 }
+
+-- The screenshot tool: `command` (headless Chromium, in the sandbox image) renders a page in a
+-- width×height window (the defaults; at most max_side a side, full_page makes it max_side
+-- tall) within timeout_ms (clipped to what is left of the run). The PNG is bounded by
+-- tool_output.max_image_bytes.
+screenshot = { command = "chromium", width = 1280, height = 800, max_side = 4000, timeout_ms = minute }
 
 -- max_tokens reached: a tool call cut short is not run; the model is told so and the turn is
 -- sent again with max_tokens multiplied by grow_factor (at most the model's

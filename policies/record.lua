@@ -17,5 +17,9 @@ excerpt_bytes = 4 * KiB
 -- http://HOST:PORT.
 pages = {
   enabled = true,
-  tool_open_bytes = 2 * KiB,   -- a tool call's output longer than this starts collapsed
+  tool_open_bytes = 2 * KiB,   -- a tool call's output longer than this starts collapsed,
+  tool_open_lines = 40,        -- or with more lines than this
+  diff_open_lines = 300,       -- a file's diff longer than this starts collapsed
+  diff_max_bytes = 1 * MiB,    -- the run's diff kept for its page (the rest is cut, and says so)
+  image_max_bytes = 2 * MiB,   -- a screenshot larger than this is named on the page, not kept
 }

@@ -184,7 +184,7 @@ describe("a thread that remembers", function()
     -- (h) the first run's page (the longest run here: four tool calls, one output of 14 kB)
     -- in headless Chromium: every tool call with its input and output; a wrong token is 404
     -- (Chromium's own bound, 300 s: on a loaded machine — load average 90 — a dump took over 120)
-    local url = SL.card_text(f1[1]):match("run page: <?(http://[^%s>|]+)")
+    local url = SL.card_text(f1[1]):match("%[View run%]\nlink: <(http://[^%s>|]+)>")
     assert.is_not_nil(url, SL.card_text(f1[1]))
     -- the bot restarted on another port since (a deployment sets record.pages.base_url)
     url = url:gsub("^http://[^/]+", "http://127.0.0.1:" .. bot.health_port)

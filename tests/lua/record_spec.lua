@@ -111,7 +111,7 @@ describe("the thread's record", function()
     assert.is_nil(html:find("<b>", 1, true))
     -- the cost, the prompt cache's reads and writes, the compactions, thinking collapsed
     assert.matches("<dt>cost</dt><dd>$0.0123</dd>", html, 1, true)
-    assert.matches("<dt>prompt cache</dt><dd>1200 tokens read / 40 written</dd>", html, 1, true)
+    assert.matches("<dt>prompt cache</dt><dd>1,200 tokens read / 40 written</dd>", html, 1, true)
     assert.matches("<dt>compactions</dt><dd>1</dd>", html, 1, true)
     assert.matches("Compaction before turn 2", html, 1, true)
     assert.matches("latest 2 messages kept (~9000 → ~800 tokens)", html, 1, true)

@@ -120,6 +120,7 @@ function M.card_text(m)
     for _, e in ipairs(b.elements or {}) do
       if e.type == "mrkdwn" then parts[#parts + 1] = e.text end
       if e.type == "button" then parts[#parts + 1] = "[" .. e.text.text .. "]" end
+      if e.type == "button" and e.url then parts[#parts + 1] = "link: <" .. e.url .. ">" end
     end
   end
   return table.concat(parts, "\n")

@@ -66,7 +66,7 @@ state = {
     "hellos": 0,
     "connections_opened": 0,
     "closed": [],         # {conn, code, clean}
-    "uploads": {},        # file_id -> {filename, length, bytes}
+    "uploads": {},        # file_id -> {filename, length, bytes, bytes_b64}
     "messages": {},       # ts -> {channel, thread_ts, text, blocks, updates}
     "reactions": [],
     "unacked_junk": [],   # frames from the client that were not acks
@@ -372,6 +372,7 @@ async def http_conn(reader, writer):
                 else:
                     up["bytes"] = body.decode("utf-8", "replace")
                     up["received"] = len(body)
+                    up["bytes_b64"] = base64.b64encode(body).decode()  # binary uploads (a screenshot)
                     status, out = 200, ("OK - %d" % len(body)).encode()
                 ctype = "text/plain"
             else:

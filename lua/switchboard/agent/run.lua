@@ -21,7 +21,8 @@
 --
 --   local state, answer, problem, record = run.run{snap, def, agent, executor, tracker,
 --     client, card, signal, deadline_ms, ask, repo, workspace, transcript, now_ms,
---     instructions?, history?, on_turn?, thread?, accounts?, now_s?}
+--     instructions?, history?, on_turn?, thread?, accounts?, now_s?, attach?}
+--   attach(image, tool_use_id): a screenshot taken (agent/screenshot.lua), for the page and thread
 --   ask: text, or content blocks (a Slack ask's text and images)
 --   on_turn(messages): called after each turn's messages are complete (the answer, its tool
 --            results), before the next request, so the caller can persist them (the thread's
@@ -157,6 +158,7 @@ local function run_one(o, use, turn, quiet)
   local t0 = o.now_ms()
   local out = tools.call(o.executor, o.snap, o.def, use, {
     signal = o.signal, remaining_ms = o.deadline_ms - o.now_ms(),
+    attach = o.attach and function(image) o.attach(image, use.id) end,
   })
   if not quiet then o.card:tool_done() end
   if out.kind == "capacity" then

@@ -15,8 +15,9 @@
 --   edit_file reads and writes the file through the executor's file routes (the same confined
 --   paths as read_file/write_file): old_text must occur exactly once unless replace_all; else
 --   a tool error saying how often it occurred (and where), or showing the nearest lines.
---   tools.call(executor, snap, tool_use, ctx) → {content, is_error, kind, command?, result?}
---     ctx: signal, remaining_ms; kind: "result" | "tool" | "refused" | "infra" | "capacity" |
+--   screenshot (agent/screenshot.lua): headless Chromium through the executor; an image block
+--   tools.call(executor, snap, tool_use, ctx) → {content, is_error, kind, command?, result?, image?}
+--     ctx: signal, remaining_ms, attach? (function(image): a screenshot for the page and thread); kind: "result" | "tool" | "refused" | "infra" | "capacity" |
 --          "input"
 local core = require("switchboard.core")
 local budget = require("switchboard.shell.budget")
@@ -27,6 +28,7 @@ local tracing = require("switchboard.exec.tracing")
 local find = require("switchboard.agent.find")
 local web_fetch = require("switchboard.agent.web_fetch")
 local web_search = require("switchboard.agent.web_search")
+local screenshot = require("switchboard.agent.screenshot")
 
 local M = {}
 
@@ -120,6 +122,7 @@ end
 
 DEFS.web_fetch = web_fetch.definition
 DEFS.web_search = web_search.definition -- nil without a provider in policy: not offered
+DEFS.screenshot = screenshot.definition
 
 for name in pairs(find.NAMES) do
   DEFS[name] = function(snap) return find.definitions(snap)[name] end
@@ -375,6 +378,12 @@ function CALL.edit_file(ex, snap, input, ctx)
   return outcome("result", ("edited %s: replaced %d occurrences (the first at line %d)"):format(path, #at, first), false)
 end
 
+function CALL.screenshot(ex, snap, input, ctx)
+  local out, err = screenshot.call(ex, snap, input, ctx)
+  if not out then return from_error(snap, err) end
+  return outcome(out.kind, out.content, out.is_error, { image = out.image, result = out.result })
+end
+
 -- use: {id, name, input, input_error?}; def: the agent's policy entry.
 local function call_tool(ex, snap, def, use, ctx)
   if not M.offered(snap, def, use.name) then
@@ -423,7 +432,7 @@ function M.describe(use)
     return use.name .. " " .. input.pattern .. (type(input.path) == "string" and (" in " .. input.path) or "")
   end
   if type(input.path) == "string" then return use.name .. " " .. input.path end
-  if use.name == "web_fetch" and type(input.url) == "string" then return "web_fetch " .. input.url end
+  if type(input.url) == "string" then return use.name .. " " .. input.url end
   return tostring(use.name)
 end
 

@@ -23,6 +23,7 @@ local instructions = require("switchboard.agent.instructions")
 local facts_mod = require("switchboard.agent.facts")
 local tools_mod = require("switchboard.agent.tools")
 local publish = require("switchboard.agent.publish")
+local diff_mod = require("switchboard.agent.diff")
 local agent = require("switchboard.agent.run")
 local transcript = require("switchboard.agent.transcript")
 local pulls = require("switchboard.github.pulls")
@@ -234,6 +235,12 @@ function M.record_start(d, thread, ask, built, t)
     ask.card.page_url = url
     ask.card:add_note("run page: " .. url)
   end
+  if ask.user_name then
+    core.go(function()
+      local ok, name = pcall(ask.user_name)
+      if ok and type(name) == "string" and name ~= ask.user then t:write{ type = "asker", user = ask.user, name = name } end
+    end)
+  end
   local write = t.write
   -- events are not waited for (the FIFO keeps their order, and the conversation's save after
   -- each turn, which is waited for, commits after them): the run does not pay two more
@@ -389,10 +396,44 @@ local function converse(d, run, deadline)
       if run.rrun and c.cost_usd then core.go(function() d:remember("run_cost", d.record.run_cost, run.rrun, c.cost_usd) end) end
     end,
     thread = thread.name, accounts = d.accounts,
+    attach = function(image, tool_id) M.attach(d, run, image, tool_id) end,
   }
   run.state, run.answer, run.problem = s, a, p
   if res and res.messages then M.keep_conversation(d, thread, res.messages) end
   run.cost = res and res.cost
+end
+
+-- A screenshot the agent took: kept for the run's page (record.pages.image_max_bytes) and
+-- posted in the thread when the front can (Slack: a file upload).
+function M.attach(d, run, image, tool_id)
+  local keep = #image.bytes <= run.ask.snap.record.pages.image_max_bytes
+  if run.rrun then
+    core.go(function()
+      d:remember("event", d.record.event, run.rrun, { type = "image", tool_id = tool_id, url = image.url,
+        media_type = image.media_type, width = image.width, height = image.height, size = #image.bytes,
+        data = keep and core.crypto.base64_encode(image.bytes) or nil })
+    end)
+  end
+  if d.front and d.front.attach_file then
+    d.front:attach_file(run.thread.name, { name = "screenshot.png", bytes = image.bytes,
+      title = "Screenshot of " .. tostring(image.url) })
+  end
+end
+
+-- The run's changes against the commit it started from, for its page and card.
+local function capture_diff(d, run, deadline)
+  local ask = run.ask
+  local snap = ask.snap
+  local opts = { signal = core.signal(d.shutdown),
+                 remaining_ms = math.max(deadline - d.now_ms(), snap.agents.find_tools.timeout_ms) }
+  local got, err = diff_mod.capture(run.built.executor, snap, run.base, opts)
+  if not got then
+    core.log("warn", "agent.diff_failed", { thread = run.thread.name, error = tostring(err) })
+    return
+  end
+  ask.card.diff = { added = got.added, removed = got.removed, files = #got.files }
+  run.transcript:write{ type = "diff", base = got.base, files = got.files, added = got.added,
+    removed = got.removed, patch = got.patch, cut = got.cut }
 end
 
 function M.run(d, run)
@@ -409,15 +450,22 @@ function M.run(d, run)
   if ask.repo then run.state = prepare_repo(d, run, deadline) end
   if run.state then return end
   -- the instruction files and the facts are read at the same time (each is executor work)
+  -- (and the commit the run's diff is taken against: the run page's and the card's changes)
   together{
     function() if ask.repo then read_instructions(d, run, deadline) end end,
     function() gather_facts(d, run, deadline) end,
+    function()
+      if ask.repo then
+        run.base = diff_mod.base(built.executor, ask.snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
+      end
+    end,
   }
   context_ready()
   converse(d, run, deadline)
   if run.workspace_ready then run.workspace_ready(true) end
   local publishes, unfinished = M.publishes(d, ask, run.state)
   if publishes then M.publish(d, thread, ask, built, t, run.answer, deadline, unfinished) end
+  if run.base then capture_diff(d, run, deadline) end
 end
 
 -- A raise in the run (a bug, in this file or below it) ends it as a model error whose problem

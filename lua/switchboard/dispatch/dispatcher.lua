@@ -430,6 +430,7 @@ function D:enqueue(msg, snap, parsed, name, def)
     -- a front's context for an agent run: prepare(first_in_thread) → blocks, notes (Slack:
     -- the thread's earlier messages, the ask's files); called when the run starts
     prepare = msg.prepare,
+    user_name = msg.user_name, -- a front's function() → who asked, by name (Slack: users.info)
     snap = snap,
     created_ms = self.now_ms(),
     stop = core.signal(self.shutdown),

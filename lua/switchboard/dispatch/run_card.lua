@@ -8,7 +8,8 @@
 --   (input tokens read from and written to the prompt cache), cost_usd, waiting (a ⏳ line while the fleet or the API makes
 --   the run wait), answer (the model's last text), problem (why it ended, when not done),
 --   pull_request ({url, number, action = opened|updated, branch, draft} when the run opened or
---   updated one), publish_problem (why its changes could not be pushed or the PR opened)
+--   updated one), publish_problem (why its changes could not be pushed or the PR opened),
+--   page_url (the run page), diff ({added, removed, files}: the run's changes; diff_line())
 --
 --   [main] agent:coding · local · acme/api
 --   note: …
@@ -36,6 +37,14 @@ function M.new(fields)
 end
 
 M.is_run_card = function(c) return getmetatable(c) == R end
+
+-- The run's changes in a line ("+12 −3 in 2 files"), once the run has counted them (c.diff:
+-- {added, removed, files}, set by dispatch/agent_run.lua at the end of a run in a repository).
+function R:diff_line()
+  local d = self.diff
+  if not d then return nil end
+  return ("+%d −%d in %d file%s"):format(d.added, d.removed, d.files, d.files == 1 and "" or "s")
+end
 
 ---------------------------------------------------------------------------------------------
 -- State changes (the run calls these)

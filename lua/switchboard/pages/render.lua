@@ -2,10 +2,16 @@
 -- the ask, agent, model, repository, timings, tokens, prompt-cache reads and writes, cost,
 -- compactions, outcome and pull request, then each turn — the model's text (its thinking
 -- collapsed), each tool call with its input and its output (collapsed when longer than
--- tool_open_bytes), each compaction. Everything shown is escaped; the texts come from the record,
--- already scrubbed of secrets when they were written.
+-- tool_open_bytes or tool_open_lines) and its screenshot, each compaction; the answer (once:
+-- not also as the last turn's text); the run's changes as a unified diff per file (added and
+-- removed lines coloured, a file longer than diff_open_lines collapsed, binary files named);
+-- the Slack thread and the thread's other runs. Everything shown is escaped — the model's
+-- Markdown through pages/markdown.lua's safe subset; the texts come from the record, already
+-- scrubbed of secrets when they were written. Screenshots are data: images (the CSP allows
+-- img-src data: and nothing else).
 --
---   render.page(run, events, thread, {tool_open_bytes}) → html
+--   render.page(run, events, thread, {tool_open_bytes, tool_open_lines?, diff_open_lines?}) → html
+--   thread.runs (optional): the thread's runs {ask, started_ms, outcome, id}, oldest first
 local M = {}
 
 local ESC = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }
@@ -17,6 +23,17 @@ end
 M.esc = esc
 
 local cjson = require("cjson.safe").new()
+local markdown = require("switchboard.pages.markdown")
+
+-- 1234567 → "1,234,567"
+local function num(n)
+  if type(n) ~= "number" then return tostring(n or "") end
+  local s = tostring(math.tointeger(n) or math.floor(n))
+  local sign, digits = s:match("^(-?)(%d+)$")
+  if not digits then return s end
+  return sign .. digits:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "")
+end
+M.num = num
 
 local CSS = [[
 body{font:15px/1.45 -apple-system,system-ui,sans-serif;margin:0;padding:12px;max-width:60rem;margin:auto;color:#1d1d1f;background:#fff}
@@ -31,6 +48,10 @@ pre{white-space:pre-wrap;word-break:break-word;background:#f5f5f7;padding:.5rem;
 .err{border-left-color:#d33}
 summary{cursor:pointer;color:#235}
 .outcome{font-weight:600}
+.md p{margin:.3rem 0}.md code{background:#f5f5f7;padding:0 .2rem;border-radius:3px}
+.diff{font:12px/1.35 ui-monospace,monospace;white-space:pre;overflow-x:auto;background:#fafafa;padding:.3rem;margin:.2rem 0}
+.diff span{display:block}.add{background:#e6ffec;color:#116329}.del{background:#ffebe9;color:#82071e}.hunk{color:#6a737d}
+img.shot{max-width:100%;border:1px solid #ddd;margin:.3rem 0}
 ]]
 
 local function ms_text(ms)
@@ -67,27 +88,94 @@ local function content_text(content)
   return table.concat(out, "\n")
 end
 
-local function output_html(content, open_bytes)
+local function output_html(content, open_bytes, open_lines)
   content = content_text(content)
-  if #content <= open_bytes then return "<pre>" .. esc(content) .. "</pre>" end
-  return ("<details><summary>output (%d bytes)</summary><pre>%s</pre></details>"):format(#content, esc(content))
+  local _, lines = content:gsub("\n", "")
+  lines = lines + 1
+  if #content <= open_bytes and lines <= open_lines then return "<pre>" .. esc(content) .. "</pre>" end
+  return ("<details><summary>output (%s lines, %s bytes)</summary><pre>%s</pre></details>")
+    :format(num(lines), num(#content), esc(content))
+end
+
+local function image_html(img)
+  if not img then return "" end
+  if img.data and tostring(img.data):match("^[%w+/=]+$") and img.media_type == "image/png" then
+    return ('<div><img class="shot" alt="%s" src="data:image/png;base64,%s"></div>'):format(
+      esc("screenshot of " .. tostring(img.url)), img.data)
+  end
+  return ("<div>(the screenshot of %s, %s bytes, is larger than the page keeps)</div>"):format(esc(img.url), num(img.size))
+end
+
+-- The run's diff: each file's lines classed, long files collapsed, binary files named.
+local function split_patch(patch)
+  local out, cur = {}, nil
+  for line in (tostring(patch or "") .. "\n"):gmatch("([^\n]*)\n") do
+    local b = line:match("^diff %-%-git a/.- b/(.*)$")
+    if b then
+      cur = { path = b, lines = {} }
+      out[#out + 1] = cur
+    elseif cur then
+      cur.lines[#cur.lines + 1] = line
+    end
+  end
+  return out
+end
+
+local function line_class(line)
+  local c = line:sub(1, 1)
+  if line:match("^%+%+%+ ") or line:match("^%-%-%- ") then return "hunk" end
+  if c == "+" then return "add" elseif c == "-" then return "del" elseif line:match("^@@") then return "hunk" end
+  return nil
+end
+
+local function diff_html(d, open_lines)
+  if not d then return "" end
+  local n = #(d.files or {})
+  local out = { ('<section class="turn"><h2>Changes: +%s −%s in %s file%s</h2>'):format(num(d.added), num(d.removed),
+    num(n), n == 1 and "" or "s") }
+  local counts = {}
+  for _, f in ipairs(d.files or {}) do counts[f.path] = f end
+  for _, f in ipairs(split_patch(d.patch)) do
+    local c = counts[f.path] or {}
+    local title = ("%s <small>+%s −%s</small>"):format(esc(f.path), num(c.added or 0), num(c.removed or 0))
+    if c.binary then
+      out[#out + 1] = ("<div>%s: binary file</div>"):format(esc(f.path))
+    else
+      local body = {}
+      for _, line in ipairs(f.lines) do
+        if not line:match("^index ") and not line:match("^new file mode") and not line:match("^deleted file mode") then
+          local cls = line_class(line)
+          body[#body + 1] = cls and ('<span class="%s">%s</span>'):format(cls, esc(line)) or ("<span>" .. esc(line) .. "</span>")
+        end
+      end
+      out[#out + 1] = ('<details%s><summary>%s (%s lines)</summary><div class="diff">%s</div></details>'):format(
+        #f.lines <= open_lines and " open" or "", title, num(#f.lines), table.concat(body))
+    end
+  end
+  if d.cut then out[#out + 1] = "<div>(the diff is longer than the page keeps: record.pages.diff_max_bytes)</div>" end
+  out[#out + 1] = "</section>"
+  return table.concat(out, "\n")
 end
 
 -- The turns: an answer's text and tool calls, each call followed by its result.
-local function turns_html(events, open_bytes)
-  local results = {}
-  for _, e in ipairs(events) do
+local function turns_html(events, o, answer)
+  local results, images, last = {}, {}, nil
+  for i, e in ipairs(events) do
     if e.type == "tool_result" and e.id then results[e.id] = e end
+    if e.type == "image" and e.tool_id then images[e.tool_id] = e end
+    if e.type == "answer" then last = i end
   end
   local out = {}
-  for _, e in ipairs(events) do
+  for i, e in ipairs(events) do
     if e.type == "answer" then
       out[#out + 1] = ('<section class="turn"><h2>Turn %s</h2><div class="meta">%s · %s tokens in / %s out</div>')
-        :format(esc(e.turn), ms_text(e.duration_ms), esc(e.usage and e.usage.input_tokens or 0),
-          esc(e.usage and e.usage.output_tokens or 0))
+        :format(esc(e.turn), ms_text(e.duration_ms), num(e.usage and e.usage.input_tokens or 0),
+          num(e.usage and e.usage.output_tokens or 0))
       for _, b in ipairs(e.content or {}) do
-        if b.type == "text" then
-          out[#out + 1] = '<div class="text">' .. esc(b.text) .. "</div>"
+        if b.type == "text" and i == last and answer and (b.text or "") ~= "" and answer:find(b.text, 1, true) then
+          out[#out + 1] = '<div class="meta">(the answer, below)</div>'
+        elseif b.type == "text" then
+          out[#out + 1] = '<div class="md">' .. markdown.html(b.text) .. "</div>"
         elseif b.type == "thinking" and b.thinking and b.thinking ~= "" then
           out[#out + 1] = ("<details><summary>thinking (%d bytes)</summary><pre>%s</pre></details>")
             :format(#b.thinking, esc(b.thinking))
@@ -96,7 +184,8 @@ local function turns_html(events, open_bytes)
           out[#out + 1] = ('<div class="tool%s"><div><strong>%s</strong>%s</div><pre>%s</pre>%s</div>'):format(
             r and r.is_error and " err" or "", esc(b.name),
             r and (" · " .. ms_text(r.duration_ms) .. (r.is_error and " · error" or "")) or " · not run",
-            esc(tool_input_text(b.input)), r and output_html(r.content, open_bytes) or "")
+            esc(tool_input_text(b.input)), (r and output_html(r.content, o.tool_open_bytes, o.tool_open_lines) or "")
+              .. image_html(images[b.id]))
         end
       end
       out[#out + 1] = "</section>"
@@ -137,17 +226,44 @@ local function tally(events)
   return t
 end
 
+-- The Slack thread in the web client (app.slack.com/client/TEAM/CHANNEL/thread/CHANNEL-TS:
+-- no workspace domain needed), when the thread is a Slack one (TEAM/CHANNEL/TS).
+local function slack_link(key)
+  local team, channel, ts = tostring(key or ""):match("^(%w+)/(%w+)/([%d.]+)$")
+  if not team then return nil end
+  return ("https://app.slack.com/client/%s/%s/thread/%s-%s"):format(team, channel, channel, ts)
+end
+
+local function other_runs_html(run, thread)
+  local runs = thread and thread.runs
+  if not runs or #runs < 2 then return "" end
+  local out = { '<section class="turn"><h2>The thread\'s runs</h2><ol>' }
+  for _, r in ipairs(runs) do
+    out[#out + 1] = ("<li>%s%s — %s, %s%s</li>"):format(r.id == run.id and "<strong>" or "", esc((r.ask or ""):sub(1, 120)),
+      esc(when(r.started_ms)), esc(r.outcome or "running"), r.id == run.id and " (this run)</strong>" or "")
+  end
+  out[#out + 1] = "</ol></section>"
+  return table.concat(out, "\n")
+end
+
 function M.page(run, events, thread, opts)
-  local open_bytes = opts and opts.tool_open_bytes or 2048
+  opts = opts or {}
+  local o = { tool_open_bytes = opts.tool_open_bytes or 2048, tool_open_lines = opts.tool_open_lines or 40 }
+  local diff, asker
+  for _, e in ipairs(events) do
+    if e.type == "diff" then diff = e end
+    if e.type == "asker" and e.user == run.user then asker = e.name end
+  end
   local t = tally(events)
   local dur = run.ended_ms and (run.ended_ms - run.started_ms) or nil
   local rows = {
     { "agent", run.agent }, { "model", run.model }, { "repository", thread and thread.repo },
-    { "asked by", run.user }, { "started", when(run.started_ms) },
+    { "asked by", asker and ("%s (%s)"):format(asker, run.user) or run.user }, { "started", when(run.started_ms) },
     { "duration", run.ended_ms and ms_text(dur) or "running" },
     { "outcome", run.outcome or "running" }, { "turns", run.turns },
-    { "tokens", run.tokens_in and ("%s in / %s out"):format(run.tokens_in, run.tokens_out) },
-    { "prompt cache", t.answers > 0 and ("%d tokens read / %d written"):format(math.floor(t.cache_read), math.floor(t.cache_write)) or nil },
+    { "tokens", run.tokens_in and ("%s in / %s out"):format(num(run.tokens_in), num(run.tokens_out)) },
+    { "prompt cache", t.answers > 0 and ("%s tokens read / %s written"):format(num(t.cache_read), num(t.cache_write)) or nil },
+    { "changes", diff and ("+%s −%s in %s files"):format(num(diff.added), num(diff.removed), num(#(diff.files or {}))) or nil },
     { "cost", run.cost and ("$%.4f"):format(run.cost) },
     { "compactions", t.compactions > 0 and t.compactions or nil },
   }
@@ -158,9 +274,11 @@ function M.page(run, events, thread, opts)
   if run.pr_url then
     dl[#dl + 1] = ('<dt>pull request</dt><dd><a href="%s">%s</a></dd>'):format(esc(run.pr_url), esc(run.pr_url))
   end
+  local link = slack_link(thread and thread.key)
+  if link then dl[#dl + 1] = ('<dt>thread</dt><dd><a href="%s">in Slack</a></dd>'):format(esc(link)) end
   local tail = {}
   if run.answer and run.answer ~= "" then
-    tail[#tail + 1] = '<section class="turn"><h2>Answer</h2><div class="text">' .. esc(run.answer) .. "</div></section>"
+    tail[#tail + 1] = '<section class="turn"><h2>Answer</h2><div class="md">' .. markdown.html(run.answer) .. "</div></section>"
   end
   if run.problem and run.problem ~= "" then
     tail[#tail + 1] = '<section class="turn"><h2>Problem</h2><pre>' .. esc(run.problem) .. "</pre></section>"
@@ -174,8 +292,10 @@ function M.page(run, events, thread, opts)
     "<style>" .. CSS .. "</style></head><body>",
     "<h1>" .. esc(run.ask) .. "</h1>",
     "<dl>" .. table.concat(dl) .. "</dl>",
-    turns_html(events, open_bytes),
+    turns_html(events, o, run.answer),
     table.concat(tail, "\n"),
+    diff_html(diff, opts.diff_open_lines or 300),
+    other_runs_html(run, thread),
     "</body></html>",
   }, "\n")
 end

@@ -45,9 +45,10 @@ function M.handler(o)
       ["referrer-policy"] = "no-referrer",
       -- no script, no fetch, no framing (clickjacking): frame-ancestors, and X-Frame-Options
       -- for browsers that predate it
-      ["content-security-policy"] = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
+      -- the screenshots are data: images inside the page
+      ["content-security-policy"] = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'",
       ["x-frame-options"] = "DENY",
-    }, render.page(run, events, thread, { tool_open_bytes = pol.tool_open_bytes }))
+    }, render.page(run, events, thread, pol))
     return true
   end
 end

@@ -19,7 +19,7 @@ M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b", "kubernetes" }
 
 -- Tools that run through an executor, so an agent offering one must declare a repository.
 M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true, edit_file = true,
-                     glob = true, grep = true, list = true }
+                     glob = true, grep = true, list = true, screenshot = true }
 -- Tools that change the workspace: never offered to a readonly agent.
 M.WRITE_TOOLS = { write_file = true, edit_file = true }
 
@@ -508,6 +508,13 @@ M.files.agents = {
     max_image_bytes = S.int { min = 1024, max = 32 * M.MIB, unit = "bytes" },
     max_image_side = S.int { min = 1, max = 100000 },
   },
+  screenshot = S.record {
+    command = S.string { pattern = "^[%w._/+-]+$", what = "a program name or path" },
+    width = S.int { min = 16, max = 100000 },
+    height = S.int { min = 16, max = 100000 },
+    max_side = S.int { min = 16, max = 100000 },
+    timeout_ms = ms(SECOND, HOUR),
+  },
   review_comments = S.record {
     agent = agent_name,
     mention = S.list(S.string { one_line = true, max_len = 100 }, { min = 1, max = 10 }),
@@ -745,6 +752,10 @@ M.files.record = {
     enabled = S.bool,
     base_url = S.optional(S.string { pattern = "^https?://[^%s]+[^/%s]$", what = "an http(s) URL without a trailing /", max_len = 500 }),
     tool_open_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
+    tool_open_lines = S.int { min = 0, max = 100000 },
+    diff_open_lines = S.int { min = 0, max = 100000 },
+    diff_max_bytes = S.int { min = 0, max = 64 * M.MIB, unit = "bytes" },
+    image_max_bytes = S.int { min = 0, max = 64 * M.MIB, unit = "bytes" },
   },
 }
 

@@ -22,7 +22,8 @@
 --       the bot died in still counts towards the spend caps
 --   rec:spend(since_wall_ms) → {threads = {{thread, cost}, …}, runs = {{thread, started_ms, cost}, …}}
 --       every thread's spend, and each run's since since_wall_ms (the caps' totals after a restart)
---   rec:page(token) → run row, events | nil     for the run page
+--   rec:page(token) → run row, events, thread | nil   for the run page (thread.runs: the
+--       thread's runs {id, ask, started_ms, outcome}; their tokens are not kept, so no links)
 --   rec:expire(older_than_wall_ms) → threads removed (and seen keys past their expiry)
 --   rec:claim(key, ttl_ms) → true (first: kept until now + ttl_ms) | false (seen, not expired)
 --       | nil, err — a seen-once key (a Slack event id, a GitHub comment's signed id) shared by
@@ -245,6 +246,9 @@ function R:page(token)
     events[i].at_ms = e.at_ms
   end
   local thread = assert(self.db:run("SELECT * FROM threads WHERE key = ?", run.thread))[1]
+  if thread then
+    thread.runs = assert(self.db:run("SELECT id, ask, started_ms, outcome FROM runs WHERE thread = ? ORDER BY id", run.thread))
+  end
   return run, events, thread
 end
 

@@ -104,7 +104,9 @@ function App:on_event(payload, source)
   self.front:note_ask(thread, where)
   self.d:handle{ thread = thread, user = ask.user, text = ask.text,
                  -- an agent run's context from Slack, fetched in its own task when it starts
-                 prepare = function(first) return self:context(ask, first) end }
+                 prepare = function(first) return self:context(ask, first) end,
+                 -- who asked, by name, for the run's page
+                 user_name = function() return context.name_of(self.bot_api, ask.user, self.names) end }
   -- The dispatcher posts during handle (a card's handle keeps its place); nothing later needs
   -- the thread's entry, so a long-running bot does not keep one per thread it ever saw.
   self.front:note_ask(thread, nil)

@@ -19,7 +19,8 @@
 --   ✓ done after 3 turns in 42s · …                  the status line
 --   ⇢ pull request #7 opened (branch …)              the pull request, linked
 --   <the answer, as mrkdwn>                          one section per part
---   [Open pull request #7]                           a link button
+--   ✎ +12 −3 in 2 files                             the run's changes (card.diff)
+--   [Open pull request #7] [View run]                link buttons (View run: the run page)
 --
 -- file: where the whole output went when it did not fit: {permalink = url, name = …} or
 -- {error = why}. `text` is the notification fallback (the status line).
@@ -72,6 +73,14 @@ local function stop_button(opts)
   }
 end
 
+-- The run page as a link button (Slack opens the URL; the block_actions event it still sends
+-- is acknowledged and ignored: events.stop_action knows only Stop).
+M.VIEW_ACTION = "switchboard_view_run"
+local function view_button(card)
+  return { type = "button", action_id = M.VIEW_ACTION, url = card.page_url,
+           text = { type = "plain_text", text = "View run" } }
+end
+
 -- A card this renderer does not know (another kind of run card): its text as the console
 -- prints it, in one code block, with the Stop button while it is not final.
 local function is_known(card)
@@ -115,7 +124,10 @@ local function head_blocks(card, max)
   if card.repo then head[#head + 1] = text.escape(card.repo) end
   local blocks = { context(table.concat(head, " · ")) }
   for _, note in ipairs(card.notes or {}) do
+    -- the run page is the View run button, not a bare URL
+    if card.page_url and note == "run page: " .. card.page_url then goto next end
     blocks[#blocks + 1] = context(text.escape(card_mod.cut_line("note: " .. note, max - 100)))
+    ::next::
   end
   return blocks
 end
@@ -156,17 +168,21 @@ function M.render_agent(card, opts)
         blocks[#blocks + 1] = section(part)
       end
     end
+    local diff = card.diff_line and card:diff_line()
+    if diff then blocks[#blocks + 1] = context(text.escape("✎ " .. diff)) end
+    local buttons = {}
     if pr and pr.url then
-      blocks[#blocks + 1] = {
-        type = "actions",
-        elements = { {
-          type = "button", action_id = "switchboard_open_pr", url = pr.url,
-          text = { type = "plain_text", text = ("Open %spull request #%s"):format(pr.draft and "draft " or "", tostring(pr.number)) },
-        } },
+      buttons[1] = {
+        type = "button", action_id = "switchboard_open_pr", url = pr.url,
+        text = { type = "plain_text", text = ("Open %spull request #%s"):format(pr.draft and "draft " or "", tostring(pr.number)) },
       }
     end
+    if card.page_url then buttons[#buttons + 1] = view_button(card) end
+    if #buttons > 0 then blocks[#blocks + 1] = { type = "actions", elements = buttons } end
   elseif opts.thread then
-    blocks[#blocks + 1] = stop_button(opts)
+    local b = stop_button(opts)
+    if card.page_url then table.insert(b.elements, view_button(card)) end
+    blocks[#blocks + 1] = b
   end
   return { text = card_mod.cut_line(status, 300), blocks = blocks }
 end

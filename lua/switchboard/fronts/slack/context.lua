@@ -11,6 +11,7 @@
 --     o: channel, thread_ts, ask_ts, files (the event's), first (no conversation yet),
 --        request (default core.http.request), names (a cache: user id → name)
 --   blocks: Messages API content blocks to put before the ask's text; notes: card lines
+--   context.name_of(api, user_id, names) → the user's display name (or the id)
 local core = require("switchboard.core")
 local text_cut = require("switchboard.text_cut")
 local file_url = require("switchboard.fronts.slack.file_url")
@@ -24,7 +25,8 @@ local TEXT_TYPES = { ["application/json"] = true, ["application/xml"] = true, ["
 
 local function is_text(mime) return mime:match("^text/") ~= nil or TEXT_TYPES[mime] == true end
 
-local function name_of(api, id, names)
+-- A user's display name (users.info, cached in names), or the id when Slack has none.
+function M.name_of(api, id, names)
   if type(id) ~= "string" then return "someone" end
   if names[id] then return names[id] end
   local body = api:call("users.info", { user = id }, { form = true })
@@ -41,6 +43,8 @@ local function name_of(api, id, names)
   names[id] = name or id
   return names[id]
 end
+
+local name_of = M.name_of
 
 local function utf8_cut(s, max)
   if #s <= max then return s, false end

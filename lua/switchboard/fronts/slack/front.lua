@@ -15,6 +15,7 @@
 --   f:post(thread, msg) → handle;  f:update(handle, msg)     (the dispatcher calls these)
 --   f:say(where, text)             a plain answer in a thread (a refusal)
 --   f:link_for(thread) → function() → permalink | nil   (during dispatcher:handle for it)
+--   f:attach_file(thread, {name, bytes, title})   a file (a screenshot) posted in the thread
 --   f:flush(signal)                yields until every card's last state was sent (or signal); from
 --                                  then on no card waits for its pace (the drain's end is near)
 local core = require("switchboard.core")
@@ -106,6 +107,35 @@ local function command_title(card)
   return "`" .. cmd .. "`"
 end
 
+-- files.getUploadURLExternal → POST the bytes → files.completeUploadExternal in the thread.
+function F:upload_file(where, name, content, title, s)
+  local got, err = self.api:call("files.getUploadURLExternal", { filename = name, length = #content },
+    { form = true, channel = where.channel, give_up_ms = s.api.final_give_up_ms })
+  if got then
+    local ok, uerr = self.api:upload(got.upload_url, content)
+    if not ok then err = uerr end
+  end
+  local done
+  if got and not err then
+    done, err = self.api:call("files.completeUploadExternal", {
+      files = { { id = got.file_id, title = title } },
+      channel_id = where.channel, thread_ts = where.thread_ts,
+    }, { form = true, channel = where.channel, give_up_ms = s.api.final_give_up_ms })
+  end
+  return done, err
+end
+
+-- A file the run made (an agent's screenshot) posted in the thread, in a task of its own.
+-- file: {name, bytes, title}. The bytes are scrubbed before their length is announced.
+function F:attach_file(thread, file)
+  local where = self.threads[thread] or events.parse_thread(thread)
+  if not (where and where.channel and where.thread_ts) then return end
+  self:spawn(function()
+    local _, err = self:upload_file(where, file.name, core.log_scrub(file.bytes), file.title, settings(self))
+    if err then log_failure(self, "files upload", { where = where }, err) end
+  end)
+end
+
 -- Upload the whole output when it does not fit the card; remember where it went.
 function F:attach_output(h, card, s)
   -- scrubbed here, before its length is announced (webapi scrubs it again, to no change)
@@ -117,21 +147,8 @@ function F:attach_output(h, card, s)
     content = core.log_scrub("$ " .. tostring(card.command) .. "\n" .. card:body_text() .. "\n")
     name = ("output-%s.txt"):format((h.ts or "card"):gsub("%.", "-"))
   end
-  local where = h.where
-  local got, err = self.api:call("files.getUploadURLExternal", { filename = name, length = #content },
-    { form = true, channel = where.channel, give_up_ms = s.api.final_give_up_ms })
-  if got then
-    local ok, uerr = self.api:upload(got.upload_url, content)
-    if not ok then err = uerr end
-  end
-  local done
-  if got and not err then
-    done, err = self.api:call("files.completeUploadExternal", {
-      files = { { id = got.file_id, title = card.kind == "agent" and ("Answer of agent:" .. tostring(card.agent))
-                  or ("Output of " .. command_title(card)) } },
-      channel_id = where.channel, thread_ts = where.thread_ts,
-    }, { form = true, channel = where.channel, give_up_ms = s.api.final_give_up_ms })
-  end
+  local done, err = self:upload_file(h.where, name, content, card.kind == "agent"
+    and ("Answer of agent:" .. tostring(card.agent)) or ("Output of " .. command_title(card)), s)
   if err then
     log_failure(self, "files upload", h, err)
     h.file = { error = "the upload to Slack failed (" .. (err.error or err.kind or "?") .. ")" }
