@@ -360,8 +360,29 @@ function CALL.edit_file(ex, snap, input, ctx)
   return outcome("result", ("edited %s: replaced %d occurrences (the first at line %d)"):format(path, #at, first), false)
 end
 
+-- What reaches the model passes the log's redaction: a repository secret (docs/secrets.md),
+-- a GitHub token or any other registered secret a command printed is [redacted] in the
+-- tool_result, so no secret is ever sent to the model.
+local function scrubbed(out)
+  local c = out.content
+  if type(c) == "string" then
+    out.content = core.log_scrub(c)
+  elseif type(c) == "table" then
+    for _, block in ipairs(c) do
+      if type(block) == "table" and type(block.text) == "string" then block.text = core.log_scrub(block.text) end
+    end
+  end
+  return out
+end
+
+local call
+
 -- use: {id, name, input, input_error?}; def: the agent's policy entry.
 function M.call(ex, snap, def, use, ctx)
+  return scrubbed(call(ex, snap, def, use, ctx))
+end
+
+function call(ex, snap, def, use, ctx)
   if not M.offered(snap, def, use.name) then
     return outcome("input", ("there is no tool %q for this agent; the tools are: %s"):format(
       tostring(use.name), table.concat(def.tools or {}, ", ")), true)

@@ -611,6 +611,8 @@ M.files.execution = {
   },
   missing = S.template({ "agent", "backend", "setting" }, { "{setting}" }),
   choose_backend = S.func,
+  -- the key of repository secrets (docs/secrets.md): read when a command needs one
+  secrets_key_file = S.string { one_line = true, pattern = "^/", what = "an absolute path" },
 }
 
 -- local_walls: true | false (every front), or front name → true | false with "default" for
