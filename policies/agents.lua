@@ -185,6 +185,16 @@ model_api = {
             max_retry_after_ms = minute },
 }
 
+-- Model providers other than Anthropic's own API, each of a kind, that an agent names with
+-- `provider = "NAME"` (an agent without one speaks to Anthropic: model_api above). Credentials
+-- come from switchboard's environment only, by the variable names given here
+-- (docs/agent.md "Model providers"). An agent's model must still have an entry in models.
+--   openai: an OpenAI-compatible Chat Completions endpoint (vLLM, Ollama, OpenRouter, …):
+--           base_url_env / base_url (…/v1), api_key_env (optional: a local server needs none)
+providers = {
+  openai = { kind = "openai", base_url_env = "OPENAI_BASE_URL", api_key_env = "OPENAI_API_KEY" },
+}
+
 -- The models agents may use: the context window (tokens), the largest max_tokens the model
 -- accepts, and the price in US dollars per million tokens — fresh input, output, cache writes
 -- (5-minute cache) and cache reads (Anthropic's price list). An agent's model must be here.

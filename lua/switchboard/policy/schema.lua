@@ -21,6 +21,7 @@ M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b", "kubernetes" }
 M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true, edit_file = true,
                      glob = true, grep = true, list = true }
 -- Tools that change the workspace: never offered to a readonly agent.
+M.PROVIDER_KINDS = { "openai" }
 M.WRITE_TOOLS = { write_file = true, edit_file = true }
 
 ---------------------------------------------------------------------------------------------
@@ -422,7 +423,17 @@ M.files.agents = {
     pull_requests = S.optional(S.bool),
     network = S.optional(S.enum { "host", "none" }),
     thinking = S.optional(S.record { budget_tokens = S.int { min = 1024, max = 1000000 } }),
+    provider = S.optional(S.string { pattern = "^[a-z][a-z0-9_-]*$", what = "\"anthropic\" or a name from providers" }),
   }, { min = 1 }),
+  -- the model providers agents may name (docs/agent.md "Model providers"); credentials by
+  -- variable name only
+  providers = S.optional(S.map("^[a-z][a-z0-9_-]*$", "a provider name (a-z, 0-9, _ and -)", S.record {
+    kind = S.enum(M.PROVIDER_KINDS),
+    base_url = S.optional(S.string { one_line = true, pattern = "^https?://[^%s]+$", what = "an http(s) URL" }),
+    base_url_env = S.optional(env_name), api_key_env = S.optional(env_name),
+    region_env = S.optional(env_name), project_env = S.optional(env_name),
+    credentials_env = S.optional(env_name),
+  })),
   instructions = S.record {
     files = S.list(S.string { pattern = "^[%w._-][%w._/-]*$", what = "a path inside the repository" }, { unique = true, max = 20 }),
     nested_files = S.list(S.string { pattern = "^[%w._-]+$", what = "a file name (no directory)" }, { unique = true, max = 10 }),
@@ -827,6 +838,10 @@ function M.cross.agents(a, report)
       if def.readonly and M.WRITE_TOOLS[tool] then
         report(string.format("%s.tools[%d]", p, i), "a readonly agent cannot have " .. tool)
       end
+    end
+    if def.provider ~= nil and def.provider ~= "anthropic"
+        and (type(a.providers) ~= "table" or a.providers[def.provider] == nil) then
+      report(p .. ".provider", string.format("%s is not \"anthropic\" nor a name in providers", show(def.provider)))
     end
     if def.token_scope ~= nil and not repo then
       report(p .. ".token_scope", "an agent without a repository gets no credential; remove token_scope or declare resources.repository")
