@@ -110,7 +110,7 @@ describe("the openai provider", function()
     end
     assert.matches('agents.coding.provider "nope" is not "anthropic" nor a name in providers',
       check('agents.coding.provider = "nope"'), 1, true)
-    assert.matches('providers.odd.kind must be one of "openai", got "telepathy"',
+    assert.matches('providers.odd.kind must be one of "openai", "bedrock", "vertex", got "telepathy"',
       check('providers.odd = { kind = "telepathy" }'), 1, true)
   end)
 end)

@@ -125,10 +125,10 @@ function M.backoff_ms(r, attempt, random)
 end
 
 -- One send. Returns "ok", message | "retry", why, wait_ms? | "fatal", err | "aborted", err
-function C:attempt(body_json, opts, timeout_ms)
+function C:attempt(body_json, opts, timeout_ms, route)
   local asm = stream.new{ on_progress = opts.on_progress }
   local decode = self.provider:decoder(asm, self.settings.max_event_bytes)
-  local url, req_headers = self.provider:request(body_json)
+  local url, req_headers = self.provider:request(body_json, route)
   if not url then
     if req_headers.kind == "retry" then return "retry", self:scrub(req_headers.message) end
     return "fatal", core.error("fatal", self:scrub(req_headers.message))
@@ -190,7 +190,7 @@ end
 -- on_progress(kind, stream), on_wait(ms, why) (a retry is about to wait)
 function C:create(body, opts)
   opts = opts or {}
-  local body_json = self.provider:encode(body)
+  local body_json, route = self.provider:encode(body)
   local r = self.settings.retry
   local last
   for attempt = 1, r.max_attempts do
@@ -200,7 +200,7 @@ function C:create(body, opts)
         .. (last and (" (" .. last .. ")") or ""))
     end
     local timeout = math.floor(math.min(self.settings.request_timeout_ms, left))
-    local outcome, a, b = self:attempt(body_json, opts, timeout)
+    local outcome, a, b = self:attempt(body_json, opts, timeout, route)
     if outcome == "ok" then return a end
     if outcome ~= "retry" then return nil, a end
     last = a

@@ -21,7 +21,7 @@ M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b", "kubernetes" }
 M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true, edit_file = true,
                      glob = true, grep = true, list = true }
 -- Tools that change the workspace: never offered to a readonly agent.
-M.PROVIDER_KINDS = { "openai" }
+M.PROVIDER_KINDS = { "openai", "bedrock", "vertex" }
 M.WRITE_TOOLS = { write_file = true, edit_file = true }
 
 ---------------------------------------------------------------------------------------------

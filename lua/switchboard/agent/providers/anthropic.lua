@@ -4,8 +4,9 @@
 --
 --   p.keys                                  the credentials this provider sends (scrubbed
 --                                           from every message the client builds)
---   p:encode(body) → bytes                  the Messages API body (stream set) in its wire form
---   p:request(bytes) → url, headers | nil, err   may yield (a token fetched); err a core.error
+--   p:encode(body) → bytes [, route]        the Messages API body (stream set) in its wire form,
+--                                           and what addresses it (Bedrock, Vertex: the model)
+--   p:request(bytes, route) → url, headers | nil, err   may yield (a token fetched); err a core.error
 --                                           of kind "retry" (try again) or "fatal"
 --   p:decoder(asm, max_event_bytes) → fn(bytes | nil) → nil | core.error("bad_event", …)
 --                                           the answer's bytes into agent/stream.lua's events;
