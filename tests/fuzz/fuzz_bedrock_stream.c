@@ -41,7 +41,7 @@ static const char harness[] =
     "  for _, piece in ipairs(pieces) do\n"
     "    local ok, frames, why = pcall(feed, piece)\n"
     "    if not ok then error('the framing raised: ' .. tostring(frames), 0) end\n"
-    "    if not frames then return 'failed:' .. why, seen end\n"
+    "    if not frames then return 'failed:' .. tostring(why), seen end\n"
     "    for _, f in ipairs(frames) do\n"
     "      assert(type(f.headers) == 'table' and type(f.payload) == 'string' and #f.payload <= MAX, 'a malformed frame')\n"
     "      local dok, err = pcall(bedrock.deliver, asm, f)\n"

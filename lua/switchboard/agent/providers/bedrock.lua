@@ -119,34 +119,39 @@ local function read_headers(s)
   local out, pos = {}, 1
   while pos <= #s do
     local n = s:byte(pos)
-    if pos + n + 1 > #s then return nil, "a header runs past its block" end
+    if pos + n + 1 > #s then return nil, core.error("bad_event", "a header runs past its block") end
     local name, t = s:sub(pos + 1, pos + n), s:byte(pos + n + 1)
     pos = pos + n + 2
     local value
     if t == 6 or t == 7 then
-      if pos + 1 > #s then return nil, "a header's length runs past its block" end
+      if pos + 1 > #s then return nil, core.error("bad_event", "a header's length runs past its block") end
       local len = string.unpack(">I2", s, pos)
-      if pos + 1 + len > #s then return nil, "a header's value runs past its block" end
+      if pos + 1 + len > #s then return nil, core.error("bad_event", "a header's value runs past its block") end
       value = s:sub(pos + 2, pos + 1 + len)
       pos = pos + 2 + len
     elseif FIXED[t] then
-      if pos + FIXED[t] - 1 > #s then return nil, "a header's value runs past its block" end
+      if pos + FIXED[t] - 1 > #s then return nil, core.error("bad_event", "a header's value runs past its block") end
       value = t == 0 or (t ~= 1 and s:sub(pos, pos + FIXED[t] - 1))
       pos = pos + FIXED[t]
     else
-      return nil, ("a header of unknown type %d"):format(t)
+      return nil, core.error("bad_event", ("a header of unknown type %d"):format(t))
     end
     out[name] = value
   end
   return out
 end
 
--- The framing decoder: feed(bytes) → {frame, …} | nil, why, where frame = {headers, payload}.
+-- The framing decoder: feed(bytes) → {frame, …} | nil, core.error("bad_event", why), where
+-- frame = {headers, payload}.
 -- Bytes of a frame not yet complete are kept (at most max_frame); a failure is sticky.
 function M.frames(max_frame)
   max_frame = max_frame or M.MAX_FRAME
   local buf, failed = "", nil
-  local function fail(why) failed = why; buf = ""; return nil, why end
+  local function fail(why)
+    failed = core.is_error(why) and why or core.error("bad_event", why)
+    buf = ""
+    return nil, failed
+  end
   return function(bytes)
     if failed then return nil, failed end
     buf = buf .. bytes
@@ -217,7 +222,7 @@ function P:decoder(asm, max_event_bytes)
     end
     if not_a_stream then return nil end
     local frames, why = feed(bytes)
-    if not frames then return core.error("bad_event", why) end
+    if not frames then return why end
     for _, frame in ipairs(frames) do
       local e = deliver(asm, frame)
       if e then return e end

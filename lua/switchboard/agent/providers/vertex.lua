@@ -37,10 +37,10 @@ local FIX = {
 function M.read_key(text)
   local doc = cjson.decode(text or "")
   if type(doc) ~= "table" or doc.type ~= "service_account" then
-    return nil, "is not a service account key (JSON with \"type\": \"service_account\")"
+    return nil, core.error("no_key", "is not a service account key (JSON with \"type\": \"service_account\")")
   end
   for _, field in ipairs({ "client_email", "private_key", "token_uri" }) do
-    if type(doc[field]) ~= "string" or doc[field] == "" then return nil, "has no " .. field end
+    if type(doc[field]) ~= "string" or doc[field] == "" then return nil, core.error("no_key", "has no " .. field) end
   end
   return doc
 end
