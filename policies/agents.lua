@@ -200,6 +200,27 @@ model_api = {
             max_retry_after_ms = minute },
 }
 
+-- Model providers other than Anthropic's own API, each of a kind, that an agent names with
+-- `provider = "NAME"` (an agent without one speaks to Anthropic: model_api above). Credentials
+-- come from switchboard's environment only, by the variable names given here
+-- (docs/agent.md "Model providers"). An agent's model must still have an entry in models.
+--   openai: an OpenAI-compatible Chat Completions endpoint (vLLM, Ollama, OpenRouter, …):
+--           base_url_env / base_url (…/v1), api_key_env (optional: a local server needs none)
+--   bedrock: Claude on Amazon Bedrock (InvokeModelWithResponseStream, SigV4): region_env; the
+--           credentials are AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN;
+--           base_url_env / base_url replace https://bedrock-runtime.{region}.amazonaws.com
+--           (a VPC endpoint). The agent's model is a Bedrock model or inference profile id.
+--   vertex: Claude on Google Vertex AI (streamRawPredict, OAuth2 from a service account key):
+--           region_env, project_env (else the key's project_id), credentials_env (the key
+--           file's path); base_url_env / base_url replace https://{region}-aiplatform.googleapis.com.
+--           The agent's model is a Vertex model id (claude-sonnet-4-5@20250929).
+providers = {
+  vertex = { kind = "vertex", region_env = "CLOUD_ML_REGION", project_env = "ANTHROPIC_VERTEX_PROJECT_ID",
+             credentials_env = "GOOGLE_APPLICATION_CREDENTIALS", base_url_env = "VERTEX_BASE_URL" },
+  openai = { kind = "openai", base_url_env = "OPENAI_BASE_URL", api_key_env = "OPENAI_API_KEY" },
+  bedrock = { kind = "bedrock", region_env = "AWS_REGION", base_url_env = "BEDROCK_BASE_URL" },
+}
+
 -- The models agents may use: the context window (tokens), the largest max_tokens the model
 -- accepts, and the price in US dollars per million tokens — fresh input, output, cache writes
 -- (5-minute cache) and cache reads (Anthropic's price list). An agent's model must be here.

@@ -59,6 +59,12 @@ child_env = {
   set = {},
 }
 
+-- Repository secrets (`switchboard secrets set OWNER/REPO NAME`, docs/secrets.md) are sealed
+-- with AES-256-GCM under the key in this file: 32 raw bytes or 64 hex digits, mode 0600 (a key
+-- others can read is refused). Read when a secret is set and when a command of a repository
+-- that has secrets starts; without secrets it is never opened.
+secrets_key_file = "/etc/switchboard/secrets.key"
+
 -- Which backend an agent's commands run on. ctx = {agent = "coding", repo = "owner/name"?,
 -- front = "slack" | "console" | "exec"?, configured = {sandbox = true, resident = false, e2b =
 -- false, ["local"] = true}? (whose variables are set in this process)}; policy = this file's

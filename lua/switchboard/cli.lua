@@ -6,7 +6,7 @@ local args = require("switchboard.args")
 local M = {}
 
 -- Listed in the order `--help` shows them.
-local COMMANDS = { "exec", "console", "slack", "sandboxd", "resident", "policy", "reload", "doctor", "version" }
+local COMMANDS = { "exec", "console", "slack", "sandboxd", "resident", "policy", "reload", "secrets", "doctor", "version" }
 
 local USAGE = [[
 Usage: switchboard [GLOBAL OPTIONS] COMMAND [ARGS]

@@ -8,6 +8,7 @@
  * base64_encode(bytes) / base64url_encode(bytes) (no padding) → text
  * base64_decode(text) / base64url_decode(text) → bytes | nil, {kind="invalid", message}
  * rs256_sign, rs256_verify, rsa_generate: see rs256.c
+ * aes256gcm_seal, aes256gcm_open: see gcm.c
  * Wrong argument types raise (programmer errors). */
 #include "../engine/engine.h"
 #include "base64.h"
@@ -155,6 +156,7 @@ int sb_crypto_open(lua_State *L) {
   };
   luaL_newlib(L, fns);
   sb_crypto_rsa_fields(L);
+  sb_crypto_gcm_fields(L);
   lua_setfield(L, -2, "crypto");
   return 0;
 }

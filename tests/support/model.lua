@@ -26,8 +26,9 @@ function M.start(opts)
   local dir = files.tmpdir()
   local key = opts.key or ("sk-ant-spec-" .. core.crypto.hex(core.crypto.random_bytes(12)))
   -- --watch: the stand-in ends when this process does, even if a spec failed before its teardown
-  os.execute(("/usr/bin/python3 tests/support/model_standin.py --dir %s --key %s --watch %d >%s/log 2>&1 &")
-    :format(dir, key, require("support.procs").self_pid(), dir))
+  -- opts.standin: another provider's stand-in with the same control routes (chat_standin.py)
+  os.execute(("/usr/bin/python3 %s %s --dir %s --key %s --watch %d >%s/log 2>&1 &")
+    :format(opts.standin or "tests/support/model_standin.py", opts.args or "", dir, key, require("support.procs").self_pid(), dir))
   local port = wait_for(function() return files.read(dir .. "/port") end, 180000) -- python3 on a loaded machine (over 60 s seen): the file ends the wait
   assert(port, "the model stand-in did not start: " .. (files.read(dir .. "/log") or ""))
   local h = { dir = dir, key = key, port = tonumber(port), pid = tonumber(files.read(dir .. "/pid")) }

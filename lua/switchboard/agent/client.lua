@@ -22,8 +22,9 @@
 --     err = core.error(kind, message, {status?}), kind "aborted" | "fatal" | "too_long" |
 --           "exhausted" | "budget"
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
 local stream = require("switchboard.agent.stream")
+local anthropic = require("switchboard.agent.providers.anthropic")
+local providers = require("switchboard.agent.providers")
 
 local M = {}
 local C = {}
@@ -38,15 +39,20 @@ M.NO_KEY = "no model credential: ANTHROPIC_API_KEY is not set in switchboard's e
   .. "ANTHROPIC_BASE_URL as well."
 
 -- opts: api_key, base_url, settings (the snapshot's agents.model_api), request, sleep, now_ms,
--- redact, random (math.random's [0, 1) form: the jitter)
+-- redact, random (math.random's [0, 1) form: the jitter), provider (agent/providers/: who is
+-- spoken to and how; default Anthropic's API with api_key and base_url)
 function M.new(opts)
-  assert(type(opts.api_key) == "string" and opts.api_key ~= "", "client.new: api_key is required")
+  local provider = opts.provider
+  if provider == nil then
+    assert(type(opts.api_key) == "string" and opts.api_key ~= "", "client.new: api_key is required")
+    provider = anthropic.new{ api_key = opts.api_key, base_url = opts.base_url or opts.settings.base_url,
+      version = opts.settings.version }
+  end
   local redact = opts.redact or core.log_redact
-  redact(opts.api_key)
-  local base = (opts.base_url or opts.settings.base_url):gsub("/+$", "")
+  for _, key in pairs(provider.keys) do redact(key) end
   return setmetatable({
-    key = opts.api_key,
-    url = base .. "/v1/messages",
+    provider = provider,
+    keys = provider.keys,
     settings = opts.settings,
     request = opts.request or core.http.request,
     sleep = opts.sleep or core.sleep,
@@ -55,9 +61,16 @@ function M.new(opts)
   }, C)
 end
 
--- The client switchboard's environment describes, or nil and the text a card shows.
-function M.from_env(getenv, snap)
+-- The client switchboard's environment describes, or nil and the text a card shows. An agent
+-- whose policy names a provider (agent_def.provider) gets that provider's client.
+function M.from_env(getenv, snap, agent_def)
   getenv = getenv or os.getenv
+  local name = agent_def and agent_def.provider
+  if name ~= nil and name ~= "anthropic" then
+    local provider, why = providers.from_env(getenv, snap, name)
+    if not provider then return nil, why end
+    return M.new{ provider = provider, settings = snap.agents.model_api }
+  end
   local key = getenv(M.KEY_ENV)
   if key == nil or key == "" then return nil, core.error("no_key", M.NO_KEY) end
   local base = getenv(M.URL_ENV)
@@ -67,33 +80,21 @@ end
 
 function C:scrub(text)
   text = tostring(text or "")
-  local at = 1
-  while true do
-    local i, j = text:find(self.key, at, true)
-    if not i then return text end
-    text = text:sub(1, i - 1) .. "[redacted]" .. text:sub(j + 1)
-    at = i + 10
+  for _, key in pairs(self.keys) do
+    local at = 1
+    while true do
+      local i, j = text:find(key, at, true)
+      if not i then break end
+      text = text:sub(1, i - 1) .. "[redacted]" .. text:sub(j + 1)
+      at = i + 10
+    end
   end
+  return text
 end
-
-local FIX = {
-  [400] = "the request was refused as invalid (400 %s: %s) — check model and max_tokens of this agent in policies/agents.lua",
-  [401] = "Anthropic rejected the API key (401 %s: %s) — set ANTHROPIC_API_KEY to a valid key (console.anthropic.com → API keys) and restart switchboard",
-  [403] = "the API key may not use this model (403 %s: %s) — give the key's workspace access to it, or choose another model in policies/agents.lua",
-  [404] = "the model or the endpoint does not exist (404 %s: %s) — check the agent's model in policies/agents.lua and ANTHROPIC_BASE_URL",
-}
 
 -- The window is full: the run compacts its conversation and sends it again.
 local function too_long(status, message)
   return status == 413 or (status == 400 and message:find("prompt is too long", 1, true) ~= nil)
-end
-
-local function api_error(body)
-  local doc = cjson.decode(body or "")
-  local e = type(doc) == "table" and type(doc.error) == "table" and doc.error or {}
-  local kind = type(e.type) == "string" and e.type or "error"
-  local message = type(e.message) == "string" and e.message or "(no message)"
-  return kind, message:sub(1, 500)
 end
 
 local function retryable(status, headers)
@@ -124,36 +125,33 @@ function M.backoff_ms(r, attempt, random)
 end
 
 -- One send. Returns "ok", message | "retry", why, wait_ms? | "fatal", err | "aborted", err
-function C:attempt(body_json, opts, timeout_ms)
-  local parser = core.sse.parser(self.settings.max_event_bytes)
+function C:attempt(body_json, opts, timeout_ms, route)
   local asm = stream.new{ on_progress = opts.on_progress }
+  local decode = self.provider:decoder(asm, self.settings.max_event_bytes)
+  local url, req_headers = self.provider:request(body_json, route)
+  if not url then
+    if req_headers.kind == "retry" then return "retry", self:scrub(req_headers.message) end
+    return "fatal", core.error("fatal", self:scrub(req_headers.message))
+  end
   local cut = opts.signal and core.signal(opts.signal) or core.signal()
   local parse_err
   local status, headers, resp_body = self.request{
-    method = "POST", url = self.url, body = body_json, signal = cut,
+    method = "POST", url = url, body = body_json, signal = cut,
     deadline_ms = timeout_ms, max_body = self.settings.max_answer_bytes,
-    headers = {
-      ["x-api-key"] = self.key,
-      ["anthropic-version"] = self.settings.version,
-      ["content-type"] = "application/json",
-      accept = "text/event-stream",
-    },
+    headers = req_headers,
     on_chunk = function(bytes)
       if parse_err then return end
-      local events, err = parser:feed(bytes)
-      if not events then
-        parse_err = err.message
+      local e = decode(bytes)
+      if e then
+        parse_err = e.message
         return cut:abort("unreadable stream")
-      end
-      for i = 1, #events, 2 do
-        local e = asm:event(events[i], events[i + 1])
-        if e then
-          parse_err = e.message
-          return cut:abort("unreadable stream")
-        end
       end
     end,
   }
+  if status == 200 and not parse_err then
+    local e = decode(nil)
+    if e then parse_err = e.message end
+  end
   if opts.signal and opts.signal.aborted then
     return "aborted", core.error("aborted", tostring(opts.signal.reason or "stopped"))
   end
@@ -174,7 +172,7 @@ function C:attempt(body_json, opts, timeout_ms)
     end
     return "ok", asm:message()
   end
-  local kind, message = api_error(resp_body)
+  local kind, message = self.provider:api_error(resp_body)
   message = self:scrub(message)
   if retryable(status, headers) then
     return "retry", ("the model API answered %d %s: %s"):format(status, kind, message), retry_after_ms(headers)
@@ -183,7 +181,7 @@ function C:attempt(body_json, opts, timeout_ms)
     return "fatal", core.error("too_long", ("the conversation is larger than the model's window (%d %s: %s)")
       :format(status, kind, message), { status = status })
   end
-  local fix = FIX[status] or ("the model API refused the request (%d %%s: %%s)"):format(status)
+  local fix = self.provider.fix[status] or ("the model API refused the request (%d %%s: %%s)"):format(status)
   return "fatal", core.error("fatal", fix:format(kind, message), { status = status })
 end
 
@@ -192,8 +190,7 @@ end
 -- on_progress(kind, stream), on_wait(ms, why) (a retry is about to wait)
 function C:create(body, opts)
   opts = opts or {}
-  body.stream = true
-  local body_json = assert(cjson.encode(body))
+  local body_json, route = self.provider:encode(body)
   local r = self.settings.retry
   local last
   for attempt = 1, r.max_attempts do
@@ -203,7 +200,7 @@ function C:create(body, opts)
         .. (last and (" (" .. last .. ")") or ""))
     end
     local timeout = math.floor(math.min(self.settings.request_timeout_ms, left))
-    local outcome, a, b = self:attempt(body_json, opts, timeout)
+    local outcome, a, b = self:attempt(body_json, opts, timeout, route)
     if outcome == "ok" then return a end
     if outcome ~= "retry" then return nil, a end
     last = a

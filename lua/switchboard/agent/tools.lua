@@ -384,6 +384,21 @@ function CALL.screenshot(ex, snap, input, ctx)
   return outcome(out.kind, out.content, out.is_error, { image = out.image, result = out.result })
 end
 
+-- What reaches the model passes the log's redaction: a repository secret (docs/secrets.md),
+-- a GitHub token or any other registered secret a command printed is [redacted] in the
+-- tool_result, so no secret is ever sent to the model.
+local function scrubbed(out)
+  local c = out.content
+  if type(c) == "string" then
+    out.content = core.log_scrub(c)
+  elseif type(c) == "table" then
+    for _, block in ipairs(c) do
+      if type(block) == "table" and type(block.text) == "string" then block.text = core.log_scrub(block.text) end
+    end
+  end
+  return out
+end
+
 -- use: {id, name, input, input_error?}; def: the agent's policy entry.
 local function call_tool(ex, snap, def, use, ctx)
   if not M.offered(snap, def, use.name) then
@@ -412,11 +427,11 @@ end
 -- exec.* spans — and their HTTP requests — the call causes (exec/tracing.lua).
 function M.call(ex, snap, def, use, ctx)
   local span = tracing.tool_span(ex, use.name)
-  if not span then return call_tool(ex, snap, def, use, ctx) end
+  if not span then return scrubbed(call_tool(ex, snap, def, use, ctx)) end
   local done <close> = setmetatable({}, { __close = function(_, err)
     if err ~= nil then span:finish("error", err) end
   end })
-  local out = tracing.within(span, call_tool, ex, snap, def, use, ctx)
+  local out = scrubbed(tracing.within(span, call_tool, ex, snap, def, use, ctx))
   span.attributes.outcome = out.kind
   span:finish(out.is_error and "error" or "ok", { kind = out.kind })
   return out

@@ -3,6 +3,7 @@
 -- command wires it to the dispatcher after the shared prologue (launch/prologue.lua).
 local core = require("switchboard.core")
 local prologue = require("switchboard.launch.prologue")
+local repo_secrets = require("switchboard.store.secrets")
 local policy = require("switchboard.policy")
 local flat = require("switchboard.policy.flat")
 local state = require("switchboard.state")
@@ -136,7 +137,7 @@ function M.run(argv, ctx)
     front = front,
     policy = policy.current,
     -- a person's own terminal (policies/isolation.lua local_walls)
-    stack = p:stack_options(sink, "console"),
+    stack = repo_secrets.with_source(p:stack_options(sink, "console"), state.dir()),
     outputs_dir = state.dir() .. "/outputs",
     transcripts_dir = state.dir() .. "/transcripts",
     thread_key = function(thread) return "console:" .. thread end,

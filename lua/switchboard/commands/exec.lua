@@ -1,6 +1,8 @@
 -- `switchboard exec`: one command through an agent's executor, from the command line.
 local core = require("switchboard.core")
 local prologue = require("switchboard.launch.prologue")
+local repo_secrets = require("switchboard.store.secrets")
+local state = require("switchboard.state")
 local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local render = require("switchboard.shell.render")
@@ -100,7 +102,7 @@ function M.run(argv, ctx)
   local sink, trace_status = p:trace_sink()
   if opts.trace and not sink then return trace_status end
   -- a person's own terminal (policies/isolation.lua local_walls)
-  local built, err = stack.build(p:stack_options(sink, "exec"), { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo, snap = snap })
+  local built, err = stack.build(repo_secrets.with_source(p:stack_options(sink, "exec"), state.dir()), { thread_key = opts.thread or "cli", agent = agent, repo = opts.repo, snap = snap })
   if not built then return p:fail(M.EXIT.config, tostring(err)) end
   local function note(line) p:note(line) end
   for _, line in ipairs(built.notes or { built.note }) do note(line) end

@@ -2,6 +2,7 @@
 -- (--listen + SLACK_SIGNING_SECRET); the Web API with SLACK_BOT_TOKEN. See docs/slack.md.
 local core = require("switchboard.core")
 local prologue = require("switchboard.launch.prologue")
+local repo_secrets = require("switchboard.store.secrets")
 local metrics = require("switchboard.metrics")
 local policy = require("switchboard.policy")
 local state = require("switchboard.state")
@@ -250,6 +251,7 @@ function M.run(argv, ctx)
     force_backend = opts.backend, sink = nil, front = "slack",
     refuse_unwalled = not allow_unwalled,
     unwalled_note = allow_unwalled and M.UNWALLED_NOTE or nil,
+    secrets = repo_secrets.source{ path = state.dir() .. "/" .. repo_secrets.FILE },
   }
   local unwalled = factory.unwalled_agents(stack_opts, snap)
   if #unwalled > 0 and not allow_unwalled then return p:fail(M.EXIT.config, unwalled_problem(unwalled)) end

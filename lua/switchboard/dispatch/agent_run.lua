@@ -54,9 +54,10 @@ function M.repo_in(text)
   return nil
 end
 
-local function make_client(d, snap)
-  local factory = d.model_client or function(s) return client_mod.from_env(os.getenv, s) end
-  return factory(snap)
+-- The agent's own provider (policies/agents.lua provider) when it names one.
+local function make_client(d, snap, agent_def)
+  local factory = d.model_client or function(s, def) return client_mod.from_env(os.getenv, s, def) end
+  return factory(snap, agent_def)
 end
 
 -- Whether an ask's agent publishes at all: a repository, an agent whose policy lets it open
@@ -255,7 +256,7 @@ end
 -- Before provisioning: a run without a model client ends at once (its card says how to set
 -- the key), provisioning nothing.
 function M.before(d, run)
-  local client, why = make_client(d, run.ask.snap)
+  local client, why = make_client(d, run.ask.snap, run.ask.agent_def)
   if not client then
     run.ask.card:ended("no_key", d.now_ms(), nil, tostring(why))
     return false

@@ -15,7 +15,8 @@
 --       walls when policies/isolation.lua local_walls is true for the front; shell/instance.lua
 --       host by default), front (the front's name: "console", "exec", "slack"; nil is
 --       local_walls.default — walled in the shipped policy), refuse_unwalled (true: never
---       build an unwalled local executor — a front serving others without its flag)
+--       build an unwalled local executor — a front serving others without its flag),
+--       secrets (optional: store/secrets.lua's source, :envs(repo, snap) → NAME = value)
 -- ctx:  thread_key, agent (name), repo?, ref?, snap? (the snapshot the ask captured; without
 --       it opts.policy() is read once here)
 local policy = require("switchboard.policy")
@@ -29,13 +30,31 @@ local M = {}
 
 -- The credential is resolved when a command starts, never here: building an executor mints
 -- nothing. The repository lets a GitHub App find the installation that covers it.
-local function resolver(opts, agent, ctx)
+local function credentials(opts, agent, ctx)
   local creds, scope = opts.credentials, agent.token_scope
   if creds == nil or scope == nil then
     return function() return {} end
   end
   local rctx = { repo = ctx.repo }
   return function() return creds:resolve_envs(scope, rctx) end
+end
+
+-- The thread's repository's own secrets (opts.secrets: store/secrets.lua's source, looked up
+-- per command with the ask's snapshot) join the credentials; only that repository's, and
+-- none for a thread on no repository (docs/secrets.md).
+local function resolver(opts, agent, ctx)
+  local creds = credentials(opts, agent, ctx)
+  local source, repo = opts.secrets, ctx.repo
+  if source == nil or repo == nil then return creds end
+  local snap = ctx.snap
+  return function()
+    local envs, err = source:envs(repo, snap or opts.policy())
+    if not envs then return nil, err end
+    local own, cerr = creds()
+    if not own then return nil, cerr end
+    for name, value in pairs(own) do envs[name] = value end
+    return envs
+  end
 end
 
 local function missing(snap, agent_name, backend, setting)

@@ -38,7 +38,10 @@ function M.new(opts)
   end
   local tty = opts.tty and true or false
   return setmetatable({
-    tty = tty, edit = tty and opts.edit and true or false, write = write, live = {},
+    -- everything shown passes the log's redaction (a repository secret a command printed:
+    -- docs/secrets.md), as every text the Slack front posts does
+    tty = tty, edit = tty and opts.edit and true or false, live = {},
+    write = function(bytes) return write(core.log_scrub(bytes)) end,
     width = opts.width or M.DEFAULT_WIDTH,
     editing = false, -- the input line is shown (while serve reads keys)
     input = "",      -- what the user typed and has not submitted yet

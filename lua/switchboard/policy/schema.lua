@@ -21,6 +21,7 @@ M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b", "kubernetes" }
 M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true, edit_file = true,
                      glob = true, grep = true, list = true, screenshot = true }
 -- Tools that change the workspace: never offered to a readonly agent.
+M.PROVIDER_KINDS = { "openai", "bedrock", "vertex" }
 M.WRITE_TOOLS = { write_file = true, edit_file = true }
 
 ---------------------------------------------------------------------------------------------
@@ -423,6 +424,7 @@ M.files.agents = {
     network = S.optional(S.enum { "host", "none" }),
     thinking = S.optional(S.record { budget_tokens = S.int { min = 1024, max = 1000000 } }),
     mcp_servers = S.optional(require("switchboard.policy.mcp_shape").servers(S)),
+    provider = S.optional(S.string { pattern = "^[a-z][a-z0-9_-]*$", what = "\"anthropic\" or a name from providers" }),
   }, { min = 1 }),
   mcp = S.record {
     max_tools = S.int { min = 1, max = 500 },
@@ -448,6 +450,15 @@ M.files.agents = {
     max_download_bytes = S.int { min = 1024, max = 64 * 1024 * 1024, unit = "bytes" },
     timeout_ms = ms(SECOND, 10 * MINUTE),
   },
+  -- the model providers agents may name (docs/agent.md "Model providers"); credentials by
+  -- variable name only
+  providers = S.optional(S.map("^[a-z][a-z0-9_-]*$", "a provider name (a-z, 0-9, _ and -)", S.record {
+    kind = S.enum(M.PROVIDER_KINDS),
+    base_url = S.optional(S.string { one_line = true, pattern = "^https?://[^%s]+$", what = "an http(s) URL" }),
+    base_url_env = S.optional(env_name), api_key_env = S.optional(env_name),
+    region_env = S.optional(env_name), project_env = S.optional(env_name),
+    credentials_env = S.optional(env_name),
+  })),
   instructions = S.record {
     files = S.list(S.string { pattern = "^[%w._-][%w._/-]*$", what = "a path inside the repository" }, { unique = true, max = 20 }),
     nested_files = S.list(S.string { pattern = "^[%w._-]+$", what = "a file name (no directory)" }, { unique = true, max = 10 }),
@@ -645,6 +656,8 @@ M.files.execution = {
   },
   missing = S.template({ "agent", "backend", "setting" }, { "{setting}" }),
   choose_backend = S.func,
+  -- the key of repository secrets (docs/secrets.md): read when a command needs one
+  secrets_key_file = S.string { one_line = true, pattern = "^/", what = "an absolute path" },
 }
 
 -- local_walls: true | false (every front), or front name → true | false with "default" for
@@ -872,6 +885,10 @@ function M.cross.agents(a, report)
         report(string.format("%s.mcp_servers.%s", p, name), string.format("a stdio server runs in the thread's "
           .. "sandbox, so agent %s must declare resources = { repository = true }", key))
       end
+    end
+    if def.provider ~= nil and def.provider ~= "anthropic"
+        and (type(a.providers) ~= "table" or a.providers[def.provider] == nil) then
+      report(p .. ".provider", string.format("%s is not \"anthropic\" nor a name in providers", show(def.provider)))
     end
     if def.token_scope ~= nil and not repo then
       report(p .. ".token_scope", "an agent without a repository gets no credential; remove token_scope or declare resources.repository")
