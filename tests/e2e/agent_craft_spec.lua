@@ -66,7 +66,8 @@ describe("agent craft: repository instructions, edit_file, the pull request, fin
       { content = { { type = "text", text = "Reviewed." } } },
     }, { "agent:coding fix the typo in README.md in acme/api", "agent:coding also thank the reader",
          "agent:review look at README.md in acme/api" })
-    assert.is_true(scans >= 5, "the argv scan ran " .. scans .. " times")
+    -- scans during the session, not only the one at its start (a warm run is fast now: issue 36)
+    assert.is_true(scans >= 3, "the argv scan ran " .. scans .. " times")
 
     -- 1. the instructions: AGENTS.md whole, CLAUDE.md cut with a note, on the card too
     local first = cards.find(out, "fix the typo")

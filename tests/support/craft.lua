@@ -61,9 +61,10 @@ M.all_argv = all_argv -- every process's argv (NUL-separated), keyed by pid
 
 -- The pause after an argv scan that began at t0: a scan reads every /proc/<pid>/cmdline, tens of
 -- ms beside a loaded suite; after a fixed short pause a scanning loop took most of a core, three
--- times the scan's own time keeps it under a quarter.
+-- times the scan's own time keeps it under a quarter. At most half a second: a scan slowed to
+-- seconds on a starved machine must not leave a whole (now fast) session unwatched.
 function M.scan_pause(t0, floor_ms)
-  core.sleep(math.max(floor_ms, 3 * (core.now_ms() - t0)))
+  core.sleep(math.min(500, math.max(floor_ms, 3 * (core.now_ms() - t0))))
 end
 
 function M.cjson_text(v) return require("cjson").encode(v) end
