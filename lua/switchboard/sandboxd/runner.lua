@@ -9,12 +9,14 @@
 --   runner:read(path, max_bytes)  → bytes | nil, err (kind escape | not_found | not_a_file | too_large | io)
 --   runner:write(path, bytes)     → true | nil, err
 --   runner:stop(reason)           → kill what still runs; the workspace is kept (sleep; reason
---                                   "idle" | "shutdown"; sandboxd/keep.lua)
+--                                   "idle" | "shutdown"; sandboxd/keep.lua), or removed ("detach":
+--                                   the resident's thread left its worktree)
 --   runner:take_note()            → what the thread is told once about its workspace: kept from
 --                                   its sleep, or expired (evicted by the budget) | nil
 local core = require("switchboard.core")
 local keep = require("switchboard.sandboxd.keep")
 local policy = require("switchboard.policy")
+local run = require("switchboard.shell.run")
 local workspace = require("switchboard.shell.workspace")
 
 local M = {}
@@ -154,7 +156,13 @@ end
 -- budget is enforced after it. A new instance of the thread woken while this one's processes
 -- are still being killed waits for this one's mount to go (the image's lock, src/walls/disk.c
 -- hold_image) before it mounts the same image.
+--
+-- "detach" (the resident's /detach: the thread leaves its worktree for good) removes the
+-- workspace instead, as every sleep did before: it leaves its path before anything here yields,
+-- so a thread attached again at once finds nothing of it, and an `rm -rf` child deletes it off
+-- the loop (a node_modules has 10⁵ files).
 function Runner:stop(reason)
+  if reason == "detach" then return self:remove() end
   self.ws:stop("instance asleep")
   if core.fs.exists(self.dir) then
     local t = policy.current().timeouts
@@ -166,6 +174,30 @@ function Runner:stop(reason)
     keep.touch(self.dir)
   end
   if self.after_sleep and reason ~= "shutdown" then core.go(self.after_sleep) end
+end
+
+function Runner:remove()
+  local trash
+  if core.fs.exists(self.dir) then
+    trash = ("%s/%s%s-%s"):format(self.root, keep.TRASH, workspace.dir_name(self.key),
+      core.crypto.hex(core.crypto.random_bytes(4)))
+    if not os.rename(self.dir, trash) then trash = nil end
+  end
+  self.ws:stop("instance asleep")
+  if trash == nil then
+    if core.fs.exists(self.dir) then
+      local ok, err = core.fs.remove_tree(self.dir)
+      if not ok and core.fs.exists(self.dir) then
+        error("the workspace could not be removed: " .. reason_of(err), 0)
+      end
+    end
+    return
+  end
+  local deadline_ms = policy.current().timeouts.file_op.budget_ms
+  core.go(function()
+    local r = run.tool{ argv = { "rm", "-rf", "--", trash }, deadline_ms = deadline_ms }
+    if (not r or r.exit ~= 0) and core.fs.exists(trash) then pcall(core.fs.remove_tree, trash) end
+  end)
 end
 
 -- At start: the workspaces a previous run of sandboxd kept (or an unclean exit left) are kept
