@@ -19,7 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 enum {
   DEFAULT_MAX_BODY = 16 << 20,  /* bytes */
@@ -60,6 +63,7 @@ typedef struct {
   size_t max_body;          /* bytes */
   long deadline_ms;         /* 0: none */
   char *unix_socket;        /* owned copy for messages, or NULL */
+  int netns_fd;             /* opts.netns: the network namespace the socket is made in; -1 */
   bool body_started;        /* header lines after the body are trailers: ignored */
   bool over_body, over_head, out_of_memory;
   buf head, body;
@@ -114,9 +118,25 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
 /* Sockets are created close-on-exec, so no child process ever inherits a connection (a
  * child holding our socket would also keep a dead peer's connection looking alive). */
 static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
-  (void)ud;
+  request *r = ud;
   (void)purpose;
-  return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+  if (r == NULL || r->netns_fd < 0)
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+  /* opts.netns (sandboxd's port proxy, docs/sandboxd.md "Ports"): a socket belongs to the
+   * network namespace its creator was in when it was made, whatever thread connects it later.
+   * So this thread steps into the instance's namespace for the socket(2) alone and back at
+   * once; nothing else runs on this thread meanwhile (the loop is this thread). */
+  int own = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (own < 0)
+    return CURL_SOCKET_BAD;
+  curl_socket_t s = CURL_SOCKET_BAD;
+  if (setns(r->netns_fd, CLONE_NEWNET) == 0) {
+    s = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    if (setns(own, CLONE_NEWNET) != 0)
+      abort(); /* left in an instance's namespace: every later socket would be its */
+  }
+  close(own);
+  return s;
 }
 
 /* ---- completion -------------------------------------------------------------------------- */
@@ -131,6 +151,8 @@ static void request_free(request *r) {
   if (r->job.easy != NULL)
     curl_easy_cleanup(r->job.easy);
   free(r->unix_socket);
+  if (r->netns_fd >= 0)
+    close(r->netns_fd);
   free(r->head.data);
   free(r->body.data);
   free(r);
@@ -282,7 +304,7 @@ static void request_aborted(sb_abort_listener *l, sb_abort *sig) {
 /* ---- arguments --------------------------------------------------------------------------- */
 
 typedef struct {
-  const char *method, *url, *body, *unix_socket;
+  const char *method, *url, *body, *unix_socket, *netns;
   /* TLS for a server with a private CA and client certificates (a Kubernetes API server):
    * a CA bundle file, or PEM bytes for the CA, the client certificate and its key */
   const char *ca_file, *ca_pem, *cert_pem, *key_pem;
@@ -423,6 +445,12 @@ static void parse_args(lua_State *L, request_args *a) {
   if ((a->cert_pem == NULL) != (a->key_pem == NULL))
     luaL_error(L, "core.http.request: client_cert_pem and client_key_pem go together");
 
+  t = field(L, "netns"); /* slot 13 */
+  if (t == LUA_TSTRING)
+    a->netns = lua_tostring(L, 13);
+  else if (t != LUA_TNIL)
+    luaL_error(L, "core.http.request: netns must be the path of a network namespace");
+
   t = field(L, "max_body");
   if (t != LUA_TNIL) {
     int isint = 0;
@@ -509,6 +537,12 @@ static bool configure(request *r, const request_args *a) {
   SET(CURLOPT_WRITEFUNCTION, on_body);
   SET(CURLOPT_WRITEDATA, r);
   SET(CURLOPT_OPENSOCKETFUNCTION, open_socket);
+  SET(CURLOPT_OPENSOCKETDATA, r);
+  if (r->netns_fd >= 0) {
+    /* a connection cached for one namespace must never carry another's request */
+    SET(CURLOPT_FRESH_CONNECT, 1L);
+    SET(CURLOPT_FORBID_REUSE, 1L);
+  }
   if (a->deadline_ms > 0)
     SET(CURLOPT_TIMEOUT_MS, a->deadline_ms);
   if (a->unix_socket != NULL)
@@ -556,6 +590,7 @@ static int l_request(lua_State *L) {
   if (r == NULL)
     return sb_push_fail(L, "transport", err);
   r->signal_ref = r->on_chunk_ref = r->body_ref = LUA_NOREF;
+  r->netns_fd = -1;
   r->task = L;
   r->max_body = a.max_body;
   r->deadline_ms = a.deadline_ms;
@@ -565,6 +600,10 @@ static int l_request(lua_State *L) {
   if (a.unix_socket != NULL && (r->unix_socket = strdup(a.unix_socket)) == NULL) {
     request_free(r);
     return sb_push_fail(L, "transport", err);
+  }
+  if (a.netns != NULL && (r->netns_fd = open(a.netns, O_RDONLY | O_CLOEXEC)) < 0) {
+    request_free(r);
+    return sb_push_fail(L, "transport", "cannot open the network namespace to connect in");
   }
   if (r->job.easy == NULL || !build_headers(L, &a, &r->headers) || !configure(r, &a)) {
     request_free(r);

@@ -18,6 +18,8 @@ local lifecycle = require("switchboard.server.lifecycle")
 local routes = require("switchboard.sandboxd.routes")
 local request_log = require("switchboard.sandboxd.request_log")
 local runner = require("switchboard.sandboxd.runner")
+local processes = require("switchboard.sandboxd.processes")
+local ports = require("switchboard.sandboxd.ports")
 
 local M = {}
 
@@ -50,6 +52,8 @@ function M.start(opts)
     mode = opts.pod and "pod" or (opts.walls and "walls" or "unwalled"),
     -- pod mode: the one thread key this pod serves (the first it was asked for)
     pod = opts.pod and {} or nil,
+    -- background processes and exposed ports (docs/sandboxd.md), per thread key
+    processes = processes.new(), ports = ports.new(),
   }
   self.life = lifecycle.new{ event = "sandboxd", log = log,
     on_kill = function(t)
@@ -64,7 +68,7 @@ function M.start(opts)
   local limits = lifecycle.limits(policy.current())
   limits.max_connections = math.min(limits.max_connections, self.descriptors.connections)
   local srv, err = self.life:listen{ host = opts.host, port = opts.port, handler = handler,
-    limits = limits, on_head = on_head }
+    limits = limits, on_head = on_head, log_hide = { "/ports/" } }
   if not srv then return nil, err end
   self.port = srv.port
   return self

@@ -1,0 +1,198 @@
+-- Black-box against the real walled sandboxd (issue 39 items 1 and 2): background processes
+-- (POST/GET /processes, GET /processes/<id>/logs, DELETE /processes/<id>) and exposed ports
+-- (POST /ports → a preview URL proxied by sandboxd into the thread's instance). A Python and a
+-- Node HTTP server started through POST /processes answer a later /exec curl, are listed, show
+-- their request lines in their logs, are reached from the host through the exposed URL (with
+-- keep-alive), and are gone after DELETE; a wrong token is a 404; the limits hold.
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local S = require("support.sandbox")
+local policies = require("support.policies")
+
+local UID_BASE = require("support.walls").private_uid_base(64)
+
+local function policy_dir()
+  return policies.dir{
+    timeouts = function(src)
+      return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"10m\"\nsandbox.max_ports = 2\n"
+        .. "sandbox.max_processes = 3\nsandbox.process_log_bytes = 4096\n"
+    end,
+    isolation = function(src)
+      return src .. ("\nuid_base = %d\nuid_count = 64\nspare_instances = 0\n"):format(UID_BASE)
+    end,
+  }
+end
+
+local describe_walls = require("support.walls").probe(policy_dir(),
+  { describe = describe, it = it, pending = pending })
+
+after_each(S.cleanup_servers)
+teardown(S.cleanup)
+
+local THREAD = "procs-thread"
+
+local function call(h, method, path, body, thread)
+  local status, headers, raw = S.call(h.url, path, { method = method, body = body, thread = thread or THREAD })
+  assert.is_number(status, tostring(headers and headers.message))
+  local doc = raw ~= "" and raw:sub(1, 1) == "{" and cjson.decode(raw) or nil
+  return status, doc, raw
+end
+
+local function exec(h, command)
+  local status, doc, raw = call(h, "POST", "/exec", { command = command, timeoutMs = 60000 })
+  assert.equal(200, status, raw)
+  return doc
+end
+
+-- Waits until `command` (through /exec) exits 0; returns its last answer.
+local function until_ok(h, command)
+  local doc
+  S.wait_for(function()
+    doc = exec(h, command)
+    return doc.exitCode == 0
+  end, 60000)
+  return doc
+end
+
+local function start(h, command)
+  local status, doc, raw = call(h, "POST", "/processes", { command = command })
+  assert.equal(201, status, raw)
+  return doc
+end
+
+local SERVERS = {
+  { "python3", "exec /usr/bin/python3 -u -m http.server %d --bind 127.0.0.1", 8765 },
+  { "node", "exec node -e \"require('http').createServer((q,s)=>{console.log('node '+q.method+' '+q.url);"
+    .. "s.setHeader('x-from','node');s.end('hello from node '+q.url)}).listen(%d,'127.0.0.1')\"", 8766 },
+}
+
+describe_walls("sandboxd background processes and ports", function()
+  it("runs Python and Node servers that /exec and the preview URL reach, lists them, logs them, kills them", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir() }
+      local status, doc = call(h, "GET", "/processes")
+      assert.equal(200, status)
+      assert.same({}, doc.processes)
+      exec(h, "echo index-page > index.html")
+      local started = {}
+      for _, s in ipairs(SERVERS) do
+        local t0 = core.now_ms()
+        local p = start(h, s[2]:format(s[3]))
+        assert.equal("running", p.status)
+        assert.is_number(p.pid)
+        assert.truthy(p.id:match("^p%x+$"))
+        assert.truthy(p.startedAt:match("^%d%d%d%d%-%d%d%-%d%dT"))
+        local answer = until_ok(h, ("curl -sS -i http://127.0.0.1:%d/index.html"):format(s[3]))
+        assert.equal(0, answer.exitCode, answer.stderr)
+        print(("%s: POST /processes → answering a curl in %.0f ms"):format(s[1], core.now_ms() - t0))
+        started[s[1]] = p
+      end
+      -- listed
+      status, doc = call(h, "GET", "/processes")
+      assert.equal(200, status)
+      assert.equal(2, #doc.processes)
+      for _, p in ipairs(doc.processes) do assert.equal("running", p.status) end
+      -- another thread sees none of them
+      status, doc = call(h, "GET", "/processes", nil, "another-thread")
+      assert.same({}, doc.processes)
+      -- exposed, and reached from the host through the preview URL
+      local urls = {}
+      for _, s in ipairs(SERVERS) do
+        local st, d, raw = call(h, "POST", "/ports", { port = s[3] })
+        assert.equal(201, st, raw)
+        assert.truthy(d.url:find("^" .. h.url:gsub("%p", "%%%0") .. "/ports/%x+/$"), d.url)
+        urls[s[1]] = d.url
+      end
+      local st, hd, body = core.http.request{ url = urls.python3 .. "index.html", deadline_ms = 30000 }
+      assert.equal(200, st, body)
+      assert.equal("index-page\n", body)
+      st, hd, body = core.http.request{ url = urls.node .. "some/path?x=1", deadline_ms = 30000 }
+      assert.equal(200, st, body)
+      assert.equal("node", hd["x-from"])
+      assert.equal("hello from node /some/path?x=1", body)
+      -- a POST with a body, through the proxy
+      st, _, body = core.http.request{ method = "POST", url = urls.node .. "posted", body = "abc", deadline_ms = 30000 }
+      assert.equal(200, st, body)
+      -- keep-alive: many requests on one connection (curl reuses it; each answer is whole)
+      local r = exec(h, "true") -- (the instance is awake)
+      assert.equal(0, r.exitCode)
+      local p = io.popen(("curl -sS -o /dev/null -o /dev/null -o /dev/null -w '%%{http_code} %%{num_connects}\\n' %s %s %s 2>&1")
+        :format(urls.python3 .. "index.html", urls.python3 .. "index.html", urls.python3 .. "index.html"))
+      local out = p:read("a")
+      p:close()
+      assert.equal("200 1\n200 0\n200 0\n", out)
+      -- a wrong token is a 404, and no bearer is asked of a preview
+      st, _, body = core.http.request{ url = h.url .. "/ports/" .. ("0"):rep(32) .. "/", deadline_ms = 30000 }
+      assert.equal(404, st, body)
+      -- the logs show the request lines
+      for name, proc in pairs(started) do
+        local ok = S.wait_for(function()
+          local _, d = call(h, "GET", "/processes/" .. proc.id .. "/logs")
+          return (d.stdout .. d.stderr):find(name == "node" and "node GET /some/path" or "GET /index.html", 1, true)
+        end, 30000)
+        assert.truthy(ok, name .. " logs lack the request line")
+      end
+      -- the port limit (2 here) and the process limit (3 here)
+      st, doc = call(h, "POST", "/ports", { port = 9999 })
+      assert.equal(409, st)
+      assert.equal("too-many-ports", doc.reason)
+      start(h, "sleep 600")
+      st, doc = call(h, "POST", "/processes", { command = "sleep 600" })
+      assert.equal(409, st)
+      assert.equal("too-many-processes", doc.reason)
+      -- DELETE kills the group: the servers answer no more
+      for _, s in ipairs(SERVERS) do
+        local proc = started[s[1]]
+        st, doc = call(h, "DELETE", "/processes/" .. proc.id)
+        assert.equal(200, st)
+        assert.equal("killed", doc.status)
+        local gone = exec(h, ("curl -sS http://127.0.0.1:%d/"):format(s[3]))
+        assert.are_not.equal(0, gone.exitCode)
+        st, _, body = core.http.request{ url = urls[s[1]], deadline_ms = 30000 }
+        assert.equal(502, st, body)
+      end
+      -- DELETE /ports: the URL stops working
+      st = call(h, "DELETE", "/ports/8765")
+      assert.equal(200, st)
+      st = core.http.request{ url = urls.python3, deadline_ms = 30000 }
+      assert.equal(404, st)
+      -- an exit is recorded with its code
+      local quick = start(h, "echo out; echo err >&2; exit 3")
+      assert.truthy(S.wait_for(function()
+        local _, d = call(h, "GET", "/processes")
+        for _, x in ipairs(d.processes) do
+          if x.id == quick.id and x.status == "exited" then return x.exitCode == 3 end
+        end
+      end, 30000))
+      local _, logs = call(h, "GET", "/processes/" .. quick.id .. "/logs")
+      assert.same({ stdout = "out\n", stderr = "err\n" }, logs)
+      -- the tail is bounded (process_log_bytes = 4096 here) and keeps the end
+      local loud = start(h, "seq 1 20000")
+      assert.truthy(S.wait_for(function()
+        local _, d = call(h, "GET", "/processes/" .. loud.id .. "/logs")
+        return d.stdout:find("\n20000\n$") and #d.stdout <= 4096
+      end, 30000))
+      h:stop()
+      assert.equal(0, h:wait().exit)
+    end)
+  end)
+
+  it("follows a process's output as NDJSON until it ends", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir() }
+      local p = start(h, "echo one; sleep 1; echo two; exit 4")
+      local chunks = {}
+      local st = S.call(h.url, "/processes/" .. p.id .. "/logs?follow=1", { method = "GET", thread = THREAD,
+        on_chunk = function(c) chunks[#chunks + 1] = c end })
+      assert.equal(200, st)
+      local lines = {}
+      for line in table.concat(chunks):gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(line) end
+      local text = ""
+      for _, l in ipairs(lines) do if l.stream == "stdout" then text = text .. l.data end end
+      assert.equal("one\ntwo\n", text)
+      assert.same({ status = "exited", exitCode = 4 }, lines[#lines])
+      h:stop()
+      assert.equal(0, h:wait().exit)
+    end)
+  end)
+end)
