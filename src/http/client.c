@@ -10,6 +10,7 @@
  * bearer tokens ride in both. The libcurl/libuv plumbing is in client_multi.c. */
 #include "client_multi.h"
 #include "http.h"
+#include "relay.h"
 #include "../engine/engine.h"
 
 #include <ctype.h>
@@ -20,7 +21,6 @@
 #include <string.h>
 #include <strings.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -120,23 +120,10 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
 static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
   request *r = ud;
   (void)purpose;
-  if (r == NULL || r->netns_fd < 0)
-    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
-  /* opts.netns (sandboxd's port proxy, docs/sandboxd.md "Ports"): a socket belongs to the
-   * network namespace its creator was in when it was made, whatever thread connects it later.
-   * So this thread steps into the instance's namespace for the socket(2) alone and back at
-   * once; nothing else runs on this thread meanwhile (the loop is this thread). */
-  int own = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-  if (own < 0)
-    return CURL_SOCKET_BAD;
-  curl_socket_t s = CURL_SOCKET_BAD;
-  if (setns(r->netns_fd, CLONE_NEWNET) == 0) {
-    s = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
-    if (setns(own, CLONE_NEWNET) != 0)
-      abort(); /* left in an instance's namespace: every later socket would be its */
-  }
-  close(own);
-  return s;
+  /* opts.netns (sandboxd's port proxy, docs/sandboxd.md "Ports"): the socket is made inside
+   * that network namespace (relay.c) */
+  int s = sb_socket_in_netns(r != NULL ? r->netns_fd : -1, a->family, a->socktype, a->protocol);
+  return s < 0 ? CURL_SOCKET_BAD : s;
 }
 
 /* ---- completion -------------------------------------------------------------------------- */

@@ -34,7 +34,8 @@ local THREAD = "procs-thread"
 local function call(h, method, path, body, thread)
   local status, headers, raw = S.call(h.url, path, { method = method, body = body, thread = thread or THREAD })
   assert.is_number(status, tostring(headers and headers.message))
-  local doc = raw ~= "" and raw:sub(1, 1) == "{" and cjson.decode(raw) or nil
+  local text = raw:gsub("^%s+", "") -- (/exec's heartbeats come first)
+  local doc = text:sub(1, 1) == "{" and cjson.decode(text) or nil
   return status, doc, raw
 end
 
@@ -173,7 +174,47 @@ describe_walls("sandboxd background processes and ports", function()
         return d.stdout:find("\n20000\n$") and #d.stdout <= 4096
       end, 30000))
       h:stop()
-      assert.equal(0, h:wait().exit)
+      assert.equal(0, h:wait().exit, h.log():sub(-3000))
+    end)
+  end)
+
+  it("passes a WebSocket echo and a streamed (chunked) answer through the preview URL", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir() }
+      -- python3-websockets from the host's /usr, which the instance shows read-only
+      start(h, "exec /usr/bin/python3 -u -c \"import asyncio, websockets\n"
+        .. "async def echo(ws, path=None):\n"
+        .. "    async for m in ws: await ws.send('echo:' + m)\n"
+        .. "async def main():\n"
+        .. "    async with websockets.serve(echo, '127.0.0.1', 8770): await asyncio.Future()\n"
+        .. "asyncio.run(main())\"")
+      -- a chunked answer whose second half comes a second after its first
+      start(h, "exec node -e \"require('http').createServer((q,s)=>{s.write('first,');"
+        .. "setTimeout(()=>s.end('second'),1000)}).listen(8771,'127.0.0.1')\"")
+      until_ok(h, "curl -sS -o /dev/null http://127.0.0.1:8771/")
+      until_ok(h, "/usr/bin/python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8770))\"")
+      local _, ws_port = call(h, "POST", "/ports", { port = 8770 })
+      local _, st_port = call(h, "POST", "/ports", { port = 8771 })
+      local c = assert(core.ws.connect{ url = ws_port.url:gsub("^http", "ws") .. "socket", deadline_ms = 30000 })
+      for i = 1, 20 do assert.is_true(c:send("m" .. i)) end
+      for i = 1, 20 do assert.equal("echo:m" .. i, c:recv{ deadline_ms = 30000 }) end
+      local big = ("xyz"):rep(100000)
+      assert.is_true(c:send(big))
+      assert.equal("echo:" .. big, c:recv{ deadline_ms = 30000 })
+      c:close()
+      -- streamed: the first part reaches the client before the upstream wrote the second
+      local t0, first_at = core.now_ms(), nil
+      local chunks = {}
+      local st, hd = core.http.request{ url = st_port.url, deadline_ms = 30000, on_chunk = function(chunk)
+        chunks[#chunks + 1] = chunk
+        first_at = first_at or core.now_ms()
+      end }
+      assert.equal(200, st)
+      assert.equal("first,second", table.concat(chunks))
+      assert.truthy(first_at - t0 < 900, ("the first part came after %.0f ms"):format(first_at - t0))
+      assert.equal("chunked", hd["transfer-encoding"])
+      h:stop()
+      assert.equal(0, h:wait().exit, h.log():sub(-3000))
     end)
   end)
 
@@ -192,7 +233,7 @@ describe_walls("sandboxd background processes and ports", function()
       assert.equal("one\ntwo\n", text)
       assert.same({ status = "exited", exitCode = 4 }, lines[#lines])
       h:stop()
-      assert.equal(0, h:wait().exit)
+      assert.equal(0, h:wait().exit, h.log():sub(-3000))
     end)
   end)
 end)

@@ -100,17 +100,65 @@ local HOP = {
   ["proxy-authenticate"] = true, host = true, ["content-length"] = true, expect = true,
 }
 
-local function forwarded_headers(req, port)
-  local out = {}
+M.MAX_HEAD = 64 * 1024 -- bytes of an upstream's answer head
+
+local TOKEN = "^[!#$%%&'*+.^_`|~%w-]+$"
+
+-- An upstream's answer head (bytes from inside the instance: nothing trusted). Pure; never
+-- raises. Returns {status, head_len, headers = {lower-cased name → value, repeats joined with
+-- ", "}, lines = {{name, value}, …}} — or nil while the head is not whole, or false, why.
+function M.parse_head(bytes, max)
+  max = max or M.MAX_HEAD
+  local stop = bytes:find("\r\n\r\n", 1, true)
+  if not stop then
+    if #bytes > max then return false, "its head is over " .. max .. " bytes" end
+    return nil
+  end
+  if stop + 3 > max then return false, "its head is over " .. max .. " bytes" end
+  local head = bytes:sub(1, stop + 1)
+  local status_line, rest = head:match("^([^\r\n]*)\r\n(.*)$")
+  local status = status_line and tonumber(status_line:match("^HTTP/1%.[01] (%d%d%d)"))
+  if not status or status < 100 then return false, "its status line is not HTTP/1.x" end
+  local headers, lines = {}, {}
+  for line in rest:gmatch("([^\r\n]*)\r\n") do
+    local name, value = line:match("^([^:]+):(.*)$")
+    if not name or not name:find(TOKEN) then return false, "a header line is malformed" end
+    value = value:gsub("^[ \t]+", ""):gsub("[ \t]+$", "")
+    if value:find("[%z\r\n]") then return false, "a header value holds a control byte" end
+    name = name:lower()
+    lines[#lines + 1] = { name, value }
+    headers[name] = headers[name] and (headers[name] .. ", " .. value) or value
+  end
+  local cl = headers["content-length"]
+  if cl and not cl:find("^%d+$") then return false, "its content-length is not one number" end
+  return { status = status, head_len = stop + 3, headers = headers, lines = lines }
+end
+
+-- The head sent upstream: the client's, hop-by-hop headers (and those its Connection names)
+-- out, Host the instance's, the body's length its own; an upgrade (WebSocket) keeps its
+-- Connection and Upgrade, anything else asks the upstream to close after its answer.
+local function request_head(req, target, port, upgrade)
   local named = {}
   for token in (req.headers.connection or ""):gmatch("[^,%s]+") do named[token:lower()] = true end
+  local out = { ("%s %s HTTP/1.1\r\nhost: 127.0.0.1:%d\r\n"):format(req.method, target, port) }
   for name, value in pairs(req.headers) do
-    if not HOP[name] and not named[name] then out[name] = value end
+    if not HOP[name] and not named[name] and name ~= "x-forwarded-host" and name ~= "x-forwarded-for" then
+      out[#out + 1] = name .. ": " .. value .. "\r\n"
+    end
   end
-  out.host = "127.0.0.1:" .. port
-  out["x-forwarded-host"] = req.headers.host
-  out["x-forwarded-for"] = req.remote_addr
-  return out
+  out[#out + 1] = "x-forwarded-host: " .. (req.headers.host or "") .. "\r\n"
+  out[#out + 1] = "x-forwarded-for: " .. (req.remote_addr or "") .. "\r\n"
+  if upgrade then
+    out[#out + 1] = "connection: upgrade\r\nupgrade: " .. upgrade .. "\r\n"
+  else
+    out[#out + 1] = "connection: close\r\n"
+  end
+  local body = req.body or ""
+  if #body > 0 or req.method == "POST" or req.method == "PUT" or req.method == "PATCH" then
+    out[#out + 1] = "content-length: " .. #body .. "\r\n"
+  end
+  out[#out + 1] = "\r\n"
+  return table.concat(out)
 end
 
 local function answer(res, status, text)
@@ -118,12 +166,54 @@ local function answer(res, status, text)
     text .. "\n")
 end
 
+-- The answer's head for the client, hop-by-hop headers out (the engine frames the body).
+local function response_headers(parsed)
+  local out = {}
+  for name, value in pairs(parsed.headers) do
+    if not HOP[name] then out[name] = value end
+  end
+  return out
+end
+
+-- The answer's head as the upstream sent it, for a relayed answer: Connection and Keep-Alive
+-- replaced by "connection: close" (the relay ends with the upstream's close), and no
+-- Content-Length beside a Transfer-Encoding.
+local function relayed_head(parsed, bytes)
+  local out = { bytes:match("^[^\r\n]*\r\n") }
+  local chunked = parsed.headers["transfer-encoding"] ~= nil
+  for _, line in ipairs(parsed.lines) do
+    local name = line[1]
+    if name ~= "connection" and name ~= "keep-alive" and not (chunked and name == "content-length") then
+      out[#out + 1] = name .. ": " .. line[2] .. "\r\n"
+    end
+  end
+  out[#out + 1] = "connection: close\r\n\r\n"
+  return table.concat(out)
+end
+
+-- Streams an answer of known length: the engine frames it, so the client's connection stays
+-- open for its next request.
+local function stream_length(up, res, parsed, leftover, deadline_ms)
+  local remaining = tonumber(parsed.headers["content-length"])
+  local headers = response_headers(parsed)
+  headers["content-length"] = remaining
+  if not res:start(parsed.status, headers) then return end
+  local chunk = leftover
+  while remaining > 0 do
+    if chunk == nil then return res:finish() end -- the upstream ended short: the engine closes
+    if #chunk > remaining then chunk = chunk:sub(1, remaining) end
+    if #chunk > 0 then
+      if not res:write(chunk) or not res:drain() then return end
+      remaining = remaining - #chunk
+    end
+    if remaining > 0 then chunk = up:read(deadline_ms) end
+  end
+  return res:finish()
+end
+
 -- The preview request, answered: the thread's instance must be awake (a preview never wakes
 -- one: there is nothing to serve in a new one), and its port listening.
 function M.proxy(ctx, snap, entry, rest, req, res)
-  if (req.headers.upgrade or "") ~= "" then
-    return answer(res, 501, "this sandboxd's port proxy does not pass protocol upgrades (WebSocket) yet")
-  end
   local inst = ctx.fleet:get(entry.key)
   if not inst then
     return answer(res, 502, ("the sandbox instance behind this URL is asleep; start the server on port %d again")
@@ -140,26 +230,51 @@ function M.proxy(ctx, snap, entry, rest, req, res)
     end
     netns = ("/proc/%d/ns/net"):format(walled.pid)
   end
-  local url = ("http://127.0.0.1:%d%s"):format(entry.port, rest)
-  if req.query and req.query ~= "" then url = url .. "?" .. req.query end
-  local status, headers, body = core.http.request{
-    method = req.method, url = url, headers = forwarded_headers(req, entry.port), body = req.body,
-    netns = netns, deadline_ms = snap.timeouts.sandbox.default_budget_ms,
-    max_body = snap.timeouts.sandbox.max_answer_bytes,
-  }
-  if not status then
-    local err = headers
+  local up, err = core.http.connect{ port = entry.port, netns = netns }
+  if not up then
     if err and err.not_sent then
       return answer(res, 502, ("nothing listens on port %d in the sandbox instance"):format(entry.port))
     end
-    return answer(res, 502, ("port %d in the sandbox instance did not answer: %s"):format(entry.port,
-      err and err.kind or "transport"))
+    return answer(res, 502, ("port %d in the sandbox instance cannot be reached"):format(entry.port))
   end
-  local out = {}
-  for name, value in pairs(headers) do
-    if not HOP[name] then out[name] = value end
+  local closing <close> = setmetatable({}, { __close = function() up:close() end })
+  local upgrade = req.headers.upgrade
+  if upgrade == "" then upgrade = nil end
+  local target = rest
+  if req.query and req.query ~= "" then target = target .. "?" .. req.query end
+  up:write(request_head(req, target, entry.port, upgrade))
+  if req.body and #req.body > 0 then up:write(req.body) end
+  local deadline_ms = snap.timeouts.sandbox.default_budget_ms
+  local buf, parsed, why = "", nil, nil
+  while true do
+    local chunk = up:read(deadline_ms)
+    if not chunk then
+      return answer(res, 502, ("port %d in the sandbox instance closed or timed out before answering"):format(entry.port))
+    end
+    buf = buf .. chunk
+    parsed, why = M.parse_head(buf)
+    while parsed and parsed.status < 200 and parsed.status ~= 101 do -- 100, 102, 103: not passed on
+      buf = buf:sub(parsed.head_len + 1)
+      parsed, why = M.parse_head(buf)
+    end
+    if parsed == false then
+      return answer(res, 502, ("port %d in the sandbox instance answered what is not HTTP/1.x: %s"):format(entry.port, why))
+    end
+    if parsed then break end
   end
-  return res:send(status, out, body)
+  local leftover = buf:sub(parsed.head_len + 1)
+  if parsed.status == 101 then
+    if not upgrade then return answer(res, 502, ("port %d switched protocols unasked"):format(entry.port)) end
+    return res:relay(up, 101, buf) -- the head as it is (its Connection and Upgrade are the point)
+  end
+  if req.method == "HEAD" or parsed.status == 204 or parsed.status == 304 then
+    return res:send(parsed.status, response_headers(parsed), "")
+  end
+  if parsed.headers["transfer-encoding"] == nil and parsed.headers["content-length"] then
+    return stream_length(up, res, parsed, leftover, deadline_ms)
+  end
+  -- chunked, or until the upstream closes: passed on as it comes, and the connection ends with it
+  return res:relay(up, parsed.status, relayed_head(parsed, buf) .. leftover)
 end
 
 return M
