@@ -16,6 +16,7 @@ local function policy_dir()
     timeouts = function(src)
       return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"10m\"\nsandbox.max_ports = 2\n"
         .. "sandbox.max_processes = 3\nsandbox.process_log_bytes = 4096\n"
+        .. "server.request_timeout_ms = 1 * second\nserver.max_header_bytes = 4 * KiB\n"
     end,
     isolation = function(src)
       return src .. ("\nuid_base = %d\nuid_count = 64\nspare_instances = 0\n"):format(UID_BASE)
@@ -30,6 +31,17 @@ after_each(S.cleanup_servers)
 teardown(S.cleanup)
 
 local THREAD = "procs-thread"
+local PROBE = (os.getenv("SB_BUILD_DIR") or "./build") .. "/tests/http_probe"
+
+-- tests/c/http_probe.c run to its end: what it received, and its status line.
+local function probe(port, steps, timeout_ms)
+  local argv = { PROBE, "--timeout", tostring(timeout_ms or 8000), "127.0.0.1", tostring(port) }
+  for _, step in ipairs(steps) do argv[#argv + 1] = step end
+  local p = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 4 << 20, deadline_ms = (timeout_ms or 8000) + 5000 })
+  local r = p:wait()
+  return r.stdout, r.stderr
+end
+local function status_of(raw) return tonumber((raw or ""):match("^HTTP/1%.1 (%d%d%d)")) end
 
 local function call(h, method, path, body, thread)
   local status, headers, raw = S.call(h.url, path, { method = method, body = body, thread = thread or THREAD })
@@ -213,6 +225,53 @@ describe_walls("sandboxd background processes and ports", function()
       assert.equal("first,second", table.concat(chunks))
       assert.truthy(first_at - t0 < 900, ("the first part came after %.0f ms"):format(first_at - t0))
       assert.equal("chunked", hd["transfer-encoding"])
+      h:stop()
+      assert.equal(0, h:wait().exit, h.log():sub(-3000))
+    end)
+  end)
+
+  it("answers smuggling, an oversized head and a slow peer on a preview URL as on /exec; a reader that stops is let go", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir() }
+      local server = start(h, "exec /usr/bin/python3 -u -m http.server 8780 --bind 127.0.0.1")
+      start(h, "exec node -e \"require('http').createServer((q,s)=>{const b=Buffer.alloc(1<<20,97);"
+        .. "let n=0;const more=()=>{while(n<64){n++;if(!s.write(b))return s.once('drain',more)}s.end()};"
+        .. "more()}).listen(8781,'127.0.0.1')\"")
+      until_ok(h, "curl -sS -o /dev/null http://127.0.0.1:8780/ && curl -sS -o /dev/null http://127.0.0.1:8781/")
+      local _, exposed = call(h, "POST", "/ports", { port = 8780 })
+      local _, big = call(h, "POST", "/ports", { port = 8781 })
+      local prefix = exposed.url:match("^http://[^/]+(/ports/%x+/)$")
+      local big_prefix = big.url:match("^http://[^/]+(/ports/%x+/)$")
+      local auth = "Authorization: Bearer " .. S.TOKEN .. "\\r\\nX-Thread-Key: " .. THREAD .. "\\r\\n"
+      local cases = {
+        { "smuggling (CL and TE)", function(path)
+          return { "send:POST " .. path .. "smuggled HTTP/1.1\\r\\nHost: t\\r\\n" .. auth
+            .. "Content-Length: 6\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\nGET /x HTTP/1.1\\r\\n\\r\\n", "read" } end },
+        { "an oversized head", function(path)
+          return { "send:GET " .. path .. " HTTP/1.1\\r\\nHost: t\\r\\nX-Big: ", "fill:8000:a", "send:\\r\\n\\r\\n", "read" } end },
+        { "a slow peer", function(path)
+          return { "trickle:300:GET " .. path .. "slow HTTP/1.1\\r\\nHost: t\\r\\nX-Slow: abcdefghij\\r\\n\\r\\n", "read" } end },
+      }
+      for _, c in ipairs(cases) do
+        local on_exec = status_of(probe(h.port, c[2]("/exec")))
+        local on_port = status_of(probe(h.port, c[2](prefix)))
+        assert.is_number(on_exec, c[1])
+        assert.truthy(on_exec >= 400, c[1] .. ": " .. on_exec)
+        assert.equal(on_exec, on_port, c[1])
+        print(("%s: %d on /exec, %d on a preview URL"):format(c[1], on_exec, on_port))
+      end
+      -- none of them reached the server in the instance
+      local _, logs = call(h, "GET", "/processes/" .. server.id .. "/logs")
+      assert.is_nil((logs.stdout .. logs.stderr):find("smuggled", 1, true), logs.stderr)
+      assert.is_nil((logs.stdout .. logs.stderr):find("GET /x", 1, true), logs.stderr)
+      assert.is_nil((logs.stdout .. logs.stderr):find("slow", 1, true), logs.stderr)
+      -- a client that asks for 64 MiB and reads none of it is let go after request_timeout_ms
+      -- (1 s here), and its upstream connection with it; the server goes on answering
+      local out, st = probe(h.port, { "send:GET " .. big_prefix .. " HTTP/1.1\\r\\nHost: t\\r\\n\\r\\n", "sleep:4000", "read" }, 20000)
+      assert.truthy(#out < 64 * 1024 * 1024, "the whole answer went to a client that did not read")
+      assert.truthy(h.log():find("http.slow_peer", 1, true), st .. "\n" .. h.log():sub(-2000))
+      local ok_status = core.http.request{ url = exposed.url, deadline_ms = 30000 }
+      assert.equal(200, ok_status)
       h:stop()
       assert.equal(0, h:wait().exit, h.log():sub(-3000))
     end)
