@@ -196,8 +196,12 @@ end
 local function stream_length(up, res, parsed, leftover, deadline_ms)
   local remaining = tonumber(parsed.headers["content-length"])
   local headers = response_headers(parsed)
+  if #leftover >= remaining then -- the whole answer came with its head: one write
+    return res:send(parsed.status, headers, leftover:sub(1, remaining))
+  end
   headers["content-length"] = remaining
-  if not res:start(parsed.status, headers) then return end
+  -- the head goes out with the first body bytes (one segment, not two)
+  if not res:start(parsed.status, headers, { hold = true }) then return end
   local chunk = leftover
   while remaining > 0 do
     if chunk == nil then return res:finish() end -- the upstream ended short: the engine closes
