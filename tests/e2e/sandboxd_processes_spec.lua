@@ -277,6 +277,54 @@ describe_walls("sandboxd background processes and ports", function()
     end)
   end)
 
+  it("a process holds its instance awake up to process_awake_ms, then ends; the instance then sleeps and says so; ports_base_url", function()
+    core.run(function()
+      local short = policies.dir{
+        timeouts = function(src)
+          return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"1s\"\nsandbox.process_awake_ms = 3 * second\n"
+            .. "sandbox.ports_base_url = \"https://preview.example.com/base/\"\n"
+        end,
+        isolation = function(src)
+          return src .. ("\nuid_base = %d\nuid_count = 64\nspare_instances = 0\n"):format(UID_BASE)
+        end,
+      }
+      local h = S.start_sandboxd{ policies = short }
+      local _, exposed = call(h, "POST", "/ports", { port = 8000 })
+      assert.truthy(exposed.url:find("^https://preview%.example%.com/base/ports/%x+/$"), exposed.url)
+      local t0 = core.now_ms()
+      local p = start(h, "trap '' TERM; echo up; exec sleep 600")
+      -- idle (sleep_after 1 s) while it runs, yet awake: it is not killed before its limit
+      core.sleep(2000)
+      local _, doc = call(h, "GET", "/processes")
+      assert.equal("running", doc.processes[1].status)
+      assert.is_nil(h.log():find("sandboxd.instance_slept", 1, true))
+      local ended = S.wait_for(function()
+        local _, d = call(h, "GET", "/processes")
+        return d.processes[1].status ~= "running" and d.processes[1]
+      end, 30000)
+      assert.truthy(ended, "the process outlived process_awake_ms")
+      assert.equal("killed", ended.status)
+      assert.equal("awake-limit", ended.reason)
+      assert.truthy(core.now_ms() - t0 >= 3000)
+      -- then the instance sleeps on idle
+      assert.truthy(S.wait_for(function() return h.log():find("sandboxd.instance_slept", 1, true) end, 30000))
+      -- the thread's next request wakes a new instance; a process of an instance that ends
+      -- (here a command kills every process of it) ends with it and is recorded killed
+      local q = start(h, "exec sleep 600")
+      exec(h, "kill -9 -1; sleep 5")
+      local gone = S.wait_for(function()
+        local _, d = call(h, "GET", "/processes")
+        for _, x in ipairs(d.processes) do
+          if x.id == q.id and x.status ~= "running" then return x end
+        end
+      end, 30000)
+      assert.truthy(gone, "the process outlived its instance")
+      assert.equal("killed", gone.status)
+      h:stop()
+      assert.equal(0, h:wait().exit, h.log():sub(-3000))
+    end)
+  end)
+
   it("follows a process's output as NDJSON until it ends", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = policy_dir() }
