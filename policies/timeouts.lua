@@ -48,6 +48,7 @@ sandbox = {
   process_awake_ms = 30 * minute,     -- a running process keeps its instance awake this long, then ends
   max_ports = 10,                     -- exposed ports per thread
   -- ports_base_url = "https://preview.example.com", -- preview URLs under this instead of sandboxd's address
+  -- ports_host_url = "https://{token}.preview.example.com", -- or a host per port (a wildcard name to sandboxd)
 }
 
 -- sandboxd's HTTP server. The limits are read when the server starts (a change needs a restart);

@@ -277,30 +277,48 @@ describe_walls("sandboxd background processes and ports", function()
     end)
   end)
 
-  it("a process holds its instance awake up to process_awake_ms, then ends; the instance then sleeps and says so; ports_base_url", function()
+  it("a process holds its instance awake up to process_awake_ms, then ends, and the instance sleeps; the host-per-port form", function()
     core.run(function()
       local short = policies.dir{
         timeouts = function(src)
           return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"1s\"\nsandbox.process_awake_ms = 3 * second\n"
-            .. "sandbox.ports_base_url = \"https://preview.example.com/base/\"\n"
+            .. "sandbox.ports_host_url = \"http://{token}.preview.test\"\n"
         end,
         isolation = function(src)
           return src .. ("\nuid_base = %d\nuid_count = 64\nspare_instances = 0\n"):format(UID_BASE)
         end,
       }
       local h = S.start_sandboxd{ policies = short }
+      -- the host-per-port form: the whole path goes to the server, found by the Host
+      local web = start(h, "exec /usr/bin/python3 -u -m http.server 8000 --bind 127.0.0.1")
+      until_ok(h, "curl -sS -o /dev/null http://127.0.0.1:8000/")
+      exec(h, "mkdir -p assets && echo app > assets/app.js")
       local _, exposed = call(h, "POST", "/ports", { port = 8000 })
-      assert.truthy(exposed.url:find("^https://preview%.example%.com/base/ports/%x+/$"), exposed.url)
+      local token = exposed.url:match("^http://(%x+)%.preview%.test/$")
+      assert.truthy(token, exposed.url)
+      local st, _, body = core.http.request{ url = h.url .. "/assets/app.js", deadline_ms = 30000,
+        headers = { host = token .. ".preview.test" } }
+      assert.equal(200, st, body)
+      assert.equal("app\n", body)
+      st = core.http.request{ url = h.url .. "/assets/app.js", deadline_ms = 30000,
+        headers = { host = ("0"):rep(32) .. ".preview.test" } }
+      assert.equal(404, st)
+      call(h, "DELETE", "/processes/" .. web.id)
       local t0 = core.now_ms()
       local p = start(h, "trap '' TERM; echo up; exec sleep 600")
       -- idle (sleep_after 1 s) while it runs, yet awake: it is not killed before its limit
+      local function record()
+        local _, d = call(h, "GET", "/processes")
+        for _, x in ipairs(d.processes) do
+          if x.id == p.id then return x end
+        end
+      end
       core.sleep(2000)
-      local _, doc = call(h, "GET", "/processes")
-      assert.equal("running", doc.processes[1].status)
+      assert.equal("running", record().status)
       assert.is_nil(h.log():find("sandboxd.instance_slept", 1, true))
       local ended = S.wait_for(function()
-        local _, d = call(h, "GET", "/processes")
-        return d.processes[1].status ~= "running" and d.processes[1]
+        local x = record()
+        return x.status ~= "running" and x
       end, 30000)
       assert.truthy(ended, "the process outlived process_awake_ms")
       assert.equal("killed", ended.status)

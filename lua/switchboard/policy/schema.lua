@@ -353,6 +353,8 @@ M.files.timeouts = {
     max_ports = S.optional(S.int { min = 0, max = 1000 }),
     ports_base_url = S.optional(S.string { one_line = true, pattern = "^https?://[^%s]+$",
       what = "an http:// or https:// URL" }),
+    ports_host_url = S.optional(S.string { one_line = true, pattern = "^https?://{token}%.[^%s/]+/?$",
+      what = "an http(s)://{token}.<domain> URL" }),
   },
   server = S.record {
     drain_ms = ms(0, 10 * MINUTE),

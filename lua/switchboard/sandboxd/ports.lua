@@ -1,7 +1,9 @@
 -- sandboxd's exposed ports (docs/sandboxd.md "Ports"): POST /ports {port} gives a URL that
 -- reaches that port inside the thread's instance from outside, through sandboxd's own HTTP
 -- server: http://HOST:PORT/ports/<token>/… (HOST:PORT the address the caller reached sandboxd
--- at, so it works with no DNS), or under timeouts sandbox.ports_base_url when policy names one.
+-- at, so it works with no DNS), or under timeouts sandbox.ports_base_url when policy names one,
+-- or a host per port, https://<token>.preview.example.com/…, when sandbox.ports_host_url names
+-- that form ("https://{token}.preview.example.com": a wildcard name that reaches sandboxd).
 -- The token is 128 random bits; only its SHA-256 is kept, and a preview request is let in by
 -- the token alone (no bearer: a preview URL is meant to be shared).
 --
@@ -30,6 +32,12 @@ function M.token_of(path)
   if not token then return nil end
   if rest == "" then rest = "/" end
   return token:lower(), rest
+end
+
+-- A preview host: <32 hex digits>.<anything> (the host-per-port form). Returns the token.
+function M.token_of_host(host)
+  local token = type(host) == "string" and host:match("^(" .. ("%x"):rep(TOKEN_HEX) .. ")%.")
+  return token and token:lower() or nil
 end
 
 local function hash_of(token) return core.crypto.hex(core.crypto.sha256(token)) end
@@ -66,6 +74,8 @@ function Registry:expose(snap, key, port, base)
   local entry = { key = key, port = port, hash = hash_of(token) }
   t[port] = entry
   self.by_hash[entry.hash] = entry
+  local host_url = snap.timeouts.sandbox.ports_host_url
+  if host_url then return (host_url:gsub("{token}", token):gsub("/+$", "")) .. "/" end
   base = (snap.timeouts.sandbox.ports_base_url or base):gsub("/+$", "")
   return base .. "/ports/" .. token .. "/"
 end

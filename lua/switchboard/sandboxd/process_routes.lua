@@ -37,7 +37,17 @@ function M.match(method, path)
   return nil
 end
 
-M.preview = ports.token_of
+-- The token and the path to pass on of a preview request (a path under /ports/<token>/, or a
+-- host <token>.… when policy names the host-per-port form), or nil.
+function M.preview(snap, req)
+  local token, rest = ports.token_of(req.path)
+  if token then return token, rest end
+  if snap.timeouts.sandbox.ports_host_url then
+    token = ports.token_of_host(req.headers and req.headers.host)
+    if token then return token, req.path end
+  end
+  return nil
+end
 
 local function body_of(h, req, route)
   local doc, err = h.decode_object(req.body, route)
@@ -162,7 +172,7 @@ end
 
 -- A preview request (its token checked here, nothing else asked of it).
 function M.serve_preview(ctx, snap, req, res)
-  local token, rest = ports.token_of(req.path)
+  local token, rest = M.preview(snap, req)
   local entry = token and ctx.ports:find(token)
   if not entry then
     return res:send(404, { ["content-type"] = "text/plain; charset=utf-8" }, "no such preview URL\n")

@@ -504,7 +504,7 @@ function M.on_head(ctx, table_)
   local keyless = table_ and table_.keyless or { ["/healthz"] = true }
   local background = ctx.processes ~= nil and table_ == nil -- sandboxd's own, not the resident's
   return function(req)
-    if background and process_routes.preview(req.path) then return nil end -- its token is its credential
+    if background and process_routes.preview(ctx.policy(), req) then return nil end -- its token is its credential
     if not check(req.headers[protocol.AUTH_HEADER]) then
       return auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY
     end
@@ -548,7 +548,7 @@ function M.handler(ctx)
   ctx.log = ctx.log or function() end
   M.register_gauges(ctx.fleet)
   return function(req, res)
-    if ctx.processes and process_routes.preview(req.path) then
+    if ctx.processes and process_routes.preview(ctx.policy(), req) then
       return process_routes.serve_preview(ctx, ctx.policy(), req, res)
     end
     if not check(req.headers and req.headers[protocol.AUTH_HEADER]) then
