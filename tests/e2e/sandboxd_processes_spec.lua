@@ -37,7 +37,7 @@ local PROBE = (os.getenv("SB_BUILD_DIR") or "./build") .. "/tests/http_probe"
 local function probe(port, steps, timeout_ms)
   local argv = { PROBE, "--timeout", tostring(timeout_ms or 8000), "127.0.0.1", tostring(port) }
   for _, step in ipairs(steps) do argv[#argv + 1] = step end
-  local p = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 4 << 20, deadline_ms = (timeout_ms or 8000) + 5000 })
+  local p = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 64 << 20, deadline_ms = (timeout_ms or 8000) + 5000 })
   local r = p:wait()
   return r.stdout, r.stderr
 end
@@ -357,6 +357,17 @@ describe_walls("sandboxd background processes and ports", function()
       for _, l in ipairs(lines) do if l.stream == "stdout" then text = text .. l.data end end
       assert.equal("one\ntwo\n", text)
       assert.same({ status = "exited", exitCode = 4 }, lines[#lines])
+      -- a follower that stops reading while the process writes 20 MB: what waits for it is the
+      -- newest output and a {dropped} line, never an unbounded queue; one that takes none of it
+      -- for request_timeout_ms (1 s here) is let go, and the server goes on
+      local loud = start(h, "sleep 1; seq 1 3000000")
+      local out = probe(h.port, { "send:GET /processes/" .. loud.id .. "/logs?follow=1 HTTP/1.1\\r\\nHost: t\\r\\n"
+        .. "Authorization: Bearer " .. S.TOKEN .. "\\r\\nX-Thread-Key: " .. THREAD .. "\\r\\nConnection: close\\r\\n\\r\\n",
+        "sleep:4000", "read" }, 30000)
+      assert.truthy(out:find('"dropped":%d+'), out:sub(1, 300))
+      assert.truthy(#out < 20 * 1024 * 1024, "the whole output went to a follower that did not read")
+      assert.truthy(h.log():find("http.slow_peer", 1, true))
+      assert.equal(200, (call(h, "GET", "/processes")))
       h:stop()
       assert.equal(0, h:wait().exit, h.log():sub(-3000))
     end)

@@ -99,9 +99,27 @@ local function follow(ctx, snap, rec, res, h)
     if text ~= "" then line({ stream = stream, data = text }) end
   end
   local wake = core.signal()
-  local queue = {}
+  local queue, queued = {}, 0
+  local limit = processes.limits(snap).process_log_bytes
+  -- A follower that reads slower than the process writes gets at most the tail's worth queued:
+  -- the oldest output is dropped (and a line says how much) rather than held without bound.
   local function follower(stream, bytes)
-    queue[#queue + 1] = stream and { stream = stream, data = bytes } or false
+    if stream then
+      queue[#queue + 1] = { stream = stream, data = bytes }
+      queued = queued + #bytes
+      local dropped = 0
+      while queued > limit and #queue > 1 do
+        local first = table.remove(queue, 1)
+        if first.data then
+          queued = queued - #first.data
+          dropped = dropped + #first.data
+        end
+        dropped = dropped + (first.dropped or 0)
+      end
+      if dropped > 0 then table.insert(queue, 1, { dropped = dropped }) end
+    else
+      queue[#queue + 1] = false
+    end
     wake:abort("output")
   end
   rec.followers[follower] = true
@@ -113,7 +131,7 @@ local function follow(ctx, snap, rec, res, h)
       wake = core.signal()
     end
     local items = queue
-    queue = {}
+    queue, queued = {}, 0
     for _, item in ipairs(items) do
       if item then line(item) end
     end
