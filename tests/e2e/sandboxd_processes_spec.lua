@@ -225,6 +225,27 @@ describe_walls("sandboxd background processes and ports", function()
       assert.equal("first,second", table.concat(chunks))
       assert.truthy(first_at - t0 < 900, ("the first part came after %.0f ms"):format(first_at - t0))
       assert.equal("chunked", hd["transfer-encoding"])
+      -- upstream connections are kept alive between requests, and one the server closed while
+      -- idle (keepAliveTimeout 100 ms here) is replaced without the client seeing it
+      local conns = start(h, "exec node -e \"const srv=require('http').createServer((q,s)=>s.end('ok'));"
+        .. "srv.keepAliveTimeout=100;srv.on('connection',()=>console.log('connection'));srv.listen(8772,'127.0.0.1')\"")
+      until_ok(h, "curl -sS -o /dev/null http://127.0.0.1:8772/")
+      assert.equal(200, (call(h, "DELETE", "/ports/8770"))) -- (max_ports = 2 here)
+      local _, ka_port = call(h, "POST", "/ports", { port = 8772 })
+      local function connections()
+        local _, logs = call(h, "GET", "/processes/" .. conns.id .. "/logs")
+        local n = 0
+        for _ in logs.stdout:gmatch("connection") do n = n + 1 end
+        return n
+      end
+      local before = connections()
+      for _ = 1, 5 do assert.equal(200, (core.http.request{ url = ka_port.url, deadline_ms = 30000 })) end
+      -- (the server's log line comes through its pipe: waited for, not assumed)
+      assert.truthy(S.wait_for(function() return connections() == before + 1 end, 10000), "not one connection")
+      assert.equal(before + 1, connections())
+      core.sleep(2000) -- past the upstream's keep-alive timeout, within the pool's
+      assert.equal(200, (core.http.request{ url = ka_port.url, deadline_ms = 30000 }))
+      assert.truthy(S.wait_for(function() return connections() == before + 2 end, 10000), tostring(connections()))
       h:stop()
       assert.equal(0, h:wait().exit, h.log():sub(-3000))
     end)

@@ -54,8 +54,41 @@ local Registry = {}
 Registry.__index = Registry
 
 function M.new()
-  -- by_hash: token hash → {key, port, hash}; threads: key → {port → entry}
-  return setmetatable({ by_hash = {}, threads = {} }, Registry)
+  -- by_hash: token hash → {key, port, hash}; threads: key → {port → entry};
+  -- idle: upstream connections kept alive between requests, by port entry and instance
+  return setmetatable({ by_hash = {}, threads = {}, idle = {} }, Registry)
+end
+
+-- Idle upstream connections: at most POOL_MAX per exposed port and instance, each reused only
+-- within POOL_IDLE_MS (under the keep-alive timeouts of common dev servers: Node's 5 s), so a
+-- connection the upstream closed meanwhile is rarely met — and when it is, a request that may
+-- be repeated is sent again once on a fresh one.
+local POOL_MAX, POOL_IDLE_MS = 4, 3000
+
+function Registry:take(pool)
+  local list = self.idle[pool]
+  while list and #list > 0 do
+    local item = table.remove(list)
+    if core.now_ms() - item.at < POOL_IDLE_MS then return item.up end
+    item.up:close()
+  end
+  return nil
+end
+
+function Registry:give(pool, up)
+  local list = self.idle[pool] or {}
+  self.idle[pool] = list
+  if #list >= POOL_MAX then return up:close() end
+  list[#list + 1] = { up = up, at = core.now_ms() }
+end
+
+local function drop_pools(self, hash)
+  for pool, list in pairs(self.idle) do
+    if pool:sub(1, #hash) == hash then
+      for _, item in ipairs(list) do item.up:close() end
+      self.idle[pool] = nil
+    end
+  end
 end
 
 function Registry:expose(snap, key, port, base)
@@ -69,7 +102,10 @@ function Registry:expose(snap, key, port, base)
     return nil, 409, ("this thread exposes %d ports already, the most it may (timeouts "
       .. "sandbox.max_ports); remove one first (DELETE /ports/<port>)"):format(max), "too-many-ports"
   end
-  if old then self.by_hash[old.hash] = nil end -- exposed again: the old URL stops working
+  if old then -- exposed again: the old URL stops working
+    self.by_hash[old.hash] = nil
+    drop_pools(self, old.hash)
+  end
   local token = core.crypto.hex(core.crypto.random_bytes(TOKEN_HEX // 2))
   local entry = { key = key, port = port, hash = hash_of(token) }
   t[port] = entry
@@ -86,6 +122,7 @@ function Registry:unexpose(key, port)
   if not entry then return nil end
   t[port] = nil
   self.by_hash[entry.hash] = nil
+  drop_pools(self, entry.hash)
   return true
 end
 
@@ -146,7 +183,7 @@ end
 
 -- The head sent upstream: the client's, hop-by-hop headers (and those its Connection names)
 -- out, Host the instance's, the body's length its own; an upgrade (WebSocket) keeps its
--- Connection and Upgrade, anything else asks the upstream to close after its answer.
+-- Connection and Upgrade, anything else leaves the connection alive (HTTP/1.1's default).
 local function request_head(req, target, port, upgrade)
   local named = {}
   for token in (req.headers.connection or ""):gmatch("[^,%s]+") do named[token:lower()] = true end
@@ -160,8 +197,6 @@ local function request_head(req, target, port, upgrade)
   out[#out + 1] = "x-forwarded-for: " .. (req.remote_addr or "") .. "\r\n"
   if upgrade then
     out[#out + 1] = "connection: upgrade\r\nupgrade: " .. upgrade .. "\r\n"
-  else
-    out[#out + 1] = "connection: close\r\n"
   end
   local body = req.body or ""
   if #body > 0 or req.method == "POST" or req.method == "PUT" or req.method == "PATCH" then
@@ -202,27 +237,55 @@ local function relayed_head(parsed, bytes)
 end
 
 -- Streams an answer of known length: the engine frames it, so the client's connection stays
--- open for its next request.
+-- open for its next request. Returns true when exactly the answer came (the upstream
+-- connection may carry another).
 local function stream_length(up, res, parsed, leftover, deadline_ms)
   local remaining = tonumber(parsed.headers["content-length"])
   local headers = response_headers(parsed)
   if #leftover >= remaining then -- the whole answer came with its head: one write
-    return res:send(parsed.status, headers, leftover:sub(1, remaining))
+    res:send(parsed.status, headers, leftover:sub(1, remaining))
+    return #leftover == remaining
   end
   headers["content-length"] = remaining
   -- the head goes out with the first body bytes (one segment, not two)
   if not res:start(parsed.status, headers, { hold = true }) then return end
-  local chunk = leftover
+  local chunk, exact = leftover, true
   while remaining > 0 do
-    if chunk == nil then return res:finish() end -- the upstream ended short: the engine closes
-    if #chunk > remaining then chunk = chunk:sub(1, remaining) end
+    if chunk == nil then -- the upstream ended short: the engine closes the client's connection
+      res:finish()
+      return false
+    end
+    if #chunk > remaining then chunk, exact = chunk:sub(1, remaining), false end
     if #chunk > 0 then
-      if not res:write(chunk) or not res:drain() then return end
+      if not res:write(chunk) or not res:drain() then return false end
       remaining = remaining - #chunk
     end
     if remaining > 0 then chunk = up:read(deadline_ms) end
   end
-  return res:finish()
+  res:finish()
+  return exact
+end
+
+-- Whether the upstream's answer lets its connection carry another request.
+local function reusable(parsed, buf)
+  if not buf:find("^HTTP/1%.1 ") then return false end
+  for token in (parsed.headers.connection or ""):gmatch("[^,%s]+") do
+    if token:lower() == "close" then return false end
+  end
+  return true
+end
+
+-- Methods a client may repeat (RFC 9110 9.2.2): sent again once when a kept-alive upstream
+-- connection turns out closed before it answered anything.
+local IDEMPOTENT = { GET = true, HEAD = true, OPTIONS = true, PUT = true, DELETE = true, TRACE = true }
+
+local function connect(entry, netns)
+  local up, err = core.http.connect{ port = entry.port, netns = netns }
+  if up then return up end
+  if err and err.not_sent then
+    return nil, ("nothing listens on port %d in the sandbox instance"):format(entry.port)
+  end
+  return nil, ("port %d in the sandbox instance cannot be reached"):format(entry.port)
 end
 
 -- The preview request, answered: the thread's instance must be awake (a preview never wakes
@@ -244,24 +307,38 @@ function M.proxy(ctx, snap, entry, rest, req, res)
     end
     netns = ("/proc/%d/ns/net"):format(walled.pid)
   end
-  local up, err = core.http.connect{ port = entry.port, netns = netns }
-  if not up then
-    if err and err.not_sent then
-      return answer(res, 502, ("nothing listens on port %d in the sandbox instance"):format(entry.port))
-    end
-    return answer(res, 502, ("port %d in the sandbox instance cannot be reached"):format(entry.port))
-  end
-  local closing <close> = setmetatable({}, { __close = function() up:close() end })
   local upgrade = req.headers.upgrade
   if upgrade == "" then upgrade = nil end
+  local reg, pool = ctx.ports, entry.hash .. "@" .. (netns or "")
+  local up = not upgrade and IDEMPOTENT[req.method] and reg:take(pool) or nil
+  local reused, why = up ~= nil, nil
+  if not up then
+    up, why = connect(entry, netns)
+    if not up then return answer(res, 502, why) end
+  end
+  local keep = false -- set once the answer came whole: the connection goes back to the pool
+  local closing <close> = setmetatable({}, { __close = function()
+    if keep then reg:give(pool, up) elseif up then up:close() end
+  end })
   local target = rest
   if req.query and req.query ~= "" then target = target .. "?" .. req.query end
-  up:write(request_head(req, target, entry.port, upgrade))
+  local head = request_head(req, target, entry.port, upgrade)
+  up:write(head)
   if req.body and #req.body > 0 then up:write(req.body) end
   local deadline_ms = snap.timeouts.sandbox.default_budget_ms
-  local buf, parsed, why = "", nil, nil
+  local buf, parsed = "", nil
   while true do
-    local chunk = up:read(deadline_ms)
+    local chunk, rerr = up:read(deadline_ms)
+    if not chunk and reused and buf == "" and not (rerr and rerr.kind == "timeout") then
+      -- the kept-alive connection had been closed by the server: once more on a fresh one
+      reused = false
+      up:close()
+      up, why = connect(entry, netns)
+      if not up then return answer(res, 502, why) end
+      up:write(head)
+      if req.body and #req.body > 0 then up:write(req.body) end
+      chunk = up:read(deadline_ms)
+    end
     if not chunk then
       return answer(res, 502, ("port %d in the sandbox instance closed or timed out before answering"):format(entry.port))
     end
@@ -282,12 +359,16 @@ function M.proxy(ctx, snap, entry, rest, req, res)
     return res:relay(up, 101, buf) -- the head as it is (its Connection and Upgrade are the point)
   end
   if req.method == "HEAD" or parsed.status == 204 or parsed.status == 304 then
-    return res:send(parsed.status, response_headers(parsed), "")
+    res:send(parsed.status, response_headers(parsed), "")
+    keep = leftover == "" and reusable(parsed, buf)
+    return
   end
   if parsed.headers["transfer-encoding"] == nil and parsed.headers["content-length"] then
-    return stream_length(up, res, parsed, leftover, deadline_ms)
+    keep = stream_length(up, res, parsed, leftover, deadline_ms) and reusable(parsed, buf)
+    return
   end
-  -- chunked, or until the upstream closes: passed on as it comes, and the connection ends with it
+  -- chunked, or until the upstream closes: passed on as it comes, and the client's connection
+  -- ends with it (its head says so: a client closes once the chunked answer is whole)
   return res:relay(up, parsed.status, relayed_head(parsed, buf) .. leftover)
 end
 
