@@ -75,11 +75,26 @@ function Registry:take(pool)
   return nil
 end
 
+-- An idle connection is closed when its time is up even if no request comes to take it: it
+-- holds a descriptor and its instance's network namespace.
 function Registry:give(pool, up)
   local list = self.idle[pool] or {}
   self.idle[pool] = list
   if #list >= POOL_MAX then return up:close() end
-  list[#list + 1] = { up = up, at = core.now_ms() }
+  local item = { up = up, at = core.now_ms() }
+  list[#list + 1] = item
+  core.go(function()
+    core.sleep(POOL_IDLE_MS)
+    local now = self.idle[pool]
+    for i, x in ipairs(now or {}) do
+      if x == item then
+        table.remove(now, i)
+        x.up:close()
+        if #now == 0 then self.idle[pool] = nil end
+        break
+      end
+    end
+  end)
 end
 
 local function drop_pools(self, hash)
