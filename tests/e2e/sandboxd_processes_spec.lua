@@ -281,6 +281,10 @@ describe_walls("sandboxd background processes and ports", function()
         assert.equal(on_exec, on_port, c[1])
         print(("%s: %d on /exec, %d on a preview URL"):format(c[1], on_exec, on_port))
       end
+      -- a wrong token is refused at the head: a body it announces is never waited for or read
+      local wrong = probe(h.port, { "send:POST /ports/" .. ("0"):rep(32) .. "/ HTTP/1.1\\r\\nHost: t\\r\\n"
+        .. "Content-Length: 5000000\\r\\n\\r\\n", "read" })
+      assert.equal(404, status_of(wrong))
       -- none of them reached the server in the instance
       local _, logs = call(h, "GET", "/processes/" .. server.id .. "/logs")
       assert.is_nil((logs.stdout .. logs.stderr):find("smuggled", 1, true), logs.stderr)

@@ -188,6 +188,14 @@ function M.handle(ctx, h, snap, key, req, res, name, arg)
   return ROUTE[name](ctx, h, snap, key, req, res, arg)
 end
 
+-- At the head: true for a preview request whose token is known, false for one whose token is
+-- not, nil when the request is no preview.
+function M.preview_known(ctx, req)
+  local token = M.preview(ctx.policy(), req)
+  if not token then return nil end
+  return ctx.ports:find(token) ~= nil
+end
+
 -- A preview request (its token checked here, nothing else asked of it).
 function M.serve_preview(ctx, snap, req, res)
   local token, rest = M.preview(snap, req)

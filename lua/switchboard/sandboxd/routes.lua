@@ -504,7 +504,13 @@ function M.on_head(ctx, table_)
   local keyless = table_ and table_.keyless or { ["/healthz"] = true }
   local background = ctx.processes ~= nil and table_ == nil -- sandboxd's own, not the resident's
   return function(req)
-    if background and process_routes.preview(ctx.policy(), req) then return nil end -- its token is its credential
+    if background then -- a preview URL: its token is its credential, checked here at the head
+      local known = process_routes.preview_known(ctx, req)
+      if known then return nil end
+      if known == false then -- never "proven", and its body is never read
+        return 404, { ["content-type"] = "text/plain; charset=utf-8" }, "no such preview URL\n"
+      end
+    end
     if not check(req.headers[protocol.AUTH_HEADER]) then
       return auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY
     end
