@@ -351,6 +351,15 @@ describe_walls("sandboxd background processes and ports", function()
       assert.truthy(core.now_ms() - t0 >= 3000)
       -- then the instance sleeps on idle
       assert.truthy(S.wait_for(function() return h.log():find("sandboxd.instance_slept", 1, true) end, 30000))
+      -- the instance a process wakes has the network the request asks, as /exec's would
+      local st0, pn = call(h, "POST", "/processes", { command = "exec sleep 600", network = "none" }, "netless")
+      assert.equal(201, st0)
+      local st1, d1 = call(h, "POST", "/exec", { command = "true", network = "none" }, "netless")
+      assert.equal(200, st1)
+      assert.equal(0, d1.exitCode, d1.error)
+      local st2 = call(h, "POST", "/processes", { command = "true", network = "host" }, "netless")
+      assert.equal(409, st2)
+      call(h, "DELETE", "/processes/" .. pn.id, nil, "netless")
       -- the thread's next request wakes a new instance; a process of an instance that ends
       -- (here a command kills every process of it) ends with it and is recorded killed
       local q = start(h, "exec sleep 600")

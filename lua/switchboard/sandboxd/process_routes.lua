@@ -15,6 +15,7 @@
 -- `h` is routes.lua's: {instance_for, send_json, decode_object, base_env, json}.
 local core = require("switchboard.core")
 local envmod = require("switchboard.sandboxd.env")
+local protocol = require("switchboard.shell.protocol")
 local processes = require("switchboard.sandboxd.processes")
 local ports = require("switchboard.sandboxd.ports")
 
@@ -74,7 +75,11 @@ function ROUTE.start(ctx, h, snap, key, req, res)
   local env = {}
   for name, value in pairs(h.base_env(ctx, snap)) do env[name] = value end
   for name, value in pairs(envmod.from_request(body)) do env[name] = value end
-  local inst = h.instance_for(ctx, snap, key, {}, "/processes", res)
+  -- the instance's network as /exec asks it (the executor sends the agent's): an instance made
+  -- here is made with it, and an awake one of another network refuses, as for /exec
+  local network, nwhy = protocol.check_network(body.network)
+  if network == false then return h.send_json(res, 400, { error = "the request's " .. nwhy }) end
+  local inst = h.instance_for(ctx, snap, key, { network = network }, "/processes", res)
   if not inst then return end
   local rec, status, text, reason = ctx.processes:start(ctx, snap, key, inst, { command = command, env = env })
   if not rec then
