@@ -49,6 +49,7 @@ struct sb_upstream {
   bool failed;           /* a write or read failed: the connection is over */
   lua_State *waiter;     /* a task in connect or read */
   relay *relay;
+  sb_upstream *prev, *next; /* the live list, until both handles closed */
   char buf[READ_BYTES];
 };
 
@@ -93,9 +94,28 @@ int sb_socket_in_netns(int netns_fd, int family, int type, int protocol) {
 
 /* ---- the upstream -------------------------------------------------------------------------- */
 
+/* Every upstream whose handles are open: at engine shutdown they are closed with our own
+ * callback (before the engine's walk would close them without one), so that their memory is
+ * freed whichever of the close callback and __gc comes last. */
+static sb_upstream *live;
+static bool shutdown_registered;
+
+static void live_remove(sb_upstream *u) {
+  if (u->prev != NULL)
+    u->prev->next = u->next;
+  else if (live == u)
+    live = u->next;
+  if (u->next != NULL)
+    u->next->prev = u->prev;
+  u->prev = u->next = NULL;
+}
+
 static void upstream_handle_closed(uv_handle_t *h) {
   sb_upstream *u = h->data;
-  if (--u->handles_open == 0 && u->gc)
+  if (--u->handles_open > 0)
+    return;
+  live_remove(u);
+  if (u->gc)
     free(u);
 }
 
@@ -184,6 +204,10 @@ static int l_connect(lua_State *L) {
   uv_timer_init(sb_loop(), &u->timer);
   u->tcp.data = u->timer.data = u->connect.data = u;
   u->handles_open = 2;
+  u->next = live;
+  if (live != NULL)
+    live->prev = u;
+  live = u;
   upstream_ud *ud = lua_newuserdatauv(L, sizeof *ud, 0);
   ud->u = u;
   luaL_setmetatable(L, UPSTREAM_MT);
@@ -465,7 +489,15 @@ int sb_relay_start(lua_State *L, sb_http_conn *c, int up_idx, const char *head, 
   return sb_task_yield(L);
 }
 
+static void relay_shutdown(void *ud) {
+  (void)ud;
+  for (sb_upstream *u = live; u != NULL; u = u->next)
+    upstream_close(u);
+}
+
 void sb_http_relay_open(lua_State *L) {
+  if (!shutdown_registered)
+    shutdown_registered = sb_shutdown_register(relay_shutdown, NULL);
   if (luaL_newmetatable(L, UPSTREAM_MT)) {
     static const luaL_Reg methods[] = {{"write", l_up_write}, {"read", l_up_read},
                                        {"close", l_up_close}, {"__gc", l_up_gc},
