@@ -214,6 +214,10 @@ describe_walls("sandboxd background processes and ports", function()
       assert.is_true(c:send(big))
       assert.equal("echo:" .. big, c:recv{ deadline_ms = 30000 })
       c:close()
+      -- one left open: the server's stop ends it (drain, then its connection closed) and exits 0
+      local open_ws = assert(core.ws.connect{ url = ws_port.url:gsub("^http", "ws") .. "kept", deadline_ms = 30000 })
+      assert.is_true(open_ws:send("still here"))
+      assert.equal("echo:still here", open_ws:recv{ deadline_ms = 30000 })
       -- streamed: the first part reaches the client before the upstream wrote the second
       local t0, first_at = core.now_ms(), nil
       local chunks = {}
