@@ -298,9 +298,9 @@ local function connect(entry, netns)
   local up, err = core.http.connect{ port = entry.port, netns = netns }
   if up then return up end
   if err and err.not_sent then
-    return nil, ("nothing listens on port %d in the sandbox instance"):format(entry.port)
+    return nil, core.error("transport", ("nothing listens on port %d in the sandbox instance"):format(entry.port))
   end
-  return nil, ("port %d in the sandbox instance cannot be reached"):format(entry.port)
+  return nil, core.error("transport", ("port %d in the sandbox instance cannot be reached"):format(entry.port))
 end
 
 -- The preview request, answered: the thread's instance must be awake (a preview never wakes
@@ -329,7 +329,7 @@ function M.proxy(ctx, snap, entry, rest, req, res)
   local reused, why = up ~= nil, nil
   if not up then
     up, why = connect(entry, netns)
-    if not up then return answer(res, 502, why) end
+    if not up then return answer(res, 502, why.message) end
   end
   local keep = false -- set once the answer came whole: the connection goes back to the pool
   local closing <close> = setmetatable({}, { __close = function()
@@ -349,7 +349,7 @@ function M.proxy(ctx, snap, entry, rest, req, res)
       reused = false
       up:close()
       up, why = connect(entry, netns)
-      if not up then return answer(res, 502, why) end
+      if not up then return answer(res, 502, why.message) end
       up:write(head)
       if req.body and #req.body > 0 then up:write(req.body) end
       chunk = up:read(deadline_ms)
