@@ -166,7 +166,7 @@ do
   local K = require("support.kube")
   local h
   BACKENDS[#BACKENDS + 1] = {
-    name = "kubernetes", symlinks = true,
+    name = "kubernetes", symlinks = true, processes = true,
     start = function() h = K.start{ policies = policy_dir, pool_size = 2 } end,
     stop = function() h.stop() end,
     make = function(k, resolve_envs)
