@@ -116,6 +116,10 @@ describe_walls("sandboxd background processes and ports", function()
         assert.truthy(d.url:find("^" .. h.url:gsub("%p", "%%%0") .. "/ports/%x+/$"), d.url)
         urls[s[1]] = d.url
       end
+      -- the gauges count them
+      local _, _, text = S.call(h.url, "/metrics", { method = "GET", thread = false })
+      assert.truthy(text:find("\nswitchboard_background_processes 2\n", 1, true), text)
+      assert.truthy(text:find("\nswitchboard_exposed_ports 2\n", 1, true), text)
       local st, hd, body = core.http.request{ url = urls.python3 .. "index.html", deadline_ms = 30000 }
       assert.equal(200, st, body)
       assert.equal("index-page\n", body)

@@ -148,6 +148,13 @@ function Registry:list(key)
   return out
 end
 
+-- Exposed ports of every thread (the switchboard_exposed_ports gauge).
+function Registry:count()
+  local n = 0
+  for _ in pairs(self.by_hash) do n = n + 1 end
+  return n
+end
+
 function Registry:find(token)
   local hash = hash_of(token)
   local entry = self.by_hash[hash]

@@ -200,6 +200,13 @@ function Registry:start(ctx, snap, key, inst, call)
   return rec
 end
 
+-- Running processes of every thread (the switchboard_background_processes gauge).
+function Registry:running()
+  local n = 0
+  for _, t in pairs(self.threads) do n = n + running_count(t) end
+  return n
+end
+
 function Registry:list(key)
   local t = self.threads[key]
   return t and t.list or {}

@@ -20,6 +20,7 @@ local request_log = require("switchboard.sandboxd.request_log")
 local runner = require("switchboard.sandboxd.runner")
 local processes = require("switchboard.sandboxd.processes")
 local ports = require("switchboard.sandboxd.ports")
+local metrics = require("switchboard.metrics")
 
 local M = {}
 
@@ -55,6 +56,9 @@ function M.start(opts)
     -- background processes and exposed ports (docs/sandboxd.md), per thread key
     processes = processes.new(), ports = ports.new(),
   }
+  local ctx = self.ctx
+  metrics.gauge("switchboard_background_processes", nil, function() return ctx.processes:running() end)
+  metrics.gauge("switchboard_exposed_ports", nil, function() return ctx.ports:count() end)
   self.life = lifecycle.new{ event = "sandboxd", log = log,
     on_kill = function(t)
       self.ctx.drain_ms = t.drain_ms
