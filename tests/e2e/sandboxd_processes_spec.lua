@@ -314,7 +314,7 @@ describe_walls("sandboxd background processes and ports", function()
     core.run(function()
       local short = policies.dir{
         timeouts = function(src)
-          return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"1s\"\nsandbox.process_awake_ms = 3 * second\n"
+          return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"1s\"\nsandbox.process_awake_ms = 6 * second\n"
             .. "sandbox.ports_host_url = \"http://{token}.preview.test\"\n"
         end,
         isolation = function(src)
@@ -356,7 +356,7 @@ describe_walls("sandboxd background processes and ports", function()
       assert.truthy(ended, "the process outlived process_awake_ms")
       assert.equal("killed", ended.status)
       assert.equal("awake-limit", ended.reason)
-      assert.truthy(core.now_ms() - t0 >= 3000)
+      assert.truthy(core.now_ms() - t0 >= 6000)
       -- then the instance sleeps on idle
       assert.truthy(S.wait_for(function() return h.log():find("sandboxd.instance_slept", 1, true) end, 30000))
       -- the instance a process wakes has the network the request asks, as /exec's would
