@@ -42,6 +42,13 @@ sandbox = {
   max_thread_key_bytes = 256,         -- the longest x-thread-key a server accepts
   max_file_bytes = 8 * MiB,           -- the largest file /read returns and /write accepts
   max_answer_bytes = 16 * MiB,        -- the largest answer body the executor reads (heartbeats included)
+  -- background processes (POST /processes) and exposed ports (POST /ports), docs/sandboxd.md
+  max_processes = 8,                  -- running at once per thread
+  process_log_bytes = 64 * KiB,       -- the tail of each stream GET /processes/<id>/logs returns
+  process_awake_ms = 30 * minute,     -- a running process keeps its instance awake this long, then ends
+  max_ports = 10,                     -- exposed ports per thread
+  -- ports_base_url = "https://preview.example.com", -- preview URLs under this instead of sandboxd's address
+  -- ports_host_url = "https://{token}.preview.example.com", -- or a host per port (a wildcard name to sandboxd)
 }
 
 -- sandboxd's HTTP server. The limits are read when the server starts (a change needs a restart);

@@ -15,6 +15,7 @@
  * bot, docs/agent.md). Such a failure is kind "refused_address", not_sent. */
 #include "client_multi.h"
 #include "http.h"
+#include "relay.h"
 #include "../engine/engine.h"
 
 #include <ctype.h>
@@ -26,7 +27,9 @@
 #include <strings.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 enum {
   DEFAULT_MAX_BODY = 16 << 20,  /* bytes */
@@ -67,6 +70,7 @@ typedef struct {
   size_t max_body;          /* bytes */
   long deadline_ms;         /* 0: none */
   char *unix_socket;        /* owned copy for messages, or NULL */
+  int netns_fd;             /* opts.netns: the network namespace the socket is made in; -1 */
   bool body_started;        /* header lines after the body are trailers: ignored */
   bool public_only;         /* refuse non-public addresses when connecting */
   char refused[INET6_ADDRSTRLEN]; /* the address refused, or "" */
@@ -180,9 +184,12 @@ static bool public_address(const struct sockaddr *sa, char *out, size_t out_len)
 static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
   request *r = ud;
   (void)purpose;
-  if (r->public_only && !public_address(&a->addr, r->refused, sizeof r->refused))
+  if (r != NULL && r->public_only && !public_address(&a->addr, r->refused, sizeof r->refused))
     return CURL_SOCKET_BAD; /* libcurl tries the name's next address, if any */
-  return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+  /* opts.netns (sandboxd's port proxy, docs/sandboxd.md "Ports"): the socket is made inside
+   * that network namespace (relay.c) */
+  int s = sb_socket_in_netns(r != NULL ? r->netns_fd : -1, a->family, a->socktype, a->protocol);
+  return s < 0 ? CURL_SOCKET_BAD : s;
 }
 
 /* ---- completion -------------------------------------------------------------------------- */
@@ -197,6 +204,8 @@ static void request_free(request *r) {
   if (r->job.easy != NULL)
     curl_easy_cleanup(r->job.easy);
   free(r->unix_socket);
+  if (r->netns_fd >= 0)
+    close(r->netns_fd);
   free(r->head.data);
   free(r->body.data);
   free(r);
@@ -352,7 +361,7 @@ static void request_aborted(sb_abort_listener *l, sb_abort *sig) {
 /* ---- arguments --------------------------------------------------------------------------- */
 
 typedef struct {
-  const char *method, *url, *body, *unix_socket;
+  const char *method, *url, *body, *unix_socket, *netns;
   /* TLS for a server with a private CA and client certificates (a Kubernetes API server):
    * a CA bundle file, or PEM bytes for the CA, the client certificate and its key */
   const char *ca_file, *ca_pem, *cert_pem, *key_pem;
@@ -499,6 +508,11 @@ static void parse_args(lua_State *L, request_args *a) {
     luaL_error(L, "core.http.request: public_only must be a boolean");
   a->public_only = lua_toboolean(L, -1);
   lua_pop(L, 1);
+  t = field(L, "netns"); /* slot 13 */
+  if (t == LUA_TSTRING)
+    a->netns = lua_tostring(L, 13);
+  else if (t != LUA_TNIL)
+    luaL_error(L, "core.http.request: netns must be the path of a network namespace");
 
   t = field(L, "max_body");
   if (t != LUA_TNIL) {
@@ -587,6 +601,11 @@ static bool configure(request *r, const request_args *a) {
   SET(CURLOPT_WRITEDATA, r);
   SET(CURLOPT_OPENSOCKETFUNCTION, open_socket);
   SET(CURLOPT_OPENSOCKETDATA, r);
+  if (r->netns_fd >= 0) {
+    /* a connection cached for one namespace must never carry another's request */
+    SET(CURLOPT_FRESH_CONNECT, 1L);
+    SET(CURLOPT_FORBID_REUSE, 1L);
+  }
   if (a->deadline_ms > 0)
     SET(CURLOPT_TIMEOUT_MS, a->deadline_ms);
   if (a->unix_socket != NULL)
@@ -634,6 +653,7 @@ static int l_request(lua_State *L) {
   if (r == NULL)
     return sb_push_fail(L, "transport", err);
   r->signal_ref = r->on_chunk_ref = r->body_ref = LUA_NOREF;
+  r->netns_fd = -1;
   r->task = L;
   r->max_body = a.max_body;
   r->deadline_ms = a.deadline_ms;
@@ -644,6 +664,10 @@ static int l_request(lua_State *L) {
   if (a.unix_socket != NULL && (r->unix_socket = strdup(a.unix_socket)) == NULL) {
     request_free(r);
     return sb_push_fail(L, "transport", err);
+  }
+  if (a.netns != NULL && (r->netns_fd = open(a.netns, O_RDONLY | O_CLOEXEC)) < 0) {
+    request_free(r);
+    return sb_push_fail(L, "transport", "cannot open the network namespace to connect in");
   }
   if (r->job.easy == NULL || !build_headers(L, &a, &r->headers) || !configure(r, &a)) {
     request_free(r);

@@ -9,6 +9,7 @@
 #include "http.h"
 #include "server_conn.h"
 #include "server_response.h"
+#include "relay.h"
 #include "../engine/engine.h"
 #include "../log/log.h"
 
@@ -675,6 +676,35 @@ static int l_res_send(lua_State *L) {
   return 1;
 }
 
+/* res:relay(upstream, status, head) → true once the relay ended (relay.c): `head` goes to the
+ * peer as it is, then bytes are relayed both ways between the peer and the upstream
+ * (core.http.connect) until either ends; the connection is not kept alive after it. For
+ * sandboxd's port proxy: a WebSocket after its 101, an answer whose end only its upstream
+ * knows. false when the peer is gone already. */
+static int l_res_relay(lua_State *L) {
+  res_ud *r = check_res(L);
+  sb_upstream_check(L, 2);
+  lua_Integer status = luaL_checkinteger(L, 3); /* (for the log: 101 is the usual one) */
+  luaL_argcheck(L, status >= 100 && status <= 599, 3, "an HTTP status expected");
+  size_t n;
+  const char *head = luaL_checklstring(L, 4, &n);
+  luaL_argcheck(L, n <= MAX_WRITE_BYTES, 4, "head too large for one call");
+  if (r->phase != RES_FRESH)
+    return luaL_error(L, "res:relay: the response was already started");
+  sb_task_check(L, "res:relay");
+  r->phase = RES_FINISHED;
+  r->status = (int)status;
+  sb_http_conn *c = r->c;
+  if (c == NULL) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  log_request(r, "relayed");
+  detach(r);
+  c->keep_alive = false;
+  return sb_relay_start(L, c, 2, head, n);
+}
+
 /* After the handler returned (or raised): a response it did not finish is finished for it. */
 static void res_settle(lua_State *L, res_ud *r, bool failed) {
   if (r->c == NULL) {
@@ -1005,7 +1035,7 @@ int sb_http_server_open(lua_State *L) {
   if (luaL_newmetatable(L, RES_MT)) {
     static const luaL_Reg methods[] = {{"start", l_res_start},   {"write", l_res_write},
                                        {"finish", l_res_finish}, {"send", l_res_send},
-                                       {"drain", l_res_drain},
+                                       {"drain", l_res_drain},   {"relay", l_res_relay},
                                        {"__index", l_res_index}, {"__tostring", l_res_tostring},
                                        {NULL, NULL}};
     luaL_setfuncs(L, methods, 0);
@@ -1020,6 +1050,7 @@ int sb_http_server_open(lua_State *L) {
   }
   lua_pushcfunction(L, l_serve);
   lua_setfield(L, -2, "serve");
+  sb_http_relay_open(L);
   lua_pop(L, 1);
   return 0;
 }

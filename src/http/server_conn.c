@@ -202,6 +202,11 @@ void sb_http_conn_close(sb_http_conn *c) {
   if (c->phase == SB_CONN_CLOSED)
     return;
   c->phase = SB_CONN_CLOSED;
+  if (c->tap != NULL) {
+    const sb_http_tap *tap = c->tap;
+    c->tap = NULL;
+    tap->on_closed(c);
+  }
   if (c->exchange != NULL)
     c->server->up->on_detach(c);
   free(c->pending);
@@ -256,6 +261,11 @@ static void conn_end(sb_http_conn *c) {
   arm_peer_watch(c, TIMER_FLUSH);
 }
 
+void sb_http_conn_end(sb_http_conn *c) {
+  c->tap = NULL;
+  conn_end(c);
+}
+
 void sb_http_conn_answer(sb_http_conn *c, int status, const char *text) {
   if (c->phase == SB_CONN_CLOSED || c->phase == SB_CONN_CLOSING)
     return;
@@ -280,6 +290,8 @@ static void write_done(uv_write_t *req, int status) {
   }
   if (c->exchange != NULL && sb_http_conn_queued(c) <= SB_HTTP_DRAIN_MARK)
     c->server->up->on_drained(c);
+  else if (c->tap != NULL && c->phase != SB_CONN_CLOSED && sb_http_conn_queued(c) <= SB_HTTP_DRAIN_MARK)
+    c->tap->on_drained(c);
 }
 
 size_t sb_http_conn_queued(const sb_http_conn *c) {
@@ -386,6 +398,13 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   sb_http_conn *c = stream->data;
   if (nread == 0 || c->phase == SB_CONN_CLOSED)
     return;
+  if (c->tap != NULL) { /* relayed: the bytes are the relay's, not the parser's */
+    if (nread < 0)
+      c->tap->on_eof(c);
+    else
+      c->tap->on_bytes(c, buf->base, (size_t)nread);
+    return;
+  }
   if (nread < 0) {
     /* EOF or reset. A half-closing client is treated as gone: HTTP clients keep their write
      * side open while they wait for an answer, and a peer that died sends a FIN too. */
@@ -408,6 +427,29 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
 static void start_reading(sb_http_conn *c) {
   if (uv_read_start((uv_stream_t *)&c->tcp, alloc_read, on_read) != 0)
     sb_http_conn_close(c);
+}
+
+void sb_http_conn_read_pause(sb_http_conn *c, bool paused) {
+  if (c->phase != SB_CONN_HANDLING || paused == c->reading_paused)
+    return;
+  c->reading_paused = paused;
+  if (paused)
+    uv_read_stop((uv_stream_t *)&c->tcp);
+  else
+    start_reading(c);
+}
+
+char *sb_http_conn_take_pending(sb_http_conn *c, size_t *len) {
+  char *bytes = NULL;
+  *len = pending_size(c);
+  if (*len > 0 && (bytes = malloc(*len)) != NULL)
+    memcpy(bytes, c->pending + c->pending_off, *len);
+  if (bytes == NULL)
+    *len = 0;
+  free(c->pending);
+  c->pending = NULL;
+  c->pending_len = c->pending_off = 0;
+  return bytes;
 }
 
 /* Readies the connection for its next request (same parser, fresh buffers). */

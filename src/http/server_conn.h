@@ -55,6 +55,16 @@ typedef struct sb_http_conn sb_http_conn;
 typedef struct sb_http_server sb_http_server;
 typedef struct sb_http_callbacks sb_http_callbacks;
 
+/* A connection handed over to a byte relay (relay.c, res:relay): from then on its input goes to
+ * on_bytes / on_eof instead of the HTTP parser, on_drained is called as its queued output falls
+ * under SB_HTTP_DRAIN_MARK, and on_closed when it closes (the tap is cleared first). */
+typedef struct {
+  void (*on_bytes)(sb_http_conn *c, const char *data, size_t len);
+  void (*on_eof)(sb_http_conn *c);
+  void (*on_drained)(sb_http_conn *c);
+  void (*on_closed)(sb_http_conn *c);
+} sb_http_tap;
+
 struct sb_http_server {
   uv_tcp_t listener;
   uv_timer_t accept_timer; /* resumes accepting on the next loop turn after a paused batch */
@@ -114,6 +124,8 @@ struct sb_http_conn {
                             * the slots run out */
   char remote_addr[46];    /* INET6_ADDRSTRLEN */
   uint16_t remote_port;
+  const sb_http_tap *tap;  /* set while the connection is relayed (relay.c), else NULL */
+  void *tap_ud;
 };
 
 /* Binds and listens; on failure returns a libuv error, and `s` is freed once its listener
@@ -145,6 +157,13 @@ void sb_http_conn_response_done(sb_http_conn *c);
 void sb_http_conn_answer(sb_http_conn *c, int status, const char *text);
 /* Closes at once, dropping anything queued. */
 void sb_http_conn_close(sb_http_conn *c);
+/* Ends gracefully: FIN once what is queued is flushed, then a short linger (a relay's end). */
+void sb_http_conn_end(sb_http_conn *c);
+/* Stops or resumes reading (a relay whose other side is not taking bytes). */
+void sb_http_conn_read_pause(sb_http_conn *c, bool paused);
+/* The bytes received and not parsed yet (a pipelined request, or a relay's first bytes);
+ * handed over to the caller, which frees them. */
+char *sb_http_conn_take_pending(sb_http_conn *c, size_t *len);
 
 /* What the layer above (the Lua face, server.c) does at each step, as llhttp takes its
  * callbacks: the transport calls up only through this table, never by a function's name. */

@@ -150,7 +150,15 @@ static void close_handle(sb_proc *p, uv_handle_t *h) {
   }
 }
 
-static void push_capture(lua_State *L, const capture *c) { lua_pushlstring(L, c->data ? c->data : "", c->len); }
+/* c->data is NULL after __gc freed it: at lua_close the userdata is finalized before the
+ * engine's shutdown, and a module's shutdown that runs the loop (ws_shutdown) can still deliver
+ * the child's exit — then there is nothing to push (len still counts the freed bytes). */
+static void push_capture(lua_State *L, const capture *c) {
+  if (c->data != NULL)
+    lua_pushlstring(L, c->data, c->len);
+  else
+    lua_pushliteral(L, "");
+}
 
 static void build_result(lua_State *L, sb_proc *p) {
   lua_createtable(L, 0, 12);

@@ -9,6 +9,9 @@
 --   symlinks    the backend refuses a symlink that points out of the workspace
 --   infra(t)    provokes a transport failure for thread key t → must be ExecInfraError
 --   capacity(t) provokes a full fleet/account for thread key t → must be ExecCapacityError
+--   processes   true: background processes and exposed ports (docs/sandboxd.md) — the backends
+--               that can have them: start_process, processes, process_logs, kill_process,
+--               expose_port, unexpose_port
 --
 -- resident: a real `switchboard resident` (--no-walls) with a local repository onboarded.
 local core = require("switchboard.core")
@@ -84,7 +87,7 @@ do
     return sandbox.new{ url = url, token = S.TOKEN, thread_key = k, policy = policy, resolve_envs = resolve_envs }
   end
   BACKENDS[#BACKENDS + 1] = {
-    name = "sandbox", symlinks = true,
+    name = "sandbox", symlinks = true, processes = true,
     start = function()
       server = S.start_sandboxd{ policies = policy_dir }
     end,
@@ -163,7 +166,7 @@ do
   local K = require("support.kube")
   local h
   BACKENDS[#BACKENDS + 1] = {
-    name = "kubernetes", symlinks = true,
+    name = "kubernetes", symlinks = true, processes = true,
     start = function() h = K.start{ policies = policy_dir, pool_size = 2 } end,
     stop = function() h.stop() end,
     make = function(k, resolve_envs)
@@ -274,6 +277,33 @@ for _, b in ipairs(BACKENDS) do
         tostring(err))
       assert.equal(1, assert(b.make(k):exec("test -e ran")).exit_code)
     end))
+
+    if b.processes then
+      it("background processes outlive the request that started them, are listed, logged and killed; ports are exposed", async(function()
+        local ex = b.make(key("p"))
+        local p = assert(ex:start_process("echo started; exec sleep 300"))
+        assert.equal("running", p.status)
+        assert.truthy(E.wait_for(function()
+          local logs = ex:process_logs(p.id)
+          return logs and logs.stdout == "started\n"
+        end, 30000), "the process's output never showed")
+        -- it runs on after the request (and after another command of the thread)
+        assert.equal(0, assert(ex:exec("true")).exit_code)
+        local list = assert(ex:processes())
+        assert.equal(1, #list)
+        assert.equal(p.id, list[1].id)
+        assert.equal("running", list[1].status)
+        local url = assert(ex:expose_port(8799))
+        assert.truthy(url:find("/ports/%x+/$"), url)
+        assert.is_true(assert(ex:unexpose_port(8799)))
+        local killed = assert(ex:kill_process(p.id))
+        assert.equal("killed", killed.status)
+        local _, err = ex:kill_process("p0123456789ab")
+        assert.is_true(errors.is_tool(err), tostring(err))
+        _, err = ex:process_logs("../etc")
+        assert.is_true(errors.is_tool(err))
+      end))
+    end
 
     it("files: write, read back, seen by commands; a missing file is a tool error", async(function()
       local ex = b.make(key("f"))

@@ -559,6 +559,20 @@ function M:write_file(path, bytes, opts)
   return file_op(self, opts, function(inner, sub) return inner:write_file(path, bytes, sub) end)
 end
 
+-- Background processes and exposed ports (docs/sandboxd.md): the pod's sandboxd has them as
+-- any sandboxd; a preview URL names the pod's address, reachable where the pod is.
+for _, name in ipairs({ "start_process", "processes", "process_logs", "kill_process", "expose_port", "unexpose_port" }) do
+  M[name] = function(self, ...)
+    local args = table.pack(...)
+    local opts = args.n > 0 and type(args[args.n]) == "table" and args[args.n] or nil
+    if opts == nil then args.n = args.n + 1 end
+    return file_op(self, opts, function(inner, sub)
+      args[args.n] = sub
+      return inner[name](inner, table.unpack(args, 1, args.n))
+    end)
+  end
+end
+
 -- "always" (a hard stop, fail-fast): the pod and all that runs in it go now — the claim's
 -- shutdownTime is now (its volume kept), or, without a kept workspace, the claim is deleted.
 -- "if-clean": keep it for the thread's follow-ups; its shutdownTime releases it when idle.

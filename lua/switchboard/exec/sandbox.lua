@@ -145,7 +145,7 @@ end
 -- tool error the model should read (a path outside the workspace, a missing file); anything
 -- else (401, 5xx, not JSON) is infra.
 local function judge_file(snap, route, status, doc, raw)
-  if status == 200 and doc ~= nil then return { verdict = "ok", doc = doc } end
+  if (status == 200 or status == 201) and doc ~= nil then return { verdict = "ok", doc = doc } end
   if status == 503 and classify.is_fleet_busy_answer(doc) then return { verdict = "fleet_busy" } end
   if status == 200 then
     return { verdict = "infra", code = classify.span_code(snap, "inbody"),
@@ -194,7 +194,7 @@ end
 -- Returns a verdict (verdict ok | tool | infra | stopped) or nil, capacity error.
 local function send(self, snap, call)
   local req = {
-    method = "POST", url = self.url .. call.route, headers = headers_of(self), body = call.body,
+    method = call.method or "POST", url = self.url .. call.route, headers = headers_of(self), body = call.body,
     deadline_ms = call.deadline_ms, signal = call.signal,
     max_body = snap.timeouts.sandbox.max_answer_bytes,
   }
@@ -328,7 +328,7 @@ function M:exec(command, opts)
   })
 end
 
-local function file_call(self, route, fields, opts)
+local function file_call(self, route, fields, opts, method)
   opts = opts or {}
   local snap = opts.snap or self.policy()
   local bad_key = key_refusal(self, snap)
@@ -336,11 +336,15 @@ local function file_call(self, route, fields, opts)
   check_build_once(self, snap, opts.signal)
   local envs, env_err = preflight.envs(self)
   if not envs then return nil, env_err end
-  fields.env = envs
-  fields.network = self.network
   local file_budget = snap.timeouts.file_op.budget_ms
+  local body
+  if fields then
+    fields.env = envs
+    fields.network = self.network
+    body = encode(fields)
+  end
   local verdict, capacity = send(self, snap, {
-    route = route, body = encode(fields), budget_ms = file_budget,
+    method = method, route = route, body = body, budget_ms = file_budget,
     deadline_ms = budget.file_op_deadline(snap), signal = opts.signal,
     span = opts.span,
   })
@@ -362,6 +366,67 @@ function M:read_file(path, opts)
       who = M.WHO, route = "/read", detail = "content is not base64" }))
   end
   return bytes
+end
+
+-- Background processes and exposed ports (docs/sandboxd.md): the thread's dev server, started
+-- and not awaited, and a URL that reaches a port of it from outside. Each returns the route's
+-- document, or nil and a tool error (a limit, an unknown id) or an infra error.
+--   ex:start_process(command, opts) → {id, pid, command, status = "running", startedAt}
+--   ex:processes(opts)              → {{id, command, status, exitCode?, …}, …}
+--   ex:process_logs(id, opts)       → {stdout, stderr} (the tails)
+--   ex:kill_process(id, opts)       → the record, status "killed"
+--   ex:expose_port(port, opts)      → url
+--   ex:unexpose_port(port, opts)    → true
+-- The route's document alone (file_call's second value is its snapshot), or nil, err.
+local function doc_only(doc, err)
+  if doc == nil then return nil, err end
+  return doc
+end
+
+local function id_path(id)
+  return type(id) == "string" and id:find("^p%x+$") and ("/processes/" .. id) or nil
+end
+
+local function bad_id(id)
+  return errors.tool(("no background process %s in this thread"):format(tostring(id)))
+end
+
+function M:start_process(command, opts)
+  if type(command) ~= "string" or command:find("^%s*$") then
+    return nil, errors.tool("start_process needs a command: a non-empty string")
+  end
+  return doc_only(file_call(self, "/processes", { command = command }, opts))
+end
+
+function M:processes(opts)
+  local doc, err = file_call(self, "/processes", nil, opts, "GET")
+  if doc == nil then return nil, err end
+  return type(doc.processes) == "table" and doc.processes or {}
+end
+
+function M:process_logs(id, opts)
+  local path = id_path(id)
+  if not path then return nil, bad_id(id) end
+  return doc_only(file_call(self, path .. "/logs", nil, opts, "GET"))
+end
+
+function M:kill_process(id, opts)
+  local path = id_path(id)
+  if not path then return nil, bad_id(id) end
+  return doc_only(file_call(self, path, nil, opts, "DELETE"))
+end
+
+function M:expose_port(port, opts)
+  local doc, err = file_call(self, "/ports", { port = port }, opts)
+  if doc == nil then return nil, err end
+  return doc.url
+end
+
+function M:unexpose_port(port, opts)
+  if math.type(port) ~= "integer" then return nil, errors.tool("unexpose_port needs a port number") end
+  local doc, err = file_call(self, "/ports/" .. port, nil, opts, "DELETE")
+  if doc == nil then return nil, err end
+  return true
 end
 
 function M:write_file(path, bytes, opts)

@@ -346,6 +346,16 @@ M.files.timeouts = {
     max_thread_key_bytes = S.int { min = 16, max = 4096, unit = "bytes" },
     max_file_bytes = S.int { min = 1024, max = 1024 * M.MIB, unit = "bytes" },
     max_answer_bytes = S.int { min = 64 * 1024, max = 4096 * M.MIB, unit = "bytes" },
+    -- background processes and exposed ports (docs/sandboxd.md); optional: sandboxd/processes.lua
+    -- and ports.lua hold the defaults for a policy that predates them
+    max_processes = S.optional(S.int { min = 0, max = 1000 }),
+    process_log_bytes = S.optional(S.int { min = 1024, max = 64 * M.MIB, unit = "bytes" }),
+    process_awake_ms = S.optional(ms(SECOND, 7 * 24 * HOUR)),
+    max_ports = S.optional(S.int { min = 0, max = 1000 }),
+    ports_base_url = S.optional(S.string { one_line = true, pattern = "^https?://[^%s]+$",
+      what = "an http:// or https:// URL" }),
+    ports_host_url = S.optional(S.string { one_line = true, pattern = "^https?://{token}%.[^%s/]+/?$",
+      what = "an http(s)://{token}.<domain> URL" }),
   },
   server = S.record {
     drain_ms = ms(0, 10 * MINUTE),

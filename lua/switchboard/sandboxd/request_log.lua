@@ -24,6 +24,8 @@ local ROUTE_MAX = 48
 
 function M.route_of(path)
   path = tostring(path or "")
+  -- a preview URL's token is its only credential (sandboxd/ports.lua): never in a log line
+  if path:find("^/ports/%x%x%x%x%x%x%x%x") then return "/ports/<hidden>" end
   local cut = path:sub(1, ROUTE_MAX):gsub("[^\33-\126]", "?")
   if #path > ROUTE_MAX then cut = cut .. "..." end
   return cut

@@ -16,6 +16,7 @@ local classify = require("switchboard.shell.classify")
 local render = require("switchboard.shell.render")
 local template = require("switchboard.policy.template")
 local wire_text = require("switchboard.shell.wire_text")
+local process_routes = require("switchboard.sandboxd.process_routes")
 
 local M = {}
 
@@ -25,7 +26,8 @@ json.encode_invalid_numbers(false)
 M.json = json
 
 local JSON = { ["content-type"] = "application/json", ["cache-control"] = "no-store" }
-local ROUTE_LIST = "POST /exec, POST /read, POST /write, GET /healthz, GET /metrics"
+local ROUTE_LIST = "POST /exec, POST /read, POST /write, GET /healthz, GET /metrics, "
+  .. "POST|GET /processes, GET /processes/<id>/logs, DELETE /processes/<id>, POST|GET /ports, DELETE /ports/<port>"
 
 -- Answers are streamed out as the client reads them: a slice is written, then the handler waits
 -- (res:drain) until the socket took most of what is queued. A 12 MB answer never sits whole in
@@ -487,6 +489,10 @@ end
 
 local ROUTES = { ["/exec"] = exec_route, ["/read"] = read_route, ["/write"] = write_route }
 
+-- What process_routes.lua uses of this file.
+local helpers = { instance_for = instance_for, send_json = send_json, decode_object = decode_object,
+  base_env = base_env, json = json }
+
 -- The checks that need no body, run by the HTTP server when a request's head is complete and
 -- before a byte of its body is read (core.http.serve's on_head): a request that fails them is
 -- answered at once and its body is never read or buffered — 401 for a missing or wrong bearer
@@ -500,12 +506,29 @@ function M.on_head(ctx, table_)
   local routes = table_ and table_.routes or protocol.ROUTES
   local list = table_ and table_.list or ROUTE_LIST
   local keyless = table_ and table_.keyless or { ["/healthz"] = true }
+  local background = ctx.processes ~= nil and table_ == nil -- sandboxd's own, not the resident's
   return function(req)
+    if background then -- a preview URL: its token is its credential, checked here at the head
+      local known = process_routes.preview_known(ctx, req)
+      if known then return nil end
+      if known == false then -- never "proven", and its body is never read
+        return 404, { ["content-type"] = "text/plain; charset=utf-8" }, "no such preview URL\n"
+      end
+    end
     if not check(req.headers[protocol.AUTH_HEADER]) then
       return auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY
     end
     if req.path == "/metrics" and req.method == "GET" then return nil end -- no thread key
     local method = routes[req.path]
+    if method == nil and background then
+      local name, allow = process_routes.match(req.method, req.path)
+      if name == false then
+        local headers = { allow = allow }
+        for k, v in pairs(JSON) do headers[k] = v end
+        return 405, headers, json.encode({ error = ("%s takes %s"):format(req.path, allow) })
+      end
+      if name then method = req.method end
+    end
     if method == nil then
       return 404, JSON, json.encode({ error = ("no route %s; the routes are %s"):format(req.path, list) })
     end
@@ -535,11 +558,30 @@ function M.handler(ctx)
   ctx.log = ctx.log or function() end
   M.register_gauges(ctx.fleet)
   return function(req, res)
+    if ctx.processes and process_routes.preview(ctx.policy(), req) then
+      return process_routes.serve_preview(ctx, ctx.policy(), req, res)
+    end
     if not check(req.headers and req.headers[protocol.AUTH_HEADER]) then
       return res:send(auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY)
     end
     if req.path == "/metrics" and req.method == "GET" then return M.metrics(res) end
     local method = protocol.ROUTES[req.path]
+    local background, arg
+    if method == nil and ctx.processes then
+      local allow
+      background, allow = process_routes.match(req.method, req.path)
+      if background == false then
+        return send_json(res, 405, { error = ("%s takes %s"):format(req.path, allow) }, { allow = allow })
+      end
+      if background then
+        local snap = ctx.policy()
+        local key = req.headers[protocol.THREAD_HEADER]
+        local ok, why = protocol.check_thread_key(key, snap.timeouts.sandbox.max_thread_key_bytes)
+        if not ok then return refuse(res, req.path, 400, why) end
+        arg = select(2, process_routes.match(req.method, req.path))
+        return process_routes.handle(ctx, helpers, snap, key, req, res, background, arg)
+      end
+    end
     if method == nil then
       return send_json(res, 404, { error = ("no route %s; the routes are %s"):format(req.path, ROUTE_LIST) })
     end

@@ -21,6 +21,9 @@ local routes = require("switchboard.sandboxd.routes")
 local request_log = require("switchboard.sandboxd.request_log")
 local runner = require("switchboard.sandboxd.runner")
 local workspace = require("switchboard.shell.workspace")
+local processes = require("switchboard.sandboxd.processes")
+local ports = require("switchboard.sandboxd.ports")
+local metrics = require("switchboard.metrics")
 
 local M = {}
 
@@ -87,7 +90,12 @@ function M.start(opts)
     mode = opts.pod and "pod" or (opts.walls and "walls" or "unwalled"),
     -- pod mode: the one thread key this pod serves (the first it was asked for)
     pod = opts.pod and {} or nil,
+    -- background processes and exposed ports (docs/sandboxd.md), per thread key
+    processes = processes.new(), ports = ports.new(),
   }
+  local ctx = self.ctx
+  metrics.gauge("switchboard_background_processes", nil, function() return ctx.processes:running() end)
+  metrics.gauge("switchboard_exposed_ports", nil, function() return ctx.ports:count() end)
   self.life = lifecycle.new{ event = "sandboxd", log = log,
     on_kill = function(t)
       self.ctx.drain_ms = t.drain_ms
@@ -104,7 +112,7 @@ function M.start(opts)
   local limits = lifecycle.limits(policy.current())
   limits.max_connections = math.min(limits.max_connections, self.descriptors.connections)
   local srv, err = self.life:listen{ host = opts.host, port = opts.port, handler = handler,
-    limits = limits, on_head = on_head }
+    limits = limits, on_head = on_head, log_hide = { "/ports/" } }
   if not srv then return nil, err end
   self.port = srv.port
   if not opts.pod and opts.root then

@@ -63,6 +63,7 @@ function Life:listen(spec)
   end
   local srv, err = core.http.serve{
     host = spec.host, port = spec.port, handler = counted, limits = spec.limits, on_head = spec.on_head,
+    log_hide = spec.log_hide,
   }
   if not srv then return nil, err end
   self.server = srv

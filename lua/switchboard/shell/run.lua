@@ -2,7 +2,8 @@
 -- core.spawn (shell/instance.lua starts the walls helper itself — the instance's holder and its
 -- one-shot runs — since that process is the walls):
 --
---   run.bash  every `bash -c` the program runs for a thread — the local executor's and
+--   run.bash  every `bash -c` the program runs for a thread (run.start: the same, not awaited —
+--             sandboxd's background processes) — the local executor's and
 --             sandboxd's alike (through shell/workspace.lua). Whatever must hold for every
 --             command (an instance's namespaces and cgroup, a limit) is added here once.
 --   run.tool  a host tool the program runs for itself (chown, du, rm, chmod, git, kill): its
@@ -75,6 +76,19 @@ function M.bash(spec)
   local proc, spawn_err = core.spawn(args)
   if not proc then return nil, spawn_err end
   return proc:wait()
+end
+
+-- run.bash's spec, the command started and not awaited: the proc (core.spawn's) | nil, err.
+-- sandboxd's background processes (sandboxd/processes.lua) wait on it themselves.
+function M.start(spec)
+  assert(type(spec.command) == "string", "run.start: spec.command (the shell text) is required")
+  local args = M.spawn_args(spec)
+  if spec.instance ~= nil then
+    local err
+    args, err = spec.instance:spawn_args(args)
+    if args == nil then return nil, err end
+  end
+  return core.spawn(args)
 end
 
 function M.tool(spec)
