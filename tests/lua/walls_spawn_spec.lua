@@ -214,6 +214,35 @@ describe("core.spawn behind the walls", function()
     r:stop()
   end)
 
+  walled_it("a start whose walls could not be built is retried once with a fresh instance, logged", function()
+    local runner = require("switchboard.sandboxd.runner")
+    -- the first build meets a root file system with no shell (bwrap made the namespaces, then
+    -- could not start the instance's init); the log line of that failure restores the policy,
+    -- so the retry's fresh instance is built on the real one
+    local bad = assert(policies.load(policies.dir{
+      isolation = function(src) return src .. ('\nuid_base = %d\nuid_count = 8\nrootfs = "/tmp"\n'):format(UID_BASE) end,
+    }))
+    local real_policy = walls.snap_fn
+    walls.snap_fn = function() return bad end
+    local failed = {}
+    local r = runner.new(scratch, "retried", { walls = walls, log = function(level, event, fields)
+      if event == "sandboxd.instance_failed" then
+        failed[#failed + 1] = { level = level, fields = fields }
+        walls.snap_fn = real_policy
+      end
+    end })
+    local res, err = r:exec{ command = "echo second attempt ran", deadline_ms = 60000 }
+    walls.snap_fn = real_policy
+    assert.truthy(res, "the retry did not run the command: " .. tostring(err and err.message))
+    assert.equal(0, res.exit, res.stderr)
+    assert.equal("second attempt ran\n", res.stdout)
+    assert.equal(1, #failed, "one failed build, logged once")
+    assert.equal("warn", failed[1].level)
+    assert.equal(1, failed[1].fields.retry)
+    assert.truthy(failed[1].fields.error:find("bwrap: execvp sh", 1, true), failed[1].fields.error)
+    r:stop()
+  end)
+
   walled_it("the instance ending under a command: killed, said in words; a gone spawner is a spawn failure", function()
     local inst = start_instance()
     local proc = assert(core.spawn(args(inst, "exec sleep 1000")))

@@ -175,7 +175,56 @@ local function enter_gate(limit, stop)
   return setmetatable({}, { __close = leave_gate })
 end
 
-function M.ensure(r)
+local build_failed = instance.build_failed -- (a build that went wrong, not a refusal)
+
+-- Starts waiting for a slot now (the sandboxd_start_queue gauge: metrics read it when scraped).
+function M.start_queue() return #gate.queue, gate.busy end
+
+-- One start of the thread's instance through the gate: → true | nil, err.
+local function gated_start(r, inst, attempt)
+  local slot <close> = enter_gate(inst.snap.isolation.starts_at_once, r.stopped)
+  if not slot then return nil, core.error("workspace", "the instance is asleep") end
+  local ok, err = inst:start()
+  -- the client's answer keeps only the reason's last words: the helper's and bwrap's own
+  -- lines (why the kernel refused) are the operator's, in the log, once per failed build
+  if not ok and r.log then
+    local retry = attempt == 1 and build_failed(err) and not r.stopped.aborted
+    r.log("warn", "sandboxd.instance_failed", { instance = r.label, error = err and err.message,
+      retry = retry and 1 or nil, attempt = attempt })
+  end
+  return ok, err
+end
+
+-- The thread's instance failed to start (it is stopped): the next start builds a fresh one on
+-- the same workspace — this request's retry, or the thread's next command.
+local function forget_failed(r, inst)
+  if r.instance == inst then r.instance, r.replacing = nil, true end
+end
+
+-- Starts r.instance; a build failure is retried once with a fresh instance, and only a second
+-- failure reaches the client. Other requests of the thread wait on r.start_ended meanwhile.
+local function start_instance(r)
+  local inst = r.instance
+  local ended = core.signal()
+  r.start_ended = ended
+  local ok, err = gated_start(r, inst, 1)
+  if not ok and build_failed(err) and not r.stopped.aborted then
+    forget_failed(r, inst)
+    local mok, merr = make(r)
+    if mok then
+      inst = r.instance
+      ok, err = gated_start(r, inst, 2)
+    else
+      err = merr
+    end
+  end
+  if not ok then forget_failed(r, inst) end
+  if r.start_ended == ended then r.start_ended = nil end
+  ended:abort("started")
+  return ok, err, inst
+end
+
+function M.ensure(r, waited)
   if r.instance and r.instance:dead() then retire(r, "dead") end
   if r.instance and r.instance.state == "ready" then
     if r.files_uid == nil then -- files made anew under an awake instance (files_remade)
@@ -191,16 +240,14 @@ function M.ensure(r)
   local inst = r.instance
   local ok, err
   if inst.state ~= "ready" and not inst.starting then
-    local slot <close> = enter_gate(inst.snap.isolation.starts_at_once, r.stopped)
-    if not slot then return nil, core.error("workspace", "the instance is asleep") end
-    ok, err = inst:start()
-    -- the client's answer keeps only the reason's last words: the helper's and bwrap's own
-    -- lines (why the kernel refused) are the operator's, in the log, once per failed build
-    if not ok and r.log then
-      r.log("warn", "sandboxd.instance_failed", { instance = r.label, error = err and err.message })
-    end
+    ok, err, inst = start_instance(r)
   else
     ok, err = inst:start()
+    -- another request of the thread is starting it, and may be retrying: its outcome is ours
+    if not ok and r.start_ended and not waited then
+      core.sleep(2 * inst.snap.timeouts.walls.ready_ms, core.signal(r.start_ended, r.stopped))
+      if not r.stopped.aborted then return M.ensure(r, true) end
+    end
   end
   if not ok then return nil, err end
   -- ended on its own later: retired at once, so nothing of it outlives it
