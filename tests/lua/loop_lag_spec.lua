@@ -26,4 +26,25 @@ describe("core.loop_lag", function()
       assert.truthy(seen.window_s > 0 and seen.window_s <= 60)
     end)
   end)
+
+  it("a burst of ready tasks leaves the loop's timers their turn (the ready queue's budget per turn)", function()
+    core.run(function()
+      local busy_done = 0
+      local n = 400
+      -- 400 tasks made ready at once, each holding the loop 0.5 ms, then a timer due in 1 ms
+      -- (this task's own sleep, armed before any of them runs)
+      for _ = 1, n do
+        core.go(function()
+          local t = os.clock()
+          while os.clock() - t < 0.0005 do end
+          busy_done = busy_done + 1
+        end)
+      end
+      core.sleep(1)
+      local done_at_wake = busy_done
+      while busy_done < n do core.sleep(10) end
+      -- the whole burst is 200 ms of work: the timer waited for a slice of it, not all
+      assert.truthy(done_at_wake < n / 2, ("the timer ran after %d of %d tasks"):format(done_at_wake, n))
+    end)
+  end)
 end)
