@@ -249,9 +249,12 @@ end
 -- such as "bwrap: loopback: Failed RTM_NEWADDR: No child processes") — worth one more try with a
 -- fresh instance; not a refusal, which a retry cannot change: the instance asleep, the host's
 -- disk full (code "host-disk-full"), every host uid of the block taken, the helper not started.
+-- A helper that did not answer within walls.ready_ms is not retried either: the host is too
+-- busy to start instances, and a second start would add to it.
 function M.build_failed(err)
-  return type(err) == "table" and err.code == nil
-    and tostring(err.message):find("the instance's walls could not be built:", 1, true) == 1
+  local message = type(err) == "table" and err.code == nil and tostring(err.message) or ""
+  return message:find("the instance's walls could not be built:", 1, true) == 1
+    and not message:find("did not answer within", 1, true)
 end
 
 -- One real instance, one command inside it: the only honest answer to "can this host wall?".
