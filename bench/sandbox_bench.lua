@@ -2,7 +2,9 @@
 --
 --   lua5.4 bench/sandbox_bench.lua roundtrip  [N=300] [ROUNDS=5]
 --   lua5.4 bench/sandbox_bench.lua throughput [SLICE_S=2] [CLIENTS=8] [PAIRS=7]
---   lua5.4 bench/sandbox_bench.lua concurrent [COMMANDS=2000] [SLEEP_S=20] [HEARTBEAT_MS=1000]
+--   lua5.4 bench/sandbox_bench.lua concurrent [COMMANDS=2000] [SLEEP_S=20] [HEARTBEAT_MS=1000] [GOAL_S]
+--   lua5.4 bench/sandbox_bench.lua threads500 [COMMANDS=500]   (concurrent COMMANDS 10 1000, goal 60 s)
+--   lua5.4 bench/sandbox_bench.lua starts [COMMANDS=64] [AT_ONCE_LIST=1,2,4,8,16]
 --
 -- Each mode starts the real `switchboard sandboxd` (SWITCHBOARD_BIN, default ./build/switchboard)
 -- on loopback and measures against a reference taken in the same run: the local executor
@@ -176,10 +178,32 @@ local function first_problem(log)
   return table.concat(lines, "\n")
 end
 
+-- The host's load average over the last minute (the load beside every figure).
+local function load1()
+  return tonumber((S.read("/proc/loadavg") or ""):match("^(%S+)"))
+end
+
+-- sandboxd's own gauges from /metrics: the loop's lag by quantile, the starts waiting at the
+-- gate. (A build before the gauges existed answers without them: nil.)
+local function scrape(h)
+  local status, _, body = S.call(h.url, "/metrics", { method = "GET", thread = false, deadline_ms = 30000 })
+  if status ~= 200 then return nil end
+  local g = {}
+  g.lag_p50 = tonumber(body:match('switchboard_loop_lag_seconds{quantile="0.5"} (%S+)'))
+  g.lag_p99 = tonumber(body:match('switchboard_loop_lag_seconds{quantile="0.99"} (%S+)'))
+  g.lag_max = tonumber(body:match('switchboard_loop_lag_seconds{quantile="1"} (%S+)'))
+  g.waiting = tonumber(body:match('switchboard_instance_starts{state="waiting"} (%S+)'))
+  return g
+end
+
 -- COMMANDS concurrent `sleep SLEEP_S` in one server: its RSS (children excluded: they are other
--- processes), the longest gap between heartbeats any client saw, and that all complete.
-function MODES.concurrent(commands, sleep_s, heartbeat_ms)
+-- processes), the longest gap between heartbeats any client saw, how many completed within
+-- GOAL_S of the start and that all complete, the server's loop lag (its /metrics, scraped every
+-- 5 s: each scrape covers the last minute) and the starts waiting at its gate, with the host's
+-- load beside them.
+function MODES.concurrent(commands, sleep_s, heartbeat_ms, goal_s)
   commands, sleep_s, heartbeat_ms = tonumber(commands) or 2000, tonumber(sleep_s) or 20, tonumber(heartbeat_ms) or 1000
+  goal_s = tonumber(goal_s) or 300
   local h = start(M.concurrent_overlay(commands, heartbeat_ms), { "--max-instances", tostring(commands) },
     M.CONCURRENT_ISOLATION)
   local idle_rss = rss_kib(h.pid, "VmRSS")
@@ -187,12 +211,33 @@ function MODES.concurrent(commands, sleep_s, heartbeat_ms)
   local done, ok, max_gap, max_first, failures = 0, 0, 0, 0, {}
   local peak_rss = 0
   local sampling = true
+  local load_before = load1()
+  local peak_load = load_before or 0
+  local lag = { p50 = 0, p99 = 0, max = 0 }
+  local peak_waiting, scraped = 0, false
   core.go(function()
     while sampling do
       peak_rss = math.max(peak_rss, rss_kib(h.pid, "VmRSS") or 0)
       core.sleep(250)
     end
   end)
+  local function take_gauges()
+    local g = scrape(h)
+    if g and g.lag_p99 then
+      scraped = true
+      lag.p50, lag.p99 = math.max(lag.p50, g.lag_p50), math.max(lag.p99, g.lag_p99)
+      lag.max = math.max(lag.max, g.lag_max or 0)
+      peak_waiting = math.max(peak_waiting, g.waiting or 0)
+    end
+    peak_load = math.max(peak_load, load1() or 0)
+  end
+  core.go(function()
+    while sampling do
+      core.sleep(5000)
+      if sampling then take_gauges() end
+    end
+  end)
+  local completed_by_goal = 0
   local t_start = core.now_ms()
   for i = 1, commands do
     core.go(function()
@@ -203,7 +248,12 @@ function MODES.concurrent(commands, sleep_s, heartbeat_ms)
         on_chunk = function() times[#times + 1] = core.now_ms() end,
       })
       local doc = status == 200 and cjson.decode(body) or nil
-      if doc and doc.exitCode == 0 then ok = ok + 1 else failures[#failures + 1] = tostring(status) .. " " .. tostring(body) end
+      if doc and doc.exitCode == 0 then
+        ok = ok + 1
+        if core.now_ms() - t_start <= goal_s * 1000 then completed_by_goal = completed_by_goal + 1 end
+      else
+        failures[#failures + 1] = tostring(status) .. " " .. tostring(body)
+      end
       for j = 2, #times do max_gap = math.max(max_gap, times[j] - times[j - 1]) end
       if times[1] then max_first = math.max(max_first, times[1] - t0) end
       done = done + 1
@@ -212,8 +262,10 @@ function MODES.concurrent(commands, sleep_s, heartbeat_ms)
   end
   core.suspend()
   local wall = core.now_ms() - t_start
+  take_gauges() -- the last minute's lag, the run's end included
   sampling = false
   local hwm = rss_kib(h.pid, "VmHWM")
+  local retried = select(2, h.log():gsub("sandboxd%.instance_failed[^\n]*retry=1", ""))
   stop(h)
   return {
     mode = "concurrent", commands = commands, sleep_s = sleep_s, heartbeat_ms = heartbeat_ms,
@@ -224,11 +276,60 @@ function MODES.concurrent(commands, sleep_s, heartbeat_ms)
     server_vmhwm_mib = round((hwm or 0) / 1024, 1), goal_rss_mib = 64,
     longest_heartbeat_gap_ms = round(max_gap, 1), goal_gap_ms = heartbeat_ms + 1000,
     longest_first_byte_ms = round(max_first, 1), wall_s = round(wall / 1000, 2),
+    goal_s = goal_s, completed_within_goal = completed_by_goal, starts_retried = retried,
+    -- the server's loop lag (the largest of its scrapes; nil: a build without the gauge)
+    loop_lag_p50_ms = scraped and round(lag.p50 * 1000, 1) or nil,
+    loop_lag_p99_ms = scraped and round(lag.p99 * 1000, 1) or nil,
+    loop_lag_max_ms = scraped and round(lag.max * 1000, 1) or nil, goal_loop_lag_p99_ms = 50,
+    peak_starts_waiting = scraped and peak_waiting or nil,
+    load1_before = load_before, load1_peak = peak_load,
   }
 end
 
+-- The rate at which this host starts instances, by how many start at once: COMMANDS threads
+-- (each one `true`, so nearly all of a thread's time is its instance's start) sent together to a
+-- server whose gate (policies/isolation.lua starts_at_once) lets AT_ONCE start at a time, for each
+-- AT_ONCE of the comma-separated LIST. Spares are off: every start is measured.
+function MODES.starts(commands, list)
+  commands = tonumber(commands) or 64
+  local rows = {}
+  for k in tostring(list or "1,2,4,8,16"):gmatch("%d+") do
+    local h = start(M.concurrent_overlay(commands, 1000), { "--max-instances", tostring(commands) },
+      M.CONCURRENT_ISOLATION .. "\nstarts_at_once = " .. k)
+    local me = core.current()
+    local done, ok, lat = 0, 0, {}
+    local load_before = load1()
+    local t0 = core.now_ms()
+    for i = 1, commands do
+      core.go(function()
+        local t = core.now_ms()
+        local status, _, body = S.call(h.url, "/exec", { thread = "s" .. i, body = { command = "true" }, deadline_ms = 600000 })
+        local doc = status == 200 and cjson.decode(body) or nil
+        if doc and doc.exitCode == 0 then ok = ok + 1 end
+        lat[#lat + 1] = core.now_ms() - t
+        done = done + 1
+        if done == commands then core.wake(me) end
+      end)
+    end
+    core.suspend()
+    local wall = (core.now_ms() - t0) / 1000
+    stop(h)
+    rows[#rows + 1] = { at_once = tonumber(k), completed = ok, wall_s = round(wall, 2),
+      starts_per_s = round(commands / wall, 1), median_answer_ms = round(median(lat), 1), load1_before = load_before }
+  end
+  return { mode = "starts", commands = commands, rows = rows }
+end
+
+-- The issue's 500-thread row: COMMANDS walled threads at once, each `sleep 10`, heartbeat 1 s;
+-- the goal: all complete within 60 s, heartbeats never over 2 s apart, no failure.
+function MODES.threads500(commands)
+  local r = MODES.concurrent(tonumber(commands) or 500, 10, 1000, 60)
+  r.mode = "threads500"
+  return r
+end
+
 local mode = arg[1] or "roundtrip"
-assert(MODES[mode], "mode: roundtrip | throughput | concurrent")
+assert(MODES[mode], "mode: roundtrip | throughput | concurrent | threads500 | starts")
 local result = core.run(function() return MODES[mode](table.unpack(arg, 2)) end)
 print(cjson.encode(result))
 S.cleanup()

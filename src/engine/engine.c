@@ -206,6 +206,8 @@ static void task_resume(lua_State *task, int nargs) {
 
 static void ready_drain(uv_idle_t *idle);
 
+#define READY_BUDGET_NS (10 * 1000 * 1000) /* the ready queue's share of one loop turn */
+
 static void ready_push(lua_State *task, int nargs) {
   if (E.ready_len == E.ready_cap) {
     size_t cap = E.ready_cap ? E.ready_cap * 2 : 64;
@@ -235,8 +237,31 @@ static void ready_drain(uv_idle_t *idle) {
   memcpy(batch, E.ready, n * sizeof *batch);
   memmove(E.ready, E.ready + n, (E.ready_len - n) * sizeof *batch);
   E.ready_len -= n;
-  for (size_t i = 0; i < n; i++)
-    task_resume(batch[i].task, batch[i].nargs);
+  /* At most READY_BUDGET_NS of tasks per turn: a burst (hundreds of requests arriving
+   * together, each a task) would otherwise hold the loop for the whole burst, and every timer —
+   * every heartbeat — wait for it (issue 43). The rest go back to the queue's head, in order,
+   * and run after the loop's timers and I/O. The clock is read every 8 tasks. */
+  uint64_t began = uv_hrtime();
+  size_t ran = 0;
+  while (ran < n) {
+    task_resume(batch[ran].task, batch[ran].nargs);
+    ran++;
+    if (ran % 8 == 0 && ran < n && uv_hrtime() - began > READY_BUDGET_NS)
+      break;
+  }
+  if (ran < n) {
+    size_t left = n - ran;
+    if (E.ready_len + left > E.ready_cap) {
+      ready_entry *grown = realloc(E.ready, (E.ready_len + left) * sizeof *grown);
+      if (grown == NULL)
+        abort();
+      E.ready = grown;
+      E.ready_cap = E.ready_len + left;
+    }
+    memmove(E.ready + left, E.ready, E.ready_len * sizeof *E.ready);
+    memcpy(E.ready, batch + ran, left * sizeof *batch);
+    E.ready_len += left;
+  }
   free(batch);
   if (E.ready_len == 0)
     uv_idle_stop(idle);
@@ -413,7 +438,7 @@ bool sb_engine_init(lua_State *L) {
 int sb_engine_open(lua_State *L) {
   static int (*const openers[])(lua_State *) = {
       sb_tasks_open,      sb_timer_open, sb_abort_open, sb_bounded_open,
-      sb_os_signals_open, sb_error_open, sb_build_open,
+      sb_os_signals_open, sb_error_open, sb_build_open, sb_loop_lag_open,
   };
   for (size_t i = 0; i < sizeof openers / sizeof openers[0]; i++)
     openers[i](L);

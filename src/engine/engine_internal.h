@@ -12,6 +12,7 @@ int sb_bounded_open(lua_State *L);    /* bounded.c: call_bounded */
 int sb_os_signals_open(lua_State *L); /* os_signals.c: on_signal */
 int sb_error_open(lua_State *L);      /* error.c: error, is_error */
 int sb_build_open(lua_State *L);      /* build.c: build */
+int sb_loop_lag_open(lua_State *L);   /* loop_lag.c: loop_lag */
 
 /* bounded.c: wraps the state's allocator with the accounting one call_bounded limits. Called
  * once by sb_engine_init. */

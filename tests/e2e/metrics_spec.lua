@@ -65,6 +65,14 @@ describe("sandboxd GET /metrics", function()
     assert.equal(0, sample(fams, "switchboard_instances", "switchboard_instances", { state = "sleeping" }))
     assert.is_number(sample(fams, "switchboard_github_token_mints", "switchboard_github_token_mints_total", { result = "ok" }))
     assert.is_number(sample(fams, "switchboard_heartbeat_gaps", "switchboard_heartbeat_gaps_total"))
+    -- the start gate's queue, and the loop's lag (sampled from the server's start)
+    assert.equal(0, sample(fams, "switchboard_instance_starts", "switchboard_instance_starts", { state = "waiting" }))
+    assert.equal(0, sample(fams, "switchboard_instance_starts", "switchboard_instance_starts", { state = "running" }))
+    for _, q in ipairs({ "0.5", "0.99", "1" }) do
+      local lag = sample(fams, "switchboard_loop_lag_seconds", "switchboard_loop_lag_seconds", { quantile = q })
+      assert.is_number(lag, "no loop lag at quantile " .. q)
+      assert.truthy(lag >= 0 and lag < 60, tostring(lag))
+    end
 
     -- a reload counts; --metrics-listen serves the same text without the bearer
     os.execute("kill -HUP " .. h.pid)

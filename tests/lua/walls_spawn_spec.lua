@@ -214,6 +214,76 @@ describe("core.spawn behind the walls", function()
     r:stop()
   end)
 
+  walled_it("a start whose walls could not be built is retried once with a fresh instance, logged", function()
+    local runner = require("switchboard.sandboxd.runner")
+    -- the first build meets a root file system with no shell (bwrap made the namespaces, then
+    -- could not start the instance's init); the log line of that failure restores the policy,
+    -- so the retry's fresh instance is built on the real one
+    local bad = assert(policies.load(policies.dir{
+      isolation = function(src) return src .. ('\nuid_base = %d\nuid_count = 8\nrootfs = "/tmp"\n'):format(UID_BASE) end,
+    }))
+    local real_policy = walls.snap_fn
+    walls.snap_fn = function() return bad end
+    local failed = {}
+    local r = runner.new(scratch, "retried", { walls = walls, log = function(level, event, fields)
+      if event == "sandboxd.instance_failed" then
+        failed[#failed + 1] = { level = level, fields = fields }
+        walls.snap_fn = real_policy
+      end
+    end })
+    local res, err = r:exec{ command = "echo second attempt ran", deadline_ms = 60000 }
+    walls.snap_fn = real_policy
+    assert.truthy(res, "the retry did not run the command: " .. tostring(err and err.message))
+    assert.equal(0, res.exit, res.stderr)
+    assert.equal("second attempt ran\n", res.stdout)
+    assert.equal(1, #failed, "one failed build, logged once")
+    assert.equal("warn", failed[1].level)
+    assert.equal(1, failed[1].fields.retry)
+    assert.truthy(failed[1].fields.error:find("bwrap: execvp sh", 1, true), failed[1].fields.error)
+    r:stop()
+  end)
+
+  walled_it("instance starts wait their turn at the gate, counted; a thread that sleeps while waiting leaves it", function()
+    local runner = require("switchboard.sandboxd.runner")
+    local walled = require("switchboard.shell.walled")
+    local one = assert(policies.load(policies.dir{
+      isolation = function(src) return src .. ('\nuid_base = %d\nuid_count = 8\nstarts_at_once = 1\nspare_instances = 0\n'):format(UID_BASE) end,
+    }))
+    local real_policy = walls.snap_fn
+    walls.snap_fn = function() return one end
+    local runners, results, finished = {}, {}, 0
+    for i = 1, 4 do
+      runners[i] = runner.new(scratch, "gate-" .. i, { walls = walls })
+      core.go(function()
+        results[i] = { runners[i]:exec{ command = "echo " .. i, deadline_ms = 60000 } }
+        finished = finished + 1
+      end)
+    end
+    -- the first starts, the three others wait: the gauge's figures while they do
+    local most_waiting = 0
+    while finished == 0 do
+      most_waiting = math.max(most_waiting, (walled.start_queue()))
+      if most_waiting >= 2 and results[3] == nil then break end
+      core.sleep(1)
+    end
+    assert.truthy(most_waiting >= 2, "no start waited at a gate of one: " .. most_waiting)
+    -- the last thread goes to sleep while it waits: it leaves the queue, the others go on
+    runners[4]:stop()
+    local deadline = core.now_ms() + 120000
+    while finished < 4 and core.now_ms() < deadline do core.sleep(20) end
+    walls.snap_fn = real_policy
+    assert.equal(4, finished, "a thread's command did not end")
+    for i = 1, 3 do
+      assert.truthy(results[i][1], "thread " .. i .. ": " .. tostring(results[i][2] and results[i][2].message))
+      assert.equal(i .. "\n", results[i][1].stdout)
+    end
+    assert.is_nil(results[4][1])
+    local waiting, running = walled.start_queue()
+    assert.equal(0, waiting)
+    assert.equal(0, running)
+    for i = 1, 3 do runners[i]:stop() end
+  end)
+
   walled_it("the instance ending under a command: killed, said in words; a gone spawner is a spawn failure", function()
     local inst = start_instance()
     local proc = assert(core.spawn(args(inst, "exec sleep 1000")))

@@ -485,6 +485,7 @@ function M.register_gauges(fleet)
   if fleet == nil then return end
   metrics.gauge("switchboard_instances", { state = "awake" }, function() return fleet.awake end)
   metrics.gauge("switchboard_instances", { state = "sleeping" }, function() return fleet.sleeping or 0 end)
+  require("switchboard.sandboxd.load_gauges").register()
 end
 
 local ROUTES = { ["/exec"] = exec_route, ["/read"] = read_route, ["/write"] = write_route }

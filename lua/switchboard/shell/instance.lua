@@ -244,6 +244,19 @@ function M.host(opts)
   return self
 end
 
+-- Whether a failed start was a build of the walls that went wrong — the helper ran, and it or
+-- bwrap could not finish the instance (a kernel's transient refusal under a burst of starts,
+-- such as "bwrap: loopback: Failed RTM_NEWADDR: No child processes") — worth one more try with a
+-- fresh instance; not a refusal, which a retry cannot change: the instance asleep, the host's
+-- disk full (code "host-disk-full"), every host uid of the block taken, the helper not started.
+-- A helper that did not answer within walls.ready_ms is not retried either: the host is too
+-- busy to start instances, and a second start would add to it.
+function M.build_failed(err)
+  local message = type(err) == "table" and err.code == nil and tostring(err.message) or ""
+  return message:find("the instance's walls could not be built:", 1, true) == 1
+    and not message:find("did not answer within", 1, true)
+end
+
 -- One real instance, one command inside it: the only honest answer to "can this host wall?".
 function Host:prove(snap, scratch)
   local dir = scratch .. "/.walls-probe-" .. core.crypto.hex(core.crypto.random_bytes(4))
@@ -251,6 +264,11 @@ function Host:prove(snap, scratch)
   if not ok then return nil, cannot("cannot make " .. dir .. ": " .. tostring(err and err.message), { cause = err }) end
   local inst = self:new(dir, "probe", snap)
   local started, start_err = inst:start()
+  if not started and M.build_failed(start_err) then -- once more, as a thread's start (M.build_failed)
+    inst:stop()
+    inst = self:new(dir, "probe", snap)
+    started, start_err = inst:start()
+  end
   local result
   if started then
     local proc = core.spawn(inst:spawn_args{ argv = { "sh", "-c", "test -d /workspace && test ! -e /proc/1/environ -o -r /proc/1/environ" },

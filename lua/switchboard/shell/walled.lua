@@ -147,13 +147,28 @@ end
 -- start a thousand instances in one loop turn, and every running command's heartbeat would
 -- wait for the whole turn (issue 28: gaps of 9-25 s at 2,000 commands). Waiting here yields, so
 -- the loop turns over between starts.
-local gate = { busy = 0, queue = {} }
+--
+-- The queue is a ring of turns, first to last: entering, leaving and giving up are O(1) however
+-- many wait (2,000 threads arriving together wait here).
+local gate = { busy = 0, waiting = 0, first = 1, last = 0, turns = {}, given_up = {} }
 
 -- A slot is handed from the task that leaves to the first in the queue (busy stays), so a
--- waiter is woken exactly once and never re-queued.
+-- waiter is woken exactly once and never re-queued. A turn given up (its thread went to sleep
+-- while waiting) stays in the queue, marked, and is passed over.
 local function leave_gate()
-  local turn = table.remove(gate.queue, 1)
-  if turn then turn:abort("your turn") else gate.busy = gate.busy - 1 end
+  while gate.first <= gate.last do
+    local turn = gate.turns[gate.first]
+    gate.turns[gate.first] = nil
+    gate.first = gate.first + 1
+    if gate.given_up[turn] then
+      gate.given_up[turn] = nil
+    else
+      gate.waiting = gate.waiting - 1
+      turn:abort("your turn")
+      return
+    end
+  end
+  gate.busy = gate.busy - 1
 end
 
 -- A closer that leaves the gate, or nil when `stop` (the runner's sleep) came first.
@@ -162,20 +177,71 @@ local function enter_gate(limit, stop)
     gate.busy = gate.busy + 1
   else
     local turn = core.signal()
-    gate.queue[#gate.queue + 1] = turn
+    gate.last = gate.last + 1
+    gate.turns[gate.last] = turn
+    gate.waiting = gate.waiting + 1
     local either = core.signal(turn, stop)
     while not turn.aborted and not stop.aborted do core.sleep(60000, either) end
     if not turn.aborted then -- stopped while waiting: out of the queue, no slot taken
-      for i, t in ipairs(gate.queue) do
-        if t == turn then table.remove(gate.queue, i) break end
-      end
+      gate.given_up[turn] = true
+      gate.waiting = gate.waiting - 1
       return nil
     end
   end
   return setmetatable({}, { __close = leave_gate })
 end
 
-function M.ensure(r)
+local build_failed = instance.build_failed -- (a build that went wrong, not a refusal)
+
+-- Starts waiting for a slot now, and starts running (/metrics switchboard_instance_starts,
+-- sandboxd/load_gauges.lua, reads them when scraped).
+function M.start_queue() return gate.waiting, gate.busy end
+
+-- One start of the thread's instance through the gate: → true | nil, err.
+local function gated_start(r, inst, attempt)
+  local slot <close> = enter_gate(inst.snap.isolation.starts_at_once, r.stopped)
+  if not slot then return nil, core.error("workspace", "the instance is asleep") end
+  local ok, err = inst:start()
+  -- the client's answer keeps only the reason's last words: the helper's and bwrap's own
+  -- lines (why the kernel refused) are the operator's, in the log, once per failed build
+  if not ok and r.log then
+    local retry = attempt == 1 and build_failed(err) and not r.stopped.aborted
+    r.log("warn", "sandboxd.instance_failed", { instance = r.label, error = err and err.message,
+      retry = retry and 1 or nil, attempt = attempt })
+  end
+  return ok, err
+end
+
+-- The thread's instance failed to start (it is stopped): the next start builds a fresh one on
+-- the same workspace — this request's retry, or the thread's next command.
+local function forget_failed(r, inst)
+  if r.instance == inst then r.instance, r.replacing = nil, true end
+end
+
+-- Starts r.instance; a build failure is retried once with a fresh instance, and only a second
+-- failure reaches the client. Other requests of the thread wait on r.start_ended meanwhile.
+local function start_instance(r)
+  local inst = r.instance
+  local ended = core.signal()
+  r.start_ended = ended
+  local ok, err = gated_start(r, inst, 1)
+  if not ok and build_failed(err) and not r.stopped.aborted then
+    forget_failed(r, inst)
+    local mok, merr = make(r)
+    if mok then
+      inst = r.instance
+      ok, err = gated_start(r, inst, 2)
+    else
+      err = merr
+    end
+  end
+  if not ok then forget_failed(r, inst) end
+  if r.start_ended == ended then r.start_ended = nil end
+  ended:abort("started")
+  return ok, err, inst
+end
+
+function M.ensure(r, waited)
   if r.instance and r.instance:dead() then retire(r, "dead") end
   if r.instance and r.instance.state == "ready" then
     if r.files_uid == nil then -- files made anew under an awake instance (files_remade)
@@ -191,16 +257,14 @@ function M.ensure(r)
   local inst = r.instance
   local ok, err
   if inst.state ~= "ready" and not inst.starting then
-    local slot <close> = enter_gate(inst.snap.isolation.starts_at_once, r.stopped)
-    if not slot then return nil, core.error("workspace", "the instance is asleep") end
-    ok, err = inst:start()
-    -- the client's answer keeps only the reason's last words: the helper's and bwrap's own
-    -- lines (why the kernel refused) are the operator's, in the log, once per failed build
-    if not ok and r.log then
-      r.log("warn", "sandboxd.instance_failed", { instance = r.label, error = err and err.message })
-    end
+    ok, err, inst = start_instance(r)
   else
     ok, err = inst:start()
+    -- another request of the thread is starting it, and may be retrying: its outcome is ours
+    if not ok and r.start_ended and not waited then
+      core.sleep(2 * inst.snap.timeouts.walls.ready_ms, core.signal(r.start_ended, r.stopped))
+      if not r.stopped.aborted then return M.ensure(r, true) end
+    end
   end
   if not ok then return nil, err end
   -- ended on its own later: retired at once, so nothing of it outlives it
