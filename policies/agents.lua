@@ -174,6 +174,22 @@ review_comments = {
   reply = "@{user} {what}\n\n{summary}",
 }
 
+-- Runs started from GitHub issues (docs/github.md "Runs from issues"), on the same webhook as
+-- review comments: an issue opened in one of `repositories`, assigned to the App's bot user
+-- (GITHUB_BOT_LOGIN), or a comment on it that mentions "@<bot>" starts `agent` in the issue's
+-- own thread, with the issue's title, body and up to max_comments comments as the ask. start_on
+-- picks which of the three start one. Who may start one: allow_associations, as for review
+-- comments (an assignment is the assigner's act, so it needs none). The run's card is an issue
+-- comment, edited at most once per update_every_ms; its pull request says "Fixes #N".
+issues = {
+  agent = "coding",
+  repositories = {},
+  start_on = { "opened", "assigned", "mention" },
+  allow_associations = { "OWNER", "MEMBER", "COLLABORATOR" },
+  max_comments = 30,
+  update_every_ms = 10 * second,
+}
+
 -- The model API (Anthropic's Messages API, streamed). ANTHROPIC_BASE_URL in switchboard's
 -- environment overrides base_url; the key is ANTHROPIC_API_KEY and is never written here.
 model_api = {

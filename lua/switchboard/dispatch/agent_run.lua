@@ -102,7 +102,7 @@ function M.publish(d, thread, ask, built, t, answer, deadline, draft)
     executor = built.executor, snap = ask.snap, repo = ask.repo, thread = thread.name,
     thread_key = d.thread_key(thread.name), link = ask.link, ask = ask.text, agent = ask.agent,
     answer = answer, turns = c.turns, creds = d.build_opts.credentials, scope = ask.agent_def.token_scope,
-    signal = signal, remaining_ms = remaining, draft = draft,
+    signal = signal, remaining_ms = remaining, draft = draft, fixes = ask.issue and ask.issue.number,
   }
   c:tool_done()
   local problem, kind = err and tostring(err), err and err.kind

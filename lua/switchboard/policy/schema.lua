@@ -490,6 +490,15 @@ M.files.agents = {
       "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE" }, { unique = true }),
     reply = S.text({ "user", "what", "summary" }, 8192),
   },
+  issues = S.record {
+    agent = agent_name,
+    repositories = S.list(S.string { pattern = "^[%w._-]+/[%w._-]+$", what = "OWNER/REPO" }, { unique = true }),
+    start_on = S.list(S.enum { "opened", "assigned", "mention" }, { unique = true }),
+    allow_associations = S.list(S.enum { "OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR",
+      "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE" }, { unique = true }),
+    max_comments = S.int { min = 0, max = 100 },
+    update_every_ms = ms(SECOND, HOUR),
+  },
   environment = S.record {
     prompt = S.text({ "os", "toolchains", "repository", "default_branch", "publishing", "scratch" }, 16384),
     turn = S.text({ "date", "workspace", "publish_branch", "git_status" }, 16384),
@@ -845,6 +854,9 @@ function M.cross.agents(a, report)
   if type(a.review_comments) == "table" and type(a.review_comments.agent) == "string"
       and a.agents[a.review_comments.agent] == nil then
     report("review_comments.agent", "names no agent defined in agents: " .. show(a.review_comments.agent))
+  end
+  if type(a.issues) == "table" and type(a.issues.agent) == "string" and a.agents[a.issues.agent] == nil then
+    report("issues.agent", "names no agent defined in agents: " .. show(a.issues.agent))
   end
   if type(a.default_agent) == "string" and a.agents[a.default_agent] == nil then
     report("default_agent", "names no agent defined in agents: " .. show(a.default_agent))
