@@ -190,6 +190,16 @@ issues = {
   update_every_ms = 10 * second,
 }
 
+-- Scheduled asks (docs/schedules.md): at each time `cron` matches (five fields, UTC: minute hour
+-- day-of-month month day-of-week; lists, ranges, steps, names), `agent` is asked `ask` in
+-- `repository` (optional: an agent without one) in a new thread of the Slack `channel`, as if
+-- someone had mentioned the bot there. `name` keys the schedule's last run in the record.
+-- `missed` is what a start does about times that passed while the bot was down: "skip" (none
+-- runs; the next one is on time) or "run_once" (one run at once, however many were missed).
+--   { name = "nightly-deps", cron = "0 3 * * mon-fri", repository = "acme/api", agent = "coding",
+--     ask = "update the dependencies and run the tests", channel = "C0123456", missed = "run_once" }
+schedules = {}
+
 -- The model API (Anthropic's Messages API, streamed). ANTHROPIC_BASE_URL in switchboard's
 -- environment overrides base_url; the key is ANTHROPIC_API_KEY and is never written here.
 model_api = {

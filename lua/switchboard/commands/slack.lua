@@ -319,6 +319,7 @@ function M.run(argv, ctx)
   -- the threads the record keeps, before the first event can arrive
   app.d:restore()
   rec:keep_expiring(policy.current, record_stop)
+  app:start_schedules(rec, record_stop) -- policies' scheduled asks (docs/schedules.md)
 
   -- one listener per option given: events (and the pages), health, metrics
   for _, l in ipairs({

@@ -4,6 +4,7 @@
 
 local rule = require("switchboard.policy.rule")
 local template = require("switchboard.policy.template")
+local cron = require("switchboard.policy.cron")
 
 local M = {}
 
@@ -490,6 +491,18 @@ M.files.agents = {
       "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE" }, { unique = true }),
     reply = S.text({ "user", "what", "summary" }, 8192),
   },
+  schedules = S.list(S.record {
+    name = S.string { pattern = "^[%w._-]+$", what = "a name (letters, digits, . _ -)" },
+    cron = function(v, path, report)
+      local ok, why = cron.parse(v)
+      if not ok then report(path, why .. ' (e.g. "0 9 * * 1-5": 09:00 UTC on weekdays, "*/15 * * * *": every 15 minutes)') end
+    end,
+    repository = S.optional(S.string { pattern = "^[%w._-]+/[%w._-]+$", what = "OWNER/REPO" }),
+    agent = agent_name,
+    ask = S.text({}, 16384),
+    channel = S.string { pattern = "^[CG][A-Z0-9]+$", what = "a Slack channel ID (C…)" },
+    missed = S.enum { "skip", "run_once" },
+  }, { max = 100 }),
   issues = S.record {
     agent = agent_name,
     repositories = S.list(S.string { pattern = "^[%w._-]+/[%w._-]+$", what = "OWNER/REPO" }, { unique = true }),
@@ -854,6 +867,14 @@ function M.cross.agents(a, report)
   if type(a.review_comments) == "table" and type(a.review_comments.agent) == "string"
       and a.agents[a.review_comments.agent] == nil then
     report("review_comments.agent", "names no agent defined in agents: " .. show(a.review_comments.agent))
+  end
+  local names = {}
+  for i, sc in ipairs(type(a.schedules) == "table" and a.schedules or {}) do
+    if type(sc) == "table" and type(sc.agent) == "string" and a.agents[sc.agent] == nil then
+      report(("schedules[%d].agent"):format(i), "names no agent defined in agents: " .. show(sc.agent))
+    end
+    if type(sc) == "table" and names[sc.name] then report(("schedules[%d].name"):format(i), "repeats " .. show(sc.name)) end
+    if type(sc) == "table" and sc.name then names[sc.name] = true end
   end
   if type(a.issues) == "table" and type(a.issues.agent) == "string" and a.agents[a.issues.agent] == nil then
     report("issues.agent", "names no agent defined in agents: " .. show(a.issues.agent))

@@ -23,6 +23,8 @@ local http = require("switchboard.fronts.slack.http")
 local socket_mode = require("switchboard.fronts.slack.socket_mode")
 local readiness = require("switchboard.fronts.slack.readiness")
 local review = require("switchboard.fronts.slack.review")
+local schedule = require("switchboard.dispatch.schedule")
+local text_mod = require("switchboard.fronts.slack.text")
 local github_front = require("switchboard.fronts.github.front")
 local github_issues = require("switchboard.fronts.github.issues")
 local issues_api = require("switchboard.github.issues")
@@ -249,6 +251,34 @@ function App:on_issue(event, delivery, payload, snap)
   end
 end
 
+-- A scheduled ask (dispatch/schedule.lua): a new thread in the schedule's channel, its first
+-- message saying which schedule asked what, then the ask as if mentioned there.
+function App:on_schedule(e, at_s)
+  local snap = self.policy()
+  local head = ("Scheduled ask `%s` (%s, %s UTC): agent:%s%s — %s"):format(e.name, e.cron,
+    os.date("!%Y-%m-%d %H:%M", at_s), e.agent, e.repository and (" in " .. e.repository) or "", e.ask)
+  local posted, err = self.bot_api:call("chat.postMessage", { channel = e.channel, text = text_mod.escape(head),
+    unfurl_links = false, unfurl_media = false }, { channel = e.channel, give_up_ms = snap.slack.api.final_give_up_ms })
+  if not posted then
+    self.log("warn", "slack.api_failed", { call = "chat.postMessage", channel = e.channel, schedule = e.name,
+      error = err and (err.error or err.kind), message = err and err.message })
+    return
+  end
+  local thread = events.thread_name(self.bot.team_id, e.channel, posted.ts)
+  self.log("info", "slack.scheduled_ask", { thread = thread, schedule = e.name })
+  self.front:note_ask(thread, { channel = e.channel, thread_ts = posted.ts })
+  self.d:handle{ thread = thread, user = "schedule:" .. e.name,
+                 text = ("agent:%s %s%s"):format(e.agent, e.repository and ("in " .. e.repository .. ": ") or "", e.ask) }
+  self.front:note_ask(thread, nil)
+end
+
+function App:start_schedules(record, stop)
+  self.schedules_stop = core.signal(stop)
+  self.schedules = schedule.new{ policy = self.policy, record = record, log = self.log,
+    fire = function(e, at_s) core.go(function() self:on_schedule(e, at_s) end) end }
+  self.schedules:start(self.schedules_stop)
+end
+
 function App:on_envelope(env, conn_id)
   local source = "socket:" .. tostring(conn_id)
   if env.type == "events_api" then return self:on_event(env.payload, source) end
@@ -308,6 +338,7 @@ end
 -- returns by then (→ true when everything drained and every card was sent, false when cut).
 function App:shutdown(drain_ms, kill_now, flush_ms)
   self.closed = true
+  if self.schedules_stop then self.schedules_stop:abort("shutting down") end
   local deadline = kill_now and core.signal(kill_now) or core.signal()
   local timer_off = core.signal(deadline)
   core.go(function()
