@@ -190,6 +190,18 @@ issues = {
   update_every_ms = 10 * second,
 }
 
+-- Reviews when a pull request opens (docs/github.md "Reviews when a pull request opens"): a
+-- pull request opened (or marked ready for review: `actions`) in one of `repositories`, not a
+-- draft and not the bot's own, is reviewed by `agent` in its own thread; its answer is posted as
+-- a GitHub review with line comments, by the bot with a token of `post_scope` (the agent's
+-- commands keep the agent's own scope). Each head is reviewed once.
+pull_request_reviews = {
+  agent = "review",
+  repositories = {},
+  actions = { "opened", "ready_for_review" },
+  post_scope = "write",
+}
+
 -- Scheduled asks (docs/schedules.md): at each time `cron` matches (five fields, UTC: minute hour
 -- day-of-month month day-of-week; lists, ranges, steps, names), `agent` is asked `ask` in
 -- `repository` (optional: an agent without one) in a new thread of the Slack `channel`, as if

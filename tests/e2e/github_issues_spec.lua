@@ -120,4 +120,92 @@ describe("GitHub issues start runs", function()
     assert.is_nil(w.leak(r.err))
     assert.not_matches(WEBHOOK_SECRET, r.err, 1, true)
   end)
+
+  it("a signed pull request opened: the review agent's answer is a review with a line comment; a line outside the diff is folded into the body", function()
+    local pol = policies.dir{
+      github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. gitport .. '/{repo}.git"\n' end,
+      agents = function(src) return src .. '\npull_request_reviews.repositories = { "acme/api" }\n' end,
+    }
+    local r = {}
+    core.run(function()
+      w = standin.world{ policy = function() return policies.shipped() end, real_clock = true,
+                         tokens_file = state .. "/tokens", repos_root = state .. "/repos" }
+      policies.write(state .. "/app.pem", w.priv)
+      w.gh.pulls["acme/api"] = {}
+      for n = 1, 2 do
+        w.gh.pulls["acme/api"][n] = { number = n, head = "feature-" .. n, base = "main", title = "Feature " .. n,
+          state = "open", html_url = "https://github.com/acme/api/pull/" .. n }
+      end
+      -- what each pull request's diff shows: README.md's first line
+      w.gh.diff_lines["acme/api"] = { [1] = { ["README.md"] = { [1] = true } }, [2] = { ["README.md"] = { [1] = true } } }
+      m = model.start()
+      m:script{
+        { content = { { type = "text", text = "Small and clear.\n\n```review-comments\nREADME.md:1: \"teh\" is a typo\n```\n" } } },
+        { content = { { type = "text", text = "One nit.\n\n```review-comments\nREADME.md:40: this line is not in the diff\n```" } } },
+      }
+      local st = SL.standin()
+      local bot = SL.bot(st, { state_dir = state .. "/st", policies = pol, args = { "--listen", "127.0.0.1:0" }, env = {
+        ANTHROPIC_BASE_URL = m.url, ANTHROPIC_API_KEY = m.key, GITHUB_APP_ID = "12345",
+        GITHUB_APP_PRIVATE_KEY = state .. "/app.pem", GITHUB_API_URL = w.gh.api_url, GH_TOKEN = false,
+        SLACK_SIGNING_SECRET = SL.SIGNING_SECRET, GITHUB_WEBHOOK_SECRET = WEBHOOK_SECRET,
+        GITHUB_BOT_LOGIN = "switchboard[bot]",
+        HOME = state, PATH = state .. "/shim:" .. os.getenv("PATH") } })
+      local function opened(n, secret)
+        local body = cjson.encode{
+          action = "opened", repository = { full_name = "acme/api" }, sender = { login = "dev" },
+          pull_request = { id = 880000 + n, number = n, title = "Feature " .. n, body = "Adds feature " .. n .. ".",
+                           html_url = "https://github.com/acme/api/pull/" .. n, draft = false, user = { login = "dev" },
+                           head = { ref = "feature-" .. n, sha = ("%040d"):format(n) }, base = { ref = "main" } },
+        }
+        return core.http.request{ method = "POST", url = ("http://127.0.0.1:%d/github/webhook"):format(bot.events_port),
+          body = body, deadline_ms = 10000, headers = { ["content-type"] = "application/json", ["x-github-event"] = "pull_request",
+            ["x-github-delivery"] = "p-" .. n .. "-" .. tostring(secret ~= WEBHOOK_SECRET),
+            ["x-hub-signature-256"] = "sha256=" .. core.crypto.hex(core.crypto.hmac_sha256(secret, body)) } }
+      end
+      r.forged = opened(1, "not-the-secret")
+      r.signed = opened(1, WEBHOOK_SECRET)
+      local ok, err = pcall(SL.wait, function() return w.gh.reviews["acme/api"] and w.gh.reviews["acme/api"][1] end,
+        "the first pull request's review", 120000)
+      assert(ok, tostring(err) .. "\n" .. bot.err)
+      r.second = opened(2, WEBHOOK_SECRET)
+      ok, err = pcall(SL.wait, function() return w.gh.reviews["acme/api"][2] end, "the second pull request's review", 120000)
+      assert(ok, tostring(err) .. "\n" .. bot.err)
+      SL.wait(function()
+        local c = w.gh.comments and w.gh.comments["acme/api"] and w.gh.comments["acme/api"][2]
+        return c and c[1] and c[1].body:find("reviewed pull request #2", 1, true)
+      end, "the second card's last edit", 60000)
+      r.reviews = w.gh.reviews["acme/api"]
+      r.cards = { w.gh.comments["acme/api"][1][1], w.gh.comments["acme/api"][2][1] }
+      r.reqs = m:requests()
+      bot:signal("TERM")
+      bot:wait()
+      r.err = bot.err
+      st:close()
+      w.close()
+    end)
+    assert.equal(401, r.forged)
+    assert.equal(202, r.signed)
+    assert.equal(202, r.second)
+    assert.equal(2, #r.reqs)
+    local ask = model.text_of(r.reqs[1].body.messages[#r.reqs[1].body.messages])
+    assert.matches("Review pull request #1 in acme/api (https://github.com/acme/api/pull/1) by @dev: Feature 1", ask, 1, true)
+    assert.matches("review-comments", ask, 1, true)
+    -- the first: a review with its line comment on the diff's new side
+    local first = r.reviews[1][1]
+    assert.equal("COMMENT", first.event)
+    assert.equal("Small and clear.", first.body)
+    assert.same({ { path = "README.md", line = 1, side = "RIGHT", body = '"teh" is a typo' } }, first.comments)
+    assert.equal("write", first.scope)
+    assert.matches("reviewed pull request #1: 1 line comment", r.cards[1].body, 1, true)
+    assert.matches("agent:review", r.cards[1].body, 1, true)
+    -- the second: GitHub refused the line outside the diff (422); the comment went into the body
+    local second = r.reviews[2][1]
+    assert.equal(1, #r.reviews[2])
+    assert.same({}, second.comments)
+    assert.matches("One nit.", second.body, 1, true)
+    assert.matches("**README.md line 40**: this line is not in the diff", second.body, 1, true)
+    assert.matches("folded into the review's body", r.cards[2].body, 1, true)
+    assert.matches("github.webhook_refused", r.err, 1, true)
+    assert.is_nil(w.leak(r.err))
+  end)
 end)

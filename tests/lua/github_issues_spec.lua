@@ -74,3 +74,40 @@ describe("issues.seen_key", function()
     assert.is_nil(issues.seen_key("push", opened()))
   end)
 end)
+
+describe("pull requests opened for a review", function()
+  local pulls = require("switchboard.fronts.github.pulls")
+  local pr_review = require("switchboard.dispatch.pr_review")
+  local rpol = setmetatable({ repositories = { "acme/api" } }, { __index = P.shipped().agents.pull_request_reviews })
+  local function pr_event(over)
+    local p = { action = "opened", repository = { full_name = "acme/api" },
+                pull_request = { id = 42, number = 3, title = "T", body = "B", html_url = "https://github.com/acme/api/pull/3",
+                                 draft = false, user = { login = "dev" }, head = { ref = "f", sha = "abc" }, base = { ref = "main" } } }
+    for k, v in pairs(over or {}) do p.pull_request[k] = v end
+    return p
+  end
+
+  it("reads an opened pull request of a listed repository; not a draft, not the bot's own, not elsewhere", function()
+    local pr = assert(pulls.read("pull_request", pr_event(), rpol, BOT))
+    assert.same({ "acme/api", 3, "f", "abc", "main" }, { pr.repo, pr.number, pr.head_ref, pr.head_sha, pr.base_ref })
+    assert.equal("pull_request:42:abc:opened", pulls.seen_key("pull_request", pr_event()))
+    assert.matches("a draft", select(2, pulls.read("pull_request", pr_event{ draft = true }, rpol, BOT)), 1, true)
+    assert.matches("own", select(2, pulls.read("pull_request", pr_event{ user = { login = BOT } }, rpol, BOT)), 1, true)
+    local closed = pr_event()
+    closed.action = "closed"
+    assert.is_nil(pulls.read("pull_request", closed, rpol, BOT))
+    local other = pr_event()
+    other.repository.full_name = "acme/web"
+    assert.is_nil(pulls.read("pull_request", other, rpol, BOT))
+    assert.matches("review-comments", pulls.ask_text(pr), 1, true)
+  end)
+
+  it("parses the answer's review-comments block into line comments and the body", function()
+    local body, comments = pr_review.parse("Good.\n\n```review-comments\nsrc/a.lua:12: use a local\nnot a comment\nb.md:3:  typo \n```\nThanks.")
+    assert.equal("Good.\n\n\nThanks.", body)
+    assert.same({ { path = "src/a.lua", line = 12, body = "use a local" }, { path = "b.md", line = 3, body = "typo" } }, comments)
+    body, comments = pr_review.parse("  Only prose.  ")
+    assert.equal("Only prose.", body)
+    assert.same({}, comments)
+  end)
+end)

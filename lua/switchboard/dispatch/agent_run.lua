@@ -27,6 +27,7 @@ local agent = require("switchboard.agent.run")
 local transcript = require("switchboard.agent.transcript")
 local pulls = require("switchboard.github.pulls")
 local parser = require("switchboard.dispatch.parser")
+local pr_review = require("switchboard.dispatch.pr_review")
 
 local M = {}
 
@@ -417,6 +418,7 @@ function M.ended(d, run)
   local state, answer, problem = run.state, run.answer, run.problem
   if ask.stop.aborted then state = "stopped" end
   if ask.review then M.reply_on_review(d, thread, ask, state, answer, problem) end
+  if ask.pr_review then pr_review.post(d, thread, ask, state, answer, problem) end
   -- with a record, the conversation lives there between runs: a bot with many threads does
   -- not hold every conversation (images included) in memory; the next run reads it back
   if d.record and thread.mark then thread.history, thread.mark = nil, nil end

@@ -503,6 +503,12 @@ M.files.agents = {
     channel = S.string { pattern = "^[CG][A-Z0-9]+$", what = "a Slack channel ID (C…)" },
     missed = S.enum { "skip", "run_once" },
   }, { max = 100 }),
+  pull_request_reviews = S.record {
+    agent = agent_name,
+    repositories = S.list(S.string { pattern = "^[%w._-]+/[%w._-]+$", what = "OWNER/REPO" }, { unique = true }),
+    actions = S.list(S.enum { "opened", "ready_for_review", "reopened", "synchronize" }, { unique = true }),
+    post_scope = S.string { pattern = "^[a-z][a-z0-9_]*$", what = "a scope of policies/github.lua" },
+  },
   issues = S.record {
     agent = agent_name,
     repositories = S.list(S.string { pattern = "^[%w._-]+/[%w._-]+$", what = "OWNER/REPO" }, { unique = true }),
@@ -875,6 +881,10 @@ function M.cross.agents(a, report)
     end
     if type(sc) == "table" and names[sc.name] then report(("schedules[%d].name"):format(i), "repeats " .. show(sc.name)) end
     if type(sc) == "table" and sc.name then names[sc.name] = true end
+  end
+  local prr = type(a.pull_request_reviews) == "table" and a.pull_request_reviews or {}
+  if type(prr.agent) == "string" and a.agents[prr.agent] == nil then
+    report("pull_request_reviews.agent", "names no agent defined in agents: " .. show(prr.agent))
   end
   if type(a.issues) == "table" and type(a.issues.agent) == "string" and a.agents[a.issues.agent] == nil then
     report("issues.agent", "names no agent defined in agents: " .. show(a.issues.agent))

@@ -27,6 +27,7 @@ local schedule = require("switchboard.dispatch.schedule")
 local text_mod = require("switchboard.fronts.slack.text")
 local github_front = require("switchboard.fronts.github.front")
 local github_issues = require("switchboard.fronts.github.issues")
+local github_pulls = require("switchboard.fronts.github.pulls")
 local issues_api = require("switchboard.github.issues")
 
 local M = {}
@@ -180,6 +181,7 @@ function App:on_github(event, delivery, payload)
       and type(payload.issue.pull_request) ~= "table") then
     return self:on_issue(event, delivery, payload, snap)
   end
+  if event == "pull_request" then return self:on_pull_request(event, delivery, payload, snap) end
   local pol = snap.agents.review_comments
   local c, why = review.read(event, payload, pol, core.wall_ms() // 1000, snap.slack.events.dedup_ms // 1000)
   if not c then
@@ -248,6 +250,34 @@ function App:on_issue(event, delivery, payload, snap)
   if type(ask) == "table" and ask.card and ask.card.add_note then
     ask.issue = i -- its pull request says "Fixes #N" (dispatch/agent_run.lua)
     ask.card:add_note(("started by @%s on issue #%d (%s)"):format(tostring(i.user), i.number, i.how))
+  end
+end
+
+-- A pull request opened (or marked ready) in a repository policy lists: the review agent runs in
+-- its thread; its answer becomes a review with line comments (dispatch/pr_review.lua).
+function App:on_pull_request(event, delivery, payload, snap)
+  local pol = snap.agents.pull_request_reviews
+  local pr, why = github_pulls.read(event, payload, pol, self.github_login)
+  if not pr then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), event = tostring(event), why = why })
+    return
+  end
+  local key = github_pulls.seen_key(event, payload)
+  if not key then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "the delivery names no pull request id or head" })
+    return
+  end
+  if not self.seen_comments:first(key) then
+    self.log("info", "github.duplicate_pull_request", { delivery = tostring(delivery), key = key })
+    return
+  end
+  local thread = github_issues.thread(pr.repo, pr.number)
+  self.log("info", "github.pull_request_review", { thread = thread, user = pr.user, delivery = tostring(delivery) })
+  local ask = self.d:handle{ thread = thread, user = "github:" .. tostring(pr.user),
+                             text = "agent:" .. pol.agent .. " " .. github_pulls.ask_text(pr) }
+  if type(ask) == "table" and ask.card and ask.card.add_note then
+    ask.pr_review = pr -- its answer is posted as a review (dispatch/agent_run.lua → dispatch/pr_review.lua)
+    ask.card:add_note(("reviewing pull request #%d opened by @%s"):format(pr.number, tostring(pr.user)))
   end
 end
 
