@@ -55,6 +55,8 @@ describe("issues.read", function()
     i = assert(issues.read("issue_comment", c, pol, BOT, NOW, 3600))
     assert.same({ "mention", "ben" }, { i.how, i.user })
     assert.matches("@ben asked you in a comment:\n> @switchboard please fix", issues.ask_text(i), 1, true)
+    -- the issue's comments as fetched include the mention itself: it is quoted once, as the ask
+    assert.not_matches("@ben wrote:", issues.ask_text(i, { { user = "ben", body = "@switchboard please fix" } }), 1, true)
     c.comment.body = "no mention"
     assert.is_nil(issues.read("issue_comment", c, pol, BOT, NOW, 3600))
     c.comment.body, c.comment.user = "@switchboard done", { login = BOT, type = "Bot" }

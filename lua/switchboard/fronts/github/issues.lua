@@ -121,7 +121,8 @@ function M.ask_text(i, comments)
   if i.body ~= "" then parts[#parts + 1] = "\n" .. quote(i.body) end
   local said = {}
   for _, c in ipairs(comments or {}) do
-    if not c.bot then said[#said + 1] = ("@%s wrote:\n%s"):format(c.user, quote(c.body)) end
+    -- the mentioning comment is quoted once, below, as the ask
+    if not c.bot and not (i.comment and c.body == i.comment) then said[#said + 1] = ("@%s wrote:\n%s"):format(c.user, quote(c.body)) end
   end
   if #said > 0 then
     parts[#parts + 1] = "\nThe issue's comments, oldest first:\n\n" .. table.concat(said, "\n\n")
