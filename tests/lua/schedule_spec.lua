@@ -126,6 +126,11 @@ describe("the scheduler on a test clock", function()
       s2:tick()
       assert.same({ "hourly-a@2026-12-05 14:00 Sat", "hourly-a@2026-12-05 15:00 Sat", "hourly-b@2026-12-05 15:00 Sat" }, fired)
       assert.equal(E(2026, 12, 5, 15, 0), rec:schedule_last("hourly-b"))
+      -- a running process whose host slept past three times fires each schedule once, the newest
+      fired = {}
+      c2.t = E(2026, 12, 5, 18, 30)
+      s2:tick()
+      assert.same({ "hourly-a@2026-12-05 18:00 Sat", "hourly-b@2026-12-05 18:00 Sat" }, fired)
       rec:close()
     end)
   end)

@@ -87,8 +87,10 @@ function S:tick()
       if not self.started[e.name] then
         at = self:catch_up(e, spec, now)
       else
-        local nxt = cron.next_after(spec, self:last_of(e.name) or now)
-        if nxt and nxt <= now and self:claim(e.name, nxt) then at = nxt end
+        -- the newest time that has come (a suspended host may wake past several): once
+        local nxt, newest = cron.next_after(spec, self:last_of(e.name) or now), nil
+        while nxt and nxt <= now do newest, nxt = nxt, cron.next_after(spec, nxt) end
+        if newest and self:claim(e.name, newest) then at = newest end
       end
       if at then
         fired[#fired + 1] = e.name
