@@ -182,6 +182,44 @@ review_comments = {
   reply = "@{user} {what}\n\n{summary}",
 }
 
+-- Runs started from GitHub issues (docs/github.md "Runs from issues"), on the same webhook as
+-- review comments: an issue opened in one of `repositories`, assigned to the App's bot user
+-- (GITHUB_BOT_LOGIN), or a comment on it that mentions "@<bot>" starts `agent` in the issue's
+-- own thread, with the issue's title, body and up to max_comments comments as the ask. start_on
+-- picks which of the three start one. Who may start one: allow_associations, as for review
+-- comments (an assignment is the assigner's act, so it needs none). The run's card is an issue
+-- comment, edited at most once per update_every_ms; its pull request says "Fixes #N".
+issues = {
+  agent = "coding",
+  repositories = {},
+  start_on = { "opened", "assigned", "mention" },
+  allow_associations = { "OWNER", "MEMBER", "COLLABORATOR" },
+  max_comments = 30,
+  update_every_ms = 10 * second,
+}
+
+-- Reviews when a pull request opens (docs/github.md "Reviews when a pull request opens"): a
+-- pull request opened (or marked ready for review: `actions`) in one of `repositories`, not a
+-- draft and not the bot's own, is reviewed by `agent` in its own thread; its answer is posted as
+-- a GitHub review with line comments, by the bot with a token of `post_scope` (the agent's
+-- commands keep the agent's own scope). Each head is reviewed once.
+pull_request_reviews = {
+  agent = "review",
+  repositories = {},
+  actions = { "opened", "ready_for_review" },
+  post_scope = "write",
+}
+
+-- Scheduled asks (docs/schedules.md): at each time `cron` matches (five fields, UTC: minute hour
+-- day-of-month month day-of-week; lists, ranges, steps, names), `agent` is asked `ask` in
+-- `repository` (optional: an agent without one) in a new thread of the Slack `channel`, as if
+-- someone had mentioned the bot there. `name` keys the schedule's last run in the record.
+-- `missed` is what a start does about times that passed while the bot was down: "skip" (none
+-- runs; the next one is on time) or "run_once" (one run at once, however many were missed).
+--   { name = "nightly-deps", cron = "0 3 * * mon-fri", repository = "acme/api", agent = "coding",
+--     ask = "update the dependencies and run the tests", channel = "C0123456", missed = "run_once" }
+schedules = {}
+
 -- The model API (Anthropic's Messages API, streamed). ANTHROPIC_BASE_URL in switchboard's
 -- environment overrides base_url; the key is ANTHROPIC_API_KEY and is never written here.
 model_api = {

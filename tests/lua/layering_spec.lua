@@ -199,6 +199,9 @@ end)
 local STRING_ERRORS_ALLOWED = {
   ["fronts/slack/events.lua"] = "why an event is ignored (the log's reason), not a failure",
   ["fronts/slack/review.lua"] = "why a webhook delivery starts no run (the log's reason), not a failure",
+  ["policy/cron.lua"] = "why a cron expression is refused (the loader's message for the policy's author), not a failure",
+  ["fronts/github/pulls.lua"] = "why a pull request's webhook delivery starts no review (the log's reason), not a failure",
+  ["fronts/github/issues.lua"] = "why an issue's webhook delivery starts no run (the log's reason), not a failure",
   ["fronts/slack/context.lua"] = "the note a skipped file or thread history leaves on the card, not a failure",
   ["policy/schema.lua"] = "a validator's complaint, which the loader reports at the field's path",
   ["exec/connect.lua"] = "a Connect envelope's defect, which the decoder turns into its one error",

@@ -78,6 +78,9 @@ function M.new(opts)
     tokens_file = opts.tokens_file, -- each mint appends "SCOPE TOKEN\n" (the git stand-in reads it)
     repos_root = opts.repos_root,   -- bare repositories ROOT/OWNER/NAME.git: a PR's head must exist
     pr_calls = {},                  -- {method, path, scope} of every pull-request call
+    issues = {},      -- repo → number → {title, body}: issues comments may be made on
+    comment_by_id = {}, reviews = {}, -- repo → number → list of reviews (issue comments: .comments)
+    diff_lines = {},  -- repo → number → path → line → true: the lines a pull request's diff shows
     forced = {}, -- route → list of {status, body} to answer instead, in order
     stop = core.signal(),
   }, Standin)
@@ -380,24 +383,89 @@ function Standin:graphql(req)
 end
 
 -- POST /repos/{o}/{r}/issues/{n}/comments with an installation token: a comment on an issue
--- or pull request (kept in .comments[repo][n]); needs issues or pull_requests write.
+-- (.issues[repo][n] set by the spec) or pull request (kept in .comments[repo][n], each with its
+-- id and every body it had in .edits); needs issues or pull_requests write.
+local function may_write_issues(t)
+  return (t.permissions.issues or "") == "write" or (t.permissions.pull_requests or "") == "write"
+end
+
 function Standin:issue_comment(req, repo, n)
   local t = self:token_of(req)
   if t == nil then return gh_error(401, "Bad credentials") end
   if not covers(self.installations[t.installation], repo) then return gh_error(404, "Not Found") end
-  if (t.permissions.issues or "") ~= "write" and (t.permissions.pull_requests or "") ~= "write" then
-    return gh_error(403, "Resource not accessible by integration")
-  end
-  local ok, doc = pcall(cjson.decode, req.body or "")
-  if not ok or type(doc) ~= "table" or type(doc.body) ~= "string" then return gh_error(422, "Validation Failed") end
   local list = self.pulls[repo] or {}
-  if list[n] == nil then return gh_error(404, "Not Found") end
+  local issue = self.issues[repo] and self.issues[repo][n]
+  if list[n] == nil and issue == nil then return gh_error(404, "Not Found") end
   self.comments = self.comments or {}
   self.comments[repo] = self.comments[repo] or {}
-  self.comments[repo][n] = self.comments[repo][n] or {}
-  table.insert(self.comments[repo][n], { body = doc.body, scope = t.scope })
-  return json(201, { id = #self.comments[repo][n], body = doc.body,
-                     html_url = ("https://github.com/%s/pull/%d#issuecomment-%d"):format(repo, n, #self.comments[repo][n]) })
+  local here = self.comments[repo][n] or {}
+  if req.method == "GET" then
+    local out = {}
+    for _, c in ipairs(here) do
+      out[#out + 1] = { id = c.id, body = c.body, user = c.user, author_association = c.author_association,
+                        html_url = c.html_url }
+    end
+    return json(200, out)
+  end
+  if not may_write_issues(t) then return gh_error(403, "Resource not accessible by integration") end
+  local ok, doc = pcall(cjson.decode, req.body or "")
+  if not ok or type(doc) ~= "table" or type(doc.body) ~= "string" then return gh_error(422, "Validation Failed") end
+  self.comments[repo][n] = here
+  self.comment_seq = (self.comment_seq or 1000) + 1
+  local c = { id = self.comment_seq, body = doc.body, scope = t.scope, edits = { doc.body },
+              user = { login = self.bot_login or "switchboard[bot]", type = "Bot" },
+              html_url = ("https://github.com/%s/%s/%d#issuecomment-%d"):format(repo, issue and "issues" or "pull", n, self.comment_seq) }
+  table.insert(here, c)
+  self.comment_by_id[c.id] = c
+  return json(201, { id = c.id, body = c.body, user = c.user, html_url = c.html_url })
+end
+
+-- PATCH /repos/{o}/{r}/issues/comments/{id}: a comment's edit (200).
+function Standin:edit_comment(req, repo, id)
+  local t = self:token_of(req)
+  if t == nil then return gh_error(401, "Bad credentials") end
+  if not covers(self.installations[t.installation], repo) then return gh_error(404, "Not Found") end
+  local c = self.comment_by_id[id]
+  if c == nil then return gh_error(404, "Not Found") end
+  if not may_write_issues(t) then return gh_error(403, "Resource not accessible by integration") end
+  local ok, doc = pcall(cjson.decode, req.body or "")
+  if not ok or type(doc) ~= "table" or type(doc.body) ~= "string" then return gh_error(422, "Validation Failed") end
+  c.body = doc.body
+  c.edits[#c.edits + 1] = doc.body
+  return json(200, { id = c.id, body = c.body, user = c.user, html_url = c.html_url })
+end
+
+-- POST /repos/{o}/{r}/pulls/{n}/reviews {event, body, comments = [{path, line, side, body}]}:
+-- a review (200), kept in .reviews[repo][n]. A line comment on a line the pull request's diff
+-- does not show (.diff_lines[repo][n][path][line], set by the spec) makes GitHub refuse the
+-- whole review with 422 "Line could not be resolved", as it does.
+function Standin:review(req, repo, n)
+  local t = self:token_of(req)
+  if t == nil then return gh_error(401, "Bad credentials") end
+  if not covers(self.installations[t.installation], repo) then return gh_error(404, "Not Found") end
+  if (t.permissions.pull_requests or "") ~= "write" then return gh_error(403, "Resource not accessible by integration") end
+  local pr = self.pulls[repo] and self.pulls[repo][n]
+  if pr == nil then return gh_error(404, "Not Found") end
+  local ok, doc = pcall(cjson.decode, req.body or "")
+  if not ok or type(doc) ~= "table" then return gh_error(400, "Problems parsing JSON") end
+  if doc.event ~= "COMMENT" and doc.event ~= "APPROVE" and doc.event ~= "REQUEST_CHANGES" then
+    return gh_error(422, "Unprocessable Entity")
+  end
+  local diff = self.diff_lines[repo] and self.diff_lines[repo][n] or {}
+  for _, c in ipairs(type(doc.comments) == "table" and doc.comments or {}) do
+    local lines = type(c) == "table" and diff[c.path]
+    if not (lines and lines[c.line]) or c.side ~= "RIGHT" or type(c.body) ~= "string" then
+      return json(422, { message = "Unprocessable Entity", errors = { "Line could not be resolved" },
+                         documentation_url = M.DOCS, status = "422" })
+    end
+  end
+  self.reviews[repo] = self.reviews[repo] or {}
+  self.reviews[repo][n] = self.reviews[repo][n] or {}
+  self.review_seq = (self.review_seq or 5000) + 1
+  table.insert(self.reviews[repo][n], { id = self.review_seq, event = doc.event, body = doc.body,
+                                        comments = doc.comments or {}, scope = t.scope })
+  return json(200, { id = self.review_seq, body = doc.body, state = "COMMENTED",
+                     html_url = ("https://github.com/%s/pull/%d#pullrequestreview-%d"):format(repo, n, self.review_seq) })
 end
 
 -- The protocol, transport-free: req = {method, path, headers (lower-cased names), body}.
@@ -428,7 +496,13 @@ function Standin:handle(req)
   end
   if req.method == "POST" and req.path == "/graphql" then return answer(self:graphql(req)) end
   local c_repo, c_n = req.path:match("^/repos/([^/]+/[^/]+)/issues/(%d+)/comments$")
-  if req.method == "POST" and c_repo then return answer(self:issue_comment(req, c_repo, math.tointeger(tonumber(c_n)))) end
+  if (req.method == "POST" or req.method == "GET") and c_repo then
+    return answer(self:issue_comment(req, c_repo, math.tointeger(tonumber(c_n))))
+  end
+  local e_repo, e_id = req.path:match("^/repos/([^/]+/[^/]+)/issues/comments/(%d+)$")
+  if req.method == "PATCH" and e_repo then return answer(self:edit_comment(req, e_repo, math.tointeger(tonumber(e_id)))) end
+  local r_repo, r_n = req.path:match("^/repos/([^/]+/[^/]+)/pulls/(%d+)/reviews$")
+  if req.method == "POST" and r_repo then return answer(self:review(req, r_repo, math.tointeger(tonumber(r_n)))) end
   local pr_repo, pr_n = req.path:match("^/repos/([^/]+/[^/]+)/pulls/(%d+)$")
   if not pr_repo then pr_repo = req.path:match("^/repos/([^/]+/[^/]+)/pulls$") end
   if pr_repo then return answer(self:pull_request(req, pr_repo, pr_n and math.tointeger(tonumber(pr_n)))) end

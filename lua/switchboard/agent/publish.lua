@@ -187,6 +187,8 @@ function M.run(o)
   o.files = M.files_list(out)
   local body
   title, body = texts(o, branch)
+  -- a run an issue started closes it when its pull request is merged (GitHub's closing keyword)
+  if o.fixes then body = body .. ("\n\nFixes #%d"):format(o.fixes) end
   local envs, cerr = o.creds and o.creds:resolve_envs(o.scope, { repo = o.repo })
   if not (envs and envs.GH_TOKEN) then
     return nil, core.error("credential", ("pushed %s to %s, but no token could be had for the pull request: %s"):format(

@@ -41,6 +41,9 @@ Environment:
   SLACK_SIGNING_SECRET  the app's signing secret: verifies Events API requests
   GITHUB_WEBHOOK_SECRET  the GitHub App's webhook secret: with --listen, POST /github/webhook
                         takes review comments on the bot's pull requests (docs/agent.md)
+                        and issues that start runs (docs/github.md)
+  GITHUB_BOT_LOGIN      the GitHub App's bot user (name[bot]): an issue assigned to it, or a
+                        comment mentioning @name, starts a run (docs/github.md)
   SLACK_API_URL         the Web API's base (default https://slack.com/api)
 
 Options:
@@ -293,7 +296,7 @@ function M.run(argv, ctx)
 
   local app = app_mod.new{
     bot = bot, policy = policy.current, secret = e.secret, bot_api = bot_api,
-    github_secret = e.github_secret,
+    github_secret = e.github_secret, github_login = os.getenv("GITHUB_BOT_LOGIN"),
     record = rec, -- the seen event ids and comments (fronts/slack/dedup.lua), across restarts
     app_api = e.app and webapi.new{ url = e.api_url, token = e.app, deadline_ms = a.deadline_ms,
                                      max_retry_after_ms = a.max_retry_after_ms } or nil,
@@ -318,6 +321,7 @@ function M.run(argv, ctx)
   -- the threads the record keeps, before the first event can arrive
   app.d:restore()
   rec:keep_expiring(policy.current, record_stop)
+  app:start_schedules(rec, record_stop) -- policies' scheduled asks (docs/schedules.md)
 
   -- one listener per option given: events (and the pages), health, metrics
   for _, l in ipairs({

@@ -28,6 +28,7 @@ local agent = require("switchboard.agent.run")
 local transcript = require("switchboard.agent.transcript")
 local pulls = require("switchboard.github.pulls")
 local parser = require("switchboard.dispatch.parser")
+local pr_review = require("switchboard.dispatch.pr_review")
 
 local M = {}
 
@@ -104,7 +105,7 @@ function M.publish(d, thread, ask, built, t, answer, deadline, draft)
     executor = built.executor, snap = ask.snap, repo = ask.repo, thread = thread.name,
     thread_key = d.thread_key(thread.name), link = ask.link, ask = ask.text, agent = ask.agent,
     answer = answer, turns = c.turns, creds = d.build_opts.credentials, scope = ask.agent_def.token_scope,
-    signal = signal, remaining_ms = remaining, draft = draft,
+    signal = signal, remaining_ms = remaining, draft = draft, fixes = ask.issue and ask.issue.number,
   }
   c:tool_done()
   local problem, kind = err and tostring(err), err and err.kind
@@ -480,6 +481,7 @@ function M.ended(d, run)
   local state, answer, problem = run.state, run.answer, run.problem
   if ask.stop.aborted then state = "stopped" end
   if ask.review then M.reply_on_review(d, thread, ask, state, answer, problem) end
+  if ask.pr_review then pr_review.post(d, thread, ask, state, answer, problem) end
   -- with a record, the conversation lives there between runs: a bot with many threads does
   -- not hold every conversation (images included) in memory; the next run reads it back
   if d.record and thread.mark then thread.history, thread.mark = nil, nil end

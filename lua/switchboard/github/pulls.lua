@@ -86,6 +86,9 @@ local function call(o, method, path, doc)
   return status, ok and decoded or nil
 end
 
+-- One REST call (github/issues.lua uses it too): → status, decoded body | nil, nil, why
+M.call = call
+
 function M.open_or_update(o)
   local owner = o.repo:match("^([^/]+)/")
   local base_path = "/repos/" .. o.repo .. "/pulls"

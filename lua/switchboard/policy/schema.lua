@@ -4,6 +4,7 @@
 
 local rule = require("switchboard.policy.rule")
 local template = require("switchboard.policy.template")
+local cron = require("switchboard.policy.cron")
 
 local M = {}
 
@@ -543,6 +544,33 @@ M.files.agents = {
       "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE" }, { unique = true }),
     reply = S.text({ "user", "what", "summary" }, 8192),
   },
+  schedules = S.list(S.record {
+    name = S.string { pattern = "^[%w._-]+$", what = "a name (letters, digits, . _ -)" },
+    cron = function(v, path, report)
+      local ok, why = cron.parse(v)
+      if not ok then report(path, why .. ' (e.g. "0 9 * * 1-5": 09:00 UTC on weekdays, "*/15 * * * *": every 15 minutes)') end
+    end,
+    repository = S.optional(S.string { pattern = "^[%w._-]+/[%w._-]+$", what = "OWNER/REPO" }),
+    agent = agent_name,
+    ask = S.text({}, 16384),
+    channel = S.string { pattern = "^[CG][A-Z0-9]+$", what = "a Slack channel ID (C…)" },
+    missed = S.enum { "skip", "run_once" },
+  }, { max = 100 }),
+  pull_request_reviews = S.record {
+    agent = agent_name,
+    repositories = S.list(S.string { pattern = "^[%w._-]+/[%w._-]+$", what = "OWNER/REPO" }, { unique = true }),
+    actions = S.list(S.enum { "opened", "ready_for_review", "reopened", "synchronize" }, { unique = true }),
+    post_scope = S.string { pattern = "^[a-z][a-z0-9_]*$", what = "a scope of policies/github.lua" },
+  },
+  issues = S.record {
+    agent = agent_name,
+    repositories = S.list(S.string { pattern = "^[%w._-]+/[%w._-]+$", what = "OWNER/REPO" }, { unique = true }),
+    start_on = S.list(S.enum { "opened", "assigned", "mention" }, { unique = true }),
+    allow_associations = S.list(S.enum { "OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR",
+      "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE" }, { unique = true }),
+    max_comments = S.int { min = 0, max = 100 },
+    update_every_ms = ms(SECOND, HOUR),
+  },
   environment = S.record {
     prompt = S.text({ "os", "toolchains", "repository", "default_branch", "publishing", "scratch" }, 16384),
     turn = S.text({ "date", "workspace", "publish_branch", "git_status" }, 16384),
@@ -916,6 +944,21 @@ function M.cross.agents(a, report)
   if type(a.review_comments) == "table" and type(a.review_comments.agent) == "string"
       and a.agents[a.review_comments.agent] == nil then
     report("review_comments.agent", "names no agent defined in agents: " .. show(a.review_comments.agent))
+  end
+  local names = {}
+  for i, sc in ipairs(type(a.schedules) == "table" and a.schedules or {}) do
+    if type(sc) == "table" and type(sc.agent) == "string" and a.agents[sc.agent] == nil then
+      report(("schedules[%d].agent"):format(i), "names no agent defined in agents: " .. show(sc.agent))
+    end
+    if type(sc) == "table" and names[sc.name] then report(("schedules[%d].name"):format(i), "repeats " .. show(sc.name)) end
+    if type(sc) == "table" and sc.name then names[sc.name] = true end
+  end
+  local prr = type(a.pull_request_reviews) == "table" and a.pull_request_reviews or {}
+  if type(prr.agent) == "string" and a.agents[prr.agent] == nil then
+    report("pull_request_reviews.agent", "names no agent defined in agents: " .. show(prr.agent))
+  end
+  if type(a.issues) == "table" and type(a.issues.agent) == "string" and a.agents[a.issues.agent] == nil then
+    report("issues.agent", "names no agent defined in agents: " .. show(a.issues.agent))
   end
   if type(a.default_agent) == "string" and a.agents[a.default_agent] == nil then
     report("default_agent", "names no agent defined in agents: " .. show(a.default_agent))

@@ -29,6 +29,9 @@
 --       | nil, err — a seen-once key (a Slack event id, a GitHub comment's signed id) shared by
 --       every process that opens the file: an event replayed after a restart, or delivered to
 --       the other of two overlapping processes, is claimed once
+--   rec:schedule_last(name) → seconds | false (never) | nil, err   a schedule's last fire time
+--   rec:schedule_claim(name, at_s) → true (this process fires at_s) | false (at_s or a later
+--       time was already claimed, by this process or another) | nil, err  (dispatch/schedule.lua)
 local core = require("switchboard.core")
 local cjson = require("cjson.safe").new()
 local text_cut = require("switchboard.text_cut")
@@ -61,6 +64,7 @@ M.SCHEMA = {
   { "CREATE INDEX IF NOT EXISTS threads_updated ON threads(updated_ms)" },
   { [[CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, expires_ms INTEGER NOT NULL)]] },
   { "CREATE INDEX IF NOT EXISTS seen_expires ON seen(expires_ms)" },
+  { [[CREATE TABLE IF NOT EXISTS schedules (name TEXT PRIMARY KEY, last_s INTEGER NOT NULL)]] },
 }
 
 -- opts: scrub (default core.log_scrub), wall_ms (default core.wall_ms), excerpt_bytes (the
@@ -267,6 +271,20 @@ function R:claim(key, ttl_ms)
   local t = now(self)
   local rows, info = self.db:run("INSERT INTO seen (key, expires_ms) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
     .. "SET expires_ms = excluded.expires_ms WHERE seen.expires_ms <= ?", tostring(key), t + math.floor(ttl_ms), t)
+  if not rows then return nil, info end
+  return info.changes == 1
+end
+
+function R:schedule_last(name)
+  local rows, err = self.db:run("SELECT last_s FROM schedules WHERE name = ?", tostring(name))
+  if not rows then return nil, err end
+  return rows[1] and math.tointeger(rows[1].last_s) or false
+end
+
+-- One statement, as claim: of two processes on the same file, one fires a given time.
+function R:schedule_claim(name, at_s)
+  local rows, info = self.db:run("INSERT INTO schedules (name, last_s) VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
+    .. "SET last_s = excluded.last_s WHERE schedules.last_s < excluded.last_s", tostring(name), math.floor(at_s))
   if not rows then return nil, info end
   return info.changes == 1
 end

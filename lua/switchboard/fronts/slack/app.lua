@@ -23,6 +23,12 @@ local http = require("switchboard.fronts.slack.http")
 local socket_mode = require("switchboard.fronts.slack.socket_mode")
 local readiness = require("switchboard.fronts.slack.readiness")
 local review = require("switchboard.fronts.slack.review")
+local schedule = require("switchboard.dispatch.schedule")
+local text_mod = require("switchboard.fronts.slack.text")
+local github_front = require("switchboard.fronts.github.front")
+local github_issues = require("switchboard.fronts.github.issues")
+local github_pulls = require("switchboard.fronts.github.pulls")
+local issues_api = require("switchboard.github.issues")
 
 local M = {}
 local App = {}
@@ -32,6 +38,7 @@ function M.new(opts)
   local self = setmetatable({
     bot = opts.bot, policy = opts.policy, secret = opts.secret, app_api = opts.app_api,
     github_secret = opts.github_secret,
+    github_login = opts.github_login, -- the App's bot user (GITHUB_BOT_LOGIN): "@name" starts runs on issues
     log = opts.log or core.log, closed = false, servers = {},
     intake = in_flight.new(), -- Events API requests answered 200 whose event is not handed over yet
     pages = opts.pages, -- the run pages' handler (pages/routes.lua), served on every listener
@@ -51,13 +58,34 @@ function M.new(opts)
   self.front = front_mod.new{ api = opts.bot_api, policy = opts.policy, log = self.log }
   local dopts = {}
   for k, v in pairs(opts.dispatcher_opts or {}) do dopts[k] = v end
-  dopts.front = self.front
+  -- a run GitHub started (thread "github:OWNER/REPO#N") has its card as an issue comment
+  self.github_front = github_front.new{ credentials = dopts.stack and dopts.stack.credentials,
+                                        policy = opts.policy, log = self.log }
+  dopts.front = M.router(self.front, self.github_front)
   dopts.policy = opts.policy
-  dopts.thread_key = function(thread) return "slack:" .. thread end
+  dopts.thread_key = function(thread)
+    return github_front.place(thread) and thread or "slack:" .. thread
+  end
   self.d = dispatcher.new(dopts)
   self.readiness = readiness.new{ socket = function() return self.sm end, policy = opts.policy,
                                   sandbox_urls = opts.sandbox_urls, sandbox_token = opts.sandbox_token }
   return self
+end
+
+-- The dispatcher's front: a GitHub thread's cards go to its issue, every other to Slack.
+function M.router(slack, github)
+  local function pick(thread) return github_front.place(thread) and github or slack end
+  return {
+    post = function(_, thread, msg)
+      local f = pick(thread)
+      return { front = f, h = f:post(thread, msg) }
+    end,
+    update = function(_, h, msg) return h.front:update(h.h, msg) end,
+    link_for = function(_, thread)
+      if github_front.place(thread) then return nil end
+      return slack:link_for(thread)
+    end,
+  }
 end
 
 -- Policy: allowed workspaces ("token" = the bot's own), channels and users.
@@ -151,6 +179,11 @@ function App:on_github(event, delivery, payload)
     return
   end
   local snap = self.policy()
+  if event == "issues" or (event == "issue_comment" and type(payload.issue) == "table"
+      and type(payload.issue.pull_request) ~= "table") then
+    return self:on_issue(event, delivery, payload, snap)
+  end
+  if event == "pull_request" then return self:on_pull_request(event, delivery, payload, snap) end
   local pol = snap.agents.review_comments
   local c, why = review.read(event, payload, pol, core.wall_ms() // 1000, snap.slack.events.dedup_ms // 1000)
   if not c then
@@ -184,6 +217,98 @@ function App:on_github(event, delivery, payload)
     ask.review = c -- the run replies on the pull request (dispatch/agent_run.lua)
     ask.card:add_note(("started by a review comment from @%s on pull request #%s"):format(tostring(c.user), tostring(c.pr_number)))
   end
+end
+
+-- An issue (opened, assigned to the bot, or a comment mentioning it) starts a run in the
+-- issue's own thread; its card is an issue comment (fronts/github/front.lua).
+function App:on_issue(event, delivery, payload, snap)
+  local pol = snap.agents.issues
+  local i, why = github_issues.read(event, payload, pol, self.github_login, core.wall_ms() // 1000,
+    snap.slack.events.dedup_ms // 1000)
+  if not i then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), event = tostring(event), why = why })
+    return
+  end
+  local key = github_issues.seen_key(event, payload)
+  if not key then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "the delivery names no issue or comment id" })
+    return
+  end
+  if not self.seen_comments:first(key) then
+    self.log("info", "github.duplicate_issue", { delivery = tostring(delivery), key = key })
+    return
+  end
+  local thread = github_issues.thread(i.repo, i.number)
+  self.log("info", "github.issue", { thread = thread, how = i.how, user = i.user, delivery = tostring(delivery) })
+  local comments
+  local o = self.github_front:api(i.repo, i.number)
+  if o and pol.max_comments > 0 then
+    local err
+    comments, err = issues_api.comments(o, pol.max_comments)
+    if not comments then self.log("warn", "github.api_failed", { call = "issue comments", error = tostring(err):match("^[^\n]*") }) end
+  end
+  local ask = self.d:handle{ thread = thread, user = "github:" .. tostring(i.user),
+                             text = "agent:" .. pol.agent .. " " .. github_issues.ask_text(i, comments) }
+  if type(ask) == "table" and ask.card and ask.card.add_note then
+    ask.issue = i -- its pull request says "Fixes #N" (dispatch/agent_run.lua)
+    ask.card:add_note(("started by @%s on issue #%d (%s)"):format(tostring(i.user), i.number, i.how))
+  end
+end
+
+-- A pull request opened (or marked ready) in a repository policy lists: the review agent runs in
+-- its thread; its answer becomes a review with line comments (dispatch/pr_review.lua).
+function App:on_pull_request(event, delivery, payload, snap)
+  local pol = snap.agents.pull_request_reviews
+  local pr, why = github_pulls.read(event, payload, pol, self.github_login)
+  if not pr then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), event = tostring(event), why = why })
+    return
+  end
+  local key = github_pulls.seen_key(event, payload)
+  if not key then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "the delivery names no pull request id or head" })
+    return
+  end
+  if not self.seen_comments:first(key) then
+    self.log("info", "github.duplicate_pull_request", { delivery = tostring(delivery), key = key })
+    return
+  end
+  local thread = github_issues.thread(pr.repo, pr.number)
+  self.log("info", "github.pull_request_review", { thread = thread, user = pr.user, delivery = tostring(delivery) })
+  local ask = self.d:handle{ thread = thread, user = "github:" .. tostring(pr.user),
+                             text = "agent:" .. pol.agent .. " " .. github_pulls.ask_text(pr) }
+  if type(ask) == "table" and ask.card and ask.card.add_note then
+    ask.pr_review = pr -- its answer is posted as a review (dispatch/agent_run.lua → dispatch/pr_review.lua)
+    ask.card:add_note(("reviewing pull request #%d opened by @%s"):format(pr.number, tostring(pr.user)))
+  end
+end
+
+-- A scheduled ask (dispatch/schedule.lua): a new thread in the schedule's channel, its first
+-- message saying which schedule asked what, then the ask as if mentioned there.
+function App:on_schedule(e, at_s)
+  local snap = self.policy()
+  local head = ("Scheduled ask `%s` (%s, %s UTC): agent:%s%s — %s"):format(e.name, e.cron,
+    os.date("!%Y-%m-%d %H:%M", at_s), e.agent, e.repository and (" in " .. e.repository) or "", e.ask)
+  local posted, err = self.bot_api:call("chat.postMessage", { channel = e.channel, text = text_mod.escape(head),
+    unfurl_links = false, unfurl_media = false }, { channel = e.channel, give_up_ms = snap.slack.api.final_give_up_ms })
+  if not posted then
+    self.log("warn", "slack.api_failed", { call = "chat.postMessage", channel = e.channel, schedule = e.name,
+      error = err and (err.error or err.kind), message = err and err.message })
+    return
+  end
+  local thread = events.thread_name(self.bot.team_id, e.channel, posted.ts)
+  self.log("info", "slack.scheduled_ask", { thread = thread, schedule = e.name })
+  self.front:note_ask(thread, { channel = e.channel, thread_ts = posted.ts })
+  self.d:handle{ thread = thread, user = "schedule:" .. e.name,
+                 text = ("agent:%s %s%s"):format(e.agent, e.repository and ("in " .. e.repository .. ": ") or "", e.ask) }
+  self.front:note_ask(thread, nil)
+end
+
+function App:start_schedules(record, stop)
+  self.schedules_stop = core.signal(stop)
+  self.schedules = schedule.new{ policy = self.policy, record = record, log = self.log,
+    fire = function(e, at_s) core.go(function() self:on_schedule(e, at_s) end) end }
+  self.schedules:start(self.schedules_stop)
 end
 
 function App:on_envelope(env, conn_id)
@@ -245,6 +370,7 @@ end
 -- returns by then (→ true when everything drained and every card was sent, false when cut).
 function App:shutdown(drain_ms, kill_now, flush_ms)
   self.closed = true
+  if self.schedules_stop then self.schedules_stop:abort("shutting down") end
   local deadline = kill_now and core.signal(kill_now) or core.signal()
   local timer_off = core.signal(deadline)
   core.go(function()
@@ -261,7 +387,7 @@ function App:shutdown(drain_ms, kill_now, flush_ms)
     self.d:drain(math.max(0, drain_ms - (flush_ms or 0)), deadline)
     drained:abort("drained")
   end)
-  local ok = until_either(drained, deadline) and self.front:flush(deadline)
+  local ok = until_either(drained, deadline) and self.front:flush(deadline) and self.github_front:flush(deadline)
   timer_off:abort("over")
   if not ok then
     self.log("warn", "slack.drain_cut", { drain_ms = drain_ms, asks = self.d.asks and self.d.asks.count,

@@ -63,6 +63,10 @@ function M.iso_seconds(s)
   return days * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(sec) - off
 end
 
+-- t[k] when t is a table (a signed body of an unexpected shape reads as absent, never raises:
+-- tests/fuzz/fuzz_github_webhook.c).
+local function field(t, k) return type(t) == "table" and t[k] or nil end
+
 -- The comment of a delivery that should start a follow-up, or nil and why not.
 function M.read(event, p, pol, now_s, max_age_s)
   if type(p) ~= "table" then return nil, "not a JSON object" end
@@ -70,19 +74,19 @@ function M.read(event, p, pol, now_s, max_age_s)
   local c
   if event == "pull_request_review_comment" and p.action == "created" and type(p.comment) == "table"
       and type(p.pull_request) == "table" then
-    c = { kind = "review_comment", body = p.comment.body, at = p.comment.created_at, user = p.comment.user and p.comment.user.login,
+    c = { kind = "review_comment", body = p.comment.body, at = p.comment.created_at, user = field(p.comment.user, "login"),
           association = p.comment.author_association, path = p.comment.path,
           line = p.comment.line or p.comment.original_line, diff_hunk = p.comment.diff_hunk,
           pr_number = p.pull_request.number, pr_url = p.pull_request.html_url,
-          head = p.pull_request.head and p.pull_request.head.ref }
+          head = field(p.pull_request.head, "ref") }
   elseif event == "pull_request_review" and p.action == "submitted" and type(p.review) == "table"
       and type(p.pull_request) == "table" then
-    c = { kind = "review", body = p.review.body, at = p.review.submitted_at, user = p.review.user and p.review.user.login,
+    c = { kind = "review", body = p.review.body, at = p.review.submitted_at, user = field(p.review.user, "login"),
           association = p.review.author_association, pr_number = p.pull_request.number,
-          pr_url = p.pull_request.html_url, head = p.pull_request.head and p.pull_request.head.ref }
+          pr_url = p.pull_request.html_url, head = field(p.pull_request.head, "ref") }
   elseif event == "issue_comment" and p.action == "created" and type(p.issue) == "table"
       and type(p.issue.pull_request) == "table" and type(p.comment) == "table" then
-    c = { kind = "comment", body = p.comment.body, at = p.comment.created_at, user = p.comment.user and p.comment.user.login,
+    c = { kind = "comment", body = p.comment.body, at = p.comment.created_at, user = field(p.comment.user, "login"),
           association = p.comment.author_association, pr_number = p.issue.number,
           pr_url = p.issue.pull_request.html_url or p.issue.html_url }
   else
