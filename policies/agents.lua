@@ -6,7 +6,8 @@
 --   token_scope           "read" | "write" | nil — a scope from policies/github.lua.
 --   max_run_minutes       the run's wall clock; commands are clipped to what is left of it.
 --   tools                 bash, read_file, write_file, edit_file, glob, grep, list need
---                         resources.repository.
+--                         resources.repository; todo_write (the model's plan, a checklist on
+--                         the card and the run's page) needs none.
 --   network               "host" | "none": the network of the agent's sandbox instance
 --                         (docs/isolation.md). Absent: policies/isolation.lua network. "none"
 --                         needs walls (sandboxd, or the local executor with local_walls).
@@ -29,7 +30,7 @@ agents.coding = {
   readonly = false,
   token_scope = "write",
   max_run_minutes = 30,
-  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list" },
+  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "todo_write" },
   max_turns = 80,
   pull_requests = true,
   thinking = { budget_tokens = 6000 },
@@ -41,7 +42,7 @@ agents.review = {
   readonly = true,
   token_scope = "read",
   max_run_minutes = 25,
-  tools = { "bash", "read_file", "glob", "grep", "list" },
+  tools = { "bash", "read_file", "glob", "grep", "list", "todo_write" },
   max_turns = 60,
   system_prompt = [[You are {agent}, a code reviewer working in {repository}, checked out in {workspace}.
 You may read files and run commands ({tools}) but never change anything: no edits, no commits,

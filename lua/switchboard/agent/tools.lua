@@ -15,8 +15,9 @@
 --   edit_file reads and writes the file through the executor's file routes (the same confined
 --   paths as read_file/write_file): old_text must occur exactly once unless replace_all; else
 --   a tool error saying how often it occurred (and where), or showing the nearest lines.
+--   todo_write (agent/todos.lua): the model's plan, shown through ctx.on_todos; no executor
 --   tools.call(executor, snap, tool_use, ctx) → {content, is_error, kind, command?, result?}
---     ctx: signal, remaining_ms; kind: "result" | "tool" | "refused" | "infra" | "capacity" |
+--     ctx: signal, remaining_ms, on_todos?; kind: "result" | "tool" | "refused" | "infra" | "capacity" |
 --          "input"
 local core = require("switchboard.core")
 local budget = require("switchboard.shell.budget")
@@ -25,6 +26,7 @@ local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
 local tracing = require("switchboard.exec.tracing")
 local find = require("switchboard.agent.find")
+local todos = require("switchboard.agent.todos")
 
 local M = {}
 
@@ -119,6 +121,8 @@ end
 for name in pairs(find.NAMES) do
   DEFS[name] = function(snap) return find.definitions(snap)[name] end
 end
+
+DEFS[todos.NAME] = function() return todos.definition() end
 
 -- Tools that change the workspace: never offered to a readonly agent.
 M.WRITE_TOOLS = { write_file = true, edit_file = true }
@@ -370,6 +374,7 @@ local function call_tool(ex, snap, def, use, ctx)
   if use.input_error then
     return outcome("input", use.name .. " was called with input that is not a JSON object (" .. use.input_error .. ")", true)
   end
+  if use.name == todos.NAME then return todos.call(use.input, ctx) end
   if find.NAMES[use.name] then
     local out, err = find.call(use.name, ex, snap, use.input or {}, ctx)
     if not out then return from_error(snap, err) end

@@ -369,6 +369,12 @@ local function converse(d, run, deadline)
     workspace = built.executor.workspace_dir and built.executor:workspace_dir() or nil,
     transcript = run.transcript, now_ms = d.now_ms, instructions = run.guide, facts = run.facts,
     history = M.history(d, thread), before_tools = run.workspace_ready,
+    inbox = function()
+      local list = ask.inbox
+      if not list or #list == 0 then return nil end
+      ask.inbox = {}
+      return list
+    end,
     on_turn = function(messages)
       M.keep_conversation(d, thread, messages)
       -- the cost so far, so a run the bot dies in still counts towards the caps after a restart

@@ -375,6 +375,7 @@ function D:worker(thread)
     ask.started_ms = self.now_ms() -- the run's clock starts now, not when it was queued
     self:run_ask(thread, ask)
     thread.running = nil
+    self:requeue_inbox(ask)
     self.asks:leave()
   end
   thread.worker = nil
@@ -430,6 +431,9 @@ function D:enqueue(msg, snap, parsed, name, def)
     snap = snap,
     created_ms = self.now_ms(),
     stop = core.signal(self.shutdown),
+    -- an agent run's inbox: mentions in its thread while it works, read at its next turn
+    -- boundary (agent/run.lua); what is left when it ends is asked again as a new run
+    inbox = parsed.kind == "free_text" and {} or nil,
   }
   -- The thread's repository is bound by its first ask that names one, at once, so that a
   -- queued ask naming another is refused even before the first has run.
@@ -467,6 +471,32 @@ function D:behind_text(thread)
   local state = last == thread.running and "running" or "queued"
   if n == 1 then return ("%s (%s)"):format(what, state) end
   return ("%s (%s) and %d more ahead"):format(what, state, n - 1)
+end
+
+-- A mention in a thread whose agent run is working goes to that run (its inbox, read at the
+-- next turn boundary) instead of queueing a new one — unless it names another agent. Returns
+-- the running ask when the message went to it.
+function D:deliver(msg, parsed)
+  local thread = self.threads[msg.thread]
+  local r = thread and thread.running
+  if not (r and r.inbox) or r.stop.aborted or self.closed then return nil end
+  if parsed.agent and parsed.agent ~= r.agent then return nil end
+  if parsed.model or parsed.effort then return nil end -- another model or effort: a run of its own
+  r.inbox[#r.inbox + 1] = { user = msg.user, text = parsed.text, prepare = msg.prepare, msg = msg }
+  if r.card.steered then r.card:steered(msg.user, parsed.text) end
+  if r.handle then self:refresh(r) end
+  log("info", "dispatch.delivered", { thread = msg.thread, ask = r.id, user = msg.user })
+  return r
+end
+
+-- What a run's inbox still holds when the run has ended (it answered before reading them):
+-- each is handled again, as a new ask of the thread. Dropped after a stop.
+function D:requeue_inbox(ask)
+  local left = ask.inbox
+  if not left or #left == 0 then return end
+  ask.inbox = nil
+  if ask.stop.aborted then return end
+  for _, m in ipairs(left) do self:handle(m.msg) end
 end
 
 -- Stop the thread's running command and drop its queued asks. Returns how many asks it hit.
@@ -512,6 +542,7 @@ function D:handle(msg)
   if self.closed then
     return self:answer(msg.thread, "Not taking new asks: switchboard is shutting down.")
   end
+  if parsed.kind == "free_text" and self:deliver(msg, parsed) then return nil end
   if parsed.kind == "free_text" then
     -- An agent run: the repository it names binds only for an agent that works in one.
     local name, def = self:resolve(snap, msg, { agent = parsed.agent })
