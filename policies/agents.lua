@@ -22,6 +22,8 @@
 --                         are filled in for each run
 --   thinking              { budget_tokens = N }: extended thinking, N ≥ 1024 and < max_tokens
 --                         (the card shows when the model is thinking); absent: no thinking
+--   models                the models a person may pick for a thread with model:NAME (each in
+--                         `models` below); absent: only the agent's own model
 agents = {}
 
 agents.coding = {
@@ -34,6 +36,7 @@ agents.coding = {
   max_turns = 80,
   pull_requests = true,
   thinking = { budget_tokens = 6000 },
+  models = { "claude-sonnet-4-5", "claude-opus-4-5", "claude-haiku-4-5" },
 }
 
 agents.review = {
@@ -59,6 +62,12 @@ agents.general = {
   max_turns = 1,
   system_prompt = [[You are {agent}, answering a question in a chat thread. You have no tools, no repository and no workspace: answer from what you know, briefly, and say when you are not sure.]],
 }
+
+-- effort:low|medium|high in an ask (it sticks to the thread until changed): the extended
+-- thinking budget in tokens the run gets instead of its agent's `thinking` (0: no thinking).
+-- A run's max_tokens is raised above the budget when it is not (the API's rule), within the
+-- model's max_output_tokens.
+effort = { low = 0, medium = 6000, high = 24000 }
 
 -- What an agent run uses when its entry does not say.
 run_defaults = {

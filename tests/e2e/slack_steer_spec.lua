@@ -124,4 +124,44 @@ describe("slack: steering a working agent", function()
     bot:signal("TERM")
     assert.equal(0, bot:wait().exit)
   end))
+
+  it("takes model: and effort: from the ask into the request, and keeps them for the thread until changed", async(function()
+    m:script{ say("2"), say("4"), say("6") }
+    start_bot()
+    local root = "1700001200.000100"
+    st:envelope("events_api", SL.mention{ ts = root, text = "agent:coding model:opus effort:high what is 1+1?" })
+    local card = SL.card_text(final_card(st, root))
+    assert.truthy(card:find("claude-opus-4-5 · effort high", 1, true), card)
+    st:envelope("events_api", SL.mention{ ts = "1700001200.000200", thread_ts = root, text = "agent:coding and 2+2?" })
+    SL.wait(function() return #m:requests() >= 2 and #st:cards(root) == 2 and SL.is_final(st:cards(root)[2]) end,
+      "the second run's final card", 120000)
+    st:envelope("events_api", SL.mention{ ts = "1700001200.000300", thread_ts = root,
+                                          text = "agent:coding model:claude-haiku-4-5 effort:low and 3+3?" })
+    SL.wait(function() return #m:requests() >= 3 and #st:cards(root) == 3 and SL.is_final(st:cards(root)[3]) end,
+      "the third run's final card", 120000)
+    local reqs = m:requests()
+    assert.equal("claude-opus-4-5", reqs[1].body.model)
+    assert.equal(24000, reqs[1].body.thinking.budget_tokens)
+    assert.truthy(reqs[1].body.max_tokens > 24000)
+    assert.is_nil(reqs[1].body.temperature)
+    -- the follow-up names neither: the thread's choice holds
+    assert.equal("claude-opus-4-5", reqs[2].body.model)
+    assert.equal(24000, reqs[2].body.thinking.budget_tokens)
+    -- changed: another model, and effort:low turns thinking off
+    assert.equal("claude-haiku-4-5", reqs[3].body.model)
+    assert.is_nil(reqs[3].body.thinking)
+    bot:signal("TERM")
+    assert.equal(0, bot:wait().exit)
+  end))
+
+  it("refuses a model the agent does not allow, saying which it may use", async(function()
+    start_bot()
+    st:envelope("events_api", SL.mention{ ts = "1700001300.000100", text = "agent:coding model:gpt-9 hi" })
+    local answer = SL.wait(function() return st:answers("1700001300.000100")[1] end, "the refusal")
+    assert.truthy(answer:find("model:gpt-9 is not allowed for agent:coding", 1, true), answer)
+    assert.truthy(answer:find("claude-opus-4-5", 1, true), answer)
+    assert.equal(0, #m:requests())
+    bot:signal("TERM")
+    assert.equal(0, bot:wait().exit)
+  end))
 end)

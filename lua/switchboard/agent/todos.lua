@@ -5,6 +5,8 @@
 --
 --   todos.definition() → the API's tool definition
 --   todos.call(input, ctx) → {kind, content, is_error}   ctx.on_todos(list) shows the list
+local core = require("switchboard.core")
+
 local M = {}
 
 M.NAME = "todo_write"
@@ -45,14 +47,14 @@ end
 -- The list as given, checked: every item a non-empty one-line content and a known status.
 function M.read(input)
   local list = type(input) == "table" and input.todos
-  if type(list) ~= "table" then return nil, "todos must be a list of {content, status}" end
+  if type(list) ~= "table" then return nil, core.error("input", "todos must be a list of {content, status}") end
   local out = {}
   for i, item in ipairs(list) do
     if type(item) ~= "table" or type(item.content) ~= "string" or item.content:match("^%s*$") then
-      return nil, ("item %d needs a content (text)"):format(i)
+      return nil, core.error("input", ("item %d needs a content (text)"):format(i))
     end
     if not M.STATUSES[item.status] then
-      return nil, ("item %d has status %q; it must be pending, in_progress or completed"):format(i, tostring(item.status))
+      return nil, core.error("input", ("item %d has status %q; it must be pending, in_progress or completed"):format(i, tostring(item.status)))
     end
     out[i] = { content = (item.content:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "")), status = item.status }
   end
@@ -61,7 +63,7 @@ end
 
 function M.call(input, ctx)
   local list, why = M.read(input)
-  if not list then return problem(why) end
+  if not list then return problem(tostring(why)) end
   if ctx and ctx.on_todos then ctx.on_todos(list) end
   local done = 0
   for _, t in ipairs(list) do if t.status == "completed" then done = done + 1 end end

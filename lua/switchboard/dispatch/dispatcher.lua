@@ -409,6 +409,48 @@ function D:resolve(snap, msg, ask)
   return name, def
 end
 
+-- model:NAME and effort:LEVEL: this ask's words, else the thread's earlier choice (it sticks
+-- until changed), else the agent's own. A model must be one the agent allows (policy
+-- `models`; a unique part of a name is enough: model:opus). Returns the agent's definition as
+-- this run uses it (model, thinking, max_tokens), or nil and the answer saying why not.
+function D:choose(snap, thread, def, parsed, name)
+  local choice = thread and thread.choice or {}
+  local allowed = def.models or { def.model }
+  local model = choice.model
+  if parsed.model then
+    local want, found = parsed.model:lower(), {}
+    for _, m in ipairs(allowed) do
+      if m:lower() == want then found = { m } break end
+      if m:lower():find(want, 1, true) then found[#found + 1] = m end
+    end
+    if #found ~= 1 then
+      return nil, core.error("refused", ("model:%s is %s for agent:%s; it may use: %s."):format(parsed.model,
+        #found == 0 and "not allowed" or "more than one model", name, table.concat(allowed, ", ")))
+    end
+    model = found[1]
+  end
+  local ok_model = false
+  for _, m in ipairs(allowed) do if m == model then ok_model = true end end
+  if not ok_model then model = def.model end -- another agent's choice: this agent's own
+  local effort = parsed.effort or choice.effort
+  local over = { model = model, effort = effort }
+  if effort and snap.agents.effort then
+    local budget = snap.agents.effort[effort]
+    local limit = snap.agents.models[model] and snap.agents.models[model].max_output_tokens or def.max_tokens
+    if budget == 0 then
+      over.thinking = false
+    else
+      over.thinking = { budget_tokens = budget }
+      over.max_tokens = math.min(math.max(def.max_tokens, budget + def.max_tokens // 4), limit)
+    end
+  end
+  local used = setmetatable({}, { __index = function(_, k)
+    if over[k] ~= nil then return over[k] or nil end
+    return def[k]
+  end })
+  return used, { model = parsed.model and model or choice.model, effort = effort }
+end
+
 function D:enqueue(msg, snap, parsed, name, def)
   local thread = self:thread(msg.thread)
   self.seq = self.seq + 1
@@ -440,7 +482,9 @@ function D:enqueue(msg, snap, parsed, name, def)
   if ask.repo then thread.repo = thread.repo or ask.repo end
   if ask.kind == "agent" then
     ask.card = run_card.new{ thread = msg.thread, user = msg.user, agent = name, ask = parsed.text,
-                             repo = ask.repo, max_turns = def.max_turns }
+                             repo = ask.repo, max_turns = def.max_turns, model = def.model, effort = def.effort,
+                             chosen = parsed.model ~= nil or parsed.effort ~= nil or thread.choice ~= nil
+                               and (thread.choice.model ~= nil or thread.choice.effort ~= nil) }
   else
     ask.card = card_mod.new{ thread = msg.thread, user = msg.user, agent = name,
                              command = parsed.command, repo = ask.repo }
@@ -553,7 +597,10 @@ function D:handle(msg)
       if not name then return self:answer(msg.thread, def) end
     end
     parsed.repo = repo
-    return self:enqueue(msg, snap, parsed, name, def)
+    local used, choice = self:choose(snap, self.threads[msg.thread], def, parsed, name)
+    if not used then return self:answer(msg.thread, tostring(choice)) end
+    self:thread(msg.thread).choice = choice
+    return self:enqueue(msg, snap, parsed, name, used)
   end
   local name, def = self:resolve(snap, msg, parsed)
   if not name then return self:answer(msg.thread, def) end

@@ -25,13 +25,15 @@ local M = {}
 local R = setmetatable({}, { __index = card })
 R.__index = R
 
--- fields: thread, agent, ask, repo?, user?, max_turns?
+-- fields: thread, agent, ask, repo?, user?, max_turns?, model? (the model this run uses),
+-- effort? (low | medium | high: the thread's effort: word), chosen? (the thread chose them)
 function M.new(fields)
   local c = card.new{ thread = fields.thread, user = fields.user, agent = fields.agent,
                       command = fields.ask, repo = fields.repo }
   c.kind = "agent"
   c.ask = fields.ask
   c.max_turns = fields.max_turns
+  c.model, c.effort, c.chosen = fields.model, fields.effort, fields.chosen
   c.turns = 0
   c.tokens_in, c.tokens_out = 0, 0
   return setmetatable(c, R)
@@ -137,6 +139,8 @@ function R:header(max_chars)
   local first = { "[" .. tostring(self.thread) .. "] agent:" .. tostring(self.agent) }
   if self.backend then first[#first + 1] = self.backend end
   if self.repo then first[#first + 1] = self.repo end
+  -- the model when the thread chose one (model: or effort:); Slack's card always names it
+  if self.model and self.chosen then first[#first + 1] = self.model .. (self.effort and (" · effort " .. self.effort) or "") end
   local lines = { card.cut_line(table.concat(first, " · "), max_chars // 8) }
   for _, note in ipairs(self.notes) do
     lines[#lines + 1] = card.cut_line("note: " .. note, max_chars // 8)

@@ -422,7 +422,12 @@ M.files.agents = {
     pull_requests = S.optional(S.bool),
     network = S.optional(S.enum { "host", "none" }),
     thinking = S.optional(S.record { budget_tokens = S.int { min = 1024, max = 1000000 } }),
+    models = S.optional(S.list(S.string { one_line = true, max_len = 200 }, { unique = true })),
   }, { min = 1 }),
+  effort = S.optional(S.record {
+    low = S.int { min = 0, max = 1000000 }, medium = S.int { min = 0, max = 1000000 },
+    high = S.int { min = 0, max = 1000000 },
+  }),
   instructions = S.record {
     files = S.list(S.string { pattern = "^[%w._-][%w._/-]*$", what = "a path inside the repository" }, { unique = true, max = 20 }),
     nested_files = S.list(S.string { pattern = "^[%w._-]+$", what = "a file name (no directory)" }, { unique = true, max = 10 }),
@@ -811,6 +816,11 @@ function M.cross.agents(a, report)
     if type(a.models) == "table" and type(model) == "string" and a.models[model] == nil then
       report(p .. ".model", string.format("%s has no entry in models (its window, output limit and prices); add one",
         show(model)))
+    end
+    for i, m in ipairs(type(def.models) == "table" and def.models or {}) do
+      if type(a.models) == "table" and a.models[m] == nil then
+        report(("%s.models[%d]"):format(p, i), string.format("%s has no entry in models; add one", show(m)))
+      end
     end
     if type(def.thinking) == "table" and type(max_tokens) == "number" and type(def.thinking.budget_tokens) == "number"
         and def.thinking.budget_tokens >= max_tokens then

@@ -113,6 +113,7 @@ local function head_blocks(card, max)
   local head = { "*agent:" .. text.escape(card.agent or "?") .. "*" }
   if card.backend then head[#head + 1] = text.escape(card.backend) end
   if card.repo then head[#head + 1] = text.escape(card.repo) end
+  if card.model then head[#head + 1] = text.escape(card.model .. (card.effort and (" · effort " .. card.effort) or "")) end
   local blocks = { context(table.concat(head, " · ")) }
   for _, note in ipairs(card.notes or {}) do
     blocks[#blocks + 1] = context(text.escape(card_mod.cut_line("note: " .. note, max - 100)))
