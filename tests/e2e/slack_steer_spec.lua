@@ -164,4 +164,31 @@ describe("slack: steering a working agent", function()
     bot:signal("TERM")
     assert.equal(0, bot:wait().exit)
   end))
+
+  it("gives the second run the messages posted in the thread since the first", async(function()
+    m:script{ say("The first answer."), say("The second answer.") }
+    start_bot()
+    -- the stand-in's message timestamps count up from 1700000000.0001 by 0.0001: this ask comes
+    -- before the bot's first card, as in Slack
+    local root = "1700000000.000150"
+    st:envelope("events_api", SL.mention{ ts = root, text = "agent:coding where are the tests?" })
+    local card1 = final_card(st, root)
+    local after = tonumber(card1.ts)
+    st:control("thread", { channel = "C0GEN", ts = root, messages = {
+      { ts = ("%.6f"):format(after + 0.00002), user = "U0BOB", text = "by the way, the tests are in spec/" },
+    } })
+    st:envelope("events_api", SL.mention{ ts = ("%.6f"):format(after + 0.00004), thread_ts = root,
+                                          text = "agent:coding so please try them" })
+    SL.wait(function() return #st:cards(root) == 2 and SL.is_final(st:cards(root)[2]) end, "the second run's final card", 120000)
+    local reqs = m:requests()
+    assert.equal(2, #reqs)
+    local last = last_text(reqs[2])
+    assert.truthy(last:find("since the previous run", 1, true), last)
+    assert.truthy(last:find("U0BOB: by the way, the tests are in spec", 1, true), last)
+    assert.is_nil(last_text(reqs[1]):find("by the way", 1, true))
+    local card2 = SL.card_text(st:cards(root)[2])
+    assert.truthy(card2:find("1 new message of this thread since the previous run", 1, true), card2)
+    bot:signal("TERM")
+    assert.equal(0, bot:wait().exit)
+  end))
 end)

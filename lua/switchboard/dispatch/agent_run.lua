@@ -217,10 +217,7 @@ function M.record_start(d, thread, ask, built, t)
   -- the thread's backend, and the key its sandbox or resident instance is bound by
   d:remember("thread", d.record.bind, thread.name, { backend = built.backend, instance = d.thread_key(thread.name) })
   local url = d.page_url and d.page_url(rrun.token)
-  if url then
-    ask.card.page_url = url
-    ask.card:add_note("run page: " .. url)
-  end
+  if url then ask.card.page_url = url end -- a View run button (Slack), a line (the console)
   local write = t.write
   -- events are not waited for (the FIFO keeps their order, and the conversation's save after
   -- each turn, which is waited for, commits after them): the run does not pay two more

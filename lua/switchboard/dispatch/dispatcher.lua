@@ -28,6 +28,8 @@
 -- The front interface (a table):
 --   front:post(thread, message) → handle     message = {text, final, summary, card?}
 --   front:update(handle, message)            the same message shape; final cards are complete
+--   front.steers                             true: a message in a thread whose agent run works
+--                                            goes to that run (D:deliver), not the queue
 -- A front that cannot edit messages (a pipe) shows only final ones.
 --
 --   local d = dispatcher.new{front = f, stack = {workspace_root = dir, …}, outputs_dir = dir}
@@ -519,8 +521,11 @@ end
 
 -- A mention in a thread whose agent run is working goes to that run (its inbox, read at the
 -- next turn boundary) instead of queueing a new one — unless it names another agent. Returns
--- the running ask when the message went to it.
+-- the running ask when the message went to it. Only for a front whose messages are a
+-- conversation (front.steers: Slack, a console typed into); a console reading a pipe takes each
+-- line as an ask of its own, queued.
 function D:deliver(msg, parsed)
+  if not self.front.steers then return nil end
   local thread = self.threads[msg.thread]
   local r = thread and thread.running
   if not (r and r.inbox) or r.stop.aborted or self.closed then return nil end

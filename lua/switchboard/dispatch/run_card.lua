@@ -8,7 +8,7 @@
 --   (input tokens read from and written to the prompt cache), cost_usd, waiting (a ⏳ line while the fleet or the API makes
 --   the run wait), answer (the model's last text), problem (why it ended, when not done),
 --   todos (the model's plan: {content, status}; checklist_lines() as ☑ / ▶ / ☐ lines),
---   commentary (the model's latest line of text beside its calls),
+--   commentary (the model's latest line of text beside its calls), page_url (the run's page),
 --   pull_request ({url, number, action = opened|updated, branch, draft} when the run opened or
 --   updated one), publish_problem (why its changes could not be pushed or the PR opened)
 --
@@ -145,6 +145,7 @@ function R:header(max_chars)
   for _, note in ipairs(self.notes) do
     lines[#lines + 1] = card.cut_line("note: " .. note, max_chars // 8)
   end
+  if self.page_url then lines[#lines + 1] = "run page: " .. self.page_url end
   lines[#lines + 1] = "> " .. card.cut_line(self.ask or "", max_chars // 4)
   return table.concat(lines, "\n")
 end

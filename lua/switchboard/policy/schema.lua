@@ -684,6 +684,11 @@ M.files.slack = {
   },
   refusal = S.string { one_line = true, max_len = 500 },
   reaction = S.string { pattern = "^[a-z0-9_+-]+$", what = "an emoji name (no colons)" },
+  reaction_end = S.optional(S.record {
+    done = S.string { pattern = "^[a-z0-9_+-]+$", what = "an emoji name (no colons)" },
+    stopped = S.string { pattern = "^[a-z0-9_+-]+$", what = "an emoji name (no colons)" },
+    failed = S.string { pattern = "^[a-z0-9_+-]+$", what = "an emoji name (no colons)" },
+  }),
   card = S.record {
     update_every_ms = ms(100, MINUTE),
     updates_per_minute = S.int { min = 1, max = 6000 },

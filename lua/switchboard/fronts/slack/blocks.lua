@@ -3,7 +3,7 @@
 --   blocks.render(card, {now_ms, max_block_chars, thread, file}) → {text, blocks}
 --
 --   agent:coding · local · acme/api                  context
---   note: …                                           context, one per note
+--   cloned acme/api · instructions: AGENTS.md        context: the notes, folded into one line
 --   $ npm test                                        the command, as code
 --   ✓ exit 0 after 3.2s                               the status line
 --   ```output```                                      the output, head and tail when cut
@@ -61,15 +61,19 @@ local function section(s)
   return { type = "section", text = { type = "mrkdwn", text = s } }
 end
 
--- The card's Stop button while it is not final (events.lua reads its action).
-local function stop_button(opts)
-  return {
-    type = "actions",
-    elements = { {
-      type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
-      text = { type = "plain_text", text = "Stop" },
-    } },
-  }
+-- The card's buttons: Stop while it is not final (events.lua reads its action), View run (a
+-- link to the run's page) when the run has one.
+local function stop_button(opts, card)
+  local elements = {}
+  if opts.thread then
+    elements[1] = { type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
+                    text = { type = "plain_text", text = "Stop" } }
+  end
+  if card and card.page_url then
+    elements[#elements + 1] = { type = "button", action_id = "switchboard_view_run", url = card.page_url,
+                                text = { type = "plain_text", text = "View run" } }
+  end
+  return { type = "actions", elements = elements }
 end
 
 -- A card this renderer does not know (another kind of run card): its text as the console
@@ -115,8 +119,11 @@ local function head_blocks(card, max)
   if card.repo then head[#head + 1] = text.escape(card.repo) end
   if card.model then head[#head + 1] = text.escape(card.model .. (card.effort and (" · effort " .. card.effort) or "")) end
   local blocks = { context(table.concat(head, " · ")) }
-  for _, note in ipairs(card.notes or {}) do
-    blocks[#blocks + 1] = context(text.escape(card_mod.cut_line("note: " .. note, max - 100)))
+  -- the notes folded into one context line, newest last, cut to fit one block
+  local notes = {}
+  for _, note in ipairs(card.notes or {}) do notes[#notes + 1] = card_mod.cut_line(note, max // 4) end
+  if #notes > 0 then
+    blocks[#blocks + 1] = context(text.escape(card_mod.cut_line(table.concat(notes, " · "), max - 100)))
   end
   return blocks
 end
@@ -157,17 +164,17 @@ function M.render_agent(card, opts)
         blocks[#blocks + 1] = section(part)
       end
     end
+    local buttons = {}
     if pr and pr.url then
-      blocks[#blocks + 1] = {
-        type = "actions",
-        elements = { {
-          type = "button", action_id = "switchboard_open_pr", url = pr.url,
-          text = { type = "plain_text", text = ("Open %spull request #%s"):format(pr.draft and "draft " or "", tostring(pr.number)) },
-        } },
+      buttons[1] = {
+        type = "button", action_id = "switchboard_open_pr", url = pr.url,
+        text = { type = "plain_text", text = ("Open %spull request #%s"):format(pr.draft and "draft " or "", tostring(pr.number)) },
       }
     end
+    if card.page_url then buttons[#buttons + 1] = stop_button({}, card).elements[1] end
+    if #buttons > 0 then blocks[#blocks + 1] = { type = "actions", elements = buttons } end
   elseif opts.thread then
-    blocks[#blocks + 1] = stop_button(opts)
+    blocks[#blocks + 1] = stop_button(opts, card)
   end
   return { text = card_mod.cut_line(status, 300), blocks = blocks }
 end
