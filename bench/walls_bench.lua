@@ -65,7 +65,8 @@ local out = { load_before = loadavg() }
 core.run(function()
   local timeouts = function(src) return src .. "\n" .. S.FAST .. 'sandbox.sleep_after = "10m"\n' end
   -- ALIVE + N instances must fit the host's file table (isolation fleet_files_percent): small walls
-  local small = "\npids_max = 32\nopen_files = 128\n"
+  -- …and their workspaces small: each image holds its whole size of the host's disk
+  local small = "\npids_max = 32\nopen_files = 128\nworkspace_max_bytes = 16 * MiB\n"
   local dir = policies.dir{ timeouts = timeouts, isolation = function(src) return src .. small end }
   local cold_dir = policies.dir{ timeouts = timeouts,
     isolation = function(src) return src .. small .. "\nspare_instances = 0\n" end }

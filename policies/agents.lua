@@ -24,6 +24,14 @@
 --                         (the card shows when the model is thinking); absent: no thinking
 --   models                the models a person may pick for a thread with model:NAME (each in
 --                         `models` below); absent: only the agent's own model
+--   mcp_servers           MCP servers whose tools the agent is offered as mcp__SERVER__TOOL
+--                         (docs/mcp.md), Claude Code's mcpServers shape:
+--                           NAME = { command = { "argv", … }, env = { K = "v" } } — stdio, run
+--                             inside the thread's sandbox (needs resources.repository); env is
+--                             literal and visible to the agent's own commands
+--                           NAME = { url = "https://…", headers = { Authorization = "Bearer ${TOKEN}" } }
+--                             — streamable HTTP, called from the bot; ${NAME} is the bot's
+--                             environment variable, read at each request, never logged
 agents = {}
 
 agents.coding = {
@@ -32,7 +40,7 @@ agents.coding = {
   readonly = false,
   token_scope = "write",
   max_run_minutes = 30,
-  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "todo_write" },
+  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "todo_write" },
   max_turns = 80,
   pull_requests = true,
   thinking = { budget_tokens = 6000 },
@@ -243,6 +251,33 @@ The plan: the next steps.]],
 -- and deadlines of bash — within timeout_ms (clipped to what is left of the run), and show at
 -- most the bounds below. Calls of one turn that only read (read_file, glob, grep, list) run at
 -- the same time; a call that changes something keeps its place in the order.
+-- MCP servers' tools (docs/mcp.md): at most max_tools per server are offered; a description
+-- is cut to max_description_chars; a tool whose input schema is larger than max_schema_bytes
+-- is not offered (the card's note says so). An HTTP server's reply over max_reply_bytes is cut
+-- off (a failed call); a stdio server's output is bounded like any command's.
+mcp = {
+  max_tools = 64,
+  max_description_chars = 2000,
+  max_schema_bytes = 16 * 1024,
+  max_reply_bytes = 4 * 1024 * 1024,
+}
+
+-- web_fetch (docs/agent.md): a URL fetched inside the thread's sandbox, at most
+-- max_download_bytes, each hop within timeout_ms, at most max_redirects redirects (each
+-- checked again: no loopback, private or link-local destination).
+-- web_search (docs/agent.md): provider "none" offers it to no agent. To offer it, name a
+-- provider and list "web_search" in an agent's tools; the provider is called from the bot with
+-- the key in the bot's environment variable key_env (never in the sandbox, never logged):
+--   web_search = { provider = "brave", url = "https://api.search.brave.com/res/v1/web/search",
+--                  key_env = "BRAVE_SEARCH_API_KEY", max_results = 8, timeout_ms = 15 * 1000 }
+web_search = { provider = "none" }
+
+web_fetch = {
+  max_redirects = 5,
+  max_download_bytes = 2 * 1024 * 1024,
+  timeout_ms = 30 * 1000,
+}
+
 find_tools = {
   read_max_lines = 2000,
   max_line_chars = 2000,

@@ -40,7 +40,12 @@ e2b = { api_key_env = "E2B_API_KEY", template = "base", workdir = "/home/user" }
 -- else the kubeconfig (JSON) the variable kubeconfig_env names; namespace: this one, else the
 -- service account's or the kubeconfig's. sandboxd in the pods listens on port and takes the
 -- bearer in token_env.
-kubernetes = { token_env = "SANDBOX_TOKEN", kubeconfig_env = "KUBECONFIG", warm_pool = "switchboard", port = 8080 }
+-- workspace_size: the thread's workspace is kept on a volume of this size across the pod's
+-- sleep (a PersistentVolumeClaim per thread, of storage_class or the cluster's default; deleted
+-- record.retention_ms after the thread's last pod slept); remove it to keep none — the card
+-- then says so.
+kubernetes = { token_env = "SANDBOX_TOKEN", kubeconfig_env = "KUBECONFIG", warm_pool = "switchboard", port = 8080,
+  workspace_size = "5Gi" }
 
 -- A backend chosen but not configured is refused with this text (never a silent fallback to
 -- this host). {agent}, {backend}, {setting} are filled in.

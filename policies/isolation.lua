@@ -61,6 +61,16 @@ workspace_max_bytes = 2048 * MiB
 -- What the host's disk keeps free beside the workspaces (its logs, sandboxd's state, the
 -- resident's repositories): an instance whose workspace would take it is not made.
 disk_reserve_bytes = 2048 * MiB
+-- Slept workspaces (docs/sandboxd.md "Instances"): an instance that sleeps (idle past timeouts
+-- sandbox.sleep_after, or sandboxd stopping) keeps its workspace on the host's disk, and the
+-- thread's next request remounts it in a fresh instance — files, dependencies, git state as left.
+-- They are kept under this budget: their bytes on the host's disk together (a slept image gives
+-- its free blocks back to the disk: it holds about its files' size; its wake reserves it whole
+-- again, or is refused in words while the disk is full) and the time since each slept (never past policies/record.lua
+-- retention_ms: a workspace never outlives its thread's record). Past either the oldest go
+-- first, and the thread's next request is told "workspace expired (policy …)" and re-clones.
+slept_max_bytes = 20480 * MiB
+slept_max_age_ms = 7 * 24 * hour
 -- How sandboxd holds it: "filesystem" (the kernel, while writing; needs the loop driver and
 -- /dev/loop-control: a host without them refuses to start, naming them) or "measured" (after
 -- commands, as the resident does: one command can write past it). Only where no loop device can

@@ -39,10 +39,13 @@ socket = {
 
 events = {
   window_ms = 300 * second,           -- a signed request's timestamp may be this far from now
-  dedup_ms = 60 * minute,             -- an event_id (or message) seen within this runs once
+  dedup_ms = 60 * minute,             -- an event_id (or message, or GitHub comment) seen within this runs
+                                      -- once, also across restarts (kept in the thread's record)
 }
 
-drain_ms = 30 * second                -- on TERM, running asks get this long before they are killed
+drain_ms = 30 * second                -- a TERM ends the process within this, whatever Slack does: running
+flush_ms = 5 * second                 -- asks get drain_ms − flush_ms, then are killed and their cards' final
+                                      -- states get what is left (what Slack has not taken by then is dropped)
 
 -- What an agent run gets from Slack besides the ask (docs/slack.md "Context"): the first run in
 -- a thread gets the thread's earlier messages (the newest max_messages, at most max_bytes, each

@@ -183,12 +183,16 @@ check("egress to addresses reaches no private or link-local range (the cluster's
   egressBlocks.length > 0 && egressBlocks.filter((b) => b.cidr === "0.0.0.0/0").every((b) => PRIVATE.every((p) => (b.except ?? []).includes(p))),
   JSON.stringify(egressBlocks));
 check("every egress rule names its ports (no rule opens every port)", netpol.spec.egress.every((r) => (r.ports ?? []).length > 0));
-check("the Role is namespaced and allows only sandboxclaims of agent-sandbox's extensions group",
-  role.kind === "Role" && role.rules.length === 1 &&
+check("the Role is namespaced and allows only sandboxclaims of agent-sandbox's extensions group and persistentvolumeclaims",
+  role.kind === "Role" && role.rules.length === 2 &&
   JSON.stringify(role.rules[0].apiGroups) === JSON.stringify(["extensions.agents.x-k8s.io"]) &&
-  JSON.stringify(role.rules[0].resources) === JSON.stringify(["sandboxclaims"]));
+  JSON.stringify(role.rules[0].resources) === JSON.stringify(["sandboxclaims"]) &&
+  JSON.stringify(role.rules[1].apiGroups) === JSON.stringify([""]) &&
+  JSON.stringify(role.rules[1].resources) === JSON.stringify(["persistentvolumeclaims"]));
 check("the Role's verbs are the executor's and no wildcard",
-  role.rules[0].verbs.every((v) => ["create", "get", "watch", "patch", "delete"].includes(v)), JSON.stringify(role.rules[0].verbs));
+  role.rules[0].verbs.every((v) => ["create", "get", "list", "watch", "patch", "delete"].includes(v)) &&
+  role.rules[1].verbs.every((v) => ["create", "get", "patch"].includes(v)),
+  JSON.stringify(role.rules.map((r) => r.verbs)));
 check("the RoleBinding gives that Role to the bot's service account",
   binding.roleRef.kind === "Role" && binding.roleRef.name === role.metadata.name &&
   binding.subjects.length === 1 && binding.subjects[0].kind === "ServiceAccount" && binding.subjects[0].name === sa.metadata.name);

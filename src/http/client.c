@@ -7,7 +7,12 @@
  * The deadline is CURLOPT_TIMEOUT_MS, so it covers connecting, the headers and a streamed
  * body alike: a peer that heartbeats forever is abandoned at the deadline. Failure messages
  * name the peer's host:port and libcurl's text, never a header value or the body, since
- * bearer tokens ride in both. The libcurl/libuv plumbing is in client_multi.c. */
+ * bearer tokens ride in both. The libcurl/libuv plumbing is in client_multi.c.
+ * public_only = true refuses, at the moment of connecting, every address that is not the
+ * public internet (loopback, private, link-local, …: public_address below), whatever name
+ * resolved to it and at every hop — the check is on the address the socket would connect to,
+ * so a name that resolves differently the second time changes nothing (web_fetch from the
+ * bot, docs/agent.md). Such a failure is kind "refused_address", not_sent. */
 #include "client_multi.h"
 #include "http.h"
 #include "../engine/engine.h"
@@ -19,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 enum {
@@ -61,6 +68,8 @@ typedef struct {
   long deadline_ms;         /* 0: none */
   char *unix_socket;        /* owned copy for messages, or NULL */
   bool body_started;        /* header lines after the body are trailers: ignored */
+  bool public_only;         /* refuse non-public addresses when connecting */
+  char refused[INET6_ADDRSTRLEN]; /* the address refused, or "" */
   bool over_body, over_head, out_of_memory;
   buf head, body;
   char errbuf[CURL_ERROR_SIZE];
@@ -113,9 +122,66 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
 
 /* Sockets are created close-on-exec, so no child process ever inherits a connection (a
  * child holding our socket would also keep a dead peer's connection looking alive). */
+static bool in_v4(uint32_t addr, uint32_t net, int bits) {
+  uint32_t mask = bits == 0 ? 0 : 0xffffffffu << (32 - bits);
+  return (addr & mask) == net;
+}
+
+/* The IPv4 ranges that are not the public internet: this network, private networks,
+ * carrier-grade NAT, loopback, link-local (a cloud's metadata service), IETF assignments,
+ * multicast and reserved. */
+static bool public_v4(uint32_t a) {
+  return !(in_v4(a, 0x00000000u, 8) || in_v4(a, 0x0a000000u, 8) || in_v4(a, 0x64400000u, 10) ||
+           in_v4(a, 0x7f000000u, 8) || in_v4(a, 0xa9fe0000u, 16) || in_v4(a, 0xac100000u, 12) ||
+           in_v4(a, 0xc0000000u, 24) || in_v4(a, 0xc0a80000u, 16) || in_v4(a, 0xe0000000u, 4) ||
+           in_v4(a, 0xf0000000u, 4));
+}
+
+/* IPv6: unspecified, loopback and the IPv4-compatible range, link-local, site-local, unique
+ * local and multicast are refused; an IPv4-mapped or NAT64 address is judged by its IPv4. */
+static bool public_v6(const unsigned char *b) {
+  static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+  static const unsigned char zero[12] = {0};
+  uint32_t v4 = (uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 | (uint32_t)b[14] << 8 | b[15];
+  if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0)
+    return public_v4(v4);
+  if (memcmp(b, zero, 12) == 0)
+    return false;
+  if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) /* fe80::/10 link-local */
+    return false;
+  if (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) /* fec0::/10 site-local */
+    return false;
+  if ((b[0] & 0xfe) == 0xfc) /* fc00::/7 unique local */
+    return false;
+  return b[0] != 0xff; /* ff00::/8 multicast */
+}
+
+/* Whether the address is the public internet; its text goes to out when it is not. */
+static bool public_address(const struct sockaddr *sa, char *out, size_t out_len) {
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+    if (public_v4(ntohl(in->sin_addr.s_addr)))
+      return true;
+    inet_ntop(AF_INET, &in->sin_addr, out, (socklen_t)out_len);
+    return false;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+    if (public_v6(in6->sin6_addr.s6_addr))
+      return true;
+    inet_ntop(AF_INET6, &in6->sin6_addr, out, (socklen_t)out_len);
+    return false;
+  }
+  snprintf(out, out_len, "family %d", sa->sa_family);
+  return false;
+}
+
 static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
-  (void)ud;
+  request *r = ud;
   (void)purpose;
+  if (r->public_only && !public_address(&a->addr, r->refused, sizeof r->refused))
+    return CURL_SOCKET_BAD; /* libcurl tries the name's next address, if any */
   return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
@@ -170,6 +236,10 @@ static int push_failure(lua_State *T, request *r, CURLcode rc) {
     snprintf(msg, sizeof msg, "%s: response head over %d bytes", peer, MAX_HEAD_BYTES);
   } else if (r->out_of_memory) {
     snprintf(msg, sizeof msg, "%s: out of memory while reading the response", peer);
+  } else if (r->refused[0] != '\0' && rc == CURLE_COULDNT_CONNECT) {
+    kind = "refused_address";
+    snprintf(msg, sizeof msg, "%s: refused to connect to %s: not a public address (loopback, "
+             "private, link-local or reserved)", peer, r->refused);
   } else {
     snprintf(msg, sizeof msg, "%s: %s", peer, detail);
   }
@@ -291,6 +361,7 @@ typedef struct {
   sb_abort *sig;
   bool has_headers, has_on_chunk;
   bool set_accept, set_content_type, set_expect;
+  bool public_only;
 } request_args;
 
 /* A field of the argument table at index 1, left on the stack. */
@@ -423,6 +494,12 @@ static void parse_args(lua_State *L, request_args *a) {
   if ((a->cert_pem == NULL) != (a->key_pem == NULL))
     luaL_error(L, "core.http.request: client_cert_pem and client_key_pem go together");
 
+  t = field(L, "public_only");
+  if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+    luaL_error(L, "core.http.request: public_only must be a boolean");
+  a->public_only = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+
   t = field(L, "max_body");
   if (t != LUA_TNIL) {
     int isint = 0;
@@ -509,6 +586,7 @@ static bool configure(request *r, const request_args *a) {
   SET(CURLOPT_WRITEFUNCTION, on_body);
   SET(CURLOPT_WRITEDATA, r);
   SET(CURLOPT_OPENSOCKETFUNCTION, open_socket);
+  SET(CURLOPT_OPENSOCKETDATA, r);
   if (a->deadline_ms > 0)
     SET(CURLOPT_TIMEOUT_MS, a->deadline_ms);
   if (a->unix_socket != NULL)
@@ -559,6 +637,7 @@ static int l_request(lua_State *L) {
   r->task = L;
   r->max_body = a.max_body;
   r->deadline_ms = a.deadline_ms;
+  r->public_only = a.public_only;
   r->job.done = request_done;
   r->job.dispose = request_dispose;
   r->job.easy = curl_easy_init();

@@ -41,8 +41,8 @@ static int fail(char *why, size_t size, int err, const char *fmt, ...) {
   return -1;
 }
 
-/* mkfs.ext4 on the image open as img_fd: no journal (a workspace never outlives its server,
- * which sweeps them all at start, and a crash of the instance unmounts it cleanly), no blocks
+/* mkfs.ext4 on the image open as img_fd: no journal (a crash of the instance or of the server
+ * unmounts it cleanly, and sandboxd checks every kept image with e2fsck -p at start), no blocks
  * reserved for root (sandboxd's /write, as root, gets no more room than a command), inode
  * tables initialised lazily and nothing discarded (the image is fallocated: its unwritten
  * extents read as zeros, and a discard would punch out what was reserved).
@@ -153,22 +153,18 @@ out:
 }
 
 /* The image, open read-write: the one there (a retired instance's replacement mounts its
- * predecessor's files), else a new one, made under a temporary name and renamed into place
- * only once its file system is complete. Either is wholly reserved on the host's disk first. */
+ * predecessor's files, a slept thread's next instance its kept workspace: *existing is set, and
+ * the caller reserves it once it holds the image's lock), else a new one, made under a temporary
+ * name and renamed into place only once its file system is complete, wholly reserved first. */
 static int open_image(int dir_fd, const char *name, long long bytes, long long reserve, int nice,
-                      char *why, size_t size) {
+                      bool *existing, char *why, size_t size) {
   int img = openat(dir_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
+  *existing = img >= 0;
   if (img >= 0) {
     if (fstat(img, &st) < 0 || !S_ISREG(st.st_mode)) {
       close(img);
       return fail(why, size, 0, "the workspace's image %s is not a regular file", name);
-    }
-    /* its own size, whatever the policy says now: its ext4 was made to fill it (an image made
-     * sparse by an older server is reserved now, or refused) */
-    if (reserve_image(img, dir_fd, (long long)st.st_size, reserve, false, why, size) < 0) {
-      close(img);
-      return -1;
     }
     return img;
   }
@@ -282,12 +278,27 @@ static int attach_loop(int img, int dir_fd, const char *dir_path, char *why, siz
 
 int walls_disk_mount(int dir_fd, const char *path, const char *name, long long bytes,
                      long long reserve, int nice, char *why, size_t why_size) {
-  int img = open_image(dir_fd, name, bytes, reserve, nice, why, why_size);
+  bool existing = false;
+  int img = open_image(dir_fd, name, bytes, reserve, nice, &existing, why, why_size);
   if (img < 0)
     return -1;
   if (hold_image(img, why, why_size) < 0) {
     close(img);
     return -1;
+  }
+  /* An existing image is reserved whole only now, under its lock: a slept one's free blocks were
+   * given back to the host's disk when it slept (sandboxd, e2fsck -E discard, under this same
+   * lock), and a reservation made before the lock could be punched out again by that. Its own
+   * size, whatever the policy says now: its ext4 was made to fill it. */
+  if (existing) {
+    struct stat st;
+    int rc = fstat(img, &st) < 0 ? fail(why, why_size, errno, "cannot stat the workspace's image")
+                                 : reserve_image(img, dir_fd, (long long)st.st_size, reserve, false,
+                                                 why, why_size);
+    if (rc < 0) {
+      close(img);
+      return -1;
+    }
   }
   int dev = attach_loop(img, dir_fd, path, why, why_size);
   close(img); /* the loop device holds the file now */

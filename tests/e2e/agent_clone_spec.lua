@@ -198,3 +198,100 @@ describe("agent runs on a repository", function()
     assert.equal(0, #reqs)
   end)
 end)
+
+-- Issue 37: through a sandboxd, a follow-up after the thread's instance slept finds its
+-- workspace kept (the card says so, and that background processes ended), and one whose slept
+-- workspace the budget evicted is told "workspace expired (policy …): re-cloned …". sandboxd
+-- runs --no-walls here: a walled instance cannot reach the git stand-in on the host's loopback.
+describe("agent runs on a repository through sandboxd, after the thread's instance slept", function()
+  local sb = require("support.sandbox")
+  local state, token, git, m
+
+  before_each(function()
+    state = files.tmpdir()
+    token = "ghs_spec" .. core.crypto.hex(core.crypto.random_bytes(16))
+    sh(("cd %s && mkdir -p repos/acme gitd && git init -q --bare repos/acme/api.git"
+      .. " && git init -q src && cd src && echo 'hello from acme' > README && git add README"
+      .. " && git -c user.email=s@x -c user.name=s commit -qm init"
+      .. " && git push -q ../repos/acme/api.git HEAD:refs/heads/main"
+      .. " && git -C ../repos/acme/api.git symbolic-ref HEAD refs/heads/main"):format(state))
+    os.execute(("/usr/bin/python3 tests/support/git_standin.py --dir %s/gitd --root %s/repos --token %s >%s/gitd/out 2>&1 &")
+      :format(state, state, token, state))
+    core.run(function()
+      git = model.wait_for(function() return files.read(state .. "/gitd/port") end, 180000)
+    end)
+    assert(git, "the git stand-in did not start: " .. (files.read(state .. "/gitd/out") or ""))
+  end)
+
+  after_each(function()
+    if m then core.run(function() m.stop() end) end
+    m = nil
+    sb.cleanup_servers()
+    local pid = files.read(state .. "/gitd/pid")
+    if pid then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
+    os.execute("rm -rf '" .. state .. "'")
+    policies.cleanup()
+  end)
+
+  -- Two asks in one console session; between them the script waits until sandboxd has no
+  -- instance awake (the thread's slept: sleep_after 2 s, S.FAST) and, when `evicted`, until its
+  -- workspace was evicted.
+  local function two_asks(isolation_extra, evicted)
+    local pol = policies.dir{
+      github = function(src) return src .. '\nclone_url = "http://127.0.0.1:' .. git .. '/{repo}.git"\n' end,
+      -- sleep_after 2 s (S.FAST): the default 5 min would make the test wait five minutes
+      timeouts = function(src) return src .. "\n" .. sb.FAST .. "\n" end,
+      isolation = function(src) return src .. "\n" .. isolation_extra .. "\n" end,
+    }
+    local r
+    core.run(function()
+      local server = sb.start_sandboxd{ policies = pol, args = { "--no-walls" } }
+      m = model.start()
+      m:script({
+        { content = { { type = "tool_use", name = "bash", input = { command = "echo built > untracked.txt; (setsid sleep 1000 >/dev/null 2>&1 &)" } } } },
+        { content = { { type = "text", text = "Built." } } },
+        { content = { { type = "tool_use", name = "bash", input = { command = "cat untracked.txt 2>&1; cat README" } } } },
+        { content = { { type = "text", text = "Looked." } } },
+      })
+      local script = table.concat({
+        "set -u",
+        "wait_until() { for _ in $(seq 600); do eval \"$1\" && return 0; sleep 0.1; done; echo \"gave up: $1\" >&2; return 1; }",
+        "healthz() { curl -s -H \"authorization: Bearer $SANDBOX_TOKEN\" \"$URL/healthz\"; }",
+        "{ echo 'agent:coding build something in acme/api'",
+        "  wait_until 'grep -q \"^note: cloned acme/api\" out 2>/dev/null && healthz | grep -q \"\\\"awake\\\":0\"'",
+        evicted and "  wait_until 'ls \"$ROOT/.expired\" 2>/dev/null | grep -q .'" or "  :",
+        "  echo 'agent:coding and now, in acme/api?'",
+        "} | \"$BIN\" --policies \"$POL\" console --backend sandbox --sandbox-url \"$URL\" > out",
+        "cat out",
+      }, "\n")
+      local proc = assert(core.spawn{ argv = { "bash", "-c", script }, cwd = state, deadline_ms = 120000,
+        env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state .. "/st", BIN = BIN, POL = pol,
+          URL = server.url, ROOT = server.root, SANDBOX_TOKEN = sb.TOKEN, ANTHROPIC_BASE_URL = m.url,
+          ANTHROPIC_API_KEY = m.key, GH_TOKEN = token } })
+      r = proc:wait()
+      r.reqs = m:requests()
+      server:stop(); server:wait()
+    end)
+    assert.is_false(r.timed_out, r.stderr)
+    return r.stdout, r.reqs
+  end
+
+  it("a follow-up finds the workspace kept, and the card says background processes ended", function()
+    local out, reqs = two_asks("")
+    local second = cards.find(out, "and now, in acme/api")
+    assert.matches("note: workspace kept from its sleep", second, 1, true)
+    assert.matches("background processes ended at sleep", second, 1, true)
+    assert.matches("note: fetched acme/api", second, 1, true)
+    assert.matches("^built\nhello from acme", model.tool_results(reqs[4])[1].content)
+  end)
+
+  it("a follow-up whose slept workspace the budget evicted is told why, and re-clones", function()
+    local out, reqs = two_asks("slept_max_bytes = 0", true)
+    local second = cards.find(out, "and now, in acme/api")
+    assert.matches("note: workspace expired (policy: slept workspaces past 0 MiB, policies/isolation.lua "
+      .. "slept_max_bytes; the oldest go first): re-cloned acme/api", second, 1, true)
+    -- the re-clone took the thread's branch, which the first ask pushed: its commit is there
+    assert.matches("on branch switchboard/", second, 1, true)
+    assert.matches("^built\nhello from acme", model.tool_results(reqs[4])[1].content)
+  end)
+end)

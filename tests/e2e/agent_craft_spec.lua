@@ -90,7 +90,7 @@ describe("agent craft: repository instructions, edit_file, the pull request, fin
     assert.is_nil(r1[4].is_error)
     assert.equal("edited README.md: replaced 1 occurrence at line 1", r1[4].content)
     assert.equal("edited README.md: replaced 1 occurrence at line 2", model.tool_results(reqs[3])[1].content)
-    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "todo_write" }, model.tool_names(reqs[1]))
+    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "todo_write" }, model.tool_names(reqs[1]))
 
     -- 3. the pull request: opened, linked on the card, its body linking the thread
     local branch = first:match("%(branch (switchboard/main%-%x+)%)")

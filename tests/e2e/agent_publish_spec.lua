@@ -190,9 +190,10 @@ done
         return require("cjson").encode{
           action = "created", repository = { full_name = "acme/api" },
           pull_request = { number = 1, html_url = pr.html_url, head = { ref = pr.head } },
-          comment = { body = "@switchboard please thank the reader after the docs line", user = { login = "rev" },
+          comment = { id = 9001, body = "@switchboard please thank the reader after the docs line", user = { login = "rev" },
                       author_association = "COLLABORATOR", path = "README.md", line = 2,
                       created_at = os.date("!%Y-%m-%dT%H:%M:%SZ", created_s),
+                      updated_at = os.date("!%Y-%m-%dT%H:%M:%SZ", created_s),
                       diff_hunk = "@@ -1,2 +1,2 @@\n-See teh docs.\n+See the docs." },
         }
       end

@@ -289,4 +289,158 @@ describe("kubernetes executor", function()
   end))
 end)
 
+-- The thread's workspace kept across the pod's sleep (issue 37): a claim with a volume named
+-- "workspace" and shutdownPolicy Retain, the claim recorded as an owner of the PVC
+-- agent-sandbox makes, so the volume outlives each Sandbox and its pod.
+describe("kubernetes executor: the kept workspace", function()
+  local hk
+  local WS = { size = "1Gi" }
+  setup(function() core.run(function() hk = K.start{ policies = policy_dir, pool_size = 0 } end) end)
+  teardown(function() core.run(function() hk.stop() end) end)
+
+  local function kept(k, extra)
+    local o = { policy = policy, thread_key = k, workspace = WS }
+    for kk, v in pairs(extra or {}) do o[kk] = v end
+    return K.executor(hk, o)
+  end
+  local function owners(pvc)
+    local by = {}
+    for _, r in ipairs(pvc.ownerReferences) do by[r.kind] = r end
+    return by
+  end
+  local function pod_alive(name)
+    for _, p in ipairs(hk.pods()) do if p.claim == name and p.alive then return p end end
+  end
+
+  it("the pod sleeps at its shutdownTime, the claim and its volume stay, and the next ask finds the files", async(function()
+    local k = key("keep")
+    local ex = kept(k)
+    assert(ex:exec("echo kept > marker", { timeout_ms = 5000 }))
+    local name = kube.claim_name(k)
+    local c = hk:claim(name)
+    assert.equal("Retain", c.spec.lifecycle.shutdownPolicy)
+    assert.equal("workspace", c.spec.volumeClaimTemplates[1].metadata.name)
+    -- the PVC agent-sandbox made, with the claim as its second owner (not its controller)
+    local pvc = assert(hk:pvc(kube.volume_name(k)), "no PersistentVolumeClaim " .. kube.volume_name(k))
+    local by = owners(pvc)
+    assert.truthy(by.Sandbox and by.Sandbox.controller, "the Sandbox is not the volume's controller")
+    assert.truthy(by.SandboxClaim, "the claim is not an owner of the volume")
+    assert.is_nil(by.SandboxClaim.controller)
+    assert.equal(kube.name_hash(name), pvc.labels["agents.x-k8s.io/sandbox-name-hash"])
+    local first = pod_alive(name)
+    assert.truthy(first)
+    -- budget 5 s + margin 2 s + 2 × sleep_after 2 s: the pod goes within seconds
+    assert.is_true(S.wait_for(function() return pod_alive(name) == nil end, 60000), "the idle pod did not sleep")
+    assert.is_true(hk:claim(name).exists, "the claim went with its pod (Retain)")
+    assert.truthy(hk:pvc(kube.volume_name(k)), "the volume went with the pod's Sandbox")
+    local r = assert(ex:exec("cat marker"))
+    assert.equal(0, r.exit_code)
+    assert.equal("kept", r.text)
+    assert.are_not.equal(first.pid, pod_alive(name).pid)
+    assert.same({}, ex:take_notes())
+  end))
+
+  it("a hard stop sleeps the pod and keeps the files; a later process adopts the retained claim", async(function()
+    local k = key("stopkeep")
+    local ex = kept(k)
+    assert(ex:exec("echo stopped-but-kept > marker"))
+    local name = kube.claim_name(k)
+    ex:release("always")
+    assert.is_true(S.wait_for(function() return pod_alive(name) == nil end, 30000))
+    assert.is_true(hk:claim(name).exists)
+    local again = kept(k) -- the bot restarted: 409, adopted, moved forward, a new pod on the volume
+    assert.equal("stopped-but-kept", assert(again:exec("cat marker")).text)
+  end))
+
+  it("a pod that dies under a command is infra saying the files are kept; the next ask has them", async(function()
+    local k = key("diekeep")
+    local ex = kept(k)
+    assert(ex:exec("echo survived > marker"))
+    local name = kube.claim_name(k)
+    local res, err
+    local done = core.signal()
+    core.go(function()
+      res, err = ex:exec("touch running; sleep 30")
+      done:abort("finished")
+    end)
+    assert.is_true(S.wait_for(function() return ex:read_file("running") ~= nil end, 30000))
+    hk:kill(name)
+    core.sleep(60000, done)
+    assert.is_true(done.aborted)
+    assert.is_nil(res)
+    assert.is_true(errors.is_infra(err), tostring(err))
+    assert.matches("files are kept on its volume", tostring(err))
+    assert.equal("survived", assert(ex:exec("cat marker")).text)
+  end))
+
+  it("a retained claim past record.retention_ms is deleted, and its volume with it", async(function()
+    local k = key("expired")
+    local ex = kept(k)
+    assert(ex:exec("true"))
+    local name = kube.claim_name(k)
+    ex:release("always")
+    assert.is_true(S.wait_for(function() return pod_alive(name) == nil end, 30000))
+    -- another thread claims a pod a record's lifetime later
+    local later = kept(key("later"), { wall_ms = function() return core.wall_ms() + snap.record.retention_ms + 2 * 3600 * 1000 end })
+    assert(later:exec("true"))
+    assert.is_true(S.wait_for(function() return not hk:claim(name).exists end, 30000), "the expired claim was not deleted")
+    assert.is_true(S.wait_for(function() return hk:pvc(kube.volume_name(k)) == nil end, 30000), "its volume outlived it")
+  end))
+
+  it("the stand-in's PersistentVolumeClaims answer as the API server does", async(function()
+    local api = kept(key("api")).api
+    local base = "/api/v1/namespaces/" .. K.NAMESPACE .. "/persistentvolumeclaims"
+    local body = { apiVersion = "v1", kind = "PersistentVolumeClaim", metadata = { name = "pvc-shape" },
+      spec = { accessModes = { "ReadWriteOnce" }, resources = { requests = { storage = "1Gi" } } } }
+    local st, doc = api:call("POST", base, body)
+    assert.equal(201, st)
+    assert.truthy(doc.metadata.uid and doc.metadata.resourceVersion)
+    local again, f = api:call("POST", base, body)
+    assert.is_nil(again)
+    assert.equal(409, f.status)
+    assert.equal("AlreadyExists", f.reason)
+    assert.equal(200, (api:call("GET", base .. "/pvc-shape")))
+    -- a merge-patch carrying an old resourceVersion is refused, as a precondition
+    local stale
+    stale, f = api:call("PATCH", base .. "/pvc-shape", { metadata = { labels = { a = "b" }, resourceVersion = "1" } },
+      { content_type = "application/merge-patch+json" })
+    assert.is_nil(stale)
+    assert.equal(409, f.status)
+    assert.equal("Conflict", f.reason)
+    assert.equal(200, (api:call("DELETE", base .. "/pvc-shape")))
+    local gone
+    gone, f = api:call("GET", base .. "/pvc-shape")
+    assert.is_nil(gone)
+    assert.equal(404, f.status)
+    assert.equal("NotFound", f.reason)
+  end))
+
+  it("without a workspace size the card says the workspace is not kept", async(function()
+    local ex = K.executor(hk, { policy = policy, thread_key = key("unkept") })
+    local notes = ex:take_notes()
+    assert.equal(1, #notes)
+    assert.matches("workspace not kept: kubernetes.workspace_size is not set", notes[1])
+    assert.same({}, ex:take_notes())
+  end))
+end)
+
+describe("kubernetes executor: a template that refuses claims' volumes", function()
+  local hd
+  setup(function() core.run(function() hd = K.start{ policies = policy_dir, pool_size = 1, vct_policy = "Disallowed" } end) end)
+  teardown(function() core.run(function() hd.stop() end) end)
+
+  it("claims again without one, runs the command, and the card says the workspace is not kept", async(function()
+    local k = key("refused")
+    local ex = K.executor(hd, { policy = policy, thread_key = k, workspace = { size = "1Gi" } })
+    assert.equal("ran", assert(ex:exec("echo ran")).text)
+    local c = hd:claim(kube.claim_name(k))
+    assert.equal("Delete", c.spec.lifecycle.shutdownPolicy)
+    assert.is_nil(c.spec.volumeClaimTemplates)
+    local notes = ex:take_notes()
+    assert.equal(1, #notes)
+    assert.matches("workspace not kept: the SandboxTemplate of warm pool", notes[1])
+    assert.matches("volumeClaimTemplatesPolicy", notes[1])
+  end))
+end)
+
 teardown(function() S.cleanup() end)

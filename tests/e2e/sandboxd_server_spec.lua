@@ -310,7 +310,7 @@ describe("sandboxd: signals", function()
     end)
   end)
 
-  it("TERM: stops accepting, lets a short command finish, exits 0 and releases every workspace", function()
+  it("TERM: stops accepting, lets a short command finish, exits 0 and keeps the thread's workspace", function()
     core.run(function()
       -- a drain long enough for a short command on a loaded machine; it ends when the command does
       local h = S.start_sandboxd{ policies = S.policy_dir(S.FAST .. "\nserver.drain_ms = 30 * second\n") }
@@ -322,7 +322,8 @@ describe("sandboxd: signals", function()
       assert.equal(0, r.exit)
       assert.equal(200, status)
       assert.equal("finished\n", cjson.decode(body).stdout)
-      assert.same({}, core.fs.list(h.root))
+      -- the thread's workspace is kept (issue 37), nothing else: no trash, no half-made image
+      assert.same({ require("switchboard.shell.workspace").dir_name("T1") }, core.fs.list(h.root))
       assert.truthy(h.log():find("sandboxd.draining", 1, true))
       assert.is_nil((S.call(h.url, "/healthz", { thread = false, deadline_ms = 2000 })))
     end)
@@ -345,7 +346,8 @@ describe("sandboxd: signals", function()
       local doc = cjson.decode(body)
       assert.equal(127, doc.exitCode)
       assert.truthy(doc.error:find("The sandbox container stopped while the operation was pending", 1, true))
-      assert.same({}, core.fs.list(h.root))
+      -- the thread's workspace is kept (issue 37), nothing else
+      assert.same({ require("switchboard.shell.workspace").dir_name("T1") }, core.fs.list(h.root))
     end)
   end)
 

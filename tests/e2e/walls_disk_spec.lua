@@ -124,3 +124,52 @@ describe_walls("the host's disk under the fleet's workspaces (1 GiB root, 700 Mi
     end)
   end)
 end)
+
+-- Issue 37: a slept thread's workspace is kept, and its image gives its free blocks back to the
+-- host's disk (sandboxd/keep.lua compact). Waking it reserves the image whole again, under the
+-- image's lock: on a host that filled meanwhile the wake is refused in words and the kept files
+-- stay intact; once room returns, the thread finds every byte it wrote.
+describe_walls("a slept workspace on a host whose disk fills (1 GiB root, 700 MiB workspaces)", function()
+  it("gives back its free blocks, is refused in words while the disk is full, and wakes with every byte", function()
+    core.run(function()
+      local mnt = make_small_root()
+      -- sleep_after 2 s (S.FAST) so that a thread sleeps within the test; no spare instance,
+      -- whose own 700 MiB would take the room this test hands out
+      local pol = policies.dir{
+        timeouts = function(src) return src .. "\n" .. S.FAST .. "\n" end,
+        isolation = function(src)
+          return src .. "\nworkspace_max_bytes = 700 * MiB\ndisk_reserve_bytes = 64 * MiB\nspare_instances = 0\n"
+        end,
+      }
+      local h = S.start_sandboxd{ policies = pol, root = mnt .. "/sandboxd" }
+      local r = exec(h, "kept", "set -o pipefail; dd if=/dev/urandom bs=1M count=100 iflag=fullblock status=none "
+        .. "| tee data | sha256sum | cut -d' ' -f1")
+      assert.equal(0, r.exitCode, r.stderr)
+      local sum = r.stdout
+      assert.truthy(S.wait_for(function() return h.log():find("sandboxd.instance_slept", 1, true) ~= nil end, 60000))
+      local image = require("switchboard.shell.workspace").path(mnt .. "/sandboxd", "kept") .. "/.workspace.img"
+      local held = tonumber(sh("du -B1 '" .. image .. "'").stdout:match("^(%d+)"))
+      assert.is_true(held < 200 * MiB, "the slept image holds " .. held)
+      -- another thread takes the room while it sleeps (its command keeps it awake)
+      local busy
+      core.go(function() busy = exec(h, "filler", "sleep 10; echo done") end)
+      local filler = require("switchboard.shell.workspace").path(mnt .. "/sandboxd", "filler") .. "/.workspace.img"
+      assert.truthy(S.wait_for(function() -- its image made and reserved whole
+        local d = core.fs.exists(filler) and sh("du -B1 '" .. filler .. "'").stdout:match("^(%d+)")
+        return d and tonumber(d) >= 700 * MiB
+      end, 60000))
+      r = exec(h, "kept", "cat data | sha256sum | cut -d' ' -f1")
+      assert.equal(127, r.exitCode, cjson.encode(r))
+      assert.truthy(tostring(r.error):find(REFUSAL .. ": this sandbox cannot grow", 1, true), cjson.encode(r))
+      -- the filler ends and sleeps, its image compacted: room again, and every byte is there
+      assert.truthy(S.wait_for(function() return busy end, 60000))
+      local filler_slept = "sandboxd%.instance_slept[^\n]*instance=" .. require("switchboard.sandboxd.runner").label("filler"):gsub("%-", "%%-")
+      assert.truthy(S.wait_for(function() return h.log():find(filler_slept) ~= nil end, 60000))
+      r = exec(h, "kept", "set -o pipefail; dd if=data iflag=direct bs=1M status=none | sha256sum | cut -d' ' -f1")
+      assert.equal(0, r.exitCode, cjson.encode(r))
+      assert.equal(sum, r.stdout)
+      assert.is_nil(h.log():find("lost async page write", 1, true))
+      h:stop(); h:wait()
+    end)
+  end)
+end)

@@ -62,11 +62,47 @@ describe("the dispatcher on the e2b backend", function()
     d:wait_idle()
     assert.is_true(core.now_ms() - t0 < 30000, "the stop waited for the command (60 s)")
     assert.equal("stopped", long.card.state)
+    local said
+    for _, note in ipairs(long.card.notes) do said = said or note:find("workspace not kept: the thread's E2B sandbox", 1, true) end
+    assert.truthy(said, "the stopped card did not say the workspace went: " .. table.concat(long.card.notes, " | "))
     assert.is_true(E.wait_for(function() return not procs.alive(bg) end, 30000), "the background job survived the stop")
     assert.is_false(h:sandbox(id).alive, "release(\"always\") did not delete the sandbox")
     local after = ask("run `cat marker`")
     d:wait_idle()
     assert.equal(1, after.card.exit_code)
+    policy.reset()
+  end))
+
+  it("a thread's sandbox sleeps paused and its next ask resumes it; one E2B lost, the card says so", async(function()
+    core.log_format("text", "warn")
+    policy.reset()
+    assert(policy.load_initial(S.policy_dir(S.FAST .. "\ne2b.sandbox_timeout_ms = 2 * second\nbash.default_ms = 3 * second\n")))
+    local f = front()
+    local d = dispatcher.new{
+      front = f, policy = policy.current, outputs_dir = S.tmpdir(),
+      stack = { force_backend = "e2b", getenv = h:getenv(), workspace_root = "/nonexistent" },
+    }
+    local function ask(text) return d:handle{ thread = "sleepy", user = "ana", text = text } end
+    ask("run `echo kept > marker`")
+    d:wait_idle()
+    local sandboxes = h.sandboxes()
+    local id = sandboxes[#sandboxes].id
+    assert.is_true(E.wait_for(function() return h:sandbox(id).paused end, 60000), "the idle sandbox was not paused")
+    local resumed = ask("run `cat marker`")
+    d:wait_idle()
+    -- resumed for the command's budget + margin (4 s), by E2B's clock and by the executor's
+    local resumed_by = core.now_ms()
+    assert.equal("kept", resumed.card.body)
+    for _, note in ipairs(resumed.card.notes) do assert.is_nil(note:find("not kept", 1, true)) end
+    assert.is_true(E.wait_for(function() return h:sandbox(id).paused end, 60000), "the resumed sandbox did not sleep again")
+    h:expire(id) -- E2B's retention of paused sandboxes ran out
+    assert.is_true(E.wait_for(function() return core.now_ms() >= resumed_by + 5000 end, 30000))
+    local lost = ask("run `cat marker`")
+    d:wait_idle()
+    assert.equal(1, lost.card.exit_code, tostring(lost.card.state) .. ": " .. tostring(lost.card.body))
+    local said
+    for _, note in ipairs(lost.card.notes) do said = said or note:find("workspace not kept", 1, true) end
+    assert.truthy(said, "the card did not say the workspace was lost: " .. table.concat(lost.card.notes, " | "))
     policy.reset()
   end))
 end)

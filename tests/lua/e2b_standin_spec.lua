@@ -185,3 +185,43 @@ describe("the E2B stand-in", function()
     assert.truthy(E.wait_for(function() local f = io.open(file); if f then f:close() end; return f end, 10000))
   end))
 end)
+
+describe("the E2B stand-in's pause and resume", function()
+  it("answers them as E2B's API does, and a paused sandbox's files and processes wait for the resume", async(function()
+    local status, sb = api("POST", "/sandboxes", { templateID = "base", timeout = 60, autoPause = true })
+    assert.equal(201, status)
+    local id = sb.sandboxID
+    assert.is_true(h:sandbox(id).auto_pause)
+    local home = h:sandbox(id).root .. "/home/user/"
+    start(sb, { "-c", "echo before > kept.txt; sleep 60 >/dev/null 2>&1 & echo $! > bg.pid" })
+    local fh = assert(io.open(home .. "bg.pid"))
+    local bg = tonumber(fh:read("a"):match("%d+")); fh:close()
+    assert.equal(204, (api("POST", "/sandboxes/" .. id .. "/pause")))
+    assert.equal(409, (api("POST", "/sandboxes/" .. id .. "/pause")))
+    -- paused: not running, so no timeout to stretch and no envd behind the proxy
+    assert.equal(404, (api("POST", "/sandboxes/" .. id .. "/timeout", { timeout = 30 })))
+    assert.equal(502, (start(sb, { "-c", "true" })))
+    local stat = io.open("/proc/" .. bg .. "/stat"):read("a")
+    assert.equal("T", stat:match("%) (%a)"), "a paused sandbox's process is not frozen")
+    -- connect resumes it: 201, the same token; a second connect finds it running: 200
+    local st2, doc = api("POST", "/sandboxes/" .. id .. "/connect", { timeout = 30 })
+    assert.equal(201, st2)
+    assert.equal(sb.envdAccessToken, doc.envdAccessToken)
+    assert.equal(200, (api("POST", "/sandboxes/" .. id .. "/connect", { timeout = 30 })))
+    assert.equal(409, (api("POST", "/sandboxes/" .. id .. "/resume", { timeout = 30 })))
+    assert.is_true(procs.alive(bg))
+    local _, _, frames = start(sb, { "-c", "cat kept.txt" })
+    local out = {}
+    for _, ev in ipairs(events(frames)) do
+      local d = ev.event and ev.event.data
+      if d and d.stdout then out[#out + 1] = core.crypto.base64_decode(d.stdout) end
+    end
+    assert.equal("before\n", table.concat(out))
+    -- paused again and dropped (E2B's retention ran out): gone, 404 to connect and resume
+    assert.equal(204, (api("POST", "/sandboxes/" .. id .. "/pause")))
+    h:expire(id)
+    assert.equal(404, (api("POST", "/sandboxes/" .. id .. "/connect", { timeout = 30 })))
+    assert.equal(404, (api("POST", "/sandboxes/" .. id .. "/resume", { timeout = 30 })))
+    assert.is_true(E.wait_for(function() return not procs.alive(bg) end, 10000))
+  end))
+end)

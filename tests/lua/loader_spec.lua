@@ -54,7 +54,7 @@ describe("policy loader", function()
       local n = 0
       for _ in pairs(snap.agents.agents) do n = n + 1 end
       assert.equal(3, n)
-      assert.equal(7, #snap.agents.agents.coding.tools)
+      assert.equal(8, #snap.agents.agents.coding.tools)
     end)
   end)
 

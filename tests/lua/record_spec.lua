@@ -34,6 +34,24 @@ describe("the thread's record", function()
     again:close()
   end))
 
+  it("claims a seen key once while it lives, for every connection to the file, and expires it", async(function()
+    local clock = 1000000
+    local a = assert(record.open(dir .. "/r.db", { wall_ms = function() return clock end }))
+    local b = assert(record.open(dir .. "/r.db", { wall_ms = function() return clock end })) -- the other process
+    assert.is_true(a:claim("slack.event:Ev1", 60000))
+    assert.is_false(a:claim("slack.event:Ev1", 60000))
+    assert.is_false(b:claim("slack.event:Ev1", 60000))
+    assert.is_true(b:claim("slack.event:Ev2", 60000))
+    clock = clock + 60001 -- past its window: the key may be taken again
+    assert.is_true(b:claim("slack.event:Ev1", 60000))
+    assert.is_false(a:claim("slack.event:Ev1", 60000))
+    clock = clock + 120000
+    assert(a:expire(0))
+    assert.same({ { n = 0 } }, a.db:run("SELECT count(*) AS n FROM seen"))
+    a:close()
+    b:close()
+  end))
+
   it("scrubs registered secrets from everything it writes", async(function()
     local secret = "sk-ant-record-" .. core.crypto.hex(core.crypto.random_bytes(8))
     core.log_redact(secret)

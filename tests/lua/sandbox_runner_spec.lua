@@ -1,7 +1,8 @@
 -- How an instance runs and goes to sleep (sandboxd/runner.lua): commands in the workspace,
--- sleep that kills and deletes without stalling the loop, and the start-up sweep.
+-- sleep that kills and keeps the workspace (issue 37), and the start-up check.
 local core = require("switchboard.core")
 local S = require("support.sandbox")
+local keep = require("switchboard.sandboxd.keep")
 local runner = require("switchboard.sandboxd.runner")
 local workspace = require("switchboard.shell.workspace")
 
@@ -21,10 +22,10 @@ describe("sandboxd runner", function()
   -- sandboxd's fleet forgets a sleeping instance as it calls stop, and the thread's next request
   -- may wake a new runner at once on the same path while the old stop still yields — behind
   -- walls it waits for the holder's exit and the cgroups' reap, seconds under load; here the
-  -- workspace's stop is made to wait the same way (on a signal, not for a time). The old stop
-  -- must not touch what the new runner made at the path: before, it renamed the new workspace
-  -- away and deleted it under the new instance.
-  it("a stop leaves the path before it yields: the thread's next runner keeps what it made there", function()
+  -- workspace's stop is made to wait the same way (on a signal, not for a time). The workspace
+  -- is kept (issue 37): the new runner finds the old one's files, and the old stop, ending
+  -- later, leaves what the new one wrote there alone.
+  it("a stop keeps the workspace: the thread's next runner finds its files, and the old stop leaves the new one's alone", function()
     core.run(function()
       local root = S.tmpdir()
       local old = runner.new(root, "again")
@@ -38,16 +39,12 @@ describe("sandboxd runner", function()
       core.go(function() old:stop("idle"); stopped = true end)
       core.sleep(0) -- the stop runs up to its wait
       local new = runner.new(root, "again")
-      local res = assert(new:exec{ command = "ls -A; echo new > mine", env = env() })
-      assert.equal("", res.stdout) -- nothing of the old instance's
+      local res = assert(new:exec{ command = "cat mine; echo new > mine", env = env() })
+      assert.equal("old\n", res.stdout)
+      assert.equal("kept", new:take_note().state)
+      assert.is_nil(new:take_note()) -- told once
       holder_gone:abort("the old instance's holder exited")
       assert.truthy(S.wait_for(function() return stopped end, 60000), "the old stop never ended")
-      assert.truthy(S.wait_for(function()
-        for _, name in ipairs(core.fs.list(root) or {}) do
-          if name:find("^%.trash%-") then return false end
-        end
-        return true
-      end, 60000), "the old workspace was never removed")
       res = assert(new:exec{ command = "cat mine", env = env() })
       assert.equal(0, res.exit, res.stderr)
       assert.equal("new\n", res.stdout)
@@ -55,19 +52,20 @@ describe("sandboxd runner", function()
     end)
   end)
 
-  it("a workspace an earlier instance's sleep failed to remove is never handed to the new one", function()
+  it("a workspace evicted by the budget: the thread's next runner starts empty and is told why", function()
     core.run(function()
       local root = S.tmpdir()
-      local dir = workspace.path(root, "T1")
-      -- what a failed removal leaves: the old instance's files where the new one will live
-      os.execute(("mkdir -p '%s/repo' && echo secret > '%s/repo/old'"):format(dir, dir))
       local r = runner.new(root, "T1")
-      local res = assert(r:exec{ command = "ls -A", env = env() })
-      assert.equal("", res.stdout)
-      assert.equal(0, res.exit)
-      -- later operations of the same instance keep their own files
-      assert(r:exec{ command = "touch mine", env = env() })
-      assert.equal("mine\n", assert(r:exec{ command = "ls -A", env = env() }).stdout)
+      assert(r:exec{ command = "echo x > f", env = env() })
+      r:stop("idle")
+      assert.is_true(keep.evict(root, workspace.dir_name("T1"), "workspace expired (policy: test)"))
+      local again = runner.new(root, "T1")
+      assert.equal("", assert(again:exec{ command = "ls -A", env = env() }).stdout)
+      assert.same({ state = "expired", text = "workspace expired (policy: test)" }, again:take_note())
+      -- told once, also to a later instance
+      local third = runner.new(root, "T1")
+      assert(third:exec{ command = "true", env = env() })
+      assert.equal("kept", third:take_note().state)
       S.rm(root)
     end)
   end)
@@ -112,47 +110,31 @@ describe("sandboxd runner", function()
     end)
   end)
 
-  it("sleep moves a large workspace away at once and deletes it without stalling the loop", function()
+  it("sleep and shutdown keep the workspace where it is", function()
     core.run(function()
       local root = S.tmpdir()
       local r = runner.new(root, "big")
-      assert(r:exec{ command = "for d in $(seq 1 100); do mkdir d$d; (cd d$d && touch $(seq 1 200)); done", env = env() })
-      local ticks, ticking = 0, true
-      core.go(function() while ticking do core.sleep(5); ticks = ticks + 1 end end)
+      assert(r:exec{ command = "for d in $(seq 1 10); do mkdir d$d; (cd d$d && touch $(seq 1 20)); done", env = env() })
       r:stop("idle")
-      -- the workspace is gone from its place at once: a new instance starts clean
-      assert.is_false(core.fs.exists(workspace.path(root, "big")))
-      local trash = core.fs.list(root)
-      assert.equal(1, #trash)
-      assert.truthy(trash[1]:find("^%.trash%-big%-"))
-      -- removed by a child while the loop keeps turning
-      assert.truthy(S.wait_for(function() return #core.fs.list(root) == 0 end, 20000))
-      ticking = false
-      assert.is_true(ticks >= 3, "ticks " .. ticks)
+      assert.equal(10, #core.fs.list(workspace.path(root, "big")))
+      local s = runner.new(root, "T1")
+      assert(s:exec{ command = "echo x > f", env = env() })
+      s:stop("shutdown")
+      assert.equal("x\n", S.read(workspace.path(root, "T1") .. "/f"))
       S.rm(root)
     end)
   end)
 
-  it("on shutdown the workspace is deleted before stop returns", function()
+  it("at start: workspaces are kept, trash and half-made images removed, nothing else touched", function()
     core.run(function()
       local root = S.tmpdir()
-      local r = runner.new(root, "T1")
-      assert(r:exec{ command = "echo x > f", env = env() })
-      r:stop("shutdown")
-      assert.same({}, core.fs.list(root))
-      S.rm(root)
-    end)
-  end)
-
-  it("the start-up sweep removes leftover workspaces and trash, and nothing else", function()
-    core.run(function()
-      local root = S.tmpdir()
-      assert(runner.new(root, "left"):exec{ command = "echo x > f", env = env() })
+      assert(runner.new(root, "left"):exec{ command = "echo x > f; : > .workspace.img.new", env = env() })
       core.fs.mkdir_p(root .. "/.trash-old-0011aabb/x")
       core.fs.mkdir_p(root .. "/operator-notes")
       core.fs.write_file(root .. "/README", "mine")
-      assert.equal(2, runner.sweep(root))
-      assert.same({ "README", "operator-notes" }, core.fs.list(root))
+      assert.same({ kept = 1, repaired = 0, discarded = 0 }, runner.recover(root, function() end))
+      assert.same({ "README", workspace.dir_name("left"), "operator-notes" }, core.fs.list(root))
+      assert.same({ "f" }, core.fs.list(workspace.path(root, "left")))
       S.rm(root)
     end)
   end)

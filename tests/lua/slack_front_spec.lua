@@ -78,6 +78,29 @@ describe("slack dedup", function()
   end)
 end)
 
+describe("slack dedup with a store", function()
+  it("asks the store only for keys memory has not seen, and lets memory decide when the store fails", function()
+    local asked, answer = {}, false
+    local store = { claim = function(_, key, ttl)
+      asked[#asked + 1] = key .. "/" .. ttl
+      if answer == nil then return nil, "disk full" end
+      return answer
+    end }
+    local logged = {}
+    local d = dedup.new{ ttl_ms = 1000, now_ms = function() return 0 end, store = store, prefix = "p:",
+                         log = function(_, event) logged[#logged + 1] = event end }
+    assert.is_false(d:first("a")) -- seen by another process, or before a restart
+    assert.is_false(d:first("a")) -- and now memory knows
+    answer = true
+    assert.is_true(d:first("b"))
+    assert.is_false(d:first("b"))
+    assert.same({ "p:a/1000", "p:b/1000" }, asked)
+    answer = nil
+    assert.is_true(d:first("c"))
+    assert.same({ "dedup.store_failed" }, logged)
+  end)
+end)
+
 describe("slack signatures", function()
   local secret = "s3cr3t"
   local function sign(body, ts)
@@ -93,6 +116,35 @@ describe("slack signatures", function()
     assert.is_false(http.verify(secret, sign("{}", "1e3"), "{}", 1000, 300))
     assert.is_false(http.verify("other", sign("{}", "1000"), "{}", 1000, 300))
   end)
+end)
+
+describe("slack Events API while the bot stops", function()
+  it("runs what it answered 200, counted until handed over; answers 503 once closing and runs nothing", async(function()
+    local secret, closing = "s3cr3t", false
+    local intake = require("switchboard.dispatch.in_flight").new()
+    local ran, release = {}, core.signal()
+    local h = http.handler{ secret = secret, intake = intake, closing = function() return closing end,
+      policy = function() return { slack = { events = { window_ms = 300000 } } } end, log = function() end,
+      on_event = function(p) ran[#ran + 1] = p.event_id; core.sleep(60000, release) end }
+    local function post(id)
+      local body = cjson.encode{ type = "event_callback", event_id = id }
+      local ts = tostring(math.floor(core.wall_ms() / 1000))
+      local got = {}
+      h({ method = "POST", path = "/slack/events", body = body, headers = {
+          ["x-slack-request-timestamp"] = ts,
+          ["x-slack-signature"] = "v0=" .. core.crypto.hex(core.crypto.hmac_sha256(secret, "v0:" .. ts .. ":" .. body)) } },
+        { send = function(_, status) got.status = status end })
+      return got.status
+    end
+    assert.equals(200, post("Ev1"))
+    assert.equals(1, intake.count) -- taken: the shutdown waits for it
+    closing = true
+    assert.equals(503, post("Ev2"))
+    core.sleep(10)
+    assert.same({ "Ev1" }, ran)
+    release:abort("go on")
+    assert.is_true(intake:wait())
+  end))
 end)
 
 describe("slack Block Kit card", function()

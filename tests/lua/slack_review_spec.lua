@@ -83,3 +83,17 @@ describe("review.read", function()
     assert.is_nil(review.iso_seconds("yesterday"))
   end)
 end)
+
+describe("review.seen_key", function()
+  it("names a delivery by what its signature covers: the comment's id and updated_at, the review's id", function()
+    local p = payload{ id = 1001, updated_at = "2026-12-01T19:00:00Z" }
+    assert.equal("review_comment:1001:2026-12-01T19:00:00Z", review.seen_key("pull_request_review_comment", p))
+    p.comment.updated_at = "2026-12-01T19:02:00Z" -- the same comment edited is another key
+    assert.equal("review_comment:1001:2026-12-01T19:02:00Z", review.seen_key("pull_request_review_comment", p))
+    assert.equal("comment:1001:2026-12-01T19:02:00Z", review.seen_key("issue_comment", p))
+    assert.equal("review:77", review.seen_key("pull_request_review", { review = { id = 77.0 } }))
+    assert.is_nil(review.seen_key("pull_request_review_comment", payload())) -- no id: nothing to run once on
+    assert.is_nil(review.seen_key("pull_request_review", {}))
+    assert.is_nil(review.seen_key("push", p))
+  end)
+end)

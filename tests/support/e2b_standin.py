@@ -3,7 +3,8 @@
 one loopback listener:
 
   control plane (X-API-Key)       POST /sandboxes, POST /sandboxes/{id}/connect,
-                                  POST /sandboxes/{id}/timeout, DELETE /sandboxes/{id}
+                                  POST /sandboxes/{id}/timeout, DELETE /sandboxes/{id},
+                                  POST /sandboxes/{id}/pause, POST /sandboxes/{id}/resume
   envd, the in-sandbox daemon     POST /process.Process/Start   (Connect server stream, JSON)
   (X-Access-Token; the sandbox    POST /process.Process/SendSignal (Connect unary, JSON)
    named by E2b-Sandbox-Id, as    GET/POST /files?path=
@@ -12,7 +13,10 @@ one loopback listener:
 
 Commands really run, on this host, in a directory per sandbox that stands for the VM's root
 (an absolute path P in a request means <root>/<id>/P). Like E2B: a sandbox dies when its
-timeout passes (its processes with it), a dropped Start stream leaves the process running,
+timeout passes (its processes with it) — or, created with autoPause true, is paused: its files
+kept, its processes frozen (SIGSTOP to their sessions), until a connect (201, its timeout anew)
+or a resume (201) thaws it; a paused sandbox is 404 to /timeout and 409 to a second /pause,
+a running one 409 to /resume, and envd's proxy answers 502 for it as for a missing one — a dropped Start stream leaves the process running,
 SendSignal and the Connect-Timeout-Ms deadline signal the process's pid only, a missing sandbox
 is 404 on the control plane and 502 "The sandbox was not found" from the proxy in front of
 envd. Every envelope is written in pieces split at awkward places (inside the 5-byte header,
@@ -24,7 +28,7 @@ header and payload together, two frames in one write), each its own HTTP chunk.
 Test-only routes (no key):
   PUT  /_standin/faults        a JSON list of faults, appended; each applies once, to the
                                first request of its route ("on"):
-       {"on": "create"|"connect"|"timeout"|"delete"|"start"|"signal"|"files_get"|"files_post",
+       {"on": "create"|"connect"|"timeout"|"pause"|"resume"|"delete"|"start"|"signal"|"files_get"|"files_post",
         "status": N, "body": {...}}                    answer this instead
        {..., "skip": N}                                 let N requests of the route pass first
        {"on": "start", "end_error": {"code", "message"}} the trailer carries this error (no end event)
@@ -36,6 +40,8 @@ Test-only routes (no key):
        {"on": "start", "vanish_after_ms": N}           the sandbox dies N ms into the command
        {"on": "start", "stall": true}                  after the start event, never another byte
   POST /_standin/vanish/{id}   the sandbox dies now (as if E2B reclaimed it)
+  POST /_standin/expire/{id}   a paused sandbox is dropped (E2B's retention of paused
+                               sandboxes ran out): gone, 404 to connect
   GET  /_standin/requests      [{method, path, headers, body, body_b64, t}] (bodies cut at
                                64 KiB; the test-only routes are not recorded)
   GET  /_standin/sandboxes     [{id, alive, root, pids}]
@@ -74,10 +80,30 @@ class Sandbox:
         self.root = root
         self.expires = time.monotonic() + timeout_s
         self.alive = True
+        self.paused = False
+        self.auto_pause = False
         self.procs = {}  # pid -> Popen
 
     def path(self, vm_path):
         return os.path.join(self.root, vm_path.lstrip("/"))
+
+    def freeze(self, sig):
+        """Pause (SIGSTOP) or resume (SIGCONT) every process of the VM: a paused E2B sandbox's
+        memory snapshot holds its processes where they were."""
+        for pid in processes_in_sessions(set(self.procs)):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    def pause(self):
+        self.paused = True
+        self.freeze(signal.SIGSTOP)
+
+    def resume(self, timeout_s):
+        self.paused = False
+        self.expires = time.monotonic() + timeout_s
+        self.freeze(signal.SIGCONT)
 
     def die(self):
         """The VM is gone: everything in it dies, whatever process group a command's children
@@ -85,6 +111,9 @@ class Sandbox:
         Each process here starts a session of its own, so the VM's processes are those of
         these sessions; a few rounds catch a fork under way."""
         self.alive = False
+        if self.paused:
+            self.paused = False
+            self.freeze(signal.SIGCONT)  # a stopped process takes SIGKILL too; thawed, it is reaped
         sessions = set(self.procs)
         for _ in range(20):
             members = processes_in_sessions(sessions)
@@ -139,8 +168,11 @@ def reaper():
         now = time.monotonic()
         with LOCK:
             for sb in SANDBOXES.values():
-                if sb.alive and now >= sb.expires:
-                    sb.die()
+                if sb.alive and not sb.paused and now >= sb.expires:
+                    if sb.auto_pause:
+                        sb.pause()
+                    else:
+                        sb.die()
 
 
 def frame(flags, doc):
@@ -240,8 +272,16 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(200, list(REQUESTS))
         if parts == ["sandboxes"]:
             with LOCK:
-                return self._send(200, [{"id": s.id, "alive": s.alive, "root": s.root,
+                return self._send(200, [{"id": s.id, "alive": s.alive, "paused": s.paused,
+                                         "auto_pause": s.auto_pause, "root": s.root,
                                          "pids": list(s.procs)} for s in SANDBOXES.values()])
+        if len(parts) == 2 and parts[0] == "expire":
+            with LOCK:
+                sb = SANDBOXES.get(parts[1])
+                ok = sb is not None and sb.paused
+                if ok:
+                    sb.die()
+            return self._send(200 if ok else 404, {})
         if len(parts) == 2 and parts[0] == "vanish":
             with LOCK:
                 sb = SANDBOXES.get(parts[1])
@@ -268,7 +308,10 @@ class Handler(BaseHTTPRequestHandler):
             sid = "i" + secrets.token_hex(10)
             root = os.path.join(ARGS.root, sid)
             os.makedirs(os.path.join(root, "home", "user"))
+            if "autoPause" in doc and not isinstance(doc["autoPause"], bool):
+                return self._send(400, {"code": 400, "message": "autoPause must be a boolean"})
             sb = Sandbox(sid, doc["templateID"], int(doc.get("timeout") or 15), root)
+            sb.auto_pause = doc.get("autoPause") is True
             with LOCK:
                 SANDBOXES[sid] = sb
             return self._send(201, self._detail(sb))
@@ -277,6 +320,7 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             sb = SANDBOXES.get(parts[0])
         alive = sb is not None and sb.alive
+        paused = alive and sb.paused
         missing = {"code": 404, "message": "sandbox \"%s\" not found" % parts[0]}
         if len(parts) == 1 and self.command == "DELETE":
             f, done = self._fault_answer("delete")
@@ -286,18 +330,40 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(404, missing)
             sb.die()
             return self._send(204)
-        if len(parts) == 2 and parts[1] in ("timeout", "connect") and self.command == "POST":
-            f, done = self._fault_answer(parts[1])
+        if len(parts) == 2 and parts[1] == "pause" and self.command == "POST":
+            f, done = self._fault_answer("pause")
             if done:
                 return
             if not alive:
                 return self._send(404, missing)
+            with LOCK:
+                if sb.paused:
+                    return self._send(409, {"code": 409, "message": "Sandbox \"%s\" is already paused" % sb.id})
+                sb.pause()
+            return self._send(204)
+        if len(parts) == 2 and parts[1] in ("timeout", "connect", "resume") and self.command == "POST":
+            f, done = self._fault_answer(parts[1])
+            if done:
+                return
+            if not alive or (paused and parts[1] == "timeout"):
+                return self._send(404, missing)
             t = doc.get("timeout")
             if not isinstance(t, int) or t < 0:
                 return self._send(400, {"code": 400, "message": "timeout must be a non-negative integer"})
-            sb.expires = time.monotonic() + t
-            if parts[1] == "timeout":
-                return self._send(204)
+            with LOCK:
+                if parts[1] == "resume" and not sb.paused:
+                    return self._send(409, {"code": 409, "message": "Sandbox \"%s\" is already running" % sb.id})
+                if sb.paused:
+                    # a connect or resume thaws a paused sandbox: 201, its timeout counted anew
+                    if isinstance(doc.get("autoPause"), bool):
+                        sb.auto_pause = doc["autoPause"]
+                    sb.resume(t)
+                    return self._send(201, self._detail(sb))
+                if parts[1] == "timeout":
+                    sb.expires = time.monotonic() + t
+                    return self._send(204)
+                # connect to a running sandbox: its timeout is only ever extended
+                sb.expires = max(sb.expires, time.monotonic() + t)
             return self._send(200, self._detail(sb))
         self._send(404, {"code": 404, "message": "no such route"})
 
@@ -318,7 +384,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _envd(self, u, body):
         sid, sb = self._sandbox_of_request()
-        if sb is None or not sb.alive:
+        if sb is None or not sb.alive or sb.paused:
             return self._send(502, {"sandboxId": sid, "message": "The sandbox was not found", "code": 502})
         tok = self.headers.get("x-access-token", "")
         if not hmac.compare_digest(tok.encode(), sb.token.encode()):

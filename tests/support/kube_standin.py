@@ -13,6 +13,12 @@ from tests), speaking the real protocol for the one resource the `kubernetes` ex
            a chunked stream of {"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": …} lines;
            a resourceVersion older than the compacted history gets the ERROR event with a
            Status of code 410 (reason Expired), as kube-apiserver sends it.
+  PersistentVolumeClaim, v1, namespaced (the kept workspace of a thread, issue 37):
+    POST   /api/v1/namespaces/NS/persistentvolumeclaims          201 | 409 AlreadyExists | 422 Invalid
+    GET    .../persistentvolumeclaims/NAME                        200 | 404 NotFound
+    PATCH  .../persistentvolumeclaims/NAME (merge-patch; a metadata.resourceVersion in it is a
+           precondition: 409 Conflict when the object changed)   200 | 404 | 409
+    DELETE .../persistentvolumeclaims/NAME                        200 | 404
   Every error is a metav1 Status object {kind: Status, apiVersion: v1, status: Failure, message,
   reason, details, code}. Every route needs `authorization: Bearer TOKEN` or, over TLS, the client certificate
   DIR/client.crt (401 Status otherwise);
@@ -27,10 +33,22 @@ reason DependenciesReady; with no ready pod it stays Ready=False (DependenciesNo
 one is (the pool refills in the background, or never with --no-refill). A warm pool that does
 not exist is Ready=False reason WarmPoolNotFound. A pod that dies clears podIPs and turns Ready
 False (DependenciesNotReady, "Pod does not exist"); agent-sandbox would then make the Sandbox a
-new pod (a new IP), which the stand-in does not — the executor treats both alike (the claim no
+new pod (a new IP), which the stand-in does only for a cold claim's Sandbox (below) — the executor treats both alike (the claim no
 longer Ready, or naming another pod: it is deleted and the next ask claims afresh). spec.lifecycle.shutdownTime with shutdownPolicy Delete deletes
 the claim when it passes. Deleting a claim stops its pod; the claim lingers with a
 deletionTimestamp for --finalize-ms (its finalizer) before the DELETED event.
+
+A claim with spec.volumeClaimTemplates is cold-started, as agent-sandbox does it (the warm
+pool is bypassed; sandboxclaim_controller.go): a Sandbox named after the claim, a PVC
+<template name>-<sandbox name> made for each template — or an existing one adopted when it has
+no controller and carries the tracking label agents.x-k8s.io/sandbox-name-hash (FNV-1a of the
+sandbox's name) — with the Sandbox as its controller, and a pod whose root directory is that
+PVC's (the volume: DIR/volumes/NAME). --vct-policy Disallowed makes such a claim Ready=False
+VolumeClaimTemplatesError, as a SandboxTemplate whose volumeClaimTemplatesPolicy is not
+Allowed does. shutdownPolicy Retain keeps the claim when its shutdownTime passes (Ready=False
+ClaimExpired) and deletes its Sandbox and pod; a shutdownTime moved forward again makes a new
+Sandbox of the same name. The garbage collector: an object whose owners are all gone goes (a
+PVC's volume directory with it); one with an owner left only loses the dangling references.
 
 The "pods" are real processes: `switchboard sandboxd --pod`, each listening on a loopback
 address of its own (127.77.X.Y) and the one --pod-port, so a claim's status names the pod by its
@@ -43,7 +61,8 @@ IP exactly as in a cluster.
 
 Test-only routes (no token):
   PUT  /_standin/faults         a JSON list of faults, appended, each used once:
-       {"on": "create"|"get"|"delete"|"patch"|"list"|"watch", "status": N, "reason": R,
+       {"on": "create"|"get"|"delete"|"patch"|"list"|"watch"|"pvc_create"|"pvc_get"|"pvc_patch"|"pvc_delete",
+        "status": N, "reason": R,
         "message": M, "retry_after": S}          answer this Status instead
   POST /_standin/cut-watches    every open watch stream is cut mid-stream (no terminating chunk)
   POST /_standin/compact        forget the event history: a watch resumed from before now gets 410
@@ -53,6 +72,7 @@ Test-only routes (no token):
   GET  /_standin/pods           [{name, ip, pid, alive, claim}]
   GET  /_standin/requests       [{method, path, query}]
   GET  /_standin/watches        {"opened": N, "open": N}
+  GET  /_standin/pvcs           [{name, labels, ownerReferences, dir}]
 """
 import argparse
 import json
@@ -95,6 +115,8 @@ STATE = {
     "pods": {},            # pod name → Pod
     "pool_size": 0,
     "pod_seq": 0,
+    "pvcs": {},            # name → PersistentVolumeClaim object
+    "sandboxes": {},       # claim name → {"uid", "pod"}: the Sandbox of a cold (volume) claim
 }
 
 
@@ -169,7 +191,7 @@ def set_ready(obj, status, reason, message):
             "observedGeneration": obj["metadata"].get("generation", 1),
             "lastTransitionTime": rfc3339()}
     if old is not None:
-        if old["status"] == status and old["reason"] == reason:
+        if old["status"] == status and old["reason"] == reason and old.get("observedGeneration") == cond["observedGeneration"]:
             return False
         if old["status"] == status:
             cond["lastTransitionTime"] = old["lastTransitionTime"]
@@ -182,13 +204,14 @@ def set_ready(obj, status, reason, message):
 # Pods: real `switchboard sandboxd --pod` processes
 
 class Pod:
-    def __init__(self, name, ip):
+    def __init__(self, name, ip, volume=None):
         self.name = name
         self.ip = ip
         self.claim = None
         self.ready = False
         self.dead = False
-        self.root = tempfile.mkdtemp(prefix="pod-", dir=ARGS.dir)  # so a leak names its stand-in
+        self.volume = volume  # a PVC's directory, mounted as sandboxd's root: it outlives the pod
+        self.root = volume or tempfile.mkdtemp(prefix="pod-", dir=ARGS.dir)  # so a leak names its stand-in
         log = open(os.path.join(ARGS.dir, name + ".log"), "wb")
         argv = [ARGS.bin]
         if ARGS.policies:
@@ -231,7 +254,8 @@ class Pod:
         except subprocess.TimeoutExpired:
             self.stop(signal.SIGKILL)
             self.proc.wait()
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self.volume is None:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def free_ip():
@@ -271,14 +295,28 @@ def reconcile():
                 continue
             lifecycle = obj["spec"].get("lifecycle") or {}
             until = parse_time(lifecycle.get("shutdownTime"))
-            if until is not None and time.time() >= until and lifecycle.get("shutdownPolicy") in ("Delete", "DeleteForeground"):
+            expired = until is not None and time.time() >= until
+            if expired and lifecycle.get("shutdownPolicy") in ("Delete", "DeleteForeground"):
                 delete_claim(name)
+                continue
+            if expired:
+                # Retain (the default): the claim stays, its Sandbox and pod go
+                delete_sandbox(name)
+                changed = set_ready(obj, "False", "ClaimExpired", "Claim expired")
+                if obj["status"].get("sandbox", {}).get("podIPs"):
+                    obj["status"]["sandbox"].pop("podIPs", None)
+                    changed = True
+                if changed:
+                    write_claim(obj)
                 continue
             pool = obj["spec"].get("warmPoolRef", {}).get("name")
             pod = STATE["pods"].get(obj.get("status", {}).get("sandbox", {}).get("name", ""))
             if pool != ARGS.pool:
                 if set_ready(obj, "False", "WarmPoolNotFound", 'SandboxWarmPool "%s" not found' % pool):
                     write_claim(obj)
+                continue
+            if obj["spec"].get("volumeClaimTemplates"):
+                reconcile_cold(name, obj)
                 continue
             if pod is None and not obj.get("status", {}).get("sandbox", {}).get("name"):
                 pod = next((p for p in sorted(STATE["pods"].values(), key=lambda p: p.name)
@@ -300,6 +338,10 @@ def reconcile():
                 obj["status"]["sandbox"].pop("podIPs", None)
                 set_ready(obj, "False", "DependenciesNotReady", "Pod does not exist")
                 write_claim(obj)
+            elif pod is not None and not pod.dead and obj["status"]["sandbox"].get("podIPs"):
+                # the controller's pass after a spec change: the condition observes this generation
+                if set_ready(obj, "True", "DependenciesReady", "Pod is Ready; Service Exists"):
+                    write_claim(obj)
         refill()
 
 
@@ -313,7 +355,10 @@ def delete_claim(name):
     obj["metadata"]["finalizers"] = ["agents.x-k8s.io/sandbox-cleanup"]
     write_claim(obj)
     pod_name = obj.get("status", {}).get("sandbox", {}).get("name")
-    if pod_name in STATE["pods"]:
+    if name in STATE["sandboxes"]:
+        STATE["sandboxes"][name]["uid"] = None  # deleted with the claim; GC after the finalizer
+        delete_sandbox(name)
+    elif pod_name in STATE["pods"]:
         release_pod(STATE["pods"][pod_name])
     STATE["timing"][name]["deleted"] = True
 
@@ -326,8 +371,117 @@ def delete_claim(name):
                 del STATE["claims"][name]
                 obj["metadata"]["resourceVersion"] = next_rv()
                 emit("DELETED", obj)
+                collect_garbage()
     threading.Thread(target=finalize, daemon=True).start()
     return obj
+
+
+def name_hash(s):
+    """agent-sandbox's NameHash: FNV-1a, 32 bits, 8 hex digits."""
+    h = 0x811c9dc5
+    for b in s.encode():
+        h = ((h ^ b) * 0x01000193) & 0xffffffff
+    return "%08x" % h
+
+
+def volume_dir(name):
+    return os.path.join(ARGS.dir, "volumes", name)
+
+
+def collect_garbage():
+    """The garbage collector (caller holds LOCK): a PVC whose owners are all gone is deleted
+    (its volume with it); one with an owner left loses only the dangling references."""
+    live = {o["metadata"]["uid"] for o in STATE["claims"].values()} | {sb["uid"] for sb in STATE["sandboxes"].values()}
+    for name, pvc in list(STATE["pvcs"].items()):
+        refs = pvc["metadata"].get("ownerReferences") or []
+        if not refs:
+            continue
+        kept = [r for r in refs if r.get("uid") in live]
+        if not kept:
+            del STATE["pvcs"][name]
+            shutil.rmtree(volume_dir(name), ignore_errors=True)
+        elif len(kept) != len(refs):
+            pvc["metadata"]["ownerReferences"] = kept
+            pvc["metadata"]["resourceVersion"] = next_rv()
+
+
+def delete_sandbox(claim_name):
+    """The Sandbox of a cold claim and its pod go (caller holds LOCK)."""
+    sb = STATE["sandboxes"].pop(claim_name, None)
+    if sb is None:
+        return
+    pod = STATE["pods"].get(sb["pod"])
+    if pod is not None:
+        release_pod(pod)
+    collect_garbage()
+
+
+def reconcile_cold(name, obj):
+    """A claim with volumeClaimTemplates (caller holds LOCK): a Sandbox named after it, its PVCs
+    made or adopted, a pod on them."""
+    if ARGS.vct_policy != "Allowed":
+        if set_ready(obj, "False", "VolumeClaimTemplatesError",
+                     "failed to merge volume claim templates: volume claim templates are disallowed by the template"):
+            write_claim(obj)
+        return
+    sb = STATE["sandboxes"].get(name)
+    if sb is None:
+        sb = {"uid": "%032x" % random.getrandbits(128), "pod": name}
+        owner = {"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "name": name, "uid": sb["uid"],
+                 "controller": True, "blockOwnerDeletion": True}
+        volume = None
+        for t in obj["spec"]["volumeClaimTemplates"]:
+            pvc_name = "%s-%s" % (t["metadata"]["name"], name)
+            pvc = STATE["pvcs"].get(pvc_name)
+            if pvc is None:
+                labels = dict(t["metadata"].get("labels") or {})
+                labels["agents.x-k8s.io/sandbox-name-hash"] = name_hash(name)
+                pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                       "metadata": {"name": pvc_name, "namespace": ARGS.namespace, "labels": labels,
+                                    "uid": "%032x" % random.getrandbits(128), "ownerReferences": [owner],
+                                    "creationTimestamp": rfc3339(), "resourceVersion": next_rv()},
+                       "spec": t["spec"], "status": {"phase": "Bound"}}
+                STATE["pvcs"][pvc_name] = pvc
+                os.makedirs(volume_dir(pvc_name), exist_ok=True)
+            else:
+                refs = pvc["metadata"].get("ownerReferences") or []
+                if any(r.get("controller") for r in refs):
+                    if set_ready(obj, "False", "ReconcilerError", 'PVC "%s" is owned by another controller' % pvc_name):
+                        write_claim(obj)
+                    return
+                if (pvc["metadata"].get("labels") or {}).get("agents.x-k8s.io/sandbox-name-hash") != name_hash(name):
+                    if set_ready(obj, "False", "ReconcilerError", 'cannot adopt unowned PVC "%s"' % pvc_name):
+                        write_claim(obj)
+                    return
+                pvc["metadata"]["ownerReferences"] = refs + [owner]
+                pvc["metadata"]["resourceVersion"] = next_rv()
+            if t["metadata"]["name"] == "workspace":
+                volume = volume_dir(pvc_name)
+        sb["volume"] = volume
+        STATE["sandboxes"][name] = sb
+        obj["status"]["sandbox"] = {"name": name}
+    pod = STATE["pods"].get(sb["pod"])
+    if pod is None or (pod.dead and pod.proc.poll() is not None):
+        # the Sandbox's controller makes its pod again when it is gone (a new IP), on the volume
+        if pod is not None:
+            release_pod(pod)
+        pod = Pod(name, free_ip(), sb["volume"])
+        pod.claim = name
+        STATE["pods"][name] = pod
+    if pod is not None and pod.ready and not pod.dead:
+        obj["status"]["sandbox"] = {"name": name, "podIPs": [pod.ip]}
+        if set_ready(obj, "True", "DependenciesReady", "Pod is Ready; Service Exists"):
+            if STATE["timing"][name]["ready_ms"] is None:
+                STATE["timing"][name]["ready_ms"] = now_ms()
+            write_claim(obj)
+        return
+    changed = set_ready(obj, "False", "DependenciesNotReady",
+                        "Pod does not exist" if pod is None or pod.dead else "Pod exists with phase: Pending")
+    if obj["status"].get("sandbox", {}).get("podIPs"):
+        obj["status"]["sandbox"].pop("podIPs", None)
+        changed = True
+    if changed:
+        write_claim(obj)
 
 
 def controller_loop():
@@ -349,6 +503,20 @@ def claim_path(path):
         if len(parts) == 7:
             return parts[4], parts[6]
     return None
+
+
+def pvc_path(path):
+    """→ (namespace, name or None) for the persistentvolumeclaims collection or an item."""
+    parts = path.strip("/").split("/")
+    if len(parts) in (5, 6) and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "persistentvolumeclaims":
+        return parts[3], (parts[5] if len(parts) == 6 else None)
+    return None
+
+
+def pvc_status(code, reason, message, name):
+    doc = status_doc(code, reason, message)
+    doc["details"] = {"name": name, "kind": "persistentvolumeclaims"}
+    return doc
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -397,6 +565,9 @@ class Handler(BaseHTTPRequestHandler):
         by_cert = bool(cert) and ("commonName", "switchboard-bot") in [x for rdn in cert.get("subject", ()) for x in rdn]
         if self.headers.get("authorization") != "Bearer " + ARGS.token and not by_cert:
             return self.fail(401, "Unauthorized", "Unauthorized")
+        pvc = pvc_path(u.path)
+        if pvc is not None:
+            return self.pvc_route(method, pvc)
         where = claim_path(u.path)
         if where is None:
             return self.fail(404, "NotFound", "the server could not find the requested resource")
@@ -415,6 +586,70 @@ class Handler(BaseHTTPRequestHandler):
             return self.fail(fault["status"], fault.get("reason", "InternalError"),
                              fault.get("message", "injected"), name, headers)
         getattr(self, "op_" + op)(name, q)
+
+    def pvc_route(self, method, where):
+        ns, name = where
+        if ns != ARGS.namespace:
+            return self.fail(403, "Forbidden", 'persistentvolumeclaims is forbidden: User "system:serviceaccount:%s:switchboard-bot" '
+                             'cannot access resources in the namespace "%s"' % (ARGS.namespace, ns))
+        op = {"POST": "pvc_create", "GET": "pvc_get", "PATCH": "pvc_patch", "DELETE": "pvc_delete"}.get(method)
+        if op is None or (op == "pvc_create") != (name is None):
+            return self.fail(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        fault = self.take_fault(op)
+        if fault:
+            return self.fail(fault["status"], fault.get("reason", "InternalError"), fault.get("message", "injected"), name)
+        missing = pvc_status(404, "NotFound", 'persistentvolumeclaims "%s" not found' % name, name)
+        if op == "pvc_create":
+            try:
+                obj = json.loads(self.body())
+            except ValueError:
+                return self.fail(400, "BadRequest", "the body of the request was in an unknown format")
+            md = obj.get("metadata") or {}
+            name = md.get("name")
+            storage = (((obj.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+            if obj.get("apiVersion") != "v1" or obj.get("kind") != "PersistentVolumeClaim":
+                return self.fail(400, "BadRequest", "the API version in the data does not match the expected API version (v1)")
+            if not name or not storage or not (obj.get("spec") or {}).get("accessModes"):
+                return self.send_doc(422, pvc_status(422, "Invalid", 'PersistentVolumeClaim "%s" is invalid: '
+                                                     'spec.resources[storage]: Required value' % name, name))
+            with LOCK:
+                if name in STATE["pvcs"]:
+                    return self.send_doc(409, pvc_status(409, "AlreadyExists",
+                                                         'persistentvolumeclaims "%s" already exists' % name, name))
+                md.update({"namespace": ARGS.namespace, "uid": "%032x" % random.getrandbits(128),
+                           "creationTimestamp": rfc3339(), "resourceVersion": next_rv()})
+                obj["metadata"] = md
+                obj["status"] = {"phase": "Bound"}
+                STATE["pvcs"][name] = obj
+                os.makedirs(volume_dir(name), exist_ok=True)
+                doc = json.loads(json.dumps(obj))
+            return self.send_doc(201, doc)
+        with LOCK:
+            obj = STATE["pvcs"].get(name)
+            if obj is None:
+                return self.send_doc(404, missing)
+            if op == "pvc_get":
+                return self.send_doc(200, json.loads(json.dumps(obj)))
+            if op == "pvc_delete":
+                del STATE["pvcs"][name]
+                shutil.rmtree(volume_dir(name), ignore_errors=True)
+                return self.send_doc(200, json.loads(json.dumps(obj)))
+            if self.headers.get("content-type") != "application/merge-patch+json":
+                return self.fail(415, "UnsupportedMediaType", "the body of the request was in an unknown format")
+            patch = json.loads(self.body())
+            want_rv = (patch.get("metadata") or {}).get("resourceVersion")
+            if want_rv is not None and want_rv != obj["metadata"]["resourceVersion"]:
+                return self.send_doc(409, pvc_status(409, "Conflict", 'Operation cannot be fulfilled on persistentvolumeclaims '
+                                                     '"%s": the object has been modified; please apply your changes to the '
+                                                     'latest version and try again' % name, name))
+            for k in ("labels", "annotations", "ownerReferences"):  # merge-patch: lists replace
+                v = (patch.get("metadata") or {}).get(k)
+                if isinstance(v, list):
+                    obj["metadata"][k] = v
+                elif isinstance(v, dict):
+                    obj["metadata"].setdefault(k, {}).update(v)
+            obj["metadata"]["resourceVersion"] = next_rv()
+            return self.send_doc(200, json.loads(json.dumps(obj)))
 
     def take_fault(self, op):
         with LOCK:
@@ -601,6 +836,10 @@ class Handler(BaseHTTPRequestHandler):
                                            for p in STATE["pods"].values()])
             if method == "GET" and parts[1] == "requests":
                 return self.send_doc(200, STATE["requests"])
+            if method == "GET" and parts[1] == "pvcs":
+                return self.send_doc(200, [{"name": n, "labels": o["metadata"].get("labels"),
+                                            "ownerReferences": o["metadata"].get("ownerReferences") or [],
+                                            "dir": volume_dir(n)} for n, o in STATE["pvcs"].items()])
             if method == "GET" and parts[1] == "watches":
                 return self.send_doc(200, {"opened": STATE["watches_opened"], "open": len(STATE["watchers"])})
         self.send_doc(404, {"error": "no such test route"})
@@ -655,6 +894,7 @@ def main():
     ap.add_argument("--tls", action="store_true")
     ap.add_argument("--bookmark-ms", type=int, default=1000)
     ap.add_argument("--finalize-ms", type=int, default=300)
+    ap.add_argument("--vct-policy", default="Allowed", choices=["Allowed", "Disallowed"])
     watched.add_argument(ap)  # exit, killing every pod, when the spec is gone
     ARGS = ap.parse_args()
     if not ARGS.pod_port:

@@ -69,6 +69,14 @@ function Standin:envelope(kind, payload, extra)
   return answer
 end
 
+-- Slack's own delivery of an event (the stand-in's /_control/event): on one of the open
+-- connections in turn, sent again while it is not acked. → the delivery's id
+function Standin:event(kind, payload)
+  local status, answer = self:control("event", { type = kind, payload = payload })
+  assert(status == 200, "event not taken: " .. tostring(answer.error))
+  return answer.delivery
+end
+
 function Standin:calls(method)
   local out = {}
   for _, c in ipairs(self:state().calls) do

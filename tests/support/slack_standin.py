@@ -14,6 +14,17 @@ Socket Mode; what the bot uses of them is in docs/slack.md):
 
 Tests drive it over a control API on the same HTTP port (/_control/...):
   POST /_control/envelope {type, payload, conn?}  → {envelope_id}   send on the newest (or given) connection
+  POST /_control/event {type, payload}            → {delivery}   Slack's own delivery: an envelope on one of
+                                                  the app's open connections (in turn); one not acked
+                                                  within ack_timeout_s (Slack: 3 s) — its connection
+                                                  closed, or no connection open — is sent again
+                                                  (retry_attempt 1…max_retries, a new envelope id, the
+                                                  same event) on an open connection, then given up
+                                                  (state.deliveries[id].lost)
+  POST /_control/delivery {ack_timeout_s, max_retries, lose_every}   how /_control/event retries;
+                                                  lose_every N: every Nth ack of such an envelope is
+                                                  lost on its way (Slack never saw it: it sends the
+                                                  event again, as it does when an ack is late)
   POST /_control/disconnect {reason}              send `disconnect` on every open connection
   POST /_control/drop                             close every connection without a close frame
   POST /_control/rate_limit {method, count, retry_after}   the next COUNT calls answer 429
@@ -61,7 +72,12 @@ state = {
     "unacked_junk": [],   # frames from the client that were not acks
     "threads": {},        # "channel/ts" -> [message] seeded by a spec (conversations.replies)
     "downloads": [],      # {id, token}: every file fetch and the token it came with
+    "deliveries": {},     # delivery id -> {event_id, envelopes: [{envelope_id, conn}], acked_conn, lost}
 }
+DELIVERY = {"ack_timeout_s": 3.0, "max_retries": 3, "lose_every": 0}
+delivery_acks = [0]
+envelope_delivery = {}  # envelope id -> delivery id (/_control/event)
+turn = [0]
 HOSTED = {}        # file id -> {name, mimetype, bytes} (url_private_download)
 USERS = {
     "U0ANA": {"id": "U0ANA", "name": "ana", "real_name": "Ana Lima", "profile": {"display_name": "ana"}},
@@ -226,6 +242,33 @@ async def send_envelope(args):
     return 200, {"envelope_id": eid, "conn": cid}
 
 
+async def deliver(did, attempt):
+    """One attempt of Slack's delivery of an event: on the next open connection in turn."""
+    d = state["deliveries"][did]
+    live = [c for c in conns if conns[c].open]
+    if live:
+        turn[0] += 1
+        cid = live[turn[0] % len(live)]
+        eid = str(uuid.uuid4())
+        envelope_delivery[eid] = did
+        env = {"envelope_id": eid, "type": d["type"], "payload": d["payload"],
+               "accepts_response_payload": False, "retry_attempt": attempt,
+               "retry_reason": "timeout" if attempt else ""}
+        state["sent"][eid] = {"at": time.monotonic() * 1000, "conn": cid}
+        d["envelopes"].append({"envelope_id": eid, "conn": cid})
+        try:
+            await conns[cid].send(json.dumps(env))
+        except websockets.ConnectionClosed:
+            pass
+    await asyncio.sleep(DELIVERY["ack_timeout_s"])
+    if d["acked_conn"] is not None:
+        return
+    if attempt >= DELIVERY["max_retries"]:
+        d["lost"] = True
+        return
+    await deliver(did, attempt + 1)
+
+
 async def control(method, path, body):
     args = json.loads(body.decode() or "{}") if body else {}
     if path == "/_control/state":
@@ -239,6 +282,18 @@ async def control(method, path, body):
         except (AttributeError, TypeError, ValueError):
             pass
         return await send_envelope(args)
+    if path == "/_control/event":
+        did = "D%d" % (len(state["deliveries"]) + 1)
+        state["deliveries"][did] = {"type": args["type"], "payload": args["payload"], "envelopes": [],
+                                    "event_id": args["payload"].get("event_id"), "acked_conn": None,
+                                    "lost": False}
+        asyncio.ensure_future(deliver(did, 0))
+        return 200, {"delivery": did}
+    if path == "/_control/delivery":
+        for k in ("ack_timeout_s", "max_retries", "lose_every"):
+            if k in args:
+                DELIVERY[k] = args[k]
+        return 200, {}
     if path == "/_control/disconnect":
         for ws in list(conns.values()):
             if ws.open:
@@ -375,6 +430,14 @@ async def ws_handler(ws, path=None):
             if eid and eid in state["sent"]:
                 state["acks"].append({"envelope_id": eid, "conn": cid,
                                       "latency_ms": now - state["sent"][eid]["at"]})
+                did = envelope_delivery.get(eid)
+                if did:
+                    delivery_acks[0] += 1
+                    every = DELIVERY["lose_every"]
+                    if every and delivery_acks[0] % every == 0:
+                        state["acks_lost"] = state.get("acks_lost", 0) + 1
+                    elif state["deliveries"][did]["acked_conn"] is None:
+                        state["deliveries"][did]["acked_conn"] = cid
             else:
                 state["unacked_junk"].append(str(raw)[:200])
     except websockets.ConnectionClosed:

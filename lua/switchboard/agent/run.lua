@@ -52,6 +52,7 @@ local text = require("switchboard.agent.text")
 local context = require("switchboard.agent.context")
 local spend = require("switchboard.agent.spend")
 local facts = require("switchboard.agent.facts")
+local mcp = require("switchboard.agent.mcp.bridge")
 local cjson = require("cjson.safe").new()
 
 local M = {}
@@ -465,6 +466,7 @@ local function setup(o)
   o.model = assert(o.snap.agents.models[o.def.model], "no models entry for " .. tostring(o.def.model))
   o.price = o.model.price
   o.max_tokens = o.def.max_tokens
+  o.def = mcp.attach(o) -- the agent's MCP servers' tools for this run (docs/mcp.md)
   o.tools = tools.definitions(o.snap, o.def)
   o.cached_tools = cached_tools(o.tools)
   local system = M.system_prompt(o.snap, o.def, o)

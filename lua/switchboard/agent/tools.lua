@@ -26,6 +26,8 @@ local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
 local tracing = require("switchboard.exec.tracing")
 local find = require("switchboard.agent.find")
+local web_fetch = require("switchboard.agent.web_fetch")
+local web_search = require("switchboard.agent.web_search")
 local todos = require("switchboard.agent.todos")
 
 local M = {}
@@ -118,6 +120,9 @@ function DEFS.edit_file(snap)
   }
 end
 
+DEFS.web_fetch = web_fetch.definition
+DEFS.web_search = web_search.definition -- nil without a provider in policy: not offered
+
 for name in pairs(find.NAMES) do
   DEFS[name] = function(snap) return find.definitions(snap)[name] end
 end
@@ -139,8 +144,9 @@ function M.definitions(snap, def)
   local out = {}
   for _, name in ipairs(def.tools or {}) do
     local make = DEFS[name]
-    if make and not (def.readonly and M.WRITE_TOOLS[name]) then out[#out + 1] = make(snap) end
+    if make and not (def.readonly and M.WRITE_TOOLS[name]) then out[#out + 1] = make(snap) end -- nil: not offered
   end
+  if def.mcp then for _, t in ipairs(def.mcp:definitions()) do out[#out + 1] = t end end -- agent/mcp/bridge.lua
   return out
 end
 
@@ -172,6 +178,14 @@ local function from_error(snap, err)
 end
 
 local CALL = {}
+
+function CALL.web_search(_, snap, input, ctx) return web_search.call(snap, input, ctx) end
+
+function CALL.web_fetch(ex, snap, input, ctx)
+  local out, err = web_fetch.call(ex, snap, input, ctx)
+  if not out then return from_error(snap, err) end
+  return outcome(out.kind, out.content, out.is_error)
+end
 
 function CALL.bash(ex, snap, input, ctx)
   local command = input.command
@@ -375,6 +389,13 @@ local function call_tool(ex, snap, def, use, ctx)
     return outcome("input", use.name .. " was called with input that is not a JSON object (" .. use.input_error .. ")", true)
   end
   if use.name == todos.NAME then return todos.call(use.input, ctx) end
+  if def.mcp and def.mcp:owns(use.name) then
+    local out, err = def.mcp:call(ex, snap, use, ctx)
+    return out or from_error(snap, err)
+  end
+  if use.name == "web_fetch" and not (def.resources and def.resources.repository) then
+    return CALL.web_fetch(nil, snap, use.input or {}, ctx) -- no sandbox: the bot fetches (agent/web_fetch.lua)
+  end
   if find.NAMES[use.name] then
     local out, err = find.call(use.name, ex, snap, use.input or {}, ctx)
     if not out then return from_error(snap, err) end
@@ -407,6 +428,7 @@ function M.describe(use)
     return use.name .. " " .. input.pattern .. (type(input.path) == "string" and (" in " .. input.path) or "")
   end
   if type(input.path) == "string" then return use.name .. " " .. input.path end
+  if use.name == "web_fetch" and type(input.url) == "string" then return "web_fetch " .. input.url end
   return tostring(use.name)
 end
 

@@ -4,6 +4,7 @@ local prologue = require("switchboard.launch.prologue")
 local server = require("switchboard.sandboxd.server")
 local runner = require("switchboard.sandboxd.runner")
 local disk_budget = require("switchboard.sandboxd.disk_budget")
+local keep = require("switchboard.sandboxd.keep")
 local metrics = require("switchboard.metrics")
 local walls_mod = require("switchboard.launch.walls")
 local policy = require("switchboard.policy")
@@ -23,18 +24,26 @@ M.EXIT = {
 M.help = [[
 Usage: switchboard sandboxd --listen HOST:PORT --root DIR [--max-instances N] [--no-walls]
        switchboard sandboxd --pod --listen HOST:PORT --root DIR
+       switchboard sandboxd --root DIR --list-workspaces | --remove-workspace NAME
 
 Runs each conversation thread's commands in a workspace of its own under DIR, for the
 `sandbox` executor (`switchboard exec --backend sandbox`, or a bot whose policy chooses it).
 Every route needs `authorization: Bearer $SANDBOX_TOKEN`; the server refuses to start without
 the variable. A thread's instance sleeps after timeouts sandbox.sleep_after of idle (5 min):
-its processes are killed and its workspace is deleted; the next request gets a fresh, empty one.
+its processes are killed and its workspace is kept (on shutdown too); the thread's next request
+remounts it in a fresh instance. Slept workspaces live under policies/isolation.lua
+slept_max_bytes and slept_max_age_ms (oldest first).
 
 Options:
   --listen HOST:PORT   where to listen, e.g. 127.0.0.1:8080 or [::1]:8080 (port 0: any free port;
                        the log line sandboxd.listening names it)
   --root DIR           where the workspaces live (created when missing; use a directory of its
-                       own: leftover workspaces in it are removed at start)
+                       own: the workspaces an earlier run kept are checked at start and kept)
+  --list-workspaces    print the slept workspaces under --root (name, bytes on the host's disk,
+                       when each slept) and exit; nothing is served
+  --remove-workspace NAME
+                       remove one slept workspace (a name --list-workspaces prints; refused while
+                       its instance is awake); its thread's next request is told and re-clones
   --max-instances N    awake instances at once (default: timeouts sandbox.max_instances, 25); one
                        more thread gets the fleet-busy answer and nothing runs
   --metrics-listen HOST:PORT
@@ -64,7 +73,7 @@ Examples:
 ]]
 
 local SPEC = { listen = "string", root = "string", ["max-instances"] = "number", ["no-walls"] = "flag",
-  ["metrics-listen"] = "string", pod = "flag" }
+  ["metrics-listen"] = "string", pod = "flag", ["list-workspaces"] = "flag", ["remove-workspace"] = "string" }
 
 -- "HOST:PORT" or "[V6]:PORT" → host, port | nil, err (kind usage)
 function M.parse_listen(text)
@@ -80,6 +89,10 @@ end
 local function usage_problem(p)
   local opts = p.opts
   if #p.words > 0 then return ("unexpected %q (see --help)"):format(p.words[1]) end
+  if opts.list_workspaces or opts.remove_workspace then -- the operator's: no server
+    if not opts.root or opts.root == "" then return "--root DIR is required (see --help)" end
+    return nil
+  end
   if not opts.listen then return "--listen HOST:PORT is required (see --help)" end
   if not opts.root or opts.root == "" then return "--root DIR is required (see --help)" end
   local host, why = M.parse_listen(opts.listen)
@@ -103,10 +116,36 @@ function M.serve_metrics(host, port)
   return metrics.serve(host, port)
 end
 
+-- The operator's view of the slept workspaces (docs/sandboxd.md "Slept workspaces").
+function M.workspaces(p, opts, snap)
+  local root = core.fs.realpath(opts.root)
+  if not root then return p:fail(M.EXIT.config, "--root: no such directory: " .. opts.root) end
+  local deadline = snap.timeouts.file_op.budget_ms
+  if opts.remove_workspace then
+    local name = opts.remove_workspace
+    if not keep.is_workspace(name) or name:find("/", 1, true) or not core.fs.exists(root .. "/" .. name) then
+      return p:fail(M.EXIT.usage, ("no workspace %q under --root (see --list-workspaces)"):format(name))
+    end
+    if keep.in_use(root .. "/" .. name, deadline) then
+      return p:fail(M.EXIT.config, ("workspace %s is awake (its instance has it mounted): it can be removed once it sleeps"):format(name))
+    end
+    keep.evict(root, name, "workspace expired (removed by an operator: switchboard sandboxd --remove-workspace)", deadline)
+    io.stdout:write(("removed %s\n"):format(name))
+    return 0
+  end
+  local now = os.time()
+  for _, w in ipairs(keep.list(root, nil, deadline)) do
+    io.stdout:write(("%s\t%d bytes\tslept %s ago%s\n"):format(w.name, w.bytes,
+      keep.age_text(math.max(0, now - w.slept_s) * 1000), keep.in_use(w.dir, deadline) and "\t(awake)" or ""))
+  end
+  return 0
+end
+
 function M.run(argv, ctx)
   local p, status = prologue.start(M, argv, ctx, { spec = SPEC, usage = usage_problem, policies = true })
   if not p then return status end
   local opts, snap = p.opts, p.snap
+  if opts.list_workspaces or opts.remove_workspace then return M.workspaces(p, opts, snap) end
   local host, port = M.parse_listen(opts.listen)
   local max = opts.max_instances and math.tointeger(opts.max_instances)
   local function fail(code, message) return p:fail(code, message) end
@@ -125,12 +164,13 @@ function M.run(argv, ctx)
   local ok, err = walls_mod.make_root(opts.root)
   if not ok then return fail(M.EXIT.config, "--root: " .. tostring(err.message)) end
   local root = core.fs.realpath(opts.root) or opts.root
-  local swept = runner.sweep(root)
-  if swept > 0 then core.log("info", "sandboxd.swept", { workspaces = swept }) end
+  -- the workspaces an earlier run kept (slept threads) are kept, each checked (sandboxd/keep.lua)
+  local kept = runner.recover(root, core.log)
+  if kept.kept + kept.repaired + kept.discarded > 0 then core.log("info", "sandboxd.workspaces_kept", kept) end
 
   if not opts.pod and not opts.no_walls then -- the fleet's workspace images against the disk
     disk_budget.check{ root = root, max_instances = max or snap.timeouts.sandbox.max_instances,
-      spares = snap.isolation.spare_instances, isolation = snap.isolation,
+      spares = snap.isolation.spare_instances, isolation = snap.isolation, slept = kept.kept + kept.repaired,
       deadline_ms = snap.timeouts.walls.helper_ms, log = core.log }
   end
   local walls, status = nil, nil

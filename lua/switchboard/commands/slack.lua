@@ -65,8 +65,9 @@ package's unit runs the bot as the switchboard user and points it at sandboxd).
 
 Who may use the bot, the card's pace and the drain time are in policies/slack.lua (default:
 anyone in the workspace the bot token belongs to). SIGHUP reloads the policies; TERM/INT stop
-taking events, let running asks finish for slack.drain_ms, kill the rest (their cards say so)
-and exit 0; a second TERM/INT kills at once.
+taking events, let running asks finish for slack.drain_ms - slack.flush_ms, kill the rest (their
+cards say so), send the final cards, and exit 0 within slack.drain_ms whatever Slack is doing;
+a second TERM/INT kills at once.
 
 Examples:
   SLACK_BOT_TOKEN=xoxb-… SLACK_APP_TOKEN=xapp-… switchboard slack
@@ -291,6 +292,7 @@ function M.run(argv, ctx)
   local app = app_mod.new{
     bot = bot, policy = policy.current, secret = e.secret, bot_api = bot_api,
     github_secret = e.github_secret,
+    record = rec, -- the seen event ids and comments (fronts/slack/dedup.lua), across restarts
     app_api = e.app and webapi.new{ url = e.api_url, token = e.app, deadline_ms = a.deadline_ms,
                                      max_retry_after_ms = a.max_retry_after_ms } or nil,
     sandbox_urls = factory.configured(snap, stack_opts).sandbox and sandbox_url
@@ -361,9 +363,9 @@ function M.run(argv, ctx)
     end
     draining = true
     p:stopping() -- STOPPING=1 to systemd (deploy/systemd/switchboard-bot.service)
-    local grace = policy.current().slack.drain_ms
-    core.log("info", "slack.draining", { signal = name, drain_ms = grace })
-    app:shutdown(grace, kill_now)
+    local s = policy.current().slack
+    core.log("info", "slack.draining", { signal = name, drain_ms = s.drain_ms })
+    app:shutdown(s.drain_ms, kill_now, s.flush_ms)
     core.wake(main, true)
   end
   core.on_signal("TERM", on_stop_signal)

@@ -155,6 +155,19 @@ function M.reply_on_review(d, thread, ask, state, answer, problem)
   core.log(ok and "info" or "warn", "agent.review_reply", { thread = thread.name, pr = c.pr_url, ok = ok == true })
 end
 
+-- What the executor said about the thread's workspace on a wake (sandboxd: kept from its sleep,
+-- or expired by the slept workspaces' budget; docs/sandboxd.md "Slept workspaces"), on the
+-- card ("workspace expired (policy …): re-cloned acme/api on branch X" after a re-clone).
+local function say_workspace(c, executor, done, on_branch, repo)
+  local note = executor.take_workspace_note and executor:take_workspace_note()
+  if not note then return end
+  if note.state == "expired" and done == "cloned" then
+    c:add_note(("%s: re-cloned %s on branch %s"):format(note.text, repo, on_branch or "(the default branch)"))
+  else
+    c:add_note(note.text)
+  end
+end
+
 -- The front's context for this run (Slack: the thread's earlier messages on its first run, the
 -- ask's files): content blocks put before the ask's text, notes on the card. It is fetched from
 -- the run's start, beside the clone (issue 36: a cold thread's first request waits for the
@@ -315,6 +328,7 @@ local function prepare_repo(d, run, deadline)
     c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
   end
   d:remember("thread", d.record and d.record.bind, thread.name, { repo = ask.repo, backend = built.backend })
+  say_workspace(c, built.executor, done, err, ask.repo) -- (err: the branch a fresh clone took)
   c.state = "running"
   return nil
 end

@@ -297,6 +297,9 @@ function D:after_run(run)
       run.released = "tripped"
     end
     if run.released then self:release(run.thread, run.ask.agent, "always") end
+    -- what the backend said about the thread's workspace during the run and its release
+    -- (exec/stack.lua take_notes)
+    for _, line in ipairs(run.built.take_notes and run.built.take_notes() or {}) do run.ask.card:add_note(line) end
   end })
 end
 

@@ -188,13 +188,24 @@ function M:write_file(path, bytes, opts)
 end
 
 -- "always" (a hard stop, a read-only run): delete the sandbox — the only way to end what still
--- runs in it. "if-clean": keep it for the thread's follow-ups; E2B's timeout reclaims it.
+-- runs in it (a paused one would resume it). "if-clean": keep it for the thread's follow-ups;
+-- when E2B's timeout passes it is paused (autoPause), and the next command resumes it.
 function M:release(mode)
   if mode ~= "always" then return true end
   local id = (self.sandbox and self.sandbox.id) or api.recalled(self)
   api.forget(self)
   if not id then return true end
+  api.note(self, ("workspace not kept: the thread's E2B sandbox %s was deleted to end what ran in "
+    .. "it; the next ask starts a fresh one"):format(id))
   return api.delete(self, self.policy(), id)
+end
+
+-- The lines the card should show about this thread's workspace since the last call (a paused
+-- sandbox E2B could not resume: its files are gone), taken once (exec/stack.lua).
+function M:take_notes()
+  local notes = self.notes or {}
+  self.notes = nil
+  return notes
 end
 
 -- The sandbox id in use (nil before the first command): for notes and tests.

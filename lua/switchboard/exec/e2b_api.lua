@@ -1,7 +1,15 @@
 -- The e2b executor's control plane (api.<domain>, X-API-Key; docs/e2b.md): the thread's
 -- sandbox made, reconnected, kept alive and deleted, and its id remembered across processes —
--- POST /sandboxes {templateID, timeout, envVars, metadata}, POST /sandboxes/{id}/connect
--- {timeout}, POST /sandboxes/{id}/timeout {timeout}, DELETE /sandboxes/{id}. The key lives in
+-- POST /sandboxes {templateID, timeout, autoPause, envVars, metadata}, POST
+-- /sandboxes/{id}/connect {timeout}, POST /sandboxes/{id}/timeout {timeout}, DELETE
+-- /sandboxes/{id}.
+--
+-- A thread's sandbox sleeps paused, not killed (issue 37): it is made with autoPause true, so
+-- when its timeout passes E2B pauses it — its files (and its memory) kept, nothing billed but
+-- the snapshot — and the thread's next command resumes it with the connect it already makes
+-- for a sandbox past its timeout (E2B answers 201 for a resumed sandbox, 200 for one still
+-- running). A sandbox E2B no longer has (404: its paused retention ran out, or it was killed)
+-- is replaced by a fresh one, and the result and the card say its files are gone. The key lives in
 -- the bot's environment and in that one header; no message, URL or body ever carries it.
 -- Also the messages the envd side shares (a sandbox gone, a refused token, an HTTP status).
 --
@@ -188,6 +196,7 @@ local function create(self, snap, wait_for, signal)
   local body = {
     templateID = self.template,
     timeout = whole_seconds_up(snap.timeouts.e2b.sandbox_timeout_ms),
+    autoPause = true, -- idle sleep pauses it: the thread's next command resumes it, files intact
     envVars = {}, -- credentials go with each command, never into the sandbox's environment
     metadata = { switchboard_thread = workspace.dir_name(self.thread_key), agent = self.agent },
   }
@@ -234,14 +243,16 @@ function M.ensure(self, snap, need_ms, wait_for, signal)
     local status, raw = api_call(self, snap, "POST", "/sandboxes/" .. sb.id .. "/timeout", { timeout = secs }, signal)
     if status == nil then return nil, raw end
     if status == 404 then
-      forget(self)
-      return infra(gone_message(sb.id, "POST /sandboxes/{id}/timeout", detail_of(raw)))
-    end
-    if status >= 300 then
+      -- not running: E2B's clock ran out before ours and paused it (or it is gone) — the
+      -- connect below resumes it, or says it is gone (infra: within its time by our clock)
+      sb = { id = sb.id }
+      self.sandbox = sb
+    elseif status >= 300 then
       return infra(http_message("E2B API", "POST /sandboxes/{id}/timeout", status, detail_of(raw)), "http " .. status)
+    else
+      sb.expires_ms = self.now_ms() + secs * 1000
+      return sb
     end
-    sb.expires_ms = self.now_ms() + secs * 1000
-    return sb
   end
   local id = (sb and sb.id) or recalled(self)
   local notice
@@ -253,6 +264,8 @@ function M.ensure(self, snap, need_ms, wait_for, signal)
       local got = adopt(self, snap, decode_object(raw), id)
       if got and got.token then
         got.expires_ms = self.now_ms() + secs * 1000
+        -- 201: it was paused (idle), and is resumed with the files it had
+        if status == 201 then core.log("info", "e2b.resumed", { sandbox = got.id }) end
         return got
       end
       return infra(("E2B API POST /sandboxes/{id}/connect answered without an access token (%s)"):format(quote(raw)))
@@ -264,15 +277,24 @@ function M.ensure(self, snap, need_ms, wait_for, signal)
       forget(self)
       return infra(gone_message(id, "POST /sandboxes/{id}/connect", detail_of(raw)))
     end
-    -- A sandbox past its timeout, or remembered from an earlier process, reclaimed meanwhile:
-    -- the thread goes on in a fresh one, and the result says so.
+    -- A sandbox past its timeout, or remembered from an earlier process, that E2B could not
+    -- resume (its paused retention ran out, or it was killed): the thread goes on in a fresh
+    -- one, and the result and the card say its workspace was not kept.
     forget(self)
-    notice = ("[the thread's previous E2B sandbox %s was reclaimed after its idle timeout; "
-      .. "this command runs in a fresh one and earlier files are gone]"):format(id)
+    notice = ("[the thread's previous E2B sandbox %s was reclaimed: E2B could not resume it "
+      .. "(HTTP 404: %s); this command runs in a fresh one and earlier files are gone]"):format(id, detail_of(raw))
+    M.note(self, ("workspace not kept: E2B could not resume the thread's paused sandbox %s (it no "
+      .. "longer has it); this ask runs in a fresh sandbox — earlier files are gone"):format(id))
   end
   local created, err = create(self, snap, wait_for, signal)
   if not created then return nil, err end
   return created, notice
+end
+
+-- A line for the card (exec/stack.lua's take_notes): said once, at the ask's end.
+function M.note(self, line)
+  self.notes = self.notes or {}
+  self.notes[#self.notes + 1] = line
 end
 
 -- DELETE /sandboxes/{id} (release "always"): true | nil, infra error.

@@ -10,6 +10,8 @@
 --   ex:release(mode)        (optional) mode "always" | "if-clean"
 --   ex:move_to(...)         (optional)
 --   ex:workspace_dir()      (optional) the host directory the thread's commands run in
+--   ex:take_workspace_note() (optional) what the backend said once about the thread's workspace
+--                           on a wake: {state = "kept" | "expired", text} | nil (sandbox)
 --   opts: timeout_ms (the clamped per-call budget), signal (hard stop), span (tracing parent),
 --         remaining_ms (the run's wall clock left), snap (the policy snapshot the ask captured:
 --         the executor decides with it and does not read the policy again)

@@ -209,6 +209,7 @@ function BUILDERS.kubernetes(opts, ctx, snap, agent)
     token = token, thread_key = ctx.thread_key, agent = ctx.agent, policy = opts.policy,
     resolve_envs = resolver(opts, agent, ctx), network = M.network_of(snap, agent),
     build = core.build.commit,
+    workspace = cfg.workspace_size and { size = cfg.workspace_size, storage_class = cfg.storage_class } or nil,
   }
 end
 

@@ -76,6 +76,9 @@ function M.new(inner, snap)
   if type(inner.move_to) == "function" then
     self.move_to = function(s, ...) return s.inner:move_to(...) end
   end
+  if type(inner.take_workspace_note) == "function" then
+    self.take_workspace_note = function(s) return s.inner:take_workspace_note() end
+  end
   if type(inner.workspace_dir) == "function" then
     self.workspace_dir = function(s) return s.inner:workspace_dir() end
   end

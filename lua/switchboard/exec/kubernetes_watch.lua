@@ -102,8 +102,9 @@ function M.is_ip(s)
   return s:find("^[%x:]+$") ~= nil and s:find(":", 1, true) ~= nil
 end
 
--- A SandboxClaim → {name, uid, rv, labels, deleting, ready, reason, message, sandbox, ip} (any
--- field nil when absent or malformed), or nil for something that is not an object.
+-- A SandboxClaim → {name, uid, rv, labels, deleting, ready, reason, message, sandbox, ip,
+-- shutdown_policy} (any field nil when absent or malformed), or nil for something that is not an
+-- object. A Ready condition observed for an older generation is left out.
 function M.claim_state(doc)
   if type(doc) ~= "table" then return nil end
   local md = type(doc.metadata) == "table" and doc.metadata or {}
@@ -113,15 +114,21 @@ function M.claim_state(doc)
     labels = type(md.labels) == "table" and md.labels or {},
     deleting = str(md.deletionTimestamp) ~= nil, ready = false,
   }
+  -- a condition the controller wrote for an older spec (its observedGeneration behind the
+  -- object's generation: a moved shutdownTime not seen yet) says nothing about this one
+  local gen = math.type(md.generation) and md.generation or nil
   if type(st.conditions) == "table" then
     for _, c in ipairs(st.conditions) do
-      if type(c) == "table" and c.type == "Ready" then
+      local seen = type(c) == "table" and math.type(c.observedGeneration) and c.observedGeneration or nil
+      if type(c) == "table" and c.type == "Ready" and not (gen and seen and seen < gen) then
         out.ready = c.status == "True"
         out.reason = str(c.reason)
         out.message = str(c.message)
       end
     end
   end
+  local spec = type(doc.spec) == "table" and doc.spec or {}
+  out.shutdown_policy = type(spec.lifecycle) == "table" and str(spec.lifecycle.shutdownPolicy) or nil
   local sb = type(st.sandbox) == "table" and st.sandbox or {}
   out.sandbox = str(sb.name)
   if type(sb.podIPs) == "table" and M.is_ip(sb.podIPs[1]) then out.ip = sb.podIPs[1] end

@@ -279,6 +279,14 @@ local function key_refusal(self, snap)
   return errors.tool("this thread's key cannot be sent to sandboxd: " .. why)
 end
 
+-- The note sandboxd gave about the thread's workspace on a wake ({state = "kept" | "expired",
+-- text}), once, or nil.
+function M:take_workspace_note()
+  local note = self.workspace_note
+  self.workspace_note = nil
+  return note
+end
+
 function M:exec(command, opts)
   opts = opts or {}
   local call, refused = preflight.command(self, command, opts, function(snap)
@@ -305,6 +313,12 @@ function M:exec(command, opts)
   if verdict.verdict == "tool" then return nil, errors.tool(verdict.message) end
   if verdict.verdict ~= "ok" then return nil, errors.infra(verdict.message, verdict.code) end
   local doc = wire_text.decode(verdict.doc) -- output that was not UTF-8: its exact bytes
+  -- what became of the thread's workspace since it last ran (kept from its sleep, expired:
+  -- docs/sandboxd.md "Slept workspaces"): kept for the card (take_workspace_note), never the
+  -- model's text
+  if type(doc.workspace) == "table" and type(doc.workspace.text) == "string" then
+    self.workspace_note = { state = tostring(doc.workspace.state), text = doc.workspace.text }
+  end
   return render.result(snap, {
     exit_code = math.tointeger(doc.exitCode),
     stdout = type(doc.stdout) == "string" and doc.stdout or "",

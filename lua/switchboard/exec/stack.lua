@@ -19,7 +19,9 @@ end
 --       unwalled_note (a line added to every card whose local executor runs unwalled)
 -- ctx:  the factory's ctx (ctx.snap: the snapshot the ask captured)
 -- Returns {executor (traced), tracker, backend, note (the factory's), notes (every line the card
--- shows under its header: the factory's note, then the local executor's walls line)} or nil, err.
+-- shows under its header: the factory's note, then the local executor's walls line),
+-- take_notes (→ the lines a backend said during the ask, once: a workspace it could not keep)}
+-- or nil, err.
 function M.build(opts, ctx)
   local snap = ctx.snap or opts.policy()
   local fctx = { snap = snap }
@@ -43,6 +45,10 @@ function M.build(opts, ctx)
     backend = selection.backend,
     note = selection.note,
     notes = notes,
+    take_notes = function()
+      local take = selection.executor.take_notes
+      return take and take(selection.executor) or {}
+    end,
   }
 end
 

@@ -279,6 +279,9 @@ function M.new(inner, opts)
   if type(inner.workspace_dir) == "function" then
     function self.workspace_dir(s) return s.inner:workspace_dir() end
   end
+  if type(inner.take_workspace_note) == "function" then
+    function self.take_workspace_note(s) return s.inner:take_workspace_note() end
+  end
   return self
 end
 

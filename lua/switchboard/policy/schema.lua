@@ -422,12 +422,37 @@ M.files.agents = {
     pull_requests = S.optional(S.bool),
     network = S.optional(S.enum { "host", "none" }),
     thinking = S.optional(S.record { budget_tokens = S.int { min = 1024, max = 1000000 } }),
+    mcp_servers = S.optional(require("switchboard.policy.mcp_shape").servers(S)),
     models = S.optional(S.list(S.string { one_line = true, max_len = 200 }, { unique = true })),
   }, { min = 1 }),
   effort = S.optional(S.record {
     low = S.int { min = 0, max = 1000000 }, medium = S.int { min = 0, max = 1000000 },
     high = S.int { min = 0, max = 1000000 },
   }),
+  mcp = S.record {
+    max_tools = S.int { min = 1, max = 500 },
+    max_description_chars = S.int { min = 100, max = 100000, unit = "characters" },
+    max_schema_bytes = S.int { min = 256, max = 1024 * 1024, unit = "bytes" },
+    max_reply_bytes = S.int { min = 1024, max = 64 * 1024 * 1024, unit = "bytes" },
+  },
+  web_search = function(v, path, report)
+    S.record {
+      provider = S.enum { "none", "brave" },
+      url = S.optional(S.string { one_line = true, max_len = 2048, pattern = "^https?://[^%s/?#]+", what = "an http:// or https:// URL" }),
+      key_env = S.optional(S.string { pattern = "^[A-Za-z_][A-Za-z0-9_]*$", what = "an environment variable name" }),
+      max_results = S.optional(S.int { min = 1, max = 20 }),
+      timeout_ms = S.optional(ms(SECOND, 2 * MINUTE)),
+    }(v, path, report)
+    if type(v) ~= "table" or v.provider == "none" then return end
+    for _, k in ipairs { "url", "key_env", "max_results", "timeout_ms" } do
+      if v[k] == nil then report(child(path, k), "is required with a provider") end
+    end
+  end,
+  web_fetch = S.record {
+    max_redirects = S.int { min = 0, max = 20 },
+    max_download_bytes = S.int { min = 1024, max = 64 * 1024 * 1024, unit = "bytes" },
+    timeout_ms = ms(SECOND, 10 * MINUTE),
+  },
   instructions = S.record {
     files = S.list(S.string { pattern = "^[%w._-][%w._/-]*$", what = "a path inside the repository" }, { unique = true, max = 20 }),
     nested_files = S.list(S.string { pattern = "^[%w._-]+$", what = "a file name (no directory)" }, { unique = true, max = 10 }),
@@ -609,6 +634,8 @@ M.files.execution = {
     namespace = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9]*$", what = "a namespace name" }),
     warm_pool = S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a SandboxWarmPool name" },
     port = S.int { min = 1, max = 65535 },
+    workspace_size = S.optional(S.string { one_line = true, pattern = "^[1-9][0-9]*[KMGT]i$", what = "a volume size such as 5Gi" }),
+    storage_class = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a StorageClass name" }),
   },
   child_env = S.record {
     pass = S.list(env_name, { unique = true }),
@@ -662,6 +689,8 @@ M.files.isolation = {
   file_size_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   workspace_max_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   disk_reserve_bytes = S.int { min = 0, max = 1024 * 1024 * M.MIB, unit = "bytes" },
+  slept_max_bytes = S.int { min = 0, max = 1024 * 1024 * 1024 * M.MIB, unit = "bytes" },
+  slept_max_age_ms = ms(0, 3650 * 24 * HOUR),
   spare_instances = S.int { min = 0, max = 16 },
   starts_at_once = S.int { min = 1, max = 1024 },
   uid_base = S.int { min = 1000, max = 4000000000 },
@@ -707,6 +736,7 @@ M.files.slack = {
   },
   events = S.record { window_ms = ms(SECOND, HOUR), dedup_ms = ms(SECOND, 24 * HOUR) },
   drain_ms = ms(0, HOUR),
+  flush_ms = ms(0, HOUR), -- the end of drain_ms kept for the final cards (clamped to drain_ms)
   context = S.record {
     max_messages = S.int { min = 0, max = 1000, unit = "messages" },
     max_bytes = S.int { min = 0, max = 1024 * 1024, unit = "bytes" },
@@ -839,6 +869,12 @@ function M.cross.agents(a, report)
       end
       if def.readonly and M.WRITE_TOOLS[tool] then
         report(string.format("%s.tools[%d]", p, i), "a readonly agent cannot have " .. tool)
+      end
+    end
+    for name, server in pairs(type(def.mcp_servers) == "table" and def.mcp_servers or {}) do
+      if type(server) == "table" and server.command ~= nil and not repo then
+        report(string.format("%s.mcp_servers.%s", p, name), string.format("a stdio server runs in the thread's "
+          .. "sandbox, so agent %s must declare resources = { repository = true }", key))
       end
     end
     if def.token_scope ~= nil and not repo then

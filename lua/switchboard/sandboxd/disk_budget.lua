@@ -5,7 +5,7 @@
 -- host's disk is full: …" — but the operator hears of it here, before a thread does.
 --
 --   disk_budget.check{root = DIR, max_instances = n, spares = n, isolation = snap.isolation,
---                     deadline_ms = ms, log = fn}  → the room read ({size, avail}) or nil
+--                     deadline_ms = ms, log = fn, slept = n?}  → the room read ({size, avail}) or nil
 local run = require("switchboard.shell.run")
 
 local M = {}
@@ -57,7 +57,10 @@ function M.check(opts)
   local why = M.problem(iso, workspaces, room)
   local fields = { root = opts.root, workspaces = workspaces, workspace_max_bytes = iso.workspace_max_bytes,
     disk_reserve_bytes = iso.disk_reserve_bytes, disk_free_bytes = room.avail, disk_size_bytes = room.size,
-    workspaces_that_fit = M.fit(room.avail, iso.workspace_max_bytes, iso.disk_reserve_bytes) }
+    workspaces_that_fit = M.fit(room.avail, iso.workspace_max_bytes, iso.disk_reserve_bytes),
+    -- slept workspaces kept from an earlier run: their images hold their disk already (not in
+    -- disk_free_bytes), so awake and slept together never promise more than the disk has
+    slept_workspaces = opts.slept, slept_max_bytes = opts.slept and iso.slept_max_bytes or nil }
   if why then
     fields.problem = why
     log("warn", "sandboxd.disk_short", fields)

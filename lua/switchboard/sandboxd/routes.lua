@@ -235,6 +235,10 @@ local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
     doc = server_failure(snap, "the command was killed: " .. tostring(stop.reason))
   else
     doc = result_document(snap, r, limit_ms, max_output)
+    -- the thread's first command after a wake is told what became of its workspace (kept from
+    -- its sleep, or expired): {state, text}, which the executor carries to the card
+    local note = inst.runner.take_note and inst.runner:take_note()
+    if note then doc.workspace = note end
   end
   metrics.inc("switchboard_commands_total", { outcome = outcome_of(r, doc) })
   if doc.durationMs then metrics.observe("switchboard_command_duration_seconds", doc.durationMs / 1000) end

@@ -8,11 +8,13 @@
 --   runner:exec{command, env, deadline_ms, kill_grace_ms, max_output, signal} → proc result | nil, err
 --   runner:read(path, max_bytes)  → bytes | nil, err (kind escape | not_found | not_a_file | too_large | io)
 --   runner:write(path, bytes)     → true | nil, err
---   runner:stop(reason)           → kill what still runs, delete the workspace (sleep; reason
---                                   "idle" | "shutdown")
+--   runner:stop(reason)           → kill what still runs; the workspace is kept (sleep; reason
+--                                   "idle" | "shutdown"; sandboxd/keep.lua)
+--   runner:take_note()            → what the thread is told once about its workspace: kept from
+--                                   its sleep, or expired (evicted by the budget) | nil
 local core = require("switchboard.core")
+local keep = require("switchboard.sandboxd.keep")
 local policy = require("switchboard.policy")
-local run = require("switchboard.shell.run")
 local workspace = require("switchboard.shell.workspace")
 
 local M = {}
@@ -24,7 +26,7 @@ Runner.__index = Runner
 -- opts.network: its network ("host" | "none"; nil = policies/isolation.lua network);
 -- opts.existing: the directory is this runner's own already (the resident's worktree, made by
 -- /attach), not an earlier instance's leftovers to clear — its files outlive the instance;
--- opts.ro_binds: host directories the instance shows read-only; opts.log: for the walls' events.
+-- opts.ro_binds: host directories the instance shows read-only; opts.log: for the walls' events;
 function M.new(root, thread_key, opts)
   opts = opts or {}
   local label = M.label(thread_key)
@@ -37,6 +39,8 @@ function M.new(root, thread_key, opts)
     ws = ws,
     label = label,
     checked = opts.existing or nil,
+    after_sleep = opts.after_sleep,
+    log = opts.log,
   }, Runner)
 end
 
@@ -49,10 +53,12 @@ end
 -- walls: the host's walls (shell/instance.lua), or nil for unwalled instances (--no-walls);
 -- log: the server's (core.log's shape).
 -- want: the fleet's {network} for the instance being woken (routes check it first: without
--- walls only "host" gets here).
-function M.factory(root, walls, log)
+-- walls only "host" gets here). after_sleep: called (in a task of its own) once an instance
+-- has slept and its workspace is kept — the budget's turn (sandboxd/keep.lua enforce).
+function M.factory(root, walls, log, after_sleep)
   return function(thread_key, want)
-    return M.new(root, thread_key, { walls = walls, network = want and want.network, log = log })
+    return M.new(root, thread_key, { walls = walls, network = want and want.network, log = log,
+      after_sleep = after_sleep })
   end
 end
 
@@ -77,20 +83,40 @@ local function scrub(self, a, err)
   return a, err
 end
 
--- A new instance never starts on data of an old one: a directory already there before its
--- first operation is what a sleep failed to remove (the fleet logged that), and it is removed
--- now — the second try — or nothing runs.
+-- Before the instance's first operation: a workspace already there is the thread's own, kept
+-- from its last sleep (or from before sandboxd's restart; sandboxd/keep.lua): the new instance
+-- mounts it (walled: never a spare renamed onto it; its files are handed to the new uid) and
+-- the thread is told once. None there: a budget may have evicted it, and the thread is told
+-- that instead (the tombstone's reason).
+-- Anything else at the path (a symlink root or a bug put there) is never followed: it is
+-- removed — the link itself, not its target — or nothing runs.
 local function fresh(self)
   if self.checked then return true end
-  if core.fs.exists(self.dir) then
+  if core.fs.exists(self.dir) and keep.kind(self.dir) ~= "directory" then
     local ok, err = core.fs.remove_tree(self.dir)
     if not ok and core.fs.exists(self.dir) then
-      return nil, core.error("workspace", ("the workspace of thread %s still holds an earlier "
-        .. "instance's files and could not be cleared (%s); nothing ran"):format(self.label, reason_of(err)))
+      return nil, core.error("workspace", ("the workspace of thread %s is not a directory and could not be "
+        .. "cleared (%s); nothing ran"):format(self.label, reason_of(err)))
     end
   end
   self.checked = true
+  if core.fs.exists(self.dir) then
+    self.ws.existing = true
+    local slept = keep.slept_s(self.dir)
+    local ago = slept and keep.age_text(math.max(0, os.time() - slept) * 1000)
+    self.note = { state = "kept", text = ("workspace kept from its sleep%s: files, dependencies and git state "
+      .. "as left; background processes ended at sleep"):format(ago and (" " .. ago .. " ago") or "") }
+  else
+    local why = keep.expired(self.root, workspace.dir_name(self.key))
+    if why then self.note = { state = "expired", text = why } end
+  end
   return true
+end
+
+function Runner:take_note()
+  local note = self.note
+  self.note = nil
+  return note
 end
 
 function Runner:exec(spec)
@@ -121,59 +147,33 @@ function Runner:ensure(opts)
   return scrub(self, self.ws:ensure())
 end
 
-local TRASH = ".trash-"
-
-local function remove_now(dir)
-  local ok, err = core.fs.remove_tree(dir)
-  if not ok and core.fs.exists(dir) then
-    error("the workspace could not be removed: " .. reason_of(err), 0)
-  end
-end
-
--- Sleep: kill what still runs and delete the workspace. The workspace leaves its path first,
--- before anything here yields: the fleet forgets this instance as it calls stop, so the thread's
--- next request may wake a new one at once, and while this one's processes are being killed
--- (seconds: the holder's exit, the cgroups' reap) the new one must find nothing of this one's
--- at its path — before, the new instance's directory was made there and this stop then moved
--- it away and deleted it under the new instance ("walls: chdir /workspace: Permission denied"
--- under load). Deleting a large tree (a node_modules has 10⁵ files) takes seconds, and the loop
--- must not stall for it — every heartbeat and every accept would wait — so the renamed
--- workspace is removed by an `rm -rf` child. On shutdown (reason "shutdown") it is removed
--- before returning; a trash directory an exit interrupted is removed by the next start's sweep.
+-- Sleep: kill what still runs; the workspace stays where it is, for the thread's next request
+-- (issue 37: before, it was deleted, and the next ask re-cloned and re-installed everything).
+-- A walled image gives its free blocks back to the host's disk (sandboxd/keep.lua compact).
+-- Its directory's mtime becomes its sleep time — the budget's age (sandboxd/keep.lua) — and the
+-- budget is enforced after it. A new instance of the thread woken while this one's processes
+-- are still being killed waits for this one's mount to go (the image's lock, src/walls/disk.c
+-- hold_image) before it mounts the same image.
 function Runner:stop(reason)
-  local trash
-  if core.fs.exists(self.dir) then
-    trash = ("%s/%s%s-%s"):format(self.root, TRASH, workspace.dir_name(self.key),
-      core.crypto.hex(core.crypto.random_bytes(4)))
-    if not os.rename(self.dir, trash) then trash = nil end
-  end
   self.ws:stop("instance asleep")
-  if trash == nil then
-    if core.fs.exists(self.dir) then remove_now(self.dir) end -- it could not be renamed
-    return
+  if core.fs.exists(self.dir) then
+    local t = policy.current().timeouts
+    local ok, why = keep.compact(self.dir, t.walls.stop_ms, t.walls.helper_ms)
+    if self.log then
+      if ok then self.log("debug", "sandboxd.workspace_compacted", { instance = self.label })
+      else self.log("warn", "sandboxd.workspace_not_compacted", { instance = self.label, reason = why.message }) end
+    end
+    keep.touch(self.dir)
   end
-  if reason == "shutdown" then return remove_now(trash) end
-  local deadline_ms = policy.current().timeouts.file_op.budget_ms
-  core.go(function()
-    local r = run.tool{ argv = { "rm", "-rf", "--", trash }, deadline_ms = deadline_ms }
-    if (not r or r.exit ~= 0) and core.fs.exists(trash) then pcall(core.fs.remove_tree, trash) end
-  end)
+  if self.after_sleep and reason ~= "shutdown" then core.go(self.after_sleep) end
 end
 
--- At start: workspaces left in root by a server that did not shut down cleanly belong to no
--- instance; they are removed like a slept instance's, and so is any trash a removal left. Only
--- names this module creates (<prefix>-<16 hex digits>, .trash-…) are touched, nothing else in
--- root. Returns the count removed.
-function M.sweep(root)
-  local names = core.fs.list(root)
-  if not names then return 0 end
-  local n = 0
-  for _, name in ipairs(names) do
-    if name:find("%-%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$") or name:sub(1, #TRASH) == TRASH then
-      if core.fs.remove_tree(root .. "/" .. name) then n = n + 1 end
-    end
-  end
-  return n
+-- At start: the workspaces a previous run of sandboxd kept (or an unclean exit left) are kept
+-- too, each image checked (sandboxd/keep.lua recover: kept, repaired, or discarded with a log
+-- line); trash a removal left and half-made images are removed. Only names this server creates
+-- are touched. Returns the counts {kept, repaired, discarded}.
+function M.recover(root, log)
+  return keep.recover(root, policy.current().timeouts.file_op.budget_ms, log or core.log)
 end
 
 return M

@@ -15,12 +15,41 @@ local policy = require("switchboard.policy")
 local descriptors = require("switchboard.sandboxd.descriptors")
 local file_table = require("switchboard.sandboxd.file_table")
 local fleet = require("switchboard.sandboxd.fleet")
+local keep = require("switchboard.sandboxd.keep")
 local lifecycle = require("switchboard.server.lifecycle")
 local routes = require("switchboard.sandboxd.routes")
 local request_log = require("switchboard.sandboxd.request_log")
 local runner = require("switchboard.sandboxd.runner")
+local workspace = require("switchboard.shell.workspace")
 
 local M = {}
+
+-- The slept workspaces' budget (sandboxd/keep.lua), enforced after each sleep and every
+-- KEEP_EVERY_MS (ages pass without sleeps); one pass at a time.
+local KEEP_EVERY_MS = 60000
+
+local function keeper(self, root, log)
+  local busy, again = false, false
+  local function awake()
+    local names = {}
+    for key in pairs(self.fleet.instances) do names[workspace.dir_name(key)] = true end
+    return names
+  end
+  local function pass()
+    if busy then again = true return end
+    busy = true
+    repeat
+      again = false
+      local snap = policy.current()
+      local ok, err = pcall(keep.enforce, { root = root, awake = awake(), isolation = snap.isolation,
+        record = snap.record, deadline_ms = snap.timeouts.file_op.budget_ms, log = log,
+        awake_now = function(name) return awake()[name] end })
+      if not ok then log("error", "sandboxd.keep_failed", { error = tostring(err) }) end
+    until not again
+    busy = false
+  end
+  return pass
+end
 
 function M.start(opts)
   local log = opts.log or core.log
@@ -35,10 +64,12 @@ function M.start(opts)
     max_instances = wanted(), max_connections = snap.timeouts.server.max_connections,
     spares = opts.walls and snap.isolation.spare_instances or 0, log = log,
   }
+  self.keep_pass = keeper(self, opts.root, log)
   self.fleet = fleet.new{
     max_instances = function() return math.min(wanted(), self.descriptors.capacity) end,
     sleep_after_ms = function() return not opts.pod and policy.current().timeouts.sandbox.sleep_after_ms end,
-    new_runner = opts.new_runner or runner.factory(opts.root, opts.walls, log),
+    new_runner = opts.new_runner or runner.factory(opts.root, opts.walls, log,
+      not opts.pod and function() self.keep_pass() end or nil),
     label = runner.label, -- a hash of the thread key: logs never carry the key
     log = log,
   }
@@ -76,6 +107,14 @@ function M.start(opts)
     limits = limits, on_head = on_head }
   if not srv then return nil, err end
   self.port = srv.port
+  if not opts.pod and opts.root then
+    core.go(function()
+      repeat
+        self.keep_pass()
+        core.sleep(KEEP_EVERY_MS, self.fleet.stop) -- (aborted when the fleet closes)
+      until self.fleet.closed
+    end)
+  end
   return self
 end
 

@@ -23,7 +23,11 @@
 --   rec:spend(since_wall_ms) → {threads = {{thread, cost}, …}, runs = {{thread, started_ms, cost}, …}}
 --       every thread's spend, and each run's since since_wall_ms (the caps' totals after a restart)
 --   rec:page(token) → run row, events | nil     for the run page
---   rec:expire(older_than_wall_ms) → threads removed
+--   rec:expire(older_than_wall_ms) → threads removed (and seen keys past their expiry)
+--   rec:claim(key, ttl_ms) → true (first: kept until now + ttl_ms) | false (seen, not expired)
+--       | nil, err — a seen-once key (a Slack event id, a GitHub comment's signed id) shared by
+--       every process that opens the file: an event replayed after a restart, or delivered to
+--       the other of two overlapping processes, is claimed once
 local core = require("switchboard.core")
 local cjson = require("cjson.safe").new()
 local text_cut = require("switchboard.text_cut")
@@ -54,6 +58,8 @@ M.SCHEMA = {
         duration_ms INTEGER, excerpt TEXT)]] },
   { "CREATE INDEX IF NOT EXISTS runs_thread ON runs(thread)" },
   { "CREATE INDEX IF NOT EXISTS threads_updated ON threads(updated_ms)" },
+  { [[CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, expires_ms INTEGER NOT NULL)]] },
+  { "CREATE INDEX IF NOT EXISTS seen_expires ON seen(expires_ms)" },
 }
 
 -- opts: scrub (default core.log_scrub), wall_ms (default core.wall_ms), excerpt_bytes (the
@@ -245,9 +251,20 @@ end
 function R:expire(older_than_ms)
   local res, err = self.db:batch{
     { "DELETE FROM threads WHERE updated_ms < ?", math.floor(older_than_ms), n = 2 },
+    { "DELETE FROM seen WHERE expires_ms < ?", now(self), n = 2 },
   }
   if not res then return nil, err end
   return true
+end
+
+-- One statement, so two processes on the same file (a restart's overlap) cannot both win: the
+-- row is inserted, or an expired one taken over; a live one is left alone (changes = 0).
+function R:claim(key, ttl_ms)
+  local t = now(self)
+  local rows, info = self.db:run("INSERT INTO seen (key, expires_ms) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+    .. "SET expires_ms = excluded.expires_ms WHERE seen.expires_ms <= ?", tostring(key), t + math.floor(ttl_ms), t)
+  if not rows then return nil, info end
+  return info.changes == 1
 end
 
 -- Deletes threads older than the policy's retention now and every expire_every_ms, in a task

@@ -61,6 +61,14 @@ function M.start(opts)
   end
   function h.faults(_, list) call("PUT", "/_standin/faults", list) end
   function h.vanish(_, id) call("POST", "/_standin/vanish/" .. id) end
+  -- pause: as E2B's autoPause does when the timeout passes (POST /sandboxes/{id}/pause);
+  -- expire: a paused sandbox E2B no longer keeps
+  function h.pause(_, id)
+    local status = core.http.request{ method = "POST", url = h.url .. "/sandboxes/" .. id .. "/pause",
+      headers = { ["x-api-key"] = opts.key or M.KEY }, deadline_ms = 30000 }
+    assert(status == 204, "pause: " .. tostring(status))
+  end
+  function h.expire(_, id) call("POST", "/_standin/expire/" .. id) end
   function h.requests() return call("GET", "/_standin/requests") end
   function h.sandboxes() return call("GET", "/_standin/sandboxes") end
   -- The stand-in's sandboxes by id.

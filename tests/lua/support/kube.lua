@@ -36,9 +36,9 @@ function M.start(opts)
   local dir = S.tmpdir()
   local cmd = ("SANDBOX_TOKEN=%s /usr/bin/python3 tests/support/kube_standin.py --dir %s --token %s --bin %s "
     .. "--policies %s --pool %s --namespace %s --pool-size %d --bookmark-ms %d --finalize-ms %d --tls "
-    .. "--watch %d >%s/log 2>&1 &")
+    .. "--vct-policy %s --watch %d >%s/log 2>&1 &")
     :format(S.TOKEN, dir, M.TOKEN, S.BIN, opts.policies, M.POOL, M.NAMESPACE, opts.pool_size or 1,
-      opts.bookmark_ms or 500, opts.finalize_ms or 300, procs.self_pid(), dir)
+      opts.bookmark_ms or 500, opts.finalize_ms or 300, opts.vct_policy or "Allowed", procs.self_pid(), dir)
   os.execute(cmd)
   local port = S.wait_for(function() return read(dir .. "/port") end, 180000) -- python3 on a loaded machine (over 60 s seen): the file ends the wait
   assert(port, "the Kubernetes stand-in did not start: " .. (read(dir .. "/log") or ""))
@@ -83,6 +83,10 @@ function M.start(opts)
   function h.pods() return call("GET", "/_standin/pods") end
   function h.requests() return call("GET", "/_standin/requests") end
   function h.watches() return call("GET", "/_standin/watches") end
+  function h.pvcs() return call("GET", "/_standin/pvcs") end
+  function h.pvc(_, name)
+    for _, p in ipairs(h.pvcs()) do if p.name == name then return p end end
+  end
   function h.claim(_, name)
     for _, c in ipairs(h.claims()) do if c.name == name then return c end end
   end
@@ -90,8 +94,9 @@ function M.start(opts)
   function h.count(_, op)
     local n = 0
     for _, r in ipairs(h.requests()) do
-      local is = (op == "create" and r.method == "POST") or (op == "patch" and r.method == "PATCH")
-        or (op == "delete" and r.method == "DELETE")
+      local claims = r.path:match("/sandboxclaims") ~= nil
+      local is = (op == "create" and r.method == "POST" and claims) or (op == "patch" and r.method == "PATCH" and claims)
+        or (op == "delete" and r.method == "DELETE" and claims)
         or (op == "watch" and r.method == "GET" and r.query.watch == "true")
         or (op == "get" and r.method == "GET" and r.query.watch == nil and r.path:match("/sandboxclaims/"))
       if is then n = n + 1 end
@@ -145,6 +150,7 @@ function M.executor(h, opts)
     api = api, namespace = cfg.namespace, warm_pool = opts.pool or M.POOL, port = h.pod_port,
     token = S.TOKEN, thread_key = opts.thread_key or "T1", agent = "coding", policy = opts.policy,
     resolve_envs = opts.resolve_envs, wall_ms = opts.wall_ms, build = opts.build,
+    workspace = opts.workspace,
   }
 end
 

@@ -3,7 +3,8 @@
 --
 --   local app = app.new{bot_api, app_api?, secret?, bot = {user_id, bot_id, team_id, …},
 --                       dispatcher_opts = {stack, outputs_dir, …}, policy = policy.current,
---                       sandbox_urls = {…}?, sandbox_token? (the sandboxd list /readyz probes)}
+--                       sandbox_urls = {…}?, sandbox_token? (the sandboxd list /readyz probes),
+--                       record? (store/record.lua: the seen keys, shared across restarts)}
 --   app:on_event(payload, source)        an event_callback payload
 --   app:on_interactive(payload)          a block_actions payload (the Stop button)
 --   app:on_github(event, delivery, payload)  a verified GitHub webhook (fronts/slack/review.lua):
@@ -13,6 +14,7 @@
 --   app:shutdown(drain_ms, kill_now)     stop reading, drain the asks, flush the cards
 local core = require("switchboard.core")
 local dispatcher = require("switchboard.dispatch.dispatcher")
+local in_flight = require("switchboard.dispatch.in_flight")
 local context = require("switchboard.fronts.slack.context")
 local dedup = require("switchboard.fronts.slack.dedup")
 local events = require("switchboard.fronts.slack.events")
@@ -31,14 +33,21 @@ function M.new(opts)
     bot = opts.bot, policy = opts.policy, secret = opts.secret, app_api = opts.app_api,
     github_secret = opts.github_secret,
     log = opts.log or core.log, closed = false, servers = {},
+    intake = in_flight.new(), -- Events API requests answered 200 whose event is not handed over yet
     pages = opts.pages, -- the run pages' handler (pages/routes.lua), served on every listener
     log_hide = opts.log_hide, -- path prefixes whose rest the request log never shows (core.http.serve)
     bot_api = opts.bot_api, names = {}, -- user id → display name, for the thread's context
   }, App)
-  local ttl = function() return self.policy().slack.events.dedup_ms end
-  self.seen_events = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
-  self.seen_messages = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
-  self.seen_deliveries = dedup.new{ ttl_ms = ttl(), now_ms = core.now_ms }
+  -- Seen keys live in the thread's record too (opts.record), for the replay window: an event
+  -- replayed after a restart, or delivered to the other of two overlapping processes, runs once.
+  local ttl = self.policy().slack.events.dedup_ms
+  local function seen(prefix, store)
+    return dedup.new{ ttl_ms = ttl, now_ms = core.now_ms, store = store, prefix = prefix, log = self.log }
+  end
+  self.seen_events = seen("slack.event:", opts.record)
+  self.seen_messages = seen("slack.message:", opts.record)
+  self.seen_comments = seen("github:", opts.record)
+  self.seen_deliveries = seen("github.delivery:", nil) -- unsigned: a hint that saves a lookup
   self.front = front_mod.new{ api = opts.bot_api, policy = opts.policy, log = self.log }
   local dopts = {}
   for k, v in pairs(opts.dispatcher_opts or {}) do dopts[k] = v end
@@ -66,8 +75,9 @@ function M.allowed(allow, bot, team, channel, user)
   return listed(allow.channels, channel) and listed(allow.users, user)
 end
 
+-- An event acked (Socket Mode) or answered 200 (Events API) runs, also when a TERM came
+-- meanwhile: shutdown waits for it to reach the dispatcher before the drain closes it.
 function App:on_event(payload, source)
-  if self.closed then return end
   if type(payload) ~= "table" then return end
   if not self.seen_events:first(payload.event_id) then
     self.log("info", "slack.duplicate_event", { event_id = tostring(payload.event_id), source = source })
@@ -134,7 +144,6 @@ function App:thread_of_pr(url)
 end
 
 function App:on_github(event, delivery, payload)
-  if self.closed then return end
   if not self.seen_deliveries:first(delivery or "") then
     self.log("info", "github.duplicate_delivery", { delivery = tostring(delivery) })
     return
@@ -151,6 +160,16 @@ function App:on_github(event, delivery, payload)
   if not where then
     self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "not a pull request of this bot's threads",
                                                  pr = c.pr_url })
+    return
+  end
+  -- once per comment, whatever the (unsigned) delivery id says, across restarts
+  local key = review.seen_key(event, payload)
+  if not key then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "the delivery names no comment id" })
+    return
+  end
+  if not self.seen_comments:first(key) then
+    self.log("info", "github.duplicate_comment", { delivery = tostring(delivery), comment = key })
     return
   end
   self.log("info", "github.review_comment", { thread = thread, pr = c.pr_url, user = c.user, delivery = tostring(delivery) })
@@ -187,7 +206,7 @@ function App:handler(with_events)
   end
   return http.handler{
     secret = self.secret, policy = self.policy, log = self.log, readiness = self.readiness,
-    pages = self.pages,
+    pages = self.pages, intake = self.intake, closing = function() return self.closed end,
     on_event = function(payload, retry) self:on_event(payload, retry and ("http retry " .. retry) or "http") end,
     on_interactive = function(payload) self:on_interactive(payload) end,
     github_secret = self.github_secret,
@@ -209,13 +228,44 @@ function App:listen(host, port, with_events)
   return srv
 end
 
--- TERM: no new events; running asks get drain_ms; then every card's last state is sent.
-function App:shutdown(drain_ms, kill_now)
+-- Yields until `done` or `deadline` fires: true when done came first.
+local function until_either(done, deadline)
+  -- a sleep long enough never to end on its own: it ends when one of them aborts
+  core.sleep(24 * 3600 * 1000, core.signal(done, deadline))
+  return done.aborted
+end
+
+-- TERM: no new events (Socket Mode's connections close: Slack sends what is not acked to the
+-- app's other connections — the process that replaces this one; the Events API answers 503
+-- and Slack retries); every event taken before runs; running asks get drain_ms − flush_ms,
+-- then are killed; every card's last state is sent in what is left. Every wait is bounded by the one deadline (drain_ms
+-- after the TERM, or a second TERM: kill_now): whatever Slack, the model API or GitHub do, this
+-- returns by then (→ true when everything drained and every card was sent, false when cut).
+function App:shutdown(drain_ms, kill_now, flush_ms)
   self.closed = true
+  local deadline = kill_now and core.signal(kill_now) or core.signal()
+  local timer_off = core.signal(deadline)
+  core.go(function()
+    if core.sleep(drain_ms, timer_off) then deadline:abort("drain time over") end
+  end)
   if self.sm then self.sm:stop() end
   for _, srv in ipairs(self.servers) do srv:close() end
-  self.d:drain(drain_ms, kill_now)
-  self.front:flush(kill_now)
+  local drained = core.signal()
+  core.go(function()
+    -- what was acked or answered 200 before the stop reaches the dispatcher first (then it runs
+    -- in the drain like every ask); what came after was not acked, and Slack sends it again
+    if self.sm then self.sm:handed_over(deadline) end
+    self.intake:wait(deadline)
+    self.d:drain(math.max(0, drain_ms - (flush_ms or 0)), deadline)
+    drained:abort("drained")
+  end)
+  local ok = until_either(drained, deadline) and self.front:flush(deadline)
+  timer_off:abort("over")
+  if not ok then
+    self.log("warn", "slack.drain_cut", { drain_ms = drain_ms, asks = self.d.asks and self.d.asks.count,
+      why = kill_now and kill_now.aborted and "a second signal" or "the drain time ran out" })
+  end
+  return ok
 end
 
 return M

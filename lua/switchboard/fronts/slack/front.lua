@@ -15,7 +15,8 @@
 --   f:post(thread, msg) → handle;  f:update(handle, msg)     (the dispatcher calls these)
 --   f:say(where, text)             a plain answer in a thread (a refusal)
 --   f:link_for(thread) → function() → permalink | nil   (during dispatcher:handle for it)
---   f:flush(signal)                yields until every card's last state was sent (or signal)
+--   f:flush(signal)                yields until every card's last state was sent (or signal); from
+--                                  then on no card waits for its pace (the drain's end is near)
 local core = require("switchboard.core")
 local blocks = require("switchboard.fronts.slack.blocks")
 local events = require("switchboard.fronts.slack.events")
@@ -34,6 +35,7 @@ function M.new(opts)
     now_ms = opts.now_ms or core.now_ms,
     threads = {},      -- thread name → {channel, thread_ts, ask_ts}
     sending = in_flight.new(), -- card and answer tasks still sending
+    hurrying = core.signal(), -- aborted at shutdown: a final state no longer waits for its pace
     stats = { final_lag_ms = {} }, -- final card sent − final state known (bench)
     next_update_ms = 0, -- the earliest time the next chat.update of any card may go
     steers = true, -- a mention in a thread whose run works goes to that run (dispatcher deliver)
@@ -59,7 +61,10 @@ function F:spawn(fn)
 end
 
 -- A second TERM during the drain aborts the signal before the flush begins: false at once.
+-- The cards' pacing (card.update_every_ms, updates_per_minute) ends here: the drain's deadline
+-- is near, and what Slack cannot take now (a 429) is still waited out, up to the signal.
 function F:flush(signal)
+  self.hurrying:abort("flushing")
   return self.sending:wait(signal)
 end
 
@@ -221,7 +226,9 @@ function F:update_slot(s, h)
   if final then
     self.finals_waiting = (self.finals_waiting or 0) + 1
   else
-    while (self.finals_waiting or 0) > 0 and not h.final_queued do core.sleep(spacing) end
+    while (self.finals_waiting or 0) > 0 and not h.final_queued and not self.hurrying.aborted do
+      core.sleep(spacing, self.hurrying)
+    end
     if h.final_queued then return self:update_slot(s, h) end
   end
   local now = self.now_ms()
@@ -233,7 +240,7 @@ function F:update_slot(s, h)
     slot = math.max(now, self.next_update_ms, self.hold_until_ms or 0)
     self.next_update_ms = slot + spacing
   end
-  if slot > now then core.sleep(slot - now, not final and h.final_known or nil) end
+  if slot > now then core.sleep(slot - now, not final and h.final_known or self.hurrying) end
   if final then
     self.finals_waiting = self.finals_waiting - 1
   elseif h.final_queued then
@@ -275,7 +282,8 @@ function F:post(thread, msg)
     end
     where = { channel = t.channel, thread_ts = t.thread_ts }
   end
-  local h = { thread = thread, where = where, pending = msg, final_known = core.signal() }
+  -- final_known also fires when the drain hurries every card (self.hurrying, a parent)
+  local h = { thread = thread, where = where, pending = msg, final_known = core.signal(self.hurrying) }
   if msg.card == nil then
     self:say(where, msg.text)
     h.sent_final = true

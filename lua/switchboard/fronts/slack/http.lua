@@ -24,6 +24,11 @@
 -- with the timestamp within slack.events.window_ms of now; anything else is 401 and nothing
 -- runs. Retries (x-slack-retry-num) are answered 200 like the first delivery; the caller
 -- deduplicates on event_id.
+--
+-- A request answered 2xx is taken: its work runs in a task counted in opts.intake (an
+-- in_flight: the bot's shutdown waits until every taken event reached the dispatcher). Once
+-- opts.closing() is true (the bot was told to stop) events, actions and webhooks are answered
+-- 503 and nothing runs: Slack sends the event again, to whichever process is up by then.
 local core = require("switchboard.core")
 local cjson = require("cjson")
 local review = require("switchboard.fronts.slack.review")
@@ -49,6 +54,24 @@ local function urldecode(s)
   return (s:gsub("+", " "):gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
 end
 
+-- fn(...) in a task of its own, counted in opts.intake while it runs.
+local function take(opts, fn, ...)
+  local intake = opts.intake
+  if intake then intake:enter() end
+  core.go(function(...)
+    local ok, err = xpcall(fn, debug.traceback, ...)
+    if intake then intake:leave() end
+    if not ok then error(err, 0) end
+  end, ...)
+end
+
+local function closing(opts, res)
+  if not (opts.closing and opts.closing()) then return false end
+  res:send(503, { ["content-type"] = "text/plain; charset=utf-8", ["retry-after"] = "1" },
+    "shutting down: send it again\n")
+  return true
+end
+
 local function form_field(body, name)
   for pair in body:gmatch("[^&]+") do
     local k, v = pair:match("^([^=]*)=(.*)$")
@@ -70,8 +93,9 @@ function M.github(opts, req, res, log)
   end
   local dok, payload = pcall(cjson.decode, req.body)
   if not dok or type(payload) ~= "table" then return res:send(400, TEXT, "the body is not JSON\n") end
+  if closing(opts, res) then return end
   res:send(202)
-  core.go(opts.on_github, req.headers["x-github-event"], req.headers["x-github-delivery"], payload)
+  take(opts, opts.on_github, req.headers["x-github-event"], req.headers["x-github-delivery"], payload)
 end
 
 function M.handler(opts)
@@ -104,12 +128,13 @@ function M.handler(opts)
       log("warn", "slack.events_refused", { reason = why, remote = req.remote_addr })
       return res:send(401, TEXT, "invalid request signature\n")
     end
+    if closing(opts, res) then return end
     if req.path == "/slack/actions" then
       local raw = form_field(req.body, "payload")
       local dok, payload = pcall(cjson.decode, raw or "")
       if not dok or type(payload) ~= "table" then return res:send(400, TEXT, "no payload\n") end
       res:send(200)
-      return core.go(opts.on_interactive, payload)
+      return take(opts, opts.on_interactive, payload)
     end
     local dok, payload = pcall(cjson.decode, req.body)
     if not dok or type(payload) ~= "table" then return res:send(400, TEXT, "the body is not JSON\n") end
@@ -117,7 +142,7 @@ function M.handler(opts)
       return res:send(200, JSON, cjson.encode({ challenge = tostring(payload.challenge or "") }))
     end
     res:send(200)
-    if payload.type == "event_callback" then core.go(opts.on_event, payload, req.headers["x-slack-retry-num"]) end
+    if payload.type == "event_callback" then take(opts, opts.on_event, payload, req.headers["x-slack-retry-num"]) end
   end
 end
 

@@ -6,12 +6,15 @@
 --     comment = {repo, pr_number, pr_url, user, association, body, path?, line?, diff_hunk?,
 --                kind = "review_comment" | "review" | "comment"}
 --   review.ask_text(comment) → the follow-up's ask
+--   review.seen_key(event_name, payload) → "review_comment:<id>:<updated_at>" | nil
 --
 -- A delivery must carry X-Hub-Signature-256 = "sha256=" + hex(HMAC-SHA256(the App's webhook
--- secret, the raw body)), compared in constant time; X-GitHub-Delivery makes a redelivery (or
--- a replay of a captured request) run once (the caller keeps the seen ids for max_age_s), and a
--- comment older than max_age_s is refused, so a delivery replayed after its id was forgotten
--- (a restart aside) still runs nothing.
+-- secret, the raw body)), compared in constant time. A follow-up runs once per seen_key — read
+-- from the signed body (the comment's id and updated_at, the review's id), never from
+-- X-GitHub-Delivery, which the signature does not cover (a captured request replayed under a
+-- new delivery id is the same comment) — and the caller keeps the keys in the thread's record
+-- for max_age_s, across restarts; a comment older than max_age_s is refused, so a delivery
+-- replayed after its key expired still runs nothing.
 local core = require("switchboard.core")
 
 local M = {}
@@ -103,6 +106,27 @@ function M.read(event, p, pol, now_s, max_age_s)
       tostring(c.user), tostring(c.association))
   end
   return c
+end
+
+-- What the signature covers that names the comment: its kind, id and (for a comment) the time
+-- it was last edited. nil when the body names no id (such a delivery starts nothing: read()
+-- refuses what it cannot place either).
+function M.seen_key(event, p)
+  if type(p) ~= "table" then return nil end
+  local function id_of(v)
+    local n = type(v) == "table" and (math.tointeger(v.id) or (type(v.id) == "string" and v.id))
+    return n and tostring(n) or nil
+  end
+  if event == "pull_request_review" then
+    local id = id_of(p.review)
+    return id and ("review:" .. id) or nil
+  end
+  local kind = event == "pull_request_review_comment" and "review_comment"
+    or event == "issue_comment" and "comment" or nil
+  local id = kind and id_of(p.comment)
+  if not id then return nil end
+  local at = p.comment.updated_at
+  return ("%s:%s:%s"):format(kind, id, type(at) == "string" and at or "")
 end
 
 function M.ask_text(c)

@@ -4,10 +4,15 @@
 --                              on_envelope = function(envelope) end}
 --   local ok, err = sm:start()     -- the first connection is up (hello seen), or why not
 --   sm:stop()                      -- close every connection; no reconnect
+--   sm:handed_over(signal) → true  -- every envelope acked has been handed to on_envelope and
+--                                  -- its call returned (false when signal fired first)
 --
 -- apps.connections.open gives a one-use wss:// URL; Slack says `hello` first. Every envelope
 -- ({envelope_id, type, payload}) is acked ({"envelope_id": …}) the moment it is read, before
--- any work, and only then handed to on_envelope in a task of its own. A `disconnect`
+-- any work, and only then handed to on_envelope in a task of its own. An envelope acked is
+-- handed over also when stop() came meanwhile (the caller runs it: shutdown waits for
+-- handed_over); one read after stop() is not acked — Slack sends it again, to another
+-- connection of the app (the process that replaces this one during a restart). A `disconnect`
 -- (refresh_requested, warning, …) opens the new connection first and closes the old one once
 -- the new one said hello, so nothing arrives on no connection; events seen on both are
 -- deduplicated by the caller (event_id). A dropped connection is reopened with bounded
@@ -15,6 +20,7 @@
 -- connection with no pong for three of those is treated as dropped.
 local core = require("switchboard.core")
 local cjson = require("cjson")
+local in_flight = require("switchboard.dispatch.in_flight")
 
 local M = {}
 local S = {}
@@ -31,6 +37,7 @@ function M.new(opts)
     stats = { acks = 0, connections = 0, reconnects = 0 },
     pending = {},      -- envelopes whose work has not started (start_work)
     starter_idle = nil,
+    handing = in_flight.new(), -- envelopes acked whose on_envelope has not returned
   }, S)
 end
 
@@ -92,6 +99,7 @@ end
 -- burst of asks would otherwise start (and spawn, which costs milliseconds on a busy host) in
 -- one turn, and envelopes arriving meanwhile would wait for their acks.
 function S:start_work(env, conn_id)
+  self.handing:enter()
   self.pending[#self.pending + 1] = { env = env, conn = conn_id }
   local t = self.starter_idle
   if t then
@@ -105,7 +113,11 @@ function S:starter()
     local item = table.remove(self.pending, 1)
     if item then
       core.sleep(0)
-      core.go(self.on_envelope, item.env, item.conn)
+      core.go(function()
+        local ok, err = xpcall(self.on_envelope, debug.traceback, item.env, item.conn)
+        self.handing:leave()
+        if not ok then error(err, 0) end
+      end)
     elseif self.stopping.aborted then
       return
     else
@@ -153,7 +165,10 @@ function S:reader(rec)
     end
     local ok, env = pcall(cjson.decode, raw)
     if ok and type(env) == "table" then
-      if env.envelope_id then
+      if env.envelope_id and self.stopping.aborted then
+        -- read after stop(): not acked, so Slack sends it again to a connection that stays
+        self.log("info", "slack.envelope_left", { connection = rec.id, envelope_id = tostring(env.envelope_id) })
+      elseif env.envelope_id then
         self:ack(rec, env) -- before anything else is done with it
         self:start_work(env, rec.id)
       elseif env.type == "disconnect" then
@@ -190,6 +205,10 @@ end
 -- How many connections are open now (0 while reconnecting): the bot's readiness.
 function S:open_connections()
   return #self.conns
+end
+
+function S:handed_over(signal)
+  return self.handing:wait(signal)
 end
 
 function S:stop()
