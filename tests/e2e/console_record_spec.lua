@@ -35,7 +35,11 @@ describe("console: a thread's record across restarts", function()
     core.run(function()
       m = model.start()
       m:script{ say("It is 42."), say("Still 42, doubled 84."), say("A fresh start."), say("Back in other.") }
-      r1 = session({ "agent:general what is the answer?", "/thread other", "agent:general remember kiwi" })
+      -- one thread per session: two threads of one session would run at the same time and take
+      -- the scripted answers in either order
+      r1 = session({ "agent:general what is the answer?" })
+      local r1b = session({ "/thread other", "agent:general remember kiwi" })
+      assert(r1b.exit == 0, r1b.stderr)
       r2 = session({ "agent:general and doubled?" })
       r3 = session({ "/new", "agent:general anything before this?" })
       r4 = session({ "/thread other", "agent:general which fruit?" })
