@@ -6,7 +6,8 @@
 --   token_scope           "read" | "write" | nil — a scope from policies/github.lua.
 --   max_run_minutes       the run's wall clock; commands are clipped to what is left of it.
 --   tools                 bash, read_file, write_file, edit_file, glob, grep, list need
---                         resources.repository.
+--                         resources.repository; todo_write (the model's plan, a checklist on
+--                         the card and the run's page) needs none.
 --   network               "host" | "none": the network of the agent's sandbox instance
 --                         (docs/isolation.md). Absent: policies/isolation.lua network. "none"
 --                         needs walls (sandboxd, or the local executor with local_walls).
@@ -21,6 +22,8 @@
 --                         are filled in for each run
 --   thinking              { budget_tokens = N }: extended thinking, N ≥ 1024 and < max_tokens
 --                         (the card shows when the model is thinking); absent: no thinking
+--   models                the models a person may pick for a thread with model:NAME (each in
+--                         `models` below); absent: only the agent's own model
 --   mcp_servers           MCP servers whose tools the agent is offered as mcp__SERVER__TOOL
 --                         (docs/mcp.md), Claude Code's mcpServers shape:
 --                           NAME = { command = { "argv", … }, env = { K = "v" } } — stdio, run
@@ -37,10 +40,11 @@ agents.coding = {
   readonly = false,
   token_scope = "write",
   max_run_minutes = 30,
-  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot" },
+  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot", "todo_write" },
   max_turns = 80,
   pull_requests = true,
   thinking = { budget_tokens = 6000 },
+  models = { "claude-sonnet-4-5", "claude-opus-4-5", "claude-haiku-4-5" },
 }
 
 agents.review = {
@@ -49,7 +53,7 @@ agents.review = {
   readonly = true,
   token_scope = "read",
   max_run_minutes = 25,
-  tools = { "bash", "read_file", "glob", "grep", "list" },
+  tools = { "bash", "read_file", "glob", "grep", "list", "todo_write" },
   max_turns = 60,
   system_prompt = [[You are {agent}, a code reviewer working in {repository}, checked out in {workspace}.
 You may read files and run commands ({tools}) but never change anything: no edits, no commits,
@@ -66,6 +70,12 @@ agents.general = {
   max_turns = 1,
   system_prompt = [[You are {agent}, answering a question in a chat thread. You have no tools, no repository and no workspace: answer from what you know, briefly, and say when you are not sure.]],
 }
+
+-- effort:low|medium|high in an ask (it sticks to the thread until changed): the extended
+-- thinking budget in tokens the run gets instead of its agent's `thinking` (0: no thinking).
+-- A run's max_tokens is raised above the budget when it is not (the API's rule), within the
+-- model's max_output_tokens.
+effort = { low = 0, medium = 6000, high = 24000 }
 
 -- What an agent run uses when its entry does not say.
 run_defaults = {

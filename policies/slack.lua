@@ -11,8 +11,11 @@ allow = {
 }
 refusal = "Sorry, I can't take asks from you here. Ask whoever runs this bot to add you to its allow list."
 
--- The emoji put on an ask when its card is posted.
+-- The emoji put on an ask when its card is posted, and the one it is replaced by when the
+-- run ends: done (an agent's answer, a command's exit 0), stopped (stop, a shutdown), failed
+-- (anything else: an error, a nonzero exit, a limit reached).
 reaction = "eyes"
+reaction_end = { done = "white_check_mark", stopped = "black_square_for_stop", failed = "x" }
 
 card = {
   update_every_ms = 3 * second,   -- at most one chat.update per card this often (newest state wins)

@@ -127,7 +127,7 @@ describe("agent runs in switchboard console", function()
     assert.equal(m.key, h["x-api-key"])
     assert.equal("2023-06-01", h["anthropic-version"])
     assert.is_true(reqs[1].body.stream)
-    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot" }, model.tool_names(reqs[1]))
+    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot", "todo_write" }, model.tool_names(reqs[1]))
     assert.matches("1 s (1000 ms) by default, at most 3 s (3000 ms)", reqs[1].body.tools[1].description, 1, true)
     assert.matches("larger timeoutMs", reqs[1].body.tools[1].description, 1, true)
     assert.equal("wrote 3 bytes to hello.txt", model.tool_results(reqs[2])[1].content)
@@ -215,7 +215,7 @@ describe("agent runs in switchboard console", function()
       tool("write_file", { path = "x.txt", content = "no" }),
       text_answer("reviewed"),
     }, { "agent:review look around" })
-    assert.same({ "bash", "read_file", "glob", "grep", "list" }, model.tool_names(reqs[1]))
+    assert.same({ "bash", "read_file", "glob", "grep", "list", "todo_write" }, model.tool_names(reqs[1]))
     local r = model.tool_results(reqs[2])[1]
     assert.is_true(r.is_error)
     assert.matches('there is no tool "write_file"', r.content, 1, true)

@@ -91,7 +91,7 @@ describe("agent craft: repository instructions, edit_file, the pull request, fin
     assert.is_nil(r1[4].is_error)
     assert.equal("edited README.md: replaced 1 occurrence at line 1", r1[4].content)
     assert.equal("edited README.md: replaced 1 occurrence at line 2", model.tool_results(reqs[3])[1].content)
-    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot" }, model.tool_names(reqs[1]))
+    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot", "todo_write" }, model.tool_names(reqs[1]))
 
     -- 3. the pull request: opened, linked on the card, its body linking the thread
     local branch = first:match("%(branch (switchboard/main%-%x+)%)")
@@ -125,7 +125,7 @@ describe("agent craft: repository instructions, edit_file, the pull request, fin
     local third = cards.find(out, "look at README.md")
     assert.matches("✓ done after 2 turns", third, 1, true)
     assert.not_matches("pull request", third, 1, true)
-    assert.same({ "bash", "read_file", "glob", "grep", "list" }, model.tool_names(reqs[6]))
+    assert.same({ "bash", "read_file", "glob", "grep", "list", "todo_write" }, model.tool_names(reqs[6]))
     local log = files.read(state .. "/gitd/log")
     assert.equal(2, count(log, "POST /acme/api.git/git-receive-pack 200 auth=good"))
     assert.equal(2, count(log, "POST /acme/api.git/git-receive-pack"))
@@ -238,7 +238,7 @@ describe("agent craft: repository instructions, edit_file, the pull request, fin
     local c = cards.find(out, "where is Hello")
     assert.is_not_nil(c, out .. err)
     assert.matches("✓ done after 3 turns", c, 1, true)
-    assert.same({ "bash", "read_file", "glob", "grep", "list" }, model.tool_names(reqs[1]))
+    assert.same({ "bash", "read_file", "glob", "grep", "list", "todo_write" }, model.tool_names(reqs[1]))
 
     -- the workspace's facts in the system prompt: sandbox, repository, default branch
     local system = model.system_text(reqs[1].body)

@@ -123,7 +123,7 @@ describe("switchboard console (local backend, through a pipe)", function()
     assert.matches("^%[main%] I could not read that ask: put the command in backticks: run `ls`%.\nAsk like this:", b[1])
     assert.matches('^%[main%] I could not read that ask: "nowhere" is not a repository name; name it as '
       .. "OWNER/REPO, for example `in acme/api`%.\nAsk like this:", b[2])
-    assert.equal("/nope is not a console command; there are /thread NAME and /help", b[3])
+    assert.equal("/nope is not a console command; there are /thread NAME, /new and /help", b[3])
   end)
 
   it("at end of input waits for the last ask to finish, then exits 0", function()

@@ -75,7 +75,7 @@ describe("the openai provider", function()
       assert.equal("object", t["function"].parameters.type)
       names[#names + 1] = t["function"].name
     end
-    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot" }, names)
+    assert.same({ "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot", "todo_write" }, names)
     -- the second request: the assistant's tool call as it came, then its result as a tool message
     local msgs = reqs[2].body.messages
     local call_msg, result = msgs[#msgs - 1], msgs[#msgs]

@@ -39,7 +39,7 @@ describe("run pages", function()
         if SL.is_final(c) then return SL.card_text(c) end
       end
     end, "the final card", 120000)
-    local url = card:match("%[View run%]\nlink: <(http://[^%s>|]+)>")
+    local url = card:match("%[View run%] (http://[^%s>|]+)")
     assert.is_not_nil(url, card)
     local token = url:match("/runs/(%x+)$")
     assert.equal(32, #token, url)

@@ -78,7 +78,7 @@ describe("the screenshot tool and the run's diff", function()
       local fh = SL.sign(form)
       fh["content-type"] = "application/x-www-form-urlencoded"
       r.press = bot:post("/slack/actions", form, fh)
-      local url = r.card:match("%[View run%]\nlink: <(http://[^%s>|]+)>")
+      local url = r.card:match("%[View run%] (http://[^%s>|]+)")
       if url then
         url = url:gsub("^http://[^/]+", "http://127.0.0.1:" .. bot.events_port)
         r.status, r.headers, r.page = core.http.request{ method = "GET", url = url, deadline_ms = 10000 }

@@ -69,7 +69,12 @@ describe("switchboard slack, Socket Mode", function()
     assert.matches("```a\n&lt;b&gt;```", text, 1, true)   -- the ask's escaping undone, the output's redone
     assert.equals(1, #st:cards("1700000001.000100"))      -- one card, edited in place
     assert.is_true(finals[1].updates >= 2)                 -- running… (card.update_every_ms: 3 s), then the result
-    assert.same({ channel = "C0GEN", timestamp = "1700000001.000100", name = "eyes" }, s.reactions[1])
+    -- 👀 while it ran, replaced by ✅ at its end (slack.reaction_end)
+    assert.same({ channel = "C0GEN", timestamp = "1700000001.000100", name = "eyes" }, st:calls("reactions.add")[1].args)
+    SL.wait(function()
+      local r = st:state().reactions
+      return #r == 1 and r[1].name == "white_check_mark" and r[1].timestamp == "1700000001.000100"
+    end, "✅ in place of 👀 on the ask")
     bot:signal("TERM")
     assert.equals(0, bot:wait().exit)
     tokens_absent(bot.err)

@@ -184,7 +184,7 @@ describe("a thread that remembers", function()
     -- (h) the first run's page (the longest run here: four tool calls, one output of 14 kB)
     -- in headless Chromium: every tool call with its input and output; a wrong token is 404
     -- (Chromium's own bound, 300 s: on a loaded machine — load average 90 — a dump took over 120)
-    local url = SL.card_text(f1[1]):match("%[View run%]\nlink: <(http://[^%s>|]+)>")
+    local url = SL.card_text(f1[1]):match("%[View run%] (http://[^%s>|]+)")
     assert.is_not_nil(url, SL.card_text(f1[1]))
     -- the bot restarted on another port since (a deployment sets record.pages.base_url)
     url = url:gsub("^http://[^/]+", "http://127.0.0.1:" .. bot.health_port)
@@ -244,7 +244,8 @@ describe("a thread that remembers", function()
       local c = st:cards(T)[1]
       error("no command on the card: " .. (c and SL.card_text(c) or "(no card)") .. "\n" .. require("cjson").encode(m:requests()[2].body.messages))
     end
-    st:envelope("events_api", SL.mention{ ts = "1700000200.000200", thread_ts = T, text = "wait again" })
+    -- effort: makes it a run of its own (a plain mention would go to the working run: issue 40)
+    st:envelope("events_api", SL.mention{ ts = "1700000200.000200", thread_ts = T, text = "effort:medium wait again" })
     SL.wait(function()
       for _, c in ipairs(st:cards(T)) do
         local t = SL.card_text(c)

@@ -167,7 +167,7 @@ describe("the loader", function()
 
   it("refuses edit_file or pull_requests on a readonly agent", function()
     local _, errs = load(function(src)
-      return (src:gsub('tools = { "bash", "read_file", "glob", "grep", "list" },', 'tools = { "bash", "read_file", "edit_file" },\n  pull_requests = true,', 1))
+      return (src:gsub('tools = { "bash", "read_file", "glob", "grep", "list", "todo_write" },', 'tools = { "bash", "read_file", "edit_file" },\n  pull_requests = true,', 1))
     end)
     assert.is_not_nil(errs)
     local text = table.concat((function() local t = {} for _, e in ipairs(errs) do t[#t + 1] = tostring(e.message or e) .. " @ " .. tostring(e.path) end return t end)(), "\n")

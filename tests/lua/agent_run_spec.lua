@@ -28,7 +28,7 @@ describe("agent tools", function()
   it("gives the readonly review agent no write_file, and general no tools", function()
     local names = {}
     for _, t in ipairs(tools.definitions(snap, policy.agent(snap, "review"))) do names[#names + 1] = t.name end
-    assert.same({ "bash", "read_file", "glob", "grep", "list" }, names)
+    assert.same({ "bash", "read_file", "glob", "grep", "list", "todo_write" }, names)
     assert.same({}, tools.definitions(snap, policy.agent(snap, "general")))
     -- a readonly entry that lists write_file anyway is still not offered it
     assert.same({}, tools.definitions(snap, { readonly = true, tools = { "write_file" } }))

@@ -79,6 +79,23 @@ describe("slack context (seed " .. seed .. ")", function()
     assert.equal("Earlier messages in this Slack thread, oldest first (the 1 oldest left out):\n"
       .. "Ana: two\nU2: three\nU2: four", block.text)
   end)
+
+  it("on a later run gives the messages since the bot's latest card, without mentions of the bot", function()
+    local body = { ok = true, messages = {
+      { ts = "1.0", user = "U1", text = "<@U0BOT> the first ask" }, { ts = "1.5", user = "U0BOT", bot_id = "B1", text = "a card" },
+      { ts = "2.0", user = "U2", text = "seen by nobody yet" }, { ts = "2.5", user = "U1", text = "<@U0BOT> went to the run" },
+      { ts = "3.0", user = "U2", text = "<@U1> a person's mention" }, { ts = "4.0", user = "U1", text = "<@U0BOT> the ask" },
+    } }
+    local block, _, n = context.thread_block(api(body, {}), POL,
+      { channel = "C1", thread_ts = "1.0", ask_ts = "4.0", names = {}, first = false })
+    assert.equal(2, n)
+    assert.equal("Messages posted in this Slack thread since the previous run, oldest first:\n"
+      .. "U2: seen by nobody yet\nU2: <@U1> a person's mention", block.text)
+    -- no card of the bot before the ask: nothing is new
+    body.messages[2] = { ts = "1.5", user = "U2", text = "hm" }
+    assert.is_nil((context.thread_block(api(body, {}), POL,
+      { channel = "C1", thread_ts = "1.0", ask_ts = "4.0", names = {}, first = false })))
+  end)
 end)
 
 describe("slack context: where the bot token may go", function()

@@ -166,8 +166,31 @@ describe("slack Block Kit card", function()
     local joined = cjson.encode(view.blocks)
     assert.is_nil(joined:find(events.STOP_ACTION, 1, true))
     assert.truthy(joined:find("a &lt; b &amp; c", 1, true))
-    assert.truthy(joined:find("note: a note &amp; more", 1, true))
+    assert.truthy(joined:find("a note &amp; more", 1, true))
     assert.equals("✓ exit 0 after 1.5s", view.text)
+  end)
+
+  it("folds an agent card's notes into one context line and links its run page with a View run button", function()
+    local run_card = require("switchboard.dispatch.run_card")
+    local c = run_card.new{ thread = "T/C/1.0", agent = "coding", ask = "fix it", model = "claude-opus-4-5" }
+    c:provisioned("local", "first note")
+    for i = 1, 8 do c:add_note("note " .. i) end
+    c.page_url = "http://127.0.0.1:1/runs/abc"
+    c:running(0)
+    local view = blocks.render(c, { now_ms = 1000, thread = "T/C/1.0" })
+    local contexts = 0
+    for _, b in ipairs(view.blocks) do if b.type == "context" then contexts = contexts + 1 end end
+    assert.equals(2, contexts) -- who runs it where, and the notes
+    assert.truthy(view.blocks[2].elements[1].text:find("first note · note 1 · note 2", 1, true))
+    assert.truthy(view.blocks[1].elements[1].text:find("claude-opus-4-5", 1, true))
+    local last = view.blocks[#view.blocks]
+    assert.equals("Stop", last.elements[1].text.text)
+    assert.same({ "View run", "http://127.0.0.1:1/runs/abc" }, { last.elements[2].text.text, last.elements[2].url })
+    c:ended("done", 2000, "Fixed.")
+    last = blocks.render(c, { now_ms = 2000, thread = "T/C/1.0" }).blocks
+    last = last[#last]
+    assert.same({ "View run" }, { last.elements[1].text.text })
+    assert.equals(1, #last.elements)
   end)
 
   it("keeps every section within Slack's limit and asks for a file when the output does not fit", function()

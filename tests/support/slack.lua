@@ -112,15 +112,15 @@ function Standin:close()
   self.proc:wait()
 end
 
--- All text of a card message: its blocks' texts joined by newlines.
+-- All text of a card message: its blocks' texts joined by newlines (a link button as
+-- "[TEXT] URL").
 function M.card_text(m)
   local parts = {}
   for _, b in ipairs(m.blocks or {}) do
     if type(b.text) == "table" then parts[#parts + 1] = b.text.text end
     for _, e in ipairs(b.elements or {}) do
       if e.type == "mrkdwn" then parts[#parts + 1] = e.text end
-      if e.type == "button" then parts[#parts + 1] = "[" .. e.text.text .. "]" end
-      if e.type == "button" and e.url then parts[#parts + 1] = "link: <" .. e.url .. ">" end
+      if e.type == "button" then parts[#parts + 1] = "[" .. e.text.text .. "]" .. (e.url and (" " .. e.url) or "") end
     end
   end
   return table.concat(parts, "\n")

@@ -5,7 +5,7 @@ Socket Mode; what the bot uses of them is in docs/slack.md):
 * the Web API over HTTP: POST /api/<method> with `Authorization: Bearer <token>` and a JSON or
   form-encoded body; every answer is HTTP 200 {"ok": true, ...} or {"ok": false, "error": ...},
   except a rate limit: HTTP 429 with `Retry-After: <seconds>`. auth.test, apps.connections.open
-  (app token only), chat.postMessage, chat.update, reactions.add, and the upload flow
+  (app token only), chat.postMessage, chat.update, reactions.add and reactions.remove, and the upload flow
   files.getUploadURLExternal → POST the bytes to upload_url → files.completeUploadExternal.
 * Socket Mode over a real WebSocket (python3-websockets): a ticket URL from
   apps.connections.open, `hello` on connect, envelopes {envelope_id, type, payload,
@@ -166,6 +166,14 @@ def web_api(method, headers, body):
     if method == "reactions.add":
         state["reactions"].append(args)
         return 200, {}, {"ok": True}
+    if method == "reactions.remove":
+        # as Slack: no_reaction when the bot has not put that emoji on that message
+        for i, r in enumerate(state["reactions"]):
+            if r.get("channel") == args.get("channel") and r.get("timestamp") == args.get("timestamp") \
+                    and r.get("name") == args.get("name"):
+                del state["reactions"][i]
+                return 200, {}, {"ok": True}
+        return 200, {}, {"ok": False, "error": "no_reaction"}
     if method == "conversations.replies":
         # the thread's messages, oldest first: the ones a spec seeded, then the bot's own posts
         channel, ts = args.get("channel"), args.get("ts")
@@ -266,6 +274,13 @@ async def control(method, path, body):
     if path == "/_control/state":
         return 200, dict(state, open_connections=[c for c in conns if conns[c].open])
     if path == "/_control/envelope":
+        # Slack's timestamps follow time: what the bot posts after an event comes after it
+        payload = args.get("payload")
+        event = payload.get("event") if isinstance(payload, dict) else None
+        try:
+            ts_counter[0] = max(ts_counter[0], float(event.get("ts")))
+        except (AttributeError, TypeError, ValueError):
+            pass
         return await send_envelope(args)
     if path == "/_control/event":
         did = "D%d" % (len(state["deliveries"]) + 1)

@@ -49,6 +49,17 @@ function Conv:add(message)
   if message.role == "user" then self.added_bytes = self.added_bytes + bytes_of(message.content) end
 end
 
+-- Blocks added at the end of the last message, a user message (a message of the thread that
+-- came in while the run worked goes after the tool results: roles still alternate).
+function Conv:append_to_last(blocks)
+  local last = self.messages[#self.messages]
+  local content = type(last.content) == "string" and { { type = "text", text = last.content } } or {}
+  if type(last.content) == "table" then for i, b in ipairs(last.content) do content[i] = b end end
+  for _, b in ipairs(blocks) do content[#content + 1] = b end
+  self.messages[#self.messages] = { role = last.role, content = content }
+  self.added_bytes = self.added_bytes + bytes_of(blocks)
+end
+
 function Conv:estimate()
   return self.base_tokens + self.added_bytes // M.BYTES_PER_TOKEN
 end

@@ -36,6 +36,8 @@
 --            prepares beside the first request (dispatch/agent_run.lua: a warm thread's fetch)
 --   history: the thread's earlier conversation (Messages API messages as sent before); the
 --            ask follows it
+--   inbox(): → the thread's messages that came in while the run works ({user, text}), taken;
+--            read at each turn boundary and put after the tool results (or the ask) as text
 --   thread, accounts: the thread's name and the spend totals (agent/spend.lua; default: the
 --            shared in-memory ones)
 --   record = {messages (the conversation as last sent, after any compaction, and the final
@@ -159,6 +161,10 @@ local function run_one(o, use, turn, quiet)
   local out = tools.call(o.executor, o.snap, o.def, use, {
     signal = o.signal, remaining_ms = o.deadline_ms - o.now_ms(),
     attach = o.attach and function(image) o.attach(image, use.id) end,
+    on_todos = function(list)
+      if o.card.set_todos then o.card:set_todos(list) end
+      o.transcript:write{ type = "todos", turn = turn, todos = list }
+    end,
   })
   if not quiet then o.card:tool_done() end
   if out.kind == "capacity" then
@@ -498,10 +504,31 @@ local function must_end(o)
   return nil
 end
 
+-- The thread's messages that came in while the run worked, at a turn boundary: text blocks at
+-- the end of the last message, a user message (the tool results, or the ask). Returns how many.
+function M.take_inbox(o, conv, turn)
+  if not o.inbox then return 0 end
+  local list = o.inbox()
+  if not list or #list == 0 then return 0 end
+  local last = conv.messages[#conv.messages]
+  if not last or last.role ~= "user" then return 0 end
+  local blocks = {}
+  for i, m in ipairs(list) do
+    blocks[i] = { type = "text", text = text.valid(("[A message from %s in the thread, sent while you worked:]\n%s")
+      :format(tostring(m.user or "someone"), tostring(m.text or ""))) }
+    o.transcript:write{ type = "message_in", turn = turn, user = m.user, text = m.text }
+  end
+  conv:append_to_last(blocks)
+  if o.on_turn then o.on_turn(conv.messages) end
+  return #list
+end
+
 -- The answer of one turn. Returns nil to go on, or the state (and problem) that ends the run.
 local function handle(o, conv, message, turn)
   local content, said, uses = M.split(message)
   if said ~= "" then o.answer = o.continuing and (o.answer .. said) or said end
+  -- the text beside a turn's calls is the model's commentary: its last line on the card
+  if #uses > 0 and said ~= "" and o.card.comment then o.card:comment(said) end
   o.continuing, o.cut = false, nil
   if message.stop_reason == "pause_turn" and #content > 0 then
     conv:add{ role = "assistant", content = content }
@@ -520,6 +547,12 @@ local function handle(o, conv, message, turn)
     end
     if cut then o.answer = o.answer .. "\n\n[the answer reached max_tokens and was cut]" end
     if #content > 0 then conv:add{ role = "assistant", content = content } end -- for the thread's record
+    -- a message that came in while the model answered: the run goes on with it
+    if #content > 0 and o.inbox then
+      conv:add{ role = "user", content = {} }
+      if M.take_inbox(o, conv, turn) > 0 then return nil end
+      table.remove(conv.messages)
+    end
     if o.on_turn then o.on_turn(conv.messages) end
     return "done"
   end
@@ -590,6 +623,7 @@ function M.run(o)
     if ending then return finish(ending, why) end
     turn = turn + 1
     o.card:turn(turn)
+    M.take_inbox(o, conv, turn)
     local message, state, problem = request(o, conv, turn)
     if not message then return finish(state, problem) end
     local e, p = handle(o, conv, message, turn)

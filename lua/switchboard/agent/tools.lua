@@ -16,8 +16,9 @@
 --   paths as read_file/write_file): old_text must occur exactly once unless replace_all; else
 --   a tool error saying how often it occurred (and where), or showing the nearest lines.
 --   screenshot (agent/screenshot.lua): headless Chromium through the executor; an image block
+--   todo_write (agent/todos.lua): the model's plan, shown through ctx.on_todos; no executor
 --   tools.call(executor, snap, tool_use, ctx) → {content, is_error, kind, command?, result?, image?}
---     ctx: signal, remaining_ms, attach? (function(image): a screenshot for the page and thread); kind: "result" | "tool" | "refused" | "infra" | "capacity" |
+--     ctx: signal, remaining_ms, attach? (function(image): a screenshot for the page and thread), on_todos?; kind: "result" | "tool" | "refused" | "infra" | "capacity" |
 --          "input"
 local core = require("switchboard.core")
 local budget = require("switchboard.shell.budget")
@@ -29,6 +30,7 @@ local find = require("switchboard.agent.find")
 local web_fetch = require("switchboard.agent.web_fetch")
 local web_search = require("switchboard.agent.web_search")
 local screenshot = require("switchboard.agent.screenshot")
+local todos = require("switchboard.agent.todos")
 
 local M = {}
 
@@ -127,6 +129,8 @@ DEFS.screenshot = screenshot.definition
 for name in pairs(find.NAMES) do
   DEFS[name] = function(snap) return find.definitions(snap)[name] end
 end
+
+DEFS[todos.NAME] = function() return todos.definition() end
 
 -- Tools that change the workspace: never offered to a readonly agent.
 M.WRITE_TOOLS = { write_file = true, edit_file = true }
@@ -408,6 +412,7 @@ local function call_tool(ex, snap, def, use, ctx)
   if use.input_error then
     return outcome("input", use.name .. " was called with input that is not a JSON object (" .. use.input_error .. ")", true)
   end
+  if use.name == todos.NAME then return todos.call(use.input, ctx) end
   if def.mcp and def.mcp:owns(use.name) then
     local out, err = def.mcp:call(ex, snap, use, ctx)
     return out or from_error(snap, err)

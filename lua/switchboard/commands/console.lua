@@ -10,6 +10,7 @@ local state = require("switchboard.state")
 local card = require("switchboard.dispatch.card")
 local dispatcher = require("switchboard.dispatch.dispatcher")
 local console_front = require("switchboard.fronts.console")
+local host_mod = require("switchboard.launch.host")
 
 local M = {
   name = "console",
@@ -33,7 +34,11 @@ in a workspace per thread under the state directory.
                                          as `in OWNER/REPO` or a GitHub URL is cloned first)
   stop                                   stop this thread's running command or agent run
   help                                   the grammar and the agents
-  /thread NAME                           switch to thread NAME (each has its own workspace)
+  /thread NAME                           switch to thread NAME (each has its own workspace);
+                                         a thread's conversation is kept in the state
+                                         directory's record: started again, the console's
+                                         threads continue where they stopped
+  /new                                   start a fresh thread (a new name)
 
 On a terminal the running asks' elapsed time updates in place, on a status line cut to the
 window's width, above the line you type (Backspace, Ctrl-U, Ctrl-W; Enter sends it; Ctrl-D on
@@ -132,8 +137,13 @@ function M.run(argv, ctx)
   local sink, trace_status = p:trace_sink()
   if opts.trace and not sink then return trace_status end
 
+  -- the threads' record: a thread continues where it stopped when the console starts again
+  -- with the same state directory
+  local host, herr = host_mod.open(p.snap)
+  if not host then return p:fail(M.EXIT.config, herr) end
   local front = terminal_front()
   local d = dispatcher.new{
+    record = host.record,
     front = front,
     policy = policy.current,
     -- a person's own terminal (policies/isolation.lua local_walls)
@@ -158,16 +168,19 @@ function M.run(argv, ctx)
   end)
   local reading = core.signal()
   drain_on_signals(p, d, front, reading)
+  d:restore()
+  host:keep_expiring()
 
   local thread = opts.thread or "main"
   if core.isatty(0) then
     front:say(("switchboard console — thread %s. Type `help` for the grammar, /thread NAME to "
-      .. "switch threads, Ctrl-D to quit."):format(thread))
+      .. "switch threads, /new for a fresh one, Ctrl-D to quit."):format(thread))
   end
   p:ready("reading asks from standard input, thread " .. thread)
   front:serve(d, { thread = thread, user = os.getenv("USER") or "console", stop = reading })
 
   d:wait_idle()
+  host:close()
   front:close()
   if front.edit then core.tty_mode("normal") end
   if sink and sink.close then sink:close() end

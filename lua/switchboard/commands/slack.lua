@@ -9,8 +9,7 @@ local state = require("switchboard.state")
 local console = require("switchboard.commands.console")
 local webapi = require("switchboard.fronts.slack.webapi")
 local app_mod = require("switchboard.fronts.slack.app")
-local record_mod = require("switchboard.store.record")
-local pages_routes = require("switchboard.pages.routes")
+local host_mod = require("switchboard.launch.host")
 local factory = require("switchboard.exec.factory")
 local schema = require("switchboard.policy.schema")
 local rendezvous = require("switchboard.exec.rendezvous")
@@ -285,14 +284,10 @@ function M.run(argv, ctx)
   if not bot then return p:fail(M.EXIT.config, berr) end
   core.log("info", "slack.bot", { user_id = bot.user_id, team_id = bot.team_id, name = bot.user })
 
-  core.fs.mkdir_p(state.dir(), tonumber("700", 8))
-  local rec, rec_err = record_mod.open(state.dir() .. "/record.db", { excerpt_bytes = snap.record.excerpt_bytes })
-  if not rec then
-    return p:fail(M.EXIT.config, ("cannot open the thread record %s/record.db: %s (check the state "
-      .. "directory's permissions and free space)"):format(state.dir(), tostring(rec_err)))
-  end
-  local record_stop = core.signal()
-  local pages_base -- the first listener's own address, when policy names no base_url
+  -- the thread's record and its pages: the host's (launch/host.lua), as the console's
+  local hosted, herr = host_mod.open(snap)
+  if not hosted then return p:fail(M.EXIT.config, herr) end
+  local rec = hosted.record
 
   local app = app_mod.new{
     bot = bot, policy = policy.current, secret = e.secret, bot_api = bot_api,
@@ -308,20 +303,15 @@ function M.run(argv, ctx)
       outputs_dir = state.dir() .. "/outputs",
       transcripts_dir = state.dir() .. "/transcripts",
       record = rec,
-      page_url = function(token)
-        local pages = policy.current().record.pages
-        local base = pages.base_url or pages_base
-        if not pages.enabled or not base then return nil end
-        return base .. "/runs/" .. token
-      end,
+      page_url = hosted.page_url,
     },
-    pages = pages_routes.handler{ record = rec, policy = policy.current },
-    log_hide = { pages_routes.PREFIX }, -- a page's token is its credential: never in a log line
+    pages = hosted.pages,
+    log_hide = hosted.log_hide, -- a page's token is its credential: never in a log line
   }
   -- the threads the record keeps, before the first event can arrive
   app.d:restore()
-  rec:keep_expiring(policy.current, record_stop)
-  app:start_schedules(rec, record_stop) -- policies' scheduled asks (docs/schedules.md)
+  hosted:keep_expiring()
+  app:start_schedules(rec, hosted.stop) -- policies' scheduled asks (docs/schedules.md)
 
   -- one listener per option given: events (and the pages), health, metrics
   for _, l in ipairs({
@@ -335,7 +325,7 @@ function M.run(argv, ctx)
       local srv, lerr = listen(host, port)
       if not srv then return p:fail(M.EXIT.config, flag .. ": " .. tostring(lerr and lerr.message or lerr)) end
       core.log("info", "slack.listening", { host = host, port = srv.port, serves = serves })
-      if serves ~= "metrics" then pages_base = pages_base or ("http://%s:%d"):format(host, srv.port) end
+      if serves ~= "metrics" then hosted:listening(host, srv.port) end
     end
   end
   if e.app then
@@ -379,8 +369,7 @@ function M.run(argv, ctx)
   p:ready("connected to Slack") -- READY=1: Type=notify's start completes here
   core.suspend()
   if sink and sink.close then sink:close() end
-  record_stop:abort("stopped")
-  rec:close()
+  hosted:close()
   core.log("info", "slack.stopped", {})
   return 0
 end

@@ -233,10 +233,7 @@ function M.record_start(d, thread, ask, built, t)
   -- the thread's backend, and the key its sandbox or resident instance is bound by
   d:remember("thread", d.record.bind, thread.name, { backend = built.backend, instance = d.thread_key(thread.name) })
   local url = d.page_url and d.page_url(rrun.token)
-  if url then
-    ask.card.page_url = url
-    ask.card:add_note("run page: " .. url)
-  end
+  if url then ask.card.page_url = url end -- a View run button (Slack), a line (the console)
   if ask.user_name then
     core.go(function()
       local ok, name = pcall(ask.user_name)
@@ -392,6 +389,12 @@ local function converse(d, run, deadline)
     workspace = built.executor.workspace_dir and built.executor:workspace_dir() or nil,
     transcript = run.transcript, now_ms = d.now_ms, instructions = run.guide, facts = run.facts,
     history = M.history(d, thread), before_tools = run.workspace_ready,
+    inbox = function()
+      local list = ask.inbox
+      if not list or #list == 0 then return nil end
+      ask.inbox = {}
+      return list
+    end,
     on_turn = function(messages)
       M.keep_conversation(d, thread, messages)
       -- the cost so far, so a run the bot dies in still counts towards the caps after a restart

@@ -28,6 +28,8 @@
 -- The front interface (a table):
 --   front:post(thread, message) → handle     message = {text, final, summary, card?}
 --   front:update(handle, message)            the same message shape; final cards are complete
+--   front.steers                             true: a message in a thread whose agent run works
+--                                            goes to that run (D:deliver), not the queue
 -- A front that cannot edit messages (a pipe) shows only final ones.
 --
 --   local d = dispatcher.new{front = f, stack = {workspace_root = dir, …}, outputs_dir = dir}
@@ -378,6 +380,7 @@ function D:worker(thread)
     ask.started_ms = self.now_ms() -- the run's clock starts now, not when it was queued
     self:run_ask(thread, ask)
     thread.running = nil
+    self:requeue_inbox(ask)
     self.asks:leave()
   end
   thread.worker = nil
@@ -411,6 +414,48 @@ function D:resolve(snap, msg, ask)
   return name, def
 end
 
+-- model:NAME and effort:LEVEL: this ask's words, else the thread's earlier choice (it sticks
+-- until changed), else the agent's own. A model must be one the agent allows (policy
+-- `models`; a unique part of a name is enough: model:opus). Returns the agent's definition as
+-- this run uses it (model, thinking, max_tokens), or nil and the answer saying why not.
+function D:choose(snap, thread, def, parsed, name)
+  local choice = thread and thread.choice or {}
+  local allowed = def.models or { def.model }
+  local model = choice.model
+  if parsed.model then
+    local want, found = parsed.model:lower(), {}
+    for _, m in ipairs(allowed) do
+      if m:lower() == want then found = { m } break end
+      if m:lower():find(want, 1, true) then found[#found + 1] = m end
+    end
+    if #found ~= 1 then
+      return nil, core.error("refused", ("model:%s is %s for agent:%s; it may use: %s."):format(parsed.model,
+        #found == 0 and "not allowed" or "more than one model", name, table.concat(allowed, ", ")))
+    end
+    model = found[1]
+  end
+  local ok_model = false
+  for _, m in ipairs(allowed) do if m == model then ok_model = true end end
+  if not ok_model then model = def.model end -- another agent's choice: this agent's own
+  local effort = parsed.effort or choice.effort
+  local over = { model = model, effort = effort }
+  if effort and snap.agents.effort then
+    local budget = snap.agents.effort[effort]
+    local limit = snap.agents.models[model] and snap.agents.models[model].max_output_tokens or def.max_tokens
+    if budget == 0 then
+      over.thinking = false
+    else
+      over.thinking = { budget_tokens = budget }
+      over.max_tokens = math.min(math.max(def.max_tokens, budget + def.max_tokens // 4), limit)
+    end
+  end
+  local used = setmetatable({}, { __index = function(_, k)
+    if over[k] ~= nil then return over[k] or nil end
+    return def[k]
+  end })
+  return used, { model = parsed.model and model or choice.model, effort = effort }
+end
+
 function D:enqueue(msg, snap, parsed, name, def)
   local thread = self:thread(msg.thread)
   self.seq = self.seq + 1
@@ -434,13 +479,18 @@ function D:enqueue(msg, snap, parsed, name, def)
     snap = snap,
     created_ms = self.now_ms(),
     stop = core.signal(self.shutdown),
+    -- an agent run's inbox: mentions in its thread while it works, read at its next turn
+    -- boundary (agent/run.lua); what is left when it ends is asked again as a new run
+    inbox = parsed.kind == "free_text" and {} or nil,
   }
   -- The thread's repository is bound by its first ask that names one, at once, so that a
   -- queued ask naming another is refused even before the first has run.
   if ask.repo then thread.repo = thread.repo or ask.repo end
   if ask.kind == "agent" then
     ask.card = run_card.new{ thread = msg.thread, user = msg.user, agent = name, ask = parsed.text,
-                             repo = ask.repo, max_turns = def.max_turns }
+                             repo = ask.repo, max_turns = def.max_turns, model = def.model, effort = def.effort,
+                             chosen = parsed.model ~= nil or parsed.effort ~= nil or thread.choice ~= nil
+                               and (thread.choice.model ~= nil or thread.choice.effort ~= nil) }
   else
     ask.card = card_mod.new{ thread = msg.thread, user = msg.user, agent = name,
                              command = parsed.command, repo = ask.repo }
@@ -471,6 +521,35 @@ function D:behind_text(thread)
   local state = last == thread.running and "running" or "queued"
   if n == 1 then return ("%s (%s)"):format(what, state) end
   return ("%s (%s) and %d more ahead"):format(what, state, n - 1)
+end
+
+-- A mention in a thread whose agent run is working goes to that run (its inbox, read at the
+-- next turn boundary) instead of queueing a new one — unless it names another agent. Returns
+-- the running ask when the message went to it. Only for a front whose messages are a
+-- conversation (front.steers: Slack, a console typed into); a console reading a pipe takes each
+-- line as an ask of its own, queued.
+function D:deliver(msg, parsed)
+  if not self.front.steers then return nil end
+  local thread = self.threads[msg.thread]
+  local r = thread and thread.running
+  if not (r and r.inbox) or r.stop.aborted or self.closed then return nil end
+  if parsed.agent and parsed.agent ~= r.agent then return nil end
+  if parsed.model or parsed.effort then return nil end -- another model or effort: a run of its own
+  r.inbox[#r.inbox + 1] = { user = msg.user, text = parsed.text, prepare = msg.prepare, msg = msg }
+  if r.card.steered then r.card:steered(msg.user, parsed.text) end
+  if r.handle then self:refresh(r) end
+  log("info", "dispatch.delivered", { thread = msg.thread, ask = r.id, user = msg.user })
+  return r
+end
+
+-- What a run's inbox still holds when the run has ended (it answered before reading them):
+-- each is handled again, as a new ask of the thread. Dropped after a stop.
+function D:requeue_inbox(ask)
+  local left = ask.inbox
+  if not left or #left == 0 then return end
+  ask.inbox = nil
+  if ask.stop.aborted then return end
+  for _, m in ipairs(left) do self:handle(m.msg) end
 end
 
 -- Stop the thread's running command and drop its queued asks. Returns how many asks it hit.
@@ -516,6 +595,7 @@ function D:handle(msg)
   if self.closed then
     return self:answer(msg.thread, "Not taking new asks: switchboard is shutting down.")
   end
+  if parsed.kind == "free_text" and self:deliver(msg, parsed) then return nil end
   if parsed.kind == "free_text" then
     -- An agent run: the repository it names binds only for an agent that works in one.
     local name, def = self:resolve(snap, msg, { agent = parsed.agent })
@@ -526,7 +606,10 @@ function D:handle(msg)
       if not name then return self:answer(msg.thread, def) end
     end
     parsed.repo = repo
-    return self:enqueue(msg, snap, parsed, name, def)
+    local used, choice = self:choose(snap, self.threads[msg.thread], def, parsed, name)
+    if not used then return self:answer(msg.thread, tostring(choice)) end
+    self:thread(msg.thread).choice = choice
+    return self:enqueue(msg, snap, parsed, name, used)
   end
   local name, def = self:resolve(snap, msg, parsed)
   if not name then return self:answer(msg.thread, def) end

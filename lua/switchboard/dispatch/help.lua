@@ -11,6 +11,7 @@ M.GRAMMAR = {
   { "agent:NAME run `COMMAND`", "run it as agent NAME" },
   { "agent:NAME run `COMMAND` in OWNER/REPO", "… on a repository (agents that work on one)" },
   { "[agent:NAME] ANYTHING ELSE", "an agent run: the model works with the agent's tools until done" },
+  { "model:NAME effort:low|medium|high …", "this thread's model (one its agent allows) and thinking effort, kept until changed" },
   { "stop", "stop this thread's running command or run (and drop its queued asks)" },
   { "repo onboard OWNER/REPO", "onboard a repository on the resident once (clone, install, kept warm)" },
   { "help", "this text" },

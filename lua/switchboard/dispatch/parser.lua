@@ -15,7 +15,8 @@
 --   {kind = "run", agent = NAME | nil, command = COMMAND, repo = "OWNER/REPO" | nil}
 --   {kind = "stop"} | {kind = "help"} | {kind = "onboard", repo = "OWNER/REPO"}
 --   {kind = "malformed", reason = TEXT}   reason says what was wrong and how to write it
---   {kind = "free_text", agent = NAME | nil, text = TEXT}   an ask with no `run`
+--   {kind = "free_text", agent = NAME | nil, model = NAME | nil, effort = low|medium|high | nil,
+--    text = TEXT}   an ask with no `run`; model: and effort: stick to the thread (dispatcher)
 -- Nothing here knows which agents exist: the dispatcher checks the name against policy.
 local core = require("switchboard.core")
 local M = {}
@@ -93,6 +94,10 @@ local function command_of(rest)
   return trim(body:sub(1, close - 1)), trim(body:sub(close + 1))
 end
 
+-- effort:LEVEL words and an example of each choice word
+M.EFFORTS = { low = true, medium = true, high = true }
+M.EXAMPLES = { agent = "agent:coding", model = "model:claude-opus-4-5", effort = "effort:high" }
+
 local function malformed(reason)
   return { kind = "malformed", reason = reason }
 end
@@ -150,20 +155,38 @@ function M.parse(text)
     return { kind = "onboard", repo = repo }
   end
 
-  local agent
-  local name, after = s:match("^[Aa][Gg][Ee][Nn][Tt]:(%S*)(.*)$")
-  if name ~= nil then
+  -- agent:NAME, model:NAME and effort:LEVEL, in any order, before the ask
+  local agent, chosen = nil, {}
+  while true do
+    local key, name, after = s:match("^(%a+):(%S*)(.*)$")
+    key = key and key:lower()
+    if not (key == "agent" or key == "model" or key == "effort") then break end
     if name == "" then
-      return malformed("`agent:` needs a name right after the colon, for example agent:coding")
+      return malformed(("`%s:` needs a name right after the colon, for example %s"):format(key, M.EXAMPLES[key]))
     end
-    if not name:match("^[%w_-]+$") then
-      return malformed(("%q is not an agent name (letters, digits, _ and -)"):format(name))
+    if key == "agent" then
+      if not name:match("^[%w_-]+$") then
+        return malformed(("%q is not an agent name (letters, digits, _ and -)"):format(name))
+      end
+      agent = name:lower()
+    elseif key == "model" then
+      if not name:match("^[%w._:@-]+$") then
+        return malformed(("%q is not a model name (letters, digits and . _ : @ -)"):format(name))
+      end
+      chosen.model = name
+    else
+      local level = name:lower()
+      if not M.EFFORTS[level] then
+        return malformed(("effort:%s is not a level: say effort:low, effort:medium or effort:high"):format(name))
+      end
+      chosen.effort = level
     end
-    agent = name:lower()
     s = trim(after)
     lower = s:lower()
-    if s == "" then
+    if s == "" and key == "agent" then
       return malformed(("say what agent:%s should run: agent:%s run `COMMAND`"):format(agent, agent))
+    elseif s == "" then
+      return malformed(("say what to do after %s:%s, for example %s:%s fix the failing test"):format(key, name, key, name))
     end
   end
 
@@ -174,7 +197,7 @@ function M.parse(text)
   if s:sub(1, 1) == "`" then
     return malformed(("start the ask with `run`: run %s"):format(s:match("^[^\n]*")))
   end
-  return { kind = "free_text", agent = agent, text = s }
+  return { kind = "free_text", agent = agent, model = chosen.model, effort = chosen.effort, text = s }
 end
 
 return M

@@ -7,6 +7,8 @@
 --   finished_ms, tokens_in, tokens_out (fresh input and output), cache_read, cache_write
 --   (input tokens read from and written to the prompt cache), cost_usd, waiting (a ⏳ line while the fleet or the API makes
 --   the run wait), answer (the model's last text), problem (why it ended, when not done),
+--   todos (the model's plan: {content, status}; checklist_lines() as ☑ / ▶ / ☐ lines),
+--   commentary (the model's latest line of text beside its calls), page_url (the run's page),
 --   pull_request ({url, number, action = opened|updated, branch, draft} when the run opened or
 --   updated one), publish_problem (why its changes could not be pushed or the PR opened),
 --   page_url (the run page), diff ({added, removed, files}: the run's changes; diff_line())
@@ -24,13 +26,15 @@ local M = {}
 local R = setmetatable({}, { __index = card })
 R.__index = R
 
--- fields: thread, agent, ask, repo?, user?, max_turns?
+-- fields: thread, agent, ask, repo?, user?, max_turns?, model? (the model this run uses),
+-- effort? (low | medium | high: the thread's effort: word), chosen? (the thread chose them)
 function M.new(fields)
   local c = card.new{ thread = fields.thread, user = fields.user, agent = fields.agent,
                       command = fields.ask, repo = fields.repo }
   c.kind = "agent"
   c.ask = fields.ask
   c.max_turns = fields.max_turns
+  c.model, c.effort, c.chosen = fields.model, fields.effort, fields.chosen
   c.turns = 0
   c.tokens_in, c.tokens_out = 0, 0
   return setmetatable(c, R)
@@ -69,6 +73,35 @@ function R:set_note(key, note)
   self:add_note(note)
   self.keyed_notes[key] = #self.notes
 end
+-- A message of the thread that went to this run while it works (dispatch/dispatcher.lua
+-- deliver): acknowledged on the card, read by the run at its next turn boundary.
+function R:steered(user, text)
+  self.steers = (self.steers or 0) + 1
+  local what = card.cut_line(tostring(text or ""):gsub("%s+", " "), 80)
+  self:set_note("steer", ("↪ added to the running task%s: “%s”"):format(
+    self.steers > 1 and (" (%d messages)"):format(self.steers) or "", what))
+end
+
+-- The model's plan (agent/todos.lua): {content, status} items, the whole list each time.
+function R:set_todos(list) self.todos = list end
+
+-- The model's latest commentary: the last non-empty line of the text beside its calls.
+function R:comment(text)
+  local last
+  for line in tostring(text):gmatch("[^\n]+") do
+    if line:match("%S") then last = line end
+  end
+  if last then self.commentary = (last:gsub("^%s+", ""):gsub("%s+$", "")) end
+end
+
+-- The plan as checklist lines: ☑ completed, ▶ in progress, ☐ pending.
+M.MARKS = { completed = "☑", in_progress = "▶", pending = "☐" }
+function R:checklist_lines()
+  local out = {}
+  for i, t in ipairs(self.todos or {}) do out[i] = (M.MARKS[t.status] or "☐") .. " " .. t.content end
+  return out
+end
+
 -- The model is thinking (extended thinking streams before its answer or call).
 function R:thinking() self.tool_now = "💭 thinking" end
 
@@ -115,10 +148,13 @@ function R:header(max_chars)
   local first = { "[" .. tostring(self.thread) .. "] agent:" .. tostring(self.agent) }
   if self.backend then first[#first + 1] = self.backend end
   if self.repo then first[#first + 1] = self.repo end
+  -- the model when the thread chose one (model: or effort:); Slack's card always names it
+  if self.model and self.chosen then first[#first + 1] = self.model .. (self.effort and (" · effort " .. self.effort) or "") end
   local lines = { card.cut_line(table.concat(first, " · "), max_chars // 8) }
   for _, note in ipairs(self.notes) do
     lines[#lines + 1] = card.cut_line("note: " .. note, max_chars // 8)
   end
+  if self.page_url then lines[#lines + 1] = "run page: " .. self.page_url end
   lines[#lines + 1] = "> " .. card.cut_line(self.ask or "", max_chars // 4)
   return table.concat(lines, "\n")
 end
@@ -132,10 +168,12 @@ function R:status_line(now_ms, max_chars)
   local el = self:elapsed_ms(now_ms)
   if st == "preparing" or st == "running" then
     local parts = { "… " .. (st == "preparing" and "preparing" or ("turn " .. self.turns)) }
+    if self.commentary then parts[#parts + 1] = "💬 " .. card.cut_line(self.commentary, max_chars // 6) end
     if self.tool_now then parts[#parts + 1] = card.cut_line(self.tool_now, max_chars // 4) end
     parts[#parts + 1] = secs(el, true)
     if self.tokens_in > 0 or self.tokens_out > 0 then parts[#parts + 1] = self:tokens_text() end
     local line = table.concat(parts, " · ")
+    for _, l in ipairs(self:checklist_lines()) do line = line .. "\n" .. card.cut_line(l, max_chars // 8) end
     if self.waiting then line = line .. "\n" .. card.cut_line("⏳ " .. self.waiting, max_chars // 4) end
     return line
   end

@@ -37,11 +37,15 @@ function M.new(opts)
     io.stdout:flush()
   end
   local tty = opts.tty and true or false
+  local edit = tty and opts.edit and true or false
   return setmetatable({
     -- everything shown passes the log's redaction (a repository secret a command printed:
     -- docs/secrets.md), as every text the Slack front posts does
-    tty = tty, edit = tty and opts.edit and true or false, live = {},
+    tty = tty, edit = edit, live = {},
     write = function(bytes) return write(core.log_scrub(bytes)) end,
+    -- typed at a terminal, a line for a thread whose agent run works goes to that run; from a
+    -- pipe each line is an ask of its own (dispatcher deliver)
+    steers = edit,
     width = opts.width or M.DEFAULT_WIDTH,
     editing = false, -- the input line is shown (while serve reads keys)
     input = "",      -- what the user typed and has not submitted yet
@@ -236,7 +240,19 @@ function M.valid_thread(name)
 end
 
 -- The console's own grammar rows for the dispatcher's help.
-M.HELP_EXTRA = { { "/thread NAME", "switch to thread NAME (each thread has its own workspace)" } }
+M.HELP_EXTRA = { { "/thread NAME", "switch to thread NAME (each thread has its own workspace)" },
+                 { "/new", "start a fresh thread" } }
+
+-- A fresh thread's name: the UTC time, and a count when two are made in one second.
+function F:fresh_thread()
+  local base = "new-" .. os.date("!%Y%m%dT%H%M%S")
+  if base == self.last_fresh then
+    self.fresh_n = (self.fresh_n or 1) + 1
+    return base .. "-" .. self.fresh_n
+  end
+  self.last_fresh, self.fresh_n = base, 1
+  return base
+end
 
 -- Lines of standard input, handed to on_line as they complete; the last line may lack its
 -- newline. Returns "eof" or "stopped" (stop fired). read(stop) → chunk | nil, err (default
@@ -377,8 +393,13 @@ function F:line(line)
     end
     return nil
   end
+  if cmd == "new" then
+    self.thread = self:fresh_thread()
+    self:say("thread: " .. self.thread .. " (new)")
+    return nil
+  end
   if cmd and cmd ~= "help" then
-    self:say(("/%s is not a console command; there are /thread NAME and /help"):format(cmd))
+    self:say(("/%s is not a console command; there are /thread NAME, /new and /help"):format(cmd))
     return nil
   end
   return { thread = self.thread, user = self.user, text = trimmed }

@@ -196,6 +196,15 @@ local function turns_html(events, o, answer)
       out[#out + 1] = ('<section class="turn"><h2>Compaction before turn %s</h2><div>%s (~%s → ~%s tokens)</div>%s</section>')
         :format(esc(e.turn), what, esc(e.before), esc(e.after), e.summary
           and ("<details><summary>the summary</summary><pre>%s</pre></details>"):format(esc(e.summary)) or "")
+    elseif e.type == "message_in" then
+      out[#out + 1] = ('<section class="turn"><h2>Message in before turn %s</h2><div class="meta">from %s, while the run worked</div><div class="text">%s</div></section>')
+        :format(esc(e.turn), esc(e.user), esc(e.text))
+    elseif e.type == "todos" then
+      local items = {}
+      for _, t in ipairs(e.todos or {}) do
+        items[#items + 1] = ("<li>%s %s</li>"):format(t.status == "completed" and "☑" or t.status == "in_progress" and "▶" or "☐", esc(t.content))
+      end
+      out[#out + 1] = ('<section class="turn"><h2>Plan at turn %s</h2><ul>%s</ul></section>'):format(esc(e.turn), table.concat(items))
     elseif e.type == "model_error" then
       out[#out + 1] = ('<section class="turn"><h2>Turn %s: model API error</h2><pre>%s</pre></section>')
         :format(esc(e.turn), esc(e.message))

@@ -436,7 +436,12 @@ M.files.agents = {
     thinking = S.optional(S.record { budget_tokens = S.int { min = 1024, max = 1000000 } }),
     mcp_servers = S.optional(require("switchboard.policy.mcp_shape").servers(S)),
     provider = S.optional(S.string { pattern = "^[a-z][a-z0-9_-]*$", what = "\"anthropic\" or a name from providers" }),
+    models = S.optional(S.list(S.string { one_line = true, max_len = 200 }, { unique = true })),
   }, { min = 1 }),
+  effort = S.optional(S.record {
+    low = S.int { min = 0, max = 1000000 }, medium = S.int { min = 0, max = 1000000 },
+    high = S.int { min = 0, max = 1000000 },
+  }),
   mcp = S.record {
     max_tools = S.int { min = 1, max = 500 },
     max_description_chars = S.int { min = 100, max = 100000, unit = "characters" },
@@ -766,6 +771,11 @@ M.files.slack = {
   },
   refusal = S.string { one_line = true, max_len = 500 },
   reaction = S.string { pattern = "^[a-z0-9_+-]+$", what = "an emoji name (no colons)" },
+  reaction_end = S.optional(S.record {
+    done = S.string { pattern = "^[a-z0-9_+-]+$", what = "an emoji name (no colons)" },
+    stopped = S.string { pattern = "^[a-z0-9_+-]+$", what = "an emoji name (no colons)" },
+    failed = S.string { pattern = "^[a-z0-9_+-]+$", what = "an emoji name (no colons)" },
+  }),
   card = S.record {
     update_every_ms = ms(100, MINUTE),
     updates_per_minute = S.int { min = 1, max = 6000 },
@@ -903,6 +913,11 @@ function M.cross.agents(a, report)
     if type(a.models) == "table" and type(model) == "string" and a.models[model] == nil then
       report(p .. ".model", string.format("%s has no entry in models (its window, output limit and prices); add one",
         show(model)))
+    end
+    for i, m in ipairs(type(def.models) == "table" and def.models or {}) do
+      if type(a.models) == "table" and a.models[m] == nil then
+        report(("%s.models[%d]"):format(p, i), string.format("%s has no entry in models; add one", show(m)))
+      end
     end
     if type(def.thinking) == "table" and type(max_tokens) == "number" and type(def.thinking.budget_tokens) == "number"
         and def.thinking.budget_tokens >= max_tokens then

@@ -144,7 +144,7 @@ end
 function App:context(ask, first)
   return context.gather(self.bot_api, self.policy().slack.context, {
     channel = ask.channel, thread_ts = ask.thread_ts, ask_ts = ask.ts, files = ask.files,
-    first = first, names = self.names,
+    first = first, names = self.names, bot_user = self.bot.user_id, -- its mentions were asks
   })
 end
 

@@ -3,7 +3,7 @@
 --   blocks.render(card, {now_ms, max_block_chars, thread, file}) → {text, blocks}
 --
 --   agent:coding · local · acme/api                  context
---   note: …                                           context, one per note
+--   cloned acme/api · instructions: AGENTS.md        context: the notes, folded into one line
 --   $ npm test                                        the command, as code
 --   ✓ exit 0 after 3.2s                               the status line
 --   ```output```                                      the output, head and tail when cut
@@ -62,23 +62,26 @@ local function section(s)
   return { type = "section", text = { type = "mrkdwn", text = s } }
 end
 
--- The card's Stop button while it is not final (events.lua reads its action).
-local function stop_button(opts)
-  return {
-    type = "actions",
-    elements = { {
-      type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
-      text = { type = "plain_text", text = "Stop" },
-    } },
-  }
-end
-
 -- The run page as a link button (Slack opens the URL; the block_actions event it still sends
 -- is acknowledged and ignored: events.stop_action knows only Stop).
 M.VIEW_ACTION = "switchboard_view_run"
 local function view_button(card)
   return { type = "button", action_id = M.VIEW_ACTION, url = card.page_url,
            text = { type = "plain_text", text = "View run" } }
+end
+
+-- The card's buttons: Stop while it is not final (events.lua reads its action), View run (a
+-- link to the run's page) when the run has one.
+local function stop_button(opts, card)
+  local elements = {}
+  if opts.thread then
+    elements[1] = { type = "button", action_id = events.STOP_ACTION, style = "danger", value = opts.thread,
+                    text = { type = "plain_text", text = "Stop" } }
+  end
+  if card and card.page_url then
+    elements[#elements + 1] = view_button(card)
+  end
+  return { type = "actions", elements = elements }
 end
 
 -- A card this renderer does not know (another kind of run card): its text as the console
@@ -122,12 +125,13 @@ local function head_blocks(card, max)
   local head = { "*agent:" .. text.escape(card.agent or "?") .. "*" }
   if card.backend then head[#head + 1] = text.escape(card.backend) end
   if card.repo then head[#head + 1] = text.escape(card.repo) end
+  if card.model then head[#head + 1] = text.escape(card.model .. (card.effort and (" · effort " .. card.effort) or "")) end
   local blocks = { context(table.concat(head, " · ")) }
-  for _, note in ipairs(card.notes or {}) do
-    -- the run page is the View run button, not a bare URL
-    if card.page_url and note == "run page: " .. card.page_url then goto next end
-    blocks[#blocks + 1] = context(text.escape(card_mod.cut_line("note: " .. note, max - 100)))
-    ::next::
+  -- the notes folded into one context line, newest last, cut to fit one block
+  local notes = {}
+  for _, note in ipairs(card.notes or {}) do notes[#notes + 1] = card_mod.cut_line(note, max // 4) end
+  if #notes > 0 then
+    blocks[#blocks + 1] = context(text.escape(card_mod.cut_line(table.concat(notes, " · "), max - 100)))
   end
   return blocks
 end
@@ -180,9 +184,7 @@ function M.render_agent(card, opts)
     if card.page_url then buttons[#buttons + 1] = view_button(card) end
     if #buttons > 0 then blocks[#blocks + 1] = { type = "actions", elements = buttons } end
   elseif opts.thread then
-    local b = stop_button(opts)
-    if card.page_url then table.insert(b.elements, view_button(card)) end
-    blocks[#blocks + 1] = b
+    blocks[#blocks + 1] = stop_button(opts, card)
   end
   return { text = card_mod.cut_line(status, 300), blocks = blocks }
 end

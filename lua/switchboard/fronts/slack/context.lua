@@ -2,13 +2,15 @@
 --   * the first run in a thread: the thread's earlier messages (conversations.replies), the
 --     newest `max_messages`, at most `max_bytes`, oldest first, each with its author's name
 --     (users.info, cached); the bot's own cards are left out
+--   * a later run: the messages posted since the previous run began (after the bot's latest
+--     card before the ask), mentions of the bot left out (they were asks, or reached the run)
 --   * files attached to the ask, fetched with the bot token (files:read): images as image
 --     blocks, text files inline (cut at a bound), anything else named on the card and skipped;
 --     the token goes only to Slack's own file hosts (file_url.lua), a redirect is followed
 --     only to them and without it, and any other address is not fetched at all
 --
 --   context.gather(api, pol, o) → blocks, notes     pol: snap.slack.context
---     o: channel, thread_ts, ask_ts, files (the event's), first (no conversation yet),
+--     o: channel, thread_ts, ask_ts, files (the event's), first (no conversation yet), bot_user?,
 --        request (default core.http.request), names (a cache: user id → name)
 --   blocks: Messages API content blocks to put before the ask's text; notes: card lines
 --   context.name_of(api, user_id, names) → the user's display name (or the id)
@@ -51,7 +53,24 @@ local function utf8_cut(s, max)
   return s:sub(1, text_cut.prefix_len(s, max)), true
 end
 
--- The thread's messages before the ask, as one text block.
+-- The newest message of the bot before the ask (its previous card: where the previous run
+-- started), and the bot's user id its messages carry.
+local function previous_card(messages, ask_ts)
+  local since, bot_user
+  for _, m in ipairs(messages) do
+    if type(m) == "table" and m.bot_id ~= nil and type(m.ts) == "string" and tonumber(m.ts)
+        and tonumber(m.ts) < tonumber(ask_ts) then
+      if not since or tonumber(m.ts) > tonumber(since) then since = m.ts end
+      if type(m.user) == "string" then bot_user = m.user end
+    end
+  end
+  return since, bot_user
+end
+
+-- The thread's messages before the ask, as one text block: on the thread's first run all of
+-- them; on a later run those posted since the previous run began (after the bot's latest card
+-- before the ask), leaving out mentions of the bot (they were asks, or reached the run that
+-- was working).
 function M.thread_block(api, pol, o)
   if pol.max_messages == 0 or o.thread_ts == o.ask_ts then return nil end
   local body, err = api:call("conversations.replies", { channel = o.channel, ts = o.thread_ts,
@@ -60,11 +79,20 @@ function M.thread_block(api, pol, o)
     return nil, ("the thread's earlier messages could not be read (%s): the run sees only the ask")
       :format(tostring(err and err.error or err))
   end
-  local earlier = {}
   local messages = type(body) == "table" and type(body.messages) == "table" and body.messages or {}
+  local since, bot_user
+  if o.first == false then
+    since, bot_user = previous_card(messages, o.ask_ts)
+    if not since then return nil end
+    bot_user = o.bot_user or bot_user
+  end
+  local mention = bot_user and ("<@" .. bot_user .. ">")
+  local earlier = {}
   for _, m in ipairs(messages) do
     if type(m) == "table" and type(m.ts) == "string" and tonumber(m.ts) and tonumber(m.ts) < tonumber(o.ask_ts)
-        and m.bot_id == nil and m.subtype == nil and type(m.text) == "string" and m.text ~= "" then
+        and m.bot_id == nil and m.subtype == nil and type(m.text) == "string" and m.text ~= ""
+        and (not since or tonumber(m.ts) > tonumber(since))
+        and not (mention and m.text:find(mention, 1, true)) then
       earlier[#earlier + 1] = m
     end
   end
@@ -78,9 +106,10 @@ function M.thread_block(api, pol, o)
   end
   if #lines == 0 then return nil end
   local dropped = #earlier - #lines
-  local head = "Earlier messages in this Slack thread, oldest first"
+  local head = (since and "Messages posted in this Slack thread since the previous run, oldest first"
+    or "Earlier messages in this Slack thread, oldest first")
     .. (dropped > 0 and (" (the %d oldest left out)"):format(dropped) or "") .. ":\n"
-  return { type = "text", text = head .. table.concat(lines, "\n") }, nil, #lines
+  return { type = "text", text = head .. table.concat(lines, "\n") }, nil, #lines, since ~= nil
 end
 
 local REDIRECTS = { [301] = true, [302] = true, [303] = true, [307] = true, [308] = true }
@@ -159,14 +188,13 @@ end
 function M.gather(api, pol, o)
   local blocks, notes = {}, {}
   o.names = o.names or {}
-  if o.first then
-    local block, why, n = M.thread_block(api, pol, o)
-    if block then
-      blocks[#blocks + 1] = block
-      notes[#notes + 1] = ("context: %d earlier message%s of this thread"):format(n, n == 1 and "" or "s")
-    elseif why then
-      notes[#notes + 1] = why
-    end
+  local block, why, n, since = M.thread_block(api, pol, o)
+  if block then
+    blocks[#blocks + 1] = block
+    notes[#notes + 1] = ("context: %d %s message%s of this thread"):format(n, since and "new" or "earlier",
+      n == 1 and "" or "s") .. (since and " since the previous run" or "")
+  elseif why then
+    notes[#notes + 1] = why
   end
   local files = type(o.files) == "table" and o.files or {}
   for i, file in ipairs(files) do

@@ -39,6 +39,7 @@ function M.new(opts)
     hurrying = core.signal(), -- aborted at shutdown: a final state no longer waits for its pace
     stats = { final_lag_ms = {} }, -- final card sent − final state known (bench)
     next_update_ms = 0, -- the earliest time the next chat.update of any card may go
+    steers = true, -- a mention in a thread whose run works goes to that run (dispatcher deliver)
   }, F)
 end
 
@@ -189,7 +190,10 @@ function F:card_worker(h)
   end
   h.ts = posted.ts
   h.last_ms = self.now_ms()
-  if msg.final then h.sent_final = true end
+  if msg.final then
+    h.sent_final = true
+    self:end_reaction(h, msg.card)
+  end
   while not h.sent_final do
     next_state(h)
     local wait = h.last_ms + s.card.update_every_ms - self.now_ms()
@@ -218,6 +222,7 @@ function F:card_worker(h)
     end
     if msg.final then
       h.sent_final = true
+      self:end_reaction(h, msg.card)
       if h.final_known_ms then
         local lag = self.stats.final_lag_ms
         lag[#lag + 1] = h.last_ms - h.final_known_ms
@@ -260,6 +265,29 @@ function F:update_slot(s, h)
   end
 end
 
+-- How a card ended, for its ask's reaction: done | stopped | failed.
+function M.outcome(card)
+  local st = card and card.state
+  if st == "stopped" or st == "cancelled" then return "stopped" end
+  if st == "done" and (card.kind == "agent" or card.exit_code == 0) then return "done" end
+  return "failed"
+end
+
+-- The run has ended: the ask's 👀 (slack.reaction) is replaced by the end's (reaction_end).
+function F:end_reaction(h, card)
+  local where = h.where
+  local ends = settings(self).reaction_end
+  if not (ends and where.ask_ts and h.reacted) then return end
+  local s = settings(self)
+  if not h.reacted.aborted then core.sleep(s.api.final_give_up_ms, h.reacted) end
+  local _, err = self.api:call("reactions.remove", { channel = where.channel, timestamp = where.ask_ts,
+    name = s.reaction }, { channel = where.channel })
+  if err and err.error ~= "no_reaction" then log_failure(self, "reactions.remove", h, err) end
+  _, err = self.api:call("reactions.add", { channel = where.channel, timestamp = where.ask_ts,
+    name = ends[M.outcome(card)] }, { channel = where.channel })
+  if err and err.error ~= "already_reacted" then log_failure(self, "reactions.add", h, err) end
+end
+
 function F:post(thread, msg)
   -- The ask being handled (for the reaction), else the place the thread's name says.
   local where = self.threads[thread]
@@ -281,11 +309,13 @@ function F:post(thread, msg)
   if msg.final then h.final_known_ms = self.now_ms() end
   if where.ask_ts and not where.reacted then
     where.reacted = true
+    h.reacted = core.signal() -- this card's end replaces the reaction, once it is on
     local s = settings(self)
     self:spawn(function()
       local _, err = self.api:call("reactions.add", { channel = where.channel, timestamp = where.ask_ts,
         name = s.reaction }, { channel = where.channel })
       if err and err.error ~= "already_reacted" then log_failure(self, "reactions.add", h, err) end
+      h.reacted:abort("on")
     end)
   end
   self:spawn(function() self:card_worker(h) end)
