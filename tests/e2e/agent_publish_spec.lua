@@ -238,9 +238,9 @@ done
     assert.equal(2, #r.cards) -- one card per run: the replay and the refused ones started none
     assert.equal(4, r.requests)
     local second = SL.card_text(r.cards[2])
-    assert.matches("note: started by a review comment from @rev on pull request #1", second, 1, true)
+    assert.matches("started by a review comment from @rev on pull request #1", second, 1, true)
     assert.matches("pull request #1 updated", second, 1, true)
-    assert.matches("note: replied on pull request #1", second, 1, true)
+    assert.matches("replied on pull request #1", second, 1, true)
     -- the model got the comment, its file and line and the diff hunk
     local msgs = r.reqs[3].body.messages
     local ask = model.text_of(msgs[#msgs])

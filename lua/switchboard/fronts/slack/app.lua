@@ -76,11 +76,17 @@ end
 function M.router(slack, github)
   local function pick(thread) return github_front.place(thread) and github or slack end
   return {
+    steers = slack.steers, -- a mention in a working run's thread goes to that run (dispatcher deliver)
     post = function(_, thread, msg)
       local f = pick(thread)
       return { front = f, h = f:post(thread, msg) }
     end,
     update = function(_, h, msg) return h.front:update(h.h, msg) end,
+    -- a file (a screenshot) posted in the thread: Slack's threads only
+    attach_file = function(_, thread, file)
+      if github_front.place(thread) then return nil end
+      return slack:attach_file(thread, file)
+    end,
     link_for = function(_, thread)
       if github_front.place(thread) then return nil end
       return slack:link_for(thread)

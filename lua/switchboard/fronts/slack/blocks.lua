@@ -129,7 +129,12 @@ local function head_blocks(card, max)
   local blocks = { context(table.concat(head, " · ")) }
   -- the notes folded into one context line, newest last, cut to fit one block
   local notes = {}
-  for _, note in ipairs(card.notes or {}) do notes[#notes + 1] = card_mod.cut_line(note, max // 4) end
+  for _, note in ipairs(card.notes or {}) do
+    -- the run page is the View run button, not a bare URL
+    if not (card.page_url and note == "run page: " .. card.page_url) then
+      notes[#notes + 1] = card_mod.cut_line(note, max // 4)
+    end
+  end
   if #notes > 0 then
     blocks[#blocks + 1] = context(text.escape(card_mod.cut_line(table.concat(notes, " · "), max - 100)))
   end
