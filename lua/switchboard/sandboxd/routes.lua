@@ -196,7 +196,8 @@ local function mistake_document(text)
   return protocol.exec_result("", text, MISTAKE_EXIT, 0)
 end
 
-local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
+local function run_exec(ctx, snap, inst, call, res, state)
+  local command, env, limit_ms = call.command, call.env, call.limit_ms
   -- the head waits for the first heartbeat or the answer: a command that ends before the
   -- first heartbeat is answered in one write (head, document, last chunk)
   res:start(200, JSON, { hold = true })
@@ -212,7 +213,8 @@ local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
   local r, err
   if not mistake then
     r, err = inst.runner:exec{
-      command = command, env = full_env, deadline_ms = limit_ms,
+      command = command, env = full_env, deadline_ms = limit_ms, base = call.base,
+      base_since = call.base_since,
       kill_grace_ms = snap.timeouts.bash.kill_grace_ms, max_output = max_output, signal = stop,
     }
     -- the kernel's own verdict, should its limit be lower than the one assumed above
@@ -330,11 +332,10 @@ local function instance_for(ctx, snap, key, call, route, res)
 end
 
 local function exec_route(ctx, snap, key, call, res)
-  local command, env, limit_ms = call.command, call.env, call.limit_ms
   local inst = instance_for(ctx, snap, key, call, "/exec", res)
   if not inst then return end
   local state = { started = false, done = core.signal() }
-  local ok, err = xpcall(run_exec, debug.traceback, ctx, snap, inst, command, env, limit_ms, res, state)
+  local ok, err = xpcall(run_exec, debug.traceback, ctx, snap, inst, call, res, state)
   state.done:abort("done") -- the heartbeat ends on every path, a raise included
   ctx.fleet:release(inst)
   if not ok then -- (the answer may be under way: the engine's 500 cannot be sent any more)
@@ -394,8 +395,8 @@ end
 ---------------------------------------------------------------------------------------------
 -- Request bodies: parse(snap, route, raw) is pure (nothing waits, nothing runs) and never
 -- raises, whatever the bytes — tests/fuzz/fuzz_exec_body.c holds it to that. It returns
---   /exec  → {command, env, limit_ms, network?}   (env through envFromRequest, limit clamped by
---            policy; network "host" | "none", nil when the body has none)
+--   /exec  → {command, env, limit_ms, network?, base?}   (env through envFromRequest, limit clamped
+--            by policy; network "host" | "none", nil when the body has none; base owner/name)
 --   /read  → {path, network?}
 --   /write → {path, bytes, network?}
 -- or nil, status, why (why is never empty).
@@ -428,8 +429,19 @@ function PARSE.exec(snap, body)
   end
   local network, why = network_of(body)
   if network == false then return nil, 400, why end
+  -- base: the repository this command prepares, "owner/name" (sandboxd/bases.lua)
+  local base = body.base
+  if base ~= nil and (type(base) ~= "string" or #base > 200 or not base:find("^[%w_.-]+/[%w_.-]+$")) then
+    return nil, 400, "the /exec body's base must be a repository's owner/name"
+  end
+  -- baseSince: a push the bot heard of (seconds since the epoch): a base made before it is stale
+  local since = body.baseSince
+  if since ~= nil and (type(since) ~= "number" or since ~= since or since < 0 or since > 2 ^ 40) then
+    return nil, 400, "the /exec body's baseSince must be a time in seconds since the epoch"
+  end
+  since = since and math.floor(since)
   return { command = command, env = envmod.from_request(body), limit_ms = budget.server_budget(snap, body.timeoutMs),
-           network = network }
+           network = network, base = base, base_since = since }
 end
 
 function PARSE.read(snap, body)
