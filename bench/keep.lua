@@ -22,7 +22,7 @@
 --               base + fetch (ready_ms), and the copy alone (sandboxd's log, copy_ms)
 -- Goal: after_sleep ≤ 500 ms; base ready ≤ 1 s. One JSON document on stdout.
 local build = os.getenv("SB_BUILD_DIR") or "./build"
-package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua" .. package.path
+package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
 
 local core = require("switchboard.core")
