@@ -86,8 +86,11 @@ end
 function M.prepare(ex, snap, repo, ctx)
   local url = M.url(snap, repo)
   local setup_s = snap.isolation and snap.isolation.setup_timeout_ms and snap.isolation.setup_timeout_ms / 1000
+  -- a setup that may take setup_timeout_ms gets the clone's time beside it (clamped by the
+  -- run's remaining time and bash.max_ms, as every command's)
   local result, err = ex:exec(M.script(url, ctx.branch, ctx.defer_fetch, setup_s),
     { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap, base = repo,
+      timeout_ms = setup_s and (setup_s * 1000 + 5 * 60000) or nil,
       base_since = ctx.base_since })
   if result == nil then
     local kind = errors.is_infra(err) and "infra" or errors.is_capacity(err) and "capacity" or "tool"
