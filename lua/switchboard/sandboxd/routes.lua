@@ -213,8 +213,9 @@ local function run_exec(ctx, snap, inst, call, res, state)
   local r, err
   if not mistake then
     r, err = inst.runner:exec{
-      command = command, env = full_env, deadline_ms = limit_ms, base = call.base,
-      base_since = call.base_since,
+      command = command, env = full_env, deadline_ms = limit_ms,
+      -- repository bases (sandboxd/bases.lua); not in pod mode, where a pod serves one thread
+      base = not ctx.pod and call.base or nil, base_since = call.base_since,
       kill_grace_ms = snap.timeouts.bash.kill_grace_ms, max_output = max_output, signal = stop,
     }
     -- the kernel's own verdict, should its limit be lower than the one assumed above
