@@ -430,10 +430,11 @@ function PARSE.exec(snap, body)
   end
   local network, why = network_of(body)
   if network == false then return nil, 400, why end
-  -- base: the repository this command prepares, "owner/name" (sandboxd/bases.lua)
+  -- base: the repository this command prepares, as the bot names it ("owner/name"; only ever
+  -- hashed, never a path: sandboxd/bases.lua)
   local base = body.base
-  if base ~= nil and (type(base) ~= "string" or #base > 200 or not base:find("^[%w_.-]+/[%w_.-]+$")) then
-    return nil, 400, "the /exec body's base must be a repository's owner/name"
+  if base ~= nil and (type(base) ~= "string" or base == "" or #base > 256 or base:find("[%z\n]")) then
+    return nil, 400, "the /exec body's base must be a repository's name (1 to 256 bytes, one line)"
   end
   -- baseSince: a push the bot heard of (seconds since the epoch): a base made before it is stale
   local since = body.baseSince
