@@ -14,7 +14,18 @@
 --               /workspace), and what its image holds awake (reserved whole)
 -- copy_1gib:    copying a 1 GiB image holding 256 MiB of files on --root's file system
 --               (cp --sparse=always; cp --reflink=always where the file system has it)
--- Goal: after_sleep ≤ 500 ms. One JSON document on stdout.
+-- base:         a new thread on a prepared repository (sandboxd/bases.lua) whose
+--               .switchboard/setup.sh takes BASE_SETUP_S (20) s: the agent's clone command
+--               (agent/repo.lua) sent as its executor sends it, to a sandboxd --no-walls (a
+--               walled instance cannot reach the git stand-in on the host's loopback) —
+--               before: the first thread's clone + setup; after: the next thread's copy of the
+--               base + fetch (ready_ms), and the copy alone (sandboxd's log, copy_ms)
+-- base_walled: the same on a walled sandboxd (ext4 images; the base is the image, its copy a
+--               sparse cp): the "clone" is stood in by a command making the same files and
+--               sleeping BASE_SETUP_S (tests/e2e/walls_base_spec.lua's), since a walled instance
+--               cannot reach the stand-in — before: that command; after: a new thread's first
+--               command on the base's copy (instance start included)
+-- Goal: after_sleep ≤ 500 ms; base ready ≤ 1 s. One JSON document on stdout.
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
@@ -62,6 +73,91 @@ local function exec(h, thread, command)
   local doc = cjson.decode(raw)
   assert(doc.exitCode == 0, doc.stderr)
   return doc, ms
+end
+
+-- A new thread on a prepared repository (the base row). Call inside core.run.
+local function base_bench(setup_s)
+  local repo = require("switchboard.agent.repo")
+  local dir = S.tmpdir()
+  local token = "ghs_bench" .. core.crypto.hex(core.crypto.random_bytes(8))
+  sh(("cd %s && mkdir -p repos/acme gitd src/.switchboard && git init -q --bare repos/acme/api.git && cd src"
+    .. " && git init -q && for i in $(seq 2000); do echo $i > f$i; done"
+    .. " && printf 'mkdir -p node_modules && for i in $(seq 3000); do echo $i > node_modules/m$i; done; sleep %d\n' > .switchboard/setup.sh"
+    .. " && git add . && git -c user.email=b@x -c user.name=b commit -qm init"
+    .. " && git push -q ../repos/acme/api.git HEAD:refs/heads/main && git -C ../repos/acme/api.git symbolic-ref HEAD refs/heads/main")
+    :format(dir, setup_s))
+  os.execute(("/usr/bin/python3 tests/support/git_standin.py --dir %s/gitd --root %s/repos --token %s >%s/gitd/out 2>&1 &")
+    :format(dir, dir, token, dir))
+  local port = S.wait_for(function() return S.read(dir .. "/gitd/port") end, 180000)
+  local url = "http://127.0.0.1:" .. port .. "/acme/api.git"
+  local pol = policies.dir{ timeouts = function(src) return src .. "\n" .. S.FAST .. "\n" end }
+  local h = S.start_sandboxd{ policies = pol, args = { "--no-walls" } }
+  local function ask(thread)
+    local t0 = core.now_ms()
+    local status, _, raw = S.call(h.url, "/exec", { thread = thread, deadline_ms = 600000,
+      body = { command = repo.script(url, "switchboard/" .. thread, false, 600), timeoutMs = 600000,
+               env = { GH_TOKEN = token }, base = "acme/api" } })
+    local ms = core.now_ms() - t0
+    assert(status == 200, raw)
+    local doc = cjson.decode(raw)
+    assert(doc.exitCode == 0, doc.stderr)
+    return ms, doc
+  end
+  local before = ask("bench-base-1") -- no base yet: clone + setup, then the base is made
+  local ready, copy = {}, {}
+  for i = 2, 4 do
+    local ms, doc = ask("bench-base-" .. i)
+    assert(doc.workspace and doc.workspace.state == "snapshot", "not from the base")
+    ready[#ready + 1] = ms
+  end
+  for n in h.log():gmatch("sandboxd%.workspace_from_base[^\n]-copy_ms=(%d+)") do copy[#copy + 1] = tonumber(n) end
+  local made = tonumber(h.log():match("sandboxd%.base_prepared[^\n]-copy_ms=(%d+)"))
+  local base_bytes = tonumber(sh("du -s -B1 " .. h.root .. "/.bases | cut -f1"):match("%d+"))
+  h:stop(); h:wait()
+  local pid = S.read(dir .. "/gitd/pid")
+  if pid then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
+  S.rm(dir)
+  return { setup_s = setup_s, files = 5000, before_ready_ms = before, base_made_copy_ms = made,
+           after_ready_ms = { median = median(ready), all = ready }, copy_ms = { median = median(copy), all = copy },
+           base_bytes = base_bytes, mode = "--no-walls (a directory copy)" }
+end
+
+-- The walled base row. Call inside core.run.
+local function base_walled_bench(setup_s)
+  local pol = policies.dir{ timeouts = function(src) return src .. "\n" .. S.FAST .. "\n" end }
+  local h = S.start_sandboxd{ policies = pol }
+  local clone = ([[
+set -e
+if [ -f .git/switchboard-base ]; then rm -f .git/switchboard-base; echo from-base; exit 0; fi
+git init -q -b main . && git config user.email a@b && git config user.name t
+for i in $(seq 2000); do echo $i > f$i; done && git add . && git commit -qm init
+mkdir -p node_modules && for i in $(seq 3000); do echo $i > node_modules/m$i; done; sleep %d
+if [ -n "${SWITCHBOARD_BASE:-}" ]; then echo "$(git rev-parse HEAD) main" > .git/switchboard-base; fi
+]]):format(setup_s)
+  local function ask(thread)
+    local t0 = core.now_ms()
+    local status, _, raw = S.call(h.url, "/exec", { thread = thread, deadline_ms = 600000,
+      body = { command = clone, timeoutMs = 600000, base = "acme/api" } })
+    local ms = core.now_ms() - t0
+    assert(status == 200, raw)
+    local doc = cjson.decode(raw)
+    assert(doc.exitCode == 0, doc.stderr)
+    return ms, doc
+  end
+  local before = ask("bench-walled-base-1")
+  local ready, copy = {}, {}
+  for i = 2, 4 do
+    local ms, doc = ask("bench-walled-base-" .. i)
+    assert(doc.workspace and doc.workspace.state == "snapshot", "not from the base")
+    ready[#ready + 1] = ms
+  end
+  for n in h.log():gmatch("sandboxd%.workspace_from_base[^\n]-copy_ms=(%d+)") do copy[#copy + 1] = tonumber(n) end
+  local made = tonumber(h.log():match("sandboxd%.base_prepared[^\n]-copy_ms=(%d+)"))
+  local base_bytes = tonumber(sh("du -s -B1 " .. h.root .. "/.bases | cut -f1"):match("%d+"))
+  h:stop(); h:wait()
+  return { setup_s = setup_s, files = 5000, before_ready_ms = before, base_made_copy_ms = made,
+           after_ready_ms = { median = median(ready), all = ready }, copy_ms = { median = median(copy), all = copy },
+           base_bytes = base_bytes, mode = "walled (the image, sparse copy)" }
 end
 
 local result = { rounds = ROUNDS, files = FILES, load_before = sh("cut -d' ' -f1-3 /proc/loadavg"):gsub("\n", "") }
@@ -115,8 +211,12 @@ core.run(function()
     sparse_bytes = tonumber(sh("du -B1 " .. dir .. "/sparse.img"):match("^(%d+)")),
     full_ms = timed(("cp --sparse=never %s %s/full.img && sync"):format(img, dir)),
     reflink_ms = timed(("cp --reflink=always %s %s/reflink.img"):format(img, dir)),
+    -- what sandboxd/bases.lua runs: a reflink where the file system has it, else sparse
+    bases_cp_ms = timed(("mkdir %s/ws && cp -a --reflink=auto --sparse=always %s %s/ws/ && sync"):format(dir, img, dir)),
   }
   S.rm(dir)
+  result.base = base_bench(tonumber(os.getenv("BASE_SETUP_S")) or 20)
+  result.base_walled = base_walled_bench(tonumber(os.getenv("BASE_SETUP_S")) or 20)
   result.load_after = sh("cut -d' ' -f1-3 /proc/loadavg"):gsub("\n", "")
   S.cleanup_servers()
   S.cleanup()

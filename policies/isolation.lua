@@ -71,6 +71,14 @@ disk_reserve_bytes = 2048 * MiB
 -- first, and the thread's next request is told "workspace expired (policy …)" and re-clones.
 slept_max_bytes = 20480 * MiB
 slept_max_age_ms = 7 * 24 * hour
+-- Repository bases (docs/sandboxd.md "Repository bases"): a new thread on a repository starts
+-- from a copy of a workspace that cloned it and ran its .switchboard/setup.sh (docs/agent.md
+-- "A repository's setup"). A base older than this, or one a push to the repository marked
+-- stale, is prepared again by the next new thread. 0: never used.
+bases_refresh_ms = 30 * minute
+-- How long a repository's .switchboard/setup.sh may run after a fresh clone; past it the setup
+-- is killed, the card says so, and no base is kept from that clone.
+setup_timeout_ms = 10 * minute
 -- How sandboxd holds it: "filesystem" (the kernel, while writing; needs the loop driver and
 -- /dev/loop-control: a host without them refuses to start, naming them) or "measured" (after
 -- commands, as the resident does: one command can write past it). Only where no loop device can

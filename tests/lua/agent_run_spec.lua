@@ -73,6 +73,22 @@ describe("the clone command", function()
     assert.matches('password=$GH_TOKEN', s, 1, true)
     assert.matches("fetch --quiet origin", s, 1, true)
   end)
+
+  it("runs the repository's setup without the token, and asks for its prepared base with the push heard of", function()
+    local s = repo.script(repo.url(snap, "acme/api"), "b", true, 90)
+    assert.matches("env -u GH_TOKEN timeout -k 5 90 bash .switchboard/setup.sh", s, 1, true)
+    local seen
+    local ex = { exec = function(_, _, opts)
+      seen = opts
+      return { exit_code = 0, stdout = "cloned\nsetup failed-124\n" }
+    end }
+    local done, on_branch, setup = repo.prepare(ex, snap, "acme/api", { branch = "b", base_since = 42 })
+    assert.equal("cloned", done)
+    assert.is_nil(on_branch)
+    assert.equal("failed-124", setup)
+    assert.equal("acme/api", seen.base)
+    assert.equal(42, seen.base_since)
+  end)
 end)
 
 describe("the run card", function()

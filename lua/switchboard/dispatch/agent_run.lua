@@ -19,6 +19,7 @@
 local core = require("switchboard.core")
 local client_mod = require("switchboard.agent.client")
 local repo_mod = require("switchboard.agent.repo")
+local pushes = require("switchboard.dispatch.pushes")
 local instructions = require("switchboard.agent.instructions")
 local facts_mod = require("switchboard.agent.facts")
 local tools_mod = require("switchboard.agent.tools")
@@ -318,8 +319,9 @@ local function prepare_repo(d, run, deadline)
   local c, snap = ask.card, ask.snap
   c:preparing("git: " .. ask.repo)
   d:refresh(ask)
-  local done, err = repo_mod.prepare(built.executor, snap, ask.repo, {
+  local done, err, setup = repo_mod.prepare(built.executor, snap, ask.repo, {
     signal = ask.stop, remaining_ms = deadline - d.now_ms(), defer_fetch = true,
+    base_since = pushes.since(d, ask.repo), -- a push heard since: the prepared base is stale
     branch = publish.branch(snap, thread.name, d.thread_key(thread.name)),
   })
   if done ~= "present" then
@@ -335,6 +337,7 @@ local function prepare_repo(d, run, deadline)
   else
     local on_branch = err -- a fresh clone that checked out the thread's branch names it
     c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
+    if setup then c:add_note(".switchboard/setup.sh " .. (setup == "ok" and "ran" or ("failed (" .. setup:gsub("^failed%-", "exit ") .. "; its output is in .git/switchboard-setup.log)"))) end
   end
   d:remember("thread", d.record and d.record.bind, thread.name, { repo = ask.repo, backend = built.backend })
   say_workspace(c, built.executor, done, err, ask.repo) -- (err: the branch a fresh clone took)

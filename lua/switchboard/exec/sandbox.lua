@@ -297,7 +297,8 @@ function M:exec(command, opts)
   if not call then return nil, refused end
   local snap = call.snap
   -- timeoutMs only when the caller asked (sandboxd applies its own default otherwise)
-  local body = { command = command, env = call.envs, timeoutMs = call.timeout_ms, network = self.network }
+  local body = { command = command, env = call.envs, timeoutMs = call.timeout_ms, network = self.network,
+    base = opts.base, baseSince = opts.base_since } -- the repository a clone prepares: sandboxd's prepared base (docs/sandboxd.md)
   local verdict, capacity = send(self, snap, {
     route = "/exec", body = encode(body), budget_ms = call.budget_ms,
     deadline_ms = budget.send_deadline(snap, call.budget_ms),

@@ -749,6 +749,8 @@ M.files.isolation = {
   disk_reserve_bytes = S.int { min = 0, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   slept_max_bytes = S.int { min = 0, max = 1024 * 1024 * 1024 * M.MIB, unit = "bytes" },
   slept_max_age_ms = ms(0, 3650 * 24 * HOUR),
+  bases_refresh_ms = ms(0, 3650 * 24 * HOUR),
+  setup_timeout_ms = ms(1000, 24 * HOUR),
   spare_instances = S.int { min = 0, max = 16 },
   starts_at_once = S.int { min = 1, max = 1024 },
   uid_base = S.int { min = 1000, max = 4000000000 },

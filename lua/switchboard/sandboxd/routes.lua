@@ -198,7 +198,8 @@ local function mistake_document(text)
   return protocol.exec_result("", text, MISTAKE_EXIT, 0)
 end
 
-local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
+local function run_exec(ctx, snap, inst, call, res, state)
+  local command, env, limit_ms = call.command, call.env, call.limit_ms
   -- the head waits for the first heartbeat or the answer: a command that ends before the
   -- first heartbeat is answered in one write (head, document, last chunk)
   res:start(200, JSON, { hold = true })
@@ -215,6 +216,8 @@ local function run_exec(ctx, snap, inst, command, env, limit_ms, res, state)
   if not mistake then
     r, err = inst.runner:exec{
       command = command, env = full_env, deadline_ms = limit_ms,
+      -- repository bases (sandboxd/bases.lua); not in pod mode, where a pod serves one thread
+      base = not ctx.pod and call.base or nil, base_since = call.base_since,
       kill_grace_ms = snap.timeouts.bash.kill_grace_ms, max_output = max_output, signal = stop,
     }
     -- the kernel's own verdict, should its limit be lower than the one assumed above
@@ -332,11 +335,10 @@ local function instance_for(ctx, snap, key, call, route, res)
 end
 
 local function exec_route(ctx, snap, key, call, res)
-  local command, env, limit_ms = call.command, call.env, call.limit_ms
   local inst = instance_for(ctx, snap, key, call, "/exec", res)
   if not inst then return end
   local state = { started = false, done = core.signal() }
-  local ok, err = xpcall(run_exec, debug.traceback, ctx, snap, inst, command, env, limit_ms, res, state)
+  local ok, err = xpcall(run_exec, debug.traceback, ctx, snap, inst, call, res, state)
   state.done:abort("done") -- the heartbeat ends on every path, a raise included
   ctx.fleet:release(inst)
   if not ok then -- (the answer may be under way: the engine's 500 cannot be sent any more)
@@ -396,8 +398,8 @@ end
 ---------------------------------------------------------------------------------------------
 -- Request bodies: parse(snap, route, raw) is pure (nothing waits, nothing runs) and never
 -- raises, whatever the bytes — tests/fuzz/fuzz_exec_body.c holds it to that. It returns
---   /exec  → {command, env, limit_ms, network?}   (env through envFromRequest, limit clamped by
---            policy; network "host" | "none", nil when the body has none)
+--   /exec  → {command, env, limit_ms, network?, base?}   (env through envFromRequest, limit clamped
+--            by policy; network "host" | "none", nil when the body has none; base owner/name)
 --   /read  → {path, network?}
 --   /write → {path, bytes, network?}
 -- or nil, status, why (why is never empty).
@@ -430,8 +432,20 @@ function PARSE.exec(snap, body)
   end
   local network, why = network_of(body)
   if network == false then return nil, 400, why end
+  -- base: the repository this command prepares, as the bot names it ("owner/name"; only ever
+  -- hashed, never a path: sandboxd/bases.lua)
+  local base = body.base
+  if base ~= nil and (type(base) ~= "string" or base == "" or #base > 256 or base:find("[%z\n]")) then
+    return nil, 400, "the /exec body's base must be a repository's name (1 to 256 bytes, one line)"
+  end
+  -- baseSince: a push the bot heard of (seconds since the epoch): a base made before it is stale
+  local since = body.baseSince
+  if since ~= nil and (type(since) ~= "number" or since ~= since or since < 0 or since > 2 ^ 40) then
+    return nil, 400, "the /exec body's baseSince must be a time in seconds since the epoch"
+  end
+  since = since and math.floor(since)
   return { command = command, env = envmod.from_request(body), limit_ms = budget.server_budget(snap, body.timeoutMs),
-           network = network }
+           network = network, base = base, base_since = since }
 end
 
 function PARSE.read(snap, body)

@@ -12,8 +12,13 @@
 --                                   "idle" | "shutdown"; sandboxd/keep.lua), or removed ("detach":
 --                                   the resident's thread left its worktree)
 --   runner:take_note()            → what the thread is told once about its workspace: kept from
---                                   its sleep, or expired (evicted by the budget) | nil
+--                                   its sleep, expired (evicted by the budget), or copied from
+--                                   its repository's base (sandboxd/bases.lua) | nil
+-- exec's spec.base: the repository the command prepares (the agent's clone): a new workspace
+-- starts as a copy of its base, or — no usable base — the command is told to leave a marker
+-- (env SWITCHBOARD_BASE) and its workspace becomes the base after it.
 local core = require("switchboard.core")
+local bases = require("switchboard.sandboxd.bases")
 local keep = require("switchboard.sandboxd.keep")
 local policy = require("switchboard.policy")
 local run = require("switchboard.shell.run")
@@ -92,7 +97,59 @@ end
 -- that instead (the tombstone's reason).
 -- Anything else at the path (a symlink root or a bug put there) is never followed: it is
 -- removed — the link itself, not its target — or nothing runs.
-local function fresh(self)
+-- A new workspace on a repository: a copy of its base when one is usable (the thread is told
+-- its commit and age), else the command that clones is asked to leave the marker the base is
+-- made from (capture, after it).
+local function from_base(self, repo, since)
+  local snap = policy.current()
+  local iso = snap.isolation
+  local info = bases.info(self.root, repo)
+  if info and since and info.made_s < since and not bases.stale(self.root, repo, info) then
+    bases.mark_stale(self.root, repo) -- a push since it was made
+  end
+  local t0 = core.now_ms()
+  if bases.usable(info, iso.bases_refresh_ms, bases.stale(self.root, repo, info)) then
+    local got, err = bases.copy_into(self.root, repo, self.dir, snap.timeouts.file_op.budget_ms)
+    if got then
+      if self.log then
+        self.log("info", "sandboxd.workspace_from_base", { instance = self.label, copy_ms = core.now_ms() - t0 })
+      end
+      local what = ("a snapshot of %s (%s), %s old: its setup already ran"):format(got.sha:sub(1, 12),
+        got.branch, keep.age_text(math.max(0, os.time() - got.made_s) * 1000))
+      -- a thread whose slept workspace expired is told so, and what it starts from instead
+      local why = keep.expired(self.root, workspace.dir_name(self.key))
+      self.note = why and { state = "expired", text = why .. ": started from " .. what }
+        or { state = "snapshot", text = "workspace from " .. what }
+      return
+    end
+    if self.log then self.log("warn", "sandboxd.base_not_copied", { instance = self.label, reason = err.message }) end
+  end
+  self.capture = repo
+end
+
+-- After the command that cloned into a new workspace: when it left the marker (the default
+-- branch cloned, setup done), the workspace is copied as the repository's base — its instance
+-- synced first — and the marker removed from the thread's own copy.
+local function capture(self)
+  local repo = self.capture
+  self.capture = nil
+  local marker = self.ws:read(bases.MARKER, 4096)
+  local sha = marker and marker:match("^(%x+)")
+  if not sha then return end
+  local branch = marker:match("^%x+%s+(%S+)") or "HEAD"
+  local snap = policy.current()
+  local budget = snap.timeouts.file_op.budget_ms
+  self.ws:run{ command = "sync", env = {}, deadline_ms = budget }
+  local t0 = core.now_ms()
+  local ok, err = bases.capture(self.root, repo, self.dir, { sha = sha, branch = branch }, budget)
+  self.ws:run{ command = "rm -f " .. bases.MARKER, env = {}, deadline_ms = budget }
+  if self.log then
+    if ok then self.log("info", "sandboxd.base_prepared", { instance = self.label, copy_ms = core.now_ms() - t0 })
+    else self.log("warn", "sandboxd.base_not_prepared", { instance = self.label, reason = err.message }) end
+  end
+end
+
+local function fresh(self, repo, since)
   if self.checked then return true end
   if core.fs.exists(self.dir) and keep.kind(self.dir) ~= "directory" then
     local ok, err = core.fs.remove_tree(self.dir)
@@ -102,7 +159,10 @@ local function fresh(self)
     end
   end
   self.checked = true
-  if core.fs.exists(self.dir) then
+  if repo and not core.fs.exists(self.dir) then from_base(self, repo, since) end
+  if core.fs.exists(self.dir) and self.note then
+    self.ws.existing = true
+  elseif core.fs.exists(self.dir) then
     self.ws.existing = true
     local slept = keep.slept_s(self.dir)
     local ago = slept and keep.age_text(math.max(0, os.time() - slept) * 1000)
@@ -122,9 +182,16 @@ function Runner:take_note()
 end
 
 function Runner:exec(spec)
-  local ok, err = fresh(self)
+  local ok, err = fresh(self, spec.base, spec.base_since)
   if not ok then return nil, err end
-  return scrub(self, self.ws:run(spec))
+  if self.capture and spec.base == self.capture then
+    spec.env = spec.env or {}
+    spec.env.SWITCHBOARD_BASE = "1"
+  end
+  local r, rerr = scrub(self, self.ws:run(spec))
+  if self.capture and r and r.exit == 0 and not r.aborted then capture(self) end
+  self.capture = nil
+  return r, rerr
 end
 
 function Runner:read(path, max_bytes)
@@ -205,6 +272,7 @@ end
 -- line); trash a removal left and half-made images are removed. Only names this server creates
 -- are touched. Returns the counts {kept, repaired, discarded}.
 function M.recover(root, log)
+  bases.recover(root, policy.current().timeouts.file_op.budget_ms, log or core.log)
   return keep.recover(root, policy.current().timeouts.file_op.budget_ms, log or core.log)
 end
 

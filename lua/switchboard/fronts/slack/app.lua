@@ -15,6 +15,7 @@
 local core = require("switchboard.core")
 local dispatcher = require("switchboard.dispatch.dispatcher")
 local in_flight = require("switchboard.dispatch.in_flight")
+local pushes = require("switchboard.dispatch.pushes")
 local context = require("switchboard.fronts.slack.context")
 local dedup = require("switchboard.fronts.slack.dedup")
 local events = require("switchboard.fronts.slack.events")
@@ -183,6 +184,11 @@ function App:on_github(event, delivery, payload)
   if not self.seen_deliveries:first(delivery or "") then
     self.log("info", "github.duplicate_delivery", { delivery = tostring(delivery) })
     return
+  end
+  local pushed = pushes.read(event, payload, core.wall_ms() // 1000)
+  if pushed then -- a push to a default branch: that repository's prepared base is stale
+    pushes.note(self.d, pushed, core.wall_ms() // 1000)
+    return self.log("info", "github.push", { delivery = tostring(delivery), repo = pushed })
   end
   local snap = self.policy()
   if event == "issues" or (event == "issue_comment" and type(payload.issue) == "table"
