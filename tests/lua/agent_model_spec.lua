@@ -87,6 +87,18 @@ describe("agent stream", function()
     assert.is_false(a.done)
   end)
 
+  it("ignores a second stop of a tool call, and a delta after its stop (fuzz_bedrock_stream found both raising)", function()
+    local a = assemble({
+      sse("message_start", { type = "message_start", message = { id = "m" } }),
+      sse("content_block_start", { type = "content_block_start", index = 0, content_block = { type = "tool_use", id = "t", name = "bash", input = {} } }),
+      sse("content_block_delta", { type = "content_block_delta", index = 0, delta = { type = "input_json_delta", partial_json = '{"command": "ls"}' } }),
+      sse("content_block_stop", { type = "content_block_stop", index = 0 }),
+      sse("content_block_delta", { type = "content_block_delta", index = 0, delta = { type = "input_json_delta", partial_json = "{}" } }),
+      sse("content_block_stop", { type = "content_block_stop", index = 0 }),
+    })
+    assert.same({ command = "ls" }, a:message().content[1].input)
+  end)
+
   it("refuses an event whose data is not JSON", function()
     local a = stream.new()
     assert.equal("bad_event", a:event("message_start", "{nope").kind)

@@ -100,7 +100,7 @@ function H.content_block_delta(self, doc)
     b.text = b.text .. d.text
     self.on_progress("text", self, b)
   elseif d.type == "input_json_delta" and b.type == "tool_use" and type(d.partial_json) == "string" then
-    local parts = self.json_parts[i]
+    local parts = self.json_parts[i] or {} -- after its stop, a delta has nowhere to go
     parts[#parts + 1] = d.partial_json
   elseif d.type == "thinking_delta" and b.type == "thinking" and type(d.thinking) == "string" then
     b.thinking = b.thinking .. d.thinking
@@ -114,7 +114,8 @@ function H.content_block_stop(self, doc)
   local i = slot(doc)
   if not i then return "content_block_stop without an index" end
   local b = self.blocks[i]
-  if not b or b.type ~= "tool_use" then return end
+  -- a second stop for a closed call is ignored (its arguments were read at the first)
+  if not b or b.type ~= "tool_use" or not self.json_parts[i] then return end
   local raw = table.concat(self.json_parts[i])
   self.json_parts[i] = nil
   self.closed[i] = true
