@@ -63,23 +63,19 @@ describe("long agent runs", function()
   -- Returns stdout, stderr, the requests the model got.
   local function session(answers, lines, o)
     o = o or {}
-    local out, err, reqs, r
-    core.run(function()
-      m = model.start()
-      if o.config then m:config(o.config) end
-      m:script(answers)
-      local env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state, BIN = BIN, POL = o.policies or policy_dir(),
-                           ANTHROPIC_BASE_URL = m.url, ANTHROPIC_API_KEY = m.key, GH_TOKEN = "specs-own-token" }
-      local script = '"$BIN" --policies "$POL" console > out 2> err <<\'EOF\'\n' .. table.concat(lines, "\n")
-        .. "\nEOF\necho \"exit=$?\" >> out"
-      local proc = assert(core.spawn{ argv = { "bash", "-c", script }, env = env, cwd = state, deadline_ms = 300000 })
-      r = proc:wait()
-      reqs = m:requests()
-    end)
+    local r, reqs = model.session(answers, {
+      started = function(h) m = h end,
+      before = function(h) if o.config then h:config(o.config) end end,
+      spawn = function(h)
+        local env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state, BIN = BIN, POL = o.policies or policy_dir(),
+                             ANTHROPIC_BASE_URL = h.url, ANTHROPIC_API_KEY = h.key, GH_TOKEN = "specs-own-token" }
+        local script = '"$BIN" --policies "$POL" console > out 2> err <<\'EOF\'\n' .. table.concat(lines, "\n")
+          .. "\nEOF\necho \"exit=$?\" >> out"
+        return { argv = { "bash", "-c", script }, env = env, cwd = state, deadline_ms = 300000 }
+      end,
+    })
     assert.is_false(r.timed_out, "the session did not end: " .. tostring(r.stderr))
-    out = files.read(state .. "/out") or ""
-    err = files.read(state .. "/err") or ""
-    return out, err, reqs
+    return files.read(state .. "/out") or "", files.read(state .. "/err") or "", reqs
   end
 
   local function transcript_lines()

@@ -39,20 +39,15 @@ describe("the bedrock provider", function()
           .. 'models[%q] = models["claude-sonnet-4-5"]\nmodel_api.retry.first_ms = 50\n'):format(MODEL, MODEL)
       end,
     }
-    local r, reqs
-    core.run(function()
-      m = model.start{ standin = "tests/support/bedrock_standin.py", args = "--token " .. TOKEN .. " --key-id " .. KEY_ID,
-        key = "wJalrXUtnFEMI/K7MDENG+bPx" .. core.crypto.hex(core.crypto.random_bytes(8)) }
-      m:script(answers)
-      local env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state, BEDROCK_BASE_URL = m.url, AWS_REGION = "eu-west-3",
-                           AWS_ACCESS_KEY_ID = KEY_ID, AWS_SECRET_ACCESS_KEY = m.key, AWS_SESSION_TOKEN = TOKEN }
-      env.ANTHROPIC_API_KEY = nil
-      for k, v in pairs(env_extra or {}) do env[k] = v or nil end
-      local proc = assert(core.spawn{ argv = { BIN, "--policies", pol, "console" }, env = env,
-                                      stdin = line .. "\n", deadline_ms = 120000 })
-      r = proc:wait()
-      reqs = m:requests()
-    end)
+    local r, reqs = model.session(answers, {
+      start = { standin = "tests/support/bedrock_standin.py", args = "--token " .. TOKEN .. " --key-id " .. KEY_ID,
+        key = "wJalrXUtnFEMI/K7MDENG+bPx" .. core.crypto.hex(core.crypto.random_bytes(8)) },
+      started = function(h) m = h end,
+      spawn = function(h)
+        return model.console_spawn(BIN, pol, line, { HOME = state, SWITCHBOARD_STATE_DIR = state, BEDROCK_BASE_URL = h.url,
+          AWS_REGION = "eu-west-3", AWS_ACCESS_KEY_ID = KEY_ID, AWS_SECRET_ACCESS_KEY = h.key, AWS_SESSION_TOKEN = TOKEN }, env_extra)
+      end,
+    })
     assert.is_false(r.timed_out)
     return r.stdout, r.stderr, reqs
   end

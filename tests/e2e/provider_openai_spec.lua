@@ -29,19 +29,14 @@ describe("the openai provider", function()
     local pol = policies.dir{
       agents = function(src) return src .. '\nagents.coding.provider = "openai"\nmodel_api.retry.first_ms = 50\n' end,
     }
-    local r, reqs
-    core.run(function()
-      m = model.start{ standin = "tests/support/chat_standin.py", key = "sk-or-spec-" .. core.crypto.hex(core.crypto.random_bytes(12)) }
-      m:script(answers)
-      local env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state, OPENAI_BASE_URL = m.url .. "/v1",
-                           OPENAI_API_KEY = m.key }
-      env.ANTHROPIC_API_KEY = nil
-      for k, v in pairs(env_extra or {}) do env[k] = v or nil end
-      local proc = assert(core.spawn{ argv = { BIN, "--policies", pol, "console" }, env = env,
-                                      stdin = line .. "\n", deadline_ms = 120000 })
-      r = proc:wait()
-      reqs = m:requests()
-    end)
+    local r, reqs = model.session(answers, {
+      start = { standin = "tests/support/chat_standin.py", key = "sk-or-spec-" .. core.crypto.hex(core.crypto.random_bytes(12)) },
+      started = function(h) m = h end,
+      spawn = function(h)
+        return model.console_spawn(BIN, pol, line, { HOME = state, SWITCHBOARD_STATE_DIR = state,
+          OPENAI_BASE_URL = h.url .. "/v1", OPENAI_API_KEY = h.key }, env_extra)
+      end,
+    })
     assert.is_false(r.timed_out)
     return r.stdout, r.stderr, reqs
   end

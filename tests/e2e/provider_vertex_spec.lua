@@ -38,25 +38,21 @@ describe("the vertex provider", function()
           .. 'models[%q] = models["claude-sonnet-4-5"]\nmodel_api.retry.first_ms = 50\n'):format(MODEL, MODEL)
       end,
     }
-    local r, reqs, priv
-    core.run(function()
-      local pub
-      priv, pub = core.crypto.rsa_generate(2048)
-      local f = assert(io.open(state .. "/public.pem", "w")); f:write(pub); f:close()
-      m = model.start{ standin = "tests/support/vertex_standin.py", args = "--public-key " .. state .. "/public.pem", key = EMAIL }
-      m:script(answers)
-      local signing = o.other_key and (core.crypto.rsa_generate(2048)) or priv
-      local key = { type = "service_account", project_id = "acme-project", private_key_id = "kid-standin",
-        private_key = signing, client_email = EMAIL, token_uri = m.url .. "/token" }
-      f = assert(io.open(state .. "/key.json", "w")); f:write(cjson.encode(key)); f:close()
-      local env = bin.env{ HOME = state, SWITCHBOARD_STATE_DIR = state, VERTEX_BASE_URL = m.url, CLOUD_ML_REGION = "europe-west1",
-                           GOOGLE_APPLICATION_CREDENTIALS = state .. "/key.json" }
-      env.ANTHROPIC_API_KEY = nil
-      local proc = assert(core.spawn{ argv = { BIN, "--policies", pol, "console" }, env = env,
-                                      stdin = line .. "\n", deadline_ms = 120000 })
-      r = proc:wait()
-      reqs = m:requests()
-    end)
+    local priv, pub
+    core.run(function() priv, pub = core.crypto.rsa_generate(2048) end)
+    local f = assert(io.open(state .. "/public.pem", "w")); f:write(pub); f:close()
+    local r, reqs = model.session(answers, {
+      start = { standin = "tests/support/vertex_standin.py", args = "--public-key " .. state .. "/public.pem", key = EMAIL },
+      started = function(h) m = h end,
+      spawn = function(h)
+        local signing = o.other_key and (core.crypto.rsa_generate(2048)) or priv
+        local key = { type = "service_account", project_id = "acme-project", private_key_id = "kid-standin",
+          private_key = signing, client_email = EMAIL, token_uri = h.url .. "/token" }
+        local kf = assert(io.open(state .. "/key.json", "w")); kf:write(cjson.encode(key)); kf:close()
+        return model.console_spawn(BIN, pol, line, { HOME = state, SWITCHBOARD_STATE_DIR = state, VERTEX_BASE_URL = h.url,
+          CLOUD_ML_REGION = "europe-west1", GOOGLE_APPLICATION_CREDENTIALS = state .. "/key.json" })
+      end,
+    })
     assert.is_false(r.timed_out)
     return r.stdout, r.stderr, reqs, priv
   end

@@ -20,22 +20,12 @@
 #include <stdint.h>
 
 static const char harness[] =
-    "local lua_dir = ...\n"
-    "package.path = lua_dir .. '/?.lua;' .. lua_dir .. '/?/init.lua;' .. package.path\n"
     "local core = require('switchboard.core')\n"
     "local cjson = require('cjson')\n"
     "local bedrock = require('switchboard.agent.providers.bedrock')\n"
     "local stream = require('switchboard.agent.stream')\n"
     "local MAX = 2048\n"
-    "local function split(data, sizes)\n"
-    "  local pieces, pos, i = {}, 1, 1\n"
-    "  while pos <= #data do\n"
-    "    local n = sizes[(i - 1) % #sizes + 1]\n"
-    "    pieces[#pieces + 1] = data:sub(pos, pos + n - 1)\n"
-    "    pos, i = pos + n, i + 1\n"
-    "  end\n"
-    "  return pieces\n"
-    "end\n"
+    SB_FUZZ_LUA_SPLIT
     "local function run(pieces)\n"
     "  local feed, asm, seen = bedrock.frames(MAX), stream.new{}, {}\n"
     "  for _, piece in ipairs(pieces) do\n"
@@ -104,12 +94,4 @@ static const char harness[] =
     "  check(recipe(data), sizes)\n"
     "end\n";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  return sb_fuzz_lua_load("fuzz_bedrock_stream", harness, sizeof harness - 1);
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  return sb_fuzz_lua_input(data, size);
-}
+SB_FUZZ_LUA_TARGET("fuzz_bedrock_stream", harness)

@@ -26,8 +26,6 @@
 #include <stdint.h>
 
 static const char harness[] =
-    "local lua_dir = ...\n"
-    "package.path = lua_dir .. '/?.lua;' .. lua_dir .. '/?/init.lua;' .. package.path\n"
     "local core = require('switchboard.core')\n"
     "local cjson = require('cjson')\n"
     "local connect = require('switchboard.exec.connect')\n"
@@ -41,15 +39,7 @@ static const char harness[] =
     "  local frames, err = d:feed(data)\n"
     "  return frames, err, d\n"
     "end\n"
-    "local function split(data, sizes)\n"
-    "  local pieces, pos, i = {}, 1, 1\n"
-    "  while pos <= #data do\n"
-    "    local n = sizes[(i - 1) % #sizes + 1]\n"
-    "    pieces[#pieces + 1] = data:sub(pos, pos + n - 1)\n"
-    "    pos, i = pos + n, i + 1\n"
-    "  end\n"
-    "  return pieces\n"
-    "end\n"
+    SB_FUZZ_LUA_SPLIT
     "local function check_stream(data, sizes)\n"
     "  local whole, werr = decode_whole(data)\n"
     "  local d = connect.decoder{ max_message = MAX }\n"
@@ -119,12 +109,4 @@ static const char harness[] =
     "  check_stream(recipe(data), sizes)\n"
     "end\n";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  return sb_fuzz_lua_load("fuzz_connect", harness, sizeof harness - 1);
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  return sb_fuzz_lua_input(data, size);
-}
+SB_FUZZ_LUA_TARGET("fuzz_connect", harness)

@@ -28,8 +28,6 @@
 #include <stdint.h>
 
 static const char harness[] =
-    "local lua_dir = ...\n"
-    "package.path = lua_dir .. '/?.lua;' .. lua_dir .. '/?/init.lua;' .. package.path\n"
     "local cjson = require('cjson')\n"
     "local routes = require('switchboard.sandboxd.routes')\n"
     "local snap = require('switchboard.policy').shipped()\n"
@@ -102,12 +100,4 @@ static const char harness[] =
     "  for _, r in ipairs({ '/exec', '/read', '/write' }) do check(r, built) end\n"
     "end\n";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  return sb_fuzz_lua_load("fuzz_exec_body", harness, sizeof harness - 1);
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  return sb_fuzz_lua_input(data, size);
-}
+SB_FUZZ_LUA_TARGET("fuzz_exec_body", harness)

@@ -19,8 +19,6 @@
 #include <stdint.h>
 
 static const char harness[] =
-    "local lua_dir = ...\n"
-    "package.path = lua_dir .. '/?.lua;' .. lua_dir .. '/?/init.lua;' .. package.path\n"
     "local cjson = require('cjson')\n"
     "local kw = require('switchboard.exec.kubernetes_watch')\n"
     "local MAX = 1024\n"
@@ -34,15 +32,7 @@ static const char harness[] =
     "  local st = kw.status_of(o)\n"
     "  if st and st.code ~= nil then assert(math.type(st.code) == 'integer', 'a code that is not an integer') end\n"
     "end\n"
-    "local function split(data, sizes)\n"
-    "  local pieces, pos, i = {}, 1, 1\n"
-    "  while pos <= #data do\n"
-    "    local n = sizes[(i - 1) % #sizes + 1]\n"
-    "    pieces[#pieces + 1] = data:sub(pos, pos + n - 1)\n"
-    "    pos, i = pos + n, i + 1\n"
-    "  end\n"
-    "  return pieces\n"
-    "end\n"
+    SB_FUZZ_LUA_SPLIT
     "local function check_stream(data, sizes)\n"
     "  local whole = kw.decoder{ max_line = MAX }\n"
     "  local wev, werr = whole:feed(data)\n"
@@ -98,12 +88,4 @@ static const char harness[] =
     "  check_stream(recipe(data), sizes)\n"
     "end\n";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  return sb_fuzz_lua_load("fuzz_kube_watch", harness, sizeof harness - 1);
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  return sb_fuzz_lua_input(data, size);
-}
+SB_FUZZ_LUA_TARGET("fuzz_kube_watch", harness)

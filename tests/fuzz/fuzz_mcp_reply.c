@@ -17,8 +17,6 @@
 #include <stdint.h>
 
 static const char harness[] =
-    "local lua_dir = ...\n"
-    "package.path = lua_dir .. '/?.lua;' .. lua_dir .. '/?/init.lua;' .. package.path\n"
     "local http = require('switchboard.agent.mcp.http')\n"
     "local protocol = require('switchboard.agent.mcp.protocol')\n"
     "local html_markdown = require('switchboard.agent.html_markdown')\n"
@@ -49,12 +47,4 @@ static const char harness[] =
     "  assert(#md <= 8 * #data + 64, 'markdown grew past a bound: ' .. #md .. ' from ' .. #data)\n"
     "end\n";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  return sb_fuzz_lua_load("fuzz_mcp_reply", harness, sizeof harness - 1);
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  return sb_fuzz_lua_input(data, size);
-}
+SB_FUZZ_LUA_TARGET("fuzz_mcp_reply", harness)

@@ -21,21 +21,11 @@
 #include <stdint.h>
 
 static const char harness[] =
-    "local lua_dir = ...\n"
-    "package.path = lua_dir .. '/?.lua;' .. lua_dir .. '/?/init.lua;' .. package.path\n"
     "local cjson = require('cjson')\n"
     "local openai = require('switchboard.agent.providers.openai')\n"
     "local stream = require('switchboard.agent.stream')\n"
     "local KNOWN = { text = true, tool_use = true }\n"
-    "local function split(data, sizes)\n"
-    "  local pieces, pos, i = {}, 1, 1\n"
-    "  while pos <= #data do\n"
-    "    local n = sizes[(i - 1) % #sizes + 1]\n"
-    "    pieces[#pieces + 1] = data:sub(pos, pos + n - 1)\n"
-    "    pos, i = pos + n, i + 1\n"
-    "  end\n"
-    "  return pieces\n"
-    "end\n"
+    SB_FUZZ_LUA_SPLIT
     "local function run(pieces)\n"
     "  local asm = stream.new{}\n"
     "  local dec = openai.new{ base_url = 'http://127.0.0.1/v1' }:decoder(asm, 2048)\n"
@@ -104,12 +94,4 @@ static const char harness[] =
     "  check(recipe(data), sizes)\n"
     "end\n";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  return sb_fuzz_lua_load("fuzz_openai_stream", harness, sizeof harness - 1);
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  return sb_fuzz_lua_input(data, size);
-}
+SB_FUZZ_LUA_TARGET("fuzz_openai_stream", harness)

@@ -15,8 +15,6 @@
 #include <stdint.h>
 
 static const char harness[] =
-    "local lua_dir = ...\n"
-    "package.path = lua_dir .. '/?.lua;' .. lua_dir .. '/?/init.lua;' .. package.path\n"
     "local ports = require('switchboard.sandboxd.ports')\n"
     "local MAX = 512\n"
     "local function check(bytes)\n"
@@ -50,12 +48,4 @@ static const char harness[] =
     "  end\n"
     "end\n";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  return sb_fuzz_lua_load("fuzz_ports_head", harness, sizeof harness - 1);
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  return sb_fuzz_lua_input(data, size);
-}
+SB_FUZZ_LUA_TARGET("fuzz_ports_head", harness)

@@ -22,8 +22,6 @@
 #include <stdint.h>
 
 static const char harness[] =
-    "local lua_dir = ...\n"
-    "package.path = lua_dir .. '/?.lua;' .. lua_dir .. '/?/init.lua;' .. package.path\n"
     "local cjson = require('cjson')\n"
     "local context = require('switchboard.fronts.slack.context')\n"
     "local POL = { max_messages = 4, max_bytes = 300, max_files = 3, max_image_bytes = 256,\n"
@@ -107,12 +105,4 @@ static const char harness[] =
     "  check(data, generate(data))\n"
     "end\n";
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  return sb_fuzz_lua_load("fuzz_slack_context", harness, sizeof harness - 1);
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  return sb_fuzz_lua_input(data, size);
-}
+SB_FUZZ_LUA_TARGET("fuzz_slack_context", harness)

@@ -27,6 +27,16 @@ static void preload(lua_State *S, const char *name, lua_CFunction open) {
   lua_pop(S, 1);
 }
 
+/* package.path begins with the program's Lua directory, so a harness requires its modules. */
+static void lua_dir_first(lua_State *S) {
+  lua_getglobal(S, "package");
+  lua_pushfstring(S, "%s/?.lua;%s/?/init.lua;", SB_LUA_DIR, SB_LUA_DIR);
+  lua_getfield(S, -2, "path");
+  lua_concat(S, 2);
+  lua_setfield(S, -2, "path");
+  lua_pop(S, 1);
+}
+
 int sb_fuzz_lua_load(const char *name, const char *harness, size_t len) {
   target = name;
   L = luaL_newstate();
@@ -34,6 +44,7 @@ int sb_fuzz_lua_load(const char *name, const char *harness, size_t len) {
   sb_lua_coverage_attach(L); /* libFuzzer sees the Lua lines each input reaches */
   preload(L, "switchboard.core", luaopen_switchboard_core);
   preload(L, "cjson", luaopen_cjson);
+  lua_dir_first(L);
   char chunk[64];
   snprintf(chunk, sizeof chunk, "=%s", name);
   if (luaL_loadbuffer(L, harness, len, chunk) != LUA_OK) {

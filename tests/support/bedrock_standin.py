@@ -29,14 +29,13 @@ import datetime
 import hashlib
 import hmac
 import json
-import os
 import struct
 import threading
 import urllib.parse
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import model_standin as ms
+import standin_http  # tests/support/standin_http.py: server, handler, control routes
 import watched  # tests/support/watched.py: --watch PID
 
 LOCK = threading.Lock()
@@ -100,55 +99,25 @@ def check_signature(handler, raw_path, body):
     return None
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, fmt, *args):
-        pass
-
-    def _read(self):
-        n = int(self.headers.get("content-length") or 0)
-        return self.rfile.read(n) if n else b""
-
-    def _send(self, status, doc, kind=None):
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        if kind:
-            self.send_header("x-amzn-ErrorType", kind)
-        self.end_headers()
-        self.wfile.write(body)
+class Handler(standin_http.Scripted):
+    LOCK, SCRIPT, REQUESTS = LOCK, SCRIPT, REQUESTS
 
     def _refuse(self, record, status, kind, message):
         record["status"] = status
         record["error"] = message
-        self._send(status, {"message": message}, kind)
-
-    def _chunk(self, data):
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
+        self._send(status, {"message": message}, {"x-amzn-ErrorType": kind})
 
     def do_GET(self):
-        self._read()
-        if self.path == "/_requests":
-            with LOCK:
-                return self._send(200, REQUESTS)
-        self._send(404, {"message": "no such route"})
+        if not self._control("GET", self._read()):
+            self._send(404, {"message": "no such route"})
 
     def do_PUT(self):
-        body = self._read()
-        if self.path == "/_script":
-            with LOCK:
-                SCRIPT[:] = json.loads(body)
-            return self._send(200, {})
-        self._send(404, {"message": "no such route"})
+        if not self._control("PUT", self._read()):
+            self._send(404, {"message": "no such route"})
 
     def do_POST(self):
         raw = self._read()
-        record = {"headers": {k.lower(): v for k, v in self.headers.items()}, "path": self.path, "body": None, "status": 200}
-        with LOCK:
-            REQUESTS.append(record)
+        record = self._record(path=self.path)
         parts = self.path.split("/")
         if len(parts) != 4 or parts[1] != "model" or parts[3] != "invoke-with-response-stream":
             return self._refuse(record, 404, "UnknownOperationException", "no such operation: " + self.path)
@@ -168,8 +137,7 @@ class Handler(BaseHTTPRequestHandler):
         why = ms.check_tool_results(body.get("messages") or []) or ms.check_thinking(body)
         if why:
             return self._refuse(record, 400, "ValidationException", why)
-        with LOCK:
-            answer = SCRIPT.pop(0) if SCRIPT else {}
+        answer = self._next_answer()
         thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"
         frames = []
         for item in ms.events_for(answer, record["model"], {"input_tokens": 100}, thinking):
@@ -182,17 +150,8 @@ class Handler(BaseHTTPRequestHandler):
                 frames.append(frame({":exception-type": e["type"], ":content-type": "application/json",
                                      ":message-type": "exception"}, json.dumps({"message": e["message"]}).encode()))
                 break
-        self.send_response(200)
-        self.send_header("content-type", "application/vnd.amazon.eventstream")
-        self.send_header("x-amzn-bedrock-content-type", "application/json")
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
-        stream = b"".join(frames)
-        size = max(1, int(answer.get("chunk", 7)))
-        for i in range(0, len(stream), size):
-            self._chunk(stream[i:i + size])
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+        self._stream("application/vnd.amazon.eventstream", b"".join(frames), answer.get("chunk", 7),
+                     {"x-amzn-bedrock-content-type": "application/json"})
 
 
 def main():
@@ -206,15 +165,7 @@ def main():
     a = ap.parse_args()
     watched.end_with(a.watch)
     CRED.update(key_id=a.key_id, secret=a.key, token=a.token, region=a.region)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    with open(os.path.join(a.dir, "pid"), "w") as f:
-        f.write(str(os.getpid()))
-    tmp = os.path.join(a.dir, "port.tmp")
-    with open(tmp, "w") as f:
-        f.write(str(srv.server_address[1]))
-    os.rename(tmp, os.path.join(a.dir, "port"))
-    srv.serve_forever()
+    standin_http.serve(Handler, a.dir)
 
 
 if __name__ == "__main__":

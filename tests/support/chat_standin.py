@@ -27,11 +27,10 @@ An answer: {"content": [{"type": "text", "text"} | {"type": "tool_use", "name", 
 """
 import argparse
 import json
-import os
 import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import standin_http  # tests/support/standin_http.py: server, handler, control routes
 import watched  # tests/support/watched.py: --watch PID
 
 LOCK = threading.Lock()
@@ -120,52 +119,24 @@ def chunks_of(answer, model):
     return out
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, fmt, *args):
-        pass
-
-    def _read(self):
-        n = int(self.headers.get("content-length") or 0)
-        return self.rfile.read(n) if n else b""
-
-    def _send(self, status, doc):
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class Handler(standin_http.Scripted):
+    LOCK, SCRIPT, REQUESTS = LOCK, SCRIPT, REQUESTS
 
     def _error(self, record, status, message, kind="invalid_request_error", code=None):
         record["status"] = status
         self._send(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
 
-    def _chunk(self, data):
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
-
     def do_GET(self):
-        self._read()
-        if self.path == "/_requests":
-            with LOCK:
-                return self._send(200, REQUESTS)
-        self._send(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
+        if not self._control("GET", self._read()):
+            self._send(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
 
     def do_PUT(self):
-        body = self._read()
-        if self.path == "/_script":
-            with LOCK:
-                SCRIPT[:] = json.loads(body)
-            return self._send(200, {})
-        self._send(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
+        if not self._control("PUT", self._read()):
+            self._send(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
 
     def do_POST(self):
         raw = self._read()
-        record = {"headers": {k.lower(): v for k, v in self.headers.items()}, "body": None, "status": 200}
-        with LOCK:
-            REQUESTS.append(record)
+        record = self._record()
         if self.path != "/v1/chat/completions":
             return self._error(record, 404, "Invalid URL (POST %s)" % self.path)
         if self.headers.get("authorization") != "Bearer " + KEY:
@@ -178,19 +149,10 @@ class Handler(BaseHTTPRequestHandler):
         why = check_body(body)
         if why:
             return self._error(record, 400, why)
-        with LOCK:
-            answer = SCRIPT.pop(0) if SCRIPT else {}
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
+        answer = self._next_answer()
         stream = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks_of(answer, body["model"]))
         stream += b"data: [DONE]\n\n"
-        size = max(1, int(answer.get("chunk", 7)))
-        for i in range(0, len(stream), size):
-            self._chunk(stream[i:i + size])
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+        self._stream("text/event-stream", stream, answer.get("chunk", 7))
 
 
 def main():
@@ -202,15 +164,7 @@ def main():
     a = ap.parse_args()
     watched.end_with(a.watch)
     KEY = a.key
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    with open(os.path.join(a.dir, "pid"), "w") as f:
-        f.write(str(os.getpid()))
-    tmp = os.path.join(a.dir, "port.tmp")
-    with open(tmp, "w") as f:
-        f.write(str(srv.server_address[1]))
-    os.rename(tmp, os.path.join(a.dir, "port"))
-    srv.serve_forever()
+    standin_http.serve(Handler, a.dir)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,34 @@ function M.start(opts)
   return h
 end
 
+-- One black-box session against a stand-in, the shape the provider and long-run specs share.
+-- Call outside core.run. Starts the stand-in (o.start: M.start's options) and hands it to
+-- o.started(m) at once (the spec's after_each stops it even if the session fails), runs
+-- o.before(m) if given, scripts `answers`, spawns o.spawn(m) (core.spawn's options) and waits.
+-- Returns the process's result and the requests the stand-in got.
+function M.session(answers, o)
+  local r, reqs
+  core.run(function()
+    local m = M.start(o.start)
+    if o.started then o.started(m) end
+    if o.before then o.before(m) end
+    m:script(answers)
+    local proc = assert(core.spawn(o.spawn(m)))
+    r = proc:wait()
+    reqs = m:requests()
+  end)
+  return r, reqs
+end
+
+-- core.spawn's options for `switchboard console` reading `line`, with the environment `env`
+-- (bin.env's, ANTHROPIC_API_KEY unset, then `extra` applied: false unsets).
+function M.console_spawn(binary, pol, line, env, extra)
+  env = require("support.bin").env(env)
+  env.ANTHROPIC_API_KEY = nil
+  for k, v in pairs(extra or {}) do env[k] = v or nil end
+  return { argv = { binary, "--policies", pol, "console" }, env = env, stdin = line .. "\n", deadline_ms = 120000 }
+end
+
 -- The tool_result blocks of a request's last message, in order.
 function M.tool_results(request)
   local msgs = request.body.messages

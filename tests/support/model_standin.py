@@ -59,8 +59,8 @@ import json
 import os
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import standin_http  # tests/support/standin_http.py: server, handler, control routes
 import watched  # tests/support/watched.py: --watch PID
 
 LOCK = threading.Lock()
@@ -211,26 +211,9 @@ def events_for(answer, model, counted, thinking):
     return out
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, fmt, *args):
-        pass
-
-    def _read(self):
-        n = int(self.headers.get("content-length") or 0)
-        return self.rfile.read(n) if n else b""
-
-    def _send(self, status, doc, headers=None):
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.send_header("request-id", "req_standin")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
+class Handler(standin_http.Scripted):
+    LOCK, SCRIPT, REQUESTS = LOCK, SCRIPT, REQUESTS
+    SEND_HEADERS = {"request-id": "req_standin"}
 
     def _error(self, status, kind, message, headers=None):
         self._send(status, {"type": "error", "error": {"type": kind, "message": message}}, headers)
@@ -240,25 +223,18 @@ class Handler(BaseHTTPRequestHandler):
         record["error"] = message
         return self._error(status, kind, message)
 
-    def _chunk(self, data):
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
+    def _set_script(self, answers):
+        SCRIPT[:] = [a for a in answers if not a.get("match")]
+        MATCHERS[:] = [a for a in answers if a.get("match")]
 
     def do_GET(self):
-        self._read()
-        if self.path == "/_requests":
-            with LOCK:
-                return self._send(200, REQUESTS)
-        self._error(404, "not_found_error", "no such route")
+        if not self._control("GET", self._read()):
+            self._error(404, "not_found_error", "no such route")
 
     def do_PUT(self):
         body = self._read()
-        if self.path == "/_script":
-            with LOCK:
-                answers = json.loads(body)
-                SCRIPT[:] = [a for a in answers if not a.get("match")]
-                MATCHERS[:] = [a for a in answers if a.get("match")]
-            return self._send(200, {})
+        if self._control("PUT", body):
+            return
         if self.path == "/_config":
             with LOCK:
                 CONFIG.update(json.loads(body))
@@ -419,15 +395,7 @@ def main():
     a = ap.parse_args()
     watched.end_with(a.watch)
     KEY = a.key
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    with open(os.path.join(a.dir, "pid"), "w") as f:
-        f.write(str(os.getpid()))
-    tmp = os.path.join(a.dir, "port.tmp")
-    with open(tmp, "w") as f:
-        f.write(str(srv.server_address[1]))
-    os.rename(tmp, os.path.join(a.dir, "port"))
-    srv.serve_forever()
+    standin_http.serve(Handler, a.dir)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ import os
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import standin_http  # tests/support/standin_http.py: server, handler, control routes
 import watched  # tests/support/watched.py: --watch PID
 
 LOCK = threading.Lock()
@@ -28,26 +28,13 @@ SCRIPT = []
 REQUESTS = []
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, fmt, *args):
-        pass
-
-    def _read(self):
-        n = int(self.headers.get("content-length") or 0)
-        return self.rfile.read(n) if n else b""
-
+class Handler(standin_http.Handler):
     def _send(self, status, body, ctype="application/json"):
         self.send_response(status)
         self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-
-    def _chunk(self, data):
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
 
     def do_GET(self):
         self._read()
@@ -107,15 +94,7 @@ def main():
     watched.add_argument(ap)
     a = ap.parse_args()
     watched.end_with(a.watch)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    with open(os.path.join(a.dir, "pid"), "w") as f:
-        f.write(str(os.getpid()))
-    tmp = os.path.join(a.dir, "port.tmp")
-    with open(tmp, "w") as f:
-        f.write(str(srv.server_address[1]))
-    os.rename(tmp, os.path.join(a.dir, "port"))
-    srv.serve_forever()
+    standin_http.serve(Handler, a.dir)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,9 @@ many /healthz requests arrived. Writes DIR/port once listening.
     skewed_sandboxd.py --dir DIR --commit COMMIT [--healthz-status 200]
 """
 import argparse
-import json
-import os
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import standin_http  # tests/support/standin_http.py: server, handler, control routes
 import watched  # tests/support/watched.py: --watch PID
 
 LOCK = threading.Lock()
@@ -19,20 +17,7 @@ COUNT = {"healthz": 0}
 ARGS = None
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, fmt, *args):
-        pass
-
-    def _send(self, status, doc):
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
+class Handler(standin_http.Handler):
     def do_GET(self):
         if self.path == "/_count":
             with LOCK:
@@ -46,8 +31,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(404, {"error": "no such route"})
 
     def do_POST(self):
-        n = int(self.headers.get("content-length") or 0)
-        self.rfile.read(n)
+        self._read()
         self._send(200, {"stdout": "ran\n", "stderr": "", "exitCode": 0, "durationMs": 1})
 
 
@@ -60,13 +44,7 @@ def main():
     watched.add_argument(ap)
     ARGS = ap.parse_args()
     watched.end_with(ARGS.watch)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    tmp = os.path.join(ARGS.dir, "port.tmp")
-    with open(tmp, "w") as f:
-        f.write(str(srv.server_address[1]))
-    os.rename(tmp, os.path.join(ARGS.dir, "port"))
-    srv.serve_forever()
+    standin_http.serve(Handler, ARGS.dir, write_pid=False)
 
 
 if __name__ == "__main__":

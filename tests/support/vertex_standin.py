@@ -24,19 +24,17 @@ with "token": true).
 import argparse
 import base64
 import json
-import os
 import re
 import threading
 import time
 import urllib.parse
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding
 
 import model_standin as ms
+import standin_http  # tests/support/standin_http.py: server, handler, control routes
 import watched  # tests/support/watched.py: --watch PID
 
 LOCK = threading.Lock()
@@ -74,47 +72,21 @@ def check_assertion(jwt, audience):
     return None
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, fmt, *args):
-        pass
-
-    def _read(self):
-        n = int(self.headers.get("content-length") or 0)
-        return self.rfile.read(n) if n else b""
-
-    def _send(self, status, doc):
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class Handler(standin_http.Scripted):
+    LOCK, SCRIPT, REQUESTS = LOCK, SCRIPT, REQUESTS
 
     def _google_error(self, record, status, kind, message):
         record["status"] = status
         record["error"] = message
         self._send(status, {"error": {"code": status, "message": message, "status": kind}})
 
-    def _chunk(self, data):
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
-
     def do_GET(self):
-        self._read()
-        if self.path == "/_requests":
-            with LOCK:
-                return self._send(200, REQUESTS)
-        self._send(404, {"error": {"code": 404, "message": "no such route", "status": "NOT_FOUND"}})
+        if not self._control("GET", self._read()):
+            self._send(404, {"error": {"code": 404, "message": "no such route", "status": "NOT_FOUND"}})
 
     def do_PUT(self):
-        body = self._read()
-        if self.path == "/_script":
-            with LOCK:
-                SCRIPT[:] = json.loads(body)
-            return self._send(200, {})
-        self._send(404, {})
+        if not self._control("PUT", self._read()):
+            self._send(404, {})
 
     def token(self, raw, record):
         record["token"] = True
@@ -133,9 +105,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         raw = self._read()
-        record = {"headers": {k.lower(): v for k, v in self.headers.items()}, "path": self.path, "body": None, "status": 200}
-        with LOCK:
-            REQUESTS.append(record)
+        record = self._record(path=self.path)
         if self.path == "/token":
             return self.token(raw, record)
         m = PREDICT.match(self.path)
@@ -159,20 +129,11 @@ class Handler(BaseHTTPRequestHandler):
         why = ms.check_tool_results(body.get("messages") or []) or ms.check_thinking(body)
         if why:
             return self._google_error(record, 400, "INVALID_ARGUMENT", why)
-        with LOCK:
-            answer = SCRIPT.pop(0) if SCRIPT else {}
+        answer = self._next_answer()
         thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
         stream = b"".join(item for item in ms.events_for(answer, record["model"], {"input_tokens": 100}, thinking)
                           if not isinstance(item, tuple))
-        size = max(1, int(answer.get("chunk", 7)))
-        for i in range(0, len(stream), size):
-            self._chunk(stream[i:i + size])
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+        self._stream("text/event-stream", stream, answer.get("chunk", 7))
 
 
 def main():
@@ -186,15 +147,7 @@ def main():
     with open(a.public_key, "rb") as f:
         CFG["public_key"] = serialization.load_pem_public_key(f.read())
     CFG["email"] = a.key
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    with open(os.path.join(a.dir, "pid"), "w") as f:
-        f.write(str(os.getpid()))
-    tmp = os.path.join(a.dir, "port.tmp")
-    with open(tmp, "w") as f:
-        f.write(str(srv.server_address[1]))
-    os.rename(tmp, os.path.join(a.dir, "port"))
-    srv.serve_forever()
+    standin_http.serve(Handler, a.dir)
 
 
 if __name__ == "__main__":

@@ -89,10 +89,7 @@ end
 
 function M.seen_key(event, p)
   if type(p) ~= "table" then return nil end
-  local function id_of(v)
-    local n = type(v) == "table" and (math.tointeger(v.id) or (type(v.id) == "string" and v.id))
-    return n and tostring(n) or nil
-  end
+  local id_of = review.id_of
   if event == "issues" then
     -- opened and assigned share the key: an issue opened already assigned to the bot (both
     -- events) starts one run

@@ -112,15 +112,19 @@ function M.read(event, p, pol, now_s, max_age_s)
   return c
 end
 
+-- The id of a delivery's object (a comment, review or issue) as a string, or nil when it has none
+-- (a number or a string; fronts/github/issues.lua's seen_key reads ids alike).
+function M.id_of(v)
+  local n = type(v) == "table" and (math.tointeger(v.id) or (type(v.id) == "string" and v.id))
+  return n and tostring(n) or nil
+end
+local id_of = M.id_of
+
 -- What the signature covers that names the comment: its kind, id and (for a comment) the time
 -- it was last edited. nil when the body names no id (such a delivery starts nothing: read()
 -- refuses what it cannot place either).
 function M.seen_key(event, p)
   if type(p) ~= "table" then return nil end
-  local function id_of(v)
-    local n = type(v) == "table" and (math.tointeger(v.id) or (type(v.id) == "string" and v.id))
-    return n and tostring(n) or nil
-  end
   if event == "pull_request_review" then
     local id = id_of(p.review)
     return id and ("review:" .. id) or nil
