@@ -73,6 +73,7 @@ describe("a new thread on a repository with a prepared base", function()
     }
     local outs, reqs, root = {}, nil, nil
     core.run(function()
+      -- --no-walls: a walled instance cannot reach the git stand-in on the host's loopback (walls_base_spec covers the walled bases)
       local server = sb.start_sandboxd{ policies = pol, args = { "--no-walls" } }
       root = server.root
       m = model.start()

@@ -245,6 +245,7 @@ describe("agent runs on a repository through sandboxd, after the thread's instan
     }
     local r
     core.run(function()
+      -- --no-walls: a walled instance cannot reach the git stand-in on the host's loopback (the walled keep is walls_keep_spec)
       local server = sb.start_sandboxd{ policies = pol, args = { "--no-walls" } }
       m = model.start()
       m:script({
