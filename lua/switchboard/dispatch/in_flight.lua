@@ -5,6 +5,8 @@
 --   work:enter() … work:leave()      around each piece of work
 --   work:wait(signal) → true          once the count is zero (at once if it is)
 --                     → false         once signal aborts (at once if it has)
+--   work:go(fn, on_raise)             fn in a task of its own, counted while it runs; a raise
+--                                     goes to on_raise(traceback) and the count still drops
 local core = require("switchboard.core")
 
 local M = {}
@@ -33,6 +35,15 @@ function W:leave()
   local waiters = self.waiters
   self.waiters = {}
   for _, w in ipairs(waiters) do wake(w, true) end
+end
+
+function W:go(fn, on_raise)
+  self:enter()
+  core.go(function()
+    local ok, err = xpcall(fn, debug.traceback)
+    if not ok then on_raise(err) end
+    self:leave()
+  end)
 end
 
 function W:wait(signal)

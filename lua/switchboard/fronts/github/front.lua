@@ -42,12 +42,7 @@ function F:api(repo, number)
 end
 
 function F:spawn(fn)
-  self.sending:enter()
-  core.go(function()
-    local ok, err = xpcall(fn, debug.traceback)
-    if not ok then self.log("error", "github.front_error", { error = tostring(err) }) end
-    self.sending:leave()
-  end)
+  self.sending:go(fn, function(err) self.log("error", "github.front_error", { error = tostring(err) }) end)
 end
 
 function F:flush(signal)

@@ -53,12 +53,7 @@ end
 
 -- Runs fn as a counted task: flush() waits for every one.
 function F:spawn(fn)
-  self.sending:enter()
-  core.go(function()
-    local ok, err = xpcall(fn, debug.traceback)
-    if not ok then self.log("error", "slack.front_error", { error = tostring(err) }) end
-    self.sending:leave()
-  end)
+  self.sending:go(fn, function(err) self.log("error", "slack.front_error", { error = tostring(err) }) end)
 end
 
 -- A second TERM during the drain aborts the signal before the flush begins: false at once.
