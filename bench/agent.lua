@@ -131,9 +131,9 @@ local function one_run(snap, root, r)
     end }
   local card = run_card.new{ thread = "b", agent = "coding", ask = "x" }
   local state = run.run{ snap = snap, def = policy.agent(snap, "coding"), agent = "coding",
-    executor = built.executor, tracker = built.tracker, client = c, card = card,
+    executor = built.executor, tracker = built.tracker, client = c, events = run_card.events(card, core.now_ms),
     signal = core.signal(), deadline_ms = core.now_ms() + 3600000, ask = "fix the tests",
-    transcript = { write = function() end }, accounts = require("switchboard.agent.spend").new_accounts() }
+    accounts = require("switchboard.agent.spend").new_accounts() }
   marks[#marks + 1] = { t = core.now_ms(), exec = in_exec }
   assert(state == "done", state)
   local own = {}

@@ -48,8 +48,7 @@ describe("a stdio MCP server in the thread's sandbox", function()
       r.state, r.answer = run.run{
         snap = snap, def = coding, agent = "coding", executor = tracker, tracker = tracker,
         client = client.new{ api_key = m.key, base_url = m.url, settings = snap.agents.model_api },
-        card = card, signal = core.signal(), deadline_ms = core.now_ms() + 600000, ask = "call the demo tool",
-        transcript = { write = function() end },
+        events = run_card.events(card, core.now_ms), signal = core.signal(), deadline_ms = core.now_ms() + 600000, ask = "call the demo tool",
       }
       r.requests = m:requests()
       r.note = table.concat(card.notes, "\n")

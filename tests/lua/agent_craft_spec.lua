@@ -148,11 +148,10 @@ describe("the Slack thread's permalink", function()
       return { ok = true, permalink = "https://acme.slack.com/archives/C1/p1700000000000100" }
     end }
     local f = slack_front.new{ api = api, policy = function() return snap end, log = function() end }
-    assert.is_nil(f:link_for("T/C1/1700000000.000100"))
-    f:note_ask("T/C1/1700000000.000100", { channel = "C1", thread_ts = "1700000000.000100" })
-    local link = f:link_for("T/C1/1700000000.000100")
+    assert.is_nil(f:link_for("T/C1/1700000000.000100", nil)) -- no ask's address: no link
+    -- the address travels in the ask (the message's reply_to); the front keeps nothing per thread
+    local link = f:link_for("T/C1/1700000000.000100", { channel = "C1", thread_ts = "1700000000.000100" })
     assert.equal(0, #calls)
-    f:note_ask("T/C1/1700000000.000100", nil) -- the front forgets the thread; the link still works
     assert.equal("https://acme.slack.com/archives/C1/p1700000000000100", link())
     assert.same({ method = "chat.getPermalink", args = { channel = "C1", message_ts = "1700000000.000100" } }, calls[1])
   end)

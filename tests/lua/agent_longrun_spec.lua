@@ -10,6 +10,7 @@ local context = require("switchboard.agent.context")
 local spend = require("switchboard.agent.spend")
 local run = require("switchboard.agent.run")
 local run_card = require("switchboard.dispatch.run_card")
+local run_events = require("switchboard.dispatch.run_events")
 local health = require("switchboard.exec.health")
 local policy = require("switchboard.policy")
 local model = require("support.model")
@@ -46,10 +47,11 @@ describe("a long run's bounds", function()
     local card = run_card.new{ thread = o.thread or "main", agent = "coding", ask = o.ask or "go" }
     local args = {
       snap = snap, def = policy.agent(snap, "coding"), agent = "coding", executor = tracker, tracker = tracker,
-      client = c, card = card, signal = core.signal(), deadline_ms = core.now_ms() + 120000, ask = o.ask or "go",
-      transcript = o.transcript or { write = function() end }, thread = o.thread or "main", accounts = o.accounts,
+      client = c, events = run_card.events(card, core.now_ms), signal = core.signal(), deadline_ms = core.now_ms() + 120000,
+      ask = o.ask or "go", thread = o.thread or "main", accounts = o.accounts,
       history = o.history, now_s = o.now_s, on_turn = o.on_turn,
     }
+    if o.transcript then args.events:subscribe("lines", o.transcript) end
     local s, a, p, r = run.run(args)
     return s, a, p, r, card
   end
@@ -78,7 +80,7 @@ describe("a long run's bounds", function()
     -- pull_request.unfinished = "none": nothing, and the card says why
     local notes = {}
     ask.snap = { agents = { pull_request = { unfinished = "none" } } }
-    ask.card = { add_note = function(_, n) notes[#notes + 1] = n end }
+    ask.events = { emit = function(_, e) if e.type == "note" then notes[#notes + 1] = e.text end end }
     assert.is_nil(agent_run.publishes({}, ask, "spend"))
     assert.matches('pull_request.unfinished in policies/agents.lua is "none"', notes[1], 1, true)
     -- a finished run: ready; a shutdown: nothing
@@ -297,7 +299,7 @@ describe("a long run's bounds", function()
                 { match = summary:sub(1, 40), content = { { type = "text", text = "a summary" } } } }
       local n = 0
       state = one_run(snap_with{ context = setmetatable({ keep_tool_results = 1 }, { __index = shipped.agents.context }) },
-        { accounts = spend.new_accounts(), transcript = { write = function(_, rec) lines[#lines + 1] = rec end },
+        { accounts = spend.new_accounts(), transcript = function(rec) if run_events.kept(rec) then lines[#lines + 1] = rec end end,
           exec = function() n = n + 1; return { exit_code = 0, text = ("result " .. n .. " "):rep(500) } end })
       reqs = m:requests()
     end)

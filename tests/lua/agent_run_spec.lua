@@ -130,9 +130,8 @@ describe("the run loop", function()
         if a.err then return nil, a.err end
         return a
       end },
-      card = run_card.new{ thread = "t", agent = "coding", ask = "x" }, signal = core.signal(),
+      events = run_card.events(run_card.new{ thread = "t", agent = "coding", ask = "x" }, core.now_ms), signal = core.signal(),
       deadline_ms = core.now_ms() + 600000, ask = "do it",
-      transcript = { write = function() end },
     }
     return o, sent
   end

@@ -20,8 +20,11 @@
 -- within the window (agent/context.lua); each answer's cost is booked (agent/spend.lua).
 --
 --   local state, answer, problem, record = run.run{snap, def, agent, executor, tracker,
---     client, card, signal, deadline_ms, ask, repo, workspace, transcript, now_ms,
+--     client, events, signal, deadline_ms, ask, repo, workspace, now_ms,
 --     instructions?, history?, on_turn?, thread?, accounts?, now_s?, attach?}
+--   events: the run's event stream (dispatch/run_events.lua): what happens is emitted there once
+--            — the transcript's lines, and the live ones the card shows (turn, activity, usage,
+--            note, …); the run never writes a card or a transcript itself
 --   attach(image, tool_use_id): a screenshot taken (agent/screenshot.lua), for the page and thread
 --   ask: text, or content blocks (a Slack ask's text and images)
 --   on_turn(messages): called after each turn's messages are complete (the answer, its tool
@@ -156,24 +159,23 @@ end
 
 -- One call. quiet: the card already names the batch this call runs in.
 local function run_one(o, use, turn, quiet)
-  if not quiet then o.card:tool(tools.describe(use)) end
+  if not quiet then o.events:emit{ type = "activity", text = tools.describe(use) } end
   local t0 = o.now_ms()
   local out = tools.call(o.executor, o.snap, o.def, use, {
     signal = o.signal, remaining_ms = o.deadline_ms - o.now_ms(),
     attach = o.attach and function(image) o.attach(image, use.id) end,
     on_todos = function(list)
-      if o.card.set_todos then o.card:set_todos(list) end
-      o.transcript:write{ type = "todos", turn = turn, todos = list }
+      o.events:emit{ type = "todos", turn = turn, todos = list }
     end,
   })
-  if not quiet then o.card:tool_done() end
+  if not quiet then o.events:emit{ type = "activity" } end
   if out.kind == "capacity" then
-    o.card:add_note(("⏳ turn %d: the sandbox fleet was busy; the model was told to retry"):format(turn))
+    o.events:emit{ type = "note", text = ("⏳ turn %d: the sandbox fleet was busy; the model was told to retry"):format(turn) }
   end
   local block = { type = "tool_result", tool_use_id = use.id, content = M.fit(o, out.content, turn, use.id),
                   is_error = out.is_error or nil }
   o.described[use.id] = tools.describe(use)
-  o.transcript:write{ type = "tool_result", turn = turn, id = use.id, name = use.name, input = use.input, kind = out.kind,
+  o.events:emit{ type = "tool_result", turn = turn, id = use.id, name = use.name, input = use.input, kind = out.kind,
                       is_error = out.is_error, started_ms = t0, duration_ms = o.now_ms() - t0, content = loggable(block.content) }
   if not out.is_error and tools.TOUCHES_FILE[use.name] and type(use.input) == "table" then
     o.touched[#o.touched + 1] = use.input.path
@@ -186,7 +188,7 @@ end
 local function run_together(o, batch, turn)
   local names = {}
   for i, use in ipairs(batch) do names[i] = tools.describe(use) end
-  o.card:tool(("%d reads at once: %s"):format(#batch, table.concat(names, ", ")))
+  o.events:emit{ type = "activity", text = ("%d reads at once: %s"):format(#batch, table.concat(names, ", ")) }
   local blocks, outs, left = {}, {}, #batch
   local all_done = core.signal()
   local raised -- a call's raise (a bug), with the traceback of the task it was raised in
@@ -209,7 +211,7 @@ local function run_together(o, batch, turn)
   -- not caught here: it goes on up to the run's one catch (dispatch/dispatcher.lua), in the
   -- run's own task, once every call of the batch has ended
   if raised then error(raised, 0) end
-  o.card:tool_done()
+  o.events:emit{ type = "activity" }
   return blocks, outs
 end
 
@@ -280,8 +282,9 @@ function M.nested_instructions(o, results)
   for _, f in ipairs(found) do
     results[#results + 1] = { type = "text", text = text.valid(instructions.nested_text(f)) }
   end
-  o.card:set_note("nested_instructions", "instructions for subdirectories: " .. table.concat(o.nested.used, ", "))
-  o.transcript:write{ type = "instructions", nested = true, files = found }
+  o.events:emit{ type = "note", key = "nested_instructions",
+                 text = "instructions for subdirectories: " .. table.concat(o.nested.used, ", ") }
+  o.events:emit{ type = "instructions", nested = true, files = found }
 end
 
 ---------------------------------------------------------------------------------------------
@@ -293,10 +296,9 @@ local function show_usage(o, extra)
   local u = o.totals
   local cur = extra or {}
   local function f(k) return u[k] + (cur[k] or 0) end
-  o.card:usage(f("input_tokens"), f("output_tokens"), {
+  o.events:emit{ type = "usage", tokens_in = f("input_tokens"), tokens_out = f("output_tokens"),
     cache_read = f("cache_read_input_tokens"), cache_write = f("cache_creation_input_tokens"),
-    cost_usd = o.cost + (extra and spend.cost(o.price, extra) or 0),
-  })
+    cost_usd = o.cost + (extra and spend.cost(o.price, extra) or 0) }
 end
 
 local function progress(o)
@@ -304,9 +306,9 @@ local function progress(o)
     if kind == "usage" then
       show_usage(o, s.usage)
     elseif kind == "thinking" then
-      if o.card.thinking then o.card:thinking() end
-    elseif kind == "block" and block and o.card.thinking then
-      o.card:tool_done()
+      o.events:emit{ type = "thinking" }
+    elseif kind == "block" and block then
+      o.events:emit{ type = "activity" }
     end
   end
 end
@@ -325,10 +327,10 @@ local function ask_model(o, body)
   local message, err = o.client:create(body, {
     signal = o.signal, deadline_ms = o.deadline_ms, on_progress = progress(o),
     on_wait = function(ms, why)
-      o.card:wait(("model API busy — retrying in %ds (%s)"):format(math.ceil(ms / 1000), why))
+      o.events:emit{ type = "waiting", text = ("model API busy — retrying in %ds (%s)"):format(math.ceil(ms / 1000), why) }
     end,
   })
-  o.card.waiting = nil
+  o.events:emit{ type = "waiting" }
   if message then book(o, message.usage) end
   return message, err
 end
@@ -364,9 +366,9 @@ local function summarise(o, conv)
   local max = c.summary_max_tokens + (o.def.thinking and o.def.thinking.budget_tokens or 0)
   local why = spend.check(o.snap, o, o.cost)
   if why then return nil, core.error("spend", why) end
-  o.card:tool("compacting the conversation: the model summarises it")
+  o.events:emit{ type = "activity", text = "compacting the conversation: the model summarises it" }
   local message, err = ask_model(o, M.body(o, msgs, math.min(max, o.model.max_output_tokens)))
-  o.card:tool_done()
+  o.events:emit{ type = "activity" }
   if not message then return nil, err end
   local _, summary = M.split(message)
   if summary == "" then return nil, core.error("empty", "the summary request gave no text") end
@@ -376,8 +378,8 @@ end
 -- The card's one line about compaction: how often, and the latest.
 local function compacted(o, what)
   o.compactions = o.compactions + 1
-  o.card:set_note("compaction", ("🗜 context compacted %d time%s; the latest at %s"):format(o.compactions,
-    o.compactions == 1 and "" or "s", what))
+  o.events:emit{ type = "note", key = "compaction", text = ("🗜 context compacted %d time%s; the latest at %s")
+    :format(o.compactions, o.compactions == 1 and "" or "s", what) }
 end
 
 -- Makes the next request fit, cheapest first: elide the tool results older than the latest
@@ -397,7 +399,7 @@ function M.compact(o, conv, turn, forced, api_said)
     local after, bytes_after = conv:estimate(), conv:bytes()
     compacted(o, ("turn %d: %d older tool results elided (~%d → ~%d tokens of %d)")
       :format(turn, n, before, after, o.model.context_tokens))
-    o.transcript:write{ type = "compaction", turn = turn, how = "elide", results = n, before = before, after = after,
+    o.events:emit{ type = "compaction", turn = turn, how = "elide", results = n, before = before, after = after,
                         bytes_before = bytes_before, bytes_after = bytes_after, forced = forced or nil }
     if forced or after <= limit then return true end
   end
@@ -420,7 +422,7 @@ function M.compact(o, conv, turn, forced, api_said)
   o.nested = instructions.nested_state(o.nested)
   compacted(o, ("turn %d: earlier turns summarised by the model, the latest %d messages kept (~%d → ~%d tokens)")
     :format(turn, kept, before, conv:estimate()))
-  o.transcript:write{ type = "compaction", turn = turn, how = "summary", kept = kept, before = before,
+  o.events:emit{ type = "compaction", turn = turn, how = "summary", kept = kept, before = before,
                       after = conv:estimate(), bytes_before = bytes_summarised, bytes_after = conv:bytes(), summary = summary }
   if conv:estimate() > o.model.context_tokens then
     return false, "context", ("even after the model summarised the conversation, its latest turns "
@@ -516,7 +518,7 @@ function M.take_inbox(o, conv, turn)
   for i, m in ipairs(list) do
     blocks[i] = { type = "text", text = text.valid(("[A message from %s in the thread, sent while you worked:]\n%s")
       :format(tostring(m.user or "someone"), tostring(m.text or ""))) }
-    o.transcript:write{ type = "message_in", turn = turn, user = m.user, text = m.text }
+    o.events:emit{ type = "message_in", turn = turn, user = m.user, text = m.text }
   end
   conv:append_to_last(blocks)
   if o.on_turn then o.on_turn(conv.messages) end
@@ -528,7 +530,7 @@ local function handle(o, conv, message, turn)
   local content, said, uses = M.split(message)
   if said ~= "" then o.answer = o.continuing and (o.answer .. said) or said end
   -- the text beside a turn's calls is the model's commentary: its last line on the card
-  if #uses > 0 and said ~= "" and o.card.comment then o.card:comment(said) end
+  if #uses > 0 and said ~= "" then o.events:emit{ type = "commentary", text = said } end
   o.continuing, o.cut = false, nil
   if message.stop_reason == "pause_turn" and #content > 0 then
     conv:add{ role = "assistant", content = content }
@@ -539,7 +541,8 @@ local function handle(o, conv, message, turn)
     if cut and o.continuations < o.snap.agents.on_max_tokens.max_continuations and #content > 0 then
       o.continuations, o.continuing = o.continuations + 1, true
       local _, now = grow(o)
-      o.card:set_note("max_tokens", ("✂ turn %d: the answer reached max_tokens; asked the model to continue it (max_tokens %d)"):format(turn, now))
+      o.events:emit{ type = "note", key = "max_tokens",
+        text = ("✂ turn %d: the answer reached max_tokens; asked the model to continue it (max_tokens %d)"):format(turn, now) }
       conv:add{ role = "assistant", content = content }
       conv:add{ role = "user", content = { { type = "text", text = "Your answer was cut off by the output "
         .. "limit. Continue it exactly where it stopped, without repeating what you already wrote." } } }
@@ -561,8 +564,9 @@ local function handle(o, conv, message, turn)
     o.cut = ("not run: this call was cut off by the output limit (max_tokens %d) before its input was "
       .. "complete. The next turn may use up to %d tokens; make the call again (a large file is better "
       .. "written in parts)."):format(before, now)
-    o.card:set_note("max_tokens", ("✂ turn %d: a tool call was cut by max_tokens (%d); the model was told, max_tokens is now %d")
-      :format(turn, before, now))
+    o.events:emit{ type = "note", key = "max_tokens",
+      text = ("✂ turn %d: a tool call was cut by max_tokens (%d); the model was told, max_tokens is now %d")
+      :format(turn, before, now) }
   end
   conv:add{ role = "assistant", content = content }
   local results, ending, why = M.call_tools(o, uses, turn)
@@ -591,11 +595,11 @@ local function request(o, conv, turn)
     local message, err = ask_model(o, M.body(o, conv.messages))
     if message then
       conv:answered(message.usage)
-      o.transcript:write{ type = "answer", turn = turn, stop_reason = message.stop_reason, usage = message.usage,
+      o.events:emit{ type = "answer", turn = turn, stop_reason = message.stop_reason, usage = message.usage,
                           duration_ms = o.now_ms() - t0, content = message.content }
       return message
     end
-    o.transcript:write{ type = "model_error", turn = turn, kind = err.kind, message = err.message }
+    o.events:emit{ type = "model_error", turn = turn, kind = err.kind, message = err.message }
     if err.kind == "aborted" then return nil, "stopped" end
     if err.kind == "budget" then return nil, "budget", err.message end
     if err.kind ~= "too_long" then return nil, "model_error", err.message end
@@ -611,7 +615,7 @@ function M.run(o)
   local conv = context.new(M.start_messages(o.history, o.ask, o.facts and facts.turn(o.snap, o.facts, o.workspace)), fixed)
   if o.on_turn then o.on_turn(conv.messages) end -- the ask itself is kept before the first request
   o.answer = ""
-  o.transcript:write{ type = "run_start", agent = o.agent, model = o.def.model, repo = o.repo,
+  o.events:emit{ type = "run_start", agent = o.agent, model = o.def.model, repo = o.repo,
                       ask = o.ask, system = o.system, tools = o.tools, max_turns = o.def.max_turns,
                       history = o.history and #o.history or 0 }
   local turn = 0
@@ -622,7 +626,7 @@ function M.run(o)
     local ending, why = must_end(o)
     if ending then return finish(ending, why) end
     turn = turn + 1
-    o.card:turn(turn)
+    o.events:emit{ type = "turn", turn = turn }
     M.take_inbox(o, conv, turn)
     local message, state, problem = request(o, conv, turn)
     if not message then return finish(state, problem) end

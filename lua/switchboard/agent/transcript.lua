@@ -7,6 +7,8 @@
 --   local t = transcript.open(dir, thread_key, ask_id)   -- never fails: a file that cannot be
 --   t:write{type = "…", …}                               -- opened leaves t.error and drops lines
 --   t:close()
+--   stream:subscribe("transcript", t:follow(keep))   -- the run's events (dispatch/run_events.lua)
+--                                        each event keep(event) says a line is written; closed at run_end
 local core = require("switchboard.core")
 local cjson = require("cjson.safe").new()
 local workspace = require("switchboard.shell.workspace")
@@ -42,6 +44,14 @@ function T:write(record)
   if not line then return end
   self.file:write(self.scrub(line), "\n")
   self.file:flush()
+end
+
+-- The transcript as a subscriber of its run's events: a line per kept event; run_end is the last.
+function T:follow(keep)
+  return function(e)
+    if keep(e) then self:write(e) end
+    if e.type == "run_end" then self:close() end
+  end
 end
 
 function T:close()

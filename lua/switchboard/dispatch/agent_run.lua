@@ -9,17 +9,25 @@
 -- files and the run's facts are read at the same time, and the toolchains are asked once per
 -- image (agent/facts.lua).
 --
---   agent_run.before(d, run) → true | false (the card has ended: no model credential)
---   agent_run.run(d, run)           in the thread's worker task, the executor provisioned
---   agent_run.raised(d, run, why)   the run raised (a bug; logged by the lifecycle)
---   agent_run.ended(d, run)         after the release
+--   agent_run.before(ctx, run) → true | false (the card has ended: no model credential)
+--   agent_run.run(ctx, run)           in the thread's worker task, the executor provisioned
+--   agent_run.raised(ctx, run, why)   the run raised (a bug; logged by the lifecycle)
+--   agent_run.ended(ctx, run)         after the release
 --   agent_run.repo_in(text) → "OWNER/REPO" | nil  the repository a free-text ask names
 -- run: {thread, ask, built, released}; the steps keep their own state on it (client,
--- transcript, record row, state, answer, problem, cost).
+-- transcript, state, answer, problem, tally).
+--
+-- ctx is the run's narrow context (dispatch/dispatcher.lua run_context), all it reaches of the
+-- dispatcher: now_ms, shutdown, thread_key, credentials, model_client, transcripts_dir,
+-- accounts, record and remember (the record subscriber's), page_url, show() (the card now),
+-- base_since(repo), attach_file(file)?, history(), keep_conversation(messages),
+-- forget_conversation(). What the run does goes to its event stream (ask.events,
+-- dispatch/run_events.lua), never to the card or the record directly: the card and the
+-- dispatcher's thread subscribe when the ask is queued, the transcript, the record and the
+-- GitHub reply when the run starts.
 local core = require("switchboard.core")
 local client_mod = require("switchboard.agent.client")
 local repo_mod = require("switchboard.agent.repo")
-local pushes = require("switchboard.dispatch.pushes")
 local instructions = require("switchboard.agent.instructions")
 local facts_mod = require("switchboard.agent.facts")
 local tools_mod = require("switchboard.agent.tools")
@@ -27,9 +35,10 @@ local publish = require("switchboard.agent.publish")
 local diff_mod = require("switchboard.agent.diff")
 local agent = require("switchboard.agent.run")
 local transcript = require("switchboard.agent.transcript")
-local pulls = require("switchboard.github.pulls")
 local parser = require("switchboard.dispatch.parser")
-local pr_review = require("switchboard.dispatch.pr_review")
+local run_events = require("switchboard.dispatch.run_events")
+local run_record = require("switchboard.dispatch.run_record")
+local github_reply = require("switchboard.dispatch.github_reply")
 
 local M = {}
 
@@ -57,8 +66,8 @@ function M.repo_in(text)
 end
 
 -- The agent's own provider (policies/agents.lua provider) when it names one.
-local function make_client(d, snap, agent_def)
-  local factory = d.model_client or function(s, def) return client_mod.from_env(os.getenv, s, def) end
+local function make_client(ctx, snap, agent_def)
+  local factory = ctx.model_client or function(s, def) return client_mod.from_env(os.getenv, s, def) end
   return factory(snap, agent_def)
 end
 
@@ -78,97 +87,63 @@ local UNFINISHED = {
 
 -- What a run that ended in state publishes: "ready" (done), "draft" (stopped before it was
 -- done, as policy's pull_request.unfinished says), or nil. A shutdown publishes nothing.
-function M.publishes(d, ask, state)
+function M.publishes(ctx, ask, state)
   if not M.publishes_at_all(ask) then return nil end
-  if d.shutdown and d.shutdown.aborted then return nil end
+  if ctx.shutdown and ctx.shutdown.aborted then return nil end
   if state == "done" and not ask.stop.aborted then return "ready" end
   local stopped = ask.stop.aborted and "stopped" or state
   if UNFINISHED[stopped] and ask.snap.agents.pull_request.unfinished == "draft" then return "draft", UNFINISHED[stopped] end
   if UNFINISHED[stopped] then
-    ask.card:add_note(("no pull request: the run stopped before it was done (%s), and pull_request.unfinished "
-      .. "in policies/agents.lua is \"none\"; its changes stay in the thread's workspace for a follow-up"):format(UNFINISHED[stopped]))
+    ask.events:emit{ type = "note", text = ("no pull request: the run stopped before it was done (%s), and "
+      .. "pull_request.unfinished in policies/agents.lua is \"none\"; its changes stay in the thread's workspace for "
+      .. "a follow-up"):format(UNFINISHED[stopped]) }
   end
   return nil
 end
 
-function M.publish(d, thread, ask, built, t, answer, deadline, draft)
-  local c = ask.card
-  c:tool("git: committing and pushing the changes")
-  d:refresh(ask)
+function M.publish(ctx, run, deadline, draft)
+  local thread, ask, built = run.thread, run.ask, run.built
+  local events = ask.events
+  events:emit{ type = "activity", text = "git: committing and pushing the changes" }
+  ctx.show()
   -- a run stopped by `stop` or by its clock still publishes its draft: with a signal of its
   -- own (a shutdown still ends it) and policy's grace
-  local signal, remaining = ask.stop, deadline - d.now_ms()
+  local signal, remaining = ask.stop, deadline - ctx.now_ms()
   if draft then
-    signal = core.signal(d.shutdown)
+    signal = core.signal(ctx.shutdown)
     remaining = math.max(remaining, ask.snap.agents.pull_request.publish_grace_ms)
   end
   local res, err = publish.run{
     executor = built.executor, snap = ask.snap, repo = ask.repo, thread = thread.name,
-    thread_key = d.thread_key(thread.name), link = ask.link, ask = ask.text, agent = ask.agent,
-    answer = answer, turns = c.turns, creds = d.build_opts.credentials, scope = ask.agent_def.token_scope,
+    thread_key = ctx.thread_key, link = ask.link, ask = ask.text, agent = ask.agent,
+    answer = run.answer, turns = run.tally.turns, creds = ctx.credentials, scope = ask.agent_def.token_scope,
     signal = signal, remaining_ms = remaining, draft = draft, fixes = ask.issue and ask.issue.number,
   }
-  c:tool_done()
+  events:emit{ type = "activity" }
   local problem, kind = err and tostring(err), err and err.kind
+  local pull_request
   if res and res.state == "published" then
-    c.pull_request = { url = res.pr.url, number = res.pr.number, action = res.pr.action, branch = res.branch,
-                       draft = res.pr.draft }
-    thread.branch, thread.pr = res.branch, { number = res.pr.number, url = res.pr.url }
-    d:remember("thread", d.record and d.record.bind, thread.name,
-      { branch = res.branch, pr_number = res.pr.number, pr_url = res.pr.url })
-  elseif res == nil then
-    c.publish_problem = problem
+    pull_request = { url = res.pr.url, number = res.pr.number, action = res.pr.action, branch = res.branch,
+                     draft = res.pr.draft }
   end
-  t:write{ type = "publish", state = res and res.state or "failed", kind = kind, branch = res and res.branch,
-           sha = res and res.sha, pull_request = c.pull_request, problem = problem, draft = draft }
+  -- the card, the record, the thread and the GitHub reply read it from here
+  events:emit{ type = "publish", state = res and res.state or "failed", kind = kind, branch = res and res.branch,
+               sha = res and res.sha, pull_request = pull_request, problem = problem, draft = draft }
   core.log(res and "info" or "warn", "agent.publish", { thread = thread.name, repo = ask.repo,
-    state = res and res.state or "failed", kind = kind, pr = c.pull_request and c.pull_request.number,
+    state = res and res.state or "failed", kind = kind, pr = pull_request and pull_request.number,
     draft = draft ~= nil })
-end
-
--- A run a review comment started answers on the pull request: what it pushed (or why
--- nothing), and its summary (policies/agents.lua review_comments.reply).
-function M.reply_on_review(d, thread, ask, state, answer, problem)
-  local c, snap, card = ask.review, ask.snap, ask.card
-  local pr = card.pull_request
-  local what
-  if pr then
-    what = ("I pushed the changes to `%s` (pull request updated)."):format(pr.branch)
-  elseif card.publish_problem then
-    what = "I could not push the changes: " .. card.publish_problem
-  else
-    what = ("I changed nothing (the run ended: %s%s)."):format(state, problem and (" — " .. problem) or "")
-  end
-  local body = require("switchboard.policy.template").fill(snap.agents.review_comments.reply, {
-    user = tostring(c.user), what = what,
-    summary = (answer and answer ~= "") and answer or "(no summary)",
-  })
-  local creds = d.build_opts.credentials
-  local envs, err = creds and creds:resolve_envs(ask.agent_def.token_scope, { repo = c.repo })
-  local ok
-  if envs and envs.GH_TOKEN then
-    ok, err = pulls.comment{ api_url = creds:api_url(), token = envs.GH_TOKEN, repo = c.repo,
-      number = math.tointeger(c.pr_number) or c.pr_number, body = body, timeout_ms = snap.github.request_timeout_ms }
-  end
-  if ok then
-    card:add_note(("replied on pull request #%s"):format(tostring(c.pr_number)))
-  else
-    card:add_note(("the reply on pull request #%s failed: %s"):format(tostring(c.pr_number),
-      tostring(err or "no GitHub token"):match("^[^\n]*")))
-  end
-  core.log(ok and "info" or "warn", "agent.review_reply", { thread = thread.name, pr = c.pr_url, ok = ok == true })
 end
 
 -- What the executor said about the thread's workspace on a wake (sandboxd: kept from its sleep,
 -- or expired by the slept workspaces' budget; docs/sandboxd.md "Slept workspaces"), on the
 -- card ("workspace expired (policy …): re-cloned acme/api on branch X" after a re-clone).
-local function say_workspace(c, executor, done, on_branch, repo)
+local function say_workspace(events, executor, done, on_branch, repo)
   local note = executor.take_workspace_note and executor:take_workspace_note()
   if not note then return end
   if note.state == "expired" and done == "cloned" then
-    c:add_note(("%s: re-cloned %s on branch %s"):format(note.text, repo, on_branch or "(the default branch)"))
+    events:emit{ type = "note", text = ("%s: re-cloned %s on branch %s"):format(note.text, repo, on_branch or "(the default branch)") }
   else
-    c:add_note(note.text)
+    events:emit{ type = "note", text = note.text }
   end
 end
 
@@ -177,12 +152,12 @@ end
 -- the run's start, beside the clone (issue 36: a cold thread's first request waits for the
 -- slower of the two, not their sum); the function returned waits for it and applies it, so
 -- its notes come after the repository's, as before.
-function M.start_context(d, thread, ask)
+function M.start_context(ctx, thread, ask)
   if not ask.prepare then return function() end end
   local got
   local done = core.signal()
   core.go(function()
-    local history = M.history(d, thread)
+    local history = ctx.history()
     got = { pcall(ask.prepare, history == nil or #history == 0) }
     done:abort("done")
   end)
@@ -195,10 +170,10 @@ end
 function M.apply_context(thread, ask, ok, blocks, notes)
   if not ok then
     core.log("error", "agent.context_failed", { thread = thread.name, error = tostring(blocks) })
-    ask.card:add_note("the context from the front could not be read: " .. tostring(blocks):match("^[^\n]*"))
+    ask.events:emit{ type = "note", text = "the context from the front could not be read: " .. tostring(blocks):match("^[^\n]*") }
     return
   end
-  for _, n in ipairs(notes or {}) do ask.card:add_note(n) end
+  for _, n in ipairs(notes or {}) do ask.events:emit{ type = "note", text = n } end
   if blocks and #blocks > 0 then
     local content = {}
     for i, b in ipairs(blocks) do content[i] = b end
@@ -207,57 +182,53 @@ function M.apply_context(thread, ask, ok, blocks, notes)
   end
 end
 
--- The thread's conversation so far: this process's copy, or the record's after a restart.
-function M.history(d, thread)
-  if thread.history == nil and d.record then
-    thread.history = d:remember("conversation", d.record.conversation, thread.name)
-    if thread.history then thread.mark = { refs = { table.unpack(thread.history) } } end
-  end
-  return thread.history
-end
-
--- After each turn and at the end: the conversation as sent is the thread's (and the record's,
--- committed before the next request goes out).
-function M.keep_conversation(d, thread, messages)
-  thread.history = messages
-  if d.record then
-    thread.mark = d:remember("conversation", d.record.save_conversation, thread.name, messages, thread.mark)
+-- The run's own count of its turns and tokens (what its end reports), from its events.
+local function tally(run)
+  local t = { turns = 0, tokens_in = 0, tokens_out = 0 }
+  run.tally = t
+  return function(e)
+    if e.type == "turn" then
+      t.turns = e.turn
+    elseif e.type == "usage" then
+      t.tokens_in, t.tokens_out, t.cache_read, t.cache_write, t.cost_usd =
+        e.tokens_in, e.tokens_out, e.cache_read, e.cache_write, e.cost_usd
+    end
   end
 end
 
--- The run's row in the record, and its transcript lines going there too (the page reads them).
-function M.record_start(d, thread, ask, built, t)
-  if not d.record then return nil end
-  local rrun = d:remember("run_start", d.record.run_start, { thread = thread.name, ask = ask.text,
-    agent = ask.agent, model = ask.agent_def.model, user = ask.user, backend = built.backend })
-  if not rrun then return nil end
-  -- the thread's backend, and the key its sandbox or resident instance is bound by
-  d:remember("thread", d.record.bind, thread.name, { backend = built.backend, instance = d.thread_key(thread.name) })
-  local url = d.page_url and d.page_url(rrun.token)
-  if url then ask.card.page_url = url end -- a View run button (Slack), a line (the console)
-  if ask.user_name then
+-- The run's subscribers beside the card and the thread (which the dispatcher subscribed when
+-- the ask was queued): its tally, the transcript, the record (the run page reads it) and the
+-- GitHub reply, in that order. Then the run says it started (the record makes its row).
+local function start_events(ctx, run)
+  local thread, ask, events = run.thread, run.ask, run.ask.events
+  events:subscribe("tally", tally(run))
+  local t = transcript.open(ctx.transcripts_dir, ctx.thread_key, ask.id)
+  run.transcript = t
+  -- an image's bytes are the run page's (the record's), never a transcript line
+  events:subscribe("transcript", t:follow(function(e) return run_events.kept(e) and e.type ~= "image" end))
+  if ctx.record then
+    events:subscribe("record", run_record.follow{ record = ctx.record, remember = ctx.remember, thread = thread.name,
+      ask = ask, backend = run.built.backend, instance = ctx.thread_key, page_url = ctx.page_url,
+      emit = function(e) events:emit(e) end })
+  end
+  local reply = github_reply.follow{ ask = ask, thread = thread.name, credentials = ctx.credentials,
+    note = function(text) events:emit{ type = "note", text = text } end }
+  if reply then events:subscribe("github_reply", reply) end
+  events:emit{ type = "started", transcript_path = t.path }
+  if ctx.record and ask.user_name then
     core.go(function()
       local ok, name = pcall(ask.user_name)
-      if ok and type(name) == "string" and name ~= ask.user then t:write{ type = "asker", user = ask.user, name = name } end
+      if ok and type(name) == "string" and name ~= ask.user then events:emit{ type = "asker", user = ask.user, name = name } end
     end)
   end
-  local write = t.write
-  -- events are not waited for (the FIFO keeps their order, and the conversation's save after
-  -- each turn, which is waited for, commits after them): the run does not pay two more
-  -- thread-pool round trips per turn
-  t.write = function(self, rec)
-    write(self, rec)
-    core.go(function() d:remember("event", d.record.event, rrun, rec) end)
-  end
-  return rrun
 end
 
 -- Before provisioning: a run without a model client ends at once (its card says how to set
 -- the key), provisioning nothing.
-function M.before(d, run)
-  local client, why = make_client(d, run.ask.snap, run.ask.agent_def)
+function M.before(ctx, run)
+  local client, why = make_client(ctx, run.ask.snap, run.ask.agent_def)
   if not client then
-    run.ask.card:ended("no_key", d.now_ms(), nil, tostring(why))
+    run.ask.events:finish{ type = "run_end", state = "no_key", problem = tostring(why) }
     return false
   end
   run.client = client
@@ -285,47 +256,47 @@ end
 -- model's first request waits for no network but the model's (issue 36). The run's tools wait
 -- for the fetch (run.workspace_ready), and so does the run's end (nothing is released or
 -- published under a running fetch). A failed fetch is a note: the workspace's copy is used.
-local function fetch_beside(d, run, deadline)
-  local ask, built, t = run.ask, run.built, run.transcript
+local function fetch_beside(ctx, run, deadline)
+  local ask, built, events = run.ask, run.built, run.ask.events
   local ready = core.signal(ask.stop)
   local done = false
   core.go(function()
     local ok, got, err = pcall(repo_mod.fetch, built.executor, ask.snap, ask.repo,
-      { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
+      { signal = ask.stop, remaining_ms = deadline - ctx.now_ms() })
     if not ok then got, err = nil, got end
-    t:write{ type = "repository", repo = ask.repo, outcome = got or (type(err) == "table" and err.kind) or "error",
-             problem = err and tostring(err) }
+    events:emit{ type = "repository", repo = ask.repo, outcome = got or (type(err) == "table" and err.kind) or "error",
+                 problem = err and tostring(err) }
     if got then
-      ask.card:add_note("fetched " .. ask.repo)
+      events:emit{ type = "note", text = "fetched " .. ask.repo }
     elseif not ask.stop.aborted then
-      ask.card:add_note(("the fetch of %s failed; the workspace's copy is used: %s"):format(ask.repo,
-        tostring(err):match("^[^\n]*")))
+      events:emit{ type = "note", text = ("the fetch of %s failed; the workspace's copy is used: %s"):format(ask.repo,
+        tostring(err):match("^[^\n]*")) }
     end
     done = true
     ready:abort("ready")
   end)
   run.workspace_ready = function(quiet)
     if done or ask.stop.aborted then return end
-    if not quiet then ask.card:tool("waiting for the workspace: git fetch " .. ask.repo) end
+    if not quiet then events:emit{ type = "activity", text = "waiting for the workspace: git fetch " .. ask.repo } end
     while not done and not ask.stop.aborted do core.sleep(3600 * 1000, ready) end
-    if not quiet then ask.card:tool_done() end
+    if not quiet then events:emit{ type = "activity" } end
   end
 end
 
 -- The repository, cloned in the thread's workspace (or found there, then fetched beside the
 -- run). Returns nil, or the state the run ends in when the repository could not be made ready.
-local function prepare_repo(d, run, deadline)
-  local thread, ask, built, t = run.thread, run.ask, run.built, run.transcript
-  local c, snap = ask.card, ask.snap
-  c:preparing("git: " .. ask.repo)
-  d:refresh(ask)
+local function prepare_repo(ctx, run, deadline)
+  local thread, ask, built, events = run.thread, run.ask, run.built, run.ask.events
+  local snap = ask.snap
+  events:emit{ type = "phase", state = "preparing", text = "git: " .. ask.repo }
+  ctx.show()
   local done, err, setup = repo_mod.prepare(built.executor, snap, ask.repo, {
-    signal = ask.stop, remaining_ms = deadline - d.now_ms(), defer_fetch = true,
-    base_since = pushes.since(d, ask.repo), -- a push heard since: the prepared base is stale
-    branch = publish.branch(snap, thread.name, d.thread_key(thread.name)),
+    signal = ask.stop, remaining_ms = deadline - ctx.now_ms(), defer_fetch = true,
+    base_since = ctx.base_since(ask.repo), -- a push heard since: the prepared base is stale
+    branch = publish.branch(snap, thread.name, ctx.thread_key),
   })
   if done ~= "present" then
-    t:write{ type = "repository", repo = ask.repo, outcome = done or err.kind, problem = err and tostring(err) }
+    events:emit{ type = "repository", repo = ask.repo, outcome = done or err.kind, problem = err and tostring(err) }
   end
   if not done then
     if err.kind == "stopped" or ask.stop.aborted then return "stopped" end
@@ -333,24 +304,27 @@ local function prepare_repo(d, run, deadline)
     return err.kind == "infra" and "infra" or "clone_failed"
   end
   if done == "present" then
-    fetch_beside(d, run, deadline)
+    fetch_beside(ctx, run, deadline)
   else
     local on_branch = err -- a fresh clone that checked out the thread's branch names it
-    c:add_note(done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or ""))
-    if setup then c:add_note(".switchboard/setup.sh " .. (setup == "ok" and "ran" or ("failed (" .. setup:gsub("^failed%-", "exit ") .. "; its output is in .git/switchboard-setup.log)"))) end
+    events:emit{ type = "note", text = done .. " " .. ask.repo .. (on_branch and (" on the thread's branch " .. on_branch) or "") }
+    if setup then
+      events:emit{ type = "note", text = ".switchboard/setup.sh " .. (setup == "ok" and "ran"
+        or ("failed (" .. setup:gsub("^failed%-", "exit ") .. "; its output is in .git/switchboard-setup.log)")) }
+    end
   end
-  d:remember("thread", d.record and d.record.bind, thread.name, { repo = ask.repo, backend = built.backend })
-  say_workspace(c, built.executor, done, err, ask.repo) -- (err: the branch a fresh clone took)
-  c.state = "running"
+  say_workspace(events, built.executor, done, err, ask.repo) -- (err: the branch a fresh clone took)
+  -- the record binds the thread's repository
+  events:emit{ type = "phase", state = "running", repo = ask.repo }
   return nil
 end
 
 -- The repository's instruction files (the system prompt's end).
-local function read_instructions(d, run, deadline)
+local function read_instructions(ctx, run, deadline)
   local ask = run.ask
-  run.guide = instructions.read(run.built.executor, ask.snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
-  if run.guide.note then ask.card:add_note(run.guide.note) end
-  run.transcript:write{ type = "instructions", files = run.guide.files }
+  run.guide = instructions.read(run.built.executor, ask.snap, { signal = ask.stop, remaining_ms = deadline - ctx.now_ms() })
+  if run.guide.note then ask.events:emit{ type = "note", text = run.guide.note } end
+  ask.events:emit{ type = "instructions", files = run.guide.files }
 end
 
 -- The OS and toolchain lines a workspace of a backend gave, per (backend, agent): a new
@@ -360,17 +334,17 @@ end
 local known_facts, computing = {}, {}
 
 -- The run's facts (agent/facts.lua): an agent without tools gets none.
-local function gather_facts(d, run, deadline)
+local function gather_facts(ctx, run, deadline)
   local thread, ask = run.thread, run.ask
   local snap = ask.snap
   if #tools_mod.definitions(snap, ask.agent_def) == 0 then return end
   local image = tostring(run.built.backend) .. "\0" .. tostring(ask.agent) .. "\0" .. facts_mod.facts_file(snap, "")
-  if not known_facts[image] and computing[image] then core.sleep(deadline - d.now_ms(), computing[image]) end
+  if not known_facts[image] and computing[image] then core.sleep(deadline - ctx.now_ms(), computing[image]) end
   local mine = not known_facts[image] and not computing[image] and core.signal(ask.stop) or nil
   if mine then computing[image] = mine end
   local ok, got = pcall(facts_mod.gather, run.built.executor, snap, { repo = ask.repo,
-    branch = M.publishes_at_all(ask) and publish.branch(snap, thread.name, d.thread_key(thread.name)) or nil,
-    signal = ask.stop, remaining_ms = deadline - d.now_ms(), known = known_facts[image] })
+    branch = M.publishes_at_all(ask) and publish.branch(snap, thread.name, ctx.thread_key) or nil,
+    signal = ask.stop, remaining_ms = deadline - ctx.now_ms(), known = known_facts[image] })
   if mine then
     if ok then known_facts[image] = got.known end
     computing[image] = nil
@@ -378,20 +352,20 @@ local function gather_facts(d, run, deadline)
   end
   if not ok then error(got, 0) end
   run.facts = got
-  run.transcript:write{ type = "environment", facts = run.facts }
+  ask.events:emit{ type = "environment", facts = run.facts }
 end
 
 -- The model's turns (agent/run.lua) with the thread's conversation.
-local function converse(d, run, deadline)
+local function converse(ctx, run, deadline)
   local thread, ask, built = run.thread, run.ask, run.built
-  local c, snap = ask.card, ask.snap
+  local snap = ask.snap
   local s, a, p, res = agent.run{
     snap = snap, def = ask.agent_def, agent = ask.agent, executor = built.executor,
-    tracker = built.tracker, client = run.client, card = c, signal = ask.stop, deadline_ms = deadline,
+    tracker = built.tracker, client = run.client, events = ask.events, signal = ask.stop, deadline_ms = deadline,
     ask = ask.content or ask.text, repo = ask.repo,
     workspace = built.executor.workspace_dir and built.executor:workspace_dir() or nil,
-    transcript = run.transcript, now_ms = d.now_ms, instructions = run.guide, facts = run.facts,
-    history = M.history(d, thread), before_tools = run.workspace_ready,
+    now_ms = ctx.now_ms, instructions = run.guide, facts = run.facts,
+    history = ctx.history(), before_tools = run.workspace_ready,
     inbox = function()
       local list = ask.inbox
       if not list or #list == 0 then return nil end
@@ -399,81 +373,70 @@ local function converse(d, run, deadline)
       return list
     end,
     on_turn = function(messages)
-      M.keep_conversation(d, thread, messages)
+      ctx.keep_conversation(messages)
       -- the cost so far, so a run the bot dies in still counts towards the caps after a restart
-      if run.rrun and c.cost_usd then core.go(function() d:remember("run_cost", d.record.run_cost, run.rrun, c.cost_usd) end) end
+      ask.events:emit{ type = "saved", cost_usd = run.tally.cost_usd }
     end,
-    thread = thread.name, accounts = d.accounts,
-    attach = function(image, tool_id) M.attach(d, run, image, tool_id) end,
+    thread = thread.name, accounts = ctx.accounts,
+    attach = function(image, tool_id) M.attach(ctx, run, image, tool_id) end,
   }
   run.state, run.answer, run.problem = s, a, p
-  if res and res.messages then M.keep_conversation(d, thread, res.messages) end
-  run.cost = res and res.cost
+  if res and res.messages then ctx.keep_conversation(res.messages) end
 end
 
 -- A screenshot the agent took: kept for the run's page (record.pages.image_max_bytes) and
 -- posted in the thread when the front can (Slack: a file upload).
-function M.attach(d, run, image, tool_id)
+function M.attach(ctx, run, image, tool_id)
   local keep = #image.bytes <= run.ask.snap.record.pages.image_max_bytes
-  if run.rrun then
-    core.go(function()
-      d:remember("event", d.record.event, run.rrun, { type = "image", tool_id = tool_id, url = image.url,
-        media_type = image.media_type, width = image.width, height = image.height, size = #image.bytes,
-        data = keep and core.crypto.base64_encode(image.bytes) or nil })
-    end)
-  end
-  if d.front and d.front.attach_file then
-    d.front:attach_file(run.thread.name, { name = "screenshot.png", bytes = image.bytes,
-      title = "Screenshot of " .. tostring(image.url) })
+  run.ask.events:emit{ type = "image", tool_id = tool_id, url = image.url,
+    media_type = image.media_type, width = image.width, height = image.height, size = #image.bytes,
+    data = keep and core.crypto.base64_encode(image.bytes) or nil }
+  if ctx.attach_file then
+    ctx.attach_file{ name = "screenshot.png", bytes = image.bytes, title = "Screenshot of " .. tostring(image.url) }
   end
 end
 
 -- The run's changes against the commit it started from, for its page and card.
-local function capture_diff(d, run, deadline)
+local function capture_diff(ctx, run, deadline)
   local ask = run.ask
   local snap = ask.snap
-  local opts = { signal = core.signal(d.shutdown),
-                 remaining_ms = math.max(deadline - d.now_ms(), snap.agents.find_tools.timeout_ms) }
+  local opts = { signal = core.signal(ctx.shutdown),
+                 remaining_ms = math.max(deadline - ctx.now_ms(), snap.agents.find_tools.timeout_ms) }
   local got, err = diff_mod.capture(run.built.executor, snap, run.base, opts)
   if not got then
     core.log("warn", "agent.diff_failed", { thread = run.thread.name, error = tostring(err) })
     return
   end
-  ask.card.diff = { added = got.added, removed = got.removed, files = #got.files }
-  run.transcript:write{ type = "diff", base = got.base, files = got.files, added = got.added,
+  ask.events:emit{ type = "diff", base = got.base, files = got.files, added = got.added,
     removed = got.removed, patch = got.patch, cut = got.cut }
 end
 
-function M.run(d, run)
+function M.run(ctx, run)
   local thread, ask, built = run.thread, run.ask, run.built
-  local c = ask.card
   -- the lifecycle's clock: from when the run started, not when it was queued
   local deadline = run.deadline_ms
-  local t = transcript.open(d.transcripts_dir, d.thread_key(thread.name), ask.id)
-  if t.path then c.transcript_path = t.path end
-  run.transcript = t
-  run.rrun = M.record_start(d, thread, ask, built, t)
+  start_events(ctx, run)
   core.log("info", "agent.run", { thread = thread.name, agent = ask.agent, backend = built.backend, ask = ask.id })
-  local context_ready = M.start_context(d, thread, ask)
-  if ask.repo then run.state = prepare_repo(d, run, deadline) end
+  local context_ready = M.start_context(ctx, thread, ask)
+  if ask.repo then run.state = prepare_repo(ctx, run, deadline) end
   if run.state then return end
   -- the instruction files and the facts are read at the same time (each is executor work)
   -- (and the commit the run's diff is taken against: the run page's and the card's changes)
   together{
-    function() if ask.repo then read_instructions(d, run, deadline) end end,
-    function() gather_facts(d, run, deadline) end,
+    function() if ask.repo then read_instructions(ctx, run, deadline) end end,
+    function() gather_facts(ctx, run, deadline) end,
     function()
       if ask.repo then
-        run.base = diff_mod.base(built.executor, ask.snap, { signal = ask.stop, remaining_ms = deadline - d.now_ms() })
+        run.base = diff_mod.base(built.executor, ask.snap, { signal = ask.stop, remaining_ms = deadline - ctx.now_ms() })
       end
     end,
   }
   context_ready()
-  converse(d, run, deadline)
+  converse(ctx, run, deadline)
   if run.workspace_ready then run.workspace_ready(true) end
-  local publishes, unfinished = M.publishes(d, ask, run.state)
-  if publishes then M.publish(d, thread, ask, built, t, run.answer, deadline, unfinished) end
-  if run.base then capture_diff(d, run, deadline) end
+  local publishes, unfinished = M.publishes(ctx, ask, run.state)
+  if publishes then M.publish(ctx, run, deadline, unfinished) end
+  if run.base then capture_diff(ctx, run, deadline) end
 end
 
 -- A raise in the run (a bug, in this file or below it) ends it as a model error whose problem
@@ -482,31 +445,22 @@ function M.raised(_, run, why)
   run.state, run.problem = "model_error", "internal error in the agent run: " .. why
 end
 
-function M.ended(d, run)
-  local thread, ask, c = run.thread, run.ask, run.ask.card
+-- The run's end: its last event (the card ends, the transcript's and the record's last line,
+-- the GitHub reply), then its stream is closed.
+function M.ended(ctx, run)
+  local thread, ask = run.thread, run.ask
   local state, answer, problem = run.state, run.answer, run.problem
   if ask.stop.aborted then state = "stopped" end
-  if ask.review then M.reply_on_review(d, thread, ask, state, answer, problem) end
-  if ask.pr_review then pr_review.post(d, thread, ask, state, answer, problem) end
   -- with a record, the conversation lives there between runs: a bot with many threads does
   -- not hold every conversation (images included) in memory; the next run reads it back
-  if d.record and thread.mark then thread.history, thread.mark = nil, nil end
-  local t = run.transcript
-  if t then
-    t:write{ type = "run_end", state = state, turns = c.turns, tokens_in = c.tokens_in,
-             tokens_out = c.tokens_out, cache_read = c.cache_read, cache_write = c.cache_write, cost_usd = c.cost_usd,
-             duration_ms = d.now_ms() - (c.started_ms or d.now_ms()), problem = problem, answer = answer }
-    t:close()
-  end
-  if run.rrun then
-    d:remember("run_end", d.record.run_end, run.rrun, { outcome = state, turns = c.turns, tokens_in = c.tokens_in,
-      tokens_out = c.tokens_out, cost = run.cost, answer = answer, problem = problem or c.publish_problem,
-      pr_url = c.pull_request and c.pull_request.url })
-  end
+  ctx.forget_conversation()
+  local n = run.tally or { turns = 0, tokens_in = 0, tokens_out = 0 }
   core.log("info", "agent.done", { thread = thread.name, agent = ask.agent, ask = ask.id, state = state,
-                                   turns = c.turns, tokens_in = c.tokens_in, tokens_out = c.tokens_out,
-                                   cost_usd = c.cost_usd })
-  c:ended(state, d.now_ms(), answer, problem)
+                                   turns = n.turns, tokens_in = n.tokens_in, tokens_out = n.tokens_out,
+                                   cost_usd = n.cost_usd })
+  ask.events:finish{ type = "run_end", state = state, turns = n.turns, tokens_in = n.tokens_in,
+    tokens_out = n.tokens_out, cache_read = n.cache_read, cache_write = n.cache_write, cost_usd = n.cost_usd,
+    duration_ms = ctx.now_ms() - (run.running_ms or ctx.now_ms()), problem = problem, answer = answer }
 end
 
 return M

@@ -26,8 +26,13 @@
 --     again (the same workspace for the local backend).
 --
 -- The front interface (a table):
---   front:post(thread, message) → handle     message = {text, final, summary, card?}
+--   front:post(thread, message, reply_to) → handle     message = {text, final, summary, card?};
+--                                            reply_to: the message's msg.reply_to (the front's
+--                                            own address of the ask: Slack's channel, thread
+--                                            and ask ts), carried in the ask, opaque here
 --   front:update(handle, message)            the same message shape; final cards are complete
+--   front:link_for(thread, reply_to)?        → function() → the thread's link | nil
+--   front:attach_file(thread, file, reply_to)?  a file (a screenshot) posted in the thread
 --   front.steers                             true: a message in a thread whose agent run works
 --                                            goes to that run (D:deliver), not the queue
 -- A front that cannot edit messages (a pipe) shows only final ones.
@@ -43,6 +48,7 @@ local identity = require("switchboard.github.identity")
 local workspace = require("switchboard.shell.workspace")
 local card_mod = require("switchboard.dispatch.card")
 local run_card = require("switchboard.dispatch.run_card")
+local pushes = require("switchboard.dispatch.pushes")
 local agent_run = require("switchboard.dispatch.agent_run")
 local command_run = require("switchboard.dispatch.command_run")
 local help = require("switchboard.dispatch.help")
@@ -107,8 +113,8 @@ end
 ---------------------------------------------------------------------------------------------
 -- Answers
 
-function D:answer(thread, text)
-  self.front:post(thread, { text = text, final = true })
+function D:answer(msg, text)
+  self.front:post(msg.thread, { text = text, final = true }, msg.reply_to)
 end
 
 function D:help_text(snap, lead)
@@ -166,6 +172,30 @@ function D:restore_spend()
   for _, r in ipairs(totals.runs) do
     self.accounts:add("day", spend.day_key(spend.workspace_of(r.thread), r.started_ms // 1000), r.cost)
   end
+end
+
+-- The thread's conversation so far: this process's copy, or the record's after a restart.
+function D:history(thread)
+  if thread.history == nil and self.record then
+    thread.history = self:remember("conversation", self.record.conversation, thread.name)
+    if thread.history then thread.mark = { refs = { table.unpack(thread.history) } } end
+  end
+  return thread.history
+end
+
+-- After each turn and at the end: the conversation as sent is the thread's (and the record's,
+-- committed before the next request goes out).
+function D:keep_conversation(thread, messages)
+  thread.history = messages
+  if self.record then
+    thread.mark = self:remember("conversation", self.record.save_conversation, thread.name, messages, thread.mark)
+  end
+end
+
+-- With a record, the conversation lives there between runs: a bot with many threads does not
+-- hold every conversation (images included) in memory; the next run reads it back.
+function D:forget_conversation(thread)
+  if self.record and thread.mark then thread.history, thread.mark = nil, nil end
 end
 
 -- Writes to the record without letting its failure end an ask: the run goes on, the log says
@@ -303,15 +333,37 @@ function D:after_run(run)
   end })
 end
 
+-- A run's narrow context: all a kind of run reaches of the dispatcher (dispatch/agent_run.lua
+-- names each field). A kind never reads the dispatcher itself.
+function D:run_context(run)
+  local thread, ask = run.thread, run.ask
+  local front = self.front
+  return {
+    now_ms = self.now_ms, shutdown = self.shutdown, thread_key = self.thread_key(thread.name),
+    credentials = self.build_opts.credentials, model_client = self.model_client,
+    transcripts_dir = self.transcripts_dir, accounts = self.accounts, page_url = self.page_url,
+    record = self.record,
+    remember = function(what, fn, ...) return self:remember(what, fn, ...) end,
+    show = function() self:refresh(ask) end, -- the card as it is now, not at the next tick
+    base_since = function(repo) return pushes.since(self, repo) end,
+    attach_file = front.attach_file and function(file) front:attach_file(thread.name, file, ask.reply_to) end or nil,
+    history = function() return self:history(thread) end,
+    keep_conversation = function(messages) self:keep_conversation(thread, messages) end,
+    forget_conversation = function() self:forget_conversation(thread) end,
+  }
+end
+
 -- The lifecycle of every run: provision → stop re-check → run → release, then the card's end.
 function D:lifecycle(run)
   local thread, ask, kind = run.thread, run.ask, run.kind
   local c = ask.card
+  local ctx = self:run_context(run)
+  run.ctx = ctx
   if ask.stop.aborted then
     c:cancelled(ask.stop.reason or "stopped", self.now_ms())
     return self:finish_card(ask)
   end
-  if kind.before and not kind.before(self, run) then return self:finish_card(ask) end
+  if kind.before and not kind.before(ctx, run) then return self:finish_card(ask) end
   c:provisioning()
   self:refresh(ask)
   local built, err = self:executor_for(thread, ask)
@@ -333,18 +385,19 @@ function D:lifecycle(run)
       run.phase = "running"
       -- the run's wall clock, from when its worker took it (max_run_minutes), for every kind
       run.deadline_ms = ask.started_ms + ask.agent_def.max_run_minutes * 60 * 1000
-      c:running(self.now_ms())
+      run.running_ms = self.now_ms()
+      c:running(run.running_ms)
       self:refresh(ask)
       run.ticker = core.signal()
       core.go(function()
         while core.sleep(ask.snap.timeouts.console.refresh_ms, run.ticker) do self:refresh(ask) end
       end)
-      kind.run(self, run)
+      kind.run(ctx, run)
     end
   end
   if run.phase == "running" then
     run.phase = "ending"
-    kind.ended(self, run)
+    kind.ended(ctx, run)
   end
   self:finish_card(ask)
 end
@@ -361,8 +414,8 @@ function D:run_ask(thread, ask)
   if run.phase == "running" then
     run.phase = "ending"
     ok, err = xpcall(function()
-      run.kind.raised(self, run, why)
-      run.kind.ended(self, run)
+      run.kind.raised(run.ctx, run, why)
+      run.kind.ended(run.ctx, run)
     end, traced)
     if not ok then log("error", "dispatch.internal_error", { thread = thread.name, ask = ask.id, phase = "ending", error = err }) end
   end
@@ -465,7 +518,12 @@ function D:enqueue(msg, snap, parsed, name, def)
     user = msg.user,
     -- the thread's link, when the front has one (Slack: a permalink, looked up when needed);
     -- a pull request's body links back to it
-    link = msg.permalink or (self.front.link_for and self.front:link_for(msg.thread)) or nil,
+    link = msg.permalink or (self.front.link_for and self.front:link_for(msg.thread, msg.reply_to)) or nil,
+    -- the front's own address of the ask (Slack: channel, thread and the ask's ts), opaque here
+    reply_to = msg.reply_to,
+    -- what started a run GitHub asked for: its reply goes there (dispatch/github_reply.lua),
+    -- its pull request fixes the issue (the front's, as it handed the message over)
+    review = msg.review, pr_review = msg.pr_review, issue = msg.issue,
     agent = name,
     agent_def = def,
     repo = parsed.repo or (def.resources and def.resources.repository and thread.repo) or nil,
@@ -491,10 +549,12 @@ function D:enqueue(msg, snap, parsed, name, def)
                              repo = ask.repo, max_turns = def.max_turns, model = def.model, effort = def.effort,
                              chosen = parsed.model ~= nil or parsed.effort ~= nil or thread.choice ~= nil
                                and (thread.choice.model ~= nil or thread.choice.effort ~= nil) }
+    ask.events = self:run_events(thread, ask)
   else
     ask.card = card_mod.new{ thread = msg.thread, user = msg.user, agent = name,
                              command = parsed.command, repo = ask.repo }
   end
+  for _, note in ipairs(msg.notes or {}) do ask.card:add_note(note) end -- the front's (who started it)
   if not thread.running and #thread.queue == 0 then
     ask.card:provisioning()
   else
@@ -502,13 +562,26 @@ function D:enqueue(msg, snap, parsed, name, def)
   end
   local first = self:card_message(ask, false)
   ask.shown = first.text
-  ask.handle = self.front:post(msg.thread, first)
+  ask.handle = self.front:post(msg.thread, first, ask.reply_to)
   thread.queue[#thread.queue + 1] = ask
   self.asks:enter()
   if not thread.worker then
     thread.worker = core.go(function() self:worker(thread) end)
   end
   return ask
+end
+
+-- An agent run's event stream (dispatch/run_events.lua), made when the ask is queued (a
+-- message may steer it once it runs): its card follows it, and so does the thread's memory of
+-- its branch and pull request. The run subscribes the rest when it starts.
+function D:run_events(thread, ask)
+  local events = run_card.events(ask.card, self.now_ms, { fields = { thread = thread.name, ask = ask.id } })
+  events:subscribe("thread", function(e)
+    if e.type == "publish" and e.state == "published" then
+      thread.branch, thread.pr = e.branch, { number = e.pull_request.number, url = e.pull_request.url }
+    end
+  end)
+  return events
 end
 
 -- What a newly queued ask waits for: the last ask ahead of it, and how many in all.
@@ -536,7 +609,7 @@ function D:deliver(msg, parsed)
   if parsed.agent and parsed.agent ~= r.agent then return nil end
   if parsed.model or parsed.effort then return nil end -- another model or effort: a run of its own
   r.inbox[#r.inbox + 1] = { user = msg.user, text = parsed.text, prepare = msg.prepare, msg = msg }
-  if r.card.steered then r.card:steered(msg.user, parsed.text) end
+  r.events:emit{ type = "steered", user = msg.user, text = parsed.text }
   if r.handle then self:refresh(r) end
   log("info", "dispatch.delivered", { thread = msg.thread, ask = r.id, user = msg.user })
   return r
@@ -575,44 +648,44 @@ function D:handle(msg)
   local snap = self.policy()
   local parsed = parser.parse(msg.text)
   if parsed.kind == "help" then
-    return self:answer(msg.thread, self:help_text(snap))
+    return self:answer(msg, self:help_text(snap))
   end
   if parsed.kind == "stop" then
     local who = msg.user and (" by " .. msg.user) or ""
     if self:stop(msg.thread, "stop asked in this thread" .. who) == 0 then
-      self:answer(msg.thread, "Nothing is running in this thread; there is nothing to stop.")
+      self:answer(msg, "Nothing is running in this thread; there is nothing to stop.")
     end
     return
   end
   if parsed.kind == "onboard" then
     return core.go(function()
-      self:answer(msg.thread, stack.onboard(self.build_opts, snap, parsed.repo))
+      self:answer(msg, stack.onboard(self.build_opts, snap, parsed.repo))
     end)
   end
   if parsed.kind == "malformed" then
-    return self:answer(msg.thread, self:help_text(snap, "I could not read that ask: " .. parsed.reason .. "."))
+    return self:answer(msg, self:help_text(snap, "I could not read that ask: " .. parsed.reason .. "."))
   end
   if self.closed then
-    return self:answer(msg.thread, "Not taking new asks: switchboard is shutting down.")
+    return self:answer(msg, "Not taking new asks: switchboard is shutting down.")
   end
   if parsed.kind == "free_text" and self:deliver(msg, parsed) then return nil end
   if parsed.kind == "free_text" then
     -- An agent run: the repository it names binds only for an agent that works in one.
     local name, def = self:resolve(snap, msg, { agent = parsed.agent })
-    if not name then return self:answer(msg.thread, def) end
+    if not name then return self:answer(msg, def) end
     local repo = def.resources and def.resources.repository and agent_run.repo_in(parsed.text)
     if repo then
       name, def = self:resolve(snap, msg, { agent = name, repo = repo })
-      if not name then return self:answer(msg.thread, def) end
+      if not name then return self:answer(msg, def) end
     end
     parsed.repo = repo
     local used, choice = self:choose(snap, self.threads[msg.thread], def, parsed, name)
-    if not used then return self:answer(msg.thread, tostring(choice)) end
+    if not used then return self:answer(msg, tostring(choice)) end
     self:thread(msg.thread).choice = choice
     return self:enqueue(msg, snap, parsed, name, used)
   end
   local name, def = self:resolve(snap, msg, parsed)
-  if not name then return self:answer(msg.thread, def) end
+  if not name then return self:answer(msg, def) end
   return self:enqueue(msg, snap, parsed, name, def)
 end
 

@@ -8,7 +8,8 @@
 --
 --   pr_review.FORMAT                       the ask's instructions for line comments
 --   pr_review.parse(answer) → body, {{path, line, body}, …}
---   pr_review.post(d, thread, ask, state, answer, problem)   after the run (agent_run.ended)
+--   pr_review.post(o, state, answer, problem)   after the run (dispatch/github_reply.lua):
+--     o = {ask, thread (its name), credentials, note(text): a line on the run's card}
 local core = require("switchboard.core")
 local issues_api = require("switchboard.github.issues")
 
@@ -33,15 +34,16 @@ function M.parse(answer)
   return body, comments
 end
 
-function M.post(d, thread, ask, state, answer, problem)
-  local pr, card, snap = ask.pr_review, ask.card, ask.snap
+function M.post(o, state, answer, problem)
+  local ask = o.ask
+  local pr, snap = ask.pr_review, ask.snap
   local body, comments = M.parse(answer)
   if state ~= "done" or body == "" and #comments == 0 then
-    card:add_note(("no review posted on pull request #%d: the run ended %s%s"):format(pr.number, state,
+    o.note(("no review posted on pull request #%d: the run ended %s%s"):format(pr.number, state,
       problem and (" — " .. tostring(problem):match("^[^\n]*")) or ""))
     return
   end
-  local creds = d.build_opts.credentials
+  local creds = o.credentials
   local envs, err = creds and creds:resolve_envs(snap.agents.pull_request_reviews.post_scope, { repo = pr.repo })
   local got
   if envs and envs.GH_TOKEN then
@@ -49,13 +51,13 @@ function M.post(d, thread, ask, state, answer, problem)
       timeout_ms = snap.github.request_timeout_ms }, body ~= "" and body or "(no summary)", comments)
   end
   if got then
-    card:add_note(("reviewed pull request #%d: %d line comment%s%s"):format(pr.number, #comments,
+    o.note(("reviewed pull request #%d: %d line comment%s%s"):format(pr.number, #comments,
       #comments == 1 and "" or "s", got.folded and " (folded into the review's body: a line is outside the diff)" or ""))
   else
-    card:add_note(("the review of pull request #%d failed: %s"):format(pr.number,
+    o.note(("the review of pull request #%d failed: %s"):format(pr.number,
       tostring(err or "no GitHub token"):match("^[^\n]*")))
   end
-  core.log(got and "info" or "warn", "agent.pr_review", { thread = thread.name, repo = pr.repo, pr = pr.number,
+  core.log(got and "info" or "warn", "agent.pr_review", { thread = o.thread, repo = pr.repo, pr = pr.number,
     comments = #comments, folded = got and got.folded or nil, ok = got ~= nil })
 end
 

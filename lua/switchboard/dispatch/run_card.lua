@@ -21,6 +21,7 @@
 --   ✓ done after 3 turns in 4.2s · 2,345 tokens in / 120 out
 --   <the model's answer>
 local card = require("switchboard.dispatch.card")
+local run_events = require("switchboard.dispatch.run_events")
 
 local M = {}
 local R = setmetatable({}, { __index = card })
@@ -118,6 +119,47 @@ end
 function R:final()
   local st = self.state
   return st ~= "queued" and st ~= "provisioning" and st ~= "running" and st ~= "preparing"
+end
+
+---------------------------------------------------------------------------------------------
+-- The card as a subscriber of its run's events (dispatch/run_events.lua): each event that
+-- changes what the card shows, as the state change above. now_ms: the clock of the card's end.
+
+local FOLLOW = {
+  phase = function(c, e) if e.state == "preparing" then c:preparing(e.text) else c.state = e.state end end,
+  turn = function(c, e) c:turn(e.turn) end,
+  activity = function(c, e) if e.text then c:tool(e.text) else c:tool_done() end end,
+  thinking = function(c) c:thinking() end,
+  commentary = function(c, e) c:comment(e.text) end,
+  usage = function(c, e)
+    c:usage(e.tokens_in, e.tokens_out, { cache_read = e.cache_read, cache_write = e.cache_write, cost_usd = e.cost_usd })
+  end,
+  waiting = function(c, e) c.waiting = e.text end,
+  note = function(c, e) if e.key then c:set_note(e.key, e.text) else c:add_note(e.text) end end,
+  page = function(c, e) c.page_url = e.url end,
+  steered = function(c, e) c:steered(e.user, e.text) end,
+  todos = function(c, e) c:set_todos(e.todos) end,
+  started = function(c, e) c.transcript_path = e.transcript_path end,
+  publish = function(c, e)
+    if e.state == "published" then c.pull_request = e.pull_request end
+    if e.state == "failed" then c.publish_problem = e.problem end
+  end,
+  diff = function(c, e) c.diff = { added = e.added, removed = e.removed, files = #e.files } end,
+}
+
+function M.follow(c, now_ms)
+  return function(e)
+    if e.type == "run_end" then return c:ended(e.state, now_ms(), e.answer, e.problem) end
+    local apply = FOLLOW[e.type]
+    if apply then apply(c, e) end
+  end
+end
+
+-- A run's event stream (dispatch/run_events.lua) its card follows first. opts: log, fields.
+function M.events(c, now_ms, opts)
+  local stream = run_events.new(opts)
+  stream:subscribe("card", M.follow(c, now_ms))
+  return stream
 end
 
 ---------------------------------------------------------------------------------------------

@@ -95,8 +95,9 @@ local function list_all(names, list)
   return out
 end
 
-local function note(card, notes)
-  if card and #notes > 0 then card:set_note("mcp", "🔌 " .. table.concat(notes, "; ")) end
+-- one line on the run's card (the run's event stream: dispatch/run_events.lua)
+local function note(events, notes)
+  if events and #notes > 0 then events:emit{ type = "note", key = "mcp", text = "🔌 " .. table.concat(notes, "; ") } end
 end
 
 function M.open(o, opts)
@@ -137,7 +138,7 @@ function M.open(o, opts)
       end
     end
   end
-  note(o.card, self.notes)
+  note(o.events, self.notes)
   return self
 end
 

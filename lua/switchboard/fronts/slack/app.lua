@@ -78,19 +78,19 @@ function M.router(slack, github)
   local function pick(thread) return github_front.place(thread) and github or slack end
   return {
     steers = slack.steers, -- a mention in a working run's thread goes to that run (dispatcher deliver)
-    post = function(_, thread, msg)
+    post = function(_, thread, msg, reply_to)
       local f = pick(thread)
-      return { front = f, h = f:post(thread, msg) }
+      return { front = f, h = f:post(thread, msg, reply_to) }
     end,
     update = function(_, h, msg) return h.front:update(h.h, msg) end,
     -- a file (a screenshot) posted in the thread: Slack's threads only
-    attach_file = function(_, thread, file)
+    attach_file = function(_, thread, file, reply_to)
       if github_front.place(thread) then return nil end
-      return slack:attach_file(thread, file)
+      return slack:attach_file(thread, file, reply_to)
     end,
-    link_for = function(_, thread)
+    link_for = function(_, thread, reply_to)
       if github_front.place(thread) then return nil end
-      return slack:link_for(thread)
+      return slack:link_for(thread, reply_to)
     end,
   }
 end
@@ -136,15 +136,12 @@ function App:on_event(payload, source)
   local thread = events.thread_name(ask.team, ask.channel, ask.thread_ts)
   self.log("info", "slack.ask", { thread = thread, user = ask.user, event_id = tostring(ask.event_id),
                                   source = source })
-  self.front:note_ask(thread, where)
   self.d:handle{ thread = thread, user = ask.user, text = ask.text,
+                 reply_to = where, -- the card's place and the ask's reaction (fronts/slack/front.lua)
                  -- an agent run's context from Slack, fetched in its own task when it starts
                  prepare = function(first) return self:context(ask, first) end,
                  -- who asked, by name, for the run's page
                  user_name = function() return context.name_of(self.bot_api, ask.user, self.names) end }
-  -- The dispatcher posts during handle (a card's handle keeps its place); nothing later needs
-  -- the thread's entry, so a long-running bot does not keep one per thread it ever saw.
-  self.front:note_ask(thread, nil)
 end
 
 -- The thread's earlier messages (for the thread's first run) and the ask's files.
@@ -220,15 +217,12 @@ function App:on_github(event, delivery, payload)
     return
   end
   self.log("info", "github.review_comment", { thread = thread, pr = c.pr_url, user = c.user, delivery = tostring(delivery) })
-  self.front:note_ask(thread, { channel = where.channel, thread_ts = where.thread_ts })
-  local ask = self.d:handle{ thread = thread, user = "github:" .. tostring(c.user),
-                             text = "agent:" .. pol.agent .. " " .. review.ask_text(c),
-                             review = c }
-  self.front:note_ask(thread, nil)
-  if type(ask) == "table" and ask.card and ask.card.add_note then
-    ask.review = c -- the run replies on the pull request (dispatch/agent_run.lua)
-    ask.card:add_note(("started by a review comment from @%s on pull request #%s"):format(tostring(c.user), tostring(c.pr_number)))
-  end
+  self.d:handle{ thread = thread, user = "github:" .. tostring(c.user),
+                 text = "agent:" .. pol.agent .. " " .. review.ask_text(c),
+                 reply_to = { channel = where.channel, thread_ts = where.thread_ts },
+                 review = c, -- the run replies on the pull request (dispatch/github_reply.lua)
+                 notes = { ("started by a review comment from @%s on pull request #%s"):format(tostring(c.user),
+                   tostring(c.pr_number)) } }
 end
 
 -- An issue (opened, assigned to the bot, or a comment mentioning it) starts a run in the
@@ -259,12 +253,10 @@ function App:on_issue(event, delivery, payload, snap)
     comments, err = issues_api.comments(o, pol.max_comments)
     if not comments then self.log("warn", "github.api_failed", { call = "issue comments", error = tostring(err):match("^[^\n]*") }) end
   end
-  local ask = self.d:handle{ thread = thread, user = "github:" .. tostring(i.user),
-                             text = "agent:" .. pol.agent .. " " .. github_issues.ask_text(i, comments) }
-  if type(ask) == "table" and ask.card and ask.card.add_note then
-    ask.issue = i -- its pull request says "Fixes #N" (dispatch/agent_run.lua)
-    ask.card:add_note(("started by @%s on issue #%d (%s)"):format(tostring(i.user), i.number, i.how))
-  end
+  self.d:handle{ thread = thread, user = "github:" .. tostring(i.user),
+                 text = "agent:" .. pol.agent .. " " .. github_issues.ask_text(i, comments),
+                 issue = i, -- its pull request says "Fixes #N" (dispatch/agent_run.lua)
+                 notes = { ("started by @%s on issue #%d (%s)"):format(tostring(i.user), i.number, i.how) } }
 end
 
 -- A pull request opened (or marked ready) in a repository policy lists: the review agent runs in
@@ -287,12 +279,10 @@ function App:on_pull_request(event, delivery, payload, snap)
   end
   local thread = github_issues.thread(pr.repo, pr.number)
   self.log("info", "github.pull_request_review", { thread = thread, user = pr.user, delivery = tostring(delivery) })
-  local ask = self.d:handle{ thread = thread, user = "github:" .. tostring(pr.user),
-                             text = "agent:" .. pol.agent .. " " .. github_pulls.ask_text(pr) }
-  if type(ask) == "table" and ask.card and ask.card.add_note then
-    ask.pr_review = pr -- its answer is posted as a review (dispatch/agent_run.lua → dispatch/pr_review.lua)
-    ask.card:add_note(("reviewing pull request #%d opened by @%s"):format(pr.number, tostring(pr.user)))
-  end
+  self.d:handle{ thread = thread, user = "github:" .. tostring(pr.user),
+                 text = "agent:" .. pol.agent .. " " .. github_pulls.ask_text(pr),
+                 pr_review = pr, -- its answer is posted as a review (dispatch/github_reply.lua → dispatch/pr_review.lua)
+                 notes = { ("reviewing pull request #%d opened by @%s"):format(pr.number, tostring(pr.user)) } }
 end
 
 -- A scheduled ask (dispatch/schedule.lua): a new thread in the schedule's channel, its first
@@ -310,10 +300,8 @@ function App:on_schedule(e, at_s)
   end
   local thread = events.thread_name(self.bot.team_id, e.channel, posted.ts)
   self.log("info", "slack.scheduled_ask", { thread = thread, schedule = e.name })
-  self.front:note_ask(thread, { channel = e.channel, thread_ts = posted.ts })
-  self.d:handle{ thread = thread, user = "schedule:" .. e.name,
+  self.d:handle{ thread = thread, user = "schedule:" .. e.name, reply_to = { channel = e.channel, thread_ts = posted.ts },
                  text = ("agent:%s %s%s"):format(e.agent, e.repository and ("in " .. e.repository .. ": ") or "", e.ask) }
-  self.front:note_ask(thread, nil)
 end
 
 function App:start_schedules(record, stop)

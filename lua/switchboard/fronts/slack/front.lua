@@ -11,11 +11,12 @@
 -- the card links it.
 --
 --   local f = front.new{api = webapi, policy = policy.current}
---   f:note_ask(thread, {channel, thread_ts, ask_ts})   before dispatcher:handle for that thread
---   f:post(thread, msg) → handle;  f:update(handle, msg)     (the dispatcher calls these)
+--   f:post(thread, msg, where?) → handle;  f:update(handle, msg)     (the dispatcher calls these)
+--        where: {channel, thread_ts, ask_ts?}, the ask's reply address (the message's reply_to,
+--        carried in the ask); without it, the place the thread's name says (no reaction)
 --   f:say(where, text)             a plain answer in a thread (a refusal)
---   f:link_for(thread) → function() → permalink | nil   (during dispatcher:handle for it)
---   f:attach_file(thread, {name, bytes, title})   a file (a screenshot) posted in the thread
+--   f:link_for(thread, where) → function() → permalink | nil   (where: the ask's reply address)
+--   f:attach_file(thread, {name, bytes, title}, where?)   a file (a screenshot) posted in the thread
 --   f:flush(signal)                yields until every card's last state was sent (or signal); from
 --                                  then on no card waits for its pace (the drain's end is near)
 local core = require("switchboard.core")
@@ -34,17 +35,12 @@ function M.new(opts)
     policy = opts.policy,
     log = opts.log or core.log,
     now_ms = opts.now_ms or core.now_ms,
-    threads = {},      -- thread name → {channel, thread_ts, ask_ts}
     sending = in_flight.new(), -- card and answer tasks still sending
     hurrying = core.signal(), -- aborted at shutdown: a final state no longer waits for its pace
     stats = { final_lag_ms = {} }, -- final card sent − final state known (bench)
     next_update_ms = 0, -- the earliest time the next chat.update of any card may go
     steers = true, -- a mention in a thread whose run works goes to that run (dispatcher deliver)
   }, F)
-end
-
-function F:note_ask(thread, where)
-  self.threads[thread] = where
 end
 
 local function settings(self)
@@ -71,8 +67,7 @@ end
 
 -- The thread's permalink, looked up only when it is needed (a pull request's body links back
 -- to the thread): → function() → url | nil. chat.getPermalink on the thread's first message.
-function F:link_for(thread)
-  local where = self.threads[thread]
+function F:link_for(_, where)
   if not (where and where.channel and where.thread_ts) then return nil end
   local api, log = self.api, self.log
   return function()
@@ -123,8 +118,8 @@ end
 
 -- A file the run made (an agent's screenshot) posted in the thread, in a task of its own.
 -- file: {name, bytes, title}. The bytes are scrubbed before their length is announced.
-function F:attach_file(thread, file)
-  local where = self.threads[thread] or events.parse_thread(thread)
+function F:attach_file(thread, file, where)
+  where = where or events.parse_thread(thread)
   if not (where and where.channel and where.thread_ts) then return end
   self:spawn(function()
     local _, err = self:upload_file(where, file.name, core.log_scrub(file.bytes), file.title, settings(self))
@@ -283,9 +278,8 @@ function F:end_reaction(h, card)
   if err and err.error ~= "already_reacted" then log_failure(self, "reactions.add", h, err) end
 end
 
-function F:post(thread, msg)
-  -- The ask being handled (for the reaction), else the place the thread's name says.
-  local where = self.threads[thread]
+function F:post(thread, msg, where)
+  -- The ask's address (for the reaction), else the place the thread's name says.
   if where == nil then
     local t = events.parse_thread(thread)
     if t == nil then
