@@ -19,14 +19,15 @@ local P = require("support.policies")
 local snap = P.shipped()
 local SERVER = io.popen("pwd"):read("l") .. "/tests/support/mcp_stdio_server.py"
 
+-- the run's event stream, as far as the card's keyed notes go (dispatch/run_events.lua)
 local function card()
   local c = { notes = {} }
-  function c.set_note(_, key, text) c.notes[key] = text end
+  function c.emit(_, e) if e.type == "note" then c.notes[e.key] = e.text end end
   return c
 end
 
 local function run_ctx(ex, def, c)
-  return { snap = snap, def = def, executor = ex, card = c, signal = core.signal(),
+  return { snap = snap, def = def, executor = ex, events = c, signal = core.signal(),
            deadline_ms = core.now_ms() + 600000, now_ms = core.now_ms }
 end
 
@@ -109,7 +110,7 @@ describe("a stdio MCP server that never answers", function()
     for k, v in pairs(policy.agent(fast, "coding")) do def[k] = v end
     def.mcp_servers = { silent = { command = { "/usr/bin/python3", "-c", "import time; time.sleep(600)" } } }
     local t0 = core.now_ms()
-    bridge.attach({ snap = fast, def = def, executor = ex, card = c, signal = core.signal(),
+    bridge.attach({ snap = fast, def = def, executor = ex, events = c, signal = core.signal(),
                     deadline_ms = core.now_ms() + 600000, now_ms = core.now_ms })
     local took = core.now_ms() - t0
     assert.matches("MCP server silent failed to start or list its tools (server): no answer within the command "

@@ -84,6 +84,8 @@ describe("a run's event stream", function()
     core.run(function()
       s = run_events.new()
       s:subscribe("a", collector(got, "a"))
+      -- what a subscriber says about the last event (the GitHub reply's note) still goes out
+      s:subscribe("replier", function(e) if e.type == "run_end" then s:emit{ type = "note" } end end)
       local off = s:subscribe("b", collector(got, "b"))
       s:emit{ type = "turn" }
       off() -- b unsubscribes itself
@@ -92,7 +94,7 @@ describe("a run's event stream", function()
       s:emit{ type = "note" }
       s:finish{ type = "run_end" }
     end)
-    assert.same({ "a:turn", "b:turn", "a:answer", "a:run_end" }, got)
+    assert.same({ "a:turn", "b:turn", "a:answer", "a:run_end", "a:note" }, got)
     assert.equal(0, #s.subs)
   end)
 

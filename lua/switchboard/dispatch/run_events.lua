@@ -14,8 +14,8 @@
 -- subscriber before the next: an event emitted while another is being delivered (by a
 -- subscriber, or by another task while a subscriber yields) waits its turn, and the task
 -- delivering delivers it. A subscriber that raises is logged (run_events.subscriber_failed,
--- with its traceback) and the others still get the event. finish returns once its event was
--- delivered; what is emitted after it is dropped.
+-- with its traceback) and the others still get the event. finish returns once its event (and
+-- what its subscribers emitted meanwhile) was delivered; what is emitted after it is dropped.
 --
 -- Two kinds of event: facts the transcript and the record keep (their types are the
 -- transcript's lines: run_start, answer, model_error, tool_result, todos, compaction,
@@ -79,18 +79,21 @@ function S:deliver(event)
   end
 end
 
--- Delivers what is queued, in order, in the calling task (the one that found nobody delivering).
+-- Delivers what is queued, in order, in the calling task (the one that found nobody
+-- delivering). After the last event (finish), what its subscribers emitted while it was
+-- delivered (the GitHub reply's note) is delivered too; then the stream closes.
 function S:drain()
   self.delivering = true
   while #self.queue > 0 do
     local item = table.remove(self.queue, 1)
     self:deliver(item.event)
-    if item.last then
-      self.subs = {}
-      item.last:abort("delivered")
-    end
+    if item.last then self.ending = item.last end
   end
   self.delivering = false
+  if self.ending then
+    self.closed, self.subs = true, {}
+    self.ending:abort("delivered")
+  end
 end
 
 function S:emit(event)
@@ -100,8 +103,8 @@ function S:emit(event)
 end
 
 function S:finish(event)
-  if self.closed then return end
-  self.closed = true
+  if self.finishing then return end
+  self.finishing = true
   local done = core.signal()
   self.queue[#self.queue + 1] = { event = event, last = done }
   if not self.delivering then return self:drain() end
