@@ -104,8 +104,6 @@ done:
 }
 
 void sb_crypto_gcm_fields(lua_State *L) {
-  lua_pushcfunction(L, l_seal);
-  lua_setfield(L, -2, "aes256gcm_seal");
-  lua_pushcfunction(L, l_open);
-  lua_setfield(L, -2, "aes256gcm_open");
+  static const luaL_Reg fns[] = {{"aes256gcm_seal", l_seal}, {"aes256gcm_open", l_open}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
 }

@@ -498,15 +498,10 @@ static void relay_shutdown(void *ud) {
 void sb_http_relay_open(lua_State *L) {
   if (!shutdown_registered)
     shutdown_registered = sb_shutdown_register(relay_shutdown, NULL);
-  if (luaL_newmetatable(L, UPSTREAM_MT)) {
-    static const luaL_Reg methods[] = {{"write", l_up_write}, {"read", l_up_read},
-                                       {"close", l_up_close}, {"__gc", l_up_gc},
-                                       {NULL, NULL}};
-    luaL_setfuncs(L, methods, 0);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
-  lua_pushcfunction(L, l_connect);
-  lua_setfield(L, -2, "connect");
+  static const luaL_Reg methods[] = {
+      {"write", l_up_write}, {"read", l_up_read}, {"close", l_up_close}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", l_up_gc}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){UPSTREAM_MT, methods, NULL, meta});
+  static const luaL_Reg fns[] = {{"connect", l_connect}, {NULL, NULL}};
+  sb_module_table(L, "http", fns);
 }

@@ -743,21 +743,24 @@ static void res_settle(lua_State *L, res_ud *r, bool failed) {
   }
 }
 
-static int l_res_index(lua_State *L) {
-  res_ud *r = check_res(L);
-  const char *key = luaL_checkstring(L, 2);
-  if (strcmp(key, "closed") == 0)
-    lua_pushboolean(L, r->closed);
-  else if (strcmp(key, "finished") == 0)
-    lua_pushboolean(L, r->phase == RES_FINISHED);
-  else if (strcmp(key, "started") == 0)
-    lua_pushboolean(L, r->phase != RES_FRESH);
-  else if (strcmp(key, "status") == 0) /* for a request log; 0 until a head was sent */
-    lua_pushinteger(L, r->status);
-  else {
-    luaL_getmetatable(L, RES_MT);
-    lua_getfield(L, -1, key);
-  }
+static int l_res_closed(lua_State *L) {
+  lua_pushboolean(L, check_res(L)->closed);
+  return 1;
+}
+
+static int l_res_finished(lua_State *L) {
+  lua_pushboolean(L, check_res(L)->phase == RES_FINISHED);
+  return 1;
+}
+
+static int l_res_started(lua_State *L) {
+  lua_pushboolean(L, check_res(L)->phase != RES_FRESH);
+  return 1;
+}
+
+/* For a request log; 0 until a head was sent. */
+static int l_res_status(lua_State *L) {
+  lua_pushinteger(L, check_res(L)->status);
   return 1;
 }
 
@@ -804,19 +807,18 @@ static int l_server_close(lua_State *L) {
   return 0;
 }
 
-static int l_server_index(lua_State *L) {
-  sb_http_server *s = check_server(L);
-  const char *key = luaL_checkstring(L, 2);
-  if (strcmp(key, "port") == 0)
-    lua_pushinteger(L, s->port);
-  else if (strcmp(key, "connections") == 0)
-    lua_pushinteger(L, (lua_Integer)s->n_conns);
-  else if (strcmp(key, "closed") == 0)
-    lua_pushboolean(L, s->closing);
-  else {
-    luaL_getmetatable(L, SERVER_MT);
-    lua_getfield(L, -1, key);
-  }
+static int l_server_port(lua_State *L) {
+  lua_pushinteger(L, check_server(L)->port);
+  return 1;
+}
+
+static int l_server_connections(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)check_server(L)->n_conns);
+  return 1;
+}
+
+static int l_server_closed(lua_State *L) {
+  lua_pushboolean(L, check_server(L)->closing);
   return 1;
 }
 
@@ -1023,34 +1025,25 @@ static int l_serve(lua_State *L) {
 }
 
 int sb_http_server_open(lua_State *L) {
-  if (luaL_newmetatable(L, SERVER_MT)) {
-    static const luaL_Reg methods[] = {{"close", l_server_close},
-                                       {"__index", l_server_index},
-                                       {"__gc", l_server_gc},
-                                       {"__tostring", l_server_tostring},
-                                       {NULL, NULL}};
-    luaL_setfuncs(L, methods, 0);
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, RES_MT)) {
-    static const luaL_Reg methods[] = {{"start", l_res_start},   {"write", l_res_write},
-                                       {"finish", l_res_finish}, {"send", l_res_send},
-                                       {"drain", l_res_drain},   {"relay", l_res_relay},
-                                       {"__index", l_res_index}, {"__tostring", l_res_tostring},
-                                       {NULL, NULL}};
-    luaL_setfuncs(L, methods, 0);
-  }
-  lua_pop(L, 1);
-  lua_getfield(L, -1, "http");
-  if (!lua_istable(L, -1)) { /* the client may have created core.http already, or not */
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, "http");
-  }
-  lua_pushcfunction(L, l_serve);
-  lua_setfield(L, -2, "serve");
+  static const luaL_Reg server_methods[] = {{"close", l_server_close}, {NULL, NULL}};
+  static const luaL_Reg server_fields[] = {{"port", l_server_port},
+                                           {"connections", l_server_connections},
+                                           {"closed", l_server_closed},
+                                           {NULL, NULL}};
+  static const luaL_Reg server_meta[] = {
+      {"__gc", l_server_gc}, {"__tostring", l_server_tostring}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){SERVER_MT, server_methods, server_fields, server_meta});
+  static const luaL_Reg res_methods[] = {{"start", l_res_start},   {"write", l_res_write},
+                                         {"finish", l_res_finish}, {"send", l_res_send},
+                                         {"drain", l_res_drain},   {"relay", l_res_relay},
+                                         {NULL, NULL}};
+  static const luaL_Reg res_fields[] = {{"closed", l_res_closed},   {"finished", l_res_finished},
+                                        {"started", l_res_started}, {"status", l_res_status},
+                                        {NULL, NULL}};
+  static const luaL_Reg res_meta[] = {{"__tostring", l_res_tostring}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){RES_MT, res_methods, res_fields, res_meta});
+  static const luaL_Reg fns[] = {{"serve", l_serve}, {NULL, NULL}};
+  sb_module_table(L, "http", fns);
   sb_http_relay_open(L);
-  lua_pop(L, 1);
   return 0;
 }

@@ -333,9 +333,7 @@ static int l_file_table(lua_State *L) {
 
 int sb_filerefs_open(lua_State *L) {
   sb_shutdown_register(refs_shutdown, NULL);
-  lua_pushcfunction(L, l_file_refs);
-  lua_setfield(L, -2, "file_refs");
-  lua_pushcfunction(L, l_file_table);
-  lua_setfield(L, -2, "file_table");
+  static const luaL_Reg fns[] = {{"file_refs", l_file_refs}, {"file_table", l_file_table}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
   return 0;
 }

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #define STORE_MT "switchboard.store"
+#define GUARD_MT "switchboard.store.guard"
 
 typedef struct value {
   int type; /* SQLITE_NULL, SQLITE_INTEGER, SQLITE_FLOAT, SQLITE_TEXT */
@@ -439,11 +440,7 @@ static int guard_gc(lua_State *L) {
 static job *new_job(lua_State *L, store *db, int nst, bool batch) {
   job_guard *g = lua_newuserdatauv(L, sizeof *g, 0);
   g->j = NULL;
-  if (luaL_newmetatable(L, "switchboard.store.guard")) {
-    lua_pushcfunction(L, guard_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_setmetatable(L, -2);
+  luaL_setmetatable(L, GUARD_MT);
   job *j = calloc(1, sizeof *j);
   if (j == NULL)
     luaL_error(L, "out of memory");
@@ -619,18 +616,13 @@ static void store_shutdown(void *ud) {
 
 int sb_store_open(lua_State *L) {
   sb_shutdown_register(store_shutdown, NULL);
-  if (luaL_newmetatable(L, STORE_MT)) {
-    static const luaL_Reg methods[] = {
-        {"run", l_run}, {"batch", l_batch}, {"close", l_close}, {NULL, NULL}};
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, l_open);
-  lua_setfield(L, -2, "open");
-  lua_setfield(L, -2, "store");
+  static const luaL_Reg methods[] = {
+      {"run", l_run}, {"batch", l_batch}, {"close", l_close}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", l_gc}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){STORE_MT, methods, NULL, meta});
+  static const luaL_Reg guard_meta[] = {{"__gc", guard_gc}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){GUARD_MT, NULL, NULL, guard_meta});
+  static const luaL_Reg fns[] = {{"open", l_open}, {NULL, NULL}};
+  sb_module_table(L, "store", fns);
   return 0;
 }

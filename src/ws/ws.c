@@ -731,16 +731,9 @@ int sb_ws_open(lua_State *L) {
       {"close", l_close}, {"state", l_state}, {"last_pong_ms", l_last_pong_ms},
       {NULL, NULL},
   };
-  if (luaL_newmetatable(L, CONN_MT)) {
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, l_connect);
-  lua_setfield(L, -2, "connect");
-  lua_setfield(L, -2, "ws");
+  static const luaL_Reg meta[] = {{"__gc", l_gc}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){CONN_MT, methods, NULL, meta});
+  static const luaL_Reg fns[] = {{"connect", l_connect}, {NULL, NULL}};
+  sb_module_table(L, "ws", fns);
   return 0;
 }
