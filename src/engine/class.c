@@ -1,8 +1,11 @@
-/* Userdata classes and module tables, made one way (see engine.h): every C module that hands
- * Lua an object (a process, a server, a response, a root, a connection, a database, a parser,
- * a signal) registers its class with sb_class_register instead of writing its own metatable
- * and its own `__index` chain of strcmp. */
+/* What every module's Lua face is built from, made one way (see engine.h): every C module that
+ * hands Lua an object (a process, a server, a response, a root, a connection, a database, a
+ * parser, a signal) registers its class with sb_class_register instead of writing its own
+ * metatable and its own `__index` chain of strcmp; module tables, weak tables and memory that
+ * raises when there is none are here too. */
 #include "engine.h"
+
+#include <stdlib.h>
 
 /* __index(obj, key): the method table first (upvalue 1), then the computed fields
  * (upvalue 2), whose getter is called with the object. Anything else is nil. */
@@ -58,4 +61,11 @@ void sb_push_weak_table(lua_State *L, const char *mode) {
   lua_pushstring(L, mode);
   lua_setfield(L, -2, "__mode");
   lua_setmetatable(L, -2);
+}
+
+void *sb_calloc(lua_State *L, size_t n, size_t size) {
+  void *p = calloc(n, size);
+  if (p == NULL)
+    luaL_error(L, "out of memory");
+  return p;
 }

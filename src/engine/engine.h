@@ -138,7 +138,7 @@ void sb_engine_request_exit(int status);
 /* The status asked for with sb_engine_request_exit, or -1. */
 int sb_engine_exit_status(void);
 
-/* ---- Userdata classes and module tables (class.c) -----------------------------------------
+/* ---- Userdata classes, module tables, memory that raises (class.c) -----------------------
  *
  * A C module that hands Lua an object describes its class once and registers it in its opener;
  * objects get it with luaL_setmetatable(L, name) and are checked with luaL_checkudata. */
@@ -161,5 +161,9 @@ void sb_module_table(lua_State *L, const char *name, const luaL_Reg *fns);
 
 /* Pushes a new table whose keys or values (`mode`: "k", "v" or "kv") are weak. */
 void sb_push_weak_table(lua_State *L, const char *mode);
+
+/* calloc(n, size) for a call from Lua: raises "out of memory" (as lua_newuserdata does) instead
+ * of returning NULL, so the caller must own nothing that would leak by the raise. */
+void *sb_calloc(lua_State *L, size_t n, size_t size);
 
 #endif

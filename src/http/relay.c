@@ -23,6 +23,7 @@
  * upstream's userdata meanwhile. */
 #include "relay.h"
 #include "../engine/engine.h"
+#include "../engine/list.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -100,15 +101,7 @@ int sb_socket_in_netns(int netns_fd, int family, int type, int protocol) {
 static sb_upstream *live;
 static bool shutdown_registered;
 
-static void live_remove(sb_upstream *u) {
-  if (u->prev != NULL)
-    u->prev->next = u->next;
-  else if (live == u)
-    live = u->next;
-  if (u->next != NULL)
-    u->next->prev = u->prev;
-  u->prev = u->next = NULL;
-}
+static void live_remove(sb_upstream *u) { SB_LIST_REMOVE(live, u); }
 
 static void upstream_handle_closed(uv_handle_t *h) {
   sb_upstream *u = h->data;
@@ -204,10 +197,7 @@ static int l_connect(lua_State *L) {
   uv_timer_init(sb_loop(), &u->timer);
   u->tcp.data = u->timer.data = u->connect.data = u;
   u->handles_open = 2;
-  u->next = live;
-  if (live != NULL)
-    live->prev = u;
-  live = u;
+  SB_LIST_PUSH(live, u);
   upstream_ud *ud = lua_newuserdatauv(L, sizeof *ud, 0);
   ud->u = u;
   luaL_setmetatable(L, UPSTREAM_MT);

@@ -705,6 +705,16 @@ static int l_res_relay(lua_State *L) {
   return sb_relay_start(L, c, 2, head, n);
 }
 
+/* The handler raised before any byte went out: a whole 500 answers for it. */
+static void answer_raised(res_ud *r) {
+  sb_http_conn *c = r->c;
+  r->status = 500;
+  r->phase = RES_FINISHED;
+  log_request(r, "handler raised");
+  detach(r);
+  sb_http_conn_answer(c, 500, "internal server error");
+}
+
 /* After the handler returned (or raised): a response it did not finish is finished for it. */
 static void res_settle(lua_State *L, res_ud *r, bool failed) {
   if (r->c == NULL) {
@@ -712,25 +722,13 @@ static void res_settle(lua_State *L, res_ud *r, bool failed) {
     return;
   }
   if (r->phase == RES_FRESH) {
-    if (failed) {
-      sb_http_conn *c = r->c;
-      r->status = 500;
-      r->phase = RES_FINISHED;
-      log_request(r, "handler raised");
-      detach(r);
-      sb_http_conn_answer(c, 500, "internal server error");
-    } else {
-      /* returned without answering: an explicit "nothing to say" */
+    if (failed)
+      answer_raised(r);
+    else /* returned without answering: an explicit "nothing to say" */
       send_whole(L, r, 204, 0, "", 0);
-    }
   } else if (r->phase == RES_STARTED) {
     if (failed && r->held != NULL) { /* nothing was sent yet: a whole 500 can still go */
-      sb_http_conn *c = r->c;
-      r->status = 500;
-      r->phase = RES_FINISHED;
-      log_request(r, "handler raised");
-      detach(r);
-      sb_http_conn_answer(c, 500, "internal server error");
+      answer_raised(r);
     } else if (failed) { /* mid-body: a close tells the peer the body is incomplete */
       sb_http_conn *c = r->c;
       log_request(r, "handler raised mid-response");
@@ -993,9 +991,7 @@ static int l_serve(lua_State *L) {
   server_ud *ud = lua_newuserdatauv(L, sizeof *ud, 0);
   ud->s = NULL;
   luaL_setmetatable(L, SERVER_MT);
-  sb_http_server *s = calloc(1, sizeof *s);
-  if (s == NULL)
-    return luaL_error(L, "out of memory");
+  sb_http_server *s = sb_calloc(L, 1, sizeof *s);
   s->limits = lim;
   memcpy(s->log_hide, hide, sizeof hide);
   s->n_log_hide = n_hide;

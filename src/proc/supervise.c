@@ -17,6 +17,7 @@
 #include "proc.h"
 #include "spawn.h"
 #include "../engine/engine.h"
+#include "../engine/list.h"
 #include "../log/log.h"
 #include "walls/request.h"
 
@@ -96,24 +97,14 @@ static char read_scratch[READ_SCRATCH]; /* libuv reads synchronously: alloc, rea
 /* ---- the live list ------------------------------------------------------------------------ */
 
 static void live_add(sb_proc *p) {
-  p->next = live_head;
-  p->prev = NULL;
-  if (live_head)
-    live_head->prev = p;
-  live_head = p;
+  SB_LIST_PUSH(live_head, p);
   live_count++;
 }
 
 static void live_remove(sb_proc *p) {
-  if (p->prev)
-    p->prev->next = p->next;
-  else if (live_head == p)
-    live_head = p->next;
-  else
-    return; /* not listed */
-  if (p->next)
-    p->next->prev = p->prev;
-  p->prev = p->next = NULL;
+  if (!SB_LIST_LISTED(live_head, p))
+    return;
+  SB_LIST_REMOVE(live_head, p);
   live_count--;
 }
 

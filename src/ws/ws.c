@@ -19,6 +19,7 @@
  * wsi; it is freed when both have let go (the userdata collected, the wsi destroyed). */
 #include "ws.h"
 #include "../engine/engine.h"
+#include "../engine/list.h"
 
 #include <libwebsockets.h>
 #include <stddef.h>
@@ -103,12 +104,7 @@ static void frames_free(frame *f) {
 static void conn_free_if_unused(conn *c) {
   if (c->lua_alive || c->wsi != NULL || c->w != NULL)
     return;
-  if (c->prev != NULL)
-    c->prev->next = c->next;
-  else if (S.live == c)
-    S.live = c->next;
-  if (c->next != NULL)
-    c->next->prev = c->prev;
+  SB_LIST_REMOVE(S.live, c);
   frames_free(c->in_head);
   frames_free(c->out_head);
   free(c->partial);
@@ -445,41 +441,34 @@ static void abandon_connect(conn *c) {
     lws_set_timeout(c->wsi, PENDING_TIMEOUT_AWAITING_PROXY_RESPONSE, LWS_TO_KILL_ASYNC);
 }
 
-static void wait_timed_out(uv_timer_t *t) {
-  waiter *w = t->data;
+/* Ends a wait that did not get its news: the deadline passed (sig NULL) or `sig` fired. */
+static void wait_fail(waiter *w, sb_abort *sig) {
   conn *c = w->c;
   if (c == NULL)
     return;
   wait_kind kind = w->kind;
   lua_State *task = wait_end(c);
-  if (kind == WAIT_CONNECT) {
+  if (kind == WAIT_CONNECT)
     abandon_connect(c);
-    sb_task_complete(task, sb_push_fail(task, "timeout", "websocket connect: the deadline passed"));
-  } else {
-    sb_task_complete(task, sb_push_fail(task, "timeout", "websocket recv: the deadline passed"));
-  }
+  if (sig != NULL)
+    sb_task_complete(task, sb_abort_push_fail(task, sig));
+  else
+    sb_task_complete(task, sb_push_fail(task, "timeout",
+                                        kind == WAIT_CONNECT
+                                            ? "websocket connect: the deadline passed"
+                                            : "websocket recv: the deadline passed"));
   conn_free_if_unused(c);
 }
 
+static void wait_timed_out(uv_timer_t *t) { wait_fail(t->data, NULL); }
+
 static void wait_aborted(sb_abort_listener *l, sb_abort *sig) {
-  waiter *w = (waiter *)((char *)l - offsetof(waiter, on_abort));
-  conn *c = w->c;
-  if (c == NULL)
-    return;
-  wait_kind kind = w->kind;
-  lua_State *task = wait_end(c);
-  if (kind == WAIT_CONNECT) {
-    abandon_connect(c);
-  }
-  sb_task_complete(task, sb_abort_push_fail(task, sig));
-  conn_free_if_unused(c);
+  wait_fail((waiter *)((char *)l - offsetof(waiter, on_abort)), sig);
 }
 
 /* Yields L until the connection has news; the signal is at index sig_idx (or absent). */
 static int wait_start(lua_State *L, conn *c, wait_kind kind, double deadline_ms, int sig_idx) {
-  waiter *w = calloc(1, sizeof *w);
-  if (w == NULL)
-    return luaL_error(L, "out of memory");
+  waiter *w = sb_calloc(L, 1, sizeof *w);
   w->c = c;
   w->task = L;
   w->kind = kind;
@@ -555,17 +544,12 @@ static int l_connect(lua_State *L) {
     return sb_push_fail(L, "transport", "websocket: libwebsockets could not start (is the "
                                         "libwebsockets-evlib-uv package installed?)");
 
-  conn *c = calloc(1, sizeof *c);
-  if (c == NULL)
-    return luaL_error(L, "out of memory");
+  conn *c = sb_calloc(L, 1, sizeof *c);
   c->state = ST_CONNECTING;
   c->lua_alive = true;
   c->max_message = (size_t)max_message;
   c->ud_ref = LUA_NOREF;
-  c->next = S.live;
-  if (S.live)
-    S.live->prev = c;
-  S.live = c;
+  SB_LIST_PUSH(S.live, c);
   conn **ud = lua_newuserdatauv(L, sizeof *ud, 0);
   *ud = c;
   luaL_setmetatable(L, CONN_MT);
