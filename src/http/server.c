@@ -14,6 +14,7 @@
 #include "../log/log.h"
 
 #include <signal.h>
+#include <stddef.h>
 #include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -861,42 +862,46 @@ static void limit_field(lua_State *L, int t, const char *key, uint64_t min, uint
   lua_pop(L, 1);
 }
 
+#define LIMIT(name, min, max) {#name, min, max, offsetof(sb_http_limits, name), \
+                              sizeof(((sb_http_limits *)0)->name) == sizeof(size_t)}
+/* Every limit core.http.serve takes: its name, its range, and the field it sets. */
+static const struct {
+  const char *name;
+  uint64_t min, max;
+  size_t offset;
+  bool is_size; /* a size_t field, else a uint64_t */
+} limit_fields[] = {
+    LIMIT(max_header_bytes, 256, 16u << 20),    LIMIT(max_body_bytes, 0, 1u << 30),
+    LIMIT(request_timeout_ms, 1, 86400000),     LIMIT(idle_timeout_ms, 1, 86400000),
+    LIMIT(max_connections, 1, 1000000),         LIMIT(max_write_queue_bytes, 1, 1u << 30),
+    LIMIT(max_bodies_bytes, 0, 1u << 30),       LIMIT(max_connections_per_peer, 1, 1000000),
+};
+#undef LIMIT
+enum { N_LIMITS = sizeof limit_fields / sizeof limit_fields[0] };
+
 static void read_limits(lua_State *L, int t, sb_http_limits *lim) {
-  static const char *const known[] = {"max_header_bytes", "max_body_bytes",
-                                      "request_timeout_ms", "idle_timeout_ms",
-                                      "max_connections", "max_write_queue_bytes",
-                                      "max_bodies_bytes", "max_connections_per_peer", NULL};
   lua_pushnil(L);
   while (lua_next(L, t) != 0) { /* a misspelt limit must not silently become the default */
     bool ok = false;
     if (lua_type(L, -2) == LUA_TSTRING)
-      for (int i = 0; known[i] != NULL; i++)
-        ok = ok || strcmp(lua_tostring(L, -2), known[i]) == 0;
+      for (int i = 0; i < N_LIMITS; i++)
+        ok = ok || strcmp(lua_tostring(L, -2), limit_fields[i].name) == 0;
     if (!ok)
       luaL_error(L, "core.http.serve: unknown limit '%s'", luaL_tolstring(L, -2, NULL));
     lua_pop(L, 1);
   }
-  uint64_t v;
-  v = lim->max_header_bytes;
-  limit_field(L, t, "max_header_bytes", 256, 16u << 20, &v);
-  lim->max_header_bytes = v;
-  v = lim->max_body_bytes;
-  limit_field(L, t, "max_body_bytes", 0, 1u << 30, &v);
-  lim->max_body_bytes = v;
-  limit_field(L, t, "request_timeout_ms", 1, 86400000, &lim->request_timeout_ms);
-  limit_field(L, t, "idle_timeout_ms", 1, 86400000, &lim->idle_timeout_ms);
-  v = lim->max_connections;
-  limit_field(L, t, "max_connections", 1, 1000000, &v);
-  lim->max_connections = v;
-  v = lim->max_write_queue_bytes;
-  limit_field(L, t, "max_write_queue_bytes", 1, 1u << 30, &v);
-  lim->max_write_queue_bytes = v;
-  v = lim->max_bodies_bytes;
-  limit_field(L, t, "max_bodies_bytes", 0, 1u << 30, &v);
-  lim->max_bodies_bytes = v;
-  v = lim->max_connections_per_peer;
-  limit_field(L, t, "max_connections_per_peer", 1, 1000000, &v);
-  lim->max_connections_per_peer = v;
+  for (int i = 0; i < N_LIMITS; i++) {
+    char *field = (char *)lim + limit_fields[i].offset;
+    uint64_t v;
+    if (limit_fields[i].is_size) {
+      v = *(size_t *)field;
+      limit_field(L, t, limit_fields[i].name, limit_fields[i].min, limit_fields[i].max, &v);
+      *(size_t *)field = (size_t)v;
+    } else {
+      limit_field(L, t, limit_fields[i].name, limit_fields[i].min, limit_fields[i].max,
+                  (uint64_t *)field);
+    }
+  }
 }
 
 /* Each connection holds a descriptor; past RLIMIT_NOFILE accept(2) fails and every peer, the
