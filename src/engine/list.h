@@ -1,6 +1,7 @@
 /* The one intrusive list: what a module has in flight (sleepers, processes, transfers,
  * connections, databases, jobs), kept so its shutdown callback can reach each. An element is
- * any struct with `prev` and `next` pointers to its own type; the list is a head pointer.
+ * any struct with `prev` and `next` pointers to its own type; the list is a head pointer. And
+ * the one FIFO append, for queues kept as a head and a tail (frames, queries).
  * Macros, as <sys/queue.h> is, because the element types differ; each argument is evaluated
  * more than once, so pass plain names. */
 #ifndef SB_LIST_H
@@ -33,6 +34,17 @@
     if ((node)->next != NULL)                                                                      \
       (node)->next->prev = (node)->prev;                                                           \
     (node)->prev = (node)->next = NULL;                                                            \
+  } while (0)
+
+/* Appends `node` to a singly linked queue (elements with `next`) kept as a head and a tail. */
+#define SB_QUEUE_APPEND(head, tail, node)                                                          \
+  do {                                                                                             \
+    (node)->next = NULL;                                                                           \
+    if ((tail) != NULL)                                                                            \
+      (tail)->next = (node);                                                                       \
+    else                                                                                           \
+      (head) = (node);                                                                             \
+    (tail) = (node);                                                                               \
   } while (0)
 
 #endif

@@ -447,11 +447,7 @@ static int enqueue(lua_State *L, store *db, job *j, int guard_idx, int self_idx)
   job_guard *g = lua_touserdata(L, guard_idx);
   g->j = NULL; /* the FIFO owns it now */
   j->task = L;
-  if (db->tail != NULL)
-    db->tail->next = j;
-  else
-    db->head = j;
-  db->tail = j;
+  SB_QUEUE_APPEND(db->head, db->tail, j);
   if (db->self_ref == LUA_NOREF) {
     lua_pushvalue(L, self_idx);
     db->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);

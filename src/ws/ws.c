@@ -46,6 +46,12 @@ typedef struct frame {
   unsigned char data[];
 } frame;
 
+/* Frames oldest first, and the payload bytes they hold. */
+typedef struct frame_queue {
+  frame *head, *tail;
+  size_t bytes;
+} frame_queue;
+
 typedef struct conn conn;
 
 /* A task waiting on a connection, with its deadline timer (closed asynchronously, so it lives
@@ -65,13 +71,11 @@ struct conn {
   bool lua_alive;                 /* the userdata has not been collected */
   int ud_ref;                     /* anchors the userdata while a connect waits */
   waiter *w;                      /* the waiting task, or NULL */
-  frame *in_head, *in_tail;       /* whole messages Lua has not read yet */
-  size_t in_bytes;
+  frame_queue in;                 /* whole messages Lua has not read yet */
   unsigned char *partial;         /* the message being assembled from fragments (owned) */
   size_t partial_len, partial_cap;
   size_t max_message;             /* bytes */
-  frame *out_head, *out_tail;     /* frames to send, in order */
-  size_t out_bytes;
+  frame_queue out;                /* frames to send, in order */
   bool close_wanted;
   bool close_sent;                /* our close frame went out */
   bool failed;                    /* it ended in an error, not a close handshake */
@@ -101,12 +105,29 @@ static void frames_free(frame *f) {
   }
 }
 
+static void queue_push(frame_queue *q, frame *f) {
+  SB_QUEUE_APPEND(q->head, q->tail, f);
+  q->bytes += f->len;
+}
+
+/* Takes the oldest frame off, or returns NULL when there is none. */
+static frame *queue_shift(frame_queue *q) {
+  frame *f = q->head;
+  if (f != NULL) {
+    q->head = f->next;
+    if (q->head == NULL)
+      q->tail = NULL;
+    q->bytes -= f->len;
+  }
+  return f;
+}
+
 static void conn_free_if_unused(conn *c) {
   if (c->lua_alive || c->wsi != NULL || c->w != NULL)
     return;
   SB_LIST_REMOVE(S.live, c);
-  frames_free(c->in_head);
-  frames_free(c->out_head);
+  frames_free(c->in.head);
+  frames_free(c->out.head);
   free(c->partial);
   free(c);
 }
@@ -153,7 +174,7 @@ static void conn_gone(conn *c, const char *why) {
     char msg[200];
     snprintf(msg, sizeof msg, "websocket connect failed: %s", c->why[0] ? c->why : "closed");
     sb_task_complete(task, sb_push_fail(task, "transport", msg));
-  } else if (c->in_head != NULL) {
+  } else if (c->in.head != NULL) {
     /* cannot happen: a waiting recv means the queue was empty */
     sb_task_complete(task, push_closed(task, c));
   } else {
@@ -169,13 +190,7 @@ static void deliver(conn *c, frame *f) {
     sb_task_complete(task, 1);
     return;
   }
-  f->next = NULL;
-  if (c->in_tail)
-    c->in_tail->next = f;
-  else
-    c->in_head = f;
-  c->in_tail = f;
-  c->in_bytes += f->len;
+  queue_push(&c->in, f);
 }
 
 static void detach(struct lws *wsi, conn *c, const char *why) {
@@ -210,7 +225,7 @@ static int on_receive(struct lws *wsi, conn *c, const void *in, size_t len) {
   if (c->discarding)
     return 0;
   size_t need = c->partial_len + len;
-  if (need > c->max_message || c->in_bytes + need > MAX_QUEUED_IN) {
+  if (need > c->max_message || c->in.bytes + need > MAX_QUEUED_IN) {
     snprintf(c->why, sizeof c->why, "a message exceeded %zu bytes", c->max_message);
     return refuse_message(c, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE);
   }
@@ -244,22 +259,24 @@ static int on_receive(struct lws *wsi, conn *c, const void *in, size_t len) {
   return 0;
 }
 
+/* Writes the oldest outbound frame. False when the socket took less: the connection failed. */
+static bool write_next(conn *c, struct lws *wsi) {
+  frame *f = queue_shift(&c->out);
+  int n = lws_write(wsi, f->data + LWS_PRE, f->len, f->type);
+  bool whole = n >= (int)f->len;
+  free(f);
+  if (!whole) {
+    snprintf(c->why, sizeof c->why, "writing to the socket failed");
+    c->failed = true;
+  }
+  return whole;
+}
+
 static int on_writeable(struct lws *wsi, conn *c) {
-  frame *f = c->out_head;
-  if (f != NULL) {
-    c->out_head = f->next;
-    if (c->out_head == NULL)
-      c->out_tail = NULL;
-    c->out_bytes -= f->len;
-    int n = lws_write(wsi, f->data + LWS_PRE, f->len, f->type);
-    bool short_write = n < (int)f->len;
-    free(f);
-    if (short_write) {
-      snprintf(c->why, sizeof c->why, "writing to the socket failed");
-      c->failed = true;
+  if (c->out.head != NULL) {
+    if (!write_next(c, wsi))
       return -1;
-    }
-    if (c->out_head != NULL || c->close_wanted)
+    if (c->out.head != NULL || c->close_wanted)
       lws_callback_on_writable(wsi);
     return 0;
   }
@@ -288,24 +305,14 @@ static int on_writeable(struct lws *wsi, conn *c) {
 static void flush_queued(uv_check_t *h) {
   bool pending = false;
   for (conn *c = S.live; c != NULL; c = c->next) {
-    while (c->state == ST_OPEN && c->wsi != NULL && c->out_head != NULL &&
+    while (c->state == ST_OPEN && c->wsi != NULL && c->out.head != NULL &&
            !lws_send_pipe_choked(c->wsi)) {
-      frame *f = c->out_head;
-      c->out_head = f->next;
-      if (c->out_head == NULL)
-        c->out_tail = NULL;
-      c->out_bytes -= f->len;
-      int n = lws_write(c->wsi, f->data + LWS_PRE, f->len, f->type);
-      bool short_write = n < (int)f->len;
-      free(f);
-      if (short_write) {
-        snprintf(c->why, sizeof c->why, "writing to the socket failed");
-        c->failed = true;
+      if (!write_next(c, c->wsi)) {
         lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
         break;
       }
     }
-    if (c->out_head != NULL && c->wsi != NULL) {
+    if (c->out.head != NULL && c->wsi != NULL) {
       pending = true;
       lws_callback_on_writable(c->wsi);
     }
@@ -322,7 +329,7 @@ static int on_lws(struct lws *wsi, enum lws_callback_reasons reason, void *user,
     if (c == NULL)
       return -1;
     c->state = c->close_wanted ? ST_CLOSING : ST_OPEN;
-    if (c->out_head != NULL || c->close_wanted)
+    if (c->out.head != NULL || c->close_wanted)
       lws_callback_on_writable(wsi);
     if (c->w != NULL && c->w->kind == WAIT_CONNECT) {
       lua_State *task = wait_end(c);
@@ -584,22 +591,16 @@ static int queue_frame(lua_State *L, conn *c, const char *bytes, size_t len,
                        enum lws_write_protocol type) {
   if (c->state != ST_OPEN && c->state != ST_CONNECTING)
     return push_closed(L, c);
-  if (c->out_bytes + len > MAX_QUEUED_OUT)
+  if (c->out.bytes + len > MAX_QUEUED_OUT)
     return sb_push_fail(L, "transport", "websocket: too many bytes queued to send (the peer "
                                         "is not reading)");
   frame *f = malloc(sizeof *f + LWS_PRE + len);
   if (f == NULL)
     return luaL_error(L, "out of memory");
-  f->next = NULL;
   f->len = len;
   f->type = type;
   memcpy(f->data + LWS_PRE, bytes, len);
-  if (c->out_tail)
-    c->out_tail->next = f;
-  else
-    c->out_head = f;
-  c->out_tail = f;
-  c->out_bytes += len;
+  queue_push(&c->out, f);
   if (c->state == ST_OPEN && c->wsi != NULL)
     uv_check_start(&S.flusher, flush_queued);
   lua_pushboolean(L, 1);
@@ -633,12 +634,8 @@ static int l_recv(lua_State *L) {
   sb_task_check(L, "conn:recv");
   if (c->w != NULL)
     return luaL_error(L, "conn:recv: another task is already waiting on this connection");
-  frame *f = c->in_head;
+  frame *f = queue_shift(&c->in);
   if (f != NULL) {
-    c->in_head = f->next;
-    if (c->in_head == NULL)
-      c->in_tail = NULL;
-    c->in_bytes -= f->len;
     lua_pushlstring(L, (const char *)f->data, f->len);
     free(f);
     return 1;
