@@ -107,6 +107,7 @@ done:
 }
 
 void sb_crypto_gcm_fields(lua_State *L) {
-  static const luaL_Reg fns[] = {{"aes256gcm_seal", l_seal}, {"aes256gcm_open", l_open}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {
+      {"aes256gcm_seal", l_seal}, {"aes256gcm_open", l_open}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
 }

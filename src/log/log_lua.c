@@ -84,7 +84,9 @@ static int l_log_scrub(lua_State *L) {
 }
 
 int sb_log_open(lua_State *L) {
-  static const luaL_Reg fns[] = {{"log_scrub", l_log_scrub}, {"log", l_log}, {"log_format", l_log_format}, {"log_redact", l_log_redact}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"log_scrub", l_log_scrub},   {"log", l_log},
+                                 {"log_format", l_log_format}, {"log_redact", l_log_redact},
+                                 {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
   return 0;
 }

@@ -321,7 +321,8 @@ static int l_file_table(lua_State *L) {
 
 int sb_filerefs_open(lua_State *L) {
   sb_shutdown_register(refs_shutdown, NULL);
-  static const luaL_Reg fns[] = {{"file_refs", l_file_refs}, {"file_table", l_file_table}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {
+      {"file_refs", l_file_refs}, {"file_table", l_file_table}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
   return 0;
 }
