@@ -39,11 +39,10 @@ static int engine_finalizer(lua_State *L) {
 }
 
 static void install_finalizer(lua_State *L) {
+  static const luaL_Reg meta[] = {{"__gc", engine_finalizer}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){"switchboard.core.finalizer", NULL, NULL, meta});
   lua_newuserdatauv(L, 1, 0);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, engine_finalizer);
-  lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, -2);
+  luaL_setmetatable(L, "switchboard.core.finalizer");
   lua_rawsetp(L, LUA_REGISTRYINDEX, &finalizer_key);
 }
 

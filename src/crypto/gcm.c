@@ -18,11 +18,24 @@
 
 enum { KEY_BYTES = 32, NONCE_BYTES = 12, TAG_BYTES = 16 };
 
-static void check_sizes(lua_State *L, size_t key_n, size_t nonce_n, size_t text_n, size_t aad_n) {
+/* The four arguments both calls take: key, nonce, the text (plain or sealed) and the aad. */
+typedef struct gcm_args {
+  const unsigned char *key, *nonce, *text, *aad;
+  size_t text_n, aad_n;
+} gcm_args;
+
+static gcm_args read_args(lua_State *L) {
+  gcm_args a;
+  size_t key_n, nonce_n;
+  a.key = (const unsigned char *)luaL_checklstring(L, 1, &key_n);
+  a.nonce = (const unsigned char *)luaL_checklstring(L, 2, &nonce_n);
+  a.text = (const unsigned char *)luaL_checklstring(L, 3, &a.text_n);
+  a.aad = (const unsigned char *)luaL_optlstring(L, 4, "", &a.aad_n);
   luaL_argcheck(L, key_n == KEY_BYTES, 1, "the key must be 32 bytes");
   luaL_argcheck(L, nonce_n == NONCE_BYTES, 2, "the nonce must be 12 bytes");
-  luaL_argcheck(L, text_n < INT_MAX - TAG_BYTES, 3, "too long");
-  luaL_argcheck(L, aad_n < INT_MAX, 4, "too long");
+  luaL_argcheck(L, a.text_n < INT_MAX - TAG_BYTES, 3, "too long");
+  luaL_argcheck(L, a.aad_n < INT_MAX, 4, "too long");
+  return a;
 }
 
 /* One cipher context per call: these are rare (a secret set, a command's secrets resolved). */
@@ -43,19 +56,14 @@ static EVP_CIPHER_CTX *begin(const unsigned char *key, const unsigned char *nonc
 }
 
 static int l_seal(lua_State *L) {
-  size_t key_n, nonce_n, text_n, aad_n;
-  const unsigned char *key = (const unsigned char *)luaL_checklstring(L, 1, &key_n);
-  const unsigned char *nonce = (const unsigned char *)luaL_checklstring(L, 2, &nonce_n);
-  const unsigned char *text = (const unsigned char *)luaL_checklstring(L, 3, &text_n);
-  const unsigned char *aad = (const unsigned char *)luaL_optlstring(L, 4, "", &aad_n);
-  check_sizes(L, key_n, nonce_n, text_n, aad_n);
+  gcm_args a = read_args(L);
   luaL_Buffer b;
-  unsigned char *out = (unsigned char *)luaL_buffinitsize(L, &b, text_n + TAG_BYTES);
+  unsigned char *out = (unsigned char *)luaL_buffinitsize(L, &b, a.text_n + TAG_BYTES);
   int len = 0, fin = 0, ok = 0;
-  EVP_CIPHER_CTX *ctx = begin(key, nonce, 1, aad, aad_n);
+  EVP_CIPHER_CTX *ctx = begin(a.key, a.nonce, 1, a.aad, a.aad_n);
   if (ctx == NULL)
     goto done;
-  if (EVP_CipherUpdate(ctx, out, &len, text, (int)text_n) != 1 ||
+  if (EVP_CipherUpdate(ctx, out, &len, a.text, (int)a.text_n) != 1 ||
       EVP_CipherFinal_ex(ctx, out + len, &fin) != 1 ||
       EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, TAG_BYTES, out + len + fin) != 1)
     goto done;
@@ -69,23 +77,18 @@ done:
 }
 
 static int l_open(lua_State *L) {
-  size_t key_n, nonce_n, sealed_n, aad_n;
-  const unsigned char *key = (const unsigned char *)luaL_checklstring(L, 1, &key_n);
-  const unsigned char *nonce = (const unsigned char *)luaL_checklstring(L, 2, &nonce_n);
-  const unsigned char *sealed = (const unsigned char *)luaL_checklstring(L, 3, &sealed_n);
-  const unsigned char *aad = (const unsigned char *)luaL_optlstring(L, 4, "", &aad_n);
-  check_sizes(L, key_n, nonce_n, sealed_n, aad_n);
-  if (sealed_n < TAG_BYTES)
+  gcm_args a = read_args(L); /* a.text is the sealed value: ciphertext .. tag */
+  if (a.text_n < TAG_BYTES)
     return sb_push_fail(L, "crypto", "aes256gcm_open: the sealed value is shorter than its tag");
-  size_t text_n = sealed_n - TAG_BYTES;
+  size_t text_n = a.text_n - TAG_BYTES;
   unsigned char *out = OPENSSL_malloc(text_n + 1); /* +1: a zero-length malloc may be NULL */
   int len = 0, fin = 0, ok = 0;
-  EVP_CIPHER_CTX *ctx = out != NULL ? begin(key, nonce, 0, aad, aad_n) : NULL;
+  EVP_CIPHER_CTX *ctx = out != NULL ? begin(a.key, a.nonce, 0, a.aad, a.aad_n) : NULL;
   if (ctx == NULL)
     goto done;
   /* The tag is set before the final call, which is where GCM verifies it. */
-  if (EVP_CipherUpdate(ctx, out, &len, sealed, (int)text_n) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG_BYTES, (void *)(sealed + text_n)) != 1 ||
+  if (EVP_CipherUpdate(ctx, out, &len, a.text, (int)text_n) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG_BYTES, (void *)(a.text + text_n)) != 1 ||
       EVP_CipherFinal_ex(ctx, out + len, &fin) != 1)
     goto done;
   ok = 1;
@@ -104,8 +107,7 @@ done:
 }
 
 void sb_crypto_gcm_fields(lua_State *L) {
-  lua_pushcfunction(L, l_seal);
-  lua_setfield(L, -2, "aes256gcm_seal");
-  lua_pushcfunction(L, l_open);
-  lua_setfield(L, -2, "aes256gcm_open");
+  static const luaL_Reg fns[] = {
+      {"aes256gcm_seal", l_seal}, {"aes256gcm_open", l_open}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
 }

@@ -193,17 +193,13 @@ static int l_on_abort(lua_State *L) {
   return 0;
 }
 
-static int l_index(lua_State *L) {
-  sb_abort *sig = luaL_checkudata(L, 1, SIGNAL_MT);
-  const char *key = luaL_checkstring(L, 2);
-  if (strcmp(key, "aborted") == 0) {
-    lua_pushboolean(L, sig->fired);
-  } else if (strcmp(key, "reason") == 0) {
-    push_reason(L, sig);
-  } else {
-    luaL_getmetatable(L, SIGNAL_MT);
-    lua_getfield(L, -1, key);
-  }
+static int l_aborted(lua_State *L) {
+  lua_pushboolean(L, ((sb_abort *)luaL_checkudata(L, 1, SIGNAL_MT))->fired);
+  return 1;
+}
+
+static int l_reason(lua_State *L) {
+  push_reason(L, luaL_checkudata(L, 1, SIGNAL_MT));
   return 1;
 }
 
@@ -226,18 +222,11 @@ static int l_tostring(lua_State *L) {
 }
 
 int sb_abort_open(lua_State *L) {
-  if (luaL_newmetatable(L, SIGNAL_MT)) {
-    static const luaL_Reg methods[] = {{"abort", l_abort},     {"on_abort", l_on_abort},
-                                       {"__index", l_index},   {"__gc", l_gc},
-                                       {"__tostring", l_tostring}, {NULL, NULL}};
-    luaL_setfuncs(L, methods, 0);
-  }
-  lua_pop(L, 1);
-  lua_newtable(L);
-  lua_newtable(L);
-  lua_pushliteral(L, "v");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
+  static const luaL_Reg methods[] = {{"abort", l_abort}, {"on_abort", l_on_abort}, {NULL, NULL}};
+  static const luaL_Reg fields[] = {{"aborted", l_aborted}, {"reason", l_reason}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", l_gc}, {"__tostring", l_tostring}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){SIGNAL_MT, methods, fields, meta});
+  sb_push_weak_table(L, "v");
   lua_rawsetp(L, LUA_REGISTRYINDEX, &children_key);
   lua_pushcfunction(L, l_signal);
   lua_setfield(L, -2, "signal");

@@ -277,9 +277,8 @@ static int l_bounded_charge(lua_State *L) {
 }
 
 int sb_bounded_open(lua_State *L) {
-  lua_pushcfunction(L, l_call_bounded);
-  lua_setfield(L, -2, "call_bounded");
-  lua_pushcfunction(L, l_bounded_charge);
-  lua_setfield(L, -2, "bounded_charge");
+  static const luaL_Reg fns[] = {
+      {"call_bounded", l_call_bounded}, {"bounded_charge", l_bounded_charge}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
   return 0;
 }

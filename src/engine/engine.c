@@ -426,11 +426,7 @@ bool sb_engine_init(lua_State *L) {
                                           tasks wait in the ready queue */
   lua_newtable(L);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &tasks_key);
-  lua_newtable(L);
-  lua_newtable(L);
-  lua_pushstring(L, "k");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
+  sb_push_weak_table(L, "k");
   lua_rawsetp(L, LUA_REGISTRYINDEX, &suspended_key);
   return true;
 }

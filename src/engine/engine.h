@@ -138,4 +138,32 @@ void sb_engine_request_exit(int status);
 /* The status asked for with sb_engine_request_exit, or -1. */
 int sb_engine_exit_status(void);
 
+/* ---- Userdata classes, module tables, memory that raises (class.c) -----------------------
+ *
+ * A C module that hands Lua an object describes its class once and registers it in its opener;
+ * objects get it with luaL_setmetatable(L, name) and are checked with luaL_checkudata. */
+
+typedef struct sb_class {
+  const char *name;         /* the registry name, luaL_newmetatable's */
+  const luaL_Reg *methods;  /* what obj:method(...) finds through __index */
+  const luaL_Reg *fields;   /* read-only computed fields: obj.name is fn(obj)'s one result;
+                               NULL for none (then __index is the method table itself) */
+  const luaL_Reg *meta;     /* metamethods set on the metatable: __gc, __close, __tostring */
+} sb_class;
+
+/* Makes the class's metatable unless it exists; the stack is left as it was. */
+void sb_class_register(lua_State *L, const sb_class *cls);
+
+/* Sets `fns` on the table `name` inside the table at the top of the stack, making it first
+ * when absent (two modules may share one, as the HTTP client and server share core.http). The
+ * stack is left as it was. */
+void sb_module_table(lua_State *L, const char *name, const luaL_Reg *fns);
+
+/* Pushes a new table whose keys or values (`mode`: "k", "v" or "kv") are weak. */
+void sb_push_weak_table(lua_State *L, const char *mode);
+
+/* calloc(n, size) for a call from Lua: raises "out of memory" (as lua_newuserdata does) instead
+ * of returning NULL, so the caller must own nothing that would leak by the raise. */
+void *sb_calloc(lua_State *L, size_t n, size_t size);
+
 #endif

@@ -81,14 +81,11 @@ static int l_tostring(lua_State *L) {
 }
 
 int sb_error_open(lua_State *L) {
-  if (luaL_newmetatable(L, ERROR_MT)) {
-    lua_pushcfunction(L, l_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
+  static const luaL_Reg meta[] = {{"__tostring", l_tostring}, {NULL, NULL}};
+  static const luaL_Reg fns[] = {{"error", l_error}, {"is_error", l_is_error}, {NULL, NULL}};
+  if (luaL_newmetatable(L, ERROR_MT)) /* a table's metatable: no methods, no __index */
+    luaL_setfuncs(L, meta, 0);
   lua_pop(L, 1);
-  lua_pushcfunction(L, l_error);
-  lua_setfield(L, -2, "error");
-  lua_pushcfunction(L, l_is_error);
-  lua_setfield(L, -2, "is_error");
+  luaL_setfuncs(L, fns, 0);
   return 0;
 }

@@ -1,5 +1,6 @@
 /* core.sleep, core.now_ms, core.wall_ms. */
 #include "engine.h"
+#include "list.h"
 #include "engine_internal.h"
 
 #include <stddef.h>
@@ -19,15 +20,7 @@ static sleeper *live; /* sleepers whose timer is not closing yet */
 
 static void sleeper_closed(uv_handle_t *h) { free(h->data); }
 
-static void live_remove(sleeper *s) {
-  if (s->prev != NULL)
-    s->prev->next = s->next;
-  else
-    live = s->next;
-  if (s->next != NULL)
-    s->next->prev = s->prev;
-  s->prev = s->next = NULL;
-}
+static void live_remove(sleeper *s) { SB_LIST_REMOVE(live, s); }
 
 static void sleeper_finish(sleeper *s) {
   live_remove(s);
@@ -62,15 +55,10 @@ static int l_sleep(lua_State *L) {
   sb_task_check(L, "core.sleep");
   if (sig != NULL && sb_abort_fired(sig))
     return sb_abort_push_fail(L, sig);
-  sleeper *s = calloc(1, sizeof *s);
-  if (s == NULL)
-    return luaL_error(L, "out of memory");
+  sleeper *s = sb_calloc(L, 1, sizeof *s);
   s->task = L;
   s->signal_ref = LUA_NOREF;
-  s->next = live;
-  if (live != NULL)
-    live->prev = s;
-  live = s;
+  SB_LIST_PUSH(live, s);
   uv_timer_init(sb_loop(), &s->timer);
   s->timer.data = s;
   /* At least 1 ms: libuv runs, in the same pass, a timer due at the loop's current time, and

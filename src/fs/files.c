@@ -23,6 +23,7 @@
 #define _GNU_SOURCE /* O_PATH */
 #endif
 #include "../engine/engine.h"
+#include "../engine/list.h"
 #include "fs.h"
 
 #include <errno.h>
@@ -200,15 +201,7 @@ static void removal_work(uv_work_t *req) {
   r->rc = sb_fs_remove_tree_at(AT_FDCWD, r->path);
 }
 
-static void removal_unlink(tree_removal *r) {
-  if (r->prev != NULL)
-    r->prev->next = r->next;
-  else
-    removals = r->next;
-  if (r->next != NULL)
-    r->next->prev = r->prev;
-  r->prev = r->next = NULL;
-}
+static void removal_unlink(tree_removal *r) { SB_LIST_REMOVE(removals, r); }
 
 static void removal_done(uv_work_t *req, int status) {
   (void)status; /* never cancelled: uv_cancel is not used */
@@ -254,9 +247,7 @@ static int l_remove_tree(lua_State *L) {
   luaL_argcheck(L, strcmp(base, ".") != 0 && strcmp(base, "..") != 0, 1,
                 "path must not end in . or ..");
   if (sb_task_running(L)) {
-    tree_removal *r = calloc(1, sizeof *r);
-    if (r == NULL)
-      return luaL_error(L, "out of memory");
+    tree_removal *r = sb_calloc(L, 1, sizeof *r);
     memcpy(r->path, buf, len + 1);
     r->task = L;
     r->req.data = r;
@@ -264,10 +255,7 @@ static int l_remove_tree(lua_State *L) {
       free(r);
       return luaL_error(L, "remove_tree: cannot queue the removal");
     }
-    r->next = removals;
-    if (removals != NULL)
-      removals->prev = r;
-    removals = r;
+    SB_LIST_PUSH(removals, r);
     return sb_task_yield(L);
   }
   int rc = sb_fs_remove_tree_at(AT_FDCWD, buf);

@@ -564,17 +564,9 @@ void sb_fs_root_fields(lua_State *L) {
       {"list", l_list},   {"remove", l_remove}, {"close", l_close},
       {NULL, NULL},
   };
-  if (luaL_newmetatable(L, ROOT_MT)) {
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_close);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, l_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
-  lua_pushcfunction(L, l_root);
-  lua_setfield(L, -2, "root");
+  static const luaL_Reg meta[] = {
+      {"__gc", l_close}, {"__close", l_close}, {"__tostring", l_tostring}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){ROOT_MT, methods, NULL, meta});
+  static const luaL_Reg fns[] = {{"root", l_root}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
 }

@@ -705,15 +705,7 @@ static void client_shutdown(void *ud) {
 
 int sb_http_client_open(lua_State *L) {
   sb_shutdown_register(client_shutdown, NULL);
-  lua_getfield(L, -1, "http");
-  if (!lua_istable(L, -1)) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, "http");
-  }
-  lua_pushcfunction(L, l_request);
-  lua_setfield(L, -2, "request");
-  lua_pop(L, 1);
+  static const luaL_Reg fns[] = {{"request", l_request}, {NULL, NULL}};
+  sb_module_table(L, "http", fns);
   return 0;
 }

@@ -23,6 +23,7 @@
  * upstream's userdata meanwhile. */
 #include "relay.h"
 #include "../engine/engine.h"
+#include "../engine/list.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -100,15 +101,7 @@ int sb_socket_in_netns(int netns_fd, int family, int type, int protocol) {
 static sb_upstream *live;
 static bool shutdown_registered;
 
-static void live_remove(sb_upstream *u) {
-  if (u->prev != NULL)
-    u->prev->next = u->next;
-  else if (live == u)
-    live = u->next;
-  if (u->next != NULL)
-    u->next->prev = u->prev;
-  u->prev = u->next = NULL;
-}
+static void live_remove(sb_upstream *u) { SB_LIST_REMOVE(live, u); }
 
 static void upstream_handle_closed(uv_handle_t *h) {
   sb_upstream *u = h->data;
@@ -204,10 +197,7 @@ static int l_connect(lua_State *L) {
   uv_timer_init(sb_loop(), &u->timer);
   u->tcp.data = u->timer.data = u->connect.data = u;
   u->handles_open = 2;
-  u->next = live;
-  if (live != NULL)
-    live->prev = u;
-  live = u;
+  SB_LIST_PUSH(live, u);
   upstream_ud *ud = lua_newuserdatauv(L, sizeof *ud, 0);
   ud->u = u;
   luaL_setmetatable(L, UPSTREAM_MT);
@@ -498,15 +488,10 @@ static void relay_shutdown(void *ud) {
 void sb_http_relay_open(lua_State *L) {
   if (!shutdown_registered)
     shutdown_registered = sb_shutdown_register(relay_shutdown, NULL);
-  if (luaL_newmetatable(L, UPSTREAM_MT)) {
-    static const luaL_Reg methods[] = {{"write", l_up_write}, {"read", l_up_read},
-                                       {"close", l_up_close}, {"__gc", l_up_gc},
-                                       {NULL, NULL}};
-    luaL_setfuncs(L, methods, 0);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
-  lua_pushcfunction(L, l_connect);
-  lua_setfield(L, -2, "connect");
+  static const luaL_Reg methods[] = {
+      {"write", l_up_write}, {"read", l_up_read}, {"close", l_up_close}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", l_up_gc}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){UPSTREAM_MT, methods, NULL, meta});
+  static const luaL_Reg fns[] = {{"connect", l_connect}, {NULL, NULL}};
+  sb_module_table(L, "http", fns);
 }

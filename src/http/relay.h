@@ -23,7 +23,8 @@ sb_upstream *sb_upstream_check(lua_State *L, int idx);
  * start; either way the client's connection is ended. Use as `return sb_relay_start(…)`. */
 int sb_relay_start(lua_State *L, sb_http_conn *c, int up_idx, const char *head, size_t len);
 
-/* Sets core.http.connect on the table at the top of the stack, and the upstream's metatable. */
+/* Sets core.http.connect (the module table is at the top of the stack) and registers the
+ * upstream's class. */
 void sb_http_relay_open(lua_State *L);
 
 #endif

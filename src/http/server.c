@@ -14,6 +14,7 @@
 #include "../log/log.h"
 
 #include <signal.h>
+#include <stddef.h>
 #include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -705,6 +706,16 @@ static int l_res_relay(lua_State *L) {
   return sb_relay_start(L, c, 2, head, n);
 }
 
+/* The handler raised before any byte went out: a whole 500 answers for it. */
+static void answer_raised(res_ud *r) {
+  sb_http_conn *c = r->c;
+  r->status = 500;
+  r->phase = RES_FINISHED;
+  log_request(r, "handler raised");
+  detach(r);
+  sb_http_conn_answer(c, 500, "internal server error");
+}
+
 /* After the handler returned (or raised): a response it did not finish is finished for it. */
 static void res_settle(lua_State *L, res_ud *r, bool failed) {
   if (r->c == NULL) {
@@ -712,25 +723,13 @@ static void res_settle(lua_State *L, res_ud *r, bool failed) {
     return;
   }
   if (r->phase == RES_FRESH) {
-    if (failed) {
-      sb_http_conn *c = r->c;
-      r->status = 500;
-      r->phase = RES_FINISHED;
-      log_request(r, "handler raised");
-      detach(r);
-      sb_http_conn_answer(c, 500, "internal server error");
-    } else {
-      /* returned without answering: an explicit "nothing to say" */
+    if (failed)
+      answer_raised(r);
+    else /* returned without answering: an explicit "nothing to say" */
       send_whole(L, r, 204, 0, "", 0);
-    }
   } else if (r->phase == RES_STARTED) {
     if (failed && r->held != NULL) { /* nothing was sent yet: a whole 500 can still go */
-      sb_http_conn *c = r->c;
-      r->status = 500;
-      r->phase = RES_FINISHED;
-      log_request(r, "handler raised");
-      detach(r);
-      sb_http_conn_answer(c, 500, "internal server error");
+      answer_raised(r);
     } else if (failed) { /* mid-body: a close tells the peer the body is incomplete */
       sb_http_conn *c = r->c;
       log_request(r, "handler raised mid-response");
@@ -743,21 +742,24 @@ static void res_settle(lua_State *L, res_ud *r, bool failed) {
   }
 }
 
-static int l_res_index(lua_State *L) {
-  res_ud *r = check_res(L);
-  const char *key = luaL_checkstring(L, 2);
-  if (strcmp(key, "closed") == 0)
-    lua_pushboolean(L, r->closed);
-  else if (strcmp(key, "finished") == 0)
-    lua_pushboolean(L, r->phase == RES_FINISHED);
-  else if (strcmp(key, "started") == 0)
-    lua_pushboolean(L, r->phase != RES_FRESH);
-  else if (strcmp(key, "status") == 0) /* for a request log; 0 until a head was sent */
-    lua_pushinteger(L, r->status);
-  else {
-    luaL_getmetatable(L, RES_MT);
-    lua_getfield(L, -1, key);
-  }
+static int l_res_closed(lua_State *L) {
+  lua_pushboolean(L, check_res(L)->closed);
+  return 1;
+}
+
+static int l_res_finished(lua_State *L) {
+  lua_pushboolean(L, check_res(L)->phase == RES_FINISHED);
+  return 1;
+}
+
+static int l_res_started(lua_State *L) {
+  lua_pushboolean(L, check_res(L)->phase != RES_FRESH);
+  return 1;
+}
+
+/* For a request log; 0 until a head was sent. */
+static int l_res_status(lua_State *L) {
+  lua_pushinteger(L, check_res(L)->status);
   return 1;
 }
 
@@ -804,19 +806,18 @@ static int l_server_close(lua_State *L) {
   return 0;
 }
 
-static int l_server_index(lua_State *L) {
-  sb_http_server *s = check_server(L);
-  const char *key = luaL_checkstring(L, 2);
-  if (strcmp(key, "port") == 0)
-    lua_pushinteger(L, s->port);
-  else if (strcmp(key, "connections") == 0)
-    lua_pushinteger(L, (lua_Integer)s->n_conns);
-  else if (strcmp(key, "closed") == 0)
-    lua_pushboolean(L, s->closing);
-  else {
-    luaL_getmetatable(L, SERVER_MT);
-    lua_getfield(L, -1, key);
-  }
+static int l_server_port(lua_State *L) {
+  lua_pushinteger(L, check_server(L)->port);
+  return 1;
+}
+
+static int l_server_connections(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)check_server(L)->n_conns);
+  return 1;
+}
+
+static int l_server_closed(lua_State *L) {
+  lua_pushboolean(L, check_server(L)->closing);
   return 1;
 }
 
@@ -861,42 +862,46 @@ static void limit_field(lua_State *L, int t, const char *key, uint64_t min, uint
   lua_pop(L, 1);
 }
 
+#define LIMIT(name, min, max) {#name, min, max, offsetof(sb_http_limits, name), \
+                              sizeof(((sb_http_limits *)0)->name) == sizeof(size_t)}
+/* Every limit core.http.serve takes: its name, its range, and the field it sets. */
+static const struct {
+  const char *name;
+  uint64_t min, max;
+  size_t offset;
+  bool is_size; /* a size_t field, else a uint64_t */
+} limit_fields[] = {
+    LIMIT(max_header_bytes, 256, 16u << 20),    LIMIT(max_body_bytes, 0, 1u << 30),
+    LIMIT(request_timeout_ms, 1, 86400000),     LIMIT(idle_timeout_ms, 1, 86400000),
+    LIMIT(max_connections, 1, 1000000),         LIMIT(max_write_queue_bytes, 1, 1u << 30),
+    LIMIT(max_bodies_bytes, 0, 1u << 30),       LIMIT(max_connections_per_peer, 1, 1000000),
+};
+#undef LIMIT
+enum { N_LIMITS = sizeof limit_fields / sizeof limit_fields[0] };
+
 static void read_limits(lua_State *L, int t, sb_http_limits *lim) {
-  static const char *const known[] = {"max_header_bytes", "max_body_bytes",
-                                      "request_timeout_ms", "idle_timeout_ms",
-                                      "max_connections", "max_write_queue_bytes",
-                                      "max_bodies_bytes", "max_connections_per_peer", NULL};
   lua_pushnil(L);
   while (lua_next(L, t) != 0) { /* a misspelt limit must not silently become the default */
     bool ok = false;
     if (lua_type(L, -2) == LUA_TSTRING)
-      for (int i = 0; known[i] != NULL; i++)
-        ok = ok || strcmp(lua_tostring(L, -2), known[i]) == 0;
+      for (int i = 0; i < N_LIMITS; i++)
+        ok = ok || strcmp(lua_tostring(L, -2), limit_fields[i].name) == 0;
     if (!ok)
       luaL_error(L, "core.http.serve: unknown limit '%s'", luaL_tolstring(L, -2, NULL));
     lua_pop(L, 1);
   }
-  uint64_t v;
-  v = lim->max_header_bytes;
-  limit_field(L, t, "max_header_bytes", 256, 16u << 20, &v);
-  lim->max_header_bytes = v;
-  v = lim->max_body_bytes;
-  limit_field(L, t, "max_body_bytes", 0, 1u << 30, &v);
-  lim->max_body_bytes = v;
-  limit_field(L, t, "request_timeout_ms", 1, 86400000, &lim->request_timeout_ms);
-  limit_field(L, t, "idle_timeout_ms", 1, 86400000, &lim->idle_timeout_ms);
-  v = lim->max_connections;
-  limit_field(L, t, "max_connections", 1, 1000000, &v);
-  lim->max_connections = v;
-  v = lim->max_write_queue_bytes;
-  limit_field(L, t, "max_write_queue_bytes", 1, 1u << 30, &v);
-  lim->max_write_queue_bytes = v;
-  v = lim->max_bodies_bytes;
-  limit_field(L, t, "max_bodies_bytes", 0, 1u << 30, &v);
-  lim->max_bodies_bytes = v;
-  v = lim->max_connections_per_peer;
-  limit_field(L, t, "max_connections_per_peer", 1, 1000000, &v);
-  lim->max_connections_per_peer = v;
+  for (int i = 0; i < N_LIMITS; i++) {
+    char *field = (char *)lim + limit_fields[i].offset;
+    uint64_t v;
+    if (limit_fields[i].is_size) {
+      v = *(size_t *)field;
+      limit_field(L, t, limit_fields[i].name, limit_fields[i].min, limit_fields[i].max, &v);
+      *(size_t *)field = (size_t)v;
+    } else {
+      limit_field(L, t, limit_fields[i].name, limit_fields[i].min, limit_fields[i].max,
+                  (uint64_t *)field);
+    }
+  }
 }
 
 /* Each connection holds a descriptor; past RLIMIT_NOFILE accept(2) fails and every peer, the
@@ -991,9 +996,7 @@ static int l_serve(lua_State *L) {
   server_ud *ud = lua_newuserdatauv(L, sizeof *ud, 0);
   ud->s = NULL;
   luaL_setmetatable(L, SERVER_MT);
-  sb_http_server *s = calloc(1, sizeof *s);
-  if (s == NULL)
-    return luaL_error(L, "out of memory");
+  sb_http_server *s = sb_calloc(L, 1, sizeof *s);
   s->limits = lim;
   memcpy(s->log_hide, hide, sizeof hide);
   s->n_log_hide = n_hide;
@@ -1023,34 +1026,25 @@ static int l_serve(lua_State *L) {
 }
 
 int sb_http_server_open(lua_State *L) {
-  if (luaL_newmetatable(L, SERVER_MT)) {
-    static const luaL_Reg methods[] = {{"close", l_server_close},
-                                       {"__index", l_server_index},
-                                       {"__gc", l_server_gc},
-                                       {"__tostring", l_server_tostring},
-                                       {NULL, NULL}};
-    luaL_setfuncs(L, methods, 0);
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, RES_MT)) {
-    static const luaL_Reg methods[] = {{"start", l_res_start},   {"write", l_res_write},
-                                       {"finish", l_res_finish}, {"send", l_res_send},
-                                       {"drain", l_res_drain},   {"relay", l_res_relay},
-                                       {"__index", l_res_index}, {"__tostring", l_res_tostring},
-                                       {NULL, NULL}};
-    luaL_setfuncs(L, methods, 0);
-  }
-  lua_pop(L, 1);
-  lua_getfield(L, -1, "http");
-  if (!lua_istable(L, -1)) { /* the client may have created core.http already, or not */
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, "http");
-  }
-  lua_pushcfunction(L, l_serve);
-  lua_setfield(L, -2, "serve");
+  static const luaL_Reg server_methods[] = {{"close", l_server_close}, {NULL, NULL}};
+  static const luaL_Reg server_fields[] = {{"port", l_server_port},
+                                           {"connections", l_server_connections},
+                                           {"closed", l_server_closed},
+                                           {NULL, NULL}};
+  static const luaL_Reg server_meta[] = {
+      {"__gc", l_server_gc}, {"__tostring", l_server_tostring}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){SERVER_MT, server_methods, server_fields, server_meta});
+  static const luaL_Reg res_methods[] = {{"start", l_res_start},   {"write", l_res_write},
+                                         {"finish", l_res_finish}, {"send", l_res_send},
+                                         {"drain", l_res_drain},   {"relay", l_res_relay},
+                                         {NULL, NULL}};
+  static const luaL_Reg res_fields[] = {{"closed", l_res_closed},   {"finished", l_res_finished},
+                                        {"started", l_res_started}, {"status", l_res_status},
+                                        {NULL, NULL}};
+  static const luaL_Reg res_meta[] = {{"__tostring", l_res_tostring}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){RES_MT, res_methods, res_fields, res_meta});
+  static const luaL_Reg fns[] = {{"serve", l_serve}, {NULL, NULL}};
+  sb_module_table(L, "http", fns);
   sb_http_relay_open(L);
-  lua_pop(L, 1);
   return 0;
 }

@@ -141,9 +141,7 @@ static int l_isatty(lua_State *L) {
 }
 
 int sb_stdin_open(lua_State *L) {
-  lua_pushcfunction(L, l_read_stdin);
-  lua_setfield(L, -2, "read_stdin");
-  lua_pushcfunction(L, l_isatty);
-  lua_setfield(L, -2, "isatty");
+  static const luaL_Reg fns[] = {{"read_stdin", l_read_stdin}, {"isatty", l_isatty}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
   return 0;
 }

@@ -98,9 +98,7 @@ static int l_tty_mode(lua_State *L) {
 }
 
 int sb_tty_open(lua_State *L) {
-  lua_pushcfunction(L, l_tty_size);
-  lua_setfield(L, -2, "tty_size");
-  lua_pushcfunction(L, l_tty_mode);
-  lua_setfield(L, -2, "tty_mode");
+  static const luaL_Reg fns[] = {{"tty_size", l_tty_size}, {"tty_mode", l_tty_mode}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
   return 0;
 }

@@ -84,13 +84,9 @@ static int l_log_scrub(lua_State *L) {
 }
 
 int sb_log_open(lua_State *L) {
-  lua_pushcfunction(L, l_log_scrub);
-  lua_setfield(L, -2, "log_scrub");
-  lua_pushcfunction(L, l_log);
-  lua_setfield(L, -2, "log");
-  lua_pushcfunction(L, l_log_format);
-  lua_setfield(L, -2, "log_format");
-  lua_pushcfunction(L, l_log_redact);
-  lua_setfield(L, -2, "log_redact");
+  static const luaL_Reg fns[] = {{"log_scrub", l_log_scrub},   {"log", l_log},
+                                 {"log_format", l_log_format}, {"log_redact", l_log_redact},
+                                 {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
   return 0;
 }

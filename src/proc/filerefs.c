@@ -21,6 +21,7 @@
 #include "filerefs.h"
 
 #include "../engine/engine.h"
+#include "../engine/list.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -213,15 +214,7 @@ static void job_free(refs_job *job) {
   free(job);
 }
 
-static void job_unlink(refs_job *job) {
-  if (job->prev != NULL)
-    job->prev->next = job->next;
-  else
-    jobs = job->next;
-  if (job->next != NULL)
-    job->next->prev = job->prev;
-  job->prev = job->next = NULL;
-}
+static void job_unlink(refs_job *job) { SB_LIST_REMOVE(jobs, job); }
 
 static void push_counts(lua_State *L, const refs_job *job) {
   lua_createtable(L, (int)job->n, 0);
@@ -270,9 +263,7 @@ static int l_file_refs(lua_State *L) {
   lua_Integer stop_at = luaL_optinteger(L, 2, -1);
   lua_Unsigned n = lua_rawlen(L, 1);
   luaL_argcheck(L, n <= MAX_GROUPS, 1, "too many groups");
-  refs_job *job = calloc(1, sizeof *job);
-  if (job == NULL)
-    return luaL_error(L, "out of memory");
+  refs_job *job = sb_calloc(L, 1, sizeof *job);
   job->groups = calloc(n ? n : 1, sizeof *job->groups);
   if (job->groups == NULL) {
     free(job);
@@ -298,10 +289,7 @@ static int l_file_refs(lua_State *L) {
       job_free(job);
       return luaL_error(L, "file_refs: cannot queue the count");
     }
-    job->next = jobs;
-    if (jobs != NULL)
-      jobs->prev = job;
-    jobs = job;
+    SB_LIST_PUSH(jobs, job);
     return sb_task_yield(L);
   }
   refs_work(&job->req);
@@ -333,9 +321,8 @@ static int l_file_table(lua_State *L) {
 
 int sb_filerefs_open(lua_State *L) {
   sb_shutdown_register(refs_shutdown, NULL);
-  lua_pushcfunction(L, l_file_refs);
-  lua_setfield(L, -2, "file_refs");
-  lua_pushcfunction(L, l_file_table);
-  lua_setfield(L, -2, "file_table");
+  static const luaL_Reg fns[] = {
+      {"file_refs", l_file_refs}, {"file_table", l_file_table}, {NULL, NULL}};
+  luaL_setfuncs(L, fns, 0);
   return 0;
 }

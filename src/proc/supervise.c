@@ -17,6 +17,7 @@
 #include "proc.h"
 #include "spawn.h"
 #include "../engine/engine.h"
+#include "../engine/list.h"
 #include "../log/log.h"
 #include "walls/request.h"
 
@@ -96,24 +97,14 @@ static char read_scratch[READ_SCRATCH]; /* libuv reads synchronously: alloc, rea
 /* ---- the live list ------------------------------------------------------------------------ */
 
 static void live_add(sb_proc *p) {
-  p->next = live_head;
-  p->prev = NULL;
-  if (live_head)
-    live_head->prev = p;
-  live_head = p;
+  SB_LIST_PUSH(live_head, p);
   live_count++;
 }
 
 static void live_remove(sb_proc *p) {
-  if (p->prev)
-    p->prev->next = p->next;
-  else if (live_head == p)
-    live_head = p->next;
-  else
-    return; /* not listed */
-  if (p->next)
-    p->next->prev = p->prev;
-  p->prev = p->next = NULL;
+  if (!SB_LIST_LISTED(live_head, p))
+    return;
+  SB_LIST_REMOVE(live_head, p);
   live_count--;
 }
 
@@ -675,17 +666,13 @@ static int l_kill(lua_State *L) {
   return luaL_argerror(L, 2, "a signal name such as \"TERM\" or \"KILL\" expected");
 }
 
-static int l_index(lua_State *L) {
-  sb_proc *p = luaL_checkudata(L, 1, PROC_MT);
-  const char *key = luaL_checkstring(L, 2);
-  if (strcmp(key, "pid") == 0) {
-    lua_pushinteger(L, p->pid);
-  } else if (strcmp(key, "done") == 0) {
-    lua_pushboolean(L, p->finished);
-  } else {
-    luaL_getmetatable(L, PROC_MT);
-    lua_getfield(L, -1, key);
-  }
+static int l_pid(lua_State *L) {
+  lua_pushinteger(L, ((sb_proc *)luaL_checkudata(L, 1, PROC_MT))->pid);
+  return 1;
+}
+
+static int l_done(lua_State *L) {
+  lua_pushboolean(L, ((sb_proc *)luaL_checkudata(L, 1, PROC_MT))->finished);
   return 1;
 }
 
@@ -762,12 +749,10 @@ static void proc_shutdown(void *ud) {
 
 int sb_proc_open(lua_State *L) {
   sb_shutdown_register(proc_shutdown, NULL);
-  if (luaL_newmetatable(L, PROC_MT)) {
-    static const luaL_Reg methods[] = {
-        {"wait", l_wait}, {"kill", l_kill}, {"__index", l_index}, {"__gc", l_gc}, {NULL, NULL}};
-    luaL_setfuncs(L, methods, 0);
-  }
-  lua_pop(L, 1);
+  static const luaL_Reg methods[] = {{"wait", l_wait}, {"kill", l_kill}, {NULL, NULL}};
+  static const luaL_Reg fields[] = {{"pid", l_pid}, {"done", l_done}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", l_gc}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){PROC_MT, methods, fields, meta});
   static const luaL_Reg fns[] = {
       {"spawn", l_spawn}, {"proc_count", l_proc_count}, {"kill_all", l_kill_all},
       {"open_files_limit", l_open_files_limit}, {NULL, NULL}};

@@ -78,18 +78,11 @@ static int l_parser(lua_State *L) {
 }
 
 int sb_sse_open(lua_State *L) {
-  if (luaL_newmetatable(L, PARSER_MT)) {
-    static const luaL_Reg methods[] = {
-        {"feed", l_feed}, {"buffered", l_buffered}, {"count", l_count}, {NULL, NULL}};
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  lua_newtable(L);
-  lua_pushcfunction(L, l_parser);
-  lua_setfield(L, -2, "parser");
-  lua_setfield(L, -2, "sse");
+  static const luaL_Reg methods[] = {
+      {"feed", l_feed}, {"buffered", l_buffered}, {"count", l_count}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", l_gc}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){PARSER_MT, methods, NULL, meta});
+  static const luaL_Reg fns[] = {{"parser", l_parser}, {NULL, NULL}};
+  sb_module_table(L, "sse", fns);
   return 0;
 }

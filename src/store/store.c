@@ -22,6 +22,7 @@
 #include "store.h"
 
 #include "../engine/engine.h"
+#include "../engine/list.h"
 
 #include <fcntl.h>
 #include <lauxlib.h>
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #define STORE_MT "switchboard.store"
+#define GUARD_MT "switchboard.store.guard"
 
 typedef struct value {
   int type; /* SQLITE_NULL, SQLITE_INTEGER, SQLITE_FLOAT, SQLITE_TEXT */
@@ -77,7 +79,7 @@ struct store {
   bool closing;  /* close asked for: close when the FIFO is empty */
   bool orphaned; /* the userdata was collected: free when the FIFO is empty */
   int self_ref;  /* keeps the userdata alive while jobs are queued */
-  store *prev_live, *next_live;
+  store *prev, *next; /* the live list, for shutdown */
 };
 
 typedef struct handle {
@@ -296,13 +298,7 @@ static void store_release(store *db) {
     sqlite3_close_v2(db->conn);
     db->conn = NULL;
   }
-  if (db->prev_live != NULL)
-    db->prev_live->next_live = db->next_live;
-  else if (live == db)
-    live = db->next_live;
-  if (db->next_live != NULL)
-    db->next_live->prev_live = db->prev_live;
-  db->prev_live = db->next_live = NULL;
+  SB_LIST_REMOVE(live, db);
 }
 
 static void start_next(store *db);
@@ -412,9 +408,7 @@ static void statement_from_table(lua_State *L, int idx, statement *st) {
   if (st->sql == NULL || count < 1 || count > 1000)
     luaL_error(L, "core.store: a statement is {sql, params…, n = count} with at most 999 parameters");
   st->nparams = (int)count - 1;
-  st->params = calloc((size_t)st->nparams + 1, sizeof *st->params);
-  if (st->params == NULL)
-    luaL_error(L, "out of memory");
+  st->params = sb_calloc(L, (size_t)st->nparams + 1, sizeof *st->params);
   for (int i = 0; i < st->nparams; i++) {
     lua_rawgeti(L, idx, i + 2);
     value_from_lua(L, -1, &st->params[i], i + 1);
@@ -439,18 +433,10 @@ static int guard_gc(lua_State *L) {
 static job *new_job(lua_State *L, store *db, int nst, bool batch) {
   job_guard *g = lua_newuserdatauv(L, sizeof *g, 0);
   g->j = NULL;
-  if (luaL_newmetatable(L, "switchboard.store.guard")) {
-    lua_pushcfunction(L, guard_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_setmetatable(L, -2);
-  job *j = calloc(1, sizeof *j);
-  if (j == NULL)
-    luaL_error(L, "out of memory");
-  g->j = j;
-  j->st = calloc((size_t)nst, sizeof *j->st);
-  if (j->st == NULL)
-    luaL_error(L, "out of memory");
+  luaL_setmetatable(L, GUARD_MT);
+  job *j = sb_calloc(L, 1, sizeof *j);
+  g->j = j; /* from here a raise frees it */
+  j->st = sb_calloc(L, (size_t)nst, sizeof *j->st);
   j->nst = nst;
   j->db = db;
   j->batch = batch;
@@ -461,11 +447,7 @@ static int enqueue(lua_State *L, store *db, job *j, int guard_idx, int self_idx)
   job_guard *g = lua_touserdata(L, guard_idx);
   g->j = NULL; /* the FIFO owns it now */
   j->task = L;
-  if (db->tail != NULL)
-    db->tail->next = j;
-  else
-    db->head = j;
-  db->tail = j;
+  SB_QUEUE_APPEND(db->head, db->tail, j);
   if (db->self_ref == LUA_NOREF) {
     lua_pushvalue(L, self_idx);
     db->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -565,15 +547,10 @@ static int l_open(lua_State *L) {
   handle *h = lua_newuserdatauv(L, sizeof *h, 0);
   h->db = NULL;
   luaL_setmetatable(L, STORE_MT);
-  store *db = calloc(1, sizeof *db);
-  if (db == NULL)
-    return luaL_error(L, "out of memory");
+  store *db = sb_calloc(L, 1, sizeof *db);
   db->self_ref = LUA_NOREF;
   h->db = db;
-  db->next_live = live;
-  if (live != NULL)
-    live->prev_live = db;
-  live = db;
+  SB_LIST_PUSH(live, db);
   own_files_only(path);
   int rc = sqlite3_open_v2(path, &db->conn,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
@@ -597,7 +574,7 @@ static int l_open(lua_State *L) {
  * finishes in its worker and its after_work frees it when the loop runs the last time. */
 static void store_shutdown(void *ud) {
   (void)ud;
-  for (store *db = live; db != NULL; db = db->next_live) {
+  for (store *db = live; db != NULL; db = db->next) {
     job *j = db->running ? db->head->next : db->head;
     if (db->running)
       db->head->next = NULL, db->tail = db->head;
@@ -611,7 +588,7 @@ static void store_shutdown(void *ud) {
     db->closing = true;
   }
   for (store *db = live, *next; db != NULL; db = next) {
-    next = db->next_live;
+    next = db->next;
     if (!db->running)
       store_release(db);
   }
@@ -619,18 +596,13 @@ static void store_shutdown(void *ud) {
 
 int sb_store_open(lua_State *L) {
   sb_shutdown_register(store_shutdown, NULL);
-  if (luaL_newmetatable(L, STORE_MT)) {
-    static const luaL_Reg methods[] = {
-        {"run", l_run}, {"batch", l_batch}, {"close", l_close}, {NULL, NULL}};
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, l_open);
-  lua_setfield(L, -2, "open");
-  lua_setfield(L, -2, "store");
+  static const luaL_Reg methods[] = {
+      {"run", l_run}, {"batch", l_batch}, {"close", l_close}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", l_gc}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){STORE_MT, methods, NULL, meta});
+  static const luaL_Reg guard_meta[] = {{"__gc", guard_gc}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){GUARD_MT, NULL, NULL, guard_meta});
+  static const luaL_Reg fns[] = {{"open", l_open}, {NULL, NULL}};
+  sb_module_table(L, "store", fns);
   return 0;
 }

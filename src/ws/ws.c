@@ -19,6 +19,7 @@
  * wsi; it is freed when both have let go (the userdata collected, the wsi destroyed). */
 #include "ws.h"
 #include "../engine/engine.h"
+#include "../engine/list.h"
 
 #include <libwebsockets.h>
 #include <stddef.h>
@@ -45,6 +46,12 @@ typedef struct frame {
   unsigned char data[];
 } frame;
 
+/* Frames oldest first, and the payload bytes they hold. */
+typedef struct frame_queue {
+  frame *head, *tail;
+  size_t bytes;
+} frame_queue;
+
 typedef struct conn conn;
 
 /* A task waiting on a connection, with its deadline timer (closed asynchronously, so it lives
@@ -64,13 +71,11 @@ struct conn {
   bool lua_alive;                 /* the userdata has not been collected */
   int ud_ref;                     /* anchors the userdata while a connect waits */
   waiter *w;                      /* the waiting task, or NULL */
-  frame *in_head, *in_tail;       /* whole messages Lua has not read yet */
-  size_t in_bytes;
+  frame_queue in;                 /* whole messages Lua has not read yet */
   unsigned char *partial;         /* the message being assembled from fragments (owned) */
   size_t partial_len, partial_cap;
   size_t max_message;             /* bytes */
-  frame *out_head, *out_tail;     /* frames to send, in order */
-  size_t out_bytes;
+  frame_queue out;                /* frames to send, in order */
   bool close_wanted;
   bool close_sent;                /* our close frame went out */
   bool failed;                    /* it ended in an error, not a close handshake */
@@ -100,17 +105,29 @@ static void frames_free(frame *f) {
   }
 }
 
+static void queue_push(frame_queue *q, frame *f) {
+  SB_QUEUE_APPEND(q->head, q->tail, f);
+  q->bytes += f->len;
+}
+
+/* Takes the oldest frame off, or returns NULL when there is none. */
+static frame *queue_shift(frame_queue *q) {
+  frame *f = q->head;
+  if (f != NULL) {
+    q->head = f->next;
+    if (q->head == NULL)
+      q->tail = NULL;
+    q->bytes -= f->len;
+  }
+  return f;
+}
+
 static void conn_free_if_unused(conn *c) {
   if (c->lua_alive || c->wsi != NULL || c->w != NULL)
     return;
-  if (c->prev != NULL)
-    c->prev->next = c->next;
-  else if (S.live == c)
-    S.live = c->next;
-  if (c->next != NULL)
-    c->next->prev = c->prev;
-  frames_free(c->in_head);
-  frames_free(c->out_head);
+  SB_LIST_REMOVE(S.live, c);
+  frames_free(c->in.head);
+  frames_free(c->out.head);
   free(c->partial);
   free(c);
 }
@@ -157,7 +174,7 @@ static void conn_gone(conn *c, const char *why) {
     char msg[200];
     snprintf(msg, sizeof msg, "websocket connect failed: %s", c->why[0] ? c->why : "closed");
     sb_task_complete(task, sb_push_fail(task, "transport", msg));
-  } else if (c->in_head != NULL) {
+  } else if (c->in.head != NULL) {
     /* cannot happen: a waiting recv means the queue was empty */
     sb_task_complete(task, push_closed(task, c));
   } else {
@@ -173,13 +190,7 @@ static void deliver(conn *c, frame *f) {
     sb_task_complete(task, 1);
     return;
   }
-  f->next = NULL;
-  if (c->in_tail)
-    c->in_tail->next = f;
-  else
-    c->in_head = f;
-  c->in_tail = f;
-  c->in_bytes += f->len;
+  queue_push(&c->in, f);
 }
 
 static void detach(struct lws *wsi, conn *c, const char *why) {
@@ -214,7 +225,7 @@ static int on_receive(struct lws *wsi, conn *c, const void *in, size_t len) {
   if (c->discarding)
     return 0;
   size_t need = c->partial_len + len;
-  if (need > c->max_message || c->in_bytes + need > MAX_QUEUED_IN) {
+  if (need > c->max_message || c->in.bytes + need > MAX_QUEUED_IN) {
     snprintf(c->why, sizeof c->why, "a message exceeded %zu bytes", c->max_message);
     return refuse_message(c, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE);
   }
@@ -248,22 +259,24 @@ static int on_receive(struct lws *wsi, conn *c, const void *in, size_t len) {
   return 0;
 }
 
+/* Writes the oldest outbound frame. False when the socket took less: the connection failed. */
+static bool write_next(conn *c, struct lws *wsi) {
+  frame *f = queue_shift(&c->out);
+  int n = lws_write(wsi, f->data + LWS_PRE, f->len, f->type);
+  bool whole = n >= (int)f->len;
+  free(f);
+  if (!whole) {
+    snprintf(c->why, sizeof c->why, "writing to the socket failed");
+    c->failed = true;
+  }
+  return whole;
+}
+
 static int on_writeable(struct lws *wsi, conn *c) {
-  frame *f = c->out_head;
-  if (f != NULL) {
-    c->out_head = f->next;
-    if (c->out_head == NULL)
-      c->out_tail = NULL;
-    c->out_bytes -= f->len;
-    int n = lws_write(wsi, f->data + LWS_PRE, f->len, f->type);
-    bool short_write = n < (int)f->len;
-    free(f);
-    if (short_write) {
-      snprintf(c->why, sizeof c->why, "writing to the socket failed");
-      c->failed = true;
+  if (c->out.head != NULL) {
+    if (!write_next(c, wsi))
       return -1;
-    }
-    if (c->out_head != NULL || c->close_wanted)
+    if (c->out.head != NULL || c->close_wanted)
       lws_callback_on_writable(wsi);
     return 0;
   }
@@ -292,24 +305,14 @@ static int on_writeable(struct lws *wsi, conn *c) {
 static void flush_queued(uv_check_t *h) {
   bool pending = false;
   for (conn *c = S.live; c != NULL; c = c->next) {
-    while (c->state == ST_OPEN && c->wsi != NULL && c->out_head != NULL &&
+    while (c->state == ST_OPEN && c->wsi != NULL && c->out.head != NULL &&
            !lws_send_pipe_choked(c->wsi)) {
-      frame *f = c->out_head;
-      c->out_head = f->next;
-      if (c->out_head == NULL)
-        c->out_tail = NULL;
-      c->out_bytes -= f->len;
-      int n = lws_write(c->wsi, f->data + LWS_PRE, f->len, f->type);
-      bool short_write = n < (int)f->len;
-      free(f);
-      if (short_write) {
-        snprintf(c->why, sizeof c->why, "writing to the socket failed");
-        c->failed = true;
+      if (!write_next(c, c->wsi)) {
         lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
         break;
       }
     }
-    if (c->out_head != NULL && c->wsi != NULL) {
+    if (c->out.head != NULL && c->wsi != NULL) {
       pending = true;
       lws_callback_on_writable(c->wsi);
     }
@@ -326,7 +329,7 @@ static int on_lws(struct lws *wsi, enum lws_callback_reasons reason, void *user,
     if (c == NULL)
       return -1;
     c->state = c->close_wanted ? ST_CLOSING : ST_OPEN;
-    if (c->out_head != NULL || c->close_wanted)
+    if (c->out.head != NULL || c->close_wanted)
       lws_callback_on_writable(wsi);
     if (c->w != NULL && c->w->kind == WAIT_CONNECT) {
       lua_State *task = wait_end(c);
@@ -445,41 +448,34 @@ static void abandon_connect(conn *c) {
     lws_set_timeout(c->wsi, PENDING_TIMEOUT_AWAITING_PROXY_RESPONSE, LWS_TO_KILL_ASYNC);
 }
 
-static void wait_timed_out(uv_timer_t *t) {
-  waiter *w = t->data;
+/* Ends a wait that did not get its news: the deadline passed (sig NULL) or `sig` fired. */
+static void wait_fail(waiter *w, sb_abort *sig) {
   conn *c = w->c;
   if (c == NULL)
     return;
   wait_kind kind = w->kind;
   lua_State *task = wait_end(c);
-  if (kind == WAIT_CONNECT) {
+  if (kind == WAIT_CONNECT)
     abandon_connect(c);
-    sb_task_complete(task, sb_push_fail(task, "timeout", "websocket connect: the deadline passed"));
-  } else {
-    sb_task_complete(task, sb_push_fail(task, "timeout", "websocket recv: the deadline passed"));
-  }
+  if (sig != NULL)
+    sb_task_complete(task, sb_abort_push_fail(task, sig));
+  else
+    sb_task_complete(task, sb_push_fail(task, "timeout",
+                                        kind == WAIT_CONNECT
+                                            ? "websocket connect: the deadline passed"
+                                            : "websocket recv: the deadline passed"));
   conn_free_if_unused(c);
 }
 
+static void wait_timed_out(uv_timer_t *t) { wait_fail(t->data, NULL); }
+
 static void wait_aborted(sb_abort_listener *l, sb_abort *sig) {
-  waiter *w = (waiter *)((char *)l - offsetof(waiter, on_abort));
-  conn *c = w->c;
-  if (c == NULL)
-    return;
-  wait_kind kind = w->kind;
-  lua_State *task = wait_end(c);
-  if (kind == WAIT_CONNECT) {
-    abandon_connect(c);
-  }
-  sb_task_complete(task, sb_abort_push_fail(task, sig));
-  conn_free_if_unused(c);
+  wait_fail((waiter *)((char *)l - offsetof(waiter, on_abort)), sig);
 }
 
 /* Yields L until the connection has news; the signal is at index sig_idx (or absent). */
 static int wait_start(lua_State *L, conn *c, wait_kind kind, double deadline_ms, int sig_idx) {
-  waiter *w = calloc(1, sizeof *w);
-  if (w == NULL)
-    return luaL_error(L, "out of memory");
+  waiter *w = sb_calloc(L, 1, sizeof *w);
   w->c = c;
   w->task = L;
   w->kind = kind;
@@ -555,17 +551,12 @@ static int l_connect(lua_State *L) {
     return sb_push_fail(L, "transport", "websocket: libwebsockets could not start (is the "
                                         "libwebsockets-evlib-uv package installed?)");
 
-  conn *c = calloc(1, sizeof *c);
-  if (c == NULL)
-    return luaL_error(L, "out of memory");
+  conn *c = sb_calloc(L, 1, sizeof *c);
   c->state = ST_CONNECTING;
   c->lua_alive = true;
   c->max_message = (size_t)max_message;
   c->ud_ref = LUA_NOREF;
-  c->next = S.live;
-  if (S.live)
-    S.live->prev = c;
-  S.live = c;
+  SB_LIST_PUSH(S.live, c);
   conn **ud = lua_newuserdatauv(L, sizeof *ud, 0);
   *ud = c;
   luaL_setmetatable(L, CONN_MT);
@@ -600,22 +591,16 @@ static int queue_frame(lua_State *L, conn *c, const char *bytes, size_t len,
                        enum lws_write_protocol type) {
   if (c->state != ST_OPEN && c->state != ST_CONNECTING)
     return push_closed(L, c);
-  if (c->out_bytes + len > MAX_QUEUED_OUT)
+  if (c->out.bytes + len > MAX_QUEUED_OUT)
     return sb_push_fail(L, "transport", "websocket: too many bytes queued to send (the peer "
                                         "is not reading)");
   frame *f = malloc(sizeof *f + LWS_PRE + len);
   if (f == NULL)
     return luaL_error(L, "out of memory");
-  f->next = NULL;
   f->len = len;
   f->type = type;
   memcpy(f->data + LWS_PRE, bytes, len);
-  if (c->out_tail)
-    c->out_tail->next = f;
-  else
-    c->out_head = f;
-  c->out_tail = f;
-  c->out_bytes += len;
+  queue_push(&c->out, f);
   if (c->state == ST_OPEN && c->wsi != NULL)
     uv_check_start(&S.flusher, flush_queued);
   lua_pushboolean(L, 1);
@@ -649,12 +634,8 @@ static int l_recv(lua_State *L) {
   sb_task_check(L, "conn:recv");
   if (c->w != NULL)
     return luaL_error(L, "conn:recv: another task is already waiting on this connection");
-  frame *f = c->in_head;
+  frame *f = queue_shift(&c->in);
   if (f != NULL) {
-    c->in_head = f->next;
-    if (c->in_head == NULL)
-      c->in_tail = NULL;
-    c->in_bytes -= f->len;
     lua_pushlstring(L, (const char *)f->data, f->len);
     free(f);
     return 1;
@@ -731,16 +712,9 @@ int sb_ws_open(lua_State *L) {
       {"close", l_close}, {"state", l_state}, {"last_pong_ms", l_last_pong_ms},
       {NULL, NULL},
   };
-  if (luaL_newmetatable(L, CONN_MT)) {
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, l_connect);
-  lua_setfield(L, -2, "connect");
-  lua_setfield(L, -2, "ws");
+  static const luaL_Reg meta[] = {{"__gc", l_gc}, {NULL, NULL}};
+  sb_class_register(L, &(sb_class){CONN_MT, methods, NULL, meta});
+  static const luaL_Reg fns[] = {{"connect", l_connect}, {NULL, NULL}};
+  sb_module_table(L, "ws", fns);
   return 0;
 }
