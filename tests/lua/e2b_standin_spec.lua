@@ -201,8 +201,11 @@ describe("the E2B stand-in's pause and resume", function()
     -- paused: not running, so no timeout to stretch and no envd behind the proxy
     assert.equal(404, (api("POST", "/sandboxes/" .. id .. "/timeout", { timeout = 30 })))
     assert.equal(502, (start(sb, { "-c", "true" })))
-    local stat = io.open("/proc/" .. bg .. "/stat"):read("a")
-    assert.equal("T", stat:match("%) (%a)"), "a paused sandbox's process is not frozen")
+    -- SIGSTOP is delivered when the process is next scheduled: on a loaded machine it may still
+    -- read "R" (runnable, the signal pending) for a moment, so wait for the stop itself
+    local function state() return io.open("/proc/" .. bg .. "/stat"):read("a"):match("%) (%a)") end
+    assert.truthy(E.wait_for(function() return state() == "T" end, 10000),
+      "a paused sandbox's process is not frozen (state " .. tostring(state()) .. ")")
     -- connect resumes it: 201, the same token; a second connect finds it running: 200
     local st2, doc = api("POST", "/sandboxes/" .. id .. "/connect", { timeout = 30 })
     assert.equal(201, st2)
