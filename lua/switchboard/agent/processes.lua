@@ -77,7 +77,7 @@ function M.start(ex, snap, command, ctx, def)
   local now = record_of(ex, snap, ctx, p.id)
   return result(("started background process %s (pid %s): %s\nafter %.1f s it is %s.\n%s\n"
     .. "Read its output with process_logs {\"id\": \"%s\"}; end it with process_kill.")
-    :format(p.id, tostring(p.pid), command:match("^%s*([^\n]*)"), settings.settle_ms / 1000, state_line(now),
+    :format(p.id, tostring(math.tointeger(p.pid) or p.pid), command:match("^%s*([^\n]*)"), settings.settle_ms / 1000, state_line(now),
       logs_text(logs, settings.tail_lines), p.id))
 end
 
