@@ -12,20 +12,12 @@ local cjson = require("cjson")
 local S = require("support.sandbox")
 local SL = require("support.slack")
 local model = require("support.model")
-local policies = require("support.policies")
 local tmp = require("support.tmp")
 
 local UID_BASE = require("support.walls").private_uid_base(64)
 
 local function policy_dir()
-  return policies.dir{
-    timeouts = function(src)
-      return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"5s\"\nsandbox.process_awake_ms = 40 * second\n"
-    end,
-    isolation = function(src)
-      return src .. ("\nuid_base = %d\nuid_count = 64\nspare_instances = 0\n"):format(UID_BASE)
-    end,
-  }
+  return S.walled_policy_dir(UID_BASE, "sandbox.sleep_after = \"5s\"\nsandbox.process_awake_ms = 40 * second\n")
 end
 
 local describe_walls = require("support.walls").probe(policy_dir(),
@@ -40,18 +32,16 @@ local function text_of(result)
   return table.concat(out, "\n")
 end
 
--- The tool_result of the call with this name, from the request that carries it.
+-- The tool_result of the first call with this name: in the request right after the answer
+-- that made the call (its last message answers the one before it).
 local function result_of(requests, name)
-  for i = 1, #requests - 1 do
-    local asked = requests[i + 1].body.messages
-    for _, m in ipairs(asked) do
-      for _, b in ipairs(type(m.content) == "table" and m.content or {}) do
-        if b.type == "tool_use" and b.name == name then
-          for _, r in ipairs(model.tool_results(requests[i + 1])) do
-            if r.tool_use_id == b.id then return r end
-          end
-        end
-      end
+  for _, req in ipairs(requests) do
+    local answered = req.body.messages[#req.body.messages - 1]
+    local calls = answered and type(answered.content) == "table" and answered.content or {}
+    local ids = {}
+    for _, b in ipairs(calls) do if b.type == "tool_use" and b.name == name then ids[b.id] = true end end
+    for _, r in ipairs(model.tool_results(req)) do
+      if ids[r.tool_use_id] then return r end
     end
   end
 end
@@ -62,7 +52,7 @@ describe_walls("a run that serves what it built", function()
   after_each(function()
     S.cleanup_servers()
     tmp.remove_all()
-    policies.cleanup()
+    S.cleanup()
   end)
 
   it("starts a server in the background, exposes it, screenshots the preview URL, reads its log and kills it", function()
@@ -98,16 +88,8 @@ describe_walls("a run that serves what it built", function()
           ANTHROPIC_BASE_URL = m.url, ANTHROPIC_API_KEY = m.key, SANDBOX_URL = h.url, SANDBOX_TOKEN = S.TOKEN,
           GH_TOKEN = "specs-own-token", SLACK_SIGNING_SECRET = SL.SIGNING_SECRET } })
       st:envelope("events_api", SL.mention{ ts = T, text = "agent:coding make a page, serve it and show it to me" })
-      r.card = SL.wait(function()
-        for _, c in ipairs(st:cards(T)) do
-          if SL.is_final(c) then return SL.card_text(c) end
-        end
-      end, "the final card", 300000)
-      r.upload = SL.wait(function()
-        for _, up in pairs(st:state().uploads or {}) do
-          if up.completed and tostring(up.title):find("Screenshot", 1, true) then return up end
-        end
-      end, "the screenshot's upload", 60000)
+      r.card = SL.final_card(st, T, 300000)
+      r.upload = SL.upload_titled(st, "Screenshot", 60000)
       r.requests = m:requests()
       -- the killed server's preview URL reaches nothing any more
       r.preview = r.card:match("%[Preview%] (http://%S+)")
@@ -121,12 +103,7 @@ describe_walls("a run that serves what it built", function()
       -- the thread's next card says what became of it
       r.slept = S.wait_for(function() return h.log():find("sandboxd.instance_slept", 1, true) end, 180000)
       st:envelope("events_api", SL.mention{ ts = "1700000901.000100", thread_ts = T, text = "run `true`" })
-      r.next_card = SL.wait(function()
-        for _, c in ipairs(st:cards(T)) do
-          local t = SL.card_text(c)
-          if SL.is_final(c) and t:find("$ true", 1, true) then return t end
-        end
-      end, "the next card", 120000)
+      r.next_card = SL.final_card(st, T, 120000, "$ true")
       bot:signal("TERM")
       r.log = bot:wait() and bot.err
       st:close()
