@@ -84,10 +84,12 @@ agents.toy = { description = "A toy.", resources = {}, readonly = true, max_run_
         { content = { { type = "text", text = "it said backward" } } },
       }
       local ex = health.new(null.new{ agent = "toy", policy = function() return s end }, s)
+      local card = run_card.new{ thread = "t", agent = "toy", ask = "reverse it" }
       r.state, r.answer = run.run{
         snap = s, def = def, agent = "toy", executor = ex, tracker = ex,
         client = client.new{ api_key = m.key, base_url = m.url, settings = s.agents.model_api },
-        card = run_card.new{ thread = "t", agent = "toy", ask = "reverse it" }, signal = core.signal(),
+        -- the card directly, or through the run's event stream where runs have one (issue 42 item 1)
+        card = card, events = run_card.events and run_card.events(card, core.now_ms), signal = core.signal(),
         deadline_ms = core.now_ms() + 120000, ask = "reverse drawkcab", transcript = { write = function() end },
       }
       r.requests = m:requests()
