@@ -6,7 +6,8 @@
 -- or by their own exit. One killed by process_kill is not said again: its call is on the card.
 --
 --   process_notes.started(holder, record)   a process this executor started ({id, command})
---   process_notes.take(holder, list) → lines   list(): the thread's process records | nil, err
+--   process_notes.take(holder, list, gone?) → lines   list(): the thread's process records | nil,
+--     err; gone: what is said of a process no record names (default: its sandbox was replaced)
 local M = {}
 
 local function short(command)
@@ -25,7 +26,7 @@ local ENDED = {
   ["awake-limit"] = "ended at the awake limit (sandbox.process_awake_ms)",
 }
 
-function M.take(holder, list)
+function M.take(holder, list, gone)
   if not holder.background or next(holder.background) == nil then return {} end
   local records = list()
   if type(records) ~= "table" then return {} end -- sandboxd unreachable: said at the next ask
@@ -49,7 +50,7 @@ function M.take(holder, list)
       elseif r and ENDED[r.reason] then
         lines[#lines + 1] = ("⏹ background process %s %s"):format(what, ENDED[r.reason])
       elseif not r then
-        lines[#lines + 1] = ("⏹ background process %s is gone (the thread's sandbox was replaced)"):format(what)
+        lines[#lines + 1] = ("⏹ background process %s %s"):format(what, gone or "is gone (the thread's sandbox was replaced)")
       end
     end
   end
