@@ -27,7 +27,8 @@ function M.definition(snap)
     name = "screenshot",
     description = ("Take a screenshot of a web page with headless Chromium in the workspace's "
       .. "sandbox and see it as an image. url: an http(s) URL the sandbox can reach, a file:// "
-      .. "URL, a preview URL expose_port gave, or a path of an HTML file in the workspace (a server "
+      .. "URL, a preview URL expose_port gave (or http://127.0.0.1:PORT/ for a server of yours), or a "
+      .. "path of an HTML file in the workspace (a server "
       .. "started by a bash call ends with that call: start it with run_in_background where bash "
       .. "offers it, or render a local page by its path). "
       .. "The window is width×height pixels (default %d×%d, at most %d a side); full_page makes "
