@@ -5,9 +5,12 @@
 --   readonly              never writes files; gets at most the read token.
 --   token_scope           "read" | "write" | nil — a scope from policies/github.lua.
 --   max_run_minutes       the run's wall clock; commands are clipped to what is left of it.
---   tools                 bash, read_file, write_file, edit_file, glob, grep, list need
---                         resources.repository; todo_write (the model's plan, a checklist on
---                         the card and the run's page) needs none.
+--   tools                 bash, read_file, write_file, edit_file, glob, grep, list,
+--                         screenshot, process_logs, process_kill, expose_port need
+--                         resources.repository (the process tools are offered only where the
+--                         backend has background processes: sandbox, kubernetes); todo_write
+--                         (the model's plan, a checklist on the card and the run's page) needs
+--                         none. docs/agent.md "Tools" lists them (`tools.help()`).
 --   network               "host" | "none": the network of the agent's sandbox instance
 --                         (docs/isolation.md). Absent: policies/isolation.lua network. "none"
 --                         needs walls (sandboxd, or the local executor with local_walls).
@@ -40,7 +43,8 @@ agents.coding = {
   readonly = false,
   token_scope = "write",
   max_run_minutes = 30,
-  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot", "todo_write" },
+  tools = { "bash", "read_file", "write_file", "edit_file", "glob", "grep", "list", "web_fetch", "screenshot", "todo_write",
+            "process_logs", "process_kill", "expose_port" },
   max_turns = 80,
   pull_requests = true,
   thinking = { budget_tokens = 6000 },
@@ -366,6 +370,12 @@ tool_output = {
 -- width×height window (the defaults; at most max_side a side, full_page makes it max_side
 -- tall) within timeout_ms (clipped to what is left of the run). The PNG is bounded by
 -- tool_output.max_image_bytes.
+-- Background processes (bash's run_in_background, process_logs, process_kill, expose_port;
+-- offered only where the executor has them: sandboxd, Kubernetes): a started command is
+-- looked at once after settle_ms (its first output, whether it still runs); process_logs shows
+-- the last tail_lines lines of each stream unless the model asks for another number.
+processes = { settle_ms = 1000, tail_lines = 100 }
+
 screenshot = { command = "chromium", width = 1280, height = 800, max_side = 4000, timeout_ms = minute }
 
 -- max_tokens reached: a tool call cut short is not run; the model is told so and the turn is

@@ -57,16 +57,8 @@ describe("the screenshot tool and the run's diff", function()
         GITHUB_APP_PRIVATE_KEY = state .. "/app.pem", GITHUB_API_URL = w.gh.api_url, GH_TOKEN = false,
         SLACK_SIGNING_SECRET = SL.SIGNING_SECRET, HOME = state, PATH = state .. "/shim:" .. os.getenv("PATH") } })
       st:envelope("events_api", SL.mention{ ts = T, text = "agent:coding make a page and show it in acme/api" })
-      r.card = SL.wait(function()
-        for _, c in ipairs(st:cards(T)) do
-          if SL.is_final(c) then return SL.card_text(c) end
-        end
-      end, "the final card", 180000)
-      r.upload = SL.wait(function()
-        for _, up in pairs(st:state().uploads or {}) do
-          if up.completed and tostring(up.title):find("Screenshot", 1, true) then return up end
-        end
-      end, "the screenshot's upload", 60000)
+      r.card = SL.final_card(st, T, 180000)
+      r.upload = SL.upload_titled(st, "Screenshot", 60000)
       r.requests = m:requests()
       -- a View run press: Slack opens the link and still sends block_actions; the bot acks it
       -- and does nothing

@@ -12,16 +12,9 @@ local policies = require("support.policies")
 local UID_BASE = require("support.walls").private_uid_base(64)
 
 local function policy_dir()
-  return policies.dir{
-    timeouts = function(src)
-      return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"10m\"\nsandbox.max_ports = 2\n"
-        .. "sandbox.max_processes = 3\nsandbox.process_log_bytes = 4096\n"
-        .. "server.request_timeout_ms = 1 * second\nserver.max_header_bytes = 4 * KiB\n"
-    end,
-    isolation = function(src)
-      return src .. ("\nuid_base = %d\nuid_count = 64\nspare_instances = 0\n"):format(UID_BASE)
-    end,
-  }
+  return S.walled_policy_dir(UID_BASE, "sandbox.sleep_after = \"10m\"\nsandbox.max_ports = 2\n"
+    .. "sandbox.max_processes = 3\nsandbox.process_log_bytes = 4096\n"
+    .. "server.request_timeout_ms = 1 * second\nserver.max_header_bytes = 4 * KiB\n")
 end
 
 local describe_walls = require("support.walls").probe(policy_dir(),

@@ -293,11 +293,21 @@ for _, b in ipairs(BACKENDS) do
         assert.equal(1, #list)
         assert.equal(p.id, list[1].id)
         assert.equal("running", list[1].status)
+        -- the card's line at the ask's end, once (exec/process_notes.lua, exec/stack.lua take_notes)
+        local function said()
+          local out = {}
+          for _, n in ipairs(ex:take_notes()) do if n:find("background", 1, true) then out[#out + 1] = n end end
+          return out
+        end
+        assert.same({ ("▶ running in the background: `echo started; exec sleep 300` (%s) — it ends when the "
+          .. "thread's sandbox sleeps"):format(p.id) }, said())
+        assert.same({}, said())
         local url = assert(ex:expose_port(8799))
         assert.truthy(url:find("/ports/%x+/$"), url)
         assert.is_true(assert(ex:unexpose_port(8799)))
         local killed = assert(ex:kill_process(p.id))
         assert.equal("killed", killed.status)
+        assert.same({}, said()) -- killed by process_kill: its call is on the card already
         local _, err = ex:kill_process("p0123456789ab")
         assert.is_true(errors.is_tool(err), tostring(err))
         _, err = ex:process_logs("../etc")

@@ -41,6 +41,9 @@ An answer (all fields optional):
   usage            {"input_tokens", "output_tokens"} (default: counted from the request, 20 out)
   thinking         the text of a thinking block sent first (with thinking enabled)
   raw_input        a tool_use's input JSON as sent (a cut one: with stop_reason max_tokens)
+                   A string of a tool_use's input "{{from_results:REGEX}}" is replaced by REGEX's
+                   first group in the request's tool_result texts, the latest first (a model
+                   reading an id a tool gave it); no match leaves it as it is
   split            characters per text_delta / input_json_delta fragment (default 3)
   chunk            bytes per socket write (default 7)
   hold_ms          pause after message_start (a long answer; `stop` lands in it)
@@ -57,6 +60,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import threading
 import time
 
@@ -143,6 +147,53 @@ def cache_usage(body):
             CACHE[prefix[i]] = upto(i)
     written = max(0, written_upto - read)
     return max(0, total - read - written), written, read
+
+
+FROM_RESULTS = re.compile(r"^\{\{from_results:(.*)\}\}$", re.S)
+
+
+def result_texts(messages):
+    """The text of every tool_result of the conversation, the latest first."""
+    out = []
+    for m in reversed(messages):
+        for b in (m.get("content") if isinstance(m.get("content"), list) else []):
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                c = b.get("content")
+                if isinstance(c, str):
+                    out.append(c)
+                elif isinstance(c, list):
+                    out.extend(x.get("text", "") for x in c if isinstance(x, dict) and x.get("type") == "text")
+    return out
+
+
+def from_results(value, texts):
+    if isinstance(value, dict):
+        return {k: from_results(v, texts) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_results(v, texts) for v in value]
+    m = FROM_RESULTS.match(value) if isinstance(value, str) else None
+    if not m:
+        return value
+    for t in texts:
+        found = re.search(m.group(1), t)
+        if found:
+            return found.group(1)
+    return value
+
+
+def with_results(answer, messages):
+    """The answer with its tool_use inputs' {{from_results:…}} strings filled in."""
+    content = answer.get("content")
+    if not isinstance(content, list):
+        return answer
+    texts = None
+    out = []
+    for b in content:
+        if isinstance(b, dict) and b.get("type") == "tool_use" and "input" in b:
+            texts = texts if texts is not None else result_texts(messages)
+            b = dict(b, input=from_results(b["input"], texts))
+        out.append(b)
+    return dict(answer, content=out)
 
 
 def sse(event, doc):
@@ -279,6 +330,7 @@ class Handler(standin_http.Scripted):
             last = json.dumps(body["messages"][-1], ensure_ascii=False)
             matched = [a for a in MATCHERS if a["match"] in last]
             answer = matched[0] if matched else (SCRIPT.pop(0) if SCRIPT else {})
+            answer = with_results(answer, body["messages"])
             record["matched"] = bool(matched)
             fresh, written, read = cache_usage(body)
         counted = {"input_tokens": fresh, "cache_creation_input_tokens": written,

@@ -130,6 +130,25 @@ function M.is_final(m)
   return not M.card_text(m):find("[Stop]", 1, true)
 end
 
+-- The text of the first final card in a thread (with `has` in it, when given), waited for.
+function M.final_card(st, thread_ts, ms, has)
+  return M.wait(function()
+    for _, c in ipairs(st:cards(thread_ts)) do
+      local t = M.is_final(c) and M.card_text(c)
+      if t and (not has or t:find(has, 1, true)) then return t end
+    end
+  end, "the final card" .. (has and (" with " .. has) or ""), ms)
+end
+
+-- A completed upload whose title has `title`, waited for.
+function M.upload_titled(st, title, ms)
+  return M.wait(function()
+    for _, up in pairs(st:state().uploads or {}) do
+      if up.completed and tostring(up.title):find(title, 1, true) then return up end
+    end
+  end, "the upload " .. title, ms)
+end
+
 local seq = 0
 -- An app_mention event_callback. f: ts, thread_ts?, text, user?, channel?, event_id?, team?
 function M.mention(f)

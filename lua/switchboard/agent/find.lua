@@ -225,4 +225,13 @@ end
 
 M.NAMES = { glob = true, grep = true, list = true }
 
+local HELP = { glob = "file paths by glob pattern, newest first", grep = "file contents by regular expression (ripgrep)",
+               list = "a directory's entries with kinds and sizes" }
+M.TOOLS = {}
+for _, name in ipairs({ "glob", "grep", "list" }) do
+  M.TOOLS[#M.TOOLS + 1] = { name = name, reaches = { "executor" }, read_only = true, policy = "agents.find_tools",
+    help = HELP[name], definition = DEFS[name],
+    call = function(ex, snap, input, ctx) return M.call(name, ex, snap, input, ctx) end }
+end
+
 return M

@@ -56,7 +56,6 @@ local text = require("switchboard.agent.text")
 local context = require("switchboard.agent.context")
 local spend = require("switchboard.agent.spend")
 local facts = require("switchboard.agent.facts")
-local mcp = require("switchboard.agent.mcp.bridge")
 local cjson = require("cjson.safe").new()
 
 local M = {}
@@ -164,6 +163,9 @@ local function run_one(o, use, turn, quiet)
   local out = tools.call(o.executor, o.snap, o.def, use, {
     signal = o.signal, remaining_ms = o.deadline_ms - o.now_ms(),
     attach = o.attach and function(image) o.attach(image, use.id) end,
+    on_preview = function(url) -- the card's Preview button (an event where the run has a stream)
+      if o.events then o.events:emit{ type = "preview", url = url } elseif o.card.set_preview then o.card:set_preview(url) end
+    end,
     on_todos = function(list)
       o.events:emit{ type = "todos", turn = turn, todos = list }
     end,
@@ -470,7 +472,7 @@ local function setup(o)
   o.model = assert(o.snap.agents.models[o.def.model], "no models entry for " .. tostring(o.def.model))
   o.price = o.model.price
   o.max_tokens = o.def.max_tokens
-  o.def = mcp.attach(o) -- the agent's MCP servers' tools for this run (docs/mcp.md)
+  o.def = tools.attach(o) -- its MCP servers' tools (docs/mcp.md), what its executor can do
   o.tools = tools.definitions(o.snap, o.def)
   o.cached_tools = cached_tools(o.tools)
   local system = M.system_prompt(o.snap, o.def, o)

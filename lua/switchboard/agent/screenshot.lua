@@ -17,6 +17,7 @@
 -- unwalled local executor), where Chromium refuses it, is it turned off (--no-sandbox).
 local text = require("switchboard.agent.text")
 local core = require("switchboard.core")
+local processes = require("switchboard.agent.processes")
 
 local M = {}
 
@@ -26,8 +27,10 @@ function M.definition(snap)
     name = "screenshot",
     description = ("Take a screenshot of a web page with headless Chromium in the workspace's "
       .. "sandbox and see it as an image. url: an http(s) URL the sandbox can reach, a file:// "
-      .. "URL, or a path of an HTML file in the workspace (a server started by a bash call does "
-      .. "not outlive that call, so render a local page by its path). "
+      .. "URL, a preview URL expose_port gave (or http://127.0.0.1:PORT/ for a server of yours), or a "
+      .. "path of an HTML file in the workspace (a server "
+      .. "started by a bash call ends with that call: start it with run_in_background where bash "
+      .. "offers it, or render a local page by its path). "
       .. "The window is width×height pixels (default %d×%d, at most %d a side); full_page makes "
       .. "the window %d pixels tall to show more of a long page. The picture is also posted in "
       .. "the Slack thread and on the run's page."):format(s.width, s.height, s.max_side, s.max_side),
@@ -91,7 +94,10 @@ function M.call(ex, snap, input, ctx)
   local out = (".switchboard-screenshot-%s.png"):format(core.crypto.hex(core.crypto.random_bytes(6)))
   local opts = { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap }
   local t0 = core.now_ms()
-  local result, err = ex:exec(M.command(snap, url, w, h, out, math.max(1, timeout // 1000)),
+  -- a preview URL of this thread's: rendered at the port itself, inside the sandbox (its host is
+  -- sandboxd's address, which the walls do not reach)
+  local inside = processes.inside_url(ex, url)
+  local result, err = ex:exec(M.command(snap, inside or url, w, h, out, math.max(1, timeout // 1000)),
     { timeout_ms = timeout + 10000, signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if not result then return nil, err end
   local bytes = result.exit_code == 0 and ex:read_file(out, opts) or nil
@@ -111,8 +117,15 @@ function M.call(ex, snap, input, ctx)
   if ctx.attach then ctx.attach(image) end
   return { kind = "result", is_error = false, image = image, content = {
     { type = "image", source = { type = "base64", media_type = "image/png", data = core.crypto.base64_encode(bytes) } },
-    { type = "text", text = ("screenshot of %s: %s×%s pixels, %d bytes, taken in %d ms"):format(url, tostring(iw), tostring(ih), #bytes, ms) },
+    { type = "text", text = ("screenshot of %s: %s×%s pixels, %d bytes, taken in %d ms%s"):format(url, tostring(iw), tostring(ih), #bytes, ms,
+      inside and (" (rendered inside the sandbox at %s)"):format(inside) or "") },
   } }
 end
+
+M.TOOLS = {
+  { name = "screenshot", reaches = { "executor", "publish" }, policy = "agents.screenshot",
+    help = "a page rendered by headless Chromium in the sandbox: an image for the model, the thread and the run page",
+    definition = M.definition, call = M.call },
+}
 
 return M

@@ -70,4 +70,9 @@ function M.call(input, ctx)
   return { kind = "result", content = ("The list is updated (%d items, %d completed)."):format(#list, done), is_error = false }
 end
 
+M.TOOLS = {
+  { name = M.NAME, reaches = { "card" }, help = "the model's plan as a checklist on the card and the run page",
+    definition = function() return M.definition() end, call = function(_, _, input, ctx) return M.call(input, ctx) end },
+}
+
 return M

@@ -218,4 +218,15 @@ function M.call(ex, snap, input, ctx)
   return tool_error(("more than %d redirects"):format(w.max_redirects))
 end
 
+M.TOOLS = {
+  { name = "web_fetch", reaches = { "executor", "web" }, without_repository = "web", policy = "agents.web_fetch",
+    help = "a web page as markdown: in the sandbox, or from the bot for an agent without one",
+    definition = M.definition,
+    call = function(ex, snap, input, ctx, def)
+      -- no sandbox: the bot fetches (core.http with public_only)
+      if not (def.resources and def.resources.repository) then ex = nil end
+      return M.call(ex, snap, input, ctx)
+    end },
+}
+
 return M

@@ -73,4 +73,10 @@ function M.call(snap, input, ctx)
   return { kind = "result", content = table.concat(out, "\n"), is_error = false }
 end
 
+M.TOOLS = {
+  { name = "web_search", reaches = { "web" }, policy = "agents.web_search",
+    help = "the policy's search provider, from the bot (not offered without one)",
+    definition = M.definition, call = function(_, snap, input, ctx) return M.call(snap, input, ctx) end },
+}
+
 return M

@@ -11,7 +11,8 @@
 --   commentary (the model's latest line of text beside its calls), page_url (the run's page),
 --   pull_request ({url, number, action = opened|updated, branch, draft} when the run opened or
 --   updated one), publish_problem (why its changes could not be pushed or the PR opened),
---   page_url (the run page), diff ({added, removed, files}: the run's changes; diff_line())
+--   page_url (the run page), diff ({added, removed, files}: the run's changes; diff_line()),
+--   preview_url (an exposed port's preview URL: a Preview button)
 --
 --   [main] agent:coding · local · acme/api
 --   note: …
@@ -85,6 +86,8 @@ end
 
 -- The model's plan (agent/todos.lua): {content, status} items, the whole list each time.
 function R:set_todos(list) self.todos = list end
+-- An exposed port's preview URL (agent/processes.lua expose_port): the card's Preview button.
+function R:set_preview(url) self.preview_url = url end
 
 -- The model's latest commentary: the last non-empty line of the text beside its calls.
 function R:comment(text)
@@ -197,6 +200,7 @@ function R:header(max_chars)
     lines[#lines + 1] = card.cut_line("note: " .. note, max_chars // 8)
   end
   if self.page_url then lines[#lines + 1] = "run page: " .. self.page_url end
+  if self.preview_url then lines[#lines + 1] = "preview: " .. self.preview_url end
   lines[#lines + 1] = "> " .. card.cut_line(self.ask or "", max_chars // 4)
   return table.concat(lines, "\n")
 end

@@ -60,6 +60,8 @@ function Tracker:tripped()
   return self.count >= self.limit
 end
 
+M.PROCESS_METHODS = { "start_process", "processes", "process_logs", "kill_process", "expose_port", "unexpose_port" }
+
 -- snap: the run's policy snapshot (the limit is timeouts.health.max_consecutive_infra_failures).
 function M.new(inner, snap)
   local self = setmetatable({
@@ -81,6 +83,12 @@ function M.new(inner, snap)
   end
   if type(inner.workspace_dir) == "function" then
     self.workspace_dir = function(s) return s.inner:workspace_dir() end
+  end
+  -- background processes and ports, where the backend has them: observed like exec
+  for _, method in ipairs(M.PROCESS_METHODS) do
+    if type(inner[method]) == "function" then
+      self[method] = function(s, ...) return forward(s, method, ...) end
+    end
   end
   return self
 end

@@ -50,6 +50,7 @@
 local core = require("switchboard.core")
 local budget = require("switchboard.shell.budget")
 local errors = require("switchboard.exec.errors")
+local process_notes = require("switchboard.exec.process_notes")
 local kapi = require("switchboard.exec.kubernetes_api")
 local kwatch = require("switchboard.exec.kubernetes_watch")
 local sandbox = require("switchboard.exec.sandbox")
@@ -573,6 +574,14 @@ for _, name in ipairs({ "start_process", "processes", "process_logs", "kill_proc
   end
 end
 
+-- A process started here is remembered for the card (exec/process_notes.lua take_notes below).
+local start_on_pod = M.start_process
+function M:start_process(command, opts)
+  local doc, err = start_on_pod(self, command, opts)
+  if doc and type(doc.id) == "string" then process_notes.started(self, { id = doc.id, command = command }) end
+  return doc, err
+end
+
 -- "always" (a hard stop, fail-fast): the pod and all that runs in it go now — the claim's
 -- shutdownTime is now (its volume kept), or, without a kept workspace, the claim is deleted.
 -- "if-clean": keep it for the thread's follow-ups; its shutdownTime releases it when idle.
@@ -593,6 +602,13 @@ function M:take_notes()
       notes[1] = "workspace not kept: kubernetes.workspace_size is not set (policies/execution.lua): "
         .. "this thread's files go when its pod sleeps"
     end
+  end
+  -- the background processes started here, as the pod it holds lists them (asked of the pod's
+  -- sandboxd directly: the claim is not extended, nothing wakes); no pod held: they went with it
+  local inner = self.inner
+  for _, line in ipairs(process_notes.take(self, function() return inner and inner:processes() or {} end,
+      "ended when the thread's pod slept")) do
+    notes[#notes + 1] = line
   end
   return notes
 end

@@ -26,6 +26,7 @@ local render = require("switchboard.shell.render")
 local protocol = require("switchboard.shell.protocol")
 local wire_text = require("switchboard.shell.wire_text")
 local template = require("switchboard.policy.template")
+local process_notes = require("switchboard.exec.process_notes")
 
 local M = {}
 M.__index = M
@@ -396,7 +397,14 @@ function M:start_process(command, opts)
   if type(command) ~= "string" or command:find("^%s*$") then
     return nil, errors.tool("start_process needs a command: a non-empty string")
   end
-  return doc_only(file_call(self, "/processes", { command = command }, opts))
+  local doc, err = doc_only(file_call(self, "/processes", { command = command }, opts))
+  if doc and type(doc.id) == "string" then process_notes.started(self, { id = doc.id, command = command }) end
+  return doc, err
+end
+
+-- The card's lines about the processes started here (exec/process_notes.lua), at an ask's end.
+function M:take_notes()
+  return process_notes.take(self, function() return self:processes() end)
 end
 
 function M:processes(opts)

@@ -258,6 +258,9 @@ local function traced(self, op, method, opts_at, ...)
   return table.unpack(res, 1, res.n)
 end
 
+M.PROCESS_OPS = { start_process = 2, processes = 1, process_logs = 2, kill_process = 2, expose_port = 2,
+                  unexpose_port = 2 }
+
 -- opts: sink (where spans go; none → dropped), backend (default inner.backend),
 --       clock {wall_ms, now_ms}, ids(nbytes) → hex.
 function M.new(inner, opts)
@@ -274,6 +277,13 @@ function M.new(inner, opts)
   end
   if type(inner.move_to) == "function" then
     function self.move_to(s, ...) return traced(s, "move_to", "move_to", nil, ...) end
+  end
+  -- background processes and ports (exec/sandbox.lua), where the backend has them: each an
+  -- exec.<method> span; the index of each one's opts argument
+  for method, opts_at in pairs(M.PROCESS_OPS) do
+    if type(inner[method]) == "function" then
+      self[method] = function(s, ...) return traced(s, method, method, opts_at, ...) end
+    end
   end
   -- a property, not an operation: no span
   if type(inner.workspace_dir) == "function" then

@@ -19,8 +19,10 @@ M.BACKENDS = { ["local"] = true, sandbox = true, resident = true, e2b = true, ku
 M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b", "kubernetes" }
 
 -- Tools that run through an executor, so an agent offering one must declare a repository.
+-- (agent/tools.lua's registry declares the same: tests/lua/tool_registry_spec.lua compares them)
 M.EXECUTOR_TOOLS = { bash = true, read_file = true, write_file = true, edit_file = true,
-                     glob = true, grep = true, list = true, screenshot = true }
+                     glob = true, grep = true, list = true, screenshot = true,
+                     process_logs = true, process_kill = true, expose_port = true }
 -- Tools that change the workspace: never offered to a readonly agent.
 M.PROVIDER_KINDS = { "openai", "bedrock", "vertex" }
 M.WRITE_TOOLS = { write_file = true, edit_file = true }
@@ -534,6 +536,10 @@ M.files.agents = {
     saved_dir = S.string { pattern = "^[%w_-][%w._/-]*$", what = "a relative path inside the workspace" },
     max_image_bytes = S.int { min = 1024, max = 32 * M.MIB, unit = "bytes" },
     max_image_side = S.int { min = 1, max = 100000 },
+  },
+  processes = S.record {
+    settle_ms = ms(0, MINUTE),
+    tail_lines = S.int { min = 1, max = 100000 },
   },
   screenshot = S.record {
     command = S.string { pattern = "^[%w._/+-]+$", what = "a program name or path" },

@@ -34,6 +34,17 @@ function M.policy_dir(extra, errors_extra)
   }
 end
 
+-- A walled sandboxd's policy directory: M.FAST and then `timeouts_extra` appended to
+-- timeouts.lua; the instances' uids from uid_base (64 of them), no spare instance.
+function M.walled_policy_dir(uid_base, timeouts_extra)
+  return policies.dir{
+    timeouts = function(src) return src .. "\n" .. M.FAST .. "\n" .. (timeouts_extra or "") .. "\n" end,
+    isolation = function(src)
+      return src .. ("\nuid_base = %d\nuid_count = 64\nspare_instances = 0\n"):format(uid_base)
+    end,
+  }
+end
+
 function M.snapshot(extra, errors_extra)
   local dir = M.policy_dir(extra, errors_extra)
   return assert(policies.load(dir)), dir

@@ -20,7 +20,8 @@
 --   ⇢ pull request #7 opened (branch …)              the pull request, linked
 --   <the answer, as mrkdwn>                          one section per part
 --   ✎ +12 −3 in 2 files                             the run's changes (card.diff)
---   [Open pull request #7] [View run]                link buttons (View run: the run page)
+--   [Open pull request #7] [View run] [Preview]      link buttons (View run: the run page;
+--                                                    Preview: an exposed port's URL)
 --
 -- file: where the whole output went when it did not fit: {permalink = url, name = …} or
 -- {error = why}. `text` is the notification fallback (the status line).
@@ -70,6 +71,12 @@ local function view_button(card)
            text = { type = "plain_text", text = "View run" } }
 end
 
+-- An exposed port's preview URL (agent/processes.lua expose_port) as a link button.
+function M.preview_button(card)
+  return { type = "button", action_id = "switchboard_preview", url = card.preview_url,
+           text = { type = "plain_text", text = "Preview" } }
+end
+
 -- The card's buttons: Stop while it is not final (events.lua reads its action), View run (a
 -- link to the run's page) when the run has one.
 local function stop_button(opts, card)
@@ -81,6 +88,7 @@ local function stop_button(opts, card)
   if card and card.page_url then
     elements[#elements + 1] = view_button(card)
   end
+  if card and card.preview_url then elements[#elements + 1] = M.preview_button(card) end
   return { type = "actions", elements = elements }
 end
 
@@ -187,6 +195,7 @@ function M.render_agent(card, opts)
       }
     end
     if card.page_url then buttons[#buttons + 1] = view_button(card) end
+    if card.preview_url then buttons[#buttons + 1] = M.preview_button(card) end
     if #buttons > 0 then blocks[#blocks + 1] = { type = "actions", elements = buttons } end
   elseif opts.thread then
     blocks[#blocks + 1] = stop_button(opts, card)
