@@ -163,9 +163,7 @@ local function run_one(o, use, turn, quiet)
   local out = tools.call(o.executor, o.snap, o.def, use, {
     signal = o.signal, remaining_ms = o.deadline_ms - o.now_ms(),
     attach = o.attach and function(image) o.attach(image, use.id) end,
-    on_preview = function(url) -- the card's Preview button (an event where the run has a stream)
-      if o.events then o.events:emit{ type = "preview", url = url } elseif o.card.set_preview then o.card:set_preview(url) end
-    end,
+    on_preview = function(url) o.events:emit{ type = "preview", url = url } end, -- the card's Preview button
     on_todos = function(list)
       o.events:emit{ type = "todos", turn = turn, todos = list }
     end,

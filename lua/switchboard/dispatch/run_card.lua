@@ -142,6 +142,7 @@ local FOLLOW = {
   page = function(c, e) c.page_url = e.url end,
   steered = function(c, e) c:steered(e.user, e.text) end,
   todos = function(c, e) c:set_todos(e.todos) end,
+  preview = function(c, e) c:set_preview(e.url) end,
   started = function(c, e) c.transcript_path = e.transcript_path end,
   publish = function(c, e)
     if e.state == "published" then c.pull_request = e.pull_request end

@@ -40,6 +40,7 @@ M.LIVE = {
   note = true,        -- {text, key?}: a line on the card; key: replaces the note of that key
   page = true,        -- {url}: the run's page
   steered = true,     -- {user, text}: a thread message went to the running run
+  preview = true,     -- {url}: an exposed port's preview URL (agent/processes.lua): the Preview button
   saved = true,       -- {cost_usd}: a turn's conversation was kept (the record's cost so far)
 }
 
