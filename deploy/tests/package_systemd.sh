@@ -54,7 +54,8 @@ mkdir "$work/in" "$work/empty"
 (cd "$build" && cpack -G DEB -B "$work/deb" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log" >&2; fail "cpack -G DEB"; }
 deb="$(ls "$work"/deb/switchboard_*.deb)"
 cp "$deb" "$work/in/switchboard.deb"
-cp "$REPO_DIR/tests/support/slack_standin.py" "$REPO_DIR/tests/support/watched.py" "$DEPLOY_DIR/tests/slack_mention.py" "$work/in/"
+cp "$REPO_DIR/tests/support/slack_standin.py" "$REPO_DIR/tests/support/watched.py" "$DEPLOY_DIR/tests/slack_mention.py" \
+   "$DEPLOY_DIR/tests/slack_restart_mentions.py" "$work/in/"
 chmod -R a+rX "$work/in"
 ok "cpack -G DEB built $(basename "$deb")"
 
@@ -133,17 +134,21 @@ in_c sh -c 'umask 022; printf "memory_bytes = 96 * MiB\n" >/etc/switchboard/poli
 # what to restore — never runs anyone's command unwalled, never sits ready running nothing.
 in_c sed -i 's/^SANDBOX_URL=/#test# SANDBOX_URL=/' /etc/switchboard/bot.env
 ! in_c systemctl start switchboard-bot.service >/dev/null 2>&1 || fail "the bot without SANDBOX_URL started"
-expect_eq 78 "$(in_c systemctl show -p ExecMainStatus --value switchboard-bot)" "without SANDBOX_URL the bot's unit fails: exit 78"
-expect_match 'not root, and the walls need root.*set SANDBOX_URL and SANDBOX_TOKEN' "$(in_c journalctl -u switchboard-bot -o cat --no-pager)" \
+# (switchboard-bot.service failing stops the instance it started, which resets its ExecMainStatus:
+# systemd's own journal line says how the bot exited)
+expect_match 'Main process exited, code=exited, status=78' "$(in_c journalctl -u switchboard-bot@8081 -o cat --no-pager)" \
+  "without SANDBOX_URL the bot's unit fails: exit 78"
+expect_eq failed "$(in_c systemctl is-active switchboard-bot || true)" "… and so does switchboard-bot.service, which started it"
+expect_match 'not root, and the walls need root.*set SANDBOX_URL and SANDBOX_TOKEN' "$(in_c journalctl -u 'switchboard-bot*' -o cat --no-pager)" \
   "… and its journal says why and what to restore"
 in_c systemctl stop switchboard-bot.service switchboard-sandboxd.service
 in_c systemctl reset-failed
 in_c sed -i 's/^#test# SANDBOX_URL=/SANDBOX_URL=/' /etc/switchboard/bot.env
 t0=$(date +%s)
 in_c systemctl start switchboard-bot.service >"$work/start.log" 2>&1 \
-  || fail "systemctl start switchboard-bot: $(cat "$work/start.log"); $(in_c journalctl -u switchboard-sandboxd -u switchboard-bot -o cat --no-pager | tail -20)"
+  || fail "systemctl start switchboard-bot: $(cat "$work/start.log"); $(in_c journalctl -u switchboard-sandboxd -u 'switchboard-bot*' -o cat --no-pager | tail -20)"
 journal() { in_c journalctl -u "$1" -o cat --no-pager; }
-for unit in switchboard-sandboxd switchboard-bot; do
+for unit in switchboard-sandboxd switchboard-bot switchboard-bot@8081; do
   state="$(in_c systemctl is-active "$unit" || true)"
   [ "$state" = active ] || fail "systemctl start: $unit is $state, not active: $(journal "$unit" | grep -E 'fatal|error' | tail -3)"
   ok "systemctl start: $unit is active (Type=notify: READY=1 said)"
@@ -151,13 +156,14 @@ done
 ok "the bot (and the sandboxd it Wants) started and said READY=1 in $(( $(date +%s) - t0 )) s"
 expect_match '"event":"sandboxd.listening".*"walls":"cgroup v1"' "$(journal switchboard-sandboxd)" \
   "journalctl -u switchboard-sandboxd: sandboxd listens walled"
-expect_match '"event":"slack.connected"|"event":"slack\.ready"|socket' "$(journal switchboard-bot)" \
-  "journalctl -u switchboard-bot: the bot connected to Slack"
+expect_match '"event":"slack.connected"|"event":"slack\.ready"|socket' "$(journal 'switchboard-bot*')" \
+  "journalctl -u 'switchboard-bot*': the bot connected to Slack"
 # The capability bounding set the kernel applied is the unit's line, in both units.
-for unit in switchboard-sandboxd switchboard-bot; do
+for unit in switchboard-sandboxd switchboard-bot@8081; do
   main="$(in_c systemctl show -p MainPID --value "$unit")"
   bnd="$(in_c awk '/^CapBnd:/ { print $2 }' "/proc/$main/status")"
-  want="$(in_c sh -c "sed -n 's/^CapabilityBoundingSet=//p' /lib/systemd/system/$unit.service")"
+  file="${unit%%@*}${unit//[^@]/}"  # switchboard-bot@8081's file is switchboard-bot@.service
+  want="$(in_c sh -c "sed -n 's/^CapabilityBoundingSet=//p' /lib/systemd/system/$file.service")"
   got="$(python3 -c '
 import sys
 names = ["chown","dac_override","dac_read_search","fowner","fsetid","kill","setgid","setuid","setpcap",
@@ -209,15 +215,16 @@ expect_match '"event":"sandboxd.instance_retired".*"reason":"memory"' "$(journal
   "journalctl: the memory-limit kill was seen as such"
 
 # ---- systemctl reload: an overlay change, and a 0600 overlay refused -------------------
-before="$(journal switchboard-bot | grep -c '"event":"policy.reloaded"' || true)"
+before="$(journal 'switchboard-bot*' | grep -c '"event":"policy.reloaded"' || true)"
 in_c sh -c 'umask 022; printf "bash.max_ms = 30 * minute\n" >/etc/switchboard/policies/timeouts.lua'
 in_c systemctl reload switchboard-bot || fail "systemctl reload switchboard-bot"
 for _ in $(seq 1 150); do
-  [ "$(journal switchboard-bot | grep -c '"event":"policy.reloaded"' || true)" -gt "$before" ] && break; sleep 0.2
+  [ "$(journal 'switchboard-bot*' | grep -c '"event":"policy.reloaded"' || true)" -gt "$before" ] && break; sleep 0.2
 done
-expect_match '"event":"policy.reloaded"' "$(journal switchboard-bot | grep '"event":"policy.reloaded"' | tail -n +"$((before + 1))")" \
+expect_match '"event":"policy.reloaded"' "$(journal 'switchboard-bot*' | grep '"event":"policy.reloaded"' | tail -n +"$((before + 1))")" \
   "systemctl reload switchboard-bot: the bot loaded the changed overlay"
-expect_eq active "$(in_c systemctl is-active switchboard-bot || true)" "the bot is active after the reload"
+expect_eq "active active" "$(in_c systemctl is-active switchboard-bot switchboard-bot@8081 | tr '\n' ' ' | sed 's/ $//' || true)" \
+  "the bot is active after the reload"
 in_c systemctl reload switchboard-sandboxd || fail "systemctl reload switchboard-sandboxd"
 for _ in $(seq 1 150); do journal switchboard-sandboxd | grep -q '"event":"policy.changed".*"key":"bash.max_ms"' && break; sleep 0.2; done
 expect_match '"event":"policy.changed".*"key":"bash.max_ms"' "$(journal switchboard-sandboxd)" \
@@ -231,7 +238,51 @@ expect_match 'timeouts\.lua:1: readable by its owner only \(mode 0600\).*Permiss
   "policy check (as root) refuses a 0600 overlay the services could not read, saying why"
 expect_match 'FAIL +policies +.*timeouts\.lua:1: readable by its owner only' "$(in_c switchboard doctor 2>&1 || true)" \
   "doctor (as root) fails the same overlay"
-in_c chmod 0640 /etc/switchboard/policies/timeouts.lua
+in_c chmod 0644 /etc/switchboard/policies/timeouts.lua  # readable again by the bot (the restarts below load it)
+
+# ---- systemctl restart, and the package's upgrade: no deaf window -----------------------
+# Mentions keep coming, the way Slack sends them (each on one of the app's open connections,
+# sent again while nobody acks it; every 5th ack lost on its way), across two `systemctl
+# restart switchboard-bot` and an upgrade (`dpkg -i` of the package over itself: its postinst
+# try-restarts the bot). Each restart starts the idle instance, waits for its READY=1 and only
+# then stops the other: the stand-in sees the new connection open before the old one closes,
+# never none open, and every mention runs exactly once (the record both share).
+# Each mention is its own thread, so its own instance: small workspaces for them.
+in_c sh -c 'umask 022; printf "workspace_max_bytes = 32 * MiB\n" >>/etc/switchboard/policies/isolation.lua'
+in_c systemctl reload switchboard-sandboxd || fail "systemctl reload switchboard-sandboxd (small workspaces)"
+serving() { for p in 8081 8082; do if in_c systemctl -q is-active "switchboard-bot@$p"; then printf '%s' "$p"; fi; done; }
+sent() { grep -c '^sent' "$work/restart.log" 2>/dev/null || true; }
+wait_sent() {
+  for _ in $(seq 1 600); do [ "$(sent)" -ge "$1" ] && return 0; sleep 0.2; done
+  fail "the mentions stopped coming: $(tail -3 "$work/restart.log")"
+}
+in_c rm -f /root/restarts-done
+in_c python3 /srv/test/slack_restart_mentions.py "$port" /root/restarts-done 1.5 >"$work/restart.json" 2>"$work/restart.log" &
+mentions=$!
+wait_sent 2
+for how in "systemctl restart switchboard-bot" "systemctl restart switchboard-bot" \
+           "env DEBIAN_FRONTEND=noninteractive dpkg -i /srv/test/switchboard.deb"; do
+  was="$(serving)"
+  # shellcheck disable=SC2086 # the command's words
+  in_c $how >"$work/restart-cmd.log" 2>&1 \
+    || fail "$how: $(cat "$work/restart-cmd.log"); $(in_c journalctl -u 'switchboard-bot*' --no-pager | tail -40)"
+  now="$(serving)"
+  case "$was/$now" in
+    8081/8082|8082/8081) ok "$how: switchboard-bot@$now took over from switchboard-bot@$was" ;;
+    *) fail "$how: the bot ran on '$was' before and on '$now' after (want the other instance): $(cat "$work/restart-cmd.log")" ;;
+  esac
+  wait_sent $(( $(sent) + 2 ))
+done
+in_c touch /root/restarts-done
+wait "$mentions" || fail "the mentions across the restarts: $(tail -5 "$work/restart.log")"
+result="$(cat "$work/restart.json")"
+echo "restarts: $result"
+field() { python3 -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[sys.argv[2]]))' "$result" "$1"; }
+expect_eq "[] [] 0" "$(field lost) $(field twice) $(field given_up)" \
+  "$(field sent) mentions across 2 restarts and an upgrade: 0 lost, 0 run twice, 0 given up ($(field acks_lost) acks lost, $(field redelivered) sent again)"
+expect_eq 0 "$(field deaf_ms)" "the stand-in never had no connection open while the mentions came"
+expect_match '^\[(\{"old": [0-9]+, "new": [0-9]+, "overlap_ms": [0-9]+\}(, )?){3,}\]$' "$(field handovers)" \
+  "each old connection closed after the next instance's was open (old, new, overlap): $(field handovers)"
 
 # ---- systemctl stop drains a command in flight --------------------------------------------
 thread="1700000500.000100"
@@ -246,7 +297,10 @@ wait "$drain" || fail "the command in flight during the stop got no final card: 
 expect_match 'drained' "$(cat "$work/drain.card")" "systemctl stop switchboard-sandboxd let the command in flight finish"
 expect_eq inactive "$(in_c systemctl is-active switchboard-sandboxd || true)" "sandboxd stopped cleanly (inactive, not failed)"
 in_c systemctl stop switchboard-bot || fail "systemctl stop switchboard-bot"
-expect_eq inactive "$(in_c systemctl is-active switchboard-bot || true)" "the bot stopped cleanly"
+expect_eq "inactive inactive inactive" \
+  "$(in_c systemctl is-active switchboard-bot switchboard-bot@8081 switchboard-bot@8082 | tr '\n' ' ' | sed 's/ $//' || true)" \
+  "systemctl stop switchboard-bot stopped the bot (both instances) cleanly"
+expect_match '"event":"slack.draining"' "$(journal 'switchboard-bot@*' | tail -20)" "… draining first (the journal's slack.draining)"
 
 # ---- no secret anywhere -----------------------------------------------------------------
 in_c journalctl -o cat --no-pager >"$work/journal.txt"
