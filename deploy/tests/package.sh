@@ -126,7 +126,7 @@ in_root apt-get install -y -qq --no-install-recommends systemd >>"$work/apt.log"
 verify="$(in_root systemd-analyze verify /lib/systemd/system/switchboard-sandboxd.service \
   /lib/systemd/system/switchboard-bot.service switchboard-bot@8081.service 2>&1)" || fail "systemd-analyze verify: $verify"
 [ -z "$verify" ] || fail "systemd-analyze verify had something to say: $verify"
-ok "systemd-analyze verify passes on both installed units"
+ok "systemd-analyze verify passes on the installed units (switchboard-bot@.service as its instance @8081)"
 
 # ---- an upgrade: a later build installs over this one ------------------------------------
 printf 'bash.max_ms = 30 * minute\n' >"$root/etc/switchboard/policies/timeouts.lua"
