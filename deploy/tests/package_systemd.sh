@@ -247,8 +247,10 @@ in_c chmod 0644 /etc/switchboard/policies/timeouts.lua  # readable again by the 
 # try-restarts the bot). Each restart starts the idle instance, waits for its READY=1 and only
 # then stops the other: the stand-in sees the new connection open before the old one closes,
 # never none open, and every mention runs exactly once (the record both share).
-# Each mention is its own thread, so its own instance: small workspaces for them.
-in_c sh -c 'umask 022; printf "workspace_max_bytes = 32 * MiB\n" >>/etc/switchboard/policies/isolation.lua'
+# Each mention is its own thread, so its own instance: small workspaces, asleep 3 s after their
+# command (sandboxd wakes at most timeouts sandbox.max_instances, 25: more would wait).
+in_c sh -c 'umask 022; printf "workspace_max_bytes = 32 * MiB\n" >>/etc/switchboard/policies/isolation.lua
+  printf "sandbox.sleep_after = \"3s\"\n" >>/etc/switchboard/policies/timeouts.lua'
 in_c systemctl reload switchboard-sandboxd || fail "systemctl reload switchboard-sandboxd (small workspaces)"
 serving() { for p in 8081 8082; do if in_c systemctl -q is-active "switchboard-bot@$p"; then printf '%s' "$p"; fi; done; }
 sent() { grep -c '^sent' "$work/restart.log" 2>/dev/null || true; }
@@ -273,15 +275,32 @@ for how in "systemctl restart switchboard-bot" "systemctl restart switchboard-bo
   esac
   wait_sent $(( $(sent) + 2 ))
 done
+# A restart while a command runs, and at once another: the first's old instance drains the
+# command (its card ends as it would have); the second's next instance is that one, so its start
+# waits for the drain to end while the middle one serves.
+mention "1710900000.000100" "run \`echo warm\`" >/dev/null || fail "no card for the long command's thread"
+mention "1710900000.000100" "run \`sleep 5 && echo drained-across\`" >"$work/long.card" 2>&1 &
+long=$!
+for _ in $(seq 1 300); do in_c pgrep -f '^sleep 5$' >/dev/null 2>&1 && break; sleep 0.1; done
+in_c pgrep -f '^sleep 5$' >/dev/null 2>&1 || fail "the long command never started: $(cat "$work/long.card")"
+was="$(serving)"
+in_c systemctl restart switchboard-bot || fail "the restart with a command running: $(journal 'switchboard-bot*' | tail -10)"
+mid="$(serving)"
+in_c systemctl restart switchboard-bot || fail "the restart right after it: $(journal 'switchboard-bot*' | tail -10)"
+now="$(serving)"
+[ "$was" != "$mid" ] && [ "$now" = "$was" ] || fail "two restarts at once ran on '$was', '$mid', '$now'"
+wait "$long" || fail "the command running across the restarts got no final card: $(cat "$work/long.card")"
+expect_match 'drained-across' "$(cat "$work/long.card")" \
+  "a restart with a command running, and another at once: the old instance drained it to its end ($was → $mid → $now)"
 in_c touch /root/restarts-done
 wait "$mentions" || fail "the mentions across the restarts: $(tail -5 "$work/restart.log")"
 result="$(cat "$work/restart.json")"
 echo "restarts: $result"
 field() { python3 -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[sys.argv[2]]))' "$result" "$1"; }
 expect_eq "[] [] 0" "$(field lost) $(field twice) $(field given_up)" \
-  "$(field sent) mentions across 2 restarts and an upgrade: 0 lost, 0 run twice, 0 given up ($(field acks_lost) acks lost, $(field redelivered) sent again)"
+  "$(field sent) mentions across 4 restarts and an upgrade: 0 lost, 0 run twice, 0 given up ($(field acks_lost) acks lost, $(field redelivered) sent again)"
 expect_eq 0 "$(field deaf_ms)" "the stand-in never had no connection open while the mentions came"
-expect_match '^\[(\{"old": [0-9]+, "new": [0-9]+, "overlap_ms": [0-9]+\}(, )?){3,}\]$' "$(field handovers)" \
+expect_match '^\[(\{"old": [0-9]+, "new": [0-9]+, "overlap_ms": [0-9]+\}(, )?){5,}\]$' "$(field handovers)" \
   "each old connection closed after the next instance's was open (old, new, overlap): $(field handovers)"
 
 # ---- systemctl stop drains a command in flight --------------------------------------------
