@@ -303,6 +303,19 @@ expect_eq 0 "$(field deaf_ms)" "the stand-in never had no connection open while 
 expect_match '^\[(\{"old": [0-9]+, "new": [0-9]+, "overlap_ms": [0-9]+\}(, )?){5,}\]$' "$(field handovers)" \
   "each old connection closed after the next instance's was open (old, new, overlap): $(field handovers)"
 
+# A restart whose next instance cannot start (here an overlay it cannot read: exit 78) fails, and
+# the unit's failure stops the instance that ran too (StopPropagatedFrom=): no bot is left
+# running outside `systemctl stop switchboard-bot`'s reach. Then a start brings it back.
+in_c chmod 0600 /etc/switchboard/policies/timeouts.lua
+! in_c systemctl restart switchboard-bot >/dev/null 2>&1 || fail "a restart onto a bot that cannot start succeeded"
+for _ in $(seq 1 300); do [ -z "$(serving)" ] && break; sleep 0.2; done
+expect_eq "failed/" "$(in_c systemctl is-active switchboard-bot || true)/$(serving)" \
+  "a restart whose next instance fails: the unit fails and no instance is left running"
+in_c chmod 0644 /etc/switchboard/policies/timeouts.lua
+in_c systemctl reset-failed
+in_c systemctl start switchboard-bot || fail "systemctl start switchboard-bot after the failed restart"
+expect_match '^808[12]$' "$(serving)" "… and systemctl start switchboard-bot starts one again"
+
 # ---- systemctl stop drains a command in flight --------------------------------------------
 thread="1700000500.000100"
 mention "$thread" "run \`echo warm\`" >/dev/null || fail "no card for the drain's first command"
