@@ -258,10 +258,23 @@ wait_sent() {
   for _ in $(seq 1 600); do [ "$(sent)" -ge "$1" ] && return 0; sleep 0.2; done
   fail "the mentions stopped coming: $(tail -3 "$work/restart.log")"
 }
+# First the upgrade from a package whose switchboard-bot.service ran the bot itself (before
+# switchboard-bot@.service): that unit, made here from the template the way it read (the bot on
+# 8081, no instance), runs the bot when the package is installed over it.
+in_c systemctl stop switchboard-bot
+in_c sh -c "sed 's/%i/8081/g; /^StopPropagatedFrom=/d' /lib/systemd/system/switchboard-bot@.service \
+  >/lib/systemd/system/switchboard-bot.service && systemctl daemon-reload && systemctl start switchboard-bot"
+[ -z "$(serving)" ] && [ "$(in_c systemctl show -p MainPID --value switchboard-bot)" != 0 ] \
+  || fail "the bot did not run the old way: '$(serving)'"
 in_c rm -f /root/restarts-done
 in_c python3 /srv/test/slack_restart_mentions.py "$port" /root/restarts-done 1.5 >"$work/restart.json" 2>"$work/restart.log" &
 mentions=$!
 wait_sent 2
+in_c env DEBIAN_FRONTEND=noninteractive dpkg -i /srv/test/switchboard.deb >"$work/restart-cmd.log" 2>&1 \
+  || fail "dpkg -i over the old unit: $(cat "$work/restart-cmd.log")"
+expect_eq "8081 0" "$(serving) $(in_c systemctl show -p MainPID --value switchboard-bot)" \
+  "the first upgrade from the unit that ran the bot itself: switchboard-bot@8081 runs it, by way of @8082"
+wait_sent $(( $(sent) + 2 ))
 for how in "systemctl restart switchboard-bot" "systemctl restart switchboard-bot" \
            "env DEBIAN_FRONTEND=noninteractive dpkg -i /srv/test/switchboard.deb"; do
   was="$(serving)"
@@ -298,9 +311,9 @@ result="$(cat "$work/restart.json")"
 echo "restarts: $result"
 field() { python3 -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[sys.argv[2]]))' "$result" "$1"; }
 expect_eq "[] [] 0" "$(field lost) $(field twice) $(field given_up)" \
-  "$(field sent) mentions across 4 restarts and an upgrade: 0 lost, 0 run twice, 0 given up ($(field acks_lost) acks lost, $(field redelivered) sent again)"
+  "$(field sent) mentions across 4 restarts and two upgrades: 0 lost, 0 run twice, 0 given up ($(field acks_lost) acks lost, $(field redelivered) sent again)"
 expect_eq 0 "$(field deaf_ms)" "the stand-in never had no connection open while the mentions came"
-expect_match '^\[(\{"old": [0-9]+, "new": [0-9]+, "overlap_ms": [0-9]+\}(, )?){5,}\]$' "$(field handovers)" \
+expect_match '^\[(\{"old": [0-9]+, "new": [0-9]+, "overlap_ms": [0-9]+\}(, )?){7,}\]$' "$(field handovers)" \
   "each old connection closed after the next instance's was open (old, new, overlap): $(field handovers)"
 
 # A restart whose next instance cannot start (here an overlay it cannot read: exit 78) fails, and
