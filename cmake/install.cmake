@@ -57,8 +57,13 @@ install(FILES ${SB_DEB_DIR}/copyright DESTINATION share/doc/switchboard
 install(FILES ${CMAKE_BINARY_DIR}/deb/changelog.gz DESTINATION share/doc/switchboard
         COMPONENT system EXCLUDE_FROM_ALL)
 install(FILES ${CMAKE_SOURCE_DIR}/deploy/systemd/switchboard-bot.service
+              ${CMAKE_SOURCE_DIR}/deploy/systemd/switchboard-bot@.service
               ${CMAKE_SOURCE_DIR}/deploy/systemd/switchboard-sandboxd.service
         DESTINATION /lib/systemd/system COMPONENT system EXCLUDE_FROM_ALL)
+# switchboard-bot.service's hand-over between its two bot instances (docs/deploy.md "Restarts
+# without a deaf window")
+install(PROGRAMS ${CMAKE_SOURCE_DIR}/deploy/systemd/switchboard-bot-handoff
+        DESTINATION lib/switchboard COMPONENT system EXCLUDE_FROM_ALL)
 
 # ---- CPack: one .deb with both components ---------------------------------------------------
 set(CPACK_PACKAGE_NAME switchboard)

@@ -28,6 +28,7 @@ function check(what, cond, detail = "") {
 const MODELS = {
   "v1/Service": "kubernetes-models/v1/Service",
   "v1/ConfigMap": "kubernetes-models/v1/ConfigMap",
+  "v1/PersistentVolumeClaim": "kubernetes-models/v1/PersistentVolumeClaim",
   "apps/v1/StatefulSet": "kubernetes-models/apps/v1/StatefulSet",
   "apps/v1/Deployment": "kubernetes-models/apps/v1/Deployment",
   "policy/v1/PodDisruptionBudget": "kubernetes-models/policy/v1/PodDisruptionBudget",
@@ -132,7 +133,28 @@ if (urlVar) {
     `${urls.join(",")} vs ${pods.join(",")}`);
 }
 check("the bot runs `switchboard slack`", bot.spec.template.spec.containers[0].command.includes("slack"));
-check("one bot at a time (Recreate, one replica)", bot.spec.replicas === 1 && bot.spec.strategy.type === "Recreate");
+// A rollout without a deaf window (docs/slack.md "Restarts without a deaf window"): the next pod
+// ready beside the old one, on the same record, which a ReadWriteOnce volume allows on one node.
+const botSpec = bot.spec.template.spec;
+const ru = bot.spec.strategy.rollingUpdate ?? {};
+check("one bot, rolled with the next pod ready before the old one ends (RollingUpdate, maxSurge 1, maxUnavailable 0)",
+  bot.spec.replicas === 1 && bot.spec.strategy.type === "RollingUpdate" && ru.maxSurge === 1 && ru.maxUnavailable === 0,
+  JSON.stringify(bot.spec.strategy));
+check("the bot's readiness is /readyz (ready once connected to Slack: what the rollout waits for)",
+  botSpec.containers[0].readinessProbe?.httpGet?.path === "/readyz");
+const stateVol = botSpec.volumes.find((v) => v.name === "state");
+const stateMount = botSpec.containers[0].volumeMounts.find((m) => m.name === "state");
+const pvc = find("PersistentVolumeClaim", stateVol?.persistentVolumeClaim?.claimName);
+check("both pods of a rollout share the record: the state volume is one claim, mounted at SWITCHBOARD_STATE_DIR",
+  pvc && stateMount?.mountPath === botSpec.containers[0].env.find((e) => e.name === "SWITCHBOARD_STATE_DIR")?.value,
+  stateVol ? JSON.stringify(stateVol) : "no state volume");
+const affinity = botSpec.affinity?.podAffinity?.requiredDuringSchedulingIgnoredDuringExecution ?? [];
+check("the claim is ReadWriteOnce and the next pod must land on the running one's node (podAffinity on its own labels, by hostname)",
+  pvc?.spec.accessModes?.length === 1 && pvc.spec.accessModes[0] === "ReadWriteOnce" &&
+  affinity.some((t) => t.topologyKey === "kubernetes.io/hostname" &&
+    Object.entries(t.labelSelector?.matchLabels ?? {}).length > 0 &&
+    Object.entries(t.labelSelector.matchLabels).every(([k, v]) => bot.spec.template.metadata.labels[k] === v)),
+  JSON.stringify(affinity));
 
 // Every container of every workload: probes, resources, a locked-down securityContext.
 // docs/deploy.md "The wall in a container": podman's sb_walls_flags (deploy/sandbox/podman-env)

@@ -124,9 +124,9 @@ expect_eq "custom-lua" "$(in_root env SWITCHBOARD_LUA_DIR=/opt/custom-lua switch
 in_root apt-get install -y -qq --no-install-recommends systemd >>"$work/apt.log" 2>&1 \
   || { tail -20 "$work/apt.log" >&2; fail "apt-get install systemd in the root"; }
 verify="$(in_root systemd-analyze verify /lib/systemd/system/switchboard-sandboxd.service \
-  /lib/systemd/system/switchboard-bot.service 2>&1)" || fail "systemd-analyze verify: $verify"
+  /lib/systemd/system/switchboard-bot.service switchboard-bot@8081.service 2>&1)" || fail "systemd-analyze verify: $verify"
 [ -z "$verify" ] || fail "systemd-analyze verify had something to say: $verify"
-ok "systemd-analyze verify passes on both installed units"
+ok "systemd-analyze verify passes on the installed units (switchboard-bot@.service as its instance @8081)"
 
 # ---- an upgrade: a later build installs over this one ------------------------------------
 printf 'bash.max_ms = 30 * minute\n' >"$root/etc/switchboard/policies/timeouts.lua"

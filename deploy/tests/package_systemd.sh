@@ -54,7 +54,8 @@ mkdir "$work/in" "$work/empty"
 (cd "$build" && cpack -G DEB -B "$work/deb" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log" >&2; fail "cpack -G DEB"; }
 deb="$(ls "$work"/deb/switchboard_*.deb)"
 cp "$deb" "$work/in/switchboard.deb"
-cp "$REPO_DIR/tests/support/slack_standin.py" "$REPO_DIR/tests/support/watched.py" "$DEPLOY_DIR/tests/slack_mention.py" "$work/in/"
+cp "$REPO_DIR/tests/support/slack_standin.py" "$REPO_DIR/tests/support/watched.py" "$DEPLOY_DIR/tests/slack_mention.py" \
+   "$DEPLOY_DIR/tests/slack_restart_mentions.py" "$work/in/"
 chmod -R a+rX "$work/in"
 ok "cpack -G DEB built $(basename "$deb")"
 
@@ -133,17 +134,21 @@ in_c sh -c 'umask 022; printf "memory_bytes = 96 * MiB\n" >/etc/switchboard/poli
 # what to restore — never runs anyone's command unwalled, never sits ready running nothing.
 in_c sed -i 's/^SANDBOX_URL=/#test# SANDBOX_URL=/' /etc/switchboard/bot.env
 ! in_c systemctl start switchboard-bot.service >/dev/null 2>&1 || fail "the bot without SANDBOX_URL started"
-expect_eq 78 "$(in_c systemctl show -p ExecMainStatus --value switchboard-bot)" "without SANDBOX_URL the bot's unit fails: exit 78"
-expect_match 'not root, and the walls need root.*set SANDBOX_URL and SANDBOX_TOKEN' "$(in_c journalctl -u switchboard-bot -o cat --no-pager)" \
+# (switchboard-bot.service failing stops the instance it started, which resets its ExecMainStatus:
+# systemd's own journal line says how the bot exited)
+expect_match 'Main process exited, code=exited, status=78' "$(in_c journalctl -u switchboard-bot@8081 -o cat --no-pager)" \
+  "without SANDBOX_URL the bot's unit fails: exit 78"
+expect_eq failed "$(in_c systemctl is-active switchboard-bot || true)" "… and so does switchboard-bot.service, which started it"
+expect_match 'not root, and the walls need root.*set SANDBOX_URL and SANDBOX_TOKEN' "$(in_c journalctl -u 'switchboard-bot*' -o cat --no-pager)" \
   "… and its journal says why and what to restore"
 in_c systemctl stop switchboard-bot.service switchboard-sandboxd.service
 in_c systemctl reset-failed
 in_c sed -i 's/^#test# SANDBOX_URL=/SANDBOX_URL=/' /etc/switchboard/bot.env
 t0=$(date +%s)
 in_c systemctl start switchboard-bot.service >"$work/start.log" 2>&1 \
-  || fail "systemctl start switchboard-bot: $(cat "$work/start.log"); $(in_c journalctl -u switchboard-sandboxd -u switchboard-bot -o cat --no-pager | tail -20)"
+  || fail "systemctl start switchboard-bot: $(cat "$work/start.log"); $(in_c journalctl -u switchboard-sandboxd -u 'switchboard-bot*' -o cat --no-pager | tail -20)"
 journal() { in_c journalctl -u "$1" -o cat --no-pager; }
-for unit in switchboard-sandboxd switchboard-bot; do
+for unit in switchboard-sandboxd switchboard-bot switchboard-bot@8081; do
   state="$(in_c systemctl is-active "$unit" || true)"
   [ "$state" = active ] || fail "systemctl start: $unit is $state, not active: $(journal "$unit" | grep -E 'fatal|error' | tail -3)"
   ok "systemctl start: $unit is active (Type=notify: READY=1 said)"
@@ -151,13 +156,14 @@ done
 ok "the bot (and the sandboxd it Wants) started and said READY=1 in $(( $(date +%s) - t0 )) s"
 expect_match '"event":"sandboxd.listening".*"walls":"cgroup v1"' "$(journal switchboard-sandboxd)" \
   "journalctl -u switchboard-sandboxd: sandboxd listens walled"
-expect_match '"event":"slack.connected"|"event":"slack\.ready"|socket' "$(journal switchboard-bot)" \
-  "journalctl -u switchboard-bot: the bot connected to Slack"
+expect_match '"event":"slack.connected"|"event":"slack\.ready"|socket' "$(journal 'switchboard-bot*')" \
+  "journalctl -u 'switchboard-bot*': the bot connected to Slack"
 # The capability bounding set the kernel applied is the unit's line, in both units.
-for unit in switchboard-sandboxd switchboard-bot; do
+for unit in switchboard-sandboxd switchboard-bot@8081; do
   main="$(in_c systemctl show -p MainPID --value "$unit")"
   bnd="$(in_c awk '/^CapBnd:/ { print $2 }' "/proc/$main/status")"
-  want="$(in_c sh -c "sed -n 's/^CapabilityBoundingSet=//p' /lib/systemd/system/$unit.service")"
+  file="${unit%%@*}${unit//[^@]/}"  # switchboard-bot@8081's file is switchboard-bot@.service
+  want="$(in_c sh -c "sed -n 's/^CapabilityBoundingSet=//p' /lib/systemd/system/$file.service")"
   got="$(python3 -c '
 import sys
 names = ["chown","dac_override","dac_read_search","fowner","fsetid","kill","setgid","setuid","setpcap",
@@ -209,15 +215,16 @@ expect_match '"event":"sandboxd.instance_retired".*"reason":"memory"' "$(journal
   "journalctl: the memory-limit kill was seen as such"
 
 # ---- systemctl reload: an overlay change, and a 0600 overlay refused -------------------
-before="$(journal switchboard-bot | grep -c '"event":"policy.reloaded"' || true)"
+before="$(journal 'switchboard-bot*' | grep -c '"event":"policy.reloaded"' || true)"
 in_c sh -c 'umask 022; printf "bash.max_ms = 30 * minute\n" >/etc/switchboard/policies/timeouts.lua'
 in_c systemctl reload switchboard-bot || fail "systemctl reload switchboard-bot"
 for _ in $(seq 1 150); do
-  [ "$(journal switchboard-bot | grep -c '"event":"policy.reloaded"' || true)" -gt "$before" ] && break; sleep 0.2
+  [ "$(journal 'switchboard-bot*' | grep -c '"event":"policy.reloaded"' || true)" -gt "$before" ] && break; sleep 0.2
 done
-expect_match '"event":"policy.reloaded"' "$(journal switchboard-bot | grep '"event":"policy.reloaded"' | tail -n +"$((before + 1))")" \
+expect_match '"event":"policy.reloaded"' "$(journal 'switchboard-bot*' | grep '"event":"policy.reloaded"' | tail -n +"$((before + 1))")" \
   "systemctl reload switchboard-bot: the bot loaded the changed overlay"
-expect_eq active "$(in_c systemctl is-active switchboard-bot || true)" "the bot is active after the reload"
+expect_eq "active active" "$(in_c systemctl is-active switchboard-bot switchboard-bot@8081 | tr '\n' ' ' | sed 's/ $//' || true)" \
+  "the bot is active after the reload"
 in_c systemctl reload switchboard-sandboxd || fail "systemctl reload switchboard-sandboxd"
 for _ in $(seq 1 150); do journal switchboard-sandboxd | grep -q '"event":"policy.changed".*"key":"bash.max_ms"' && break; sleep 0.2; done
 expect_match '"event":"policy.changed".*"key":"bash.max_ms"' "$(journal switchboard-sandboxd)" \
@@ -231,7 +238,96 @@ expect_match 'timeouts\.lua:1: readable by its owner only \(mode 0600\).*Permiss
   "policy check (as root) refuses a 0600 overlay the services could not read, saying why"
 expect_match 'FAIL +policies +.*timeouts\.lua:1: readable by its owner only' "$(in_c switchboard doctor 2>&1 || true)" \
   "doctor (as root) fails the same overlay"
-in_c chmod 0640 /etc/switchboard/policies/timeouts.lua
+in_c chmod 0644 /etc/switchboard/policies/timeouts.lua  # readable again by the bot (the restarts below load it)
+
+# ---- systemctl restart, and the package's upgrade: no deaf window -----------------------
+# Mentions keep coming, the way Slack sends them (each on one of the app's open connections,
+# sent again while nobody acks it; every 5th ack lost on its way), across two `systemctl
+# restart switchboard-bot` and an upgrade (`dpkg -i` of the package over itself: its postinst
+# try-restarts the bot). Each restart starts the idle instance, waits for its READY=1 and only
+# then stops the other: the stand-in sees the new connection open before the old one closes,
+# never none open, and every mention runs exactly once (the record both share).
+# Each mention is its own thread, so its own instance: small workspaces, asleep 3 s after their
+# command (sandboxd wakes at most timeouts sandbox.max_instances, 25: more would wait).
+in_c sh -c 'umask 022; printf "workspace_max_bytes = 32 * MiB\n" >>/etc/switchboard/policies/isolation.lua
+  printf "sandbox.sleep_after = \"3s\"\n" >>/etc/switchboard/policies/timeouts.lua'
+in_c systemctl reload switchboard-sandboxd || fail "systemctl reload switchboard-sandboxd (small workspaces)"
+serving() { for p in 8081 8082; do if in_c systemctl -q is-active "switchboard-bot@$p"; then printf '%s' "$p"; fi; done; }
+sent() { grep -c '^sent' "$work/restart.log" 2>/dev/null || true; }
+wait_sent() {
+  for _ in $(seq 1 600); do [ "$(sent)" -ge "$1" ] && return 0; sleep 0.2; done
+  fail "the mentions stopped coming: $(tail -3 "$work/restart.log")"
+}
+# First the upgrade from a package whose switchboard-bot.service ran the bot itself (before
+# switchboard-bot@.service): that unit, made here from the template the way it read (the bot on
+# 8081, no instance), runs the bot when the package is installed over it.
+in_c systemctl stop switchboard-bot
+in_c sh -c "sed 's/%i/8081/g; /^StopPropagatedFrom=/d' /lib/systemd/system/switchboard-bot@.service \
+  >/lib/systemd/system/switchboard-bot.service && systemctl daemon-reload && systemctl start switchboard-bot"
+[ -z "$(serving)" ] && [ "$(in_c systemctl show -p MainPID --value switchboard-bot)" != 0 ] \
+  || fail "the bot did not run the old way: '$(serving)'"
+in_c rm -f /root/restarts-done
+in_c python3 /srv/test/slack_restart_mentions.py "$port" /root/restarts-done 1.5 >"$work/restart.json" 2>"$work/restart.log" &
+mentions=$!
+wait_sent 2
+in_c env DEBIAN_FRONTEND=noninteractive dpkg -i /srv/test/switchboard.deb >"$work/restart-cmd.log" 2>&1 \
+  || fail "dpkg -i over the old unit: $(cat "$work/restart-cmd.log")"
+expect_eq "8081 0" "$(serving) $(in_c systemctl show -p MainPID --value switchboard-bot)" \
+  "the first upgrade from the unit that ran the bot itself: switchboard-bot@8081 runs it, by way of @8082"
+wait_sent $(( $(sent) + 2 ))
+for how in "systemctl restart switchboard-bot" "systemctl restart switchboard-bot" \
+           "env DEBIAN_FRONTEND=noninteractive dpkg -i /srv/test/switchboard.deb"; do
+  was="$(serving)"
+  # shellcheck disable=SC2086 # the command's words
+  in_c $how >"$work/restart-cmd.log" 2>&1 \
+    || fail "$how: $(cat "$work/restart-cmd.log"); $(in_c journalctl -u 'switchboard-bot*' --no-pager | tail -40)"
+  now="$(serving)"
+  case "$was/$now" in
+    8081/8082|8082/8081) ok "$how: switchboard-bot@$now took over from switchboard-bot@$was" ;;
+    *) fail "$how: the bot ran on '$was' before and on '$now' after (want the other instance): $(cat "$work/restart-cmd.log")" ;;
+  esac
+  wait_sent $(( $(sent) + 2 ))
+done
+# A restart while a command runs, and at once another: the first's old instance drains the
+# command (its card ends as it would have); the second's next instance is that one, so its start
+# waits for the drain to end while the middle one serves.
+mention "1710900000.000100" "run \`echo warm\`" >/dev/null || fail "no card for the long command's thread"
+mention "1710900000.000100" "run \`sleep 5 && echo drained-across\`" >"$work/long.card" 2>&1 &
+long=$!
+for _ in $(seq 1 300); do in_c pgrep -f '^sleep 5$' >/dev/null 2>&1 && break; sleep 0.1; done
+in_c pgrep -f '^sleep 5$' >/dev/null 2>&1 || fail "the long command never started: $(cat "$work/long.card")"
+was="$(serving)"
+in_c systemctl restart switchboard-bot || fail "the restart with a command running: $(journal 'switchboard-bot*' | tail -10)"
+mid="$(serving)"
+in_c systemctl restart switchboard-bot || fail "the restart right after it: $(journal 'switchboard-bot*' | tail -10)"
+now="$(serving)"
+[ "$was" != "$mid" ] && [ "$now" = "$was" ] || fail "two restarts at once ran on '$was', '$mid', '$now'"
+wait "$long" || fail "the command running across the restarts got no final card: $(cat "$work/long.card")"
+expect_match 'drained-across' "$(cat "$work/long.card")" \
+  "a restart with a command running, and another at once: the old instance drained it to its end ($was → $mid → $now)"
+in_c touch /root/restarts-done
+wait "$mentions" || fail "the mentions across the restarts: $(tail -5 "$work/restart.log")"
+result="$(cat "$work/restart.json")"
+echo "restarts: $result"
+field() { python3 -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[sys.argv[2]]))' "$result" "$1"; }
+expect_eq "[] [] 0" "$(field lost) $(field twice) $(field given_up)" \
+  "$(field sent) mentions across 4 restarts and two upgrades: 0 lost, 0 run twice, 0 given up ($(field acks_lost) acks lost, $(field redelivered) sent again)"
+expect_eq 0 "$(field deaf_ms)" "the stand-in never had no connection open while the mentions came"
+expect_match '^\[(\{"old": [0-9]+, "new": [0-9]+, "overlap_ms": [0-9]+\}(, )?){7,}\]$' "$(field handovers)" \
+  "each old connection closed after the next instance's was open (old, new, overlap): $(field handovers)"
+
+# A restart whose next instance cannot start (here an overlay it cannot read: exit 78) fails, and
+# the unit's failure stops the instance that ran too (StopPropagatedFrom=): no bot is left
+# running outside `systemctl stop switchboard-bot`'s reach. Then a start brings it back.
+in_c chmod 0600 /etc/switchboard/policies/timeouts.lua
+! in_c systemctl restart switchboard-bot >/dev/null 2>&1 || fail "a restart onto a bot that cannot start succeeded"
+for _ in $(seq 1 300); do [ -z "$(serving)" ] && break; sleep 0.2; done
+expect_eq "failed/" "$(in_c systemctl is-active switchboard-bot || true)/$(serving)" \
+  "a restart whose next instance fails: the unit fails and no instance is left running"
+in_c chmod 0644 /etc/switchboard/policies/timeouts.lua
+in_c systemctl reset-failed
+in_c systemctl start switchboard-bot || fail "systemctl start switchboard-bot after the failed restart"
+expect_match '^808[12]$' "$(serving)" "… and systemctl start switchboard-bot starts one again"
 
 # ---- systemctl stop drains a command in flight --------------------------------------------
 thread="1700000500.000100"
@@ -246,7 +342,10 @@ wait "$drain" || fail "the command in flight during the stop got no final card: 
 expect_match 'drained' "$(cat "$work/drain.card")" "systemctl stop switchboard-sandboxd let the command in flight finish"
 expect_eq inactive "$(in_c systemctl is-active switchboard-sandboxd || true)" "sandboxd stopped cleanly (inactive, not failed)"
 in_c systemctl stop switchboard-bot || fail "systemctl stop switchboard-bot"
-expect_eq inactive "$(in_c systemctl is-active switchboard-bot || true)" "the bot stopped cleanly"
+expect_eq "inactive inactive inactive" \
+  "$(in_c systemctl is-active switchboard-bot switchboard-bot@8081 switchboard-bot@8082 | tr '\n' ' ' | sed 's/ $//' || true)" \
+  "systemctl stop switchboard-bot stopped the bot (both instances) cleanly"
+expect_match '"event":"slack.draining"' "$(journal 'switchboard-bot@*' | tail -20)" "… draining first (the journal's slack.draining)"
 
 # ---- no secret anywhere -----------------------------------------------------------------
 in_c journalctl -o cat --no-pager >"$work/journal.txt"

@@ -65,7 +65,8 @@ state = {
     "sent": {},           # envelope_id -> {at, conn}
     "hellos": 0,
     "connections_opened": 0,
-    "closed": [],         # {conn, code, clean}
+    "opened": [],         # {conn, at}: at = monotonic ms (its hello sent)
+    "closed": [],         # {conn, code, at}
     "uploads": {},        # file_id -> {filename, length, bytes, bytes_b64}
     "messages": {},       # ts -> {channel, thread_ts, text, blocks, updates}
     "reactions": [],
@@ -419,6 +420,7 @@ async def ws_handler(ws, path=None):
                               "debug_info": {"host": "standin", "approximate_connection_time": 18060},
                               "connection_info": {"app_id": APP_ID}}))
     state["hellos"] += 1
+    state["opened"].append({"conn": cid, "at": time.monotonic() * 1000})
     try:
         async for raw in ws:
             now = time.monotonic() * 1000
@@ -444,7 +446,7 @@ async def ws_handler(ws, path=None):
     except websockets.ConnectionClosed:
         pass
     finally:
-        state["closed"].append({"conn": cid, "code": ws.close_code})
+        state["closed"].append({"conn": cid, "code": ws.close_code, "at": time.monotonic() * 1000})
 
 
 async def main():
