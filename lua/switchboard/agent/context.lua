@@ -18,7 +18,7 @@
 --   conv:elide(keep, describe) → n results elided, bytes freed
 --   conv:restart(first_text, keep_turns) → exchanges kept
 --   context.with_breakpoints(messages) → a copy whose latest two user messages carry cache_control
-local cjson = require("cjson.safe").new()
+local json = require("switchboard.core").json
 
 local M = {}
 local Conv = {}
@@ -28,7 +28,7 @@ M.BYTES_PER_TOKEN = 4
 
 local function bytes_of(v)
   if type(v) == "string" then return #v end
-  return #(cjson.encode(v) or "")
+  return #json.encode(v)
 end
 
 function M.new(messages, fixed_tokens)
@@ -89,7 +89,7 @@ end
 
 -- The bytes the messages take in a request (the conversation's real size, for the record).
 function Conv:bytes()
-  return #(cjson.encode(self.messages) or "")
+  return #json.encode(self.messages)
 end
 
 -- Elides tool results older than the latest `keep`; the results of the newest message when

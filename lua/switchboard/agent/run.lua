@@ -54,7 +54,6 @@ local context = require("switchboard.agent.context")
 local spend = require("switchboard.agent.spend")
 local facts = require("switchboard.agent.facts")
 local mcp = require("switchboard.agent.mcp.bridge")
-local cjson = require("cjson.safe").new()
 
 local M = {}
 
@@ -607,7 +606,7 @@ end
 
 function M.run(o)
   setup(o)
-  local fixed = (#o.system + #(cjson.encode(o.tools) or "")) // context.BYTES_PER_TOKEN
+  local fixed = (#o.system + #core.json.encode(o.tools)) // context.BYTES_PER_TOKEN
   local conv = context.new(M.start_messages(o.history, o.ask, o.facts and facts.turn(o.snap, o.facts, o.workspace)), fixed)
   if o.on_turn then o.on_turn(conv.messages) end -- the ask itself is kept before the first request
   o.answer = ""

@@ -8,7 +8,6 @@
 --   t:write{type = "…", …}                               -- opened leaves t.error and drops lines
 --   t:close()
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
 local workspace = require("switchboard.shell.workspace")
 
 local M = {}
@@ -38,9 +37,7 @@ end
 function T:write(record)
   if not self.file then return end
   record.t = record.t or self.now()
-  local line = cjson.encode(record)
-  if not line then return end
-  self.file:write(self.scrub(line), "\n")
+  self.file:write(self.scrub(core.json.encode(record)), "\n")
   self.file:flush()
 end
 

@@ -17,7 +17,6 @@
 -- thread_key, state_dir, request, sleep, now_ms) and keeps the sandbox in use as ex.sandbox
 -- {id, token, domain, expires_ms (our clock)}.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local budget = require("switchboard.shell.budget")
 local errors = require("switchboard.exec.errors")
 local workspace = require("switchboard.shell.workspace")
@@ -27,9 +26,7 @@ local M = {}
 M.DEFAULT_DOMAIN = "e2b.app"
 M.QUOTE_BYTES = 200
 
-local json = cjson.new()
-json.decode_invalid_numbers(false)
-json.encode_invalid_numbers(false)
+local json = core.json
 
 -- A hard stop ended the call: not a failure of E2B's, so of a kind no backend error has.
 function M.stopped() return core.error("stopped", "stopped before E2B answered") end
@@ -127,8 +124,8 @@ function M.transport_message(who, route, detail)
 end
 
 function M.detail_of(raw)
-  local ok, doc = pcall(json.decode, raw or "")
-  if ok and type(doc) == "table" and type(doc.message) == "string" and doc.message:find("%S") then
+  local doc = json.decode(raw or "")
+  if type(doc) == "table" and type(doc.message) == "string" and doc.message:find("%S") then
     return quote(first_line(doc.message))
   end
   raw = quote(raw)
@@ -172,8 +169,8 @@ local function api_call(self, snap, method, path, body, signal)
 end
 
 local function decode_object(raw)
-  local ok, doc = pcall(json.decode, raw or "")
-  return ok and type(doc) == "table" and doc or nil
+  local doc = json.decode(raw or "")
+  return type(doc) == "table" and doc or nil
 end
 
 local function adopt(self, snap, doc, id)

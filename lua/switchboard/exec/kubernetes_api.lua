@@ -20,7 +20,6 @@
 --     from there. done(event_type, object) says when to stop.
 local core = require("switchboard.core")
 local tracing = require("switchboard.exec.tracing")
-local cjson = require("cjson")
 local watch_mod = require("switchboard.exec.kubernetes_watch")
 
 local M = {}
@@ -31,9 +30,7 @@ M.TOKEN_REREAD_MS = 60 * 1000
 M.QUOTE_BYTES = 200
 M.RESUME_PAUSE_MS = 250
 
-local json = cjson.new()
-json.decode_invalid_numbers(false)
-json.encode_invalid_numbers(false)
+local json = core.json
 
 local function first_line(s) return (tostring(s or ""):match("^[^\n]*")) end
 local function quote(s) return first_line(s):sub(1, M.QUOTE_BYTES) end
@@ -52,8 +49,8 @@ end
 local function from_kubeconfig(path)
   local text = read(path)
   if not text then return nil, core.error("config", ("the kubeconfig %s cannot be read"):format(path)) end
-  local ok, doc = pcall(json.decode, text)
-  if not ok or type(doc) ~= "table" then
+  local doc = json.decode(text)
+  if type(doc) ~= "table" then
     return nil, core.error("config", ("the kubeconfig %s is not JSON; write it with `kubectl config view --raw --minify "
       .. "--flatten -o json`"):format(path))
   end
@@ -146,8 +143,7 @@ end
 -- An API failure: {status, reason, message, retry_after_ms?} (status nil for a transport failure,
 -- with kind timeout | transport | aborted).
 local function failure(status, hdrs, raw)
-  local ok, doc = pcall(json.decode, raw or "")
-  local st = ok and watch_mod.status_of(doc) or nil
+  local st = watch_mod.status_of(json.decode(raw or ""))
   local ra = tonumber(hdrs and hdrs["retry-after"] or nil)
   return {
     status = status, reason = st and st.reason or ("HTTP " .. status),
@@ -173,8 +169,8 @@ function M:call(method, path, body, opts)
       return nil, { kind = e.kind or "transport", message = quote(e.message or e.kind) }
     end
     if status >= 200 and status < 300 then
-      local ok, doc = pcall(json.decode, raw or "")
-      if not ok or type(doc) ~= "table" then
+      local doc = json.decode(raw or "")
+      if type(doc) ~= "table" then
         return nil, { status = status, reason = "BadAnswer", message = "an answer that is not a JSON object" }
       end
       return status, doc

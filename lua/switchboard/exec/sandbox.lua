@@ -16,7 +16,6 @@
 --     failed transport are ExecInfraError after one send; a body without an error key is the
 --     command's result, whatever its exit code.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local budget = require("switchboard.shell.budget")
 local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
@@ -37,9 +36,7 @@ M.WHO = "sandboxd"
 M.QUOTE_ERROR_BYTES = 300
 M.QUOTE_BODY_BYTES = 120
 
-local json = cjson.new()
-json.decode_invalid_numbers(false)
-json.encode_invalid_numbers(false)
+local json = core.json
 
 local function no_envs() return {} end
 
@@ -102,9 +99,10 @@ local function detail_of(doc, raw)
 end
 
 local function decode(raw)
-  local ok, doc = pcall(json.decode, raw or "")
-  if ok and type(doc) == "table" then return doc end
-  return nil, ok and ("a JSON " .. (doc == json.null and "null" or type(doc)) .. " instead of an object") or first_line(doc)
+  local doc, err = json.decode(raw or "")
+  if type(doc) == "table" then return doc end
+  return nil, doc ~= nil and ("a JSON " .. (doc == json.null and "null" or type(doc)) .. " instead of an object")
+    or first_line(err.message)
 end
 
 -- The per-route verdict on one answer (a verdict names what to do next; it is not an error,

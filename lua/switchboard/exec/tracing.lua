@@ -20,7 +20,7 @@
 -- duration_ms, status="ok"|"error", attributes={backend, timeout_ms?, exit_code?},
 -- error={kind, code?}?}
 
-local cjson = require("cjson")
+local json = require("switchboard.core").json
 local metrics = require("switchboard.metrics")
 
 local M = {}
@@ -63,7 +63,7 @@ local default_clock = {
 -- A span line goes through the log's redaction too: a registered secret in a command's text or
 -- an error is written as [redacted] (docs/isolation.md "Fronts that serve other people").
 local function encode(record)
-  local text = cjson.encode(record)
+  local text = json.encode(record)
   local c = core()
   if c and c.log_scrub then text = c.log_scrub(text) end
   return text

@@ -12,7 +12,6 @@
 --   def.mcp:definitions() → the API's tool entries; def.mcp:owns(name) → bool
 --   def.mcp:call(ex, snap, use, ctx) → {kind, content, is_error} | nil, the executor's error
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
 local errors = require("switchboard.exec.errors")
 local protocol = require("switchboard.agent.mcp.protocol")
 local stdio = require("switchboard.agent.mcp.stdio")
@@ -46,8 +45,7 @@ end
 
 local function bounded_schema(schema, limits)
   if type(schema) ~= "table" or schema.type ~= "object" then return { type = "object" } end
-  local json = cjson.encode(schema)
-  if not json or #json > limits.max_schema_bytes then return nil end
+  if #core.json.encode(schema) > limits.max_schema_bytes then return nil end
   if type(schema.required) == "table" and #schema.required == 0 then schema.required = nil end
   if type(schema.properties) == "table" and next(schema.properties) == nil then schema.properties = nil end
   return schema
