@@ -71,24 +71,12 @@ end
 -- to start holds the run's start once, not once per server); the results in the names' order.
 -- A raise (a bug) in one goes on up, with its traceback, once every task has ended.
 local function list_all(names, list)
-  local out, left, raised = {}, #names, nil
-  local all_done = core.signal()
-  local function keep_traceback(e)
-    if core.is_error(e) then
-      e.traceback = e.traceback or debug.traceback("", 2)
-      return e
-    end
-    return debug.traceback(tostring(e), 2)
+  local tasks, out, raised = {}, {}, nil
+  for i, name in ipairs(names) do tasks[i] = core.go(list, name) end
+  for i, task in ipairs(tasks) do
+    local ok, v = core.join(task)
+    if ok then out[i] = v else raised = raised or v end
   end
-  for i, name in ipairs(names) do
-    core.go(function()
-      local ok, v = xpcall(list, keep_traceback, name)
-      if ok then out[i] = v else raised = raised or v end
-      left = left - 1
-      if left == 0 then all_done:abort("done") end
-    end)
-  end
-  while left > 0 do core.sleep(3600 * 1000, all_done) end
   if raised then error(raised, 0) end
   return out
 end
