@@ -15,7 +15,7 @@
 --       request, so a warm thread's request waits for no network but the model's (issue 36)
 --   repo.fetch(executor, snap, "acme/api", {signal, remaining_ms}) → "fetched" | nil, err
 --                                                                    | nil, err
---     err: core.error, kind "infra" | "capacity" | "tool" | "git" | "stopped" | "not_visible"
+--     err: core.error, kind "infra" | "capacity" | "tool" | "git" | "aborted" | "not_visible"
 --     (the GitHub App is not installed on the repository: the message says where to add it);
 --     the executor's error, when there is one, is its cause. An executor that raises is a bug:
 --     the raise reaches the run's one catch (dispatch/dispatcher.lua).
@@ -103,7 +103,7 @@ function M.prepare(ex, snap, repo, ctx)
     end
     return nil, core.error(kind, ("%s could not be cloned from %s: %s"):format(repo, url, tostring(err)), { cause = err })
   end
-  if result.aborted then return nil, core.error("stopped", "stopped while cloning " .. repo) end
+  if result.aborted then return nil, core.error("aborted", "stopped while cloning " .. repo) end
   if result.exit_code ~= 0 then
     local text = (result.text or ""):gsub("^exit %-?%d+: ?", "")
     return nil, core.error("git", ("git could not clone %s from %s (exit %s):\n%s\nCheck that the repository exists "
@@ -127,7 +127,7 @@ function M.fetch(ex, snap, repo, ctx)
   }, "\n")
   local result, err = ex:exec(script, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if result == nil then return nil, core.error("infra", tostring(err), { cause = err }) end
-  if result.aborted then return nil, core.error("stopped", "stopped while fetching " .. repo) end
+  if result.aborted then return nil, core.error("aborted", "stopped while fetching " .. repo) end
   if result.exit_code ~= 0 then
     return nil, core.error("git", ("git could not fetch %s (exit %s): %s"):format(repo, tostring(result.exit_code),
       ((result.text or ""):gsub("^exit %-?%d+: ?", ""))))

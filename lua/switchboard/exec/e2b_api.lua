@@ -28,9 +28,9 @@ M.QUOTE_BYTES = 200
 
 local json = core.json
 
--- A hard stop ended the call: not a failure of E2B's, so of a kind no backend error has.
-function M.stopped() return core.error("stopped", "stopped before E2B answered") end
-function M.is_stopped(err) return core.is_error(err) and err.kind == "stopped" end
+-- A hard stop ended the call: not a failure of E2B's; the engine's kind for a fired signal.
+function M.stopped() return core.error("aborted", "stopped before E2B answered") end
+function M.is_stopped(err) return core.is_error(err) and err.kind == "aborted" end
 
 function M.first_line(s) return (tostring(s or ""):match("^[^\n]*")) end
 local first_line = M.first_line
@@ -224,7 +224,7 @@ end
 
 -- The thread's sandbox, alive for at least need_ms more: reuse, reconnect or create.
 -- Returns sandbox, notice (a line for the result when a remembered sandbox was reclaimed), or
--- nil, err (kind "stopped" for a hard stop: M.is_stopped).
+-- nil, err (kind "aborted" for a hard stop: M.is_stopped).
 function M.ensure(self, snap, need_ms, wait_for, signal)
   local t = snap.timeouts.e2b
   local sb = self.sandbox

@@ -329,7 +329,7 @@ end
 
 -- GET or POST /files?path=ABS (abs: confined by the executor). Returns the raw body of a 200,
 -- or nil, err: kind "not_found" | "invalid" | "too_large" (the path's, the model's to read;
--- "invalid" carries envd's words as its message) | "stopped" (api.is_stopped) | an infra error.
+-- "invalid" carries envd's words as its message) | "aborted" (api.is_stopped) | an infra error.
 function M.files(self, snap, sb, method, abs, body, signal)
   local route = method .. " /files"
   local max = snap.timeouts.sandbox.max_file_bytes

@@ -230,7 +230,7 @@ end
 
 -- A hard stop (the signal aborted) while the pod was being claimed, watched or waited for:
 -- exec turns it into the stopped result, a file operation into a tool error.
-local function stopped() return core.error("stopped", "stopped while the thread's pod was being claimed") end
+local function stopped() return core.error("aborted", "stopped while the thread's pod was being claimed") end
 
 -- Wait until a claim being deleted is gone. → true | nil, err
 local function wait_deleted(self, snap, rv, signal)
@@ -535,7 +535,7 @@ function M:exec(command, opts)
   for k, v in pairs(opts) do sub[k] = v end
   sub.snap = snap
   local r, err = on_pod(self, snap, need, limit, opts.signal, function(inner) return inner:exec(command, sub) end)
-  if r == nil and err and err.kind == "stopped" then return stopped_result(snap, opts.signal) end
+  if r == nil and err and err.kind == "aborted" then return stopped_result(snap, opts.signal) end
   return r, err
 end
 
@@ -547,7 +547,7 @@ local function file_op(self, opts, op)
   for k, v in pairs(opts) do sub[k] = v end
   sub.snap = snap
   local r, err = on_pod(self, snap, b + snap.timeouts.call.margin_ms, b, opts.signal, function(inner) return op(inner, sub) end)
-  if r == nil and err and err.kind == "stopped" then return nil, errors.tool("file operation stopped: " .. tostring(opts.signal and opts.signal.reason or "hard stop")) end
+  if r == nil and err and err.kind == "aborted" then return nil, errors.tool("file operation stopped: " .. tostring(opts.signal and opts.signal.reason or "hard stop")) end
   return r, err
 end
 

@@ -166,7 +166,7 @@ function M:call(method, path, body, opts)
     }))
     if status == nil then
       local e = hdrs or {}
-      return nil, { kind = e.kind or "transport", message = quote(e.message or e.kind) }
+      return nil, core.error(e.kind or "transport", quote(e.message or e.kind))
     end
     if status >= 200 and status < 300 then
       local doc = json.decode(raw or "")
@@ -179,7 +179,7 @@ function M:call(method, path, body, opts)
     tries = tries + 1
     if (status == 429 or (status == 503 and f.retry_after_ms)) and tries <= t.max_retries then
       local wait = math.min(math.max(f.retry_after_ms or 1000, 100), t.max_retry_after_ms)
-      if not self.sleep(wait, opts.signal) then return nil, { kind = "aborted", message = "stopped" } end
+      if not self.sleep(wait, opts.signal) then return nil, core.error("aborted", "stopped") end
     else
       return nil, f
     end
@@ -196,8 +196,8 @@ function M:watch_until(w, done)
   local rv = w.rv
   while true do
     local left = deadline - self.now_ms()
-    if left <= 0 then return nil, { kind = "timeout", message = "the wait ended" } end
-    if w.signal and w.signal.aborted then return nil, { kind = "aborted", message = "stopped" } end
+    if left <= 0 then return nil, core.error("timeout", "the wait ended") end
+    if w.signal and w.signal.aborted then return nil, core.error("aborted", "stopped") end
     local cut = w.signal and core.signal(w.signal) or core.signal()
     local dec = watch_mod.decoder()
     local outcome, stale, broken = nil, false, nil
@@ -232,7 +232,7 @@ function M:watch_until(w, done)
       local f = failure(status, hdrs, raw)
       if status == 429 and f.retry_after_ms then
         if not self.sleep(math.min(f.retry_after_ms, t.max_retry_after_ms), w.signal) then
-          return nil, { kind = "aborted", message = "stopped" }
+          return nil, core.error("aborted", "stopped")
         end
       else
         return nil, f
@@ -250,13 +250,13 @@ function M:watch_until(w, done)
       rv = watch_mod.resource_version(doc) or rv
     else
       if status == nil and (hdrs or {}).kind == "aborted" and w.signal and w.signal.aborted then
-        return nil, { kind = "aborted", message = "stopped" }
+        return nil, core.error("aborted", "stopped")
       end
       -- the stream ended (its timeoutSeconds) or was cut: resume from the last version seen
       -- (after a short pause when nothing answered, so an unreachable server is not spun on)
       self.resumes = (self.resumes or 0) + 1
       if status == nil and not self.sleep(math.min(M.RESUME_PAUSE_MS, math.max(1, left)), w.signal) then
-        return nil, { kind = "aborted", message = "stopped" }
+        return nil, core.error("aborted", "stopped")
       end
     end
   end
