@@ -170,20 +170,8 @@ local function http_call(self, req, call)
   local parent = call.span
   if type(parent) ~= "table" or parent.trace_id == nil then return self.request(req) end
   call.attempt = (call.attempt or 0) + 1
-  local span = tracing.start_span("http.request", parent,
-    { route = call.route, method = req.method, attempt = call.attempt },
-    { sink = parent.sink, clock = parent.clock })
-  local done <close> = setmetatable({}, { __close = function(_, err)
-    if err ~= nil then span:finish("error", err) end
-  end })
-  local status, headers, raw = self.request(req)
-  if status == nil then
-    span:finish("error", headers)
-  else
-    span.attributes.status = status
-    span:finish(status < 500 and "ok" or "error", { kind = "http", code = tostring(status) })
-  end
-  return status, headers, raw
+  return tracing.request_in_span(parent, { route = call.route, method = req.method, attempt = call.attempt },
+    self.request, req)
 end
 
 -- Send one request (the same bytes every time) and follow the policy's re-send rules.
