@@ -158,18 +158,24 @@ end
 
 local CACHE = { type = "ephemeral" }
 
+-- A copy of a non-empty list whose last item (copied too) carries a cache breakpoint; the
+-- list and its items are not changed (the tools' list, a message's blocks).
+function M.mark_last(list)
+  local copy = {}
+  for i, item in ipairs(list) do copy[i] = item end
+  local last = {}
+  for k, v in pairs(copy[#copy]) do last[k] = v end
+  last.cache_control = CACHE
+  copy[#copy] = last
+  return copy
+end
+
 local function marked(message)
   local content = message.content
   if type(content) == "string" then
     return { role = message.role, content = { { type = "text", text = content, cache_control = CACHE } } }
   end
-  local copy = {}
-  for i, b in ipairs(content) do copy[i] = b end
-  local last = {}
-  for k, v in pairs(copy[#copy]) do last[k] = v end
-  last.cache_control = CACHE
-  copy[#copy] = last
-  return { role = message.role, content = copy }
+  return { role = message.role, content = M.mark_last(content) }
 end
 
 -- The messages as a request sends them: the latest two user messages carry a cache

@@ -52,11 +52,8 @@ end
 --   @@pushed SHA      pushed
 -- A failed push exits 20 with git's own words on stdout.
 function M.script(branch, name, email, message)
-  local helper = repo_mod.HELPER
   return table.concat({
-    "set -e",
-    "export GIT_TERMINAL_PROMPT=0",
-    'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. helper) .. "; fi",
+    repo_mod.SCRIPT_HEAD,
     "base=$(git symbolic-ref --short refs/remotes/origin/HEAD 2>/dev/null | sed 's|^origin/||')",
     '[ -n "$base" ] || base=$(git remote show origin 2>/dev/null | sed -n "s/.*HEAD branch: //p")',
     'echo "@@base $base"',

@@ -28,7 +28,15 @@ local M = {}
 local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 local HELPER = [[!f() { test "$1" = get || exit 0; echo username=x-access-token; echo "password=$GH_TOKEN"; }; f]]
-M.HELPER = HELPER
+
+-- The first lines of every git script run in the workspace: stop at the first failure, never
+-- prompt, and (when the command has a token) take it from GH_TOKEN through HELPER, passed to
+-- each git as "$@" (`git "$@" fetch`), not written into the repository's config.
+M.SCRIPT_HEAD = table.concat({
+  "set -e",
+  "export GIT_TERMINAL_PROMPT=0",
+  'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. HELPER) .. "; fi",
+}, "\n")
 
 -- The command that clones url into the current directory, or fetches when it is a checkout;
 -- a fresh clone checks out the thread's branch when the remote has it.
@@ -46,9 +54,7 @@ end
 function M.script(url, branch, defer_fetch, setup_s)
   setup_s = math.max(1, math.floor(setup_s or 600))
   return table.concat({
-    "set -e",
-    "export GIT_TERMINAL_PROMPT=0",
-    'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. HELPER) .. "; fi",
+    M.SCRIPT_HEAD,
     "if [ -f .git/switchboard-base ]; then",
     "  rm -f .git/switchboard-base",
     '  git "$@" fetch --quiet origin',
@@ -121,9 +127,7 @@ end
 -- The fetch of a workspace that has the repository (after prepare said "present").
 function M.fetch(ex, snap, repo, ctx)
   local script = table.concat({
-    "set -e", "export GIT_TERMINAL_PROMPT=0",
-    'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. HELPER) .. "; fi",
-    'git "$@" fetch --quiet origin', "echo fetched",
+    M.SCRIPT_HEAD, 'git "$@" fetch --quiet origin', "echo fetched",
   }, "\n")
   local result, err = ex:exec(script, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if result == nil then return nil, core.error("infra", tostring(err), { cause = err }) end

@@ -84,13 +84,7 @@ end
 -- every request: tools, then the system prompt).
 local function cached_tools(list)
   if #list == 0 then return list end
-  local out = {}
-  for i, t in ipairs(list) do out[i] = t end
-  local last = {}
-  for k, v in pairs(list[#list]) do last[k] = v end
-  last.cache_control = CACHE
-  out[#out] = last
-  return out
+  return context.mark_last(list)
 end
 
 -- The request body of a turn (the client adds stream = true).
