@@ -22,12 +22,7 @@ local M = {}
 local B = {}
 B.__index = B
 
-local function sorted_names(t)
-  local names = {}
-  for k in pairs(t) do names[#names + 1] = k end
-  table.sort(names)
-  return names
-end
+local sorted_names = require("switchboard.policy.schema").sorted_keys
 
 local function transport(name, server, opts)
   local s = { name = name }
