@@ -135,13 +135,7 @@ end
 function App:scrub(text)
   if type(text) ~= "string" then return nil end
   for _, s in ipairs(self.secrets) do
-    local at = 1
-    while true do
-      local i, j = text:find(s, at, true)
-      if not i then break end
-      text = text:sub(1, i - 1) .. "[redacted]" .. text:sub(j + 1)
-      at = i + 10
-    end
+    if s ~= "" then text = text:gsub(s:gsub("%p", "%%%0"), "[redacted]") end -- every plain occurrence
   end
   text = text:gsub("[\r\n]+", " ")
   if #text > 300 then text = text:sub(1, 300) .. "…" end
