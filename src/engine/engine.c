@@ -14,6 +14,9 @@
 /* Registry keys (addresses are unique). */
 static char tasks_key;     /* table: coroutine → true while the task is alive */
 static char suspended_key; /* table: coroutine → true while it waits in core.suspend */
+static char joiners_key;   /* table: task → {coroutines waiting in core.join for it} */
+static char ended_key;     /* weak-keyed table: task → {n, ok, values...} once it has ended with
+                              something to give a join (values, or a raise) */
 
 typedef struct {
   lua_State *task;
@@ -151,6 +154,95 @@ static void record_main_result(lua_State *L, bool ok, int nres) {
   E.main_done = true;
 }
 
+/* The error value and its traceback text on the top of L → the one value a raise is handed on
+ * as (core.run re-raises it, core.join returns it): a string error gains the traceback; an
+ * error object stays itself so callers can still read its fields — and an engine error
+ * (core.error) carries its traceback as err.traceback (the first one, when it was raised
+ * again), so the report of one nothing caught still says where it was raised. */
+static void raise_with_traceback(lua_State *L) {
+  if (lua_type(L, -2) == LUA_TSTRING) {
+    lua_remove(L, -2);
+    return;
+  }
+  if (sb_is_error(L, -2)) {
+    lua_pushliteral(L, "traceback");
+    if (lua_rawget(L, -3) == LUA_TNIL) {
+      lua_pushliteral(L, "traceback");
+      lua_pushvalue(L, -3);
+      lua_rawset(L, -5);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+static void ready_push(lua_State *task, int nargs);
+
+static bool task_has_joiner(lua_State *L, lua_State *task) {
+  registry_table(L, &joiners_key);
+  lua_pushthread(task);
+  lua_xmove(task, L, 1);
+  bool has = lua_rawget(L, -2) != LUA_TNIL;
+  lua_pop(L, 2);
+  return has;
+}
+
+/* Pushes the task's end record's ok and values onto `to` (L itself or a joiner); returns how
+ * many. The record is at `rec` on L. */
+static int push_record(lua_State *L, int rec, lua_State *to) {
+  lua_getfield(L, rec, "n");
+  int n = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  luaL_checkstack(L, n, "too many results to join");
+  for (int i = 1; i <= n; i++)
+    lua_rawgeti(L, rec, i);
+  if (to != L)
+    lua_xmove(L, to, n);
+  return n;
+}
+
+/* A task other than core.run's ended: `nres` values are on top of L (its results, or the one
+ * raise), `ok` says which. Each task waiting in core.join for it is woken with (ok, values...);
+ * a record is kept (weakly: dropped once nothing holds the task) for a join that comes later,
+ * unless the task ended quietly, which a join can tell by the task being gone. */
+static void task_settle(lua_State *L, lua_State *task, bool ok, int nres) {
+  if (ok && nres == 0 && !task_has_joiner(L, task))
+    return;
+  lua_createtable(L, nres + 1, 1);
+  lua_insert(L, -(nres + 1));
+  int rec = lua_gettop(L) - nres;
+  for (int i = nres; i >= 1; i--)
+    lua_rawseti(L, rec, i + 1);
+  lua_pushboolean(L, ok);
+  lua_rawseti(L, rec, 1);
+  lua_pushinteger(L, nres + 1);
+  lua_setfield(L, rec, "n");
+  registry_table(L, &ended_key);
+  lua_pushthread(task);
+  lua_xmove(task, L, 1);
+  lua_pushvalue(L, rec);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  registry_table(L, &joiners_key);
+  lua_pushthread(task);
+  lua_xmove(task, L, 1);
+  if (lua_rawget(L, -2) == LUA_TTABLE) {
+    lua_Integer waiting = luaL_len(L, -1);
+    for (lua_Integer i = 1; i <= waiting; i++) {
+      lua_rawgeti(L, -1, i);
+      lua_State *joiner = lua_tothread(L, -1);
+      lua_pop(L, 1);
+      ready_push(joiner, push_record(L, rec, joiner));
+    }
+  }
+  lua_pop(L, 1);
+  lua_pushthread(task);
+  lua_xmove(task, L, 1);
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 2); /* joiners, the record */
+}
+
 /* Resumes `task` with the `nargs` values on its stack and settles what it did. */
 static void task_resume(lua_State *task, int nargs) {
   lua_State *L = E.L;
@@ -164,39 +256,21 @@ static void task_resume(lua_State *task, int nargs) {
   }
   bool is_main = task == E.main_task;
   if (status == LUA_OK) {
-    if (is_main) {
-      lua_xmove(task, L, nres);
+    lua_xmove(task, L, nres);
+    if (is_main)
       record_main_result(L, true, nres);
-    } else {
-      lua_pop(task, nres);
-    }
+    else
+      task_settle(L, task, true, nres);
   } else {
     lua_xmove(task, L, 1); /* the error value */
     sb_push_traceback(L, task, 0); /* the error value, then its text */
-    if (is_main) {
-      /* core.run re-raises: a string error gains the traceback, an error object stays itself
-       * so callers can still read its fields — and an engine error (core.error) carries its
-       * traceback as err.traceback (the first one, when it was raised again), so the report
-       * of one nothing caught still says where it was raised. */
-      if (lua_type(L, -2) == LUA_TSTRING) {
-        lua_remove(L, -2);
-      } else {
-        if (sb_is_error(L, -2)) {
-          lua_pushliteral(L, "traceback");
-          if (lua_rawget(L, -3) == LUA_TNIL) {
-            lua_pushliteral(L, "traceback");
-            lua_pushvalue(L, -3);
-            lua_rawset(L, -5);
-          }
-          lua_pop(L, 1);
-        }
-        lua_pop(L, 1);
-      }
-      record_main_result(L, false, 1);
-    } else {
+    if (!is_main && !task_has_joiner(L, task)) /* a joiner owns the raise; else it is logged */
       sb_log_error_text("task", lua_tostring(L, -1));
-      lua_pop(L, 2);
-    }
+    raise_with_traceback(L);
+    if (is_main)
+      record_main_result(L, false, 1);
+    else
+      task_settle(L, task, false, 1);
   }
   task_forget(L, task);
   lua_resetthread(task); /* closes to-be-closed variables of a failed task */
@@ -345,6 +419,40 @@ static int l_wake(lua_State *L) {
   return 0;
 }
 
+/* core.join(task) → true, its results | false, its raise (with its traceback, as core.run
+ * raises it). Waits while the task runs; a task that has already ended answers at once. The
+ * raise of a task someone waits for is theirs: it is not logged. */
+static int l_join(lua_State *L) {
+  sb_task_check(L, "core.join");
+  lua_State *task = lua_tothread(L, 1);
+  luaL_argcheck(L, task != NULL, 1, "a task (from core.go) expected");
+  if (task == L)
+    return luaL_error(L, "core.join: a task cannot wait for itself");
+  lua_settop(L, 1);
+  registry_table(L, &ended_key);
+  lua_pushvalue(L, 1);
+  if (lua_rawget(L, -2) == LUA_TTABLE)
+    return push_record(L, lua_gettop(L), L);
+  lua_settop(L, 1);
+  if (!task_is_alive(L, task)) { /* it ended with nothing to say */
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  registry_table(L, &joiners_key);
+  lua_pushvalue(L, 1);
+  if (lua_rawget(L, -2) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, 1);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -4);
+  }
+  lua_pushthread(L);
+  lua_rawseti(L, -2, luaL_len(L, -2) + 1);
+  lua_settop(L, 0);
+  return sb_task_yield(L); /* task_settle resumes it with (ok, values...) */
+}
+
 static int l_stop(lua_State *L) {
   (void)L;
   E.stop_requested = true;
@@ -391,6 +499,7 @@ int sb_tasks_open(lua_State *L) {
   static const luaL_Reg fns[] = {
       {"run", l_run},         {"go", l_go},     {"current", l_current},
       {"suspend", l_suspend}, {"wake", l_wake}, {"stop", l_stop},
+      {"join", l_join},
       {NULL, NULL},
   };
   luaL_setfuncs(L, fns, 0);
@@ -428,6 +537,10 @@ bool sb_engine_init(lua_State *L) {
   lua_rawsetp(L, LUA_REGISTRYINDEX, &tasks_key);
   sb_push_weak_table(L, "k");
   lua_rawsetp(L, LUA_REGISTRYINDEX, &suspended_key);
+  lua_newtable(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &joiners_key);
+  sb_push_weak_table(L, "k");
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &ended_key);
   return true;
 }
 

@@ -1,4 +1,4 @@
-/* core.json_string (docs/engine.md): command output as a JSON string literal, in C. */
+/* core.json (decode, encode, null) and core.json_string (docs/engine.md "JSON"), in C. */
 #ifndef SB_JSON_H
 #define SB_JSON_H
 

@@ -316,6 +316,50 @@ describe("dispatcher", function()
     assert.equal("ran echo after", b.card.body)
   end)
 
+  -- Two reads in one answer run at the same time, each in a task of its own (agent/run.lua
+  -- run_together, core.join): a raise in one still reaches the run's one catch with the
+  -- traceback of the task it was raised in, once both reads have ended.
+  it("a raise in one of two reads run at once reaches the run's one catch with its task's traceback", function()
+    local model = require("support.model")
+    local client = require("switchboard.agent.client")
+    local reads = 0
+    local backends = {
+      ["local"] = function()
+        local ex = { backend = "sandbox" }
+        function ex.exec(_, cmd) return { exit_code = 0, text = "ran " .. cmd } end
+        function ex.read_file(_, path)
+          reads = reads + 1
+          if path == "planted.txt" then error("the planted read bug") end
+          return "text of " .. path
+        end
+        function ex.write_file() return true end
+        return ex, "sandbox"
+      end,
+    }
+    local m, a, requests
+    local ok, err, report = run_logging("dispatch.internal_error", function()
+      m = model.start()
+      m:script{ { content = { { type = "tool_use", name = "read_file", input = { path = "planted.txt" } },
+                              { type = "tool_use", name = "read_file", input = { path = "fine.txt" } } } },
+                { content = { { type = "text", text = "the model went on" } } } }
+      make{ backends = backends,
+            model_client = function(s) return client.new{ api_key = m.key, base_url = m.url, settings = s.agents.model_api } end }
+      a = ask("main", "agent:coding read both")
+      d:wait_idle()
+      requests = #m:requests()
+      m.stop()
+    end)
+    assert.is_true(ok, tostring(err))
+    assert.equal(2, reads, "both reads ran")
+    assert.equal(1, requests, "the bug went back to the model as a tool result")
+    assert.equal("model_error", a.card.state)
+    assert.matches("the planted read bug", a.card.problem)
+    assert(report, "no dispatch.internal_error in the log")
+    assert.matches("dispatch_dispatcher_spec.lua:%d+: the planted read bug", report)
+    assert.matches("stack traceback:", report, 1, true)
+    assert.matches("switchboard/agent/tools.lua:%d+", report)
+  end)
+
   -- A release is not a run's part, so its raise is caught where it is called; the log keeps
   -- where it was raised, as for every other bug (an operator's report must carry a location).
   it("a release that raises is logged with its traceback; the thread goes on", function()

@@ -46,3 +46,59 @@ describe("core.sleep", function()
     assert.is_true(r.duration_ms >= 399, ("a 400 ms deadline after 300 ms of work ended the command at %.1f ms"):format(r.duration_ms))
   end))
 end)
+
+-- core.join (issue 42): a task's results, or its raise with the traceback of where it was raised
+-- (the task's own stack, which a pcall in the joiner could never see).
+describe("core.join", function()
+  local function deep_raise(v) error(v, 0) end
+  local function named_frame_that_raises(v) deep_raise(v) end
+
+  it("returns true and the task's results once it ends, waiting while it runs", async(function()
+    local t = core.go(function(a, b) core.sleep(20) return a + b, "two", nil end, 1, 2)
+    local r = table.pack(core.join(t))
+    assert.same({ n = 4, true, 3, "two", nil }, r)
+  end))
+
+  it("returns false and a string raise with the raising task's traceback appended", async(function()
+    local t = core.go(function() core.sleep(5) named_frame_that_raises("the bug") end)
+    local ok, err = core.join(t)
+    assert.is_false(ok)
+    assert.equal("string", type(err))
+    assert.truthy(err:find("^the bug\nstack traceback:"), err)
+    assert.truthy(err:find("named_frame_that_raises", 1, true), err)
+  end))
+
+  it("returns an error object as itself, its traceback in err.traceback", async(function()
+    local raised = core.error("internal", "a kind of bug", { code = 7 })
+    local ok, err = core.join(core.go(function() named_frame_that_raises(raised) end))
+    assert.is_false(ok)
+    assert.equal(raised, err)
+    assert.equal(7, err.code)
+    assert.truthy(tostring(err.traceback):find("named_frame_that_raises", 1, true), tostring(err.traceback))
+  end))
+
+  it("answers at once for a task that has already ended, with its results or its raise", async(function()
+    local quiet = core.go(function() end)
+    local valued = core.go(function() return "kept" end)
+    local raising = core.go(function() error("late", 0) end)
+    core.sleep(20)
+    assert.same({ n = 1, true }, table.pack(core.join(quiet)))
+    assert.same({ n = 2, true, "kept" }, table.pack(core.join(valued)))
+    local ok, err = core.join(raising)
+    assert.is_false(ok)
+    assert.truthy(err:find("^late\nstack traceback:"), err)
+  end))
+
+  it("wakes every task that waits for the same one, and refuses a task waiting for itself", async(function()
+    local t = core.go(function() core.sleep(10) return "x" end)
+    local got = {}
+    local function waiter() local _, v = core.join(t) got[#got + 1] = v end
+    local a, b = core.go(waiter), core.go(waiter)
+    core.join(a)
+    core.join(b)
+    assert.same({ "x", "x" }, got)
+    local ok, err = core.join(core.go(function() return core.join(core.current()) end))
+    assert.is_false(ok)
+    assert.truthy(err:find("cannot wait for itself", 1, true), err)
+  end))
+end)

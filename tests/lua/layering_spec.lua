@@ -319,3 +319,92 @@ describe("one error shape", function()
     assert.same({ 1, 1, 2, 3, 3, 3, 4, 5 }, lines)
   end)
 end)
+
+-- One list of error kinds (lua/switchboard/error_kinds.lua, issue 42): every kind a core.error
+-- is made with in the tree is on it, and everything on it is still made somewhere. Where a kind
+-- is written: core.error("kind", …) in the program and the policies; exec/errors.lua's
+-- new("kind", …); the engine's sb_push_fail / sb_error_push (L, "kind", …) and every string
+-- its `kind = …` choices name before one. A comment line does not count.
+local KIND_WRITERS = {
+  { dirs = "lua policies", ext = "lua", patterns = { 'core%.error%(%s*"([%w_]+)"', 'return new%(%s*"([%w_]+)"' } },
+  { dirs = "src", ext = "c", patterns = { 'sb_push_fail%(%s*[%w_]+%s*,%s*"([%w_]+)"', 'sb_error_push%(%s*[%w_]+%s*,%s*"([%w_]+)"' },
+    choice = '[^%w_]kind%s*=%s*([^=].*)$' },
+}
+
+local function kinds_written(name, text, writer, out)
+  local n = 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    local comment = writer.ext == "lua" and line:match("^%s*%-%-") or writer.ext == "c" and line:match("^%s*/?%*")
+    if not comment then
+      local function add(k) out[#out + 1] = { kind = k, where = ("%s:%d"):format(name, n) } end
+      for _, pattern in ipairs(writer.patterns) do
+        for k in line:gmatch(pattern) do add(k) end
+      end
+      local chosen = writer.choice and line:match(writer.choice)
+      for k in (chosen or ""):gmatch('"([%w_]+)"') do add(k) end
+    end
+  end
+  return out
+end
+
+local function kinds_in_tree(root)
+  local out = {}
+  for _, w in ipairs(KIND_WRITERS) do
+    local p = io.popen(("cd '%s' && find %s -name '*.%s' | sort"):format(root, w.dirs, w.ext))
+    for path in p:lines() do kinds_written(path, assert(files.read(root .. "/" .. path)), w, out) end
+    p:close()
+  end
+  return out
+end
+
+local function kind_problems(listed, written)
+  local problems, seen = {}, {}
+  for _, w in ipairs(written) do
+    seen[w.kind] = true
+    if listed[w.kind] == nil then
+      problems[#problems + 1] = ("%s: the error kind %q is not in lua/switchboard/error_kinds.lua"):format(w.where, w.kind)
+    end
+  end
+  local stale = {}
+  for k in pairs(listed) do if not seen[k] then stale[#stale + 1] = k end end
+  table.sort(stale)
+  for _, k in ipairs(stale) do
+    problems[#problems + 1] = ("lua/switchboard/error_kinds.lua: %q is made nowhere any more: remove it"):format(k)
+  end
+  return problems
+end
+
+describe("one list of error kinds", function()
+  it("every kind the tree makes a core.error with is listed, and every listed kind is made", function()
+    local written = kinds_in_tree(".")
+    assert.is_true(#written > 100, "the scan found only " .. #written .. " kinds written: is the pattern broken?")
+    local problems = kind_problems(require("switchboard.error_kinds"), written)
+    assert(#problems == 0, "\n" .. table.concat(problems, "\n"))
+  end)
+
+  it("the check names an unknown kind in Lua and C, and a listed kind nothing makes", function()
+    local written = {}
+    kinds_written("a.lua", 'return nil, core.error("stoped", "a typo")\n-- core.error("commented", "x")', KIND_WRITERS[1], written)
+    kinds_written("b.c", 'return sb_push_fail(L, "oops", msg);\n  kind = err == ENOENT ? "not_found" : "weird";', KIND_WRITERS[2], written)
+    local problems = kind_problems({ not_found = "x", unused = "y" }, written)
+    assert.same({
+      'a.lua:1: the error kind "stoped" is not in lua/switchboard/error_kinds.lua',
+      'b.c:1: the error kind "oops" is not in lua/switchboard/error_kinds.lua',
+      'b.c:2: the error kind "weird" is not in lua/switchboard/error_kinds.lua',
+      'lua/switchboard/error_kinds.lua: "unused" is made nowhere any more: remove it',
+    }, problems)
+  end)
+end)
+
+-- One JSON (issue 42): the program reads and writes JSON through core.json only; a module that
+-- requires cjson itself brings back a flavour with its own settings.
+describe("one JSON", function()
+  it("no module of lua/ requires cjson", function()
+    local found = {}
+    local p = io.popen("grep -rnE \"require[ (]*[\\\"']cjson\" lua || true")
+    for line in p:lines() do found[#found + 1] = line end
+    p:close()
+    assert(#found == 0, "use core.json (docs/engine.md \"JSON\"):\n" .. table.concat(found, "\n"))
+  end)
+end)

@@ -81,13 +81,7 @@ end
 function C:scrub(text)
   text = tostring(text or "")
   for _, key in pairs(self.keys) do
-    local at = 1
-    while true do
-      local i, j = text:find(key, at, true)
-      if not i then break end
-      text = text:sub(1, i - 1) .. "[redacted]" .. text:sub(j + 1)
-      at = i + 10
-    end
+    if key ~= "" then text = text:gsub(key:gsub("%p", "%%%0"), "[redacted]") end -- every plain occurrence
   end
   return text
 end

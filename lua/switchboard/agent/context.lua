@@ -18,7 +18,7 @@
 --   conv:elide(keep, describe) → n results elided, bytes freed
 --   conv:restart(first_text, keep_turns) → exchanges kept
 --   context.with_breakpoints(messages) → a copy whose latest two user messages carry cache_control
-local cjson = require("cjson.safe").new()
+local json = require("switchboard.core").json
 
 local M = {}
 local Conv = {}
@@ -28,7 +28,7 @@ M.BYTES_PER_TOKEN = 4
 
 local function bytes_of(v)
   if type(v) == "string" then return #v end
-  return #(cjson.encode(v) or "")
+  return #json.encode(v)
 end
 
 function M.new(messages, fixed_tokens)
@@ -89,7 +89,7 @@ end
 
 -- The bytes the messages take in a request (the conversation's real size, for the record).
 function Conv:bytes()
-  return #(cjson.encode(self.messages) or "")
+  return #json.encode(self.messages)
 end
 
 -- Elides tool results older than the latest `keep`; the results of the newest message when
@@ -158,18 +158,24 @@ end
 
 local CACHE = { type = "ephemeral" }
 
+-- A copy of a non-empty list whose last item (copied too) carries a cache breakpoint; the
+-- list and its items are not changed (the tools' list, a message's blocks).
+function M.mark_last(list)
+  local copy = {}
+  for i, item in ipairs(list) do copy[i] = item end
+  local last = {}
+  for k, v in pairs(copy[#copy]) do last[k] = v end
+  last.cache_control = CACHE
+  copy[#copy] = last
+  return copy
+end
+
 local function marked(message)
   local content = message.content
   if type(content) == "string" then
     return { role = message.role, content = { { type = "text", text = content, cache_control = CACHE } } }
   end
-  local copy = {}
-  for i, b in ipairs(content) do copy[i] = b end
-  local last = {}
-  for k, v in pairs(copy[#copy]) do last[k] = v end
-  last.cache_control = CACHE
-  copy[#copy] = last
-  return { role = message.role, content = copy }
+  return { role = message.role, content = M.mark_last(content) }
 end
 
 -- The messages as a request sends them: the latest two user messages carry a cache

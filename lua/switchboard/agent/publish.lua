@@ -13,7 +13,7 @@
 --   publish.branch(snap, thread_name, thread_key) → "switchboard/main-1a2b3c4d"
 --   publish.run(o) → {state = "none"} | {state = "published", branch, pr = {number, url, action}}
 --                  | nil, err (core.error; kind "git" | "push_refused" | "protected" | "conflict" |
---                              "not_found" | "github" | "infra" | "stopped" | "credential"; an
+--                              "not_found" | "github" | "infra" | "aborted" | "credential"; an
 --                              executor's or GitHub's error underneath is its cause)
 --     o: executor, snap, repo, thread, thread_key, link, ask, agent, answer, turns, creds,
 --        signal, remaining_ms, request?, draft? (why the run stopped before it was done: the
@@ -52,11 +52,8 @@ end
 --   @@pushed SHA      pushed
 -- A failed push exits 20 with git's own words on stdout.
 function M.script(branch, name, email, message)
-  local helper = repo_mod.HELPER
   return table.concat({
-    "set -e",
-    "export GIT_TERMINAL_PROMPT=0",
-    'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. helper) .. "; fi",
+    repo_mod.SCRIPT_HEAD,
     "base=$(git symbolic-ref --short refs/remotes/origin/HEAD 2>/dev/null | sed 's|^origin/||')",
     '[ -n "$base" ] || base=$(git remote show origin 2>/dev/null | sed -n "s/.*HEAD branch: //p")',
     'echo "@@base $base"',
@@ -167,7 +164,7 @@ function M.run(o)
     local kind = errors.is_infra(err) and "infra" or "git"
     return nil, core.error(kind, ("the changes could not be committed and pushed: %s"):format(tostring(err)), { cause = err })
   end
-  if result.aborted then return nil, core.error("stopped", "stopped while pushing") end
+  if result.aborted then return nil, core.error("aborted", "stopped while pushing") end
   local out = result.stdout or ""
   if result.exit_code == 20 then
     return nil, M.push_problem(o.repo, branch, (out:gsub("@@base[^\n]*\n", "")):match("^%s*(.-)%s*$"))

@@ -15,7 +15,7 @@
 --       request, so a warm thread's request waits for no network but the model's (issue 36)
 --   repo.fetch(executor, snap, "acme/api", {signal, remaining_ms}) → "fetched" | nil, err
 --                                                                    | nil, err
---     err: core.error, kind "infra" | "capacity" | "tool" | "git" | "stopped" | "not_visible"
+--     err: core.error, kind "infra" | "capacity" | "tool" | "git" | "aborted" | "not_visible"
 --     (the GitHub App is not installed on the repository: the message says where to add it);
 --     the executor's error, when there is one, is its cause. An executor that raises is a bug:
 --     the raise reaches the run's one catch (dispatch/dispatcher.lua).
@@ -28,7 +28,15 @@ local M = {}
 local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 local HELPER = [[!f() { test "$1" = get || exit 0; echo username=x-access-token; echo "password=$GH_TOKEN"; }; f]]
-M.HELPER = HELPER
+
+-- The first lines of every git script run in the workspace: stop at the first failure, never
+-- prompt, and (when the command has a token) take it from GH_TOKEN through HELPER, passed to
+-- each git as "$@" (`git "$@" fetch`), not written into the repository's config.
+M.SCRIPT_HEAD = table.concat({
+  "set -e",
+  "export GIT_TERMINAL_PROMPT=0",
+  'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. HELPER) .. "; fi",
+}, "\n")
 
 -- The command that clones url into the current directory, or fetches when it is a checkout;
 -- a fresh clone checks out the thread's branch when the remote has it.
@@ -46,9 +54,7 @@ end
 function M.script(url, branch, defer_fetch, setup_s)
   setup_s = math.max(1, math.floor(setup_s or 600))
   return table.concat({
-    "set -e",
-    "export GIT_TERMINAL_PROMPT=0",
-    'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. HELPER) .. "; fi",
+    M.SCRIPT_HEAD,
     "if [ -f .git/switchboard-base ]; then",
     "  rm -f .git/switchboard-base",
     '  git "$@" fetch --quiet origin',
@@ -103,7 +109,7 @@ function M.prepare(ex, snap, repo, ctx)
     end
     return nil, core.error(kind, ("%s could not be cloned from %s: %s"):format(repo, url, tostring(err)), { cause = err })
   end
-  if result.aborted then return nil, core.error("stopped", "stopped while cloning " .. repo) end
+  if result.aborted then return nil, core.error("aborted", "stopped while cloning " .. repo) end
   if result.exit_code ~= 0 then
     local text = (result.text or ""):gsub("^exit %-?%d+: ?", "")
     return nil, core.error("git", ("git could not clone %s from %s (exit %s):\n%s\nCheck that the repository exists "
@@ -121,13 +127,11 @@ end
 -- The fetch of a workspace that has the repository (after prepare said "present").
 function M.fetch(ex, snap, repo, ctx)
   local script = table.concat({
-    "set -e", "export GIT_TERMINAL_PROMPT=0",
-    'if [ -n "${GH_TOKEN:-}" ]; then set -- -c credential.helper= -c ' .. quote("credential.helper=" .. HELPER) .. "; fi",
-    'git "$@" fetch --quiet origin', "echo fetched",
+    M.SCRIPT_HEAD, 'git "$@" fetch --quiet origin', "echo fetched",
   }, "\n")
   local result, err = ex:exec(script, { signal = ctx.signal, remaining_ms = ctx.remaining_ms, snap = snap })
   if result == nil then return nil, core.error("infra", tostring(err), { cause = err }) end
-  if result.aborted then return nil, core.error("stopped", "stopped while fetching " .. repo) end
+  if result.aborted then return nil, core.error("aborted", "stopped while fetching " .. repo) end
   if result.exit_code ~= 0 then
     return nil, core.error("git", ("git could not fetch %s (exit %s): %s"):format(repo, tostring(result.exit_code),
       ((result.text or ""):gsub("^exit %-?%d+: ?", ""))))

@@ -56,7 +56,6 @@ local text = require("switchboard.agent.text")
 local context = require("switchboard.agent.context")
 local spend = require("switchboard.agent.spend")
 local facts = require("switchboard.agent.facts")
-local cjson = require("cjson.safe").new()
 
 local M = {}
 
@@ -87,13 +86,7 @@ end
 -- every request: tools, then the system prompt).
 local function cached_tools(list)
   if #list == 0 then return list end
-  local out = {}
-  for i, t in ipairs(list) do out[i] = t end
-  local last = {}
-  for k, v in pairs(list[#list]) do last[k] = v end
-  last.cache_control = CACHE
-  out[#out] = last
-  return out
+  return context.mark_last(list)
 end
 
 -- The request body of a turn (the client adds stream = true).
@@ -189,25 +182,13 @@ local function run_together(o, batch, turn)
   local names = {}
   for i, use in ipairs(batch) do names[i] = tools.describe(use) end
   o.events:emit{ type = "activity", text = ("%d reads at once: %s"):format(#batch, table.concat(names, ", ")) }
-  local blocks, outs, left = {}, {}, #batch
-  local all_done = core.signal()
+  local tasks, blocks, outs = {}, {}, {}
+  for i, use in ipairs(batch) do tasks[i] = core.go(run_one, o, use, turn, true) end
   local raised -- a call's raise (a bug), with the traceback of the task it was raised in
-  local function keep_traceback(e)
-    if core.is_error(e) then
-      e.traceback = e.traceback or debug.traceback("", 2)
-      return e
-    end
-    return debug.traceback(tostring(e), 2)
+  for i, task in ipairs(tasks) do
+    local ok, block, out = core.join(task)
+    if ok then blocks[i], outs[i] = block, out else raised = raised or block end
   end
-  for i, use in ipairs(batch) do
-    core.go(function()
-      local ok, block, out = xpcall(run_one, keep_traceback, o, use, turn, true)
-      if ok then blocks[i], outs[i] = block, out else raised = raised or block end
-      left = left - 1
-      if left == 0 then all_done:abort("done") end
-    end)
-  end
-  while left > 0 do core.sleep(3600 * 1000, all_done) end
   -- not caught here: it goes on up to the run's one catch (dispatch/dispatcher.lua), in the
   -- run's own task, once every call of the batch has ended
   if raised then error(raised, 0) end
@@ -611,7 +592,7 @@ end
 
 function M.run(o)
   setup(o)
-  local fixed = (#o.system + #(cjson.encode(o.tools) or "")) // context.BYTES_PER_TOKEN
+  local fixed = (#o.system + #core.json.encode(o.tools)) // context.BYTES_PER_TOKEN
   local conv = context.new(M.start_messages(o.history, o.ask, o.facts and facts.turn(o.snap, o.facts, o.workspace)), fixed)
   if o.on_turn then o.on_turn(conv.messages) end -- the ask itself is kept before the first request
   o.answer = ""

@@ -25,7 +25,6 @@
 --   local err = s:event(type, data)     -- nil, or core.error("bad_event", message)
 --   s.done, s.error, s:message()        -- message = {id, content, stop_reason, usage}
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
 
 local M = {}
 local S = {}
@@ -120,7 +119,7 @@ function H.content_block_stop(self, doc)
   self.json_parts[i] = nil
   self.closed[i] = true
   if raw:match("^%s*$") then return end -- a tool called without arguments
-  local input = cjson.decode(raw)
+  local input = core.json.decode(raw)
   if type(input) == "table" then
     b.input = input
   else
@@ -155,7 +154,7 @@ function S:event(type_, data)
   self.events = self.events + 1
   local h = H[type_]
   if h == nil then return nil end -- unknown events are skipped
-  local doc = cjson.decode(data)
+  local doc = core.json.decode(data)
   if type(doc) ~= "table" then
     return core.error("bad_event", ("the %s event's data is not a JSON object"):format(type_))
   end

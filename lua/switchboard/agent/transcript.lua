@@ -10,7 +10,6 @@
 --   stream:subscribe("transcript", t:follow(keep))   -- the run's events (dispatch/run_events.lua)
 --                                        each event keep(event) says a line is written; closed at run_end
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
 local workspace = require("switchboard.shell.workspace")
 
 local M = {}
@@ -40,9 +39,7 @@ end
 function T:write(record)
   if not self.file then return end
   record.t = record.t or self.now()
-  local line = cjson.encode(record)
-  if not line then return end
-  self.file:write(self.scrub(line), "\n")
+  self.file:write(self.scrub(core.json.encode(record)), "\n")
   self.file:flush()
 end
 

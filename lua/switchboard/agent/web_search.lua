@@ -9,7 +9,7 @@
 --   web_search.call(snap, input, ctx) → {kind, content, is_error}
 --     ctx: signal, remaining_ms, getenv? (default os.getenv), request? (core.http.request)
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
+local json = core.json
 local html_markdown = require("switchboard.agent.html_markdown")
 
 local M = {}
@@ -60,7 +60,7 @@ function M.call(snap, input, ctx)
   }
   if type(status) ~= "number" then return tool_error("the search provider did not answer: " .. tostring(headers)) end
   if status ~= 200 then return tool_error(("the search provider answered HTTP %d"):format(status)) end
-  local doc = cjson.decode(body or "")
+  local doc = json.decode(body or "")
   local results = type(doc) == "table" and type(doc.web) == "table" and type(doc.web.results) == "table" and doc.web.results or {}
   local out = {}
   for _, r in ipairs(results) do

@@ -1,7 +1,6 @@
 -- `switchboard doctor`: checks everything this environment configures, like `gh auth status`,
 -- and prints one line per check with what to fix. Nothing is changed; nothing is minted.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local prologue = require("switchboard.launch.prologue")
 local policy = require("switchboard.policy")
 local identity = require("switchboard.github.identity")
@@ -106,8 +105,8 @@ local function call(args)
     local err = headers
     return nil, type(err) == "table" and (err.message or err.kind) or tostring(err)
   end
-  local ok, doc = pcall(cjson.decode, body or "")
-  return status, ok and type(doc) == "table" and doc or nil
+  local doc = core.json.decode(body or "")
+  return status, type(doc) == "table" and doc or nil
 end
 
 ---------------------------------------------------------------------------------------------

@@ -1,6 +1,5 @@
 -- `switchboard version`: the build stamp (docs/contract.md#build-stamp), taken from the tree at build time.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local prologue = require("switchboard.launch.prologue")
 
 local M = {
@@ -30,7 +29,7 @@ function M.run(argv, ctx)
   local opts = p.opts
   local build = core.build
   if opts.json then
-    io.stdout:write(cjson.encode({ commit = build.commit, builtAt = build.built_at }), "\n")
+    io.stdout:write(core.json.encode({ commit = build.commit, builtAt = build.built_at }), "\n")
   else
     io.stdout:write("switchboard ", build.commit,
       build.built_at and (" built " .. build.built_at) or "", "\n")

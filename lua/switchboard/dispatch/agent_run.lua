@@ -299,7 +299,7 @@ local function prepare_repo(ctx, run, deadline)
     events:emit{ type = "repository", repo = ask.repo, outcome = done or err.kind, problem = err and tostring(err) }
   end
   if not done then
-    if err.kind == "stopped" or ask.stop.aborted then return "stopped" end
+    if err.kind == "aborted" or ask.stop.aborted then return "stopped" end
     run.problem = tostring(err)
     return err.kind == "infra" and "infra" or "clone_failed"
   end

@@ -28,12 +28,13 @@ local function column(rows)
   return out
 end
 
+local function works_in_repository(a) return (a.resources and a.resources.repository) and true or false end
+
 -- Agents that declare a repository (the ones `in OWNER/REPO` makes sense for).
 function M.repository_agents(snap)
   local out = {}
   for _, name in ipairs(policy.agent_names(snap)) do
-    local a = policy.agent(snap, name)
-    if a.resources and a.resources.repository then out[#out + 1] = name end
+    if works_in_repository(policy.agent(snap, name)) then out[#out + 1] = name end
   end
   return out
 end
@@ -44,8 +45,7 @@ function M.agent_lines(snap)
     local a = policy.agent(snap, name)
     local tags = {}
     if name == snap.agents.default_agent then tags[#tags + 1] = "default" end
-    tags[#tags + 1] = (a.resources and a.resources.repository) and "works in a repository"
-      or "no repository"
+    tags[#tags + 1] = works_in_repository(a) and "works in a repository" or "no repository"
     rows[#rows + 1] = { name, a.description .. " (" .. table.concat(tags, ", ") .. ")" }
   end
   return column(rows)

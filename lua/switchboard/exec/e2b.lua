@@ -137,20 +137,6 @@ local function confine(self, path)
   return (self.workdir == "/" and "" or self.workdir) .. "/" .. table.concat(parts, "/")
 end
 
-local FS_ERRORS = {
-  escape = "%s is outside the workspace (absolute paths and `..` that climbs out are refused); "
-    .. "use a path relative to the workspace",
-  not_found = "%s does not exist in the workspace",
-  not_a_file = "%s is not a regular file",
-  too_large = "%s is too large to read whole; read part of it with bash (head, sed -n)",
-}
-
-local function fs_error(path, kind, detail)
-  local tpl = FS_ERRORS[kind]
-  if tpl then return errors.tool(tpl:format(path)) end
-  return errors.tool(("%s: %s"):format(path, detail or kind))
-end
-
 -- The failures of a path (the model's to read); any other is the executor's.
 local PATH_KINDS = { not_found = true, invalid = true, too_large = true }
 
@@ -158,7 +144,7 @@ local function file_call(self, path, method, body, opts)
   opts = opts or {}
   local snap = opts.snap or self.policy()
   local abs, why = confine(self, path)
-  if not abs then return nil, fs_error(path, why, why) end
+  if not abs then return nil, errors.path(path, why, why) end
   local file_budget = snap.timeouts.file_op.budget_ms
   local sb, err = api.ensure(self, snap, file_budget, file_budget, opts.signal)
   if sb then
@@ -168,7 +154,7 @@ local function file_call(self, path, method, body, opts)
   if api.is_stopped(err) then
     return nil, errors.tool("file operation stopped: " .. stop_reason(opts.signal))
   end
-  if PATH_KINDS[err.kind] then return nil, fs_error(path, err.kind, err.message) end
+  if PATH_KINDS[err.kind] then return nil, errors.path(path, err.kind, err.message) end
   return nil, err
 end
 
@@ -176,7 +162,7 @@ function M:read_file(path, opts)
   local bytes, err = file_call(self, path, "GET", nil, opts)
   if bytes == nil then return nil, err end
   local snap = opts and opts.snap or self.policy()
-  if #bytes > snap.timeouts.sandbox.max_file_bytes then return nil, fs_error(path, "too_large") end
+  if #bytes > snap.timeouts.sandbox.max_file_bytes then return nil, errors.path(path, "too_large") end
   return bytes
 end
 

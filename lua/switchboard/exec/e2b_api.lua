@@ -17,7 +17,6 @@
 -- thread_key, state_dir, request, sleep, now_ms) and keeps the sandbox in use as ex.sandbox
 -- {id, token, domain, expires_ms (our clock)}.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local budget = require("switchboard.shell.budget")
 local errors = require("switchboard.exec.errors")
 local workspace = require("switchboard.shell.workspace")
@@ -27,13 +26,11 @@ local M = {}
 M.DEFAULT_DOMAIN = "e2b.app"
 M.QUOTE_BYTES = 200
 
-local json = cjson.new()
-json.decode_invalid_numbers(false)
-json.encode_invalid_numbers(false)
+local json = core.json
 
--- A hard stop ended the call: not a failure of E2B's, so of a kind no backend error has.
-function M.stopped() return core.error("stopped", "stopped before E2B answered") end
-function M.is_stopped(err) return core.is_error(err) and err.kind == "stopped" end
+-- A hard stop ended the call: not a failure of E2B's; the engine's kind for a fired signal.
+function M.stopped() return core.error("aborted", "stopped before E2B answered") end
+function M.is_stopped(err) return core.is_error(err) and err.kind == "aborted" end
 
 function M.first_line(s) return (tostring(s or ""):match("^[^\n]*")) end
 local first_line = M.first_line
@@ -127,8 +124,8 @@ function M.transport_message(who, route, detail)
 end
 
 function M.detail_of(raw)
-  local ok, doc = pcall(json.decode, raw or "")
-  if ok and type(doc) == "table" and type(doc.message) == "string" and doc.message:find("%S") then
+  local doc = json.decode(raw or "")
+  if type(doc) == "table" and type(doc.message) == "string" and doc.message:find("%S") then
     return quote(first_line(doc.message))
   end
   raw = quote(raw)
@@ -172,8 +169,8 @@ local function api_call(self, snap, method, path, body, signal)
 end
 
 local function decode_object(raw)
-  local ok, doc = pcall(json.decode, raw or "")
-  return ok and type(doc) == "table" and doc or nil
+  local doc = json.decode(raw or "")
+  return type(doc) == "table" and doc or nil
 end
 
 local function adopt(self, snap, doc, id)
@@ -227,7 +224,7 @@ end
 
 -- The thread's sandbox, alive for at least need_ms more: reuse, reconnect or create.
 -- Returns sandbox, notice (a line for the result when a remembered sandbox was reclaimed), or
--- nil, err (kind "stopped" for a hard stop: M.is_stopped).
+-- nil, err (kind "aborted" for a hard stop: M.is_stopped).
 function M.ensure(self, snap, need_ms, wait_for, signal)
   local t = snap.timeouts.e2b
   local sb = self.sandbox

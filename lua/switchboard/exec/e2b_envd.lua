@@ -14,7 +14,6 @@
 --     wrapper the same TERM. (SendSignal SIGKILL, E2B's own kill, would reach the pid only.)
 --     A stop before the start event was read has no pid yet: it goes by the command's mark.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local budget = require("switchboard.shell.budget")
 local connect = require("switchboard.exec.connect")
 local errors = require("switchboard.exec.errors")
@@ -62,9 +61,7 @@ M.STOP_MARKED = table.concat({
   'exit 0',
 }, "\n")
 
-local json = cjson.new()
-json.decode_invalid_numbers(false)
-json.encode_invalid_numbers(false)
+local json = core.json
 
 local first_line, quote, whole_seconds_up = api.first_line, api.quote, api.whole_seconds_up
 local detail_of, infra, forget = api.detail_of, api.infra, api.forget
@@ -151,8 +148,8 @@ local function stream_reader(snap, cut)
     end
   end
   local function message(data)
-    local ok, doc = pcall(json.decode, data)
-    if not ok or type(doc) ~= "table" then return broken("a message that is not a JSON object") end
+    local doc = json.decode(data)
+    if type(doc) ~= "table" then return broken("a message that is not a JSON object") end
     local ev = doc.event
     if type(ev) ~= "table" then return broken("a message without an event") end
     if type(ev.start) == "table" then
@@ -175,8 +172,8 @@ local function stream_reader(snap, cut)
     for _, f in ipairs(frames) do
       st.frames = st.frames + 1
       if f.end_stream then
-        local ok, doc = pcall(json.decode, f.data)
-        if not ok or type(doc) ~= "table" then return broken("an end-of-stream frame that is not a JSON object") end
+        local doc = json.decode(f.data)
+        if type(doc) ~= "table" then return broken("an end-of-stream frame that is not a JSON object") end
         st.trailer = doc
       else
         message(f.data)
@@ -308,7 +305,7 @@ function M.judge(self, snap, sb, st, status, limit_ms, elapsed_ms, budget_ms)
       .. "outcome is unknown"):format(ROUTE))
   end
   local code = e.exitCode
-  if code == nil or code == cjson.null then code = 0 end
+  if code == nil or code == json.null then code = 0 end
   code = int(code)
   if code == nil then
     return infra(("E2B envd %s end event has a non-integer exitCode"):format(ROUTE))
@@ -332,7 +329,7 @@ end
 
 -- GET or POST /files?path=ABS (abs: confined by the executor). Returns the raw body of a 200,
 -- or nil, err: kind "not_found" | "invalid" | "too_large" (the path's, the model's to read;
--- "invalid" carries envd's words as its message) | "stopped" (api.is_stopped) | an infra error.
+-- "invalid" carries envd's words as its message) | "aborted" (api.is_stopped) | an infra error.
 function M.files(self, snap, sb, method, abs, body, signal)
   local route = method .. " /files"
   local max = snap.timeouts.sandbox.max_file_bytes

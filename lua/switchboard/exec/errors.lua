@@ -90,6 +90,22 @@ function M.refused(message, exit_code, fields)
   return new("refused", message, f)
 end
 
+-- A path's failure (outside the workspace, missing, not a file, too large), worded for the model
+-- as a tool error: the same words from every backend. Any other kind: the path and `detail`.
+local PATH_TEXTS = {
+  escape = "%s is outside the workspace (absolute paths, `..` that climbs out and symlinks "
+    .. "that point out are refused); use a path relative to the workspace",
+  not_found = "%s does not exist in the workspace",
+  not_a_file = "%s is not a regular file",
+  too_large = "%s is too large to read whole; read part of it with bash (head, sed -n)",
+}
+
+function M.path(path, kind, detail)
+  local text = PATH_TEXTS[kind]
+  if text then return M.tool(text:format(path)) end
+  return M.tool(("%s: %s"):format(path, detail or kind))
+end
+
 -- An executor failure: the engine's error type with one of the four kinds above.
 function M.is_error(e) return core.is_error(e) and NAMES[e.kind] ~= nil end
 function M.is_infra(e) return core.is_error(e) and e.kind == "infra" end

@@ -54,6 +54,7 @@ local process_notes = require("switchboard.exec.process_notes")
 local kapi = require("switchboard.exec.kubernetes_api")
 local kwatch = require("switchboard.exec.kubernetes_watch")
 local sandbox = require("switchboard.exec.sandbox")
+local preflight = require("switchboard.exec.preflight")
 local render = require("switchboard.shell.render")
 
 local M = {}
@@ -231,7 +232,7 @@ end
 
 -- A hard stop (the signal aborted) while the pod was being claimed, watched or waited for:
 -- exec turns it into the stopped result, a file operation into a tool error.
-local function stopped() return core.error("stopped", "stopped while the thread's pod was being claimed") end
+local function stopped() return core.error("aborted", "stopped while the thread's pod was being claimed") end
 
 -- Wait until a claim being deleted is gone. → true | nil, err
 local function wait_deleted(self, snap, rv, signal)
@@ -519,24 +520,22 @@ local function on_pod(self, snap, need_ms, wait_for, signal, op)
 end
 
 local function stopped_result(snap, signal)
-  local r = signal and signal.reason
-  return render.result(snap, { aborted = true, abort_reason = type(r) == "string" and r ~= "" and r or "hard stop",
-    stdout = "", stderr = "" })
+  return render.result(snap, { aborted = true, abort_reason = preflight.stop_reason(signal), stdout = "", stderr = "" })
 end
 
+-- The command is checked and its budget clamped once here (exec/preflight.lua); the pod's
+-- sandbox executor resolves the credentials when it sends it.
 function M:exec(command, opts)
   opts = opts or {}
-  if type(command) ~= "string" or command == "" then return nil, errors.tool("bash needs a command to run") end
-  local snap = opts.snap or self.policy()
-  local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
-  if not plan then return nil, errors.refused(refusal, 124) end
-  local limit = plan.budget_ms -- clamped once (shell/budget.lua within_run)
+  local call, refused = preflight.plan(self, command, opts)
+  if not call then return nil, refused end
+  local snap, limit = call.snap, call.budget_ms
   local need = limit + snap.timeouts.call.margin_ms
   local sub = {}
   for k, v in pairs(opts) do sub[k] = v end
   sub.snap = snap
   local r, err = on_pod(self, snap, need, limit, opts.signal, function(inner) return inner:exec(command, sub) end)
-  if r == nil and err and err.kind == "stopped" then return stopped_result(snap, opts.signal) end
+  if r == nil and err and err.kind == "aborted" then return stopped_result(snap, opts.signal) end
   return r, err
 end
 
@@ -548,7 +547,7 @@ local function file_op(self, opts, op)
   for k, v in pairs(opts) do sub[k] = v end
   sub.snap = snap
   local r, err = on_pod(self, snap, b + snap.timeouts.call.margin_ms, b, opts.signal, function(inner) return op(inner, sub) end)
-  if r == nil and err and err.kind == "stopped" then return nil, errors.tool("file operation stopped: " .. tostring(opts.signal and opts.signal.reason or "hard stop")) end
+  if r == nil and err and err.kind == "aborted" then return nil, errors.tool("file operation stopped: " .. preflight.stop_reason(opts.signal)) end
   return r, err
 end
 

@@ -20,7 +20,6 @@
 --     from there. done(event_type, object) says when to stop.
 local core = require("switchboard.core")
 local tracing = require("switchboard.exec.tracing")
-local cjson = require("cjson")
 local watch_mod = require("switchboard.exec.kubernetes_watch")
 
 local M = {}
@@ -31,9 +30,7 @@ M.TOKEN_REREAD_MS = 60 * 1000
 M.QUOTE_BYTES = 200
 M.RESUME_PAUSE_MS = 250
 
-local json = cjson.new()
-json.decode_invalid_numbers(false)
-json.encode_invalid_numbers(false)
+local json = core.json
 
 local function first_line(s) return (tostring(s or ""):match("^[^\n]*")) end
 local function quote(s) return first_line(s):sub(1, M.QUOTE_BYTES) end
@@ -52,8 +49,8 @@ end
 local function from_kubeconfig(path)
   local text = read(path)
   if not text then return nil, core.error("config", ("the kubeconfig %s cannot be read"):format(path)) end
-  local ok, doc = pcall(json.decode, text)
-  if not ok or type(doc) ~= "table" then
+  local doc = json.decode(text)
+  if type(doc) ~= "table" then
     return nil, core.error("config", ("the kubeconfig %s is not JSON; write it with `kubectl config view --raw --minify "
       .. "--flatten -o json`"):format(path))
   end
@@ -146,8 +143,7 @@ end
 -- An API failure: {status, reason, message, retry_after_ms?} (status nil for a transport failure,
 -- with kind timeout | transport | aborted).
 local function failure(status, hdrs, raw)
-  local ok, doc = pcall(json.decode, raw or "")
-  local st = ok and watch_mod.status_of(doc) or nil
+  local st = watch_mod.status_of(json.decode(raw or ""))
   local ra = tonumber(hdrs and hdrs["retry-after"] or nil)
   return {
     status = status, reason = st and st.reason or ("HTTP " .. status),
@@ -170,11 +166,11 @@ function M:call(method, path, body, opts)
     }))
     if status == nil then
       local e = hdrs or {}
-      return nil, { kind = e.kind or "transport", message = quote(e.message or e.kind) }
+      return nil, core.error(e.kind or "transport", quote(e.message or e.kind))
     end
     if status >= 200 and status < 300 then
-      local ok, doc = pcall(json.decode, raw or "")
-      if not ok or type(doc) ~= "table" then
+      local doc = json.decode(raw or "")
+      if type(doc) ~= "table" then
         return nil, { status = status, reason = "BadAnswer", message = "an answer that is not a JSON object" }
       end
       return status, doc
@@ -183,7 +179,7 @@ function M:call(method, path, body, opts)
     tries = tries + 1
     if (status == 429 or (status == 503 and f.retry_after_ms)) and tries <= t.max_retries then
       local wait = math.min(math.max(f.retry_after_ms or 1000, 100), t.max_retry_after_ms)
-      if not self.sleep(wait, opts.signal) then return nil, { kind = "aborted", message = "stopped" } end
+      if not self.sleep(wait, opts.signal) then return nil, core.error("aborted", "stopped") end
     else
       return nil, f
     end
@@ -200,8 +196,8 @@ function M:watch_until(w, done)
   local rv = w.rv
   while true do
     local left = deadline - self.now_ms()
-    if left <= 0 then return nil, { kind = "timeout", message = "the wait ended" } end
-    if w.signal and w.signal.aborted then return nil, { kind = "aborted", message = "stopped" } end
+    if left <= 0 then return nil, core.error("timeout", "the wait ended") end
+    if w.signal and w.signal.aborted then return nil, core.error("aborted", "stopped") end
     local cut = w.signal and core.signal(w.signal) or core.signal()
     local dec = watch_mod.decoder()
     local outcome, stale, broken = nil, false, nil
@@ -236,7 +232,7 @@ function M:watch_until(w, done)
       local f = failure(status, hdrs, raw)
       if status == 429 and f.retry_after_ms then
         if not self.sleep(math.min(f.retry_after_ms, t.max_retry_after_ms), w.signal) then
-          return nil, { kind = "aborted", message = "stopped" }
+          return nil, core.error("aborted", "stopped")
         end
       else
         return nil, f
@@ -254,13 +250,13 @@ function M:watch_until(w, done)
       rv = watch_mod.resource_version(doc) or rv
     else
       if status == nil and (hdrs or {}).kind == "aborted" and w.signal and w.signal.aborted then
-        return nil, { kind = "aborted", message = "stopped" }
+        return nil, core.error("aborted", "stopped")
       end
       -- the stream ended (its timeoutSeconds) or was cut: resume from the last version seen
       -- (after a short pause when nothing answered, so an unreachable server is not spun on)
       self.resumes = (self.resumes or 0) + 1
       if status == nil and not self.sleep(math.min(M.RESUME_PAUSE_MS, math.max(1, left)), w.signal) then
-        return nil, { kind = "aborted", message = "stopped" }
+        return nil, core.error("aborted", "stopped")
       end
     end
   end

@@ -10,17 +10,13 @@
 --     agent-sandbox's claim controller writes its status): the Ready condition, the pod's IP,
 --     the bound sandbox's name, a deletion under way.
 --   * M.status_of(doc) reads a metav1 Status (every API error, and a watch's ERROR event).
--- Pure Lua (cjson), no engine: tests/fuzz/fuzz_kube_watch.c drives it with arbitrary input.
-local cjson = require("cjson")
+-- No I/O (only core.json): tests/fuzz/fuzz_kube_watch.c drives it with arbitrary input.
+local json = require("switchboard.core").json
 
 local M = {}
 
 M.DEFAULT_MAX_LINE = 1 << 20 -- bytes of one event (a claim is a few KiB)
 M.TYPES = { ADDED = true, MODIFIED = true, DELETED = true, BOOKMARK = true, ERROR = true }
-
-local json = cjson.new()
-json.decode_invalid_numbers(false)
-json.decode_max_depth(64)
 
 local Decoder = {}
 Decoder.__index = Decoder
@@ -40,8 +36,8 @@ end
 
 -- One line → an event {type, object} or nil, why.
 function M.event(line)
-  local ok, doc = pcall(json.decode, line)
-  if not ok or type(doc) ~= "table" then return nil, "a watch event that is not a JSON object" end
+  local doc = json.decode(line)
+  if type(doc) ~= "table" then return nil, "a watch event that is not a JSON object" end
   if type(doc.type) ~= "string" or not M.TYPES[doc.type] then
     return nil, ("a watch event of unknown type %s"):format(type(doc.type) == "string" and ("%q"):format(doc.type:sub(1, 40)) or type(doc.type))
   end

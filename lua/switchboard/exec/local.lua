@@ -106,20 +106,6 @@ function M:exec(command, opts)
   })
 end
 
-local FS_ERRORS = {
-  escape = "%s is outside the workspace (absolute paths, `..` that climbs out and symlinks "
-    .. "that point out are refused); use a path relative to the workspace",
-  not_found = "%s does not exist in the workspace",
-  too_large = "%s is too large to read whole; read part of it with bash (head, sed -n)",
-  not_a_file = "%s is not a regular file",
-}
-
-local function fs_error(path, err)
-  local template = FS_ERRORS[err.kind]
-  if template then return errors.tool(template:format(path)) end
-  return errors.tool(("%s: %s"):format(path, err.message))
-end
-
 local function unavailable(err)
   return errors.infra("local workspace unavailable: " .. tostring(err), nil, { cause = err })
 end
@@ -128,7 +114,7 @@ end
 -- model's to read.
 local function file_error(path, err)
   if err and err.kind == "workspace" then return unavailable(err) end
-  return fs_error(path, err)
+  return errors.path(path, err.kind, err.message)
 end
 
 function M:read_file(path, opts)

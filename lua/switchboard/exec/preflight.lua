@@ -13,6 +13,9 @@
 --                   thread key the wire cannot carry)
 --     err = ExecToolError (no command) | ExecRefused (the run's budget is spent, exit 124) |
 --           check's | preflight.envs's
+--   local call, err = preflight.plan(self, command, opts [, check])
+--     the same without the credentials: for a backend that hands the command to another
+--     executor, which resolves them itself (kubernetes → the pod's sandbox executor)
 --   local envs, err = preflight.envs(self)   -- self.resolve_envs(), now, for this call
 --   preflight.stop_reason(signal)            -- what a hard stop's result names
 --     err = ExecInfraError "credentials for this command could not be resolved: …" with the
@@ -24,7 +27,7 @@ local errors = require("switchboard.exec.errors")
 
 local M = {}
 
-function M.command(self, command, opts, check)
+function M.plan(self, command, opts, check)
   if type(command) ~= "string" or command == "" then
     return nil, errors.tool("bash needs a command to run")
   end
@@ -33,10 +36,16 @@ function M.command(self, command, opts, check)
   if refused then return nil, refused end
   local plan, refusal = budget.within_run(snap, opts.timeout_ms, opts.remaining_ms)
   if not plan then return nil, errors.refused(refusal, 124) end
+  return { snap = snap, budget_ms = plan.budget_ms, timeout_ms = plan.timeout_ms, clip_line = plan.clip_line }
+end
+
+function M.command(self, command, opts, check)
+  local call, refused = M.plan(self, command, opts, check)
+  if not call then return nil, refused end
   local envs, err = M.envs(self)
   if not envs then return nil, err end
-  return { snap = snap, budget_ms = plan.budget_ms, timeout_ms = plan.timeout_ms,
-    clip_line = plan.clip_line, envs = envs }
+  call.envs = envs
+  return call
 end
 
 function M.stop_reason(signal)

@@ -9,7 +9,6 @@
 --     doc: the answer decoded when it is a JSON object, else nil
 local core = require("switchboard.core")
 local tracing = require("switchboard.exec.tracing")
-local cjson = require("cjson")
 local protocol = require("switchboard.shell.protocol")
 
 local M = {}
@@ -30,8 +29,8 @@ end
 
 -- An answer's JSON object, or nil.
 function M.decode(raw)
-  local ok, doc = pcall(cjson.decode, raw or "")
-  return ok and type(doc) == "table" and doc or nil
+  local doc = core.json.decode(raw or "")
+  return type(doc) == "table" and doc or nil
 end
 local decode = M.decode
 
@@ -51,7 +50,7 @@ function Client:call(method, path, body, deadline_ms, signal)
   if self.thread_key then headers[protocol.THREAD_HEADER] = self.thread_key end
   local status, err, raw = self.request{
     method = method, url = self.url .. path, headers = headers, deadline_ms = deadline_ms,
-    signal = signal, body = body ~= nil and cjson.encode(body) or nil,
+    signal = signal, body = body ~= nil and core.json.encode(body) or nil,
   }
   if status == nil then return nil, err end
   return status, decode(raw), raw

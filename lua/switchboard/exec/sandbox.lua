@@ -16,7 +16,6 @@
 --     failed transport are ExecInfraError after one send; a body without an error key is the
 --     command's result, whatever its exit code.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local budget = require("switchboard.shell.budget")
 local classify = require("switchboard.shell.classify")
 local errors = require("switchboard.exec.errors")
@@ -38,9 +37,7 @@ M.WHO = "sandboxd"
 M.QUOTE_ERROR_BYTES = 300
 M.QUOTE_BODY_BYTES = 120
 
-local json = cjson.new()
-json.decode_invalid_numbers(false)
-json.encode_invalid_numbers(false)
+local json = core.json
 
 local function no_envs() return {} end
 
@@ -103,9 +100,10 @@ local function detail_of(doc, raw)
 end
 
 local function decode(raw)
-  local ok, doc = pcall(json.decode, raw or "")
-  if ok and type(doc) == "table" then return doc end
-  return nil, ok and ("a JSON " .. (doc == json.null and "null" or type(doc)) .. " instead of an object") or first_line(doc)
+  local doc, err = json.decode(raw or "")
+  if type(doc) == "table" then return doc end
+  return nil, doc ~= nil and ("a JSON " .. (doc == json.null and "null" or type(doc)) .. " instead of an object")
+    or first_line(err.message)
 end
 
 -- The per-route verdict on one answer (a verdict names what to do next; it is not an error,
@@ -173,20 +171,8 @@ local function http_call(self, req, call)
   local parent = call.span
   if type(parent) ~= "table" or parent.trace_id == nil then return self.request(req) end
   call.attempt = (call.attempt or 0) + 1
-  local span = tracing.start_span("http.request", parent,
-    { route = call.route, method = req.method, attempt = call.attempt },
-    { sink = parent.sink, clock = parent.clock })
-  local done <close> = setmetatable({}, { __close = function(_, err)
-    if err ~= nil then span:finish("error", err) end
-  end })
-  local status, headers, raw = self.request(req)
-  if status == nil then
-    span:finish("error", headers)
-  else
-    span.attributes.status = status
-    span:finish(status < 500 and "ok" or "error", { kind = "http", code = tostring(status) })
-  end
-  return status, headers, raw
+  return tracing.request_in_span(parent, { route = call.route, method = req.method, attempt = call.attempt },
+    self.request, req)
 end
 
 -- Send one request (the same bytes every time) and follow the policy's re-send rules.

@@ -20,7 +20,7 @@
 -- duration_ms, status="ok"|"error", attributes={backend, timeout_ms?, exit_code?},
 -- error={kind, code?}?}
 
-local cjson = require("cjson")
+local json = require("switchboard.core").json
 local metrics = require("switchboard.metrics")
 
 local M = {}
@@ -63,7 +63,7 @@ local default_clock = {
 -- A span line goes through the log's redaction too: a registered secret in a command's text or
 -- an error is written as [redacted] (docs/isolation.md "Fronts that serve other people").
 local function encode(record)
-  local text = cjson.encode(record)
+  local text = json.encode(record)
   local c = core()
   if c and c.log_scrub then text = c.log_scrub(text) end
   return text
@@ -177,6 +177,23 @@ function M.tool_span(ex, name)
   return M.start_span("agent.tool", M.current(), { tool = name }, { sink = ex.sink, clock = ex.clock, ids = ex.ids })
 end
 
+-- request(req) as an http.request child span of parent with these attributes; the span ends
+-- with the status (an error from 500), the failure, or a raise going through.
+function M.request_in_span(parent, attributes, request, req)
+  local span = M.start_span("http.request", parent, attributes, { sink = parent.sink, clock = parent.clock })
+  local done <close> = setmetatable({}, { __close = function(_, err)
+    if err ~= nil then span:finish("error", err) end
+  end })
+  local status, headers, raw = request(req)
+  if status == nil then
+    span:finish("error", headers)
+  else
+    span.attributes.status = status
+    span:finish(status < 500 and "ok" or "error", { kind = "http", code = tostring(status) })
+  end
+  return status, headers, raw
+end
+
 -- request(req) wrapped so that, under a current span, each request is an http.request child
 -- of it: backend, method, the URL's path (no query: it may carry a watch's resourceVersion or
 -- a name the caller chose) and the status — never a header or a body.
@@ -185,19 +202,7 @@ function M.http(request, backend)
     local parent = M.current()
     if type(parent) ~= "table" or parent.trace_id == nil or type(req) ~= "table" then return request(req) end
     local path = tostring(req.url or ""):match("^%a[%w+.-]*://[^/]*(/[^?#]*)") or "/"
-    local span = M.start_span("http.request", parent, { backend = backend, method = req.method or "GET", route = path },
-      { sink = parent.sink, clock = parent.clock })
-    local done <close> = setmetatable({}, { __close = function(_, err)
-      if err ~= nil then span:finish("error", err) end
-    end })
-    local status, headers, raw = request(req)
-    if status == nil then
-      span:finish("error", headers)
-    else
-      span.attributes.status = status
-      span:finish(status < 500 and "ok" or "error", { kind = "http", code = tostring(status) })
-    end
-    return status, headers, raw
+    return M.request_in_span(parent, { backend = backend, method = req.method or "GET", route = path }, request, req)
   end
 end
 

@@ -15,7 +15,6 @@
 -- Errors are core.error("github", message, {code = "http <status>" | "timeout" | "transport" |
 -- "config", status?}); tostring(err) is the message.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local metrics = require("switchboard.metrics")
 
 local M = {}
@@ -136,13 +135,7 @@ end
 function App:scrub(text)
   if type(text) ~= "string" then return nil end
   for _, s in ipairs(self.secrets) do
-    local at = 1
-    while true do
-      local i, j = text:find(s, at, true)
-      if not i then break end
-      text = text:sub(1, i - 1) .. "[redacted]" .. text:sub(j + 1)
-      at = i + 10
-    end
+    if s ~= "" then text = text:gsub(s:gsub("%p", "%%%0"), "[redacted]") end -- every plain occurrence
   end
   text = text:gsub("[\r\n]+", " ")
   if #text > 300 then text = text:sub(1, 300) .. "…" end
@@ -168,7 +161,7 @@ function App:jwt()
     iss = iss_claim(self.app_id),
   }
   local b64 = core.crypto.base64url_encode
-  local signing_input = b64(cjson.encode({ alg = "RS256", typ = "JWT" })) .. "." .. b64(cjson.encode(claims))
+  local signing_input = b64(core.json.encode({ alg = "RS256", typ = "JWT" })) .. "." .. b64(core.json.encode(claims))
   local sig, serr = core.crypto.rs256_sign(pem, signing_input)
   if sig == nil then
     -- The engine's message names the problem (not an RSA key, not a PEM) and never the key.
@@ -183,9 +176,8 @@ end
 
 local function decode(body)
   if type(body) ~= "string" or body == "" then return nil end
-  local ok, doc = pcall(cjson.decode, body)
-  if ok and type(doc) == "table" then return doc end
-  return nil
+  local doc = core.json.decode(body)
+  return type(doc) == "table" and doc or nil
 end
 
 -- One authenticated call. → status, doc (decoded JSON or nil), endpoint, answer headers
@@ -344,9 +336,9 @@ function App:mint_once(installation_id, scope_name, scope, found_for)
   local perms = nil
   if scope.permissions ~= nil then
     perms = {}
-    for name, level in pairs(scope.permissions) do perms[name] = level end -- plain copy for cjson
+    for name, level in pairs(scope.permissions) do perms[name] = level end -- plain copy for core.json
   end
-  local body = perms and cjson.encode({ permissions = perms }) or nil
+  local body = perms and core.json.encode({ permissions = perms }) or nil
   local path = string.format("/app/installations/%s/access_tokens", tostring(installation_id))
   local asked_ms = self.wall_ms()
   local status, doc, endpoint, headers = self:call("POST", path, body)

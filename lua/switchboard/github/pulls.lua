@@ -19,7 +19,6 @@
 --
 -- The token travels only in the Authorization header; error texts never quote it.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local app = require("switchboard.github.app")
 
 local M = {}
@@ -67,7 +66,7 @@ function M.explain(status, doc, what, repo)
 end
 
 local function call(o, method, path, doc)
-  local body = doc and cjson.encode(doc) or nil
+  local body = doc and core.json.encode(doc) or nil
   local headers = {
     ["Accept"] = app.ACCEPT,
     ["X-GitHub-Api-Version"] = app.API_VERSION,
@@ -82,8 +81,7 @@ local function call(o, method, path, doc)
     return nil, nil, ("GitHub API %s %s is unreachable or slow — check GITHUB_API_URL and this "
       .. "host's network, then ask again"):format(method, o.api_url .. path)
   end
-  local ok, decoded = pcall(cjson.decode, resp or "")
-  return status, ok and decoded or nil
+  return status, (core.json.decode(resp or ""))
 end
 
 -- One REST call (github/issues.lua uses it too): → status, decoded body | nil, nil, why

@@ -22,7 +22,7 @@ local function esc(s)
 end
 M.esc = esc
 
-local cjson = require("cjson.safe").new()
+local json = require("switchboard.core").json
 local markdown = require("switchboard.pages.markdown")
 
 -- 1234567 → "1,234,567"
@@ -73,7 +73,7 @@ local function tool_input_text(input)
     table.sort(rest)
     return input.command .. (#rest > 0 and ("\n[" .. table.concat(rest, ", ") .. "]") or "")
   end
-  return cjson.encode(input) or ""
+  return json.encode(input)
 end
 
 -- A tool result's content: text, or blocks (an image's; a result from a record written

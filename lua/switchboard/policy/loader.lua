@@ -292,21 +292,22 @@ local function linear(fname, f)
   end
 end
 
-local policy_string_lib = {}
-for k, v in pairs(string) do
-  if k ~= "dump" then policy_string_lib[k] = v end
+-- A copy of a standard library with its charged calls in place of the real ones (and without
+-- the ones a policy may not have).
+local function checked_library(lib, checked, without)
+  local out = {}
+  for k, v in pairs(lib) do
+    if not (without and without[k]) then out[k] = v end
+  end
+  for k, f in pairs(checked) do out[k] = f end
+  return out
 end
-policy_string_lib.rep = checked_rep
-policy_string_lib.find = checked_find
-policy_string_lib.match = checked_match
-policy_string_lib.gmatch = checked_gmatch
-policy_string_lib.gsub = checked_gsub
-policy_string_lib.format = checked_format
-policy_string_lib.byte = checked_byte
-policy_string_lib.char = checked_char
-policy_string_lib.upper = linear("upper", s_upper)
-policy_string_lib.lower = linear("lower", s_lower)
-policy_string_lib.reverse = linear("reverse", s_reverse)
+
+local policy_string_lib = checked_library(string, {
+  rep = checked_rep, find = checked_find, match = checked_match, gmatch = checked_gmatch,
+  gsub = checked_gsub, format = checked_format, byte = checked_byte, char = checked_char,
+  upper = linear("upper", s_upper), lower = linear("lower", s_lower), reverse = linear("reverse", s_reverse),
+}, { dump = true })
 
 -- The table library policy code sees: the calls that walk a range of slots are charged for it
 -- (table.move({}, 1, 1e9, 1) walks a billion empty slots without allocating a byte).
@@ -353,14 +354,10 @@ local function checked_unpack(t, i, j)
   return t_unpack(t, i, j)
 end
 
-local policy_table_lib = {}
-for k, v in pairs(table) do policy_table_lib[k] = v end
-policy_table_lib.concat = checked_concat
-policy_table_lib.sort = checked_sort
-policy_table_lib.insert = checked_insert
-policy_table_lib.remove = checked_remove
-policy_table_lib.move = checked_move
-policy_table_lib.unpack = checked_unpack
+local policy_table_lib = checked_library(table, {
+  concat = checked_concat, sort = checked_sort, insert = checked_insert, remove = checked_remove,
+  move = checked_move, unpack = checked_unpack,
+})
 M.policy_table = policy_table_lib
 
 -- Read-only, so one policy file cannot change what another one (or a later decision) calls.

@@ -47,8 +47,8 @@ local function refuse(res, path, status, text, reason, extra)
 end
 
 local function body_of(req)
-  local ok, doc = pcall(json.decode, req.body ~= "" and req.body or "{}")
-  if not ok or type(doc) ~= "table" or rawget(doc, 1) ~= nil then return nil end
+  local doc = json.decode(req.body ~= "" and req.body or "{}")
+  if type(doc) ~= "table" or rawget(doc, 1) ~= nil then return nil end
   return doc
 end
 
@@ -256,8 +256,8 @@ local function replacing(ctx, res)
   function w.send(_, ...) return res:send(...) end
   function w.finish(_, bytes)
     if ctx.stopping.aborted then
-      local ok, doc = pcall(json.decode, bytes or "")
-      if ok and type(doc) == "table" and doc.error ~= nil then
+      local doc = json.decode(bytes or "")
+      if type(doc) == "table" and doc.error ~= nil then
         local d = protocol.exec_failure(M.replaced_text(ctx.generation), M.REPLACED_REASON)
         d.code, d.generation = M.REPLACED_REASON, ctx.generation
         bytes = json.encode(d)

@@ -21,21 +21,16 @@ local ports = require("switchboard.sandboxd.ports")
 
 local M = {}
 
+local PORT_ROUTES = {
+  { path = "^/ports$", methods = { POST = "expose", GET = "ports" } },
+  { path = "^/ports/(%d+)$", methods = { DELETE = "unexpose" }, arg = tonumber },
+}
+
 -- name, arg — or nil (not one of these routes), or false, allow.
 function M.match(method, path)
   local name, arg = processes.match(method, path)
   if name ~= nil then return name, arg end
-  if path == "/ports" then
-    if method == "POST" then return "expose" end
-    if method == "GET" then return "ports" end
-    return false, "GET, POST"
-  end
-  local port = path:match("^/ports/(%d+)$")
-  if port then
-    if method == "DELETE" then return "unexpose", tonumber(port) end
-    return false, "DELETE"
-  end
-  return nil
+  return processes.route(PORT_ROUTES, method, path)
 end
 
 -- The token and the path to pass on of a preview request (a path under /ports/<token>/, or a

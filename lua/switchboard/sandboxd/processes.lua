@@ -234,25 +234,35 @@ function M.document(rec)
   }
 end
 
--- The routes under /processes: name, id — or nil (not one of them), or false, allow (a
--- known path with another method).
-function M.match(method, path)
-  if path == "/processes" then
-    if method == "POST" then return "start" end
-    if method == "GET" then return "list" end
-    return false, "GET, POST"
-  end
-  local id = path:match("^/processes/(p%x+)/logs$")
-  if id then
-    if method == "GET" then return "logs", id end
-    return false, "GET"
-  end
-  id = path:match("^/processes/(p%x+)$")
-  if id then
-    if method == "DELETE" then return "kill", id end
-    return false, "DELETE"
+-- A route table's answer for a request: name, arg — or nil (no route has the path), or false,
+-- allow (a known path with another method: the methods it takes, for the 405's Allow). A route:
+-- path (a pattern), methods (method → name), arg (true: the pattern's capture is the argument;
+-- a function: that capture converted).
+function M.route(routes, method, path)
+  for _, r in ipairs(routes) do
+    local captured = path:match(r.path)
+    if captured then
+      local name = r.methods[method]
+      if not name then
+        local allow = {}
+        for m in pairs(r.methods) do allow[#allow + 1] = m end
+        table.sort(allow)
+        return false, table.concat(allow, ", ")
+      end
+      if r.arg == true then return name, captured end
+      return name, r.arg and r.arg(captured) or nil
+    end
   end
   return nil
 end
+
+local ROUTES = {
+  { path = "^/processes$", methods = { POST = "start", GET = "list" } },
+  { path = "^/processes/(p%x+)/logs$", methods = { GET = "logs" }, arg = true },
+  { path = "^/processes/(p%x+)$", methods = { DELETE = "kill" }, arg = true },
+}
+
+-- The routes under /processes: name, id — or nil (not one of them), or false, allow.
+function M.match(method, path) return M.route(ROUTES, method, path) end
 
 return M

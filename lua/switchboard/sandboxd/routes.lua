@@ -5,7 +5,6 @@
 -- Each request captures the policy snapshot current when it arrived and keeps it to the end.
 -- Nothing here logs a header, an env value, a path or the command text.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local auth = require("switchboard.sandboxd.auth")
 local metrics = require("switchboard.metrics")
 local envmod = require("switchboard.sandboxd.env")
@@ -20,9 +19,7 @@ local process_routes = require("switchboard.sandboxd.process_routes")
 
 local M = {}
 
-local json = cjson.new()
-json.decode_invalid_numbers(false) -- NaN, Infinity and hex are not JSON
-json.encode_invalid_numbers(false)
+local json = core.json
 M.json = json
 
 local JSON = { ["content-type"] = "application/json", ["cache-control"] = "no-store" }
@@ -74,9 +71,9 @@ local function decode_object(body, route)
   if body == nil or body == "" then
     return nil, core.error("invalid", ("the %s body is empty; send a JSON object"):format(route))
   end
-  local ok, doc = pcall(json.decode, body)
-  if not ok then
-    return nil, core.error("invalid", ("the %s body is not valid JSON (%s)"):format(route, first_line(doc)))
+  local doc, err = json.decode(body)
+  if doc == nil then
+    return nil, core.error("invalid", ("the %s body is not valid JSON (%s)"):format(route, first_line(err.message)))
   end
   if type(doc) ~= "table" then
     return nil, core.error("invalid", ("the %s body must be a JSON object, got a JSON %s"):format(route,

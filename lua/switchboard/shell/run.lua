@@ -65,19 +65,6 @@ function M.spawn_args(spec)
   return spawn_args({ M.bash_path(), "-c", spec.command }, spec)
 end
 
-function M.bash(spec)
-  assert(type(spec.command) == "string", "run.bash: spec.command (the shell text) is required")
-  local args = M.spawn_args(spec)
-  if spec.instance ~= nil then
-    local err
-    args, err = spec.instance:spawn_args(args)
-    if args == nil then return nil, err end
-  end
-  local proc, spawn_err = core.spawn(args)
-  if not proc then return nil, spawn_err end
-  return proc:wait()
-end
-
 -- run.bash's spec, the command started and not awaited: the proc (core.spawn's) | nil, err.
 -- sandboxd's background processes (sandboxd/processes.lua) wait on it themselves.
 function M.start(spec)
@@ -89,6 +76,12 @@ function M.start(spec)
     if args == nil then return nil, err end
   end
   return core.spawn(args)
+end
+
+function M.bash(spec)
+  local proc, err = M.start(spec)
+  if not proc then return nil, err end
+  return proc:wait()
 end
 
 function M.tool(spec)

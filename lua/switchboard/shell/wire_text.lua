@@ -46,7 +46,7 @@ end
 -- The JSON text of a result document on the server (M.encode, then JSON). A success document
 -- ({stdout, stderr, exitCode, durationMs}) is written here with the streams as C-encoded
 -- literals (core.json_string: escaping and the UTF-8 check in one pass, issue 28); any other
--- document goes through json (a lua-cjson instance) after M.encode.
+-- document goes through json (core.json) after M.encode.
 local SUCCESS_KEYS = { stdout = "string", stderr = "string", exitCode = "number", durationMs = "number" }
 
 local function is_success(doc)

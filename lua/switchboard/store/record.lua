@@ -33,7 +33,7 @@
 --   rec:schedule_claim(name, at_s) → true (this process fires at_s) | false (at_s or a later
 --       time was already claimed, by this process or another) | nil, err  (dispatch/schedule.lua)
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
+local json = core.json
 local text_cut = require("switchboard.text_cut")
 
 
@@ -90,9 +90,7 @@ function R:close() self.db:close() end
 local function now(self) return math.floor(self.wall_ms()) end
 
 local function encode(self, v)
-  local s = cjson.encode(v)
-  if not s then return self.scrub("null") end
-  return self.scrub(s)
+  return self.scrub(json.encode(v))
 end
 
 local function text(self, s)
@@ -132,7 +130,7 @@ function R:conversation(key)
   local rows, err = self.db:run("SELECT body FROM messages WHERE thread = ? ORDER BY seq", key)
   if not rows then return nil, err end
   local out = {}
-  for i, r in ipairs(rows) do out[i] = cjson.decode(r.body) end
+  for i, r in ipairs(rows) do out[i] = json.decode(r.body) end
   return out
 end
 
@@ -246,7 +244,7 @@ function R:page(token)
   local ev = assert(self.db:run("SELECT type, at_ms, body FROM events WHERE run = ? ORDER BY seq", run.id))
   local events = {}
   for i, e in ipairs(ev) do
-    events[i] = cjson.decode(e.body) or { type = e.type }
+    events[i] = json.decode(e.body) or { type = e.type }
     events[i].at_ms = e.at_ms
   end
   local thread = assert(self.db:run("SELECT * FROM threads WHERE key = ?", run.thread))[1]

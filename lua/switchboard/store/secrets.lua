@@ -18,9 +18,8 @@
 --     redaction first (core.log_redact), with its base64 forms, so cards, pages, the record,
 --     transcripts and tool results show [redacted] in its place.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 
-local json = cjson.new()
+local json = core.json
 
 local M = {}
 
@@ -101,8 +100,8 @@ function M.open(path, key)
   if not core.fs.exists(path) then return self end
   local text, err = core.fs.read_file(path)
   if not text then return fail(("cannot read %s: %s"):format(path, tostring(err))) end
-  local ok, doc = pcall(json.decode, text)
-  if not ok or type(doc) ~= "table" or type(doc.repositories) ~= "table" then
+  local doc = json.decode(text)
+  if type(doc) ~= "table" or type(doc.repositories) ~= "table" then
     return fail(("%s is not a secrets file this version reads"):format(path))
   end
   self.doc = doc

@@ -12,7 +12,6 @@
 --   def.mcp:definitions() → the API's tool entries; def.mcp:owns(name) → bool
 --   def.mcp:call(ex, snap, use, ctx) → {kind, content, is_error} | nil, the executor's error
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
 local errors = require("switchboard.exec.errors")
 local protocol = require("switchboard.agent.mcp.protocol")
 local stdio = require("switchboard.agent.mcp.stdio")
@@ -23,12 +22,7 @@ local M = {}
 local B = {}
 B.__index = B
 
-local function sorted_names(t)
-  local names = {}
-  for k in pairs(t) do names[#names + 1] = k end
-  table.sort(names)
-  return names
-end
+local sorted_names = require("switchboard.policy.schema").sorted_keys
 
 local function transport(name, server, opts)
   local s = { name = name }
@@ -46,8 +40,7 @@ end
 
 local function bounded_schema(schema, limits)
   if type(schema) ~= "table" or schema.type ~= "object" then return { type = "object" } end
-  local json = cjson.encode(schema)
-  if not json or #json > limits.max_schema_bytes then return nil end
+  if #core.json.encode(schema) > limits.max_schema_bytes then return nil end
   if type(schema.required) == "table" and #schema.required == 0 then schema.required = nil end
   if type(schema.properties) == "table" and next(schema.properties) == nil then schema.properties = nil end
   return schema
@@ -73,24 +66,12 @@ end
 -- to start holds the run's start once, not once per server); the results in the names' order.
 -- A raise (a bug) in one goes on up, with its traceback, once every task has ended.
 local function list_all(names, list)
-  local out, left, raised = {}, #names, nil
-  local all_done = core.signal()
-  local function keep_traceback(e)
-    if core.is_error(e) then
-      e.traceback = e.traceback or debug.traceback("", 2)
-      return e
-    end
-    return debug.traceback(tostring(e), 2)
+  local tasks, out, raised = {}, {}, nil
+  for i, name in ipairs(names) do tasks[i] = core.go(list, name) end
+  for i, task in ipairs(tasks) do
+    local ok, v = core.join(task)
+    if ok then out[i] = v else raised = raised or v end
   end
-  for i, name in ipairs(names) do
-    core.go(function()
-      local ok, v = xpcall(list, keep_traceback, name)
-      if ok then out[i] = v else raised = raised or v end
-      left = left - 1
-      if left == 0 then all_done:abort("done") end
-    end)
-  end
-  while left > 0 do core.sleep(3600 * 1000, all_done) end
   if raised then error(raised, 0) end
   return out
 end

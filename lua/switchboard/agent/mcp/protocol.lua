@@ -8,7 +8,7 @@
 --   protocol.tool_name(server, tool) → "mcp__SERVER__TOOL" within ^[a-zA-Z0-9_-]{1,64}$
 --   protocol.content(result) → content (text or blocks), is_error
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
+local json = core.json
 
 local M = {}
 
@@ -16,7 +16,7 @@ M.VERSION = "2025-06-18"
 M.CLIENT = { name = "switchboard", version = "1" }
 
 function M.request(id, method, params)
-  return cjson.encode{ jsonrpc = "2.0", id = id, method = method, params = params or {} }
+  return json.encode{ jsonrpc = "2.0", id = id, method = method, params = params or {} }
 end
 
 function M.initialize(id)
@@ -49,7 +49,7 @@ end
 function M.decode_lines(text)
   local out = {}
   for line in (text or ""):gmatch("[^\n]+") do
-    local m = cjson.decode(line)
+    local m = json.decode(line)
     if type(m) == "table" then out[#out + 1] = m end
   end
   return out
@@ -82,7 +82,7 @@ function M.content(result)
       texts[#texts + 1] = ("[%s content not shown]"):format(tostring(b.type))
     end
   end
-  if #texts == 0 and result.structuredContent ~= nil then texts[1] = cjson.encode(result.structuredContent) or "" end
+  if #texts == 0 and result.structuredContent ~= nil then texts[1] = json.encode(result.structuredContent) end
   local text = #texts > 0 and table.concat(texts, "\n") or "(no output)"
   local is_error = result.isError == true
   if #images == 0 then return text, is_error end

@@ -14,7 +14,7 @@
 --   p:api_error(body) → kind, message       an error answer's type and text
 --   p.fix                                   status → the fatal message (%s kind, %s message)
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
+local json = core.json
 
 local M = {}
 local P = {}
@@ -35,7 +35,7 @@ end
 
 function P:encode(body)
   body.stream = true
-  return assert(cjson.encode(body))
+  return json.encode(body)
 end
 
 function P:request()
@@ -65,7 +65,7 @@ end
 function P:decoder(asm, max_event_bytes) return M.sse_decoder(asm, max_event_bytes) end
 
 function M.api_error(body)
-  local doc = cjson.decode(body or "")
+  local doc = json.decode(body or "")
   local e = type(doc) == "table" and type(doc.error) == "table" and doc.error or {}
   local kind = type(e.type) == "string" and e.type or "error"
   local message = type(e.message) == "string" and e.message or "(no message)"

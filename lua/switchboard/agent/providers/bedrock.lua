@@ -13,7 +13,6 @@
 --             "exception" frame names its :exception-type (throttlingException,
 --             modelStreamErrorException, …) with {"message"}
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
 
 local M = {}
 local P = {}
@@ -86,7 +85,7 @@ function P:encode(body)
   for k, v in pairs(body) do copy[k] = v end
   copy.model, copy.stream = nil, nil
   copy.anthropic_version = M.VERSION
-  return assert(cjson.encode(copy)), body.model
+  return core.json.encode(copy), body.model
 end
 
 function P:request(bytes, model)
@@ -185,19 +184,19 @@ local function deliver(asm, frame)
   local h = frame.headers
   local mtype = h[":message-type"]
   if mtype == "exception" or mtype == "error" then
-    local doc = cjson.decode(frame.payload)
+    local doc = core.json.decode(frame.payload)
     local name = tostring(h[":exception-type"] or h[":error-code"] or "exception")
     local message = type(doc) == "table" and type(doc.message) == "string" and doc.message
       or tostring(h[":error-message"] or "(no message)")
-    return asm:event("error", assert(cjson.encode({ error = { type = RETRY_AS[name] or name,
-      message = name .. ": " .. message } })))
+    return asm:event("error", core.json.encode({ error = { type = RETRY_AS[name] or name,
+      message = name .. ": " .. message } }))
   end
   if mtype ~= "event" or h[":event-type"] ~= "chunk" then return nil end -- other events: skipped
-  local doc = cjson.decode(frame.payload)
+  local doc = core.json.decode(frame.payload)
   local b64 = type(doc) == "table" and doc.bytes
   local inner = type(b64) == "string" and core.crypto.base64_decode(b64)
   if not inner then return core.error("bad_event", "a chunk without base64 bytes") end
-  local event = cjson.decode(inner)
+  local event = core.json.decode(inner)
   if type(event) ~= "table" or type(event.type) ~= "string" then
     return core.error("bad_event", "a chunk whose bytes are not a stream event")
   end
@@ -232,7 +231,7 @@ end
 
 -- {"message": "…"} (every Bedrock error answer).
 function P:api_error(body)
-  local doc = cjson.decode(body or "")
+  local doc = core.json.decode(body or "")
   local message = type(doc) == "table" and (doc.message or doc.Message)
   return "error", (type(message) == "string" and message or "(no message)"):sub(1, 500)
 end

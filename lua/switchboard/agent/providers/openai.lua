@@ -20,7 +20,7 @@
 --             end_turn | tool_use | max_tokens, usage prompt_tokens (less cached_tokens) /
 --             completion_tokens → input_tokens / output_tokens
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
+local json = core.json
 local anthropic = require("switchboard.agent.providers.anthropic")
 
 local M = {}
@@ -71,12 +71,12 @@ local function assistant(blocks)
   for _, b in ipairs(blocks) do
     if b.type == "text" then texts[#texts + 1] = b.text
     elseif b.type == "tool_use" then
-      local args = cjson.encode(b.input or {})
+      local args = json.encode(b.input or {})
       if args == "[]" or args == "{}" then args = "{}" end
       calls[#calls + 1] = { id = b.id, type = "function", ["function"] = { name = b.name, arguments = args } }
     end
   end
-  msg.content = #texts > 0 and table.concat(texts, "\n") or cjson.null
+  msg.content = #texts > 0 and table.concat(texts, "\n") or json.null
   if #calls > 0 then msg.tool_calls = calls end
   return msg
 end
@@ -118,7 +118,7 @@ function M.request_body(body)
   return out
 end
 
-function P:encode(body) return assert(cjson.encode(M.request_body(body))) end
+function P:encode(body) return json.encode(M.request_body(body)) end
 
 function P:request()
   local headers = { ["content-type"] = "application/json", accept = "text/event-stream" }
@@ -206,7 +206,7 @@ function P:decoder(asm, max_event_bytes)
   local parser = core.sse.parser(max_event_bytes)
   local failed
   local feed, done = M.translator(function(type_, doc)
-    failed = failed or asm:event(type_, assert(cjson.encode(doc)))
+    failed = failed or asm:event(type_, json.encode(doc))
   end)
   return function(bytes)
     if bytes == nil then return nil end
@@ -217,7 +217,7 @@ function P:decoder(asm, max_event_bytes)
       if data == "[DONE]" then
         done()
       else
-        local doc = cjson.decode(data)
+        local doc = json.decode(data)
         local why = feed(doc)
         if why then return core.error("bad_event", why) end
       end
@@ -228,7 +228,7 @@ end
 
 -- {"error": {"message", "type"}} (OpenAI, vLLM), or {"error": "text"} (Ollama).
 function P:api_error(body)
-  local doc = cjson.decode(body or "")
+  local doc = json.decode(body or "")
   if type(doc) == "table" and type(doc.error) == "string" then return "error", doc.error:sub(1, 500) end
   return anthropic.api_error(body)
 end

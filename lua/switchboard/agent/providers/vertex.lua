@@ -12,7 +12,7 @@
 --             anthropic_version "vertex-2023-10-16" and stream true
 --   answer    the Messages API's own server-sent events
 local core = require("switchboard.core")
-local cjson = require("cjson.safe").new()
+local json = core.json
 local anthropic = require("switchboard.agent.providers.anthropic")
 
 local M = {}
@@ -35,7 +35,7 @@ local FIX = {
 
 -- The service-account key's text → its fields, or nil, why (never quoting the key).
 function M.read_key(text)
-  local doc = cjson.decode(text or "")
+  local doc = json.decode(text or "")
   if type(doc) ~= "table" or doc.type ~= "service_account" then
     return nil, core.error("no_key", "is not a service account key (JSON with \"type\": \"service_account\")")
   end
@@ -62,10 +62,10 @@ function P:encode(body)
   copy.model = nil
   copy.stream = true
   copy.anthropic_version = M.VERSION
-  return assert(cjson.encode(copy)), body.model
+  return json.encode(copy), body.model
 end
 
-local function b64url_json(t) return core.crypto.base64url_encode(assert(cjson.encode(t))) end
+local function b64url_json(t) return core.crypto.base64url_encode(json.encode(t)) end
 
 -- The signed assertion for the token endpoint.
 function M.assertion(key, now_s)
@@ -100,7 +100,7 @@ function P:access_token()
   if status == nil then
     return nil, core.error("retry", ("the token endpoint did not answer (%s: %s)"):format(tostring(failure.kind), tostring(failure.message)))
   end
-  local doc = cjson.decode(body or "")
+  local doc = json.decode(body or "")
   if status ~= 200 or type(doc) ~= "table" or type(doc.access_token) ~= "string" then
     local why = type(doc) == "table" and (doc.error_description or doc.error) or "(no reason)"
     local kind = (status == 429 or (status and status >= 500)) and "retry" or "fatal"
@@ -127,7 +127,7 @@ function P:decoder(asm, max_event_bytes) return anthropic.sse_decoder(asm, max_e
 
 -- Google's {"error": {"code", "message", "status"}} or, from the model, Anthropic's shape.
 function P:api_error(body)
-  local doc = cjson.decode(body or "")
+  local doc = json.decode(body or "")
   local e = type(doc) == "table" and doc.error
   if type(e) == "table" and type(e.status) == "string" then
     return e.status, tostring(e.message or "(no message)"):sub(1, 500)

@@ -23,8 +23,7 @@ end
 
 function M.new(opts)
   return setmetatable({ credentials = opts.credentials, policy = opts.policy, log = opts.log or core.log,
-                        now_ms = opts.now_ms or core.now_ms, sending = in_flight.new(),
-                        hurrying = core.signal() }, F)
+                        now_ms = opts.now_ms or core.now_ms, cards = in_flight.cards(opts.log or core.log, "github.front_error") }, F)
 end
 
 -- The API's options for the thread's repository, with a token minted now.
@@ -41,25 +40,15 @@ function F:api(repo, number)
            timeout_ms = snap.github.request_timeout_ms }
 end
 
-function F:spawn(fn)
-  self.sending:go(fn, function(err) self.log("error", "github.front_error", { error = tostring(err) }) end)
-end
-
-function F:flush(signal)
-  self.hurrying:abort("flushing")
-  return self.sending:wait(signal)
-end
+function F:spawn(fn) self.cards:go(fn) end
+function F:flush(signal) return self.cards:flush(signal) end
 
 local function failed(self, h, what, err)
   self.log("warn", "github.api_failed", { call = what, repo = h.repo, issue = h.number,
     error = tostring(err):match("^[^\n]*") })
 end
 
-local function next_state(h)
-  if h.pending then return end
-  h.waiting = core.current()
-  core.suspend()
-end
+local next_state = in_flight.next_state
 
 function F:card_worker(h)
   local o, err = self:api(h.repo, h.number)
@@ -91,7 +80,7 @@ end
 
 function F:post(thread, msg)
   local repo, number = M.place(thread)
-  local h = { thread = thread, repo = repo, number = number, pending = msg, final_known = core.signal(self.hurrying) }
+  local h = { thread = thread, repo = repo, number = number, pending = msg, final_known = core.signal(self.cards.hurrying) }
   if not repo then
     self.log("error", "github.post_unplaced", { thread = tostring(thread) })
     h.dead = true
@@ -104,16 +93,7 @@ end
 
 function F:update(h, msg)
   if h.final_queued or h.dead then return end
-  h.pending = msg
-  if msg.final then
-    h.final_queued = true
-    h.final_known:abort("final")
-  end
-  local t = h.waiting
-  if t then
-    h.waiting = nil
-    core.wake(t)
-  end
+  in_flight.put(h, msg)
 end
 
 return M

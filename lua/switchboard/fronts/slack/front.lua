@@ -35,8 +35,9 @@ function M.new(opts)
     policy = opts.policy,
     log = opts.log or core.log,
     now_ms = opts.now_ms or core.now_ms,
-    sending = in_flight.new(), -- card and answer tasks still sending
-    hurrying = core.signal(), -- aborted at shutdown: a final state no longer waits for its pace
+    -- card and answer tasks still sending; cards.hurrying is aborted at shutdown: a final state
+    -- no longer waits for its pace
+    cards = in_flight.cards(opts.log or core.log, "slack.front_error"),
     stats = { final_lag_ms = {} }, -- final card sent − final state known (bench)
     next_update_ms = 0, -- the earliest time the next chat.update of any card may go
     steers = true, -- a mention in a thread whose run works goes to that run (dispatcher deliver)
@@ -48,17 +49,12 @@ local function settings(self)
 end
 
 -- Runs fn as a counted task: flush() waits for every one.
-function F:spawn(fn)
-  self.sending:go(fn, function(err) self.log("error", "slack.front_error", { error = tostring(err) }) end)
-end
+function F:spawn(fn) self.cards:go(fn) end
 
 -- A second TERM during the drain aborts the signal before the flush begins: false at once.
 -- The cards' pacing (card.update_every_ms, updates_per_minute) ends here: the drain's deadline
 -- is near, and what Slack cannot take now (a 429) is still waited out, up to the signal.
-function F:flush(signal)
-  self.hurrying:abort("flushing")
-  return self.sending:wait(signal)
-end
+function F:flush(signal) return self.cards:flush(signal) end
 
 local function log_failure(self, what, h, err)
   self.log("warn", "slack.api_failed", { call = what, channel = h.where and h.where.channel,
@@ -156,12 +152,7 @@ function F:render(h, msg, s)
 end
 
 -- Waits for the next state of the card (update() wakes it).
-local function next_state(h)
-  if h.pending then return true end
-  h.waiting = core.current()
-  core.suspend()
-  return h.pending ~= nil
-end
+local next_state = in_flight.next_state
 
 function F:card_worker(h)
   local s = settings(self)
@@ -233,8 +224,8 @@ function F:update_slot(s, h)
   if final then
     self.finals_waiting = (self.finals_waiting or 0) + 1
   else
-    while (self.finals_waiting or 0) > 0 and not h.final_queued and not self.hurrying.aborted do
-      core.sleep(spacing, self.hurrying)
+    while (self.finals_waiting or 0) > 0 and not h.final_queued and not self.cards.hurrying.aborted do
+      core.sleep(spacing, self.cards.hurrying)
     end
     if h.final_queued then return self:update_slot(s, h) end
   end
@@ -247,7 +238,7 @@ function F:update_slot(s, h)
     slot = math.max(now, self.next_update_ms, self.hold_until_ms or 0)
     self.next_update_ms = slot + spacing
   end
-  if slot > now then core.sleep(slot - now, not final and h.final_known or self.hurrying) end
+  if slot > now then core.sleep(slot - now, not final and h.final_known or self.cards.hurrying) end
   if final then
     self.finals_waiting = self.finals_waiting - 1
   elseif h.final_queued then
@@ -288,8 +279,8 @@ function F:post(thread, msg, where)
     end
     where = { channel = t.channel, thread_ts = t.thread_ts }
   end
-  -- final_known also fires when the drain hurries every card (self.hurrying, a parent)
-  local h = { thread = thread, where = where, pending = msg, final_known = core.signal(self.hurrying) }
+  -- final_known also fires when the drain hurries every card (self.cards.hurrying, a parent)
+  local h = { thread = thread, where = where, pending = msg, final_known = core.signal(self.cards.hurrying) }
   if msg.card == nil then
     self:say(where, msg.text)
     h.sent_final = true
@@ -313,17 +304,8 @@ end
 
 function F:update(h, msg)
   if h.final_queued or h.sent_final or h.dead then return end
-  h.pending = msg
-  if msg.final then
-    h.final_queued = true
-    h.final_known_ms = self.now_ms()
-    h.final_known:abort("final") -- ends a progress wait: the final goes at once
-  end
-  local t = h.waiting
-  if t then
-    h.waiting = nil
-    core.wake(t)
-  end
+  if msg.final then h.final_known_ms = self.now_ms() end
+  in_flight.put(h, msg)
 end
 
 return M

@@ -30,7 +30,6 @@
 -- opts.closing() is true (the bot was told to stop) events, actions and webhooks are answered
 -- 503 and nothing runs: Slack sends the event again, to whichever process is up by then.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local review = require("switchboard.fronts.slack.review")
 
 local M = {}
@@ -91,8 +90,8 @@ function M.github(opts, req, res, log)
     log("warn", "github.webhook_refused", { reason = why, remote = req.remote_addr })
     return res:send(401, TEXT, "invalid signature\n")
   end
-  local dok, payload = pcall(cjson.decode, req.body)
-  if not dok or type(payload) ~= "table" then return res:send(400, TEXT, "the body is not JSON\n") end
+  local payload = core.json.decode(req.body or "")
+  if type(payload) ~= "table" then return res:send(400, TEXT, "the body is not JSON\n") end
   if closing(opts, res) then return end
   res:send(202)
   take(opts, opts.on_github, req.headers["x-github-event"], req.headers["x-github-delivery"], payload)
@@ -106,11 +105,11 @@ function M.handler(opts)
   local build = { commit = stamp.commit, builtAt = stamp.built_at }
   return function(req, res)
     if req.path == "/healthz" and (req.method == "GET" or req.method == "HEAD") then
-      return res:send(200, JSON, cjson.encode({ ok = true, build = build }))
+      return res:send(200, JSON, core.json.encode({ ok = true, build = build }))
     end
     if req.path == "/readyz" and (req.method == "GET" or req.method == "HEAD") and opts.readiness then
       local ready, checks = opts.readiness:check()
-      return res:send(ready and 200 or 503, JSON, cjson.encode({ ready = ready, checks = checks, build = build }))
+      return res:send(ready and 200 or 503, JSON, core.json.encode({ ready = ready, checks = checks, build = build }))
     end
     if opts.pages and opts.pages(req, res) then return end -- the run pages (pages/routes.lua)
     if req.path == "/github/webhook" and opts.on_github and not opts.health_only then
@@ -131,15 +130,15 @@ function M.handler(opts)
     if closing(opts, res) then return end
     if req.path == "/slack/actions" then
       local raw = form_field(req.body, "payload")
-      local dok, payload = pcall(cjson.decode, raw or "")
-      if not dok or type(payload) ~= "table" then return res:send(400, TEXT, "no payload\n") end
+      local payload = core.json.decode(raw or "")
+      if type(payload) ~= "table" then return res:send(400, TEXT, "no payload\n") end
       res:send(200)
       return take(opts, opts.on_interactive, payload)
     end
-    local dok, payload = pcall(cjson.decode, req.body)
-    if not dok or type(payload) ~= "table" then return res:send(400, TEXT, "the body is not JSON\n") end
+    local payload = core.json.decode(req.body or "")
+    if type(payload) ~= "table" then return res:send(400, TEXT, "the body is not JSON\n") end
     if payload.type == "url_verification" then
-      return res:send(200, JSON, cjson.encode({ challenge = tostring(payload.challenge or "") }))
+      return res:send(200, JSON, core.json.encode({ challenge = tostring(payload.challenge or "") }))
     end
     res:send(200)
     if payload.type == "event_callback" then take(opts, opts.on_event, payload, req.headers["x-slack-retry-num"]) end

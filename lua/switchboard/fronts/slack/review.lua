@@ -96,7 +96,7 @@ function M.read(event, p, pol, now_s, max_age_s)
   -- JSON numbers may decode as floats: #1, line 2 — not #1.0
   c.pr_number = math.tointeger(c.pr_number) or c.pr_number
   c.line = c.line ~= nil and (math.tointeger(c.line) or c.line) or nil
-  if c.line == require("cjson").null then c.line = nil end
+  if c.line == core.json.null then c.line = nil end
   if type(c.body) ~= "string" or c.body == "" then return nil, "an empty comment" end
   if type(c.pr_url) ~= "string" or type(repo) ~= "string" then return nil, "no pull request or repository" end
   if not mentions(c.body, pol.mention) then return nil, "the comment does not mention the bot" end

@@ -19,7 +19,6 @@
 -- backoff (slack.socket.reconnect_ms). A ping goes out every slack.socket.ping_every_ms; a
 -- connection with no pong for three of those is treated as dropped.
 local core = require("switchboard.core")
-local cjson = require("cjson")
 local in_flight = require("switchboard.dispatch.in_flight")
 
 local M = {}
@@ -61,8 +60,8 @@ function S:open_one()
                                       signal = self.stopping }
   if not conn then return nil, cerr end
   local first, rerr = conn:recv{ deadline_ms = c.open_deadline_ms, signal = self.stopping }
-  local ok, hello = pcall(cjson.decode, first or "")
-  if not (first and ok and type(hello) == "table" and hello.type == "hello") then
+  local hello = core.json.decode(first or "")
+  if not (type(hello) == "table" and hello.type == "hello") then
     conn:close()
     return nil, rerr or core.error("protocol", "the Socket Mode connection did not start with hello")
   end
@@ -92,7 +91,7 @@ end
 
 function S:ack(rec, env)
   self.stats.acks = self.stats.acks + 1
-  rec.conn:send(cjson.encode({ envelope_id = env.envelope_id }))
+  rec.conn:send(core.json.encode({ envelope_id = env.envelope_id }))
 end
 
 -- Envelopes' work starts one per loop turn, each at least a turn after its ack went out: a
@@ -163,8 +162,8 @@ function S:reader(rec)
       end
       break
     end
-    local ok, env = pcall(cjson.decode, raw)
-    if ok and type(env) == "table" then
+    local env = core.json.decode(raw or "")
+    if type(env) == "table" then
       if env.envelope_id and self.stopping.aborted then
         -- read after stop(): not acked, so Slack sends it again to a connection that stays
         self.log("info", "slack.envelope_left", { connection = rec.id, envelope_id = tostring(env.envelope_id) })

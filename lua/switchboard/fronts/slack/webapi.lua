@@ -20,7 +20,6 @@
 -- registered (the bot's tokens, the model key, the sandbox bearer, GitHub's) is posted as
 -- [redacted] (docs/isolation.md "Fronts that serve other people").
 local core = require("switchboard.core")
-local cjson = require("cjson")
 
 local M = {}
 local A = {}
@@ -51,7 +50,7 @@ local function form(args)
   local parts = {}
   for _, k in ipairs(keys) do
     local v = args[k]
-    if type(v) == "table" then v = cjson.encode(v) end
+    if type(v) == "table" then v = core.json.encode(v) end
     parts[#parts + 1] = urlencode(k) .. "=" .. urlencode(v)
   end
   return table.concat(parts, "&")
@@ -60,7 +59,7 @@ end
 -- A copy of v with every string (keys too) scrubbed of the registered secrets.
 local function scrubbed(v, scrub)
   if type(v) == "string" then return scrub(v) end
-  if type(v) ~= "table" or v == cjson.null then return v end
+  if type(v) ~= "table" or v == core.json.null then return v end
   local out = {}
   for k, x in pairs(v) do out[scrubbed(k, scrub)] = scrubbed(x, scrub) end
   return setmetatable(out, getmetatable(v)) -- keeps cjson's empty-array marker
@@ -84,7 +83,7 @@ local function once(self, method, args, opts)
   if opts.form then
     body, ctype = form(args or {}), "application/x-www-form-urlencoded"
   else
-    body, ctype = cjson.encode(args or {}), "application/json; charset=utf-8"
+    body, ctype = core.json.encode(args or {}), "application/json; charset=utf-8"
   end
   self.counts.calls = self.counts.calls + 1
   local status, headers, answer = self.request{
@@ -103,11 +102,11 @@ local function once(self, method, args, opts)
     return nil, core.error("rate_limited", ("Slack %s: rate limited (Retry-After %ss)"):format(method, after),
       { retry = true, retry_after_ms = ms })
   end
-  local ok, decoded = pcall(cjson.decode, answer or "")
+  local decoded = core.json.decode(answer or "")
   if status >= 500 then
     return nil, core.error("transport", ("Slack %s: HTTP %d"):format(method, status), { retry = true })
   end
-  if not ok or type(decoded) ~= "table" then
+  if type(decoded) ~= "table" then
     return nil, core.error("transport", ("Slack %s: HTTP %d with a body that is not JSON")
       :format(method, status))
   end
