@@ -20,6 +20,7 @@ local cjson = require("cjson")
 local S = require("support.sandbox")
 local E = require("support.e2b")
 local policy = require("switchboard.policy")
+require("switchboard.exec.backends") -- the backends' settings in the policy schema, as a command's prologue
 
 core.log_format("text", "warn")
 

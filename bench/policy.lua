@@ -17,6 +17,7 @@ package.cpath = build .. "/lua/?.so;" .. package.cpath
 
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
+require("switchboard.exec.backends") -- the backends' settings in the policy schema, as a command's prologue
 local loader = require("switchboard.policy.loader")
 local budget = require("switchboard.shell.budget")
 local classify = require("switchboard.shell.classify")

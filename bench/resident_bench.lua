@@ -20,6 +20,7 @@ local cjson = require("cjson")
 local S = require("support.sandbox")
 local R = require("support.resident")
 local policy = require("switchboard.policy")
+require("switchboard.exec.backends") -- the backends' settings in the policy schema, as a command's prologue
 local resident = require("switchboard.exec.resident")
 local localx = require("switchboard.exec.local")
 

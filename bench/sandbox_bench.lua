@@ -18,6 +18,7 @@ local cjson = require("cjson")
 local S = require("support.sandbox")
 local policies = require("support.policies")
 local policy = require("switchboard.policy")
+require("switchboard.exec.backends") -- the backends' settings in the policy schema, as a command's prologue
 local sandbox = require("switchboard.exec.sandbox")
 local localx = require("switchboard.exec.local")
 

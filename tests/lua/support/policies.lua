@@ -2,6 +2,7 @@
 -- directories made from the shipped files with edits.
 
 local loader = require("switchboard.policy.loader")
+require("switchboard.exec.backends") -- the backends' settings in the schema (a script without busted's helper)
 local sha256 = require("support.sha256")
 
 local M = {}
