@@ -20,7 +20,9 @@ local cjson = require("cjson")
 local S = require("support.sandbox")
 local R = require("support.resident")
 local policy = require("switchboard.policy")
-require("switchboard.exec.backends") -- the backends' settings in the policy schema, as a command's prologue
+-- the backends' and fronts' settings in the policy schema, as the binary loads them
+require("switchboard.exec.backends")
+require("switchboard.fronts.registry")
 local resident = require("switchboard.exec.resident")
 local localx = require("switchboard.exec.local")
 

@@ -26,14 +26,19 @@ local function execution_with(edit)
   return P.dir({ execution = function(src) return edit(src) end })
 end
 
-describe("a backend registered from the test tree", function()
-  setup(function() backends.register(toy.backend) end)
-  teardown(function() backends.unregister(toy.backend.name) end)
+-- Within a describe: decl registered with registry for its cases, each on a fresh policy state.
+local function registered(registry, decl)
+  setup(function() registry.register(decl) end)
+  teardown(function() registry.unregister(decl.name) end)
   before_each(function()
     policy.reset()
     policy.configure{ hash = P.hash, log = function() end }
   end)
   after_each(function() policy.reset(); P.cleanup() end)
+end
+
+describe("a backend registered from the test tree", function()
+  registered(backends, toy.backend)
 
   it("is listed, after the shipped ones, in --help of every command that takes --backend", function()
     for _, name in ipairs({ "exec", "console", "slack" }) do
@@ -104,5 +109,86 @@ describe("a backend registered from the test tree", function()
       end })
     assert.truthy(out:find("\nok    toy       the toy greets with " .. toy.DEFAULT_GREETING, 1, true), out)
     assert.truthy(out:find("\nskip  sandboxd  ", 1, true), out)
+  end))
+end)
+
+describe("a front registered from the test tree", function()
+  local fronts = require("switchboard.fronts.registry")
+  local front_commands = require("switchboard.commands.front")
+  local toy_front = require("support.toy_front")
+
+  registered(fronts, toy_front.front)
+
+  -- The shipped policies with the toy's walls off (a spec runs no walls) and its own settings.
+  local function toy_policies(timeouts_line)
+    return P.dir({
+      isolation = function(src)
+        return (src:gsub("local_walls = { default = true,", "local_walls = { default = true, toy = false,", 1))
+      end,
+      timeouts = function(src) return src .. "\n" .. (timeouts_line or "") .. "\n" end,
+    })
+  end
+
+  it("is a command: in `switchboard --help` after the shipped fronts, with its own --help", function()
+    local usage = require("switchboard.cli").usage()
+    assert.truthy(usage:find("\n  slack +[^\n]*\n  toy +" .. toy_front.front.summary:gsub("%p", "%%%0")), usage)
+    local cmd = front_commands.command("toy")
+    local lines = {}
+    assert.equal(0, cmd.run({ "--help" }, { out = function(l) lines[#lines + 1] = l end }))
+    assert.equal(toy_front.HELP:gsub("\n$", ""), table.concat(lines, "\n"))
+  end)
+
+  it("has its settings validated (policies/timeouts.lua) and its key in local_walls", function()
+    local snap, errs = P.load(toy_policies("toy = { drain_ms = \"soon\" }"))
+    assert.is_nil(snap)
+    assert.truthy(table.concat(errs, "\n"):find("toy.drain_ms must be", 1, true), table.concat(errs, "\n"))
+    snap, errs = P.load(toy_policies("toy = { drain_ms = 5000 }"))
+    assert.truthy(snap, errs and table.concat(errs, "\n"))
+    assert.equal(5000, snap.timeouts.toy.drain_ms)
+    assert.is_false(factory.walled_locally(snap, "toy"))
+    local wrong = P.dir({ isolation = function(src)
+      return (src:gsub("local_walls = { default = true,", "local_walls = { default = true, toys = false,", 1))
+    end })
+    snap, errs = P.load(wrong)
+    assert.is_nil(snap)
+    assert.truthy(table.concat(errs, "\n"):find("names no front (known: default, console, exec, slack, toy)", 1, true),
+      table.concat(errs, "\n"))
+  end)
+
+  it("runs a command, hosted like the others: the record, /metrics, the drain on TERM", async(function()
+    local dir = files.tmpdir()
+    local asks = dir .. "/asks"
+    local f = assert(io.open(asks, "w"))
+    f:write("run `echo hi from the toy front`\n")
+    f:close()
+    local pols = toy_policies("toy = { drain_ms = 5000 }")
+    local out, status = {}, nil
+    core.go(function()
+      status = front_commands.command("toy").run(
+        { "--asks", asks, "--metrics-listen", "127.0.0.1:0", "--workspace-root", dir .. "/ws" },
+        { policies_dir = pols, out = function(l) out[#out + 1] = l end, err = function(l) out[#out + 1] = l end,
+          getenv = function(name) if name == "SWITCHBOARD_STATE_DIR" then return dir .. "/state" end return os.getenv(name) end })
+    end)
+    local waited = 0
+    while not (toy_front.last and toy_front.last.idle) and status == nil and waited < 60000 do
+      core.sleep(50); waited = waited + 50
+    end
+    assert.truthy(toy_front.last and toy_front.last.idle, "the toy front never went idle: " .. table.concat(out, "\n"))
+    local text = table.concat(out, "\n")
+    assert.truthy(text:find("[main] ", 1, true) and text:find("hi from the toy front", 1, true), text)
+    -- the host's listener and the host's record
+    local code, _, body = core.http.request{ method = "GET",
+      url = ("http://127.0.0.1:%d/metrics"):format(toy_front.last.metrics_port), deadline_ms = 10000 }
+    assert.equal(200, code)
+    assert.truthy(body:find("switchboard_", 1, true), body)
+    assert.truthy(io.open(dir .. "/state/record.db", "r"), "no record under the state directory")
+    -- the host's drain on a real TERM to this process (the host's handler is in place since
+    -- READY): the front's drain with its own drain time, then the command returns 0
+    local pid = assert(io.open("/proc/self/stat", "r")):read("l"):match("^(%d+)")
+    assert(os.execute("kill -TERM " .. pid))
+    waited = 0
+    while status == nil and waited < 60000 do core.sleep(50); waited = waited + 50 end
+    assert.equal(0, status)
+    os.execute(("rm -rf '%s'"):format(dir))
   end))
 end)

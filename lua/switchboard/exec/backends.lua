@@ -18,8 +18,7 @@
 -- MODULES is the one list of the shipped ones, in the order help and errors show them; a
 -- later one is a line here, or backends.register(decl) (a spec's toy backend).
 local schema = require("switchboard.policy.schema")
-
-local M = {}
+local parts = require("switchboard.policy.parts")
 
 local MODULES = {
   "switchboard.exec.local",
@@ -28,8 +27,6 @@ local MODULES = {
   "switchboard.exec.e2b",
   "switchboard.exec.kubernetes",
 }
-
-local by_name, order = {}, {}
 
 local function check(decl)
   assert(type(decl) == "table", "a backend declaration is a table")
@@ -40,41 +37,28 @@ local function check(decl)
   assert(type(decl.configured) == "function", "backend " .. decl.name .. ": configured is a function")
 end
 
--- Adds a backend (or replaces the one of that name): the policies loaded afterwards know it.
-function M.register(decl)
-  check(decl)
-  if not by_name[decl.name] then order[#order + 1] = decl.name end
-  by_name[decl.name] = decl
-  schema.register_backend(decl.name, decl.settings)
-  return decl
-end
-
--- Takes one away again (a spec's toy, once the spec is over).
-function M.unregister(name)
-  if not by_name[name] then return end
-  by_name[name] = nil
-  for i, n in ipairs(order) do if n == name then table.remove(order, i) break end end
-  schema.unregister_backend(name)
-end
-
-function M.get(name) return by_name[name] end
-
--- The names in their order (a copy).
-function M.names() return table.move(order, 1, #order, 1, {}) end
+-- register(decl) adds one (or replaces the one of that name: the policies loaded afterwards
+-- know it), unregister(name), get(name), names() (policy/parts.lua)
+local M = parts.new{
+  check = check,
+  on_add = function(decl) schema.register_backend(decl.name, decl.settings) end,
+  on_remove = function(decl) schema.unregister_backend(decl.name) end,
+}
 
 -- "local, sandbox, resident, e2b or kubernetes"
 function M.names_text()
+  local order = M.names()
   if #order < 2 then return order[1] or "" end
   return table.concat(order, ", ", 1, #order - 1) .. " or " .. order[#order]
 end
 
 -- One line per backend, for --backend's help (indent: the spaces before each name).
 function M.help_lines(indent)
-  local width = 0
+  local order, width = M.names(), 0
   for _, name in ipairs(order) do width = math.max(width, #name) end
   local lines = {}
   for _, name in ipairs(order) do
-    lines[#lines + 1] = ("%s%-" .. width .. "s  %s"):format(indent, name, by_name[name].help)
+    lines[#lines + 1] = ("%s%-" .. width .. "s  %s"):format(indent, name, M.get(name).help)
   end
   return table.concat(lines, "\n")
 end

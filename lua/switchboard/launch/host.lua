@@ -4,7 +4,7 @@
 -- request, kept across restarts and expired by policy), the run pages served from it
 -- (pages/routes.lua) and their address.
 --
---   local host, err = host.open(snap)      opens <state dir>/record.db
+--   local host, err = host.open(snap [, getenv])   opens <state dir>/record.db
 --   host.record                            for dispatcher.new{record = …}; d:restore() next
 --   host.pages, host.log_hide              the pages' handler and the path prefix a log never shows
 --   host.page_url(token) → url | nil       the run page's address (policy record.pages), once
@@ -44,15 +44,16 @@ local M = {}
 local H = {}
 H.__index = H
 
-function M.open(snap)
-  core.fs.mkdir_p(state.dir(), tonumber("700", 8))
-  local path = state.dir() .. "/record.db"
+function M.open(snap, getenv)
+  local dir = state.dir(getenv)
+  core.fs.mkdir_p(dir, tonumber("700", 8))
+  local path = dir .. "/record.db"
   local rec, err = record_mod.open(path, { excerpt_bytes = snap.record.excerpt_bytes })
   if not rec then
     return nil, core.error("config", ("cannot open the thread record %s: %s (check the state directory's "
       .. "permissions and free space)"):format(path, tostring(err)))
   end
-  local self = setmetatable({ record = rec, stop = core.signal(), base = nil,
+  local self = setmetatable({ record = rec, stop = core.signal(), base = nil, dir = dir,
                               pages = pages_routes.handler{ record = rec, policy = policy.current },
                               log_hide = { pages_routes.PREFIX } }, H) -- a page's token is its credential
   self.page_url = function(token)
@@ -82,8 +83,8 @@ end
 function H:dispatcher_options(extra)
   local opts = {
     record = self.record, page_url = self.page_url,
-    outputs_dir = state.dir() .. "/outputs",
-    transcripts_dir = state.dir() .. "/transcripts",
+    outputs_dir = self.dir .. "/outputs",
+    transcripts_dir = self.dir .. "/transcripts",
   }
   for k, v in pairs(extra or {}) do opts[k] = v end
   return opts
@@ -122,7 +123,7 @@ end
 local EXIT_CONFIG = 78 -- launch/prologue.lua's EXIT.config
 
 function M.serve(p, front)
-  local host, err = M.open(p.snap)
+  local host, err = M.open(p.snap, p.ctx.getenv)
   if not host then return p:fail(EXIT_CONFIG, err) end
   local d = front:dispatcher(host)
   d:restore() -- the threads the record keeps, before the first ask can arrive

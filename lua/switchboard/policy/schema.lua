@@ -408,7 +408,6 @@ M.files.timeouts = {
   },
   health = S.record { max_consecutive_infra_failures = S.int { min = 1, max = 100 } },
   process = S.record { max_output_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" } },
-  console = S.record { refresh_ms = ms(100, MINUTE), drain_ms = ms(0, 10 * MINUTE) },
   card = S.record { max_chars = S.int { min = 1000, max = 40000, unit = "characters" } },
 }
 
@@ -692,9 +691,34 @@ M.files.execution = {
 }
 
 -- local_walls: true | false (every front), or front name → true | false with "default" for
--- the fronts not named (docs/isolation.md "Fronts that serve other people").
-M.FRONTS = { "console", "exec", "slack" }
+-- the fronts not named (docs/isolation.md "Fronts that serve other people"). The fronts are
+-- registered by fronts/registry.lua (each front module declares its own); `exec` is a
+-- person's own terminal, not a front, but its commands are walled by the same rule.
+M.FRONTS = { "exec" }
+local fronts_registered = false
+
+-- A front's name, and its own settings: file → spec (`timeouts = S.record{…}` is the
+-- front's policies/timeouts.lua `NAME = {…}`).
+function M.register_front(name, settings)
+  fronts_registered = true
+  local known = false
+  for _, f in ipairs(M.FRONTS) do known = known or f == name end
+  if not known then
+    M.FRONTS[#M.FRONTS + 1] = name
+    table.sort(M.FRONTS)
+  end
+  for file, spec in pairs(settings or {}) do M.files[file][name] = spec end
+end
+
+function M.unregister_front(name, settings)
+  for i, f in ipairs(M.FRONTS) do if f == name then table.remove(M.FRONTS, i) break end end
+  for file in pairs(settings or {}) do M.files[file][name] = nil end
+end
+
 local function local_walls_spec(v, path, report)
+  if not fronts_registered then
+    error("no front is registered: require switchboard.fronts.registry before loading policies", 0)
+  end
   if type(v) == "boolean" then return end
   if type(v) ~= "table" then
     return report(path, "must be true, false or a table of front → true/false, got " .. typename(v))
