@@ -9,7 +9,7 @@ local webapi = require("switchboard.fronts.slack.webapi")
 local app_mod = require("switchboard.fronts.slack.app")
 local host_mod = require("switchboard.launch.host")
 local factory = require("switchboard.exec.factory")
-local schema = require("switchboard.policy.schema")
+local others = require("switchboard.launch.others")
 local rendezvous = require("switchboard.exec.rendezvous")
 
 local M = {
@@ -81,62 +81,6 @@ local SPEC = {
   listen = "string", ["health-listen"] = "string", ["metrics-listen"] = "string", backend = "string", ["sandbox-url"] = "string",
   ["workspace-root"] = "string", trace = "string", ["allow-unwalled-commands"] = "flag",
 }
-
-M.UNWALLED_NOTE = "unwalled: this bot was started with --allow-unwalled-commands — commands run "
-  .. "on the bot's host within reach of its secrets"
-
--- Every value in this process's environment whose name looks like a credential (the names
--- policies may never pass to a command) is registered with the redaction the log has, which
--- every text the bot posts also goes through: a command that prints one posts [redacted].
-function M.register_env_secrets(environ_path)
-  local f = io.open(environ_path or "/proc/self/environ", "rb")
-  if not f then return 0 end
-  local raw = f:read("a")
-  f:close()
-  local n = 0
-  for entry in raw:gmatch("[^%z]+") do
-    local name, value = entry:match("^([^=]+)=(.*)$")
-    if name and value ~= "" and schema.is_secret_name(name) then
-      core.log_redact(value)
-      n = n + 1
-    end
-  end
-  return n
-end
-
--- The words for a start refused because some agent's commands would run unwalled.
-local function unwalled_problem(list)
-  local names = {}
-  for _, u in ipairs(list) do names[#names + 1] = ("%s (%s)"):format(u.agent, u.backend) end
-  return ("agents %s would run Slack users' commands unwalled on this host, where they can read "
-    .. "this bot's tokens (%s is false). Point the bot at a sandboxd (SANDBOX_URL and SANDBOX_TOKEN; "
-    .. "docs/deploy.md \"One machine\"), or set local_walls.slack = true in policies/isolation.lua "
-    .. "(walls need root, bubblewrap, user namespaces and cgroups), or — only for people you trust "
-    .. "with those tokens — start with --allow-unwalled-commands"):format(table.concat(names, ", "), list[1].setting)
-end
-
--- This process's effective uid (/proc/self/status), nil where it cannot be read.
-function M.effective_uid(status_path)
-  local f = io.open(status_path or "/proc/self/status", "r")
-  if not f then return nil end
-  local text = f:read("a")
-  f:close()
-  return tonumber(text:match("\nUid:%s+%d+%s+(%d+)"))
-end
-
--- The words for a start refused because the local executor's walls need root and this bot
--- does not run as root (switchboard-bot.service's User=switchboard): it could run nothing.
-function M.walls_need_root_problem(list, uid)
-  local names = {}
-  for _, u in ipairs(list) do names[#names + 1] = ("%s (%s)"):format(u.agent, u.backend) end
-  return ("agents %s would run Slack users' commands on the local executor behind its walls, but "
-    .. "this bot runs as uid %s, not root, and the walls need root (each instance gets a host uid, "
-    .. "cgroups and a workspace of its own), so none of their commands could run. Point the bot at "
-    .. "a sandboxd: set SANDBOX_URL and SANDBOX_TOKEN (the package's /etc/switchboard/bot.env has "
-    .. "SANDBOX_URL=http://127.0.0.1:8080 and the SANDBOX_TOKEN of /etc/switchboard/sandboxd.env; "
-    .. "restore them, then `systemctl restart switchboard-bot`; docs/deploy.md \"One machine\"), "
-    .. "or run the bot as root"):format(table.concat(names, ", "), tostring(uid))
-end
 
 local function env(getenv, name)
   local v = getenv(name)
@@ -211,35 +155,18 @@ function M.run(argv, ctx)
   })
   if not p then return status end
   local opts, snap = p.opts, p.snap
-  -- Not dumpable: /proc/<pid>/environ and mem closed to a command running as the same user
-  -- (as sandboxd and the resident are); the secrets registered with the redaction.
-  core.secrets.not_dumpable()
-  M.register_env_secrets()
   local e, why = M.read_env(os.getenv, opts)
   if not e then return p:fail(M.EXIT.config, why) end
-  for _, secret in ipairs({ e.bot, e.app, e.secret }) do core.log_redact(secret) end
-  local allow_unwalled = opts.allow_unwalled_commands == true
   local stack_opts = {
     workspace_root = opts.workspace_root or state.workspaces(),
     sandbox_url = opts.sandbox_url, credentials = ctx.credentials,
     force_backend = opts.backend, sink = nil, front = "slack",
-    refuse_unwalled = not allow_unwalled,
-    unwalled_note = allow_unwalled and M.UNWALLED_NOTE or nil,
     secrets = repo_secrets.source{ path = state.dir() .. "/" .. repo_secrets.FILE },
   }
-  local unwalled = factory.unwalled_agents(stack_opts, snap)
-  if #unwalled > 0 and not allow_unwalled then return p:fail(M.EXIT.config, unwalled_problem(unwalled)) end
-  -- walled, but where no wall can be built: fail closed at start, not at every command
-  local walled_local, uid = factory.walled_local_agents(stack_opts, snap), M.effective_uid()
-  if #walled_local > 0 and uid and uid ~= 0 then
-    return p:fail(M.EXIT.config, M.walls_need_root_problem(walled_local, uid))
-  end
-  if #unwalled > 0 then
-    local names = {}
-    for _, u in ipairs(unwalled) do names[#names + 1] = u.agent end
-    core.log("warn", "slack.unwalled", { agents = table.concat(names, ","),
-      message = "--allow-unwalled-commands: commands run unwalled on this host, within reach of the bot's secrets" })
-  end
+  -- a front that serves other people: not dumpable, secrets redacted, never unwalled by default
+  local refused = others.guard(p, stack_opts, { people = "Slack users'" })
+  if refused then return refused end
+  for _, secret in ipairs({ e.bot, e.app, e.secret }) do core.log_redact(secret) end
   local sink, trace_status = p:trace_sink()
   if opts.trace and not sink then return trace_status end
   stack_opts.sink = sink
