@@ -6,14 +6,15 @@
 --
 -- opts: policy (function → snapshot), workspace_root, getenv, credentials (optional object
 --       with :resolve_envs(scope) → NAME = value | nil, err), backends (optional overrides:
---       name → constructor(config) for tests and later backends), force_backend (a
+--       name → fn(opts, ctx, snap, agent), for specs; a real backend is registered in
+--       exec/backends.lua, whose declarations build the rest), force_backend (a
 --       backend name that overrides policy: the CLI's --backend), resident_url (overrides
 --       the resident's URL), resident_request (the probe's transport; specs count probes),
 --       e2b_state_dir (where the e2b backend remembers each thread's sandbox id across processes),
 --       kube_sa_dir (the service account's directory; /var/run/secrets/kubernetes.io/serviceaccount),
 --       walls_host (optional fn(snap, root) → host | nil, why: builds the local executor's
 --       walls when policies/isolation.lua local_walls is true for the front; shell/instance.lua
---       host by default), front (the front's name: "console", "exec", "slack"; nil is
+--       host by default), front (the front's name: a registered front or "exec"; nil is
 --       local_walls.default — walled in the shipped policy), refuse_unwalled (true: never
 --       build an unwalled local executor — a front serving others without its flag),
 --       secrets (optional: store/secrets.lua's source, :envs(repo, snap) → NAME = value)
