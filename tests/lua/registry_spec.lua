@@ -178,7 +178,7 @@ describe("a front registered from the test tree", function()
     assert.truthy(text:find("[main] ", 1, true) and text:find("hi from the toy front", 1, true), text)
     -- the host's listener and the host's record
     local code, _, body = core.http.request{ method = "GET",
-      url = ("http://127.0.0.1:%d/metrics"):format(toy_front.last.metrics_port), deadline_ms = 10000 }
+      url = ("http://127.0.0.1:%d/metrics"):format(toy_front.last.hosted.servers.metrics.port), deadline_ms = 10000 }
     assert.equal(200, code)
     assert.truthy(body:find("switchboard_", 1, true), body)
     assert.truthy(io.open(dir .. "/state/record.db", "r"), "no record under the state directory")

@@ -6,7 +6,6 @@
 -- policies/timeouts.lua `toy = {drain_ms = N}` (optional).
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
-local metrics = require("switchboard.metrics")
 local dispatcher = require("switchboard.dispatch.dispatcher")
 local S = require("switchboard.policy.schema").S
 
@@ -42,13 +41,7 @@ function M.open(p)
   for line in f:lines() do asks[#asks + 1] = line end
   f:close()
   local self = setmetatable({ p = p, asks = asks, done = core.signal() }, Toy)
-  self.listeners = {
-    { "--metrics-listen", p.opts.metrics_listen, "metrics", function(host, port)
-      local srv, err = metrics.serve(host, port)
-      self.metrics_port = srv and srv.port
-      return srv, err
-    end },
-  }
+  self.listeners = { { "--metrics-listen", p.opts.metrics_listen, "metrics" } } -- the host's /metrics
   M.last = self -- the spec's handle on the running front
   return self
 end

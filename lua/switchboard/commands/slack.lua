@@ -192,7 +192,7 @@ function M.front(w)
   self.listeners = {
     { "--listen", opts.listen, "events", function(h, port) return self.app:listen(h, port, true) end },
     { "--health-listen", opts.health_listen, "health", function(h, port) return self.app:listen(h, port, false) end },
-    host_mod.metrics_listener("--metrics-listen", opts.metrics_listen),
+    { "--metrics-listen", opts.metrics_listen, "metrics" },
   }
   self.sandbox_url = opts.sandbox_url or os.getenv(snap.execution.sandbox.url_env)
   self.socket_mode = e.app ~= nil

@@ -23,9 +23,10 @@
 --
 -- front (a table; the host calls, in this order):
 --   front:dispatcher(host) → d             its dispatcher, made with host:dispatcher_options
---   front.listeners                        optional list of {flag, address "HOST:PORT",
+--   front.listeners                        optional list of {flag, address "HOST:PORT" | nil,
 --                                          serves, listen(host, port) → server | nil, err}
---                                          ("metrics": M.metrics_listener; the others serve pages)
+--                                          ("metrics" with no listen: the host's /metrics; the
+--                                          others serve pages); host.servers[serves] once up
 --   front:start(host) → true | nil, why    optional: connect, start what runs beside the asks
 --   front:reloaded(new, errs, changes, old_version)   optional: says how a reload went
 --   front:ready() → status                 READY=1's status line
@@ -53,7 +54,7 @@ function M.open(snap, getenv)
     return nil, core.error("config", ("cannot open the thread record %s: %s (check the state directory's "
       .. "permissions and free space)"):format(path, tostring(err)))
   end
-  local self = setmetatable({ record = rec, stop = core.signal(), base = nil, dir = dir,
+  local self = setmetatable({ record = rec, stop = core.signal(), base = nil, dir = dir, servers = {},
                               pages = pages_routes.handler{ record = rec, policy = policy.current },
                               log_hide = { pages_routes.PREFIX } }, H) -- a page's token is its credential
   self.page_url = function(token)
@@ -99,21 +100,20 @@ function M.host_port(text)
   return host, port
 end
 
--- The listener of /metrics alone (Prometheus text; keep it private).
-function M.metrics_listener(flag, address)
-  return { flag, address, "metrics", metrics.serve }
-end
-
--- One listener per address given; the first that serves pages is their base when policy
--- names none. true, or nil, a config error naming the one that failed.
+-- One listener per address given (host.servers[serves] is its server); the first that serves
+-- pages is their base when policy names none; "metrics" without a listen function is the
+-- host's /metrics alone (Prometheus text; keep it private). true, or nil, a config error
+-- naming the one that failed.
 function H:listen(event, listeners)
   for _, l in ipairs(listeners or {}) do
-    local flag, where, serves, listen = l[1], l[2], l[3], l[4]
+    local flag, where, serves = l[1], l[2], l[3]
+    local listen = l[4] or (serves == "metrics" and metrics.serve)
     if where then
       local host, port = M.host_port(where)
       local srv, err = listen(host, port)
       if not srv then return nil, core.error("config", flag .. ": " .. tostring(err and err.message or err)) end
       core.log("info", event .. ".listening", { host = host, port = srv.port, serves = serves })
+      self.servers[serves] = srv
       if serves ~= "metrics" then self:listening(host, srv.port) end
     end
   end
