@@ -25,11 +25,11 @@ Toy.__index = Toy
 local function cards_for(p)
   local cards = {}
   function cards.post(_, thread, message)
-    if message.final then p:say(("[%s] %s"):format(thread, message.text)) end
+    if message.final then p:say(message.text) end
     return { thread = thread }
   end
-  function cards.update(_, handle, message)
-    if message.final then p:say(("[%s] %s"):format(handle.thread, message.text)) end
+  function cards.update(_, _, message)
+    if message.final then p:say(message.text) end
   end
   return cards
 end
