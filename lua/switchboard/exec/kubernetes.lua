@@ -638,17 +638,20 @@ local function build(opts, ctx, snap, _, kit)
   }
 end
 
+-- Its part of policies/execution.lua: `kubernetes = {…}`.
+local SETTINGS = S.record {
+  token_env = schema.env_name, kubeconfig_env = schema.env_name,
+  namespace = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9]*$", what = "a namespace name" }),
+  warm_pool = S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a SandboxWarmPool name" },
+  port = S.int { min = 1, max = 65535 },
+  workspace_size = S.optional(S.string { one_line = true, pattern = "^[1-9][0-9]*[KMGT]i$", what = "a volume size such as 5Gi" }),
+  storage_class = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a StorageClass name" }),
+}
+
 M.backend = {
   name = "kubernetes",
   help = "a pod per thread from agent-sandbox's warm pool (docs/deploy.md)",
-  settings = S.record {
-    token_env = schema.env_name, kubeconfig_env = schema.env_name,
-    namespace = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9]*$", what = "a namespace name" }),
-    warm_pool = S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a SandboxWarmPool name" },
-    port = S.int { min = 1, max = 65535 },
-    workspace_size = S.optional(S.string { one_line = true, pattern = "^[1-9][0-9]*[KMGT]i$", what = "a volume size such as 5Gi" }),
-    storage_class = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a StorageClass name" }),
-  },
+  settings = SETTINGS,
   configured = function(snap, getenv)
     local e = snap.execution.kubernetes
     return set(getenv, e.token_env) and (set(getenv, "KUBERNETES_SERVICE_HOST") or set(getenv, e.kubeconfig_env))

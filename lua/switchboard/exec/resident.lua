@@ -257,18 +257,21 @@ local function build(opts, ctx, snap, _, kit)
   return fex, fallback, ("%s — using fresh %s"):format(why, fresh)
 end
 
+-- Its part of policies/execution.lua: `resident = {…}`.
+local SETTINGS = S.record {
+  url_env = schema.env_name, token_env = schema.env_name,
+  base_url = S.optional(S.string { one_line = true, pattern = "^https?://" , what = "an http(s) URL" }),
+  fallback = S.optional(S.enum({ "sandbox", "local" })),
+  install = S.list(S.record {
+    file = S.string { one_line = true }, command = S.string { one_line = true },
+    deps = S.list(S.string { one_line = true }),
+  }),
+}
+
 M.backend = {
   name = "resident",
   help = "the resident's warm checkout, else a fresh sandbox (docs/resident.md)",
-  settings = S.record {
-    url_env = schema.env_name, token_env = schema.env_name,
-    base_url = S.optional(S.string { one_line = true, pattern = "^https?://" , what = "an http(s) URL" }),
-    fallback = S.optional(S.enum({ "sandbox", "local" })),
-    install = S.list(S.record {
-      file = S.string { one_line = true }, command = S.string { one_line = true },
-      deps = S.list(S.string { one_line = true }),
-    }),
-  },
+  settings = SETTINGS,
   configured = function(snap, getenv, opts) return M.configured(snap, getenv, opts.resident_url) ~= nil end,
   -- commands on this host when it falls back to the local executor
   on_this_host = function(snap) return snap.execution.resident.fallback == "local" end,
