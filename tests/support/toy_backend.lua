@@ -32,7 +32,7 @@ end
 
 M.backend = {
   name = "toy",
-  help = "a toy from the test tree: this host under <root>/toy, $TOY_GREETING set",
+  help = "a toy from the test tree: <root>/toy, $TOY_GREETING",
   settings = S.optional(S.record { greeting = S.string { one_line = true } }),
   configured = function() return true end,
   doctor = { name = "toy", check = function(_, snap)

@@ -650,7 +650,7 @@ local SETTINGS = S.record {
 
 M.backend = {
   name = "kubernetes",
-  help = "a pod per thread from agent-sandbox's warm pool (docs/deploy.md)",
+  help = "a pod per thread from agent-sandbox (docs/deploy.md)",
   settings = SETTINGS,
   configured = function(snap, getenv)
     local e = snap.execution.kubernetes

@@ -251,7 +251,7 @@ end
 
 M.backend = {
   name = "local",
-  help = "this host, a workspace per thread (walls: policies/isolation.lua)",
+  help = "this host, a workspace per thread (walls: isolation.lua)",
   configured = function() return true end,
   on_this_host = function() return true end,
   build = build,

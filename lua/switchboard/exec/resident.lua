@@ -270,7 +270,7 @@ local SETTINGS = S.record {
 
 M.backend = {
   name = "resident",
-  help = "the resident's warm checkout, else a fresh sandbox (docs/resident.md)",
+  help = "a warm checkout on the resident, else a fresh sandbox",
   settings = SETTINGS,
   configured = function(snap, getenv, opts) return M.configured(snap, getenv, opts.resident_url) ~= nil end,
   -- commands on this host when it falls back to the local executor

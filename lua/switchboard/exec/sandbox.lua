@@ -509,7 +509,7 @@ end
 
 M.backend = {
   name = "sandbox",
-  help = "a `switchboard sandboxd` (--sandbox-url or $SANDBOX_URL; $SANDBOX_TOKEN)",
+  help = "a `switchboard sandboxd` (--sandbox-url, $SANDBOX_TOKEN)",
   settings = schema.S.record { url_env = schema.env_name, token_env = schema.env_name },
   configured = function(snap, getenv, opts)
     local e = snap.execution.sandbox
