@@ -26,6 +26,9 @@ package.cpath = build .. "/lua/?.so;" .. package.cpath
 local core = require("switchboard.core")
 local cjson = require("cjson")
 local policy = require("switchboard.policy")
+-- the backends' and fronts' settings in the policy schema, as the binary loads them
+require("switchboard.exec.backends")
+require("switchboard.fronts.registry")
 local stack = require("switchboard.exec.stack")
 local client = require("switchboard.agent.client")
 local stream = require("switchboard.agent.stream")

@@ -20,6 +20,9 @@ local cjson = require("cjson")
 local S = require("support.sandbox")
 local E = require("support.e2b")
 local policy = require("switchboard.policy")
+-- the backends' and fronts' settings in the policy schema, as the binary loads them
+require("switchboard.exec.backends")
+require("switchboard.fronts.registry")
 
 core.log_format("text", "warn")
 

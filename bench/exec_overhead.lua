@@ -3,6 +3,9 @@
 -- Prints "engine <µs>" and "local <µs>" lines, one per round (mean µs per exec).
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
+-- the backends' and fronts' settings in the policy schema, as the binary loads them
+require("switchboard.exec.backends")
+require("switchboard.fronts.registry")
 local local_executor = require("switchboard.exec.local")
 
 local n, rounds = tonumber(arg[1] or 200), tonumber(arg[2] or 5)

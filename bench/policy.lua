@@ -17,6 +17,9 @@ package.cpath = build .. "/lua/?.so;" .. package.cpath
 
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
+-- the backends' and fronts' settings in the policy schema, as the binary loads them
+require("switchboard.exec.backends")
+require("switchboard.fronts.registry")
 local loader = require("switchboard.policy.loader")
 local budget = require("switchboard.shell.budget")
 local classify = require("switchboard.shell.classify")

@@ -20,6 +20,9 @@ local cjson = require("cjson")
 local S = require("support.sandbox")
 local R = require("support.resident")
 local policy = require("switchboard.policy")
+-- the backends' and fronts' settings in the policy schema, as the binary loads them
+require("switchboard.exec.backends")
+require("switchboard.fronts.registry")
 local resident = require("switchboard.exec.resident")
 local localx = require("switchboard.exec.local")
 

@@ -18,6 +18,9 @@ local cjson = require("cjson")
 local S = require("support.sandbox")
 local policies = require("support.policies")
 local policy = require("switchboard.policy")
+-- the backends' and fronts' settings in the policy schema, as the binary loads them
+require("switchboard.exec.backends")
+require("switchboard.fronts.registry")
 local sandbox = require("switchboard.exec.sandbox")
 local localx = require("switchboard.exec.local")
 

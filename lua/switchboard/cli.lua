@@ -5,8 +5,17 @@ local args = require("switchboard.args")
 
 local M = {}
 
--- Listed in the order `--help` shows them.
-local COMMANDS = { "exec", "console", "slack", "sandboxd", "resident", "policy", "reload", "secrets", "doctor", "version" }
+local fronts = require("switchboard.commands.front")
+
+-- Listed in the order `--help` shows them: the fronts' (fronts/registry.lua) after exec.
+local OWN_COMMANDS = { "exec", "sandboxd", "resident", "policy", "reload", "secrets", "doctor", "version" }
+
+local function commands()
+  local list = { OWN_COMMANDS[1] }
+  table.move(fronts.names(), 1, #fronts.names(), 2, list)
+  table.move(OWN_COMMANDS, 2, #OWN_COMMANDS, #list + 1, list)
+  return list
+end
 
 local USAGE = [[
 Usage: switchboard [GLOBAL OPTIONS] COMMAND [ARGS]
@@ -33,24 +42,24 @@ Examples:
   switchboard policy check ./policies
 ]]
 
-local LISTED = {}
-for _, name in ipairs(COMMANDS) do LISTED[name] = true end
-
 -- Only the listed commands are commands: other modules may live beside them one day, and a
 -- listed one that fails to load is a bug whose error keeps its own location (no catch here).
 local function load_command(name)
-  if not LISTED[name] then return nil end
-  return require("switchboard.commands." .. name)
+  for _, own in ipairs(OWN_COMMANDS) do
+    if own == name then return require("switchboard.commands." .. name) end
+  end
+  return fronts.command(name)
 end
 
 local function unknown(name)
   return ("unknown command %q; the commands are %s (switchboard --help says what each does)")
-    :format(name, table.concat(COMMANDS, ", "))
+    :format(name, table.concat(commands(), ", "))
 end
 
-local function usage()
+-- `switchboard --help`'s text.
+function M.usage()
   local lines = {}
-  for _, name in ipairs(COMMANDS) do
+  for _, name in ipairs(commands()) do
     local cmd = load_command(name)
     if cmd then lines[#lines + 1] = ("  %-10s %s\n"):format(name, cmd.summary) end
   end
@@ -159,7 +168,7 @@ function M.main(...)
   end
   if opts.version then return require("switchboard.commands.version").run({}, {}) end
   if opts.help or name == nil or name == "help" then
-    io.stdout:write(usage())
+    io.stdout:write(M.usage())
     return (opts.help or name == "help") and 0 or 2
   end
   local cmd = load_command(name)

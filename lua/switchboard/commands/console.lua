@@ -48,9 +48,8 @@ stop reading, let running asks finish (timeouts console.drain_ms), then kill the
 a second TERM/INT kills at once.
 
 Options:
-  --backend NAME          override policy's backend: local, sandbox, resident, e2b ($E2B_API_KEY;
-                          E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md) or
-                          kubernetes (a pod per thread: docs/deploy.md)
+  --backend NAME          override policy's backend, one of:
+                            {backends}
   --sandbox-url URL       the sandboxd for --backend sandbox (token: $SANDBOX_TOKEN)
   --workspace-root DIR    where local workspaces live (default: $SWITCHBOARD_STATE_DIR/workspaces)
   --thread NAME           the thread to start in (default: main)
@@ -70,12 +69,6 @@ local SPEC = {
   thread = "string", trace = "string",
 }
 
--- Kept for callers of the old name: the prologue's check, as (ok, why).
-function M.check_sandbox(snap, url, getenv)
-  local why = prologue.sandbox_problem(snap, url, getenv)
-  return why == nil, why
-end
-
 local function usage_problem(p)
   if #p.words > 0 then
     return ("unexpected %q (asks come from standard input; see --help)"):format(p.words[1])
@@ -83,31 +76,6 @@ local function usage_problem(p)
   if p.opts.thread and not console_front.valid_thread(p.opts.thread) then
     return "--thread takes a name of " .. console_front.THREAD_RULE
   end
-end
-
--- TERM/INT: stop reading, let running asks finish for the drain time, then kill them; a
--- second signal kills at once.
-local function drain_on_signals(p, d, front, reading)
-  local kill_now = core.signal()
-  local draining = false
-  local function on_stop_signal(name)
-    if draining then
-      kill_now:abort("second SIG" .. name)
-      d:kill("stopped by a second SIG" .. name)
-      return
-    end
-    draining = true
-    p:stopping()
-    reading:abort("SIG" .. name)
-    local grace = policy.current().timeouts.console.drain_ms
-    if not d:is_idle() then
-      front:say(("SIG%s: not reading any more; running asks get %s to finish (again to kill them now)")
-        :format(name, card.seconds_text(grace)))
-    end
-    d:drain(grace, kill_now)
-  end
-  core.on_signal("TERM", on_stop_signal)
-  core.on_signal("INT", on_stop_signal)
 end
 
 -- The console front for this process's standard streams. On a terminal the status line is cut
@@ -130,61 +98,81 @@ function M.run(argv, ctx)
   })
   if not p then return status end
   local opts = p.opts
-  local key_env = p.snap.execution.e2b.api_key_env
-  if opts.backend == "e2b" and (os.getenv(key_env) or "") == "" then
-    return p:fail(M.EXIT.config, ("--backend e2b needs $%s, an E2B API key (https://e2b.dev/dashboard?tab=keys)"):format(key_env))
-  end
   local sink, trace_status = p:trace_sink()
   if opts.trace and not sink then return trace_status end
 
   -- the threads' record: a thread continues where it stopped when the console starts again
-  -- with the same state directory
-  local host, herr = host_mod.open(p.snap)
-  if not host then return p:fail(M.EXIT.config, herr) end
-  local front = terminal_front()
-  local d = dispatcher.new{
-    record = host.record,
-    front = front,
+  -- with the same state directory (launch/host.lua, as the Slack bot's)
+  return host_mod.serve(p, M.front{ p = p, sink = sink })
+end
+
+-- The console front as launch/host.lua hosts it: standard input's asks, the cards on
+-- standard output (fronts/console.lua).
+local Front = {}
+Front.__index = Front
+
+function M.front(w)
+  local self = setmetatable(w, Front)
+  self.reading = core.signal()
+  self.thread = w.p.opts.thread or "main"
+  return self
+end
+
+function Front:dispatcher(hosted)
+  self.screen = terminal_front() -- once the record opened: a failure to open leaves the terminal as it was
+  self.d = dispatcher.new(hosted:dispatcher_options{
+    front = self.screen,
     policy = policy.current,
     -- a person's own terminal (policies/isolation.lua local_walls)
-    stack = repo_secrets.with_source(p:stack_options(sink, "console"), state.dir()),
-    outputs_dir = state.dir() .. "/outputs",
-    transcripts_dir = state.dir() .. "/transcripts",
+    stack = repo_secrets.with_source(self.p:stack_options(self.sink, "console"), state.dir()),
     thread_key = function(thread) return "console:" .. thread end,
     help_extra = console_front.HELP_EXTRA,
-  }
-  p:reload_on_hup(function(new, errs, changes, old_version)
-    if new then
-      local lines = { ("policies reloaded (version %s → %s); new asks use them"):format(
-        (old_version or "none"):sub(1, 12), new.version:sub(1, 12)) }
-      for _, c in ipairs(changes or {}) do
-        lines[#lines + 1] = "  " .. c.file .. ": " .. flat.change_text(c)
-          .. (c.restart and " (takes effect on restart)" or "")
-      end
-      front:say(table.concat(lines, "\n"))
-    else
-      front:say("policy reload failed, nothing changed:\n  " .. table.concat(errs, "\n  "))
+  })
+  return self.d
+end
+
+function Front:reloaded(new, errs, changes, old_version)
+  if new then
+    local lines = { ("policies reloaded (version %s → %s); new asks use them"):format(
+      (old_version or "none"):sub(1, 12), new.version:sub(1, 12)) }
+    for _, c in ipairs(changes or {}) do
+      lines[#lines + 1] = "  " .. c.file .. ": " .. flat.change_text(c)
+        .. (c.restart and " (takes effect on restart)" or "")
     end
-  end)
-  local reading = core.signal()
-  drain_on_signals(p, d, front, reading)
-  d:restore()
-  host:keep_expiring()
-
-  local thread = opts.thread or "main"
-  if core.isatty(0) then
-    front:say(("switchboard console — thread %s. Type `help` for the grammar, /thread NAME to "
-      .. "switch threads, /new for a fresh one, Ctrl-D to quit."):format(thread))
+    self.screen:say(table.concat(lines, "\n"))
+  else
+    self.screen:say("policy reload failed, nothing changed:\n  " .. table.concat(errs, "\n  "))
   end
-  p:ready("reading asks from standard input, thread " .. thread)
-  front:serve(d, { thread = thread, user = os.getenv("USER") or "console", stop = reading })
+end
 
-  d:wait_idle()
-  host:close()
-  front:close()
-  if front.edit then core.tty_mode("normal") end
-  if sink and sink.close then sink:close() end
-  return 0
+function Front:ready()
+  if core.isatty(0) then
+    self.screen:say(("switchboard console — thread %s. Type `help` for the grammar, /thread NAME to "
+      .. "switch threads, /new for a fresh one, Ctrl-D to quit."):format(self.thread))
+  end
+  return "reading asks from standard input, thread " .. self.thread
+end
+
+-- TERM/INT: stop reading, let running asks finish for the drain time, then kill them.
+function Front:drain(name, kill_now)
+  self.reading:abort("SIG" .. name)
+  local grace = policy.current().timeouts.console.drain_ms
+  if not self.d:is_idle() then
+    self.screen:say(("SIG%s: not reading any more; running asks get %s to finish (again to kill them now)")
+      :format(name, card.seconds_text(grace)))
+  end
+  self.d:drain(grace, kill_now)
+end
+
+function Front:serve()
+  self.screen:serve(self.d, { thread = self.thread, user = os.getenv("USER") or "console", stop = self.reading })
+  self.d:wait_idle()
+end
+
+function Front:close()
+  self.screen:close()
+  if self.screen.edit then core.tty_mode("normal") end
+  if self.sink and self.sink.close then self.sink:close() end
 end
 
 return M

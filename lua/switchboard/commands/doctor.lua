@@ -7,6 +7,7 @@ local identity = require("switchboard.github.identity")
 local instance = require("switchboard.shell.instance")
 local run = require("switchboard.shell.run")
 local factory = require("switchboard.exec.factory")
+local backends = require("switchboard.exec.backends")
 
 local M = {
   name = "doctor",
@@ -218,32 +219,6 @@ local function check_model(ctx, snap)
   return "FAIL", ("%s/v1/models answered %s — fix: check the network or ANTHROPIC_BASE_URL"):format(base, tostring(status or doc))
 end
 
--- A count from JSON as a person writes it: 25, not 25.0 (cjson decodes every number a float).
-local function count_text(n)
-  return type(n) == "number" and math.tointeger(n) and tostring(math.tointeger(n)) or tostring(n or "?")
-end
-
-local function check_sandboxd(ctx, snap, url)
-  local cfg = snap.execution.sandbox
-  url = nonempty(url) or nonempty(ctx.getenv(cfg.url_env))
-  if not url then return "skip", ("no sandboxd configured (set %s or --sandbox-url)"):format(cfg.url_env) end
-  local token = nonempty(ctx.getenv(cfg.token_env))
-  if not token then return "FAIL", ("%s is set but %s is not — fix: give the bot the token sandboxd was started with"):format(cfg.url_env, cfg.token_env) end
-  core.log_redact(token)
-  local status, doc = call{ method = "GET", url = url:gsub("/+$", "") .. "/healthz",
-    headers = { authorization = "Bearer " .. token }, deadline_ms = snap.github.request_timeout_ms }
-  if status == nil then return "FAIL", ("%s/healthz: %s — fix: start `switchboard sandboxd` there, or correct %s"):format(url, tostring(doc), cfg.url_env) end
-  if status == 401 then return "FAIL", ("%s refused the token (401) — fix: %s must equal the sandboxd's"):format(url, cfg.token_env) end
-  if status ~= 200 or type(doc) ~= "table" then return "FAIL", ("%s/healthz answered %s"):format(url, tostring(status)) end
-  local theirs = type(doc.build) == "table" and tostring(doc.build.commit) or "?"
-  local ours = core.build.commit
-  if theirs ~= ours then
-    return "FAIL", ("%s runs build %s, this binary is %s — fix: deploy the same build to both"):format(url, theirs, ours)
-  end
-  return "ok", ("%s answers /healthz with this build (%s); %s of %s instances awake"):format(url, ours,
-    count_text(doc.instances and doc.instances.awake), count_text(doc.instances and doc.instances.max))
-end
-
 -- The bot's front: would `switchboard slack` here run any agent's commands unwalled?
 local function check_bot(ctx, snap)
   if not nonempty(ctx.getenv("SLACK_BOT_TOKEN")) then
@@ -253,7 +228,7 @@ local function check_bot(ctx, snap)
     sandbox_url = ctx.sandbox_url }, snap)
   -- switchboard-bot.service runs the bot as User=switchboard, where the local executor's
   -- walls cannot be built (they need root): `switchboard slack` refuses to start there.
-  local walled_local = ctx.installed and require("switchboard.commands.slack").walled_local_agents(
+  local walled_local = ctx.installed and factory.walled_local_agents(
     { front = "slack", getenv = ctx.getenv, sandbox_url = ctx.sandbox_url }, snap) or {}
   if #unwalled == 0 and #walled_local > 0 then
     local names = {}
@@ -390,10 +365,15 @@ function M.run(argv, ctx)
     { "github", function() return check_github(ctx) end },
     { "slack", function() return check_slack(ctx, snap) end },
     { "model", function() return check_model(ctx, snap) end },
-    { "sandboxd", function() return check_sandboxd(ctx, snap, p.opts.sandbox_url) end },
-    { "walls", function() return check_walls(ctx, snap) end },
-    { "bot", function() return check_bot(ctx, snap) end },
   }
+  -- each backend's own row (exec/backends.lua: sandbox's is "sandboxd")
+  local backend_env = { getenv = ctx.getenv, sandbox_url = p.opts.sandbox_url, call = call }
+  for _, name in ipairs(backends.names()) do
+    local d = backends.get(name).doctor
+    if d then checks[#checks + 1] = { d.name, function() return d.check(backend_env, snap) end } end
+  end
+  checks[#checks + 1] = { "walls", function() return check_walls(ctx, snap) end }
+  checks[#checks + 1] = { "bot", function() return check_bot(ctx, snap) end }
   for _, c in ipairs(checks) do
     local ok, v, t = pcall(c[2])
     if not ok then v, t = "FAIL", "the check itself failed: " .. first_line(v) end

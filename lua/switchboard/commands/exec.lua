@@ -41,9 +41,8 @@ Options:
   --agent NAME            the agent whose resources and backend apply (default: policy's
                           default agent)
   --repo OWNER/NAME       the repository the agent works on
-  --backend NAME          override policy's backend: local, sandbox, resident, e2b ($E2B_API_KEY;
-                          E2B_API_URL, E2B_DOMAIN, E2B_SANDBOX_URL: docs/e2b.md) or
-                          kubernetes (a pod per thread: docs/deploy.md)
+  --backend NAME          override policy's backend, one of:
+                            {backends}
   --sandbox-url URL       the sandboxd to use with --backend sandbox (token: $SANDBOX_TOKEN)
   --trace FILE            write exec.* spans as JSON lines to FILE (`-` for stderr)
 
@@ -115,12 +114,12 @@ function M.run(argv, ctx)
   })
   if result == nil then
     if errors.is_refused(exec_err) then
-      io.stdout:write(render.refused(exec_err), "\n")
+      p:say(render.refused(exec_err))
       return exec_err.exit_code or 124
     end
     return p:fail(status_of(exec_err), tostring(exec_err))
   end
-  io.stdout:write(result.text, "\n")
+  p:say(result.text)
   if result.aborted then return M.EXIT.stopped end
   if result.timed_out then
     -- The text names the model's knob (timeoutMs); a person at a shell has this one.

@@ -3,15 +3,13 @@
 local core = require("switchboard.core")
 local prologue = require("switchboard.launch.prologue")
 local repo_secrets = require("switchboard.store.secrets")
-local metrics = require("switchboard.metrics")
 local policy = require("switchboard.policy")
 local state = require("switchboard.state")
-local console = require("switchboard.commands.console")
 local webapi = require("switchboard.fronts.slack.webapi")
 local app_mod = require("switchboard.fronts.slack.app")
 local host_mod = require("switchboard.launch.host")
 local factory = require("switchboard.exec.factory")
-local schema = require("switchboard.policy.schema")
+local others = require("switchboard.launch.others")
 local rendezvous = require("switchboard.exec.rendezvous")
 
 local M = {
@@ -50,8 +48,8 @@ Options:
   --health-listen HOST:PORT  serve only GET /healthz (live) and GET /readyz (ready: Slack
                              connected, policies loaded, the sandbox reachable)
   --metrics-listen HOST:PORT serve only GET /metrics (Prometheus text format; keep it private)
-  --backend NAME             override policy's backend: local, sandbox or kubernetes (a pod per
-                             thread from agent-sandbox's warm pool: docs/deploy.md)
+  --backend NAME             override policy's backend, one of:
+                               {backends}
   --sandbox-url URL          the sandboxd for --backend sandbox (token: $SANDBOX_TOKEN)
   --workspace-root DIR       where local workspaces live (default: $SWITCHBOARD_STATE_DIR/workspaces)
   --trace FILE               write exec.* spans as JSON lines to FILE (`-` for stderr)
@@ -83,88 +81,6 @@ local SPEC = {
   listen = "string", ["health-listen"] = "string", ["metrics-listen"] = "string", backend = "string", ["sandbox-url"] = "string",
   ["workspace-root"] = "string", trace = "string", ["allow-unwalled-commands"] = "flag",
 }
-
-M.UNWALLED_NOTE = "unwalled: this bot was started with --allow-unwalled-commands — commands run "
-  .. "on the bot's host within reach of its secrets"
-
--- Every value in this process's environment whose name looks like a credential (the names
--- policies may never pass to a command) is registered with the redaction the log has, which
--- every text the bot posts also goes through: a command that prints one posts [redacted].
-function M.register_env_secrets(environ_path)
-  local f = io.open(environ_path or "/proc/self/environ", "rb")
-  if not f then return 0 end
-  local raw = f:read("a")
-  f:close()
-  local n = 0
-  for entry in raw:gmatch("[^%z]+") do
-    local name, value = entry:match("^([^=]+)=(.*)$")
-    if name and value ~= "" and schema.is_secret_name(name) then
-      core.log_redact(value)
-      n = n + 1
-    end
-  end
-  return n
-end
-
--- The words for a start refused because some agent's commands would run unwalled.
-local function unwalled_problem(list)
-  local names = {}
-  for _, u in ipairs(list) do names[#names + 1] = ("%s (%s)"):format(u.agent, u.backend) end
-  return ("agents %s would run Slack users' commands unwalled on this host, where they can read "
-    .. "this bot's tokens (%s is false). Point the bot at a sandboxd (SANDBOX_URL and SANDBOX_TOKEN; "
-    .. "docs/deploy.md \"One machine\"), or set local_walls.slack = true in policies/isolation.lua "
-    .. "(walls need root, bubblewrap, user namespaces and cgroups), or — only for people you trust "
-    .. "with those tokens — start with --allow-unwalled-commands"):format(table.concat(names, ", "), list[1].setting)
-end
-
--- This process's effective uid (/proc/self/status), nil where it cannot be read.
-function M.effective_uid(status_path)
-  local f = io.open(status_path or "/proc/self/status", "r")
-  if not f then return nil end
-  local text = f:read("a")
-  f:close()
-  return tonumber(text:match("\nUid:%s+%d+%s+(%d+)"))
-end
-
--- The repository agents this front would run on the local executor behind its walls: policy
--- chooses local (or the resident falling back to it) and local_walls is true for the front.
-function M.walled_local_agents(opts, snap)
-  local out = {}
-  if not factory.walled_locally(snap, opts.front) then return out end
-  for _, name in ipairs(policy.agent_names(snap)) do
-    local agent = policy.agent(snap, name)
-    if agent.resources and agent.resources.repository then
-      local backend = factory.backend_for(opts, snap, { agent = name })
-      if backend == "local" or (backend == "resident" and snap.execution.resident.fallback == "local") then
-        out[#out + 1] = { agent = name, backend = backend }
-      end
-    end
-  end
-  return out
-end
-
--- The words for a start refused because the local executor's walls need root and this bot
--- does not run as root (switchboard-bot.service's User=switchboard): it could run nothing.
-function M.walls_need_root_problem(list, uid)
-  local names = {}
-  for _, u in ipairs(list) do names[#names + 1] = ("%s (%s)"):format(u.agent, u.backend) end
-  return ("agents %s would run Slack users' commands on the local executor behind its walls, but "
-    .. "this bot runs as uid %s, not root, and the walls need root (each instance gets a host uid, "
-    .. "cgroups and a workspace of its own), so none of their commands could run. Point the bot at "
-    .. "a sandboxd: set SANDBOX_URL and SANDBOX_TOKEN (the package's /etc/switchboard/bot.env has "
-    .. "SANDBOX_URL=http://127.0.0.1:8080 and the SANDBOX_TOKEN of /etc/switchboard/sandboxd.env; "
-    .. "restore them, then `systemctl restart switchboard-bot`; docs/deploy.md \"One machine\"), "
-    .. "or run the bot as root"):format(table.concat(names, ", "), tostring(uid))
-end
-
--- "HOST:PORT" with a numeric address ("[::1]:8080" for IPv6).
-local function host_port(text)
-  local host, port = text:match("^%[([^%]]+)%]:(%d+)$")
-  if not host then host, port = text:match("^([^:]+):(%d+)$") end
-  port = tonumber(port)
-  if not host or not port or port > 65535 then return nil end
-  return host, port
-end
 
 local function env(getenv, name)
   local v = getenv(name)
@@ -222,13 +138,13 @@ end
 -- The command's own argument checks, before anything loads.
 local function usage_problem(p)
   if #p.words > 0 then return ("unexpected %q (see --help)"):format(p.words[1]) end
-  if p.opts.listen and not host_port(p.opts.listen) then
+  if p.opts.listen and not host_mod.host_port(p.opts.listen) then
     return "--listen takes HOST:PORT, e.g. 127.0.0.1:3000"
   end
-  if p.opts.metrics_listen and not host_port(p.opts.metrics_listen) then
+  if p.opts.metrics_listen and not host_mod.host_port(p.opts.metrics_listen) then
     return "--metrics-listen takes HOST:PORT, e.g. 127.0.0.1:9091"
   end
-  if p.opts.health_listen and not host_port(p.opts.health_listen) then
+  if p.opts.health_listen and not host_mod.host_port(p.opts.health_listen) then
     return "--health-listen takes HOST:PORT, e.g. 127.0.0.1:8081"
   end
 end
@@ -239,43 +155,21 @@ function M.run(argv, ctx)
   })
   if not p then return status end
   local opts, snap = p.opts, p.snap
-  -- Not dumpable: /proc/<pid>/environ and mem closed to a command running as the same user
-  -- (as sandboxd and the resident are); the secrets registered with the redaction.
-  core.secrets.not_dumpable()
-  M.register_env_secrets()
   local e, why = M.read_env(os.getenv, opts)
   if not e then return p:fail(M.EXIT.config, why) end
-  for _, secret in ipairs({ e.bot, e.app, e.secret }) do core.log_redact(secret) end
-  local allow_unwalled = opts.allow_unwalled_commands == true
   local stack_opts = {
     workspace_root = opts.workspace_root or state.workspaces(),
     sandbox_url = opts.sandbox_url, credentials = ctx.credentials,
     force_backend = opts.backend, sink = nil, front = "slack",
-    refuse_unwalled = not allow_unwalled,
-    unwalled_note = allow_unwalled and M.UNWALLED_NOTE or nil,
     secrets = repo_secrets.source{ path = state.dir() .. "/" .. repo_secrets.FILE },
   }
-  local unwalled = factory.unwalled_agents(stack_opts, snap)
-  if #unwalled > 0 and not allow_unwalled then return p:fail(M.EXIT.config, unwalled_problem(unwalled)) end
-  -- walled, but where no wall can be built: fail closed at start, not at every command
-  local walled_local, uid = M.walled_local_agents(stack_opts, snap), M.effective_uid()
-  if #walled_local > 0 and uid and uid ~= 0 then
-    return p:fail(M.EXIT.config, M.walls_need_root_problem(walled_local, uid))
-  end
-  if #unwalled > 0 then
-    local names = {}
-    for _, u in ipairs(unwalled) do names[#names + 1] = u.agent end
-    core.log("warn", "slack.unwalled", { agents = table.concat(names, ","),
-      message = "--allow-unwalled-commands: commands run unwalled on this host, within reach of the bot's secrets" })
-  end
-  if opts.backend == "sandbox" then
-    local ok, swhy = console.check_sandbox(snap, opts.sandbox_url, os.getenv)
-    if not ok then return p:fail(M.EXIT.config, swhy) end
-  end
+  -- a front that serves other people: not dumpable, secrets redacted, never unwalled by default
+  local refused = others.guard(p, stack_opts, { people = "Slack users'" })
+  if refused then return refused end
+  for _, secret in ipairs({ e.bot, e.app, e.secret }) do core.log_redact(secret) end
   local sink, trace_status = p:trace_sink()
   if opts.trace and not sink then return trace_status end
   stack_opts.sink = sink
-  local sandbox_url = opts.sandbox_url or os.getenv(snap.execution.sandbox.url_env)
 
   local a = snap.slack.api
   local bot_api = webapi.new{ url = e.api_url, token = e.bot, deadline_ms = a.deadline_ms,
@@ -283,95 +177,86 @@ function M.run(argv, ctx)
   local bot, berr = identify(bot_api)
   if not bot then return p:fail(M.EXIT.config, berr) end
   core.log("info", "slack.bot", { user_id = bot.user_id, team_id = bot.team_id, name = bot.user })
+  -- the record, pages, listeners, reload and drain: the host's (launch/host.lua), as the console's
+  return host_mod.serve(p, M.front{ p = p, env = e, bot = bot, bot_api = bot_api, stack = stack_opts, sink = sink })
+end
 
-  -- the thread's record and its pages: the host's (launch/host.lua), as the console's
-  local hosted, herr = host_mod.open(snap)
-  if not hosted then return p:fail(M.EXIT.config, herr) end
-  local rec = hosted.record
+-- The Slack front as launch/host.lua hosts it: the app (fronts/slack/app.lua) over the
+-- host's dispatcher options; Socket Mode and/or the Events API; its own drain.
+local Front = {}
+Front.__index = Front
 
-  local app = app_mod.new{
-    bot = bot, policy = policy.current, secret = e.secret, bot_api = bot_api,
+function M.front(w)
+  local opts, snap, e = w.p.opts, w.p.snap, w.env
+  local self = setmetatable(w, Front)
+  self.listeners = {
+    { "--listen", opts.listen, "events", function(h, port) return self.app:listen(h, port, true) end },
+    { "--health-listen", opts.health_listen, "health", function(h, port) return self.app:listen(h, port, false) end },
+    { "--metrics-listen", opts.metrics_listen, "metrics" },
+  }
+  self.sandbox_url = opts.sandbox_url or os.getenv(snap.execution.sandbox.url_env)
+  self.socket_mode = e.app ~= nil
+  self.main = core.current() -- the task host.serve runs in: woken when the drain is over
+  return self
+end
+
+function Front:dispatcher(hosted)
+  local e, snap, a = self.env, self.p.snap, self.p.snap.slack.api
+  self.app = app_mod.new{
+    bot = self.bot, policy = policy.current, secret = e.secret, bot_api = self.bot_api,
     github_secret = e.github_secret, github_login = os.getenv("GITHUB_BOT_LOGIN"),
-    record = rec, -- the seen event ids and comments (fronts/slack/dedup.lua), across restarts
+    record = hosted.record, -- the seen event ids and comments (fronts/slack/dedup.lua), across restarts
     app_api = e.app and webapi.new{ url = e.api_url, token = e.app, deadline_ms = a.deadline_ms,
                                      max_retry_after_ms = a.max_retry_after_ms } or nil,
-    sandbox_urls = factory.configured(snap, stack_opts).sandbox and sandbox_url
-      and rendezvous.split(sandbox_url) or nil,
+    sandbox_urls = factory.configured(snap, self.stack).sandbox and self.sandbox_url
+      and rendezvous.split(self.sandbox_url) or nil,
     sandbox_token = os.getenv(snap.execution.sandbox.token_env),
-    dispatcher_opts = {
-      stack = stack_opts,
-      outputs_dir = state.dir() .. "/outputs",
-      transcripts_dir = state.dir() .. "/transcripts",
-      record = rec,
-      page_url = hosted.page_url,
-    },
+    dispatcher_opts = hosted:dispatcher_options{ stack = self.stack },
     pages = hosted.pages,
     log_hide = hosted.log_hide, -- a page's token is its credential: never in a log line
   }
-  -- the threads the record keeps, before the first event can arrive
-  app.d:restore()
-  hosted:keep_expiring()
-  app:start_schedules(rec, hosted.stop) -- policies' scheduled asks (docs/schedules.md)
+  return self.app.d
+end
 
-  -- one listener per option given: events (and the pages), health, metrics
-  for _, l in ipairs({
-    { "--listen", opts.listen, "events", function(h, port) return app:listen(h, port, true) end },
-    { "--health-listen", opts.health_listen, "health", function(h, port) return app:listen(h, port, false) end },
-    { "--metrics-listen", opts.metrics_listen, "metrics", metrics.serve },
-  }) do
-    local flag, where, serves, listen = l[1], l[2], l[3], l[4]
-    if where then
-      local host, port = host_port(where)
-      local srv, lerr = listen(host, port)
-      if not srv then return p:fail(M.EXIT.config, flag .. ": " .. tostring(lerr and lerr.message or lerr)) end
-      core.log("info", "slack.listening", { host = host, port = srv.port, serves = serves })
-      if serves ~= "metrics" then hosted:listening(host, srv.port) end
-    end
-  end
-  if e.app then
-    local ok, serr = app:start_socket_mode()
+function Front:start(hosted)
+  self.app:start_schedules(hosted.record, hosted.stop) -- policies' scheduled asks (docs/schedules.md)
+  if self.socket_mode then
+    local ok, serr = self.app:start_socket_mode()
     if not ok then
-      app:shutdown(0)
-      local what = serr.kind == "slack" and ("SLACK_APP_TOKEN was refused by Slack's apps.connections.open: "
+      self.app:shutdown(0)
+      return nil, core.error("config", serr.kind == "slack" and ("SLACK_APP_TOKEN was refused by Slack's apps.connections.open: "
         .. tostring(serr.error) .. ". Check the app-level token (xapp-…, scope connections:write) and "
-        .. "that Socket Mode is on") or ("Socket Mode could not connect: " .. tostring(serr.message))
-      return p:fail(M.EXIT.config, what)
+        .. "that Socket Mode is on") or ("Socket Mode could not connect: " .. tostring(serr.message)))
     end
   end
-  core.log("info", "slack.ready", { socket_mode = e.app ~= nil, events_api = opts.listen ~= nil })
+  core.log("info", "slack.ready", { socket_mode = self.socket_mode, events_api = self.p.opts.listen ~= nil })
+  return true
+end
 
-  p:reload_on_hup(function(new, reload_errs)
-    if new then
-      core.log("info", "policy.reloaded", { version = new.version:sub(1, 12) })
-    else
-      core.log("warn", "policy.reload_failed", { errors = table.concat(reload_errs, "; ") })
-    end
-  end)
-
-  local main = core.current()
-  local kill_now = core.signal()
-  local draining = false
-  local function on_stop_signal(name)
-    if draining then
-      kill_now:abort("second SIG" .. name)
-      app.d:kill("stopped by a second SIG" .. name)
-      return
-    end
-    draining = true
-    p:stopping() -- STOPPING=1 to systemd (deploy/systemd/switchboard-bot.service)
-    local s = policy.current().slack
-    core.log("info", "slack.draining", { signal = name, drain_ms = s.drain_ms })
-    app:shutdown(s.drain_ms, kill_now, s.flush_ms)
-    core.wake(main, true)
+function Front:reloaded(new, reload_errs)
+  if new then
+    core.log("info", "policy.reloaded", { version = new.version:sub(1, 12) })
+  else
+    core.log("warn", "policy.reload_failed", { errors = table.concat(reload_errs, "; ") })
   end
-  core.on_signal("TERM", on_stop_signal)
-  core.on_signal("INT", on_stop_signal)
-  p:ready("connected to Slack") -- READY=1: Type=notify's start completes here
-  core.suspend()
-  if sink and sink.close then sink:close() end
-  hosted:close()
+end
+
+function Front:ready() return "connected to Slack" end -- READY=1: Type=notify's start completes here
+
+-- TERM/INT: stop taking events, let running asks finish, flush the cards — within
+-- slack.drain_ms whatever Slack does (fronts/slack/app.lua's shutdown).
+function Front:drain(name, kill_now)
+  local s = policy.current().slack
+  core.log("info", "slack.draining", { signal = name, drain_ms = s.drain_ms })
+  self.app:shutdown(s.drain_ms, kill_now, s.flush_ms)
+  core.wake(self.main, true)
+end
+
+function Front:serve() core.suspend() end
+
+function Front:close()
+  if self.sink and self.sink.close then self.sink:close() end
   core.log("info", "slack.stopped", {})
-  return 0
 end
 
 return M

@@ -199,4 +199,50 @@ function M:sandbox_id()
   return self.sandbox and self.sandbox.id or api.recalled(self)
 end
 
+
+---------------------------------------------------------------------------------------------
+-- The backend's declaration (exec/backends.lua): an E2B sandbox per thread. The API key from
+-- the variable policy names; hosts from E2B's own variables (docs/e2b.md).
+local schema = require("switchboard.policy.schema")
+local S = schema.S
+
+local function key_of(snap, getenv)
+  local key = getenv(snap.execution.e2b.api_key_env)
+  if key == nil or key == "" then return nil end
+  return key
+end
+
+local function build(opts, ctx, snap, _, kit)
+  if kit.network == "none" then
+    return kit.no_offline("an e2b sandbox keeps its network", "use the sandbox backend for it (policies/execution.lua)")
+  end
+  local getenv = opts.getenv or os.getenv
+  local cfg = snap.execution.e2b
+  local key = key_of(snap, getenv)
+  if not key then return kit.missing(cfg.api_key_env) end
+  return M.new{
+    api_key = key, key_env = cfg.api_key_env, thread_key = ctx.thread_key, agent = ctx.agent,
+    policy = opts.policy, resolve_envs = kit.resolve_envs, getenv = getenv,
+    template = cfg.template, workdir = cfg.workdir, state_dir = opts.e2b_state_dir,
+  }
+end
+
+M.backend = {
+  name = "e2b",
+  help = "an E2B sandbox per thread ($E2B_API_KEY; docs/e2b.md)",
+  settings = S.record {
+    api_key_env = schema.env_name,
+    template = S.optional(S.string { one_line = true }),
+    workdir = S.optional(S.string { one_line = true, pattern = "^/", what = "an absolute path" }),
+  },
+  configured = function(snap, getenv) return key_of(snap, getenv) ~= nil end,
+  start_problem = function(snap, _, getenv)
+    if key_of(snap, getenv) then return nil end
+    local name = snap.execution.e2b.api_key_env
+    return ("--backend e2b needs $%s, an E2B API key (https://e2b.dev/dashboard?tab=keys): %s is not set")
+      :format(name, name)
+  end,
+  build = build,
+}
+
 return M

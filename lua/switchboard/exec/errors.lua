@@ -1,7 +1,7 @@
 -- Executor failures, and the executor interface (docs/executors.md has the long form).
 --
 -- An executor is a table with:
---   ex.backend                         "local" | "sandbox" | "resident" | "e2b" | "kubernetes"
+--   ex.backend                         its backend's name (exec/backends.lua: "local", "sandbox", …)
 --   ex:exec(command, opts)             → result | nil, err
 --       result = {exit_code, stdout, stderr, duration_ms, timed_out, aborted, truncated, text}
 --       A nonzero exit is a RESULT (text "exit N: …"), never an error.

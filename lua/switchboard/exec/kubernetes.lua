@@ -617,4 +617,61 @@ function M:claim_info()
   return self.claim and { name = self.name, sandbox = self.claim.sandbox, ip = self.claim.ip } or nil
 end
 
+
+---------------------------------------------------------------------------------------------
+-- The backend's declaration (exec/backends.lua): Kubernetes with agent-sandbox
+-- (docs/deploy.md): the API server from the pod's service account or a kubeconfig; sandboxd's
+-- bearer from the variable policy names.
+local schema = require("switchboard.policy.schema")
+local S = schema.S
+
+local function set(getenv, name)
+  local v = name and getenv(name)
+  return v ~= nil and v ~= ""
+end
+
+local function build(opts, ctx, snap, _, kit)
+  if kit.network == "none" then
+    return kit.no_offline("a kubernetes pod's network is its NetworkPolicy's",
+      "use the sandbox backend for it (policies/execution.lua)")
+  end
+  local getenv = opts.getenv or os.getenv
+  local cfg = snap.execution.kubernetes
+  local token = getenv(cfg.token_env)
+  if not token or token == "" then return kit.missing(cfg.token_env) end
+  local conn, why = kapi.config{ getenv = getenv, kubeconfig_env = cfg.kubeconfig_env, sa_dir = opts.kube_sa_dir }
+  if not conn then
+    return kit.missing("a Kubernetes API server (" .. why.message .. ")")
+  end
+  local api = kapi.new(conn, { timeouts = function() return opts.policy().timeouts.kubernetes end })
+  return M.new{
+    api = api, namespace = cfg.namespace or conn.namespace, warm_pool = cfg.warm_pool, port = cfg.port,
+    token = token, thread_key = ctx.thread_key, agent = ctx.agent, policy = opts.policy,
+    resolve_envs = kit.resolve_envs, network = kit.network,
+    build = core.build.commit,
+    workspace = cfg.workspace_size and { size = cfg.workspace_size, storage_class = cfg.storage_class } or nil,
+  }
+end
+
+-- Its part of policies/execution.lua: `kubernetes = {…}`.
+local SETTINGS = S.record {
+  token_env = schema.env_name, kubeconfig_env = schema.env_name,
+  namespace = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9]*$", what = "a namespace name" }),
+  warm_pool = S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a SandboxWarmPool name" },
+  port = S.int { min = 1, max = 65535 },
+  workspace_size = S.optional(S.string { one_line = true, pattern = "^[1-9][0-9]*[KMGT]i$", what = "a volume size such as 5Gi" }),
+  storage_class = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a StorageClass name" }),
+}
+
+M.backend = {
+  name = "kubernetes",
+  help = "a pod per thread from agent-sandbox (docs/deploy.md)",
+  settings = SETTINGS,
+  configured = function(snap, getenv)
+    local e = snap.execution.kubernetes
+    return set(getenv, e.token_env) and (set(getenv, "KUBERNETES_SERVICE_HOST") or set(getenv, e.kubeconfig_env))
+  end,
+  build = build,
+}
+
 return M

@@ -161,4 +161,86 @@ function M:release(mode)
   return true
 end
 
+
+---------------------------------------------------------------------------------------------
+-- The backend's declaration (exec/backends.lua): this host, a workspace per thread.
+
+-- The local executor's walls (policies/isolation.lua local_walls = true): one host per
+-- workspace root for this process, built (and proven with a real instance) on first use.
+-- A host that cannot wall is never replaced by running unwalled: provisioning fails, saying why.
+local local_hosts = {} -- workspace root → shell/instance.lua host
+-- workspace root → core.signal() while one task builds its host. Building one yields (the
+-- proof runs a real instance), and threads provisioned at once (three messages in a row) must
+-- not each build another: hosts of one process share its cgroup directory and slot numbers, so
+-- a second host's instance i0 reaps the first's (SIGKILL to its holder).
+local building = {}
+-- a wake-up bound only (the loop waits again); the proof's own bounds are timeouts.walls'
+local BUILD_WAIT_MS = 120000
+
+local function build_local_walls(opts, snap, root)
+  local ok, err = core.fs.mkdir_p(root, tonumber("700", 8))
+  if not ok then return nil, core.error("workspace", "cannot create " .. root .. ": " .. tostring(err and err.message), { cause = err }) end
+  local host, why
+  if opts.walls_host then
+    host, why = opts.walls_host(snap, root)
+  else
+    host, why = require("switchboard.shell.instance").host{
+      snap = snap, policy = opts.policy, scratch = root, log = core.log,
+      owner = { kind = "local executor", root = root } }
+  end
+  if not host then return nil, why end
+  return host
+end
+
+local function local_walls(opts, snap, root)
+  while building[root] and not local_hosts[root] do core.sleep(BUILD_WAIT_MS, building[root]) end
+  if local_hosts[root] then return local_hosts[root] end
+  local done = core.signal()
+  building[root] = done
+  local host, why = build_local_walls(opts, snap, root)
+  building[root] = nil
+  done:abort("built")
+  if host then local_hosts[root] = host end
+  return host, why
+end
+
+local function build(opts, ctx, snap, _, kit)
+  local root = opts.workspace_root
+  if not root then return kit.missing("a workspace root") end
+  local walls
+  if kit.walled then
+    local why
+    walls, why = local_walls(opts, snap, root)
+    if not walls then
+      return nil, errors.tool("policies/isolation.lua asks for walls around local threads "
+        .. "(local_walls = true), but they cannot be built here: " .. tostring(why)
+        .. ". Run where the kernel gives user namespaces, cgroups and bubblewrap, as root "
+        .. "(docs/isolation.md), or point this front at a sandboxd (SANDBOX_URL, SANDBOX_TOKEN)")
+    end
+  elseif opts.refuse_unwalled then
+    -- a front that serves other people, started without --allow-unwalled-commands: a reload
+    -- that turned its walls off does not run anyone's command next to the bot's secrets
+    return nil, errors.tool(("the local executor would run agent %s's commands unwalled, next to "
+      .. "this bot's secrets (policies/isolation.lua local_walls.%s is false); set it to true, point "
+      .. "the bot at a sandboxd (SANDBOX_URL, SANDBOX_TOKEN), or restart it with "
+      .. "--allow-unwalled-commands"):format(tostring(ctx.agent), tostring(opts.front or "default")))
+  elseif kit.network == "none" then
+    return kit.no_offline("the local executor runs unwalled (policies/isolation.lua local_walls = false) "
+      .. "and cannot take its commands off the network", "set local_walls = true, or use the sandbox backend")
+  end
+  return M.new{
+    root = root, thread_key = ctx.thread_key, policy = opts.policy,
+    resolve_envs = kit.resolve_envs, getenv = opts.getenv,
+    walls = walls, network = kit.network,
+  }
+end
+
+M.backend = {
+  name = "local",
+  help = "this host, a workspace per thread (walls: isolation.lua)",
+  configured = function() return true end,
+  on_this_host = function() return true end,
+  build = build,
+}
+
 return M

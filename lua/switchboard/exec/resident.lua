@@ -190,4 +190,92 @@ function M.onboard_text(snap, getenv, repo, url_override)
     .. "the resident as soon as it is warm (until then they run in a fresh sandbox, and the card says why)."):format(repo)
 end
 
+
+---------------------------------------------------------------------------------------------
+-- The backend's declaration (exec/backends.lua): the resident (docs/resident.md), chosen only
+-- for a repository agent whose repository is warm there. The factory probes /status with
+-- timeouts.resident.probe_timeout_ms; a transport failure is remembered for
+-- timeouts.resident.negative_cache_ms (no probe, straight to the fallback); anything but warm
+-- falls back to the per-thread backend (execution.resident.fallback, sandbox) with a note on
+-- the card that says why (docs/contract.md#provisioning).
+local schema = require("switchboard.policy.schema")
+local S = schema.S
+
+local unreachable_until = {} -- resident URL → now_ms until which it is not probed again
+
+function M.forget_probes() unreachable_until = {} end
+
+local function resident_note(status, doc, repo)
+  if status == 404 then
+    return ("resident: %s is not onboarded — onboard it once with `repo onboard %s` (or "
+      .. "`switchboard resident onboard %s`)"):format(repo, repo, repo)
+  end
+  if status == 200 then
+    return ("resident %s%s"):format(tostring(doc.state), doc.reason and (" (" .. tostring(doc.reason) .. ")") or "")
+  end
+  return ("resident answered /status with HTTP %d"):format(status)
+end
+
+-- Why the resident is not used for this thread (nil: it is, the executor second).
+local function not_used(opts, ctx, snap, kit, url, token)
+  if kit.network == "none" then
+    -- the resident's worktrees get their walls at /attach, with its own policy's network
+    return "resident does not give network \"none\", which agent " .. tostring(ctx.agent) .. " declares"
+  elseif not ctx.repo then
+    return "resident needs the thread's repository (none was resolved)"
+  elseif (unreachable_until[url] or 0) > core.now_ms() then
+    return "resident unreachable (a probe failed in the last " .. snap.timeouts.resident.negative_cache_ms // 1000 .. " s)"
+  end
+  local status, doc = M.probe{ url = url, token = token, repo = ctx.repo,
+    timeout_ms = snap.timeouts.resident.probe_timeout_ms, request = opts.resident_request }
+  if status == 200 and doc.state == "warm" then
+    return nil, M.new{ url = url, token = token, thread_key = ctx.thread_key, repo = ctx.repo, ref = ctx.ref,
+      policy = opts.policy, resolve_envs = kit.resolve_envs }
+  elseif status == nil then
+    unreachable_until[url] = core.now_ms() + snap.timeouts.resident.negative_cache_ms
+    return "resident unreachable (" .. tostring(doc and doc.message or "transport failure"):match("^[^\n]*") .. ")"
+  end
+  return resident_note(status, doc, ctx.repo)
+end
+
+local function build(opts, ctx, snap, _, kit)
+  local url, token = M.configured(snap, opts.getenv or os.getenv, opts.resident_url)
+  if not url then return kit.missing(token) end
+  local why, ex = not_used(opts, ctx, snap, kit, url, token)
+  if ex then return ex end
+  local fallback = snap.execution.resident.fallback or "sandbox"
+  local fresh = fallback == "local" and "local workspace" or "sandbox"
+  local fex, err = kit.fallback(fallback)
+  if not fex then
+    -- why the resident was not used comes first: alone, the fallback's "SANDBOX_URL is not
+    -- set" read as if the resident had never been asked
+    if errors.is_error(err) and err.kind == "tool" then
+      return nil, errors.tool(("%s, so this falls back to a fresh %s: %s"):format(why, fresh, err.message))
+    end
+    return nil, err
+  end
+  return fex, fallback, ("%s — using fresh %s"):format(why, fresh)
+end
+
+-- Its part of policies/execution.lua: `resident = {…}`.
+local SETTINGS = S.record {
+  url_env = schema.env_name, token_env = schema.env_name,
+  base_url = S.optional(S.string { one_line = true, pattern = "^https?://" , what = "an http(s) URL" }),
+  fallback = S.optional(S.enum({ "sandbox", "local" })),
+  install = S.list(S.record {
+    file = S.string { one_line = true }, command = S.string { one_line = true },
+    deps = S.list(S.string { one_line = true }),
+  }),
+}
+
+M.backend = {
+  name = "resident",
+  help = "a warm checkout on the resident, else a fresh sandbox",
+  settings = SETTINGS,
+  configured = function(snap, getenv, opts) return M.configured(snap, getenv, opts.resident_url) ~= nil end,
+  -- commands on this host when it falls back to the local executor
+  on_this_host = function(snap) return snap.execution.resident.fallback == "local" end,
+  build = build,
+}
+
 return M

@@ -432,4 +432,86 @@ function M:write_file(path, bytes, opts)
   return true
 end
 
+
+---------------------------------------------------------------------------------------------
+-- The backend's declaration (exec/backends.lua): a `switchboard sandboxd` over HTTP.
+local schema = require("switchboard.policy.schema")
+
+local function set(getenv, name)
+  local v = name and getenv(name)
+  return v ~= nil and v ~= ""
+end
+
+-- --backend sandbox needs a sandboxd to talk to: every command says so the same way, at
+-- start, with the configuration status. The words, or nil.
+local function start_problem(snap, opts, getenv)
+  local cfg = snap.execution.sandbox
+  local url = opts.sandbox_url or getenv(cfg.url_env)
+  if url == nil or url == "" then
+    return ("--backend sandbox needs --sandbox-url URL (or $%s): the address of a running "
+      .. "`switchboard sandboxd`"):format(cfg.url_env)
+  end
+  if not set(getenv, cfg.token_env) then
+    return ("--backend sandbox needs $%s, the bearer token the sandboxd was started with")
+      :format(cfg.token_env)
+  end
+end
+
+local function build(opts, ctx, snap, _, kit)
+  local getenv = opts.getenv or os.getenv
+  local cfg = snap.execution.sandbox
+  local url = opts.sandbox_url or getenv(cfg.url_env)
+  if not url or url == "" then return kit.missing(cfg.url_env) end
+  local token = getenv(cfg.token_env)
+  if not token or token == "" then return kit.missing(cfg.token_env) end
+  return M.new{
+    url = require("switchboard.exec.rendezvous").pick(url, ctx.thread_key),
+    token = token, thread_key = ctx.thread_key, policy = opts.policy,
+    build = core.build.commit, resolve_envs = kit.resolve_envs, network = kit.network,
+  }
+end
+
+-- A count from JSON as a person writes it: 25, not 25.0 (cjson decodes every number a float).
+local function count_text(n)
+  return type(n) == "number" and math.tointeger(n) and tostring(math.tointeger(n)) or tostring(n or "?")
+end
+
+-- `switchboard doctor`'s check (env: getenv, sandbox_url, call — doctor's GET → status, doc):
+-- the sandboxd answers /healthz with this binary's build.
+local function doctor(env, snap)
+  local cfg = snap.execution.sandbox
+  local getenv = env.getenv
+  local url = env.sandbox_url ~= "" and env.sandbox_url or nil
+  if not url and set(getenv, cfg.url_env) then url = getenv(cfg.url_env) end
+  if not url then return "skip", ("no sandboxd configured (set %s or --sandbox-url)"):format(cfg.url_env) end
+  if not set(getenv, cfg.token_env) then return "FAIL", ("%s is set but %s is not — fix: give the bot the token sandboxd was started with"):format(cfg.url_env, cfg.token_env) end
+  local token = getenv(cfg.token_env)
+  core.log_redact(token)
+  local status, doc = env.call{ method = "GET", url = url:gsub("/+$", "") .. "/healthz",
+    headers = { authorization = "Bearer " .. token }, deadline_ms = snap.github.request_timeout_ms }
+  if status == nil then return "FAIL", ("%s/healthz: %s — fix: start `switchboard sandboxd` there, or correct %s"):format(url, tostring(doc), cfg.url_env) end
+  if status == 401 then return "FAIL", ("%s refused the token (401) — fix: %s must equal the sandboxd's"):format(url, cfg.token_env) end
+  if status ~= 200 or type(doc) ~= "table" then return "FAIL", ("%s/healthz answered %s"):format(url, tostring(status)) end
+  local theirs = type(doc.build) == "table" and tostring(doc.build.commit) or "?"
+  local ours = core.build.commit
+  if theirs ~= ours then
+    return "FAIL", ("%s runs build %s, this binary is %s — fix: deploy the same build to both"):format(url, theirs, ours)
+  end
+  return "ok", ("%s answers /healthz with this build (%s); %s of %s instances awake"):format(url, ours,
+    count_text(doc.instances and doc.instances.awake), count_text(doc.instances and doc.instances.max))
+end
+
+M.backend = {
+  name = "sandbox",
+  help = "a `switchboard sandboxd` (--sandbox-url, $SANDBOX_TOKEN)",
+  settings = schema.S.record { url_env = schema.env_name, token_env = schema.env_name },
+  configured = function(snap, getenv, opts)
+    local e = snap.execution.sandbox
+    return (opts.sandbox_url ~= nil or set(getenv, e.url_env)) and set(getenv, e.token_env)
+  end,
+  start_problem = start_problem,
+  doctor = { name = "sandboxd", check = doctor },
+  build = build,
+}
+
 return M

@@ -427,4 +427,14 @@ function F:close()
   end
 end
 
+
+-- The front's declaration (fronts/registry.lua): `switchboard console` (commands/console.lua
+-- wires it to the host); its settings are policies/timeouts.lua's `console = {…}`.
+local S = require("switchboard.policy.schema").S
+M.front = {
+  name = "console",
+  command = "console",
+  settings = { timeouts = S.record { refresh_ms = S.ms(100, 60 * 1000), drain_ms = S.ms(0, 10 * 60 * 1000) } },
+}
+
 return M

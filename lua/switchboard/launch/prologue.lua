@@ -14,6 +14,8 @@
 --                                               the service manager hears RELOADING=1, READY=1
 --   p:stack_options(sink)                    -- exec/stack.lua's options from the command line
 --   p:serve(srv, walls, event, fields)       -- a listening server's signals, READY, its drain
+--   p:on_stop(drain, again)                  -- TERM/INT: STOPPING, drain(sig, kill_now); a second
+--                                               signal: kill_now aborted, again(sig)
 --   p:ready(status), p:stopping()            -- READY=1 / STOPPING=1 to the service manager
 --                                               ($NOTIFY_SOCKET; launch/notify.lua)
 --   p:notice(agent_def, say)                 -- the no-credential line, once, through say(line)
@@ -39,7 +41,9 @@ M.EXIT = {
   config = 78, -- the policies do not load, a backend is not configured (EX_CONFIG)
 }
 
-M.BACKENDS = { ["local"] = true, sandbox = true, resident = true, e2b = true, kubernetes = true }
+-- --backend's words come from the backends' registry (exec/backends.lua): loading it here,
+-- before any policy, also gives policy/schema.lua each backend's settings.
+local backends = require("switchboard.exec.backends")
 
 local P = {}
 P.__index = P
@@ -87,24 +91,23 @@ function M.load_policies(name, ctx)
 end
 
 function M.check_backend(name, backend, ctx)
-  if backend == nil or M.BACKENDS[backend] then return true end
-  return nil, M.fail(name, M.EXIT.usage, ("--backend must be local, sandbox, resident, e2b or kubernetes, got %q"):format(backend), ctx)
+  if backend == nil or backends.get(backend) then return true end
+  return nil, M.fail(name, M.EXIT.usage, ("--backend must be %s, got %q"):format(backends.names_text(), backend), ctx)
 end
 
--- --backend sandbox needs a sandboxd to talk to: every command says so the same way, at
--- start, with the configuration status. Returns true or nil, the words.
-function M.sandbox_problem(snap, url, getenv)
-  local cfg = snap.execution.sandbox
-  url = url or getenv(cfg.url_env)
-  if url == nil or url == "" then
-    return ("--backend sandbox needs --sandbox-url URL (or $%s): the address of a running "
-      .. "`switchboard sandboxd`"):format(cfg.url_env)
-  end
-  local token = getenv(cfg.token_env)
-  if token == nil or token == "" then
-    return ("--backend sandbox needs $%s, the bearer token the sandboxd was started with")
-      :format(cfg.token_env)
-  end
+-- A forced backend that cannot work here (--backend sandbox with no sandboxd to talk to):
+-- every command says so the same way, at start, with the configuration status. The words, or
+-- nil (the backend's own start_problem).
+function M.backend_problem(snap, backend, opts, getenv)
+  local decl = backend and backends.get(backend)
+  if not (decl and decl.start_problem) then return nil end
+  return decl.start_problem(snap, opts, getenv)
+end
+
+-- A command's help with its `{backends}` line filled in: one line per registered backend.
+function M.help_text(cmd)
+  local help = cmd.help:gsub("\n$", "")
+  return (help:gsub("( *){backends}", function(indent) return backends.help_lines(indent) end))
 end
 
 -- what: {spec, backend (boolean: validate opts.backend), usage (optional fn(p) → the usage
@@ -116,7 +119,7 @@ function M.start(cmd, argv, ctx, what)
   local opts, words, rest = args.parse(argv or {}, what.spec or {})
   if not opts then return nil, M.fail(cmd.name, M.EXIT.usage, words, ctx) end
   if opts.help then
-    out_of(ctx)((cmd.help:gsub("\n$", "")))
+    out_of(ctx)(M.help_text(cmd))
     return nil, 0
   end
   local self = setmetatable({
@@ -132,8 +135,8 @@ function M.start(cmd, argv, ctx, what)
     local snap, status = M.load_policies(cmd.name, self.ctx)
     if not snap then return nil, status end
     self.snap = snap
-    if what.backend and opts.backend == "sandbox" then
-      local why = M.sandbox_problem(snap, opts.sandbox_url, ctx.getenv or os.getenv)
+    if what.backend then
+      local why = M.backend_problem(snap, opts.backend, opts, ctx.getenv or os.getenv)
       if why then return nil, self:fail(M.EXIT.config, why) end
     end
   end
@@ -187,9 +190,8 @@ end
 -- READY; returns 0 once the drain is over and the walls are down.
 function P:serve(srv, walls, event, fields)
   self:reload_on_hup() -- logs <name>.reload ok=… errors=… version=…; RELOADING=1/READY=1
-  for _, sig in ipairs({ "TERM", "INT" }) do
-    core.on_signal(sig, function() self:stopping(); srv:shutdown(sig) end)
-  end
+  -- a second signal goes to the server too: its drain skips what is left (server/lifecycle.lua)
+  self:on_stop(function(sig) srv:shutdown(sig) end, function(sig) srv:shutdown(sig) end)
   fields.walls = walls and ("cgroup v" .. walls.layout.version) or "none"
   fields.uids = walls and walls:uid_range() or nil
   core.log("info", event, fields)
@@ -200,6 +202,26 @@ function P:serve(srv, walls, event, fields)
 end
 
 function P:stopping() return notify.stopping() end
+
+-- The one way a long-running command stops: TERM or INT says STOPPING and calls
+-- drain(signal_name, kill_now); a second one aborts kill_now (what is left of the drain is
+-- skipped: waits given kill_now end at once) and calls again(signal_name). Returns kill_now.
+function P:on_stop(drain, again)
+  local kill_now, draining = core.signal(), false
+  local function on_signal(name)
+    if draining then
+      kill_now:abort("second SIG" .. name)
+      if again then again(name) end
+      return
+    end
+    draining = true
+    self:stopping()
+    drain(name, kill_now)
+  end
+  core.on_signal("TERM", on_signal)
+  core.on_signal("INT", on_signal)
+  return kill_now
+end
 
 -- The sink for `--trace FILE` (`-` for stderr): nil when the option is absent.
 function P:trace_sink()

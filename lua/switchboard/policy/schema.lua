@@ -15,8 +15,10 @@ M.KIB, M.MIB = 1024, 1024 * 1024
 -- GitHub installation tokens live one hour; a reuse margin at or past it never reuses.
 M.TOKEN_LIFETIME_MS = HOUR
 
-M.BACKENDS = { ["local"] = true, sandbox = true, resident = true, e2b = true, kubernetes = true }
-M.BACKEND_LIST = { "local", "sandbox", "resident", "e2b", "kubernetes" }
+-- The backends' names, in the order help and errors list them, and each one's part of
+-- policies/execution.lua: filled by exec/backends.lua (each backend module declares its own;
+-- docs/executors.md "Adding a backend"), which every command loads before the policies.
+M.BACKENDS, M.BACKEND_LIST = {}, {}
 
 -- Tools that run through an executor, so an agent offering one must declare a repository.
 -- (agent/tools.lua's registry declares the same: tests/lua/tool_registry_spec.lua compares them)
@@ -295,6 +297,7 @@ end
 
 local ENV_NAME = "^[A-Z_][A-Z0-9_]*$"
 local env_name = S.string { pattern = ENV_NAME, what = "an environment variable name (A-Z, 0-9, _)" }
+M.env_name = env_name -- a setting that names an environment variable (backends' settings use it)
 local AGENT_NAME = "^[a-z][a-z0-9_-]*$"
 local agent_name = S.string { pattern = AGENT_NAME, what = "an agent name (a-z, 0-9, _ and -)" }
 
@@ -407,7 +410,6 @@ M.files.timeouts = {
   },
   health = S.record { max_consecutive_infra_failures = S.int { min = 1, max = 100 } },
   process = S.record { max_output_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" } },
-  console = S.record { refresh_ms = ms(100, MINUTE), drain_ms = ms(0, 10 * MINUTE) },
   card = S.record { max_chars = S.int { min = 1000, max = 40000, unit = "characters" } },
 }
 
@@ -674,31 +676,16 @@ M.files.errors = {
   },
 }
 
+-- A backend's name, read when a policy is checked: the registered ones (exec/backends.lua).
+local function backend_name(v, path, report)
+  if #M.BACKEND_LIST == 0 then
+    error("no backend is registered: require switchboard.exec.backends before loading policies", 0)
+  end
+  return S.enum(M.BACKEND_LIST)(v, path, report)
+end
+
 M.files.execution = {
-  backend = S.map("^[a-z][a-z0-9_-]*$", "\"default\" or an agent name", S.enum(M.BACKEND_LIST)),
-  sandbox = S.record { url_env = env_name, token_env = env_name },
-  resident = S.record {
-    url_env = env_name, token_env = env_name,
-    base_url = S.optional(S.string { one_line = true, pattern = "^https?://" , what = "an http(s) URL" }),
-    fallback = S.optional(S.enum({ "sandbox", "local" })),
-    install = S.list(S.record {
-      file = S.string { one_line = true }, command = S.string { one_line = true },
-      deps = S.list(S.string { one_line = true }),
-    }),
-  },
-  e2b = S.record {
-    api_key_env = env_name,
-    template = S.optional(S.string { one_line = true }),
-    workdir = S.optional(S.string { one_line = true, pattern = "^/", what = "an absolute path" }),
-  },
-  kubernetes = S.record {
-    token_env = env_name, kubeconfig_env = env_name,
-    namespace = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9]*$", what = "a namespace name" }),
-    warm_pool = S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a SandboxWarmPool name" },
-    port = S.int { min = 1, max = 65535 },
-    workspace_size = S.optional(S.string { one_line = true, pattern = "^[1-9][0-9]*[KMGT]i$", what = "a volume size such as 5Gi" }),
-    storage_class = S.optional(S.string { one_line = true, pattern = "^[a-z0-9][-a-z0-9.]*$", what = "a StorageClass name" }),
-  },
+  backend = S.map("^[a-z][a-z0-9_-]*$", "\"default\" or an agent name", backend_name),
   child_env = S.record {
     pass = S.list(env_name, { unique = true }),
     set = S.map(ENV_NAME, "an environment variable name (A-Z, 0-9, _)", S.string { max_len = 4096 }),
@@ -710,9 +697,34 @@ M.files.execution = {
 }
 
 -- local_walls: true | false (every front), or front name → true | false with "default" for
--- the fronts not named (docs/isolation.md "Fronts that serve other people").
-M.FRONTS = { "console", "exec", "slack" }
+-- the fronts not named (docs/isolation.md "Fronts that serve other people"). The fronts are
+-- registered by fronts/registry.lua (each front module declares its own); `exec` is a
+-- person's own terminal, not a front, but its commands are walled by the same rule.
+M.FRONTS = { "exec" }
+local fronts_registered = false
+
+-- A front's name, and its own settings: file → spec (`timeouts = S.record{…}` is the
+-- front's policies/timeouts.lua `NAME = {…}`).
+function M.register_front(name, settings)
+  fronts_registered = true
+  local known = false
+  for _, f in ipairs(M.FRONTS) do known = known or f == name end
+  if not known then
+    M.FRONTS[#M.FRONTS + 1] = name
+    table.sort(M.FRONTS)
+  end
+  for file, spec in pairs(settings or {}) do M.files[file][name] = spec end
+end
+
+function M.unregister_front(name, settings)
+  for i, f in ipairs(M.FRONTS) do if f == name then table.remove(M.FRONTS, i) break end end
+  for file in pairs(settings or {}) do M.files[file][name] = nil end
+end
+
 local function local_walls_spec(v, path, report)
+  if not fronts_registered then
+    error("no front is registered: require switchboard.fronts.registry before loading policies", 0)
+  end
   if type(v) == "boolean" then return end
   if type(v) ~= "table" then
     return report(path, "must be true, false or a table of front → true/false, got " .. typename(v))
@@ -997,6 +1009,22 @@ function M.derive_agents(a)
     def.resources.repository = def.resources.repository == true
   end
 end
+
+-- A backend's own settings are policies/execution.lua's `NAME = {…}` (settings: a spec, or nil
+-- for a backend with none); a later registration of a name replaces the earlier one.
+function M.register_backend(name, settings)
+  if not M.BACKENDS[name] then M.BACKEND_LIST[#M.BACKEND_LIST + 1] = name end
+  M.BACKENDS[name] = true
+  M.files.execution[name] = settings
+end
+
+function M.unregister_backend(name)
+  M.BACKENDS[name], M.files.execution[name] = nil, nil
+  for i, n in ipairs(M.BACKEND_LIST) do if n == name then table.remove(M.BACKEND_LIST, i) break end end
+end
+
+-- Whether a spec may be left out (S.optional), also for a file's top-level settings.
+function M.is_optional(spec) return OPTIONAL[spec] == true end
 
 function M.cross.execution(e, report)
   if e.backend.default == nil then

@@ -6,3 +6,7 @@ package.cpath = build .. "/lua/?.so;" .. package.cpath
 -- inherit (tests/support/preload.lua says why and gives them back to a child lua5.4).
 package.path = "./tests/?.lua;" .. package.path
 require("support.preload").ld_preload = require("switchboard.core").secrets.take_env("LD_PRELOAD")
+-- The registries fill policy/schema.lua's lists of backends and fronts and their settings, as
+-- the binary does before it loads a policy (exec/backends.lua, fronts/registry.lua).
+require("switchboard.exec.backends")
+require("switchboard.fronts.registry")

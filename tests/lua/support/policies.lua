@@ -2,6 +2,9 @@
 -- directories made from the shipped files with edits.
 
 local loader = require("switchboard.policy.loader")
+-- the backends' and fronts' settings in the schema (a script without busted's helper)
+require("switchboard.exec.backends")
+require("switchboard.fronts.registry")
 local sha256 = require("support.sha256")
 
 local M = {}

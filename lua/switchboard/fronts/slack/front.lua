@@ -308,4 +308,9 @@ function F:update(h, msg)
   in_flight.put(h, msg)
 end
 
+
+-- The front's declaration (fronts/registry.lua): `switchboard slack` (commands/slack.lua wires
+-- it to the host); its settings are the whole of policies/slack.lua (policy/schema.lua).
+M.front = { name = "slack", command = "slack" }
+
 return M
