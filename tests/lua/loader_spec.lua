@@ -54,7 +54,7 @@ describe("policy loader", function()
       local n = 0
       for _ in pairs(snap.agents.agents) do n = n + 1 end
       assert.equal(3, n)
-      assert.equal(10, #snap.agents.agents.coding.tools)
+      assert.equal(13, #snap.agents.agents.coding.tools) -- ten, and process_logs, process_kill, expose_port
     end)
   end)
 
