@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -41,13 +42,16 @@ static int write_full(int fd, const void *buf, size_t len) {
 
 static volatile sig_atomic_t run_socket = -1;
 
+enum { RUN_ID = 1 }; /* the one command of this connection */
+
 /* TERM, INT and HUP to the client (the supervisor's deadline, an abort) go on to the command's
- * group as one byte each. */
+ * group, one signal frame each. */
 static void forward_signal(int sig) {
   int saved = errno;
-  unsigned char b = (unsigned char)sig;
+  unsigned char frame[WALLS_FRAME_LEN];
+  walls_frame_encode(frame, WALLS_FRAME_SIGNAL, RUN_ID, (uint32_t)sig);
   if (run_socket >= 0)
-    (void)!send(run_socket, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)!send(run_socket, frame, sizeof frame, MSG_NOSIGNAL | MSG_DONTWAIT);
   errno = saved;
 }
 
@@ -81,7 +85,7 @@ int run(const options *o) {
         "variables, %d bytes)", WALLS_MAX_ARGS, WALLS_MAX_ENV, WALLS_MAX_REQUEST);
   }
   int fds[3] = {0, 1, 2};
-  long sent = walls_request_send(s, body, len, fds); /* a blocking socket: the rest follows */
+  long sent = walls_request_send(s, RUN_ID, body, len, fds, 0); /* blocking: the rest follows */
   int ok = sent >= 0 && write_full(s, body + sent, len - (size_t)sent) == 0;
   free(body);
   if (!ok)
@@ -93,11 +97,14 @@ int run(const options *o) {
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
-  int status;
-  if (read_full(s, &status, sizeof status) < 0) {
+  unsigned char reply[WALLS_REPLY_LEN];
+  uint32_t id = 0;
+  int code, signo;
+  if (read_full(s, reply, sizeof reply) < 0 ||
+      walls_reply_decode(reply, sizeof reply, &id, &code, &signo) != 1 || id != RUN_ID) {
     fputs("walls: the instance ended while the command ran\n", stderr);
     signal(SIGKILL, SIG_DFL);
     kill(getpid(), SIGKILL);
   }
-  return mirror_status(status);
+  return mirror_status(signo != 0 ? signo : code << 8);
 }

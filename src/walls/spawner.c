@@ -1,6 +1,6 @@
 /* The instance's spawner (`hold --socket`): one poll loop inside the instance's namespaces and
- * cgroups that takes each command over its unix socket (request.h), starts it in a process
- * group of its own, forwards its signals, and answers its wait status. */
+ * cgroups that takes commands over its unix socket (request.h: many on one connection),
+ * starts each in a process group of its own, forwards its signals, and answers its wait status. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -43,28 +43,43 @@ int bind_spawner(const char *path) {
 }
 
 /* The spawner serves every command of its instance itself, in one poll loop: no process per
- * connection. A connection carries one command: the header (u32 body length, with the
- * command's stdin, stdout and stderr as SCM_RIGHTS), the body (request.h), then single bytes,
- * each a signal for the command's group; back goes the command's wait status (4 bytes). The
- * socket closing before the command ends means SIGKILL to its group at once (the client — the
- * engine, or `run` — is gone). */
-enum { MAX_CONNS = 256 }; /* commands at once in one instance; pids_max bounds them anyway */
+ * connection, and no connection per command — a client (the engine keeps one per instance)
+ * sends any number of commands on one connection, as frames (request.h): a command (its body,
+ * with its stdin, stdout and stderr as SCM_RIGHTS on the frame's first byte), or a signal for
+ * one of its commands' groups. Back goes each command's id and wait status when it ends. The
+ * connection closing means SIGKILL to the groups of every command it started, at once (the
+ * client — the engine, or `run` — is gone). */
+enum {
+  MAX_CONNS = 256,    /* clients at once: sandboxd's one, and `run`s */
+  MAX_COMMANDS = 256, /* commands at once in one instance; pids_max bounds them anyway */
+};
 
 typedef struct {
   bool used;
-  int fd;               /* the connection (non-blocking); -1 once the client has gone */
-  int fds[3];           /* the command's stdin, stdout, stderr as received; -1: none (yet) */
-  unsigned char hdr[4]; /* the header's bytes so far */
+  int fd;                              /* the connection (non-blocking) */
+  unsigned char hdr[WALLS_FRAME_LEN];  /* the current frame's header, bytes so far */
   size_t hdr_got;
-  uint32_t len;         /* the body's length, from the header */
-  char *body;           /* owned; the body's bytes so far */
+  walls_frame frame;                   /* decoded once the header is whole */
+  int fds[3];                          /* a command's stdin, stdout, stderr; -1: none (yet) */
+  char *body;                          /* owned; a command's body, bytes so far */
   size_t got;
-  pid_t pid;            /* the command, also its process group; 0 until it starts */
+  bool replies_waiting;                /* an ended command's reply found no room: POLLOUT */
 } conn;
 
-static conn conns[MAX_CONNS]; /* static: the spawner has no other long-lived heap */
+typedef struct {
+  bool used;
+  int conn;     /* its client's slot; -1 once that client has gone (its reply goes nowhere) */
+  uint32_t id;  /* the client's number for it */
+  pid_t pid;    /* the command, also its process group */
+  bool ended;   /* reaped; its reply waits for room on the connection */
+  int status;
+} command;
 
-static void conn_drop_request(conn *c) {
+/* static: the spawner has no other long-lived heap */
+static conn conns[MAX_CONNS];
+static command commands[MAX_COMMANDS];
+
+static void frame_drop(conn *c) {
   for (int i = 0; i < 3; i++) {
     if (c->fds[i] >= 0)
       close(c->fds[i]);
@@ -72,6 +87,7 @@ static void conn_drop_request(conn *c) {
   }
   free(c->body);
   c->body = NULL;
+  c->hdr_got = c->got = 0;
 }
 
 static void conn_init(conn *c) {
@@ -79,30 +95,102 @@ static void conn_init(conn *c) {
   c->fd = c->fds[0] = c->fds[1] = c->fds[2] = -1;
 }
 
+/* The client is gone (or broke the protocol): every command it started is killed now, and its
+ * replies go nowhere. */
 static void conn_free(conn *c) {
-  conn_drop_request(c);
+  int slot = (int)(c - conns);
+  for (int i = 0; i < MAX_COMMANDS; i++) {
+    command *k = &commands[i];
+    if (!k->used || k->conn != slot)
+      continue;
+    if (k->ended) {
+      k->used = false;
+    } else {
+      kill(-k->pid, SIGKILL);
+      k->conn = -1; /* the slot stays until the command is reaped */
+    }
+  }
+  frame_drop(c);
   if (c->fd >= 0)
     close(c->fd);
   conn_init(c);
 }
 
-/* Sends the 4-byte wait status; the client reads nothing else, so its receive buffer has
- * room (a lost status reads as "the instance ended" there, never as a wrong status). */
-static void conn_reply(conn *c, int status) {
-  if (c->fd >= 0)
-    (void)!send(c->fd, &status, sizeof status, MSG_NOSIGNAL | MSG_DONTWAIT);
+/* Sends an ended command's reply, or leaves it waiting for room (POLLOUT on its connection).
+ * Returns false when the connection is broken (the caller frees it). */
+static bool reply_send(command *k) {
+  conn *c = &conns[k->conn];
+  unsigned char reply[WALLS_REPLY_LEN];
+  walls_reply_encode(reply, k->id, k->status);
+  ssize_t w;
+  do
+    w = send(c->fd, reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (w < 0 && errno == EINTR);
+  if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    c->replies_waiting = true;
+    return true;
+  }
+  k->used = false;
+  return w == (ssize_t)sizeof reply; /* a unix stream takes a small send whole, or nothing */
 }
 
-/* A request that cannot run: its reason on the command's stderr (when it came), status 70. */
-static void conn_refuse(conn *c, const char *why) {
+/* A command has ended (reaped): its reply goes to its client, if it is still there. */
+static void command_ended(command *k, int status) {
+  k->ended = true;
+  k->status = status;
+  if (k->conn < 0) {
+    k->used = false;
+    return;
+  }
+  conn *c = &conns[k->conn];
+  if (c->replies_waiting) /* behind those already waiting */
+    return;
+  if (!reply_send(k))
+    conn_free(c);
+}
+
+/* Room again on a connection: the replies that waited go. */
+static void conn_writable(conn *c) {
+  int slot = (int)(c - conns);
+  c->replies_waiting = false;
+  for (int i = 0; i < MAX_COMMANDS && !c->replies_waiting; i++) {
+    command *k = &commands[i];
+    if (k->used && k->ended && k->conn == slot && !reply_send(k)) {
+      conn_free(c);
+      return;
+    }
+  }
+}
+
+static command *command_of(int slot, uint32_t id) {
+  for (int i = 0; i < MAX_COMMANDS; i++)
+    if (commands[i].used && commands[i].conn == slot && commands[i].id == id)
+      return &commands[i];
+  return NULL;
+}
+
+/* A command that cannot run: its reason on its stderr, its reply status 70, as if it had
+ * run and failed. */
+static void command_refuse(conn *c, const char *why) {
   if (c->fds[2] >= 0)
     dprintf(c->fds[2], "walls: %s\n", why);
-  conn_reply(c, EXIT_WALLS << 8);
-  conn_free(c);
+  command *k = NULL;
+  for (int i = 0; i < MAX_COMMANDS && k == NULL; i++)
+    if (!commands[i].used)
+      k = &commands[i];
+  if (k == NULL) { /* not even a slot to answer from: the client learns it as a lost command */
+    conn_free(c);
+    return;
+  }
+  *k = (command){true, (int)(c - conns), c->frame.id, 0, false, 0};
+  frame_drop(c);
+  command_ended(k, EXIT_WALLS << 8);
 }
 
-/* Reads what there is of the header. Returns 1 when it is complete, 0 to wait for more, -1
- * when the connection is done for (closed, or not exactly three fds with the first byte). */
+/* Reads what there is of the current frame's header, never past it (a recvmsg that reached
+ * into the next frame could take that frame's descriptors). Returns 1 when it is complete, 0
+ * to wait for more, -1 when the connection is done for (closed, or descriptors that do not
+ * belong: exactly three, with a command frame's first byte, and none otherwise). */
 static int receive_header(conn *c) {
   union {
     char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -136,24 +224,29 @@ static int receive_header(conn *c) {
   }
   bool first = c->hdr_got == 0;
   c->hdr_got += (size_t)r;
-  if (first && got == 3 && !(msg.msg_flags & MSG_CTRUNC)) {
+  bool stray = got > 0 && !(first && got == 3 && !(msg.msg_flags & MSG_CTRUNC));
+  if (got > 0 && !stray) {
     memcpy(c->fds, fds, sizeof c->fds);
     got = 0;
   }
   for (int i = 0; i < got; i++)
     close(fds[i]);
-  if (c->fds[0] < 0)
-    return -1; /* the fds come with the first byte, exactly three, or the request is void */
+  if (stray)
+    return -1;
   if (c->hdr_got < sizeof c->hdr)
     return 0;
-  memcpy(&c->len, c->hdr, sizeof c->len);
+  if (walls_frame_decode(c->hdr, &c->frame) < 0)
+    return -1;
+  bool has_fds = c->fds[0] >= 0;
+  if (has_fds != (c->frame.kind == WALLS_FRAME_COMMAND))
+    return -1; /* a command comes with its three descriptors, a signal with none */
   return 1;
 }
 
 /* Reads what there is of the body. Returns 1 when complete, 0 to wait, -1 on a closed socket. */
 static int receive_body(conn *c) {
-  while (c->got < c->len) {
-    ssize_t r = read(c->fd, c->body + c->got, c->len - c->got);
+  while (c->got < c->frame.n) {
+    ssize_t r = read(c->fd, c->body + c->got, c->frame.n - c->got);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
       return 0;
     if (r <= 0)
@@ -197,15 +290,28 @@ static void exec_command(const options *o, const walls_request *req, const int f
   _exit(errno == ENOENT ? 127 : 126);
 }
 
-/* The request is complete: parse it and fork the command (a child of the spawner, so born
- * inside the PID namespace and the instance's cgroups). */
+
+/* The command's body is complete: parse it and vfork the command (a child of the spawner, so
+ * born inside the PID namespace and the instance's cgroups). */
 static void start_command(const options *o, conn *c) {
-  static walls_request req; /* large (pointer arrays); used only between parse and fork */
+  static walls_request req; /* large (pointer arrays); used only between parse and vfork */
   const char *why = "";
-  if (walls_request_parse(c->body, c->len, &req, &why) < 0) {
+  if (command_of((int)(c - conns), c->frame.id) != NULL) {
+    command_refuse(c, "a request under the number of a command still running");
+    return;
+  }
+  if (walls_request_parse(c->body, c->frame.n, &req, &why) < 0) {
     char line[160];
     snprintf(line, sizeof line, "a malformed request: %s", why);
-    conn_refuse(c, line);
+    command_refuse(c, line);
+    return;
+  }
+  command *k = NULL;
+  for (int i = 0; i < MAX_COMMANDS && k == NULL; i++)
+    if (!commands[i].used)
+      k = &commands[i];
+  if (k == NULL) {
+    command_refuse(c, "too many commands at once in this instance");
     return;
   }
   /* vfork, not fork (issue 28): the child borrows the spawner's memory until its exec instead
@@ -220,57 +326,56 @@ static void start_command(const options *o, conn *c) {
     exec_command(o, &req, c->fds);
   environ = own_environ;
   if (pid < 0) {
-    conn_refuse(c, "cannot fork into the instance (its process limit?)");
+    command_refuse(c, "cannot fork into the instance (its process limit?)");
     return;
   }
   (void)setpgid(pid, pid); /* also here: a signal forwarded at once must find the group */
-  c->pid = pid;
-  conn_drop_request(c);
+  *k = (command){true, (int)(c - conns), c->frame.id, pid, false, 0};
+  frame_drop(c);
 }
 
-/* Progress on a readable connection. */
-static void conn_readable(const options *o, conn *c) {
-  if (c->pid > 0) { /* running: signal bytes, or the client's end */
-    unsigned char sig[16];
-    ssize_t n = read(c->fd, sig, sizeof sig);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-      return;
-    if (n <= 0) {
-      kill(-c->pid, SIGKILL); /* the client was killed: so is the command */
-      close(c->fd);
-      c->fd = -1; /* the slot stays until the command is reaped */
-      return;
-    }
-    for (ssize_t i = 0; i < n; i++)
-      if (sig[i] == SIGTERM || sig[i] == SIGINT || sig[i] == SIGHUP || sig[i] == SIGKILL ||
-          sig[i] == SIGQUIT || sig[i] == SIGUSR1 || sig[i] == SIGUSR2 || sig[i] == SIGSTOP ||
-          sig[i] == SIGCONT)
-        kill(-c->pid, sig[i]);
+/* A signal for one of the client's commands' groups (one it may forward). */
+static void signal_command(conn *c) {
+  command *k = command_of((int)(c - conns), c->frame.id);
+  int sig = (int)c->frame.n;
+  frame_drop(c);
+  if (k == NULL || k->ended) /* ended meanwhile: its reply is on the way */
     return;
-  }
-  if (c->hdr_got < sizeof c->hdr) {
-    int h = receive_header(c);
-    if (h < 0) {
+  if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGKILL || sig == SIGQUIT ||
+      sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGSTOP || sig == SIGCONT)
+    kill(-k->pid, sig);
+}
+
+/* Progress on a readable connection: every whole frame there is, in order. */
+static void conn_readable(const options *o, conn *c) {
+  while (c->used) { /* a refusal with no slot to answer from frees the connection */
+    if (c->hdr_got < sizeof c->hdr || c->body == NULL) {
+      int h = c->hdr_got < sizeof c->hdr ? receive_header(c) : 1;
+      if (h < 0) {
+        conn_free(c);
+        return;
+      }
+      if (h == 0)
+        return;
+      if (c->frame.kind == WALLS_FRAME_SIGNAL) {
+        signal_command(c);
+        continue;
+      }
+      c->body = malloc(c->frame.n ? c->frame.n : 1);
+      if (c->body == NULL) {
+        command_refuse(c, "out of memory for the request");
+        continue;
+      }
+    }
+    int b = receive_body(c);
+    if (b < 0) {
       conn_free(c);
       return;
     }
-    if (h == 0)
+    if (b == 0)
       return;
-    if (c->len > WALLS_MAX_REQUEST) {
-      conn_refuse(c, "a request over the size limit");
-      return;
-    }
-    c->body = malloc(c->len ? c->len : 1);
-    if (c->body == NULL) {
-      conn_refuse(c, "out of memory for the request");
-      return;
-    }
-  }
-  int b = receive_body(c);
-  if (b < 0)
-    conn_free(c);
-  else if (b > 0)
     start_command(o, c);
+  }
 }
 
 /* Reaps every child that has ended: bwrap (the instance is over: returns true with its wait
@@ -285,12 +390,11 @@ static bool reap_children(pid_t bwrap, int *bwrap_status) {
       over = true;
       continue;
     }
-    for (int i = 0; i < MAX_CONNS; i++) {
-      conn *c = &conns[i];
-      if (c->used && c->pid == done) {
+    for (int i = 0; i < MAX_COMMANDS; i++) {
+      command *k = &commands[i];
+      if (k->used && !k->ended && k->pid == done) {
         kill(-done, SIGKILL); /* what it left in its group dies with it */
-        conn_reply(c, status);
-        conn_free(c);
+        command_ended(k, status);
         break;
       }
     }
@@ -342,9 +446,9 @@ int serve(const options *o, int listener, pid_t bwrap) {
     p[n++] = (struct pollfd){listener, POLLIN, 0};
     p[n++] = (struct pollfd){sfd, POLLIN, 0};
     for (int i = 0; i < MAX_CONNS; i++)
-      if (conns[i].used && conns[i].fd >= 0) {
+      if (conns[i].used) {
         which[n] = i;
-        p[n++] = (struct pollfd){conns[i].fd, POLLIN, 0};
+        p[n++] = (struct pollfd){conns[i].fd, (short)(POLLIN | (conns[i].replies_waiting ? POLLOUT : 0)), 0};
       }
     if (poll(p, (nfds_t)n, -1) < 0) {
       if (errno == EINTR)
@@ -360,7 +464,11 @@ int serve(const options *o, int listener, pid_t bwrap) {
     }
     for (int k = 2; k < n; k++) {
       conn *c = &conns[which[k]];
-      if (p[k].revents && c->used && c->fd == p[k].fd)
+      if (!c->used || c->fd != p[k].fd)
+        continue; /* freed (and maybe reused) while this turn ran */
+      if (p[k].revents & POLLOUT)
+        conn_writable(c);
+      if (c->used && c->fd == p[k].fd && (p[k].revents & ~POLLOUT))
         conn_readable(o, c);
     }
     if (p[0].revents & POLLIN)
