@@ -295,6 +295,7 @@ int sb_link_command(const char *path, const char *body, size_t len, const int fd
     if (l->next_id == 0)
       l->next_id = 1;
     int rc = 0;
+    bool half_sent = false; /* a part of this command went: the rest cannot be dropped */
     if (l->head == NULL) { /* nothing waits: straight out, most often whole */
       long sent = walls_request_send(l->fd, id, body, len, fds, 1);
       if (sent < 0 && gone(errno)) {
@@ -310,6 +311,7 @@ int sb_link_command(const char *path, const char *body, size_t len, const int fd
         walls_frame_encode(header, WALLS_FRAME_COMMAND, id, (uint32_t)len);
         rc = enqueue(l, header, sizeof header, body, len, fds);
       } else if ((size_t)sent < len) {
+        half_sent = true;
         rc = enqueue(l, body + sent, len - (size_t)sent, NULL, 0, NULL);
       }
     } else {
@@ -317,12 +319,13 @@ int sb_link_command(const char *path, const char *body, size_t len, const int fd
       walls_frame_encode(header, WALLS_FRAME_COMMAND, id, (uint32_t)len);
       rc = enqueue(l, header, sizeof header, body, len, fds);
     }
-    if (rc != 0) {
+    if (rc != 0 && half_sent) {
       /* a command half sent cannot be taken back: the link is ended with the others on it */
       l->retired = true;
       shutdown(l->fd, SHUT_WR);
-      return rc;
     }
+    if (rc != 0)
+      return rc; /* (nothing of it sent: the link and its commands go on) */
     m->link = l;
     m->id = id;
     m->prev = NULL;

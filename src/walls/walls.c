@@ -29,18 +29,20 @@
  *
  *     With --socket it is also the instance's spawner ("serve"): it binds PATH (as the server's
  *     user, in a directory only the server reaches), then joins the instance's namespaces
- *     itself, so every process it forks is born inside the PID namespace and the cgroups. Per
- *     connection it forks a handler that takes the client's stdio (SCM_RIGHTS), argv, env and
- *     cwd (src/walls/request.h), starts the command in a process group of its own with the
- *     rlimits, no capabilities and no_new_privs, forwards the client's signals to that group,
- *     kills the group when the client's socket closes or the command ends, and sends back the
- *     wait status.
+ *     itself, so every process it forks is born inside the PID namespace and the cgroups. In
+ *     one poll loop (src/walls/spawner.c) it takes commands — many per connection: the engine
+ *     keeps one per instance — each with the client's stdio (SCM_RIGHTS), argv, env and cwd
+ *     (src/walls/request.h), vforks each in a process group of its own with the rlimits, no
+ *     capabilities and no_new_privs, forwards the client's signals to that group, kills the
+ *     group when the command ends or the client's connection closes, and sends back the
+ *     command's number and wait status.
  *
  *   switchboard-walls run SOCKET [--cwd DIR] -- PROGRAM ARG...
- *     The host side of one command (spawned by the engine like any command): sends its own
- *     stdin/stdout/stderr, argv and environment (never in the spawner's argv) to the spawner,
- *     forwards TERM/INT/HUP, and exits with the command's status (re-raising its signal). It
- *     dies with its parent; its socket closing kills the command's group at once.
+ *     The host side of one command (for diagnosis from a shell; the engine speaks the protocol
+ *     itself, src/proc/link.c): sends its own stdin/stdout/stderr, argv and environment (never
+ *     in the spawner's argv) to the spawner, forwards TERM/INT/HUP, and exits with the
+ *     command's status (re-raising its signal). It dies with its parent; its socket closing
+ *     kills the command's group at once.
  *
  *   switchboard-walls enter [common] --pid PID [--net host|none] [--nofile N] [--fsize BYTES]
  *                           [--cwd DIR] -- PROGRAM ARG...
