@@ -10,8 +10,6 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -203,7 +201,7 @@ int sb_spawn_start(const sb_spawn_args *a, bool with_stdin, sb_spawned *out) {
     }
     goto done;
   }
-  *out = (sb_spawned){pid, pidfd, in[1], o[0], e[0], -1};
+  *out = (sb_spawned){pid, pidfd, in[1], o[0], e[0]};
   in[1] = o[0] = e[0] = -1; /* now the caller's */
 done:
   /* The child's ends always; the parent's too unless they were handed over. */
@@ -212,21 +210,11 @@ done:
 }
 
 int sb_spawn_walled(const sb_spawn_args *a, const char *socket_path, bool with_stdin,
-                    sb_spawned *out, char **rest, size_t *rest_len) {
-  int in[2] = {-1, -1}, o[2] = {-1, -1}, e[2] = {-1, -1}, sock = -1;
+                    sb_spawned *out, sb_link_member *member) {
+  int in[2] = {-1, -1}, o[2] = {-1, -1}, e[2] = {-1, -1};
   size_t len = 0;
   char *body = NULL; /* owned until the end */
-  struct sockaddr_un addr;
   int rc = 0;
-  *rest = NULL;
-  *rest_len = 0;
-  memset(&addr, 0, sizeof addr);
-  addr.sun_family = AF_UNIX;
-  if (strlen(socket_path) >= sizeof addr.sun_path) {
-    rc = ENAMETOOLONG;
-    goto done;
-  }
-  strcpy(addr.sun_path, socket_path);
   body = walls_request_encode(a->argv, a->envp, a->cwd ? a->cwd : "/workspace", &len);
   if (body == NULL) {
     rc = E2BIG;
@@ -238,33 +226,15 @@ int sb_spawn_walled(const sb_spawn_args *a, const char *socket_path, bool with_s
     rc = errno;
     goto done;
   }
-  sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (sock < 0 || connect(sock, (struct sockaddr *)&addr, sizeof addr) < 0) {
-    rc = errno; /* EAGAIN: its backlog is full; ECONNREFUSED, ENOENT: no spawner */
-    goto done;
-  }
   int fds[3] = {in[0], o[1], e[1]};
-  long sent = walls_request_send(sock, body, len, fds);
-  if (sent < 0) {
-    rc = errno;
+  rc = sb_link_command(socket_path, body, len, fds, member);
+  if (rc != 0)
     goto done;
-  }
-  size_t taken = (size_t)sent;
-  if (taken < len) {
-    *rest = malloc(len - taken);
-    if (*rest == NULL) {
-      rc = ENOMEM;
-      goto done;
-    }
-    memcpy(*rest, body + taken, len - taken);
-    *rest_len = len - taken;
-  }
-  *out = (sb_spawned){0, -1, in[1], o[0], e[0], sock};
-  in[1] = o[0] = e[0] = sock = -1; /* now the caller's */
+  *out = (sb_spawned){0, -1, in[1], o[0], e[0]};
+  in[1] = o[0] = e[0] = -1; /* now the caller's */
 done:
   /* the child's ends are the spawner's now (or were never sent); ours unless handed over */
   close_pipes(in, o, e);
-  close_fd(&sock);
   free(body);
   return rc;
 }

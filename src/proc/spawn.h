@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "link.h"
+
 typedef struct {
   char *const *argv; /* NULL-terminated; strings and array anchored on the Lua stack */
   char *const *envp; /* NULL-terminated "NAME=value"; likewise anchored */
@@ -31,7 +33,6 @@ typedef struct {
   int stdin_fd;   /* write end of its stdin, or -1 when it reads /dev/null */
   int stdout_fd;  /* read ends of its stdout and stderr */
   int stderr_fd;
-  int ctl_fd;     /* walled (sb_spawn_walled): the connection to the instance's spawner; else -1 */
 } sb_spawned;
 
 /* Starts the child; every descriptor made is close-on-exec in the parent. Returns 0 with `out`
@@ -39,17 +40,15 @@ typedef struct {
  * child left behind. */
 int sb_spawn_start(const sb_spawn_args *a, bool with_stdin, sb_spawned *out);
 
-/* Starts the child inside a sandbox instance (docs/isolation.md): connects to the instance's
- * spawner at `socket_path` (non-blocking; a unix connect does not wait) and sends it the
+/* Starts the child inside a sandbox instance (docs/isolation.md): sends the instance's spawner
+ * at `socket_path`, over the engine's link to it (link.h: one connection per instance), the
  * request — argv, env and cwd (NULL: /workspace) with the child's stdin, stdout and stderr
- * (SCM_RIGHTS). The spawner, already inside the instance's namespaces and cgroups, forks the
- * command; its wait status comes back on `out->ctl_fd` (walls/request.h), and a byte written
- * there signals its group; closing it kills the group. `out->pid` is 0 and `out->pidfd` -1.
- * What the socket did not take at once is returned in *rest (malloc'd, *rest_len bytes; NULL
- * when everything went): the caller writes it before anything else. Returns 0, or an errno
- * value with nothing left open (ECONNREFUSED/ENOENT: no spawner there; E2BIG: over the
- * request's limits). */
+ * (SCM_RIGHTS). The spawner, already inside the instance's namespaces and cgroups, vforks the
+ * command; `member` (its `ended` set by the caller) is told its wait status, and signals its
+ * group (sb_link_signal). `out->pid` is 0 and `out->pidfd` -1. Returns 0, or an errno value
+ * with nothing left open (ECONNREFUSED/ENOENT: no spawner there; E2BIG: over the request's
+ * limits). */
 int sb_spawn_walled(const sb_spawn_args *a, const char *socket_path, bool with_stdin,
-                    sb_spawned *out, char **rest, size_t *rest_len);
+                    sb_spawned *out, sb_link_member *member);
 
 #endif

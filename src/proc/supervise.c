@@ -10,10 +10,10 @@
  *
  * A walled child (opts.walls = the socket of a sandbox instance's spawner, docs/isolation.md)
  * is started by the spawner inside the instance instead: the engine makes the pipes, hands
- * them over the socket (spawn.c) and watches the socket instead of a pidfd. Its wait status
- * arrives there (walls/request.h); a signal for its group is a byte written there; the socket
- * closing — the engine killed, or an abort that cannot wait — kills the group inside. So
- * deadline, grace, abort, capture and streaming are the same code for both kinds. */
+ * them over its one link to that spawner (spawn.c, link.c) and is told the command's end by
+ * the link instead of a pidfd. Its wait status arrives there (walls/request.h); a signal for
+ * its group is a frame sent there; the link closing — the engine killed — kills the group
+ * inside. So deadline, grace, abort, capture and streaming are the same code for both kinds. */
 #include "proc.h"
 #include "spawn.h"
 #include "../engine/engine.h"
@@ -72,21 +72,11 @@ typedef struct sb_proc {
   int term_signal;
   double started_ms, ended_ms;
   int open_handles;
-  /* walled: the spawner's connection instead of the pidfd; pid is 0 */
-  bool walled, ctl_open;
-  uv_pipe_t ctl;
-  unsigned char reply[2 * WALLS_REPLY_LEN]; /* room for one byte too many: refused, not cut */
-  size_t reply_len;
+  /* walled: on the link to the instance's spawner instead of the pidfd; pid is 0 */
+  bool walled;
+  sb_link_member member;
   struct sb_proc *prev, *next; /* the live list */
 } sb_proc;
-
-/* One write on a walled child's socket (the rest of its request, or a signal byte); owns its
- * bytes, and is freed by its callback alone, so it may outlive its sb_proc's handles. */
-typedef struct {
-  uv_write_t req;
-  size_t len;
-  char bytes[];
-} ctl_write;
 
 static void walled_signal(struct sb_proc *p, int signo);
 
@@ -284,10 +274,38 @@ static void child_exited(uv_poll_t *h, int status, int events) {
 
 /* ---- output -------------------------------------------------------------------------------- */
 
-static void alloc_scratch(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)h;
+/* Room for the next read straight into the capture (no copy per chunk, issue 43): the buffer
+ * doubles from 4 KiB up to the cap, so a quiet command holds little and a megabyte is read in
+ * growing pieces. False when it cannot grow (the cap reached, or no memory). */
+static bool capture_room(capture *c) {
+  if (c->len < c->cap)
+    return true;
+  if (c->len >= c->limit)
+    return false;
+  size_t cap = c->cap ? c->cap * 2 : 4096;
+  if (cap > c->limit)
+    cap = c->limit;
+  char *grown = realloc(c->data, cap);
+  if (grown == NULL)
+    return false;
+  c->data = grown;
+  c->cap = cap;
+  return true;
+}
+
+static capture *capture_of(sb_proc *p, uv_handle_t *h) {
+  return (uv_pipe_t *)h == &p->out.pipe ? &p->out : &p->err;
+}
+
+/* A read lands in the capture itself while it is under its cap; past it (or out of memory) in
+ * the scratch buffer, from which capture_append drops and counts it. */
+static void alloc_capture(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
-  *buf = uv_buf_init(read_scratch, sizeof read_scratch);
+  capture *c = capture_of(h->data, h);
+  if (capture_room(c))
+    *buf = uv_buf_init(c->data + c->len, (unsigned)(c->cap - c->len));
+  else
+    *buf = uv_buf_init(read_scratch, sizeof read_scratch);
 }
 
 static void capture_append(capture *c, const char *bytes, size_t n) {
@@ -322,9 +340,12 @@ static void stream_to_lua(sb_proc *p, const capture *c, const char *bytes, size_
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   sb_proc *p = s->data;
-  capture *c = (uv_pipe_t *)s == &p->out.pipe ? &p->out : &p->err;
+  capture *c = capture_of(p, (uv_handle_t *)s);
   if (nread > 0) {
-    capture_append(c, buf->base, (size_t)nread);
+    if (c->data != NULL && buf->base == c->data + c->len)
+      c->len += (size_t)nread; /* read in place */
+    else
+      capture_append(c, buf->base, (size_t)nread);
     if (p->on_output_ref != LUA_NOREF)
       stream_to_lua(p, c, buf->base, (size_t)nread);
     return;
@@ -335,98 +356,45 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
 }
 
-/* ---- walled: the spawner's socket ---------------------------------------------------------- */
+/* ---- walled: the link to the spawner -------------------------------------------------------- */
 
-static void ctl_written(uv_write_t *req, int status) {
-  (void)status; /* a failed write: the socket is gone, and its end is handled on the read side */
-  free(req->data);
-}
-
-static void ctl_send(sb_proc *p, const void *bytes, size_t len) {
-  ctl_write *w = malloc(sizeof *w + len);
-  if (w == NULL)
-    return;
-  memcpy(w->bytes, bytes, len);
-  w->len = len;
-  w->req.data = w;
-  uv_buf_t buf = uv_buf_init(w->bytes, (unsigned)len);
-  if (uv_write(&w->req, (uv_stream_t *)&p->ctl, &buf, 1, ctl_written) != 0)
-    free(w);
-}
-
-static void ctl_close(sb_proc *p) {
-  if (!p->ctl_open)
-    return;
-  p->ctl_open = false;
-  uv_read_stop((uv_stream_t *)&p->ctl);
-  close_handle(p, (uv_handle_t *)&p->ctl); /* closing the socket: SIGKILL to a live group */
-}
-
-/* A signal for the walled child's group: one byte to the spawner, after whatever of the
- * request is still queued. SIGKILL too goes as a byte, so the status still comes back. */
+/* A signal for the walled child's group: a frame to the spawner, after whatever of the link's
+ * queue is still unsent. SIGKILL too goes as a frame, so the status still comes back. */
 static void walled_signal(sb_proc *p, int signo) {
-  if (p->exited || !p->ctl_open)
+  if (p->exited)
     return;
-  unsigned char b = (unsigned char)signo;
-  ctl_send(p, &b, 1);
+  sb_link_signal(&p->member, signo);
 }
 
-/* The socket ended without a whole reply: the instance ended (it was stopped, or the spawner
- * died) or it sent what cannot be a reply. Either way the command is over: said in words on
- * its stderr, and recorded as killed. */
+/* The link ended without this command's reply: the instance ended (it was stopped, or the
+ * spawner died) or it sent what cannot be a reply. Either way the command is over: said in
+ * words on its stderr, and recorded as killed. */
 static void walled_lost(sb_proc *p, const char *why) {
   capture_append(&p->err, why, strlen(why));
   if (p->on_output_ref != LUA_NOREF)
     stream_to_lua(p, &p->err, why, strlen(why));
-  ctl_close(p);
   record_end(p, 0, SIGKILL);
 }
 
-static void alloc_reply(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)suggested;
-  sb_proc *p = h->data;
-  *buf = uv_buf_init((char *)p->reply + p->reply_len, (unsigned)(sizeof p->reply - p->reply_len));
-}
-
-/* nread more bytes of the reply arrived in p->reply (or the socket ended: nread < 0). */
-static void reply_received(sb_proc *p, ssize_t nread) {
+/* The link tells the command's end (once; the member is off the link by then). */
+static void walled_ended(sb_link_member *m, int rc, int code, int signo) {
+  sb_proc *p = (sb_proc *)((char *)m - offsetof(sb_proc, member));
   if (p->exited)
     return;
-  if (nread < 0) {
+  if (rc == 0)
     walled_lost(p, "\nwalls: the sandbox instance ended while the command ran\n");
-    return;
-  }
-  p->reply_len += (size_t)nread;
-  int code, signo;
-  int rc = walls_reply_decode(p->reply, p->reply_len, &code, &signo);
-  if (rc < 0) {
+  else if (rc < 0)
     walled_lost(p, "\nwalls: the instance's spawner sent what is not a wait status\n");
-  } else if (rc > 0) {
-    ctl_close(p); /* the spawner already killed what the command left in its group */
-    record_end(p, code, signo);
-  }
-}
-
-static void on_reply(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  (void)buf;
-  reply_received(s->data, nread);
+  else
+    record_end(p, code, signo); /* the spawner already killed what it left in its group */
 }
 
 /* Reads, without waiting, whatever the spawner already sent: after a stall (the loop blocked
  * or the server stopped) a deadline is due before the poll phase has seen the reply of a
  * command that ended in time. Returns whether the command has ended. */
 static bool walled_read_pending(sb_proc *p) {
-  uv_os_fd_t fd;
-  while (!p->exited && p->ctl_open && uv_fileno((uv_handle_t *)&p->ctl, &fd) == 0) {
-    size_t room = sizeof p->reply - p->reply_len;
-    ssize_t n = recv(fd, p->reply + p->reply_len, room, MSG_DONTWAIT);
-    if (n > 0)
-      reply_received(p, n);
-    else if (n == 0)
-      reply_received(p, UV_EOF);
-    else if (errno != EINTR)
-      break; /* EAGAIN: nothing there yet, still running; an error is the read side's */
-  }
+  if (!p->exited)
+    sb_link_read_now(&p->member);
   return p->exited;
 }
 
@@ -532,7 +500,7 @@ static void capture_open(sb_proc *p, capture *c, const char *name, size_t limit,
   c->limit = limit;
   c->open = true;
   p->open_handles++;
-  uv_read_start((uv_stream_t *)&c->pipe, alloc_scratch, on_read);
+  uv_read_start((uv_stream_t *)&c->pipe, alloc_capture, on_read);
 }
 
 static void timer_init(sb_proc *p, uv_timer_t *t) {
@@ -583,9 +551,8 @@ static int l_spawn(lua_State *L) {
   p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
 
   sb_spawned child;
-  char *rest = NULL; /* walled: the request's bytes the socket did not take at once */
-  size_t rest_len = 0;
-  int rc = walls ? sb_spawn_walled(&a, walls, p->stdin_ref != LUA_NOREF, &child, &rest, &rest_len)
+  p->member.ended = walled_ended;
+  int rc = walls ? sb_spawn_walled(&a, walls, p->stdin_ref != LUA_NOREF, &child, &p->member)
                  : sb_spawn_start(&a, p->stdin_ref != LUA_NOREF, &child);
   if (rc != 0) {
     release_refs(L, p);
@@ -607,15 +574,7 @@ static int l_spawn(lua_State *L) {
   timer_init(p, &p->grace);
   timer_init(p, &p->linger);
   if (walls) {
-    p->walled = p->ctl_open = true;
-    uv_pipe_init(sb_loop(), &p->ctl, 0);
-    uv_pipe_open(&p->ctl, child.ctl_fd);
-    p->ctl.data = p;
-    p->open_handles++;
-    if (rest != NULL)
-      ctl_send(p, rest, rest_len); /* queued first: signal bytes go after it */
-    free(rest);
-    uv_read_start((uv_stream_t *)&p->ctl, alloc_reply, on_reply);
+    p->walled = true;
   } else {
     uv_poll_init(sb_loop(), &p->exit_poll, p->pidfd);
     p->exit_poll.data = p;
@@ -732,7 +691,7 @@ static void proc_shutdown(void *ud) {
       }
     }
     p->exited = true;
-    ctl_close(p); /* the socket closes now: the spawner kills a walled group at once */
+    sb_link_leave(&p->member); /* its group is sent SIGKILL; the links close below */
     p->finished = true;
     p->waiter = NULL;
     sb_abort_unlisten(&p->on_abort);
@@ -745,6 +704,7 @@ static void proc_shutdown(void *ud) {
     close_handle(p, (uv_handle_t *)&p->linger);
     close_handle(p, (uv_handle_t *)&p->exit_poll);
   }
+  sb_link_close_all(); /* each spawner kills what its link started */
 }
 
 int sb_proc_open(lua_State *L) {

@@ -1,4 +1,4 @@
-/* A workspace's own file system: see disk.h. Used by the holder (walls.c, hold) while it is
+/* A workspace's own file system: see disk.h. Used by the holder (mounts.c, mount_disk) while it is
  * still root, in its private mount namespace, before bwrap binds the workspace. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

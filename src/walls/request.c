@@ -98,14 +98,40 @@ char *walls_request_encode(char *const *argv, char *const *envp, const char *cwd
   return body;
 }
 
-int walls_reply_decode(const unsigned char *bytes, size_t len, int *exit_code, int *signo) {
+void walls_frame_encode(unsigned char out[WALLS_FRAME_LEN], uint32_t kind, uint32_t id, uint32_t n) {
+  memcpy(out, &kind, 4);
+  memcpy(out + 4, &id, 4);
+  memcpy(out + 8, &n, 4);
+}
+
+int walls_frame_decode(const unsigned char in[WALLS_FRAME_LEN], walls_frame *out) {
+  memcpy(&out->kind, in, 4);
+  memcpy(&out->id, in + 4, 4);
+  memcpy(&out->n, in + 8, 4);
+  if (out->id == 0)
+    return -1;
+  if (out->kind == WALLS_FRAME_COMMAND)
+    return out->n <= WALLS_MAX_REQUEST ? 0 : -1;
+  if (out->kind == WALLS_FRAME_SIGNAL)
+    return out->n >= 1 && out->n <= 64 ? 0 : -1;
+  return -1;
+}
+
+void walls_reply_encode(unsigned char out[WALLS_REPLY_LEN], uint32_t id, int status) {
+  memcpy(out, &id, 4);
+  memcpy(out + 4, &status, 4);
+}
+
+int walls_reply_decode(const unsigned char *bytes, size_t len, uint32_t *id, int *exit_code,
+                       int *signo) {
   int status;
   *exit_code = *signo = 0;
   if (len < WALLS_REPLY_LEN)
     return 0;
   if (len > WALLS_REPLY_LEN)
     return -1;
-  memcpy(&status, bytes, sizeof status);
+  memcpy(id, bytes, 4);
+  memcpy(&status, bytes + 4, sizeof status);
   if (WIFEXITED(status) && (status & ~0xff00) == 0) {
     *exit_code = WEXITSTATUS(status);
     return 1;
@@ -118,14 +144,16 @@ int walls_reply_decode(const unsigned char *bytes, size_t len, int *exit_code, i
   return -1;
 }
 
-long walls_request_send(int sock, const char *body, size_t len, const int fds[3]) {
-  uint32_t header = (uint32_t)len;
+long walls_request_send(int sock, uint32_t id, const char *body, size_t len, const int fds[3],
+                        int nonblocking) {
+  unsigned char header[WALLS_FRAME_LEN];
+  walls_frame_encode(header, WALLS_FRAME_COMMAND, id, (uint32_t)len);
   union {
     char buf[CMSG_SPACE(3 * sizeof(int))];
     struct cmsghdr align;
   } control;
   memset(&control, 0, sizeof control);
-  struct iovec iov[2] = {{&header, sizeof header}, {(void *)body, len}};
+  struct iovec iov[2] = {{header, sizeof header}, {(void *)body, len}};
   struct msghdr msg;
   memset(&msg, 0, sizeof msg);
   msg.msg_iov = iov;
@@ -139,11 +167,11 @@ long walls_request_send(int sock, const char *body, size_t len, const int fds[3]
   memcpy(CMSG_DATA(c), fds, 3 * sizeof(int));
   ssize_t sent;
   do
-    sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    sent = sendmsg(sock, &msg, MSG_NOSIGNAL | (nonblocking ? MSG_DONTWAIT : 0));
   while (sent < 0 && errno == EINTR);
   if (sent < 0)
     return -1;
-  if (sent < (ssize_t)sizeof header) { /* a fresh socket's buffer takes the header at least */
+  if (sent < (ssize_t)sizeof header) { /* the header is smaller than any socket's room */
     errno = EPIPE;
     return -1;
   }

@@ -142,6 +142,24 @@ describe("sandboxd: /exec over the wire", function()
     end)
   end)
 
+  it("a megabyte of output on both streams comes back whole: escaped, an invalid byte also as base64", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policies_dir }
+      -- 700,000 bytes of lines with quotes on stdout, 300,001 on stderr ending in a byte that is
+      -- not UTF-8: the answer is written in pieces (sandboxd/routes.lua), none joined again
+      local command = [[yes '"q"\ab' | head -c 700000; yes 'e' | head -c 300000 >&2; printf '\377' >&2]]
+      local status, _, whole = S.call(h.url, "/exec", { body = { command = command } })
+      assert.equal(200, status)
+      local doc = cjson.decode(whole)
+      assert.equal(0, doc.exitCode, doc.stderr:sub(-300))
+      assert.equal(string.rep('"q"\\ab\n', 100000), doc.stdout)
+      assert.is_nil(doc.stdoutBase64)
+      assert.equal(string.rep("e\n", 150000) .. "\u{FFFD}", doc.stderr)
+      assert.equal(string.rep("e\n", 150000) .. "\255", core.crypto.base64_decode(doc.stderrBase64))
+      h:stop(); h:wait()
+    end)
+  end)
+
   it("a missing or malformed x-thread-key is 400; malformed JSON is 400 in the dual shape", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = policies_dir }

@@ -1,5 +1,6 @@
-/* libFuzzer target: the walls spawner's request parser (src/walls/request.c), which reads
- * bytes from a unix socket. Whatever parses is encoded again and must parse to the same. */
+/* libFuzzer target: the walls spawner's frame and request parsers (src/walls/request.c), which
+ * read bytes from a unix socket. Whatever parses is encoded again and must parse to the same;
+ * a frame header (the input's first 12 bytes) that decodes is within the protocol's bounds. */
 #include "walls/request.h"
 
 #include <stdlib.h>
@@ -12,6 +13,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *why = NULL;
   if (body == NULL)
     return 0;
+  walls_frame frame;
+  if (size >= WALLS_FRAME_LEN && walls_frame_decode(data, &frame) == 0) {
+    unsigned char header[WALLS_FRAME_LEN];
+    walls_frame_encode(header, frame.kind, frame.id, frame.n);
+    if (memcmp(header, data, WALLS_FRAME_LEN) != 0 || frame.id == 0 ||
+        (frame.kind == WALLS_FRAME_COMMAND && frame.n > WALLS_MAX_REQUEST) ||
+        (frame.kind == WALLS_FRAME_SIGNAL && (frame.n < 1 || frame.n > 64)) ||
+        (frame.kind != WALLS_FRAME_COMMAND && frame.kind != WALLS_FRAME_SIGNAL))
+      abort();
+  }
   memcpy(body, data, size);
   if (walls_request_parse(body, size, &req, &why) == 0) {
     size_t len = 0;

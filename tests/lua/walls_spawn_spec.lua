@@ -96,6 +96,77 @@ describe("core.spawn behind the walls", function()
     inst:stop()
   end)
 
+  -- The engine's unix sockets (this process is the engine): what each command would cost in
+  -- connections, counted where they are held.
+  local function unix_sockets()
+    local inodes = {}
+    for line in io.lines("/proc/net/unix") do
+      local inode = line:match("^%x+: %x+ %x+ %x+ %x+ %x+%s+(%d+)")
+      if inode then inodes[inode] = true end
+    end
+    local stat = io.open("/proc/self/stat"):read("l") -- (io.open runs in this process)
+    local listing = io.popen("ls -l /proc/" .. stat:match("^(%d+)") .. "/fd")
+    local n = 0
+    for line in listing:lines() do
+      local inode = line:match("socket:%[(%d+)%]")
+      if inode and inodes[inode] then n = n + 1 end
+    end
+    listing:close()
+    return n
+  end
+
+  walled_it("one link per instance: commands at once and in turn share one connection (issue 43)", function()
+    local inst = start_instance()
+    assert.equal(0, assert(core.spawn(args(inst, "true"))):wait().exit) -- the link is made
+    local before = unix_sockets()
+    local procs = {}
+    for i = 1, 6 do procs[i] = assert(core.spawn(args(inst, "sleep 0.3; echo " .. i))) end
+    local during = unix_sockets()
+    for i = 1, 6 do
+      local r = procs[i]:wait()
+      assert.equal(0, r.exit, r.stderr)
+      assert.equal(i .. "\n", r.stdout) -- each reply reached its own command
+    end
+    for _ = 1, 20 do assert.equal(0, assert(core.spawn(args(inst, "true"))):wait().exit) end
+    assert.equal(before, during) -- no connection per command: six at once opened none
+    assert.equal(before, unix_sockets())
+    -- the link outlives its instance only until the spawner's end closes; a fresh instance at
+    -- another path gets its own, and the stopped one's commands fail to start in words
+    inst:stop()
+    local again = start_instance()
+    local r = assert(core.spawn(args(again, "echo again"))):wait()
+    assert.equal("again\n", r.stdout)
+    again:stop()
+  end)
+
+  -- What this process's descriptors point at.
+  local function open_paths()
+    local stat = io.open("/proc/self/stat"):read("l")
+    local listing = io.popen("ls -l /proc/" .. stat:match("^(%d+)") .. "/fd")
+    local paths = {}
+    for line in listing:lines() do
+      local target = line:match(" %-> (.*)$")
+      if target then paths[#paths + 1] = target end
+    end
+    listing:close()
+    return table.concat(paths, "\n")
+  end
+
+  walled_it("the counters read per command are held open while the instance is awake (issue 43)", function()
+    local inst = start_instance()
+    local held = open_paths()
+    assert.truthy(held:find(inst.cgroups.pids .. "/pids.events", 1, true), held)
+    assert.truthy(held:find("/proc/" .. inst.pid .. "/stat", 1, true), held)
+    local before = inst:counters()
+    -- they still count: a fork past the instance's process limit is seen through the held file
+    local r = assert(core.spawn(args(inst, ("for i in $(seq %d); do sleep 5 & done; wait"):format(
+      snap.isolation.pids_max + 8), { deadline_ms = 60000 }))):wait()
+    assert.is_true(inst:counters().pids > before.pids, r.stderr)
+    assert.is_false(inst:dead())
+    inst:stop()
+    assert.falsy(open_paths():find(inst.cgroups.pids .. "/pids.events", 1, true)) -- closed with it
+  end)
+
   walled_it("the diagnostic `run` client (switchboard-walls run) speaks the same protocol", function()
     local inst = start_instance()
     local r = assert(core.spawn{

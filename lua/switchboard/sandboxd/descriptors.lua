@@ -8,13 +8,15 @@
 --
 -- What sandboxd holds, measured (`ls /proc/PID/fd` with instances awake and commands running):
 -- per awake instance the holder's stdout and stderr pipes, the spawner's socket and the
--- workspace's directory handle; per running command its stdout and stderr pipes and its pidfd;
--- per request its connection (bounded by the connection cap this budget gives the server).
+-- workspace's directory handle, the engine's link to its spawner (src/proc/link.c) and the
+-- three files read per command, held open (shell/instance.lua: two cgroup counters, the init's
+-- stat); per running command its stdout and stderr pipes and, unwalled, its pidfd; per request
+-- its connection (bounded by the connection cap this budget gives the server).
 local core = require("switchboard.core")
 
 local M = {}
 
-M.PER_INSTANCE = 4
+M.PER_INSTANCE = 8
 M.PER_COMMAND = 3
 -- The server's own: the listener, the loop's handles, the log, policy reloads, `du` and the
 -- walls helper's runs, the metrics listener; with room to spare. A quarter of the limit, from

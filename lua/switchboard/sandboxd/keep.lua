@@ -64,7 +64,7 @@ function M.compact(dir, wait_ms, deadline_ms)
   local image = dir .. "/" .. M.IMAGE
   if not core.fs.exists(image) then return true end
   -- e2fsck discards nothing in a run that changed the file system, and every run here does: the
-  -- walls' helper removes the empty lost+found at each mount (src/walls/walls.c), e2fsck makes
+  -- walls' helper removes the empty lost+found at each mount (src/walls/mounts.c), e2fsck makes
   -- it again — so a second run, on a clean file system, is the one that discards
   local r = tool({ "flock", "-x", "-w", ("%.1f"):format(wait_ms / 1000), "-E", "75", image,
     "sh", "-c", 'e2fsck -f -y -E discard "$1"; rc=$?; if [ $rc -eq 1 ]; then e2fsck -f -y -E discard "$1"; rc=$?; fi; exit $rc',

@@ -248,9 +248,21 @@ local function run_exec(ctx, snap, inst, call, res, state)
     instance = inst.label, exit = doc.exitCode, duration_ms = doc.durationMs,
     timed_out = r and r.timed_out or nil, failed = doc.error ~= nil or nil,
   })
-  local text = wire_text.answer_json(doc, json)
-  if #text <= SLICE then return res:finish(text) end
-  if stream(res, text) then res:finish() end
+  local parts, size = wire_text.answer_parts(doc, json), 0
+  for _, part in ipairs(parts) do size = size + #part end
+  if size <= SLICE then return res:finish(table.concat(parts)) end
+  -- a megabyte of output goes as it was encoded, never joined again; the short pieces around
+  -- it are joined among themselves
+  local short = {}
+  for i, part in ipairs(parts) do
+    if #part <= SLICE then short[#short + 1] = part end
+    if #part > SLICE or i == #parts then
+      if #short > 0 and not stream(res, table.concat(short)) then return end
+      short = {}
+    end
+    if #part > SLICE and not stream(res, part) then return end
+  end
+  res:finish()
 end
 
 local function fleet_cause(ctx)

@@ -18,7 +18,7 @@
 --   inst:argv(program_argv) → argv       the same through the `run` client (for diagnosis)
 --   inst:counters() → {oom, pids}        the limit counters, before a command
 --   inst:procs_file() → path             its processes' cgroup.procs (sandboxd/file_table.lua)
---   inst:explain(before, exit) → text?   a line naming the limit a command hit, or nil
+--   inst:explain(before, exit, after?) → text?   a line naming the limit a command hit, or nil
 --   inst:stop()                          every process gone (cgroup kill), cgroups removed
 --   walls:close()                        the server's cgroup directories removed
 --   walls:bounds()                       policies/timeouts.lua walls, of the policy current now
@@ -442,13 +442,26 @@ local function limit_writes(self)
   return w
 end
 
+-- The whole text of a held file, read again from its start (nil when it cannot be read: a
+-- process gone reads as an error).
+local function reread(f)
+  if not f or not f:seek("set", 0) then return nil end
+  return f:read("a")
+end
+
 -- The init's pid namespace dies with it — a fork into it fails from then on — before bwrap and
 -- the holder have noticed; so the init itself is looked at too (its /proc entry, the same
--- process by its start time, not a zombie: one small read).
-local function init_state(pid)
-  local f = pid and io.open("/proc/" .. pid .. "/stat", "r")
-  local stat = f and f:read("a")
-  if f then f:close() end
+-- process by its start time, not a zombie: one small read, through `held` — its stat file
+-- held open — once the instance is awake).
+local function init_state(pid, held)
+  local stat
+  if held then
+    stat = reread(held)
+  else
+    local f = pid and io.open("/proc/" .. pid .. "/stat", "r")
+    stat = f and f:read("a")
+    if f then f:close() end
+  end
   if not stat then return nil end
   local state, rest = stat:match("^%d+ %b() (%S) (.*)$")
   local start = rest and rest:match("^" .. ("%S+ "):rep(18) .. "(%d+)")
@@ -489,6 +502,26 @@ local function default_route_interface()
   end
   f:close()
   return best
+end
+
+-- The counter files and the init's /proc stat are held open while the instance is awake
+-- (issue 43): a read per command is a seek and a read, not a path walk through the cgroup file
+-- system and /proc (an open and a close each). sandboxd's descriptor budget counts the three
+-- (sandboxd/descriptors.lua PER_INSTANCE), so a full fleet is still refused in words before
+-- the kernel's EMFILE (the reason issue 28 opened them per read).
+local function counter_paths(self)
+  local cg, v2 = self.cgroups, self.host.layout.version == 2
+  return cg.memory .. (v2 and "/memory.events" or "/memory.oom_control"), cg.pids .. "/pids.events"
+end
+
+local function hold_files(self)
+  local oom, pids = counter_paths(self)
+  self.held = { oom = io.open(oom, "r"), pids = io.open(pids, "r"), stat = io.open("/proc/" .. self.pid .. "/stat", "r") }
+end
+
+local function release_files(self)
+  for _, f in pairs(self.held or {}) do f:close() end
+  self.held = nil
 end
 
 -- Creates the namespaces and cgroups (once; later calls return at once). Waits for the
@@ -589,6 +622,7 @@ function Instance:start()
     return nil, self.start_err
   end
   self.init_start = select(2, init_state(self.pid))
+  hold_files(self)
   self.state = "ready"
   return true
 end
@@ -626,29 +660,31 @@ end
 -- The owner of the workspace's files, for core.fs.root(dir, owner).
 function Instance:owner() return { uid = self.uid, gid = self.uid } end
 
--- A counter file is opened when read and closed at once: held open, the two files cost sandboxd
--- two descriptors per awake instance, which at a full fleet of thousands is what ran it out of
--- descriptors (issue 28); an open and a close per read cost microseconds.
-local function counter(self, path, key)
+local function counter(self, which, path, key)
   if self.state == "stopped" then return 0 end -- its cgroups are gone or going
-  local f = io.open(path, "r")
-  if not f then return 0 end
-  local text = f:read("a")
-  f:close()
+  local held = self.held and self.held[which]
+  local text
+  if held then
+    text = reread(held)
+  else -- not awake yet: opened for this read
+    local f = io.open(path, "r")
+    if not f then return 0 end
+    text = f:read("a")
+    f:close()
+  end
   return text and tonumber(text:match(key .. " (%d+)")) or 0
 end
 
 function Instance:counters()
-  local cg, v2 = self.cgroups, self.host.layout.version == 2
-  return {
-    oom = counter(self, cg.memory .. (v2 and "/memory.events" or "/memory.oom_control"), "oom_kill"),
-    pids = counter(self, cg.pids .. "/pids.events", "max"),
-  }
+  local oom, pids = counter_paths(self)
+  return { oom = counter(self, "oom", oom, "oom_kill"), pids = counter(self, "pids", pids, "max") }
 end
 
--- A line in words for the limit a command ran into, or nil.
-function Instance:explain(before, exit)
-  local now, iso = self:counters(), self.snap.isolation
+-- A line in words for the limit a command ran into, or nil. `now`: the counters after it, when
+-- the caller has read them already.
+function Instance:explain(before, exit, now)
+  local iso = self.snap.isolation
+  now = now or self:counters()
   local lines = {}
   if now.oom > before.oom then
     lines[#lines + 1] = ("killed: this sandbox's memory limit (%s) was reached — policies/isolation.lua memory_bytes")
@@ -673,7 +709,7 @@ end
 function Instance:dead()
   if self.state ~= "ready" then return false end
   if self.hold_result ~= nil then return true end
-  local state, start = init_state(self.pid)
+  local state, start = init_state(self.pid, self.held and self.held.stat)
   return state == nil or state == "Z" or state == "X" or start ~= self.init_start
 end
 
@@ -694,6 +730,7 @@ end
 function Instance:stop()
   if self.state == "stopped" then return end
   self.state = "stopped"
+  release_files(self)
   if self.stopped then self.stopped:abort("instance asleep") end
   if self.done then core.sleep(self.snap.timeouts.walls.stop_ms, self.done) end
   if self.cgroups then

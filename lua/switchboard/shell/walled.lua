@@ -362,7 +362,8 @@ function M.exec(r, spec)
     end
     return nil, spawn_err
   end
-  local why = inst:explain(before, res.exit)
+  local after = inst:counters() -- read once: for the words and the memory check below
+  local why = inst:explain(before, res.exit, after)
   if why then res.stderr = append_line(res.stderr or "", why) end
   -- a write the workspace's file system refused: named in the user's terms (a full /tmp, a
   -- memory-backed tmpfs, says the same words; the line says which limit /workspace has)
@@ -374,7 +375,7 @@ function M.exec(r, spec)
   if inst:dead() or inst.retired then -- (retired already when its holder's exit came first)
     retire(r, "dead", inst)
     res.stderr = append_line(res.stderr or "", inst.retired_note or RETIRED.dead)
-  elseif inst:counters().oom > before.oom and inst:memory_held_by_files() then
+  elseif after.oom > before.oom and inst:memory_held_by_files() then
     retire(r, "memory", inst)
     res.stderr = append_line(res.stderr or "", RETIRED.memory)
   end

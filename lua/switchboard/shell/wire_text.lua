@@ -58,8 +58,10 @@ local function is_success(doc)
   return n == 4
 end
 
-function M.answer_json(doc, json)
-  if not is_success(doc) then return json.encode(M.encode(doc)) end
+-- The JSON text of a result document as pieces in order (their concatenation is answer_json's):
+-- a server writes a long answer piece by piece, without one more copy of the output.
+function M.answer_parts(doc, json)
+  if not is_success(doc) then return { json.encode(M.encode(doc)) } end
   local out, valid = { '{"exitCode":', tostring(doc.exitCode), ',"durationMs":', tostring(doc.durationMs) }, {}
   for _, name in ipairs(M.STREAMS) do
     local literal, ok = core.json_string(doc[name])
@@ -73,7 +75,11 @@ function M.answer_json(doc, json)
     end
   end
   out[#out + 1] = "}"
-  return table.concat(out)
+  return out
+end
+
+function M.answer_json(doc, json)
+  return table.concat(M.answer_parts(doc, json))
 end
 
 -- In place, on the executor: the exact bytes back where the server sent them alongside.

@@ -1,0 +1,128 @@
+/* `hold`: an instance from nothing to ready — cgroups joined, the workspace opened and mounted,
+ * the spawner's socket bound, the outbound network's launcher forked, the drop to the instance's
+ * uid, bwrap run — then, with --socket, the instance's spawner (spawner.c) for as long as the
+ * instance lives. Each step is in its own file; this one says their order and why. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "walls/walls.h"
+
+int hold(const options *o) {
+  pid_t parent = getppid();
+  if (o->workspace == NULL) {
+    errno = 0;
+    die("hold needs --workspace");
+  }
+  join_cgroups(o, true);
+  /* The workspace becomes the instance's own (a symlink in its place is refused); the fd goes
+   * to bwrap as the source of its bind mount. */
+  int ws = open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (ws < 0 || fchown(ws, (uid_t)o->uid, (gid_t)o->gid) < 0)
+    die("cannot give the workspace %s to uid %ld", o->workspace, o->uid);
+  if (o->disk_image != NULL) { /* the instance's /workspace is then a file system of its own */
+    ws = mount_disk(o, ws);
+    if (fchown(ws, (uid_t)o->uid, (gid_t)o->gid) < 0)
+      die("cannot give the workspace's own file system to uid %ld", o->uid);
+  }
+  /* Bound while we are still the server's user, in a directory only it can reach; the
+   * listening fd is all we keep of it after dropping to the instance's uid. */
+  int listener = o->socket ? bind_spawner(o->socket) : -1;
+  /* built before the fork: the child only execs */
+  static bwrap_args b;
+  /* Read-only binds: opened (a directory, not a symlink) at 10 or above, clear of the 3-5
+   * bwrap takes; close-on-exec until the child clears it for bwrap alone, so no command of the
+   * instance inherits one. */
+  for (int k = 0; k < o->ro_binds.n; k++) {
+    const char *path = o->ro_binds.items[k];
+    int fd = path[0] == '/' ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (fd < 0 && path[0] != '/')
+      errno = 0;
+    b.ro_fds[k] = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    if (fd >= 0)
+      close(fd);
+    if (b.ro_fds[k] < 0)
+      die("--ro-bind takes an absolute directory; cannot open '%s'", path);
+    b.ro_fds[k] = stage_reachable(o, b.ro_fds[k], path, k + 1);
+  }
+  ws = stage_reachable(o, ws, o->workspace, 0);
+  outbound ob = outbound_start(o); /* forked while root: see outbound_launcher */
+  drop_to(o);
+  die_with_parent(parent);
+  int info[2], ready[2];
+  if (pipe2(info, O_CLOEXEC) < 0 || pipe2(ready, O_CLOEXEC) < 0)
+    die("pipe");
+  int self_exe = open("/proc/self/exe", O_RDONLY | O_CLOEXEC); /* the init, for build_bwrap */
+  if (self_exe < 0)
+    die("open /proc/self/exe");
+  build_bwrap(o, &b);
+  pid_t pid = fork();
+  if (pid < 0)
+    die("fork");
+  if (pid == 0) {
+    /* fds 3, 4 and 5 for bwrap: first out of the way (any source may itself be 3-5), then into
+     * place (dup2 clears O_CLOEXEC on the copies; the detours keep theirs). */
+    int i = fcntl(info[1], F_DUPFD_CLOEXEC, 10), r = fcntl(ready[1], F_DUPFD_CLOEXEC, 10),
+        w = fcntl(ws, F_DUPFD_CLOEXEC, 10), x = fcntl(self_exe, F_DUPFD_CLOEXEC, 10);
+    if (i < 0 || r < 0 || w < 0 || x < 0 || dup2(i, 3) < 0 || dup2(r, 4) < 0 ||
+        dup2(w, 5) < 0 || dup2(x, 6) < 0)
+      _exit(EXIT_WALLS);
+    for (int k = 0; k < o->ro_binds.n; k++)
+      if (fcntl(b.ro_fds[k], F_SETFD, 0) < 0)
+        _exit(EXIT_WALLS);
+    /* A spare's build yields the CPU to the commands running meanwhile. Only bwrap (its mounts,
+     * then an init that sleeps) is niced: the spawner, and so every command, keeps ours. */
+    if (o->nice > 0 && setpriority(PRIO_PROCESS, 0, (int)(o->nice > 19 ? 19 : o->nice)) < 0)
+      die("setpriority %lld", o->nice);
+    execvp("bwrap", b.argv);
+    die("cannot run bwrap (apt-get install bubblewrap)");
+  }
+  close(info[1]);
+  close(ready[1]);
+  close(ws);
+  for (int k = 0; k < o->ro_binds.n; k++)
+    close(b.ro_fds[k]);
+  close(self_exe);
+  long inner = read_child_pid(info[0]);
+  close(info[0]);
+  bool outbound_ok = inner <= 0 || outbound_go(&ob, inner); /* beside the view's making */
+  char word[8];
+  ssize_t got;
+  do
+    got = read(ready[0], word, sizeof word);
+  while (got < 0 && errno == EINTR);
+  close(ready[0]);
+  bool cloned = inner > 0; /* bwrap reported its child: the namespaces exist */
+  if (got <= 0)
+    inner = -1;
+  if (inner > 0 && !(outbound_ok && outbound_ready(&ob))) {
+    errno = 0;
+    die("the instance's outbound network (pasta) could not be set up (its message is above)");
+  }
+  if (inner > 0 && listener >= 0)
+    enter_instance(inner, parent);
+  if (inner > 0) {
+    printf("ready %ld\n", inner);
+    fflush(stdout);
+  }
+  if (inner > 0 && listener >= 0)
+    return serve(o, listener, pid);
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      die("waitpid");
+  if (inner <= 0) {
+    errno = 0;
+    /* which step says where to look: the kernel's namespace limits, or the mounts bwrap makes
+     * and the init it then runs */
+    die(cloned ? "bwrap made the instance's namespaces but could not finish its view or start its init "
+                 "(its message is above)"
+               : "bwrap could not create the instance's namespaces (its message is above)");
+  }
+  return mirror_status(status);
+}
