@@ -62,9 +62,8 @@ describe_walls("a run that serves what it built", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = pol }
       r.sandboxd = h
-      -- previews under a base URL of their own, as a deployment names one: the bot redacts its
-      -- SANDBOX_URL (a SANDBOX_* value) from all it posts, so a preview under it would read
-      -- [redacted] (docs/agent.md "Background processes"). localhost: the same server.
+      -- previews under a base URL of their own, as a deployment names one (people reach
+      -- previews there, not at SANDBOX_URL: docs/slack.md). localhost: the same server.
       local f = assert(io.open(pol .. "/timeouts.lua", "a"))
       f:write(("\nsandbox.ports_base_url = \"http://localhost:%d\"\n"):format(h.port))
       f:close()

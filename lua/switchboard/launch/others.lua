@@ -18,9 +18,19 @@ M.UNWALLED_NOTE = "unwalled: this bot was started with --allow-unwalled-commands
 
 local EXIT_CONFIG = 78 -- launch/prologue.lua's EXIT.config
 
+-- A bare service address (scheme://host[:port][/], nothing else) names where a server is, not
+-- a way into it: SANDBOX_URL's value starts every preview URL the bot posts (agent/processes.lua),
+-- and redacting it made the card's Preview button read "[redacted]/ports/…". A URL that carries
+-- anything more — user info, a path (a webhook's key), a query or a fragment — stays redacted.
+function M.is_bare_address(value)
+  local rest = value:match("^%a[%w+.-]*://([^/?#]+)/?$")
+  return rest ~= nil and not rest:find("@", 1, true)
+end
+
 -- Every value in this process's environment whose name looks like a credential (the names
 -- policies may never pass to a command) is registered with the redaction the log has, which
 -- every text the bot posts also goes through: a command that prints one posts [redacted].
+-- A bare address (above) is not a credential, whatever its variable's name.
 function M.register_env_secrets(environ_path)
   local f = io.open(environ_path or "/proc/self/environ", "rb")
   if not f then return 0 end
@@ -29,7 +39,7 @@ function M.register_env_secrets(environ_path)
   local n = 0
   for entry in raw:gmatch("[^%z]+") do
     local name, value = entry:match("^([^=]+)=(.*)$")
-    if name and value ~= "" and schema.is_secret_name(name) then
+    if name and value ~= "" and schema.is_secret_name(name) and not M.is_bare_address(value) then
       core.log_redact(value)
       n = n + 1
     end
