@@ -88,6 +88,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "walls/bridge.h"
 #include "walls/disk.h"
 #include "walls/request.h"
 
@@ -126,6 +127,7 @@ typedef struct {
   const char *workspace, *rootfs, *net, *hostname, *cwd;
   const char *disk_image;  /* hold: the workspace's own file system, an image of this name in it */
   const char *outbound_if; /* hold, --net host: the host interface pasta's sockets are bound to */
+  const char *bridge_port; /* hold, --net host: through a bridge instead of pasta (bridge.h) */
   long long disk_bytes;    /* its size; -1: none (the workspace is the host's directory) */
   long long disk_reserve;  /* bytes the host's disk keeps free beside it (0: none) */
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
@@ -212,6 +214,7 @@ static void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--net") == 0) o->net = v;
     else if (strcmp(f, "--hostname") == 0) o->hostname = v;
     else if (strcmp(f, "--outbound-if") == 0) o->outbound_if = v;
+    else if (strcmp(f, "--bridge-port") == 0) o->bridge_port = v;
     else if (strcmp(f, "--cwd") == 0) o->cwd = v;
     else if (strcmp(f, "--socket") == 0) o->socket = v;
     else die("unknown option %s", f);
@@ -336,6 +339,14 @@ static void outbound_launcher(const options *o, pid_t holder, int go, int up) {
   for (int fd = 3; fd < 1024; fd++) /* the holder's workspace, socket and binds: not ours */
     if (fd != up)
       close(fd);
+  if (o->bridge_port != NULL) { /* a veth on sandboxd's bridge: set up, then nothing stays */
+    char why[256];
+    if (walls_bridge_attach(o->bridge_port, inner, why, sizeof why) < 0) {
+      errno = 0;
+      die("bridge: %s", why);
+    }
+    _exit(write(up, "1", 1) == 1 ? 0 : EXIT_WALLS);
+  }
   if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     die("pasta: a private mount namespace");
   int given_tun = open("/dev/net/tun", O_PATH | O_CLOEXEC); /* before the tmpfs covers it */
@@ -1497,6 +1508,8 @@ int main(int argc, char **argv) {
   arg_area = argv;
   if (argc == 2 && strcmp(argv[1], "init") == 0)
     return init();
+  if (argc >= 2 && strncmp(argv[1], "bridge-", 7) == 0) /* its own options: bridge.h */
+    return walls_bridge_main(argc, argv);
   parse(argc, argv, &o);
   if (strcmp(o.mode, "hold") == 0)
     return hold(&o);

@@ -43,6 +43,9 @@ function M.dir(edits)
   for _, name in ipairs(M.FILES) do
     local src = M.read(M.SHIPPED .. "/" .. name .. ".lua")
     local e = edits[name]
+    -- a walled sandboxd's bridge would be made in the network namespace it runs in: a spec's is
+    -- the host's own unless the spec made one, so pasta unless the spec's edit says otherwise
+    if name == "isolation" then src = src .. '\noutbound = "pasta"\n' end
     if type(e) == "function" then src = e(src) elseif e ~= nil then src = e end
     if src then M.write(dir .. "/" .. name .. ".lua", src) end
   end
