@@ -346,7 +346,7 @@ describe_walls("network per agent, walled (sandboxd)", function()
       core.run(function()
         local world = outside_world()
         local h = world.sandboxd{ policies = mode_dir }
-        assert.truthy(h.log():find("walls.outbound mode=" .. mode, 1, true), h.log())
+        assert.equal(mode, h.log():match("walls%.outbound[^\n]*mode=(%a+)"), h.log())
         local status, off = exec(h, "W-off", world.curl, { network = "none" })
         assert.equal(200, status)
         assert.equal(7, off.exitCode, off.stderr) -- curl: could not connect (no route)
@@ -373,6 +373,77 @@ describe_walls("network per agent, walled (sandboxd)", function()
       end)
     end)
   end
+
+  -- The bridge's own life and walls (docs/isolation.md "Outbound through a bridge"): made once in
+  -- sandboxd's namespace at its start, removed at its stop, a kill -9's leftover removed by the
+  -- next start; no process per instance; instances do not reach each other, nor a private range
+  -- the host routes to (pasta's sockets would: they connect from the host), nor the host.
+  it("bridge: made at start and gone at stop (a kill -9's leftover removed by the next start); no pasta; no instance reaches another or a private range", function()
+    core.run(function()
+      local procs = require("support.procs")
+      local files = require("support.files")
+      local dir = policy_dir('outbound = "bridge"')
+      local world = outside_world()
+      local function in_host(cmd)
+        local out = ""
+        local p = assert(core.spawn{ argv = { "nsenter", "--net=" .. world.netns, "--", "sh", "-c", cmd },
+          env = { PATH = os.getenv("PATH") }, on_output = function(_, c) out = out .. c end })
+        p:wait()
+        return out
+      end
+      local function bridges() return select(2, in_host("ip -o link show type bridge"):gsub("\n", "\n")) end
+      local function tables() return select(2, in_host("nft list tables"):gsub("inet switchboard_", "")) end
+      -- a private address the host routes to, in the outside namespace, with a server on it
+      local outside = "/proc/" .. S.read(world.files .. "/outside.pid"):match("%d+") .. "/ns/net"
+      local private_log = world.files .. "/private.log"
+      local private = assert(core.spawn{ argv = { "nsenter", "--net=" .. outside, "--", "sh", "-c",
+        "ip addr add 10.77.0.1/32 dev d1 && exec python3 -u -m http.server --bind 10.77.0.1 8080 >" .. private_log .. " 2>&1" },
+        env = { PATH = os.getenv("PATH") } })
+      in_host("ip route add 10.77.0.0/24 via 198.51.100.254 dev d0")
+      assert(S.wait_for(function() return (S.read(private_log) or ""):find("Serving HTTP", 1, true) end, 30000))
+      assert.equal(0, bridges())
+      local h = world.sandboxd{ policies = dir }
+      assert.equal(1, bridges())
+      assert.equal(1, tables())
+      -- one instance serves on its address; another cannot reach it, itself can
+      local _, one = exec(h, "B-1", "setsid python3 -m http.server --bind 0.0.0.0 8090 >/dev/null 2>&1 & "
+        .. "for i in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:8090/ && break; sleep 0.1; done; "
+        .. "ip -4 -o addr show eth0 | awk '{ sub(/\\/.*/, \"\", $4); print $4 }'", { network = "host" })
+      local addr = one.stdout:match("^([%d.]+)\n")
+      assert(addr, one.stdout .. one.stderr)
+      local probe = "curl -sS -o /dev/null -w '%{http_code}' --connect-timeout 5 http://" .. addr .. ":8090/"
+      local _, self_hit = exec(h, "B-1", probe, { network = "host" })
+      assert.equal("200", self_hit.stdout, self_hit.stderr)
+      local _, other = exec(h, "B-2", probe .. "; echo; curl -sS --connect-timeout 5 http://10.77.0.1:8080/; echo; "
+        .. "curl -sS --connect-timeout 5 http://198.51.100.1:" .. h.inner_port .. "/healthz; echo; " .. world.curl, { network = "host" })
+      assert.truthy(other.stdout:find("^000\n"), other.stdout .. other.stderr) -- no connection to the other instance
+      assert.is_nil((S.read(private_log) or ""):find("GET /", 1, true), other.stdout .. other.stderr)
+      assert.truthy(other.stdout:find(world.nonce, 1, true), other.stdout .. other.stderr) -- the outside still answers
+      assert.is_nil(other.stdout:find('"ok"', 1, true), other.stdout) -- nor sandboxd through the host's address
+      -- no process of the instances' uids is pasta
+      for _, pid in ipairs(procs.pids()) do
+        local status = files.read("/proc/" .. pid .. "/status") or ""
+        local uid = tonumber(status:match("\nUid:%s+%d+%s+(%d+)"))
+        if uid and uid >= UID_BASE and uid < UID_BASE + UID_COUNT then
+          assert.is_not.equal("pasta", status:match("^Name:%s+(%S+)"))
+        end
+      end
+      -- kill -9: the bridge and its table stay behind; the next start on that root replaces them
+      h:stop("KILL"); h:wait()
+      h.relay:kill("KILL"); h.relay:wait()
+      assert.equal(1, bridges())
+      local again = world.sandboxd{ policies = dir, root = h.root }
+      assert.equal(1, bridges())
+      assert.equal(1, tables())
+      local _, on = exec(again, "B-3", world.curl, { network = "host" })
+      assert.equal(world.nonce, on.stdout, on.stderr)
+      again:stop(); again:wait()
+      assert.equal(0, bridges())
+      assert.equal(0, tables())
+      private:kill("KILL"); private:wait()
+      world.close(again)
+    end)
+  end)
 
   -- A Kubernetes pod with hostUsers: false (deploy/kubernetes/sandboxd.yaml): sandboxd is root
   -- of a user namespace of its own, where the kernel makes no device node, so the walls helper
