@@ -453,8 +453,11 @@ describe_walls("network per agent, walled (sandboxd)", function()
   it("sandboxd as root of its own user namespace (a pod with hostUsers: false): host still reaches the outside through pasta", function()
     core.run(function()
       local world = outside_world()
-      local h = world.sandboxd{ policies = policy_dir('workspace_size = "measured"'),
+      -- outbound "auto": not root of the host's user namespace, so pasta, and the log says why
+      local h = world.sandboxd{ policies = policy_dir('workspace_size = "measured"\noutbound = "auto"'),
         inner_wrap = { "python3", "tests/support/own_userns.py", tostring(UID_BASE), tostring(UID_COUNT), "--" } }
+      assert.equal("pasta", h.log():match("walls%.outbound[^\n]*mode=(%a+)"), h.log())
+      assert.truthy(h.log():find("not root of the host's user namespace", 1, true), h.log())
       local status, on = exec(h, "W-userns", world.curl, { network = "host" })
       assert.equal(200, status)
       assert.equal(0, on.exitCode, on.stderr .. h.log())

@@ -16,6 +16,9 @@ local M = {}
 local Bridge = {}
 Bridge.__index = Bridge
 
+-- Why no bridge (the caller falls back to pasta, or refuses to start when policy says "bridge").
+local function refused(message) return core.error("walls", message) end
+
 local function ip_int(text)
   local a, b, c, d = text:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
   a, b, c, d = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
@@ -87,12 +90,12 @@ end
 local function able(path)
   local map = core.fs.read_file("/proc/self/uid_map") or ""
   if not map:match("^%s*0%s+0%s+4294967295%s*$") then
-    return nil, "sandboxd is not root of the host's user namespace"
+    return nil, refused("sandboxd is not root of the host's user namespace")
   end
   for dir in path:gmatch("[^:]+") do
     if core.fs.exists(dir .. "/nft") then return true end
   end
-  return nil, "nft is not installed (apt-get install nftables)"
+  return nil, refused("nft is not installed (apt-get install nftables)")
 end
 
 local function said(r)
@@ -104,13 +107,13 @@ end
 -- rules file), uid_count (addresses needed).
 function M.open(opts)
   local iso = opts.iso
-  if iso.outbound == "pasta" then return nil, "policies/isolation.lua outbound is \"pasta\"" end
+  if iso.outbound == "pasta" then return nil, refused("policies/isolation.lua outbound is \"pasta\"") end
   local ok, why = able(opts.path)
   if not ok then return nil, why end
   local net, prefix = cidr(iso.bridge_subnet)
-  if not net then return nil, "bridge_subnet " .. iso.bridge_subnet .. " is not an IPv4 subnet (/1 to /30)" end
+  if not net then return nil, refused("bridge_subnet " .. iso.bridge_subnet .. " is not an IPv4 subnet (/1 to /30)") end
   if (1 << (32 - prefix)) - 3 < opts.uid_count then
-    return nil, ("bridge_subnet %s holds fewer addresses than uid_count (%d instances)"):format(iso.bridge_subnet, opts.uid_count)
+    return nil, refused(("bridge_subnet %s holds fewer addresses than uid_count (%d instances)"):format(iso.bridge_subnet, opts.uid_count))
   end
   local hex = core.crypto.hex(core.crypto.sha256(opts.root or "")):sub(1, 6)
   local b = setmetatable({ name = "sb" .. hex, table = "switchboard_" .. hex, net = net, prefix = prefix,
@@ -118,14 +121,14 @@ function M.open(opts)
     path = opts.path, deadline_ms = opts.deadline_ms }, Bridge)
   local up = run.tool{ argv = { opts.helper, "bridge-up", "--bridge", b.name, "--address", b.gateway .. "/" .. prefix },
     env = { PATH = opts.path }, deadline_ms = opts.deadline_ms }
-  if not up or up.exit ~= 0 then return nil, "the bridge could not be made: " .. said(up) end
+  if not up or up.exit ~= 0 then return nil, refused("the bridge could not be made: " .. said(up)) end
   local rules = opts.scratch .. "/bridge.nft"
   local wrote = core.fs.write_file(rules, M.rules(b, iso.bridge_refused, M.resolvers(iso.rootfs),
     (up.stdout or ""):find("was-off", 1, true) ~= nil), tonumber("600", 8))
   local nft = wrote and run.tool{ argv = { "nft", "-f", rules }, env = { PATH = opts.path }, deadline_ms = opts.deadline_ms }
   if not nft or nft.exit ~= 0 then
     b:close()
-    return nil, "the bridge's nftables rules could not be loaded: " .. (nft and said(nft) or "cannot write " .. rules)
+    return nil, refused("the bridge's nftables rules could not be loaded: " .. (nft and said(nft) or "cannot write " .. rules))
   end
   return b
 end

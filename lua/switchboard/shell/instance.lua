@@ -242,11 +242,11 @@ function M.host(opts)
         deadline_ms = bounds(self).helper_ms, scratch = self.socket_dir, uid_count = claim.count }
       if not b and iso.outbound == "bridge" then
         self:close()
-        return nil, cannot('policies/isolation.lua outbound is "bridge", but ' .. why)
+        return nil, cannot('policies/isolation.lua outbound is "bridge", but ' .. tostring(why))
       end
       self.bridge = b
       self.log("info", "walls.outbound", b and { mode = "bridge", bridge = b.name, subnet = b.subnet }
-        or { mode = "pasta", why = why })
+        or { mode = "pasta", why = tostring(why) })
     end
     local ok, err = self:prove(opts.snap, opts.scratch)
     if not ok then
