@@ -25,8 +25,9 @@ network = "host"
 -- deployments); "auto" — the bridge where sandboxd can make it, else pasta. The resident and the
 -- local executor always use pasta. Read at start.
 outbound = "auto"
--- The bridge's addresses: .1 is the bridge's, each instance the next ones (at least uid_count + 3).
-bridge_subnet = "10.213.0.0/16"
+-- The bridge's addresses: .1 is the bridge's, instance n (its place in the uid block) .2 + n; it must
+-- hold uid_count + 3 (65536 instances: a /15).
+bridge_subnet = "10.212.0.0/15"
 -- Where no instance on the bridge connects (the host itself, any of its addresses, always; IPv6
 -- always; the name servers of /etc/resolv.conf on port 53 excepted): private, shared, link-local
 -- (a cloud's metadata service), loopback, benchmark and multicast ranges.
