@@ -88,8 +88,8 @@ static int talk(nl_msg *m, bool built) {
     ssize_t n = recv(fd, &reply, sizeof reply, 0);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n < 0) {
-      rc = -errno;
+    if (n <= 0) { /* 0: the kernel never sends an empty datagram; not waited on forever */
+      rc = n < 0 ? -errno : -EIO;
       goto out;
     }
     for (struct nlmsghdr *h = &reply.h; NLMSG_OK(h, (unsigned)n); h = NLMSG_NEXT(h, n)) {

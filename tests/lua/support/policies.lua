@@ -45,9 +45,10 @@ function M.dir(edits)
     local e = edits[name]
     -- a walled sandboxd's bridge would be made in the network namespace it runs in: a spec's is
     -- the host's own unless the spec made one, so pasta unless the spec's edit says otherwise;
-    -- SB_TEST_OUTBOUND=bridge when the whole run is in a namespace of its own (docs/testing.md)
+    -- SB_TEST_OUTBOUND=bridge|auto when the whole run is in a namespace of its own (docs/testing.md)
     if name == "isolation" then
-      src = src .. ('\noutbound = "%s"\n'):format(os.getenv("SB_TEST_OUTBOUND") == "bridge" and "bridge" or "pasta")
+      local asked = os.getenv("SB_TEST_OUTBOUND")
+      src = src .. ('\noutbound = "%s"\n'):format((asked == "bridge" or asked == "auto") and asked or "pasta")
     end
     if type(e) == "function" then src = e(src) elseif e ~= nil then src = e end
     if src then M.write(dir .. "/" .. name .. ".lua", src) end
