@@ -40,7 +40,9 @@ local function policy_dir(isolation_extra)
     timeouts = function(src) return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"60s\"\n" end,
     agents = function(src) return src .. "\n" .. AGENTS end,
     isolation = function(src)
-      return src .. ("\nuid_base = %d\nuid_count = %d\n"):format(UID_BASE, UID_COUNT) .. (isolation_extra or "") .. "\n"
+      -- small workspaces: each awake instance holds its whole image of the host's disk
+      return src .. ("\nuid_base = %d\nuid_count = %d\nworkspace_max_bytes = 64 * MiB\n"):format(UID_BASE, UID_COUNT)
+        .. (isolation_extra or "") .. "\n"
     end,
   }
 end
