@@ -25,8 +25,8 @@ network = "host"
 -- deployments); "auto" — the bridge where sandboxd can make it, else pasta. The resident and the
 -- local executor always use pasta. Read at start.
 outbound = "auto"
--- The bridge's addresses: .1 is the bridge's, instance n (its place in the uid block) .2 + n; it must
--- hold uid_count + 3 (65536 instances: a /15).
+-- The bridges' addresses: a /22 per bridge of 1,021 instances (a Linux bridge holds 1,024 ports),
+-- .1 of each the bridge's; it must hold uid_count's bridges (65,536 instances: 65 /22s, a /15).
 bridge_subnet = "10.212.0.0/15"
 -- Where no instance on the bridge connects (the host itself, any of its addresses, always; IPv6
 -- always; the name servers of /etc/resolv.conf on port 53 excepted): private, shared, link-local

@@ -179,6 +179,37 @@ static bool parse_cidr(const char *text, struct in_addr *addr, int *prefix) {
   return inet_pton(AF_INET, buf, addr) == 1;
 }
 
+static int bridge_create(const char *name) {
+  struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC};
+  nl_msg m;
+  msg_init(&m, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, &ifi, sizeof ifi);
+  bool ok = put_str(&m, IFLA_IFNAME, name);
+  struct rtattr *info = ok ? put(&m, IFLA_LINKINFO, NULL, 0) : NULL;
+  ok = info && put_str(&m, IFLA_INFO_KIND, "bridge");
+  if (ok)
+    nest_end(&m, info);
+  return talk(&m, ok);
+}
+
+/* The bridge `name` with `gateway`/`prefix`, IPv6 off, up: made when missing, and every step
+ * idempotent, so two instances' launchers that find it missing at once both end with it whole
+ * (a Linux bridge holds at most 1,024 ports: sandboxd's instances are spread over several, each
+ * made by the first instance that needs it). Returns its index, or -errno. */
+static int bridge_ensure(const char *name, struct in_addr gateway, int prefix) {
+  int index = (int)if_nametoindex(name);
+  if (index > 0)
+    return index;
+  int rc = bridge_create(name);
+  if ((rc < 0 && rc != -EEXIST) || (rc = ipv6_off(name)) < 0)
+    return rc;
+  if ((index = (int)if_nametoindex(name)) == 0)
+    return -errno;
+  rc = addr_add(index, gateway, prefix);
+  if ((rc < 0 && rc != -EEXIST) || (rc = link_up(index)) < 0)
+    return rc;
+  return index;
+}
+
 /* The host end of the pair: made with its peer already in the instance's namespace (as eth0), a
  * port of the bridge from birth. */
 static int veth_create(const char *port, int master, int ns_fd) {
@@ -222,9 +253,9 @@ int walls_bridge_attach(const char *spec, long inner, char *why, size_t why_size
   if (sscanf(spec, "%15[^,],%15[^,],%31[^,],%19s", bridge, port, cidr, gw_text) != 4 ||
       !parse_cidr(cidr, &addr, &prefix) || inet_pton(AF_INET, gw_text, &gateway) != 1)
     return fail(why, why_size, 0, "--bridge-port takes BRIDGE,PORT,A.B.C.D/PREFIX,GATEWAY, not '%s'", spec);
-  int master = (int)if_nametoindex(bridge);
-  if (master == 0)
-    return fail(why, why_size, -errno, "the bridge %s is missing (made at sandboxd's start)", bridge);
+  int master = bridge_ensure(bridge, gateway, prefix);
+  if (master < 0)
+    return fail(why, why_size, master, "cannot make the bridge %s with %s/%d", bridge, gw_text, prefix);
   char path[64];
   snprintf(path, sizeof path, "/proc/%ld/ns/net", inner);
   ns_fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -258,18 +289,6 @@ out:
   return result;
 }
 
-static int bridge_create(const char *name) {
-  struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC};
-  nl_msg m;
-  msg_init(&m, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, &ifi, sizeof ifi);
-  bool ok = put_str(&m, IFLA_IFNAME, name);
-  struct rtattr *info = ok ? put(&m, IFLA_LINKINFO, NULL, 0) : NULL;
-  ok = info && put_str(&m, IFLA_INFO_KIND, "bridge");
-  if (ok)
-    nest_end(&m, info);
-  return talk(&m, ok);
-}
-
 /* Turns IPv4 forwarding on in this network namespace; *was_on says whether it already was. */
 static int forwarding_on(bool *was_on) {
   int fd = open("/proc/sys/net/ipv4/ip_forward", O_RDWR | O_CLOEXEC);
@@ -292,31 +311,39 @@ static int usage(const char *why) {
 
 int walls_bridge_main(int argc, char **argv) {
   const char *name = NULL, *address = NULL;
+  long count = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--bridge") == 0) name = argv[i + 1];
     else if (strcmp(argv[i], "--address") == 0) address = argv[i + 1];
+    else if (strcmp(argv[i], "--count") == 0) count = strtol(argv[i + 1], NULL, 10);
     else return usage("unknown option");
   }
-  if (name == NULL || strlen(name) >= IF_NAMESIZE || (argc % 2) != 0)
-    return usage("--bridge NAME (at most 15 bytes) is required");
+  if (name == NULL || strlen(name) >= IF_NAMESIZE - 4 || (argc % 2) != 0 || count < 0 || count > 4096)
+    return usage("--bridge NAME (at most 11 bytes) is required; --count at most 4096");
   bool up = strcmp(argv[1], "bridge-up") == 0;
   char why[256];
-  int rc = link_delete(name); /* a kill -9's leftover, or this stop's own */
-  if (rc < 0) {
-    fail(why, sizeof why, rc, "cannot remove the bridge %s", name);
-    goto failed;
+  /* a kill -9's leftovers, or this stop's own: NAME, or NAME0 … NAME<count-1> */
+  for (long k = count == 0 ? -1 : 0; k < count; k++) {
+    char each[IF_NAMESIZE];
+    if (k < 0)
+      snprintf(each, sizeof each, "%s", name);
+    else
+      snprintf(each, sizeof each, "%s%ld", name, k);
+    int rc = link_delete(each);
+    if (rc < 0) {
+      fail(why, sizeof why, rc, "cannot remove the bridge %s", each);
+      goto failed;
+    }
   }
   if (!up)
     return 0;
+  int rc;
   struct in_addr addr;
   int prefix;
   bool was_on = false;
   if (address == NULL || !parse_cidr(address, &addr, &prefix))
     return usage("bridge-up needs --address A.B.C.D/PREFIX");
-  int index;
-  if ((rc = bridge_create(name)) < 0 || (rc = ipv6_off(name)) < 0 ||
-      (index = (int)if_nametoindex(name)) == 0 || (rc = addr_add(index, addr, prefix)) < 0 ||
-      (rc = link_up(index)) < 0) {
+  if ((rc = bridge_ensure(name, addr, prefix)) < 0) {
     fail(why, sizeof why, rc, "cannot make the bridge %s with %s", name, address);
     goto failed;
   }

@@ -15,12 +15,14 @@
  * name left by a killed server, makes it again with the address (IPv6 off on it) and turns IPv4
  * forwarding on in this network namespace. Prints "forwarding was-on" or "forwarding was-off"
  * (the caller's rules keep the host's other forwarding off in the second case).
- * `switchboard-walls bridge-down --bridge NAME`: removes it (gone already is fine).
+ * `switchboard-walls bridge-down --bridge NAME [--count N]`: removes it, or NAME0 … NAME<N-1>
+ * (gone already is fine).
  * Returns the process's exit status (70 with a "walls:" line on failure). */
 int walls_bridge_main(int argc, char **argv);
 
 /* Attaches the instance whose init is `inner` to its bridge, as `spec` says:
- * "BRIDGE,PORT,A.B.C.D/PREFIX,GATEWAY" — PORT the host end's name (a leftover of that name, an
+ * "BRIDGE,PORT,A.B.C.D/PREFIX,GATEWAY" — the bridge made (GATEWAY/PREFIX) when missing; PORT the
+ * host end's name (a leftover of that name, an
  * instance whose namespace the kernel has not yet torn down, is removed first). Must run as root
  * of the host's user namespace, in the bridge's network namespace; it enters the instance's
  * (this process's network namespace changes). Returns 0, or -1 with what failed and why in `why`. */

@@ -7,11 +7,20 @@
 --   local b, why = bridge.open{iso, root, helper, path, bounds, log}  -- at the server's start:
 --                       b (the bridge made), or nil with why (pasta then: the caller decides)
 --   b:port_spec(slot) → "BRIDGE,PORT,ADDR/PREFIX,GATEWAY" (the helper's --bridge-port)
+--
+-- A Linux bridge holds at most 1,024 ports (BR_MAX_PORTS; the 1,025th is refused "Exchange
+-- full"), so the instances are spread over bridges of PER_BRIDGE each: bridge k is the k-th /22
+-- of bridge_subnet (.1 its address, instance j of it .2 + j), made at start for k = 0 and by the
+-- first instance that needs it for the others (src/walls/bridge.c bridge_ensure).
 --   b:close()           the bridge and the table removed (the next open also removes a kill -9's)
 local core = require("switchboard.core")
 local run = require("switchboard.shell.run")
 
 local M = {}
+
+local CHUNK = 1024     -- addresses per bridge: a /22
+local PER_BRIDGE = 1021 -- its instances: .2 to .1022 (.1 the bridge's, .1023 the broadcast)
+M.PER_BRIDGE = PER_BRIDGE
 
 local Bridge = {}
 Bridge.__index = Bridge
@@ -59,7 +68,7 @@ end
 -- before keeps not forwarding anything else. "add; delete; table" replaces a kill -9's
 -- leftover in the same transaction.
 function M.rules(b, refused, resolvers, forwarding_was_off)
-  local br, lines = ('"%s"'):format(b.name), {}
+  local br, lines = ('"%s*"'):format(b.name), {} -- every bridge of the server (and its ports)
   local function add(s) lines[#lines + 1] = s end
   add(("add table inet %s\ndelete table inet %s\ntable inet %s {"):format(b.table, b.table, b.table))
   add("  chain input {\n    type filter hook input priority filter - 10; policy accept;")
@@ -110,18 +119,13 @@ function M.open(opts)
   if iso.outbound == "pasta" then return nil, refused("policies/isolation.lua outbound is \"pasta\"") end
   local ok, why = able(opts.path)
   if not ok then return nil, why end
-  local net, prefix = cidr(iso.bridge_subnet)
-  if not net then return nil, refused("bridge_subnet " .. iso.bridge_subnet .. " is not an IPv4 subnet (/1 to /30)") end
-  if (1 << (32 - prefix)) - 3 < opts.uid_count then
-    return nil, refused(("bridge_subnet %s holds fewer addresses than uid_count (%d instances)"):format(iso.bridge_subnet, opts.uid_count))
-  end
-  local hex = core.crypto.hex(core.crypto.sha256(opts.root or "")):sub(1, 6)
-  local b = setmetatable({ name = "sb" .. hex, table = "switchboard_" .. hex, net = net, prefix = prefix,
-    subnet = ip_text(net) .. "/" .. prefix, gateway = ip_text(net + 1), helper = opts.helper,
-    path = opts.path, deadline_ms = opts.deadline_ms }, Bridge)
-  local up = run.tool{ argv = { opts.helper, "bridge-up", "--bridge", b.name, "--address", b.gateway .. "/" .. prefix },
-    env = { PATH = opts.path }, deadline_ms = opts.deadline_ms }
-  if not up or up.exit ~= 0 then return nil, refused("the bridge could not be made: " .. said(up)) end
+  local b, why = M.plan(iso, opts.root, opts.uid_count)
+  if not b then return nil, why end
+  b.helper, b.path, b.deadline_ms = opts.helper, opts.path, opts.deadline_ms
+  local down = b:down()
+  local up = down and down.exit == 0 and run.tool{ argv = { opts.helper, "bridge-up", "--bridge", b.name .. "b0",
+    "--address", ip_text(b.net + 1) .. "/22" }, env = { PATH = opts.path }, deadline_ms = opts.deadline_ms }
+  if not up or up.exit ~= 0 then return nil, refused("the bridge could not be made: " .. said(up or down)) end
   local rules = opts.scratch .. "/bridge.nft"
   local wrote = core.fs.write_file(rules, M.rules(b, iso.bridge_refused, M.resolvers(iso.rootfs),
     (up.stdout or ""):find("was-off", 1, true) ~= nil), tonumber("600", 8))
@@ -133,16 +137,41 @@ function M.open(opts)
   return b
 end
 
--- Slot n (the instance's place in the server's uid block) → its port and address.
+-- The bridges' names and addresses for a server (its --root names them), without making any:
+-- nil and why when bridge_subnet cannot hold uid_count instances.
+function M.plan(iso, root, uid_count)
+  local net, prefix = cidr(iso.bridge_subnet)
+  if not net or prefix > 22 then
+    return nil, refused("bridge_subnet " .. iso.bridge_subnet .. " is not an IPv4 subnet of /22 or wider")
+  end
+  local bridges = -(-uid_count // PER_BRIDGE)
+  if (1 << (32 - prefix)) // CHUNK < bridges then
+    return nil, refused(("bridge_subnet %s holds fewer addresses than uid_count needs (%d instances: %d bridges "
+      .. "of a /22 each)"):format(iso.bridge_subnet, uid_count, bridges))
+  end
+  local hex = core.crypto.hex(core.crypto.sha256(root or "")):sub(1, 6)
+  return setmetatable({ name = "sb" .. hex, table = "switchboard_" .. hex, net = net, prefix = prefix,
+    subnet = ip_text(net) .. "/" .. prefix, bridges = bridges }, Bridge)
+end
+
+-- Slot n (the instance's place in the server's uid block) → its bridge, port and address.
 function Bridge:port_spec(slot)
-  return ("%s,%s-%d,%s/%d,%s"):format(self.name, self.name, slot, ip_text(self.net + 2 + slot), self.prefix, self.gateway)
+  local k, j = slot // PER_BRIDGE, slot % PER_BRIDGE
+  local base = self.net + k * CHUNK
+  return ("%sb%d,%s-%d,%s/22,%s"):format(self.name, k, self.name, slot, ip_text(base + 2 + j), ip_text(base + 1))
+end
+
+-- Every bridge of the server removed (gone already is fine): the helper's result.
+function Bridge:down()
+  return run.tool{ argv = { self.helper, "bridge-down", "--bridge", self.name .. "b", "--count", tostring(self.bridges) },
+    env = { PATH = self.path }, deadline_ms = self.deadline_ms }
 end
 
 function Bridge:close()
   if self.closed then return end
   self.closed = true
   run.tool{ argv = { "nft", "delete", "table", "inet", self.table }, env = { PATH = self.path }, deadline_ms = self.deadline_ms }
-  run.tool{ argv = { self.helper, "bridge-down", "--bridge", self.name }, env = { PATH = self.path }, deadline_ms = self.deadline_ms }
+  self:down()
 end
 
 return M
