@@ -305,7 +305,7 @@ static int forwarding_on(bool *was_on) {
 
 static int usage(const char *why) {
   fprintf(stderr, "walls: %s (switchboard-walls bridge-up --bridge NAME --address A.B.C.D/PREFIX | "
-                  "bridge-down --bridge NAME)\n", why);
+                  "bridge-down --bridge NAME [--count N])\n", why);
   return EXIT_WALLS;
 }
 
@@ -324,7 +324,7 @@ int walls_bridge_main(int argc, char **argv) {
   char why[256];
   /* a kill -9's leftovers, or this stop's own: NAME, or NAME0 … NAME<count-1> */
   for (long k = count == 0 ? -1 : 0; k < count; k++) {
-    char each[IF_NAMESIZE];
+    char each[32]; /* NAME is at most 11 bytes and k below 4,096: it fits IFNAMSIZ */
     if (k < 0)
       snprintf(each, sizeof each, "%s", name);
     else
