@@ -17,7 +17,8 @@ end
 -- Their workspaces are small too: each image holds its whole size of the host's disk
 -- (docs/isolation.md "The host's disk"), and thousands of 2 GiB images would not fit.
 M.CONCURRENT_ISOLATION = "open_files = 64\npids_max = 16\nfleet_files_percent = 90\nspare_instances = 0\n"
-  .. "workspace_max_bytes = 16 * MiB"
+  .. ("workspace_max_bytes = %d * MiB"):format(tonumber(os.getenv("SB_BENCH_WORKSPACE_MIB")) or 16)
+-- (SB_BENCH_WORKSPACE_MIB: smaller images where the host's disk cannot hold 2,000 × 16 MiB)
 -- Measuring a checkout from before fleet_files_percent existed (bench/paired.lua on main's build):
 -- its schema refuses the key, and it has no file-table check to satisfy.
 if os.getenv("SB_BENCH_LEGACY_POLICY") == "1" then M.CONCURRENT_ISOLATION = "spare_instances = 0" end

@@ -18,6 +18,23 @@ local_walls = { default = true, console = false, exec = false }
 -- services) or "none" (loopback only). Either way a network namespace of its own. Fixed
 -- when the instance is made; sandboxd also applies it to requests that carry no network.
 network = "host"
+-- How a "host" instance of sandboxd reaches outside (docs/isolation.md "Outbound through a
+-- bridge"): "bridge" — a veth pair on one bridge sandboxd makes at its start in its network
+-- namespace, with nftables rules (no process per instance; needs root of the host's user
+-- namespace and nft); "pasta" — a pasta process per instance (rootless and user-namespace
+-- deployments); "auto" — the bridge where sandboxd can make it, else pasta. The resident and the
+-- local executor always use pasta. Read at start.
+outbound = "auto"
+-- The bridges' addresses: a /22 per bridge of 1,021 instances (a Linux bridge holds 1,024 ports),
+-- .1 of each the bridge's; it must hold uid_count's bridges (65,536 instances: 65 /22s, a /15).
+bridge_subnet = "10.212.0.0/15"
+-- Where no instance on the bridge connects (the host itself, any of its addresses, always; IPv6
+-- always; the name servers of /etc/resolv.conf on port 53 excepted): private, shared, link-local
+-- (a cloud's metadata service), loopback, benchmark and multicast ranges.
+bridge_refused = {
+  "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+  "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/3",
+}
 
 -- Per instance, through cgroups (v1 memory/pids/cpu controllers, or v2). A command that hits
 -- one is answered in words naming the setting.

@@ -152,10 +152,113 @@ out:
   return rc;
 }
 
+/* The server's template image of `bytes`, open read-only: a fresh ext4 of that size, made once
+ * (sparse: only mkfs's metadata holds blocks, a few MiB for gigabytes) and copied into every new
+ * image after, instead of a mkfs process per instance. It lives in the workspaces' root (named
+ * by its size, so a policy that changes workspace_max_bytes gets another), made under the same
+ * lock as the reservations and renamed into place whole. */
+static int open_template(int dir_fd, long long bytes, int nice, char *why, size_t size) {
+  char name[64], tmp[80];
+  snprintf(name, sizeof name, ".workspace-template-%lld.img", bytes);
+  snprintf(tmp, sizeof tmp, "%s.new", name);
+  int fd = -1, made = -1;
+  int root = openat(dir_fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) {
+    fail(why, size, errno, "cannot open the workspaces' root");
+    goto out;
+  }
+  fd = openat(root, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0)
+    goto out;
+  while (flock(root, LOCK_EX) < 0) {
+    if (errno != EINTR) {
+      fail(why, size, errno, "cannot lock the workspaces' root");
+      goto out;
+    }
+  }
+  fd = openat(root, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC); /* made while we waited */
+  if (fd >= 0)
+    goto out;
+  (void)unlinkat(root, tmp, 0); /* a make a killed holder did not finish */
+  made = openat(root, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (made < 0 || ftruncate(made, (off_t)bytes) < 0) {
+    fail(why, size, errno, "cannot create the workspaces' template image");
+    goto out;
+  }
+  if (make_fs(made, nice, why, size) < 0)
+    goto out;
+  if (fsync(made) < 0 || renameat(root, tmp, root, name) < 0) {
+    fail(why, size, errno, "cannot put the workspaces' template image in place");
+    goto out;
+  }
+  fd = openat(root, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    fail(why, size, errno, "cannot open the workspaces' template image");
+out:
+  if (made >= 0) {
+    close(made);
+    if (fd < 0)
+      (void)unlinkat(root, tmp, 0);
+  }
+  if (root >= 0)
+    close(root); /* and the lock with it */
+  return fd;
+}
+
+/* Copies the template's data (SEEK_DATA/SEEK_HOLE: its holes are left as the image's reserved,
+ * unwritten extents, which read as zeros) into the new image `img`, in the kernel
+ * (copy_file_range), or by read and write where it cannot. No reflink, even where the file system
+ * has it: cloned blocks are shared with the template, so the image's reservation would no longer
+ * hold them and a write there would need the host's disk again (docs/isolation.md "The host's
+ * disk"). */
+static int copy_template(int from, int img, long long bytes, char *why, size_t size) {
+  off_t at = 0;
+  while (at < (off_t)bytes) {
+    off_t data = lseek(from, at, SEEK_DATA);
+    if (data < 0 && errno == ENXIO)
+      break; /* holes to the end */
+    off_t hole = data < 0 ? -1 : lseek(from, data, SEEK_HOLE);
+    if (data < 0 || hole < 0)
+      return fail(why, size, errno, "cannot read the template image's extents");
+    off_t in = data, out = data;
+    while (in < hole) {
+      ssize_t n = copy_file_range(from, &in, img, &out, (size_t)(hole - in), 0);
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+        char buf[1 << 16];
+        size_t want = (size_t)(hole - in) < sizeof buf ? (size_t)(hole - in) : sizeof buf;
+        n = pread(from, buf, want, in);
+        if (n > 0 && pwrite(img, buf, (size_t)n, out) != n)
+          n = -1;
+        if (n > 0) {
+          in += n;
+          out += n;
+        }
+      }
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        return fail(why, size, n < 0 ? errno : 0, "cannot copy the template image into the workspace's");
+    }
+    at = hole;
+  }
+  return 0;
+}
+
+/* A new image's file system: the template's, copied. */
+static int fill_image(int img, int dir_fd, long long bytes, int nice, char *why, size_t size) {
+  int from = open_template(dir_fd, bytes, nice, why, size);
+  if (from < 0)
+    return -1;
+  int rc = copy_template(from, img, bytes, why, size);
+  close(from);
+  return rc;
+}
+
 /* The image, open read-write: the one there (a retired instance's replacement mounts its
  * predecessor's files, a slept thread's next instance its kept workspace: *existing is set, and
  * the caller reserves it once it holds the image's lock), else a new one, made under a temporary
- * name and renamed into place only once its file system is complete, wholly reserved first. */
+ * name and renamed into place only once its file system is complete (the template's, copied),
+ * wholly reserved first. */
 static int open_image(int dir_fd, const char *name, long long bytes, long long reserve, int nice,
                       bool *existing, char *why, size_t size) {
   int img = openat(dir_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
@@ -178,7 +281,7 @@ static int open_image(int dir_fd, const char *name, long long bytes, long long r
   if (img < 0)
     return fail(why, size, errno, "cannot create the workspace's image");
   if (reserve_image(img, dir_fd, bytes, reserve, true, why, size) == 0 &&
-      make_fs(img, nice, why, size) == 0) {
+      fill_image(img, dir_fd, bytes, nice, why, size) == 0) {
     if (renameat(dir_fd, tmp, dir_fd, name) == 0)
       return img;
     fail(why, size, errno, "cannot rename the workspace's image into place");

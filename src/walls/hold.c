@@ -102,7 +102,8 @@ int hold(const options *o) {
     inner = -1;
   if (inner > 0 && !(outbound_ok && outbound_ready(&ob))) {
     errno = 0;
-    die("the instance's outbound network (pasta) could not be set up (its message is above)");
+    die("the instance's outbound network (%s) could not be set up (its message is above)",
+        o->bridge_port != NULL ? "bridge" : "pasta");
   }
   if (inner > 0 && listener >= 0)
     enter_instance(inner, parent);

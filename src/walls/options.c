@@ -87,6 +87,7 @@ void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--net") == 0) o->net = v;
     else if (strcmp(f, "--hostname") == 0) o->hostname = v;
     else if (strcmp(f, "--outbound-if") == 0) o->outbound_if = v;
+    else if (strcmp(f, "--bridge-port") == 0) o->bridge_port = v;
     else if (strcmp(f, "--cwd") == 0) o->cwd = v;
     else if (strcmp(f, "--socket") == 0) o->socket = v;
     else die("unknown option %s", f);

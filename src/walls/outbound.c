@@ -1,6 +1,8 @@
-/* The instance's outbound network for --net host: pasta, started by a launcher the holder forks
- * while still root, told to join the instance's namespaces as soon as bwrap has cloned them
- * (outbound_go), and waited for before the instance is reported ready (outbound_ready). */
+/* The instance's outbound network for --net host: pasta, or a veth on sandboxd's bridge
+ * (--bridge-port: bridge.c sets it up and the launcher exits, so no process stays), started by a
+ * launcher the holder forks while still root, told to join the instance's namespaces as soon as
+ * bwrap has cloned them (outbound_go), and waited for before the instance is reported ready
+ * (outbound_ready). */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/nsfs.h>
@@ -18,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "walls/bridge.h"
 #include "walls/walls.h"
 
 /* The instance's network namespace gets outbound access through pasta (passt's namespace mode):
@@ -54,6 +57,14 @@ static void outbound_launcher(const options *o, pid_t holder, int go, int up) {
   for (int fd = 3; fd < 1024; fd++) /* the holder's workspace, socket and binds: not ours */
     if (fd != up)
       close(fd);
+  if (o->bridge_port != NULL) { /* a veth on sandboxd's bridge: set up, then nothing stays */
+    char why[256];
+    if (walls_bridge_attach(o->bridge_port, inner, why, sizeof why) < 0) {
+      errno = 0;
+      die("bridge: %s", why);
+    }
+    _exit(write(up, "1", 1) == 1 ? 0 : EXIT_WALLS);
+  }
   if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     die("pasta: a private mount namespace");
   int given_tun = open("/dev/net/tun", O_PATH | O_CLOEXEC); /* before the tmpfs covers it */

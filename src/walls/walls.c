@@ -66,14 +66,16 @@
  * process.c (the uid, capabilities, rlimits, a status mirrored), cgroups.c (made, joined, reaped),
  * hold.c (an instance from nothing to ready, in order), mounts.c (the workspace's own file system
  * and a way to it the instance's uid can walk), disk.c (that file system's image), outbound.c
- * (pasta, for --net host), bwrap.c (bwrap's argv and its child's pid), enter.c (joining an
- * instance's namespaces; the enter mode), spawner.c (the spawner's poll loop: every command of an
- * instance), run.c (the host side of one command), request.c (the spawner's protocol). This file
- * is the helper's entry: the mode named by argv[1], and the instance's init. */
+ * (pasta or a bridge port, for --net host; bridge.c the bridge itself), bwrap.c (bwrap's argv and
+ * its child's pid), enter.c (joining an instance's namespaces; the enter mode), spawner.c (the
+ * spawner's poll loop: every command of an instance), run.c (the host side of one command),
+ * request.c (the spawner's protocol). This file is the helper's entry: the mode named by argv[1],
+ * and the instance's init. */
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "walls/bridge.h"
 #include "walls/walls.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -104,6 +106,8 @@ int main(int argc, char **argv) {
   arg_area = argv;
   if (argc == 2 && strcmp(argv[1], "init") == 0)
     return init();
+  if (argc >= 2 && strncmp(argv[1], "bridge-", 7) == 0) /* its own options: bridge.h */
+    return walls_bridge_main(argc, argv);
   parse(argc, argv, &o);
   if (strcmp(o.mode, "hold") == 0)
     return hold(&o);

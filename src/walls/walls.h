@@ -28,6 +28,7 @@ typedef struct {
   const char *workspace, *rootfs, *net, *hostname, *cwd;
   const char *disk_image;  /* hold: the workspace's own file system, an image of this name in it */
   const char *outbound_if; /* hold, --net host: the host interface pasta's sockets are bound to */
+  const char *bridge_port; /* hold, --net host: through a bridge instead of pasta (bridge.h) */
   long long disk_bytes;    /* its size; -1: none (the workspace is the host's directory) */
   long long disk_reserve;  /* bytes the host's disk keeps free beside it (0: none) */
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */

@@ -27,7 +27,9 @@ local all_argv = require("support.craft").all_argv
 -- Starts `switchboard sandboxd` on a free loopback port; → process, url, its stderr chunks.
 local function start_sandboxd(dir, token)
   local chunks, port = {}, nil
-  local p = bin.start({ "--log-format", "json", "--log-level", "debug", "sandboxd",
+  -- a scratch copy of the shipped policies: outbound through pasta, never a bridge in the host's
+  -- own network namespace (support/policies.lua)
+  local p = bin.start({ "--policies", P.dir(), "--log-format", "json", "--log-level", "debug", "sandboxd",
     "--listen", "127.0.0.1:0", "--root", dir .. "/sandboxes" }, {
     env = { SANDBOX_TOKEN = token, SWITCHBOARD_STATE_DIR = dir .. "/state" },
     on_output = function(stream, chunk) if stream == "stderr" then chunks[#chunks + 1] = chunk end end,

@@ -125,6 +125,46 @@ describe_walls("the host's disk under the fleet's workspaces (1 GiB root, 700 Mi
   end)
 end)
 
+-- Issue 43 item 2: a new workspace's file system is the server's template image copied (its data
+-- only, SEEK_DATA/SEEK_HOLE), not a mkfs.ext4 process per instance — every image carries the
+-- template's ext4 UUID (mkfs gives each its own) — and each is still reserved whole.
+describe_walls("workspace images copied from the server's template", function()
+  it("every new image is the template's file system (its UUID), wholly reserved, and works", function()
+    core.run(function()
+      local bytes = 48 * MiB
+      local dir = policies.dir{
+        timeouts = function(src) return src .. "\n" .. S.FAST .. '\nsandbox.sleep_after = "10m"\n' end,
+        isolation = function(src) return src .. ("\nworkspace_max_bytes = %d\ndisk_reserve_bytes = 0\n"):format(bytes) end,
+      }
+      local h = S.start_sandboxd{ policies = dir }
+      local function uuid(path)
+        local f = io.open(path, "rb")
+        if not f then return nil end
+        f:seek("set", 1024 + 0x68) -- the ext4 superblock's s_uuid
+        local u = f:read(16)
+        f:close()
+        return u and core.crypto.hex(u)
+      end
+      local template = h.root .. "/.workspace-template-" .. bytes .. ".img"
+      local want = uuid(template)
+      assert.truthy(want, "no template image at " .. template)
+      local workspace = require("switchboard.shell.workspace")
+      for i = 1, 3 do
+        local r = exec(h, "tpl-" .. i, "echo hi > f && cat f && df -B1 --output=size /workspace | tail -1")
+        assert.equal(0, r.exitCode, r.stderr)
+        assert.truthy(r.stdout:find("^hi\n"), r.stdout)
+        local image = workspace.path(h.root, "tpl-" .. i) .. "/.workspace.img"
+        assert.equal(want, uuid(image), image)
+        local st = sh(("stat -c '%%s %%b' '%s'"):format(image))
+        local size, blocks = st.stdout:match("^(%d+) (%d+)")
+        assert.equal(bytes, tonumber(size))
+        assert.is_true(tonumber(blocks) * 512 >= bytes, st.stdout) -- every byte reserved on the host's disk
+      end
+      h:stop(); h:wait()
+    end)
+  end)
+end)
+
 -- Issue 37: a slept thread's workspace is kept, and its image gives its free blocks back to the
 -- host's disk (sandboxd/keep.lua compact). Waking it reserves the image whole again, under the
 -- image's lock: on a host that filled meanwhile the wake is refused in words and the kept files

@@ -40,7 +40,9 @@ local function policy_dir(isolation_extra)
     timeouts = function(src) return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"60s\"\n" end,
     agents = function(src) return src .. "\n" .. AGENTS end,
     isolation = function(src)
-      return src .. ("\nuid_base = %d\nuid_count = %d\n"):format(UID_BASE, UID_COUNT) .. (isolation_extra or "") .. "\n"
+      -- small workspaces: each awake instance holds its whole image of the host's disk
+      return src .. ("\nuid_base = %d\nuid_count = %d\nworkspace_max_bytes = 64 * MiB\n"):format(UID_BASE, UID_COUNT)
+        .. (isolation_extra or "") .. "\n"
     end,
   }
 end
@@ -57,11 +59,13 @@ local function host_server()
     curl = ("curl -sS --max-time 10 http://127.0.0.1:%d/"):format(srv.port) }
 end
 
--- A network namespace of this spec's own standing in for "the outside": loopback, and a veth
--- pair (both ends inside; a dummy interface needs a module this kernel may lack) whose d0 has 198.51.100.1/24 (what pasta copies into an instance) and a default route;
--- an HTTP server on 203.0.113.5 (another address of d0, reached from an instance through
--- pasta's gateway). sandboxd runs in it (opts.wrap); this spec reaches it through a relay on
--- the host's loopback (tests/support/netns_relay.py). Nothing of the host's network changes.
+-- Two network namespaces of this spec's own: "the host" (where sandboxd runs: opts.wrap) with
+-- loopback and a veth pair d0–d1 whose d0 has 198.51.100.1/24 (what pasta copies into an
+-- instance) and a default route to d1's 198.51.100.254, and "the outside" holding d1 and an
+-- HTTP server on 203.0.113.5 (another address of d1), reached from an instance through pasta's
+-- gateway or the bridge's forwarding (policies/isolation.lua outbound). This spec reaches
+-- sandboxd through a relay on the host's loopback (tests/support/netns_relay.py). Nothing of the
+-- host's network changes.
 local OUTSIDE_ADDR, OUTSIDE_PORT = "203.0.113.5", 8080
 -- opts.v6_and_bridge: d0 also has IPv6 (2001:db8::1/64, a default route: pasta gives an
 -- instance IPv6 where the host has both) and a second interface, d2 with 10.99.0.1, stands in
@@ -74,12 +78,18 @@ local function outside_world(opts)
     "ip addr add 2001:db8::1/64 dev d0 nodad", "ip -6 route add default via 2001:db8::fffe dev d0",
     "ip link add d2 type veth peer name d3", "ip addr add 10.99.0.1/24 dev d2",
     "ip link set d2 up", "ip link set d3 up" }, " && ") .. " && " or ""
-  local setup = table.concat({
-    "ip link set lo up", "ip link add d0 type veth peer name d1", "ip link set d1 up",
-    "ip addr add 198.51.100.1/24 dev d0",
-    "ip addr add " .. OUTSIDE_ADDR .. "/32 dev d0", "ip link set d0 up",
-    more .. "ip route add default via 198.51.100.254 dev d0", "echo up",
+  local outside = table.concat({
+    "ip link set lo up", "echo $$ > " .. files .. "/outside.pid",
+    "while [ ! -e " .. files .. "/go ]; do sleep 0.05; done",
+    "ip addr add 198.51.100.254/24 dev d1", "ip addr add " .. OUTSIDE_ADDR .. "/32 dev d1", "ip link set d1 up",
     ("exec python3 -u -m http.server --bind %s --directory %s %d >%s/log 2>&1"):format(OUTSIDE_ADDR, files, OUTSIDE_PORT, files),
+  }, " && ")
+  local setup = table.concat({
+    "ip link set lo up", "{ unshare --net -- sh -c '" .. outside .. "' & }",
+    "while [ ! -s " .. files .. "/outside.pid ]; do sleep 0.05; done",
+    "ip link add d0 type veth peer name d1 netns $(cat " .. files .. "/outside.pid)",
+    "ip addr add 198.51.100.1/24 dev d0", "ip link set d0 up",
+    more .. "ip route add default via 198.51.100.254 dev d0", "touch " .. files .. "/go", "echo up", "wait",
   }, " && ")
   local out = ""
   local proc = assert(core.spawn{ argv = { "unshare", "--net", "--", "sh", "-c", setup },
@@ -110,6 +120,8 @@ local function outside_world(opts)
   end
   function w.close(h)
     if h and h.relay then h.relay:kill("KILL"); h.relay:wait() end
+    local outside_pid = tonumber(S.read(files .. "/outside.pid") or "")
+    if outside_pid then os.execute("kill -KILL " .. outside_pid) end -- the outside server this spec started
     proc:kill("KILL"); proc:wait()
     S.rm(files)
   end
@@ -282,69 +294,156 @@ describe_walls("network per agent, walled (sandboxd)", function()
     end)
   end)
 
-  it("in a namespace this spec made, with IPv6 and a second interface: no instance reaches its [::], ::1 or 0.0.0.0 listeners either", function()
-    core.run(function()
-      local world = outside_world{ v6_and_bridge = true }
-      local nonce = "ns-" .. core.crypto.hex(core.crypto.random_bytes(6))
-      local log, line = world.files .. "/accepted", ""
-      local listeners = assert(core.spawn{ argv = { "nsenter", "--net=" .. world.netns, "--", "python3", "-u", "-c",
-        NS_LISTENERS, log, nonce }, env = { PATH = os.getenv("PATH") }, on_output = function(_, c) line = line .. c end })
-      local ports = S.wait_for(function() return line:match("^(%d+ %d+ %d+)\n") end, 30000)
-      assert(ports, "the namespace's listeners did not start: " .. line)
-      -- d0's link-local (the EUI-64 of its MAC: pasta's gateway link-local in an instance) ends its DAD
-      local addrs = S.wait_for(function()
-        local a = host_addresses(world.netns)
-        return a:find("fe80:") and a:find("2001:db8::1", 1, true) and a
-      end, 30000)
-      assert(addrs, "d0 got no link-local address")
-      -- 203.0.113.5 is "the outside" here (the internet an instance reaches by design), not one
-      -- of the host's addresses; a host's own second address on its default route's interface
-      -- is not refused (docs/isolation.md)
-      addrs = addrs:gsub("%f[%d]" .. OUTSIDE_ADDR:gsub("%.", "%%.") .. "%f[^%d.]", "")
-      local h = world.sandboxd{ policies = dir }
-      local status, doc = exec(h, "W-ns-gw", PROBE:format(ports, addrs), { network = "host" })
-      assert.equal(200, status)
-      local report = doc.stdout .. doc.stderr
-      assert.truthy(select(2, report:gsub("\nprobe ", "\n")) >= 3 * 8, report)
-      assert.is_nil(report:find(nonce, 1, true), report)
-      assert.truthy(report:find("\ncontrol 200\n", 1, true), report)
-      assert.equal("", S.read(log) or "", report)
-      -- and outbound access is kept: the outside server answers
-      local _, on = exec(h, "W-ns-gw", world.curl, { network = "host" })
-      assert.equal(world.nonce, on.stdout, on.stderr)
-      listeners:kill("KILL"); listeners:wait()
-      h:stop(); h:wait()
-      world.close(h)
+  -- policies/isolation.lua outbound: the same walls through pasta and through the bridge (made
+  -- in the spec's own namespace: sandboxd runs there as root of the host's user namespace)
+  for _, mode in ipairs({ "pasta", "bridge" }) do
+    local mode_dir = policy_dir(('outbound = "%s"'):format(mode))
+    it(mode .. ": in a namespace this spec made, with IPv6 and a second interface: no instance reaches its [::], ::1 or 0.0.0.0 listeners either", function()
+      core.run(function()
+        local world = outside_world{ v6_and_bridge = true }
+        local nonce = "ns-" .. core.crypto.hex(core.crypto.random_bytes(6))
+        local log, line = world.files .. "/accepted", ""
+        local listeners = assert(core.spawn{ argv = { "nsenter", "--net=" .. world.netns, "--", "python3", "-u", "-c",
+          NS_LISTENERS, log, nonce }, env = { PATH = os.getenv("PATH") }, on_output = function(_, c) line = line .. c end })
+        local ports = S.wait_for(function() return line:match("^(%d+ %d+ %d+)\n") end, 30000)
+        assert(ports, "the namespace's listeners did not start: " .. line)
+        -- d0's link-local (the EUI-64 of its MAC: pasta's gateway link-local in an instance) ends its DAD
+        local addrs = S.wait_for(function()
+          local a = host_addresses(world.netns)
+          return a:find("fe80:") and a:find("2001:db8::1", 1, true) and a
+        end, 30000)
+        assert(addrs, "d0 got no link-local address")
+        -- 203.0.113.5 is "the outside" here (the internet an instance reaches by design), not one
+        -- of the host's addresses; through pasta a host's own second address on its default
+        -- route's interface is not refused (docs/isolation.md), through the bridge it is
+        addrs = addrs:gsub("%f[%d]" .. OUTSIDE_ADDR:gsub("%.", "%%.") .. "%f[^%d.]", "")
+        local h = world.sandboxd{ policies = mode_dir }
+        if mode == "bridge" then -- a second address on the default route's interface
+          assert(os.execute("nsenter --net=" .. world.netns .. " ip addr add 198.51.100.7/24 dev d0"))
+          addrs = addrs .. " 198.51.100.7"
+        end
+        local status, doc = exec(h, "W-ns-gw", PROBE:format(ports, addrs), { network = "host" })
+        assert.equal(200, status)
+        local report = doc.stdout .. doc.stderr
+        assert.truthy(select(2, report:gsub("\nprobe ", "\n")) >= 3 * 8, report)
+        assert.is_nil(report:find(nonce, 1, true), report)
+        if mode == "pasta" then
+          assert.truthy(report:find("\ncontrol 200\n", 1, true), report) -- a scoped link-local connect works
+        else -- no IPv6 at all on the bridge's eth0, not even a link-local address
+          local _, v6 = exec(h, "W-ns-gw", "cat /proc/net/if_inet6; ip -o link show eth0", { network = "host" })
+          assert.is_nil(v6.stdout:find("eth0%s*\n.*eth0"), v6.stdout)
+          assert.is_nil(v6.stdout:find("fe80", 1, true), v6.stdout)
+        end
+        assert.equal("", S.read(log) or "", report)
+        -- and outbound access is kept: the outside server answers
+        local _, on = exec(h, "W-ns-gw", world.curl, { network = "host" })
+        assert.equal(world.nonce, on.stdout, on.stderr)
+        listeners:kill("KILL"); listeners:wait()
+        h:stop(); h:wait()
+        world.close(h)
+      end)
     end)
-  end)
 
-  it("in a namespace this spec made: host reaches the outside server through pasta (not sandboxd's loopback), none does not", function()
+    it(mode .. ": in a namespace this spec made: host reaches the outside server (not sandboxd's loopback), none does not", function()
+      core.run(function()
+        local world = outside_world()
+        local h = world.sandboxd{ policies = mode_dir }
+        assert.equal(mode, h.log():match("walls%.outbound[^\n]*mode=(%a+)"), h.log())
+        local status, off = exec(h, "W-off", world.curl, { network = "none" })
+        assert.equal(200, status)
+        assert.equal(7, off.exitCode, off.stderr) -- curl: could not connect (no route)
+        assert.equal(0, world.hits())
+        -- the instance has a network of its own: loopback only
+        local _, lo = exec(h, "W-off", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", { network = "none" })
+        assert.equal("lo\n", lo.stdout, lo.stderr)
+        local on
+        status, on = exec(h, "W-on", world.curl, { network = "host" })
+        assert.equal(200, status)
+        assert.equal(0, on.exitCode, on.stderr)
+        assert.equal(world.nonce, on.stdout)
+        assert.equal(1, world.hits())
+        -- its own namespace too (pasta's interface besides lo), where sandboxd's port is closed
+        local _, ns = exec(h, "W-on", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; "
+          .. "curl -sS --max-time 10 http://127.0.0.1:" .. h.inner_port .. "/healthz", { network = "host" })
+        assert.equal(mode == "pasta" and "d0 lo " or "eth0 lo ", ns.stdout, ns.stderr)
+        assert.equal(7, ns.exitCode, ns.stderr)
+        -- no field: the server's policies/isolation.lua network (host, shipped)
+        local _, def = exec(h, "W-default", world.curl)
+        assert.equal(world.nonce, def.stdout, def.stderr)
+        h:stop(); h:wait()
+        world.close(h)
+      end)
+    end)
+  end
+
+  -- The bridge's own life and walls (docs/isolation.md "Outbound through a bridge"): made once in
+  -- sandboxd's namespace at its start, removed at its stop, a kill -9's leftover removed by the
+  -- next start; no process per instance; instances do not reach each other, nor a private range
+  -- the host routes to (pasta's sockets would: they connect from the host), nor the host.
+  it("bridge: made at start and gone at stop (a kill -9's leftover removed by the next start); no pasta; no instance reaches another or a private range", function()
     core.run(function()
+      local procs = require("support.procs")
+      local files = require("support.files")
+      local dir = policy_dir('outbound = "bridge"')
       local world = outside_world()
+      local function in_host(cmd)
+        local out = ""
+        local p = assert(core.spawn{ argv = { "nsenter", "--net=" .. world.netns, "--", "sh", "-c", cmd },
+          env = { PATH = os.getenv("PATH") }, on_output = function(_, c) out = out .. c end })
+        p:wait()
+        return out
+      end
+      local function bridges() return select(2, in_host("ip -o link show type bridge"):gsub("\n", "\n")) end
+      local function tables() return select(2, in_host("nft list tables"):gsub("inet switchboard_", "")) end
+      -- a private address the host routes to, in the outside namespace, with a server on it
+      local outside = "/proc/" .. S.read(world.files .. "/outside.pid"):match("%d+") .. "/ns/net"
+      local private_log = world.files .. "/private.log"
+      local private = assert(core.spawn{ argv = { "nsenter", "--net=" .. outside, "--", "sh", "-c",
+        "ip addr add 10.77.0.1/32 dev d1 && exec python3 -u -m http.server --bind 10.77.0.1 8080 >" .. private_log .. " 2>&1" },
+        env = { PATH = os.getenv("PATH") } })
+      in_host("ip route add 10.77.0.0/24 via 198.51.100.254 dev d0")
+      assert(S.wait_for(function() return (S.read(private_log) or ""):find("Serving HTTP", 1, true) end, 30000))
+      assert.equal(0, bridges())
       local h = world.sandboxd{ policies = dir }
-      local status, off = exec(h, "W-off", world.curl, { network = "none" })
-      assert.equal(200, status)
-      assert.equal(7, off.exitCode, off.stderr) -- curl: could not connect (no route)
-      assert.equal(0, world.hits())
-      -- the instance has a network of its own: loopback only
-      local _, lo = exec(h, "W-off", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", { network = "none" })
-      assert.equal("lo\n", lo.stdout, lo.stderr)
-      local on
-      status, on = exec(h, "W-on", world.curl, { network = "host" })
-      assert.equal(200, status)
-      assert.equal(0, on.exitCode, on.stderr)
-      assert.equal(world.nonce, on.stdout)
-      assert.equal(1, world.hits())
-      -- its own namespace too (pasta's interface besides lo), where sandboxd's port is closed
-      local _, ns = exec(h, "W-on", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; "
-        .. "curl -sS --max-time 10 http://127.0.0.1:" .. h.inner_port .. "/healthz", { network = "host" })
-      assert.equal("d0 lo ", ns.stdout, ns.stderr)
-      assert.equal(7, ns.exitCode, ns.stderr)
-      -- no field: the server's policies/isolation.lua network (host, shipped)
-      local _, def = exec(h, "W-default", world.curl)
-      assert.equal(world.nonce, def.stdout, def.stderr)
-      h:stop(); h:wait()
-      world.close(h)
+      assert.equal(1, bridges())
+      assert.equal(1, tables())
+      -- one instance serves on its address; another cannot reach it, itself can
+      local _, one = exec(h, "B-1", "setsid python3 -m http.server --bind 0.0.0.0 8090 >/dev/null 2>&1 & "
+        .. "for i in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:8090/ && break; sleep 0.1; done; "
+        .. "ip -4 -o addr show eth0 | awk '{ sub(/\\/.*/, \"\", $4); print $4 }'", { network = "host" })
+      local addr = one.stdout:match("^([%d.]+)\n")
+      assert(addr, one.stdout .. one.stderr)
+      local probe = "curl -sS -o /dev/null -w '%{http_code}' --connect-timeout 5 http://" .. addr .. ":8090/"
+      local _, self_hit = exec(h, "B-1", probe, { network = "host" })
+      assert.equal("200", self_hit.stdout, self_hit.stderr)
+      local _, other = exec(h, "B-2", probe .. "; echo; curl -sS --connect-timeout 5 http://10.77.0.1:8080/; echo; "
+        .. "curl -sS --connect-timeout 5 http://198.51.100.1:" .. h.inner_port .. "/healthz; echo; " .. world.curl, { network = "host" })
+      assert.truthy(other.stdout:find("^000\n"), other.stdout .. other.stderr) -- no connection to the other instance
+      assert.is_nil((S.read(private_log) or ""):find("GET /", 1, true), other.stdout .. other.stderr)
+      assert.truthy(other.stdout:find(world.nonce, 1, true), other.stdout .. other.stderr) -- the outside still answers
+      assert.is_nil(other.stdout:find('"ok"', 1, true), other.stdout) -- nor sandboxd through the host's address
+      -- no process of the instances' uids is pasta
+      for _, pid in ipairs(procs.pids()) do
+        local status = files.read("/proc/" .. pid .. "/status") or ""
+        local uid = tonumber(status:match("\nUid:%s+%d+%s+(%d+)"))
+        if uid and uid >= UID_BASE and uid < UID_BASE + UID_COUNT then
+          assert.is_not.equal("pasta", status:match("^Name:%s+(%S+)"))
+        end
+      end
+      -- kill -9: the bridge and its table stay behind; the next start on that root replaces them
+      h:stop("KILL"); h:wait()
+      h.relay:kill("KILL"); h.relay:wait()
+      assert.equal(1, bridges())
+      local again = world.sandboxd{ policies = dir, root = h.root }
+      assert.equal(1, bridges())
+      assert.equal(1, tables())
+      local _, on = exec(again, "B-3", world.curl, { network = "host" })
+      assert.equal(world.nonce, on.stdout, on.stderr)
+      again:stop(); again:wait()
+      assert.equal(0, bridges())
+      assert.equal(0, tables())
+      private:kill("KILL"); private:wait()
+      world.close(again)
     end)
   end)
 
@@ -356,8 +455,11 @@ describe_walls("network per agent, walled (sandboxd)", function()
   it("sandboxd as root of its own user namespace (a pod with hostUsers: false): host still reaches the outside through pasta", function()
     core.run(function()
       local world = outside_world()
-      local h = world.sandboxd{ policies = policy_dir('workspace_size = "measured"'),
+      -- outbound "auto": not root of the host's user namespace, so pasta, and the log says why
+      local h = world.sandboxd{ policies = policy_dir('workspace_size = "measured"\noutbound = "auto"'),
         inner_wrap = { "python3", "tests/support/own_userns.py", tostring(UID_BASE), tostring(UID_COUNT), "--" } }
+      assert.equal("pasta", h.log():match("walls%.outbound[^\n]*mode=(%a+)"), h.log())
+      assert.truthy(h.log():find("not root of the host's user namespace", 1, true), h.log())
       local status, on = exec(h, "W-userns", world.curl, { network = "host" })
       assert.equal(200, status)
       assert.equal(0, on.exitCode, on.stderr .. h.log())

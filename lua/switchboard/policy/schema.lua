@@ -754,6 +754,10 @@ end
 M.files.isolation = {
   local_walls = local_walls_spec,
   network = S.enum { "host", "none" },
+  outbound = S.enum { "auto", "bridge", "pasta" },
+  bridge_subnet = S.string { pattern = "^%d+%.%d+%.%d+%.%d+/%d+$", what = "an IPv4 subnet such as \"10.212.0.0/15\"" },
+  bridge_refused = S.list(S.string { pattern = "^%d+%.%d+%.%d+%.%d+/%d+$", what = "an IPv4 range such as \"10.0.0.0/8\"" },
+    { unique = true, max = 64 }),
   workspace_size = S.enum { "filesystem", "measured" },
   memory_bytes = S.int { min = 16 * M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   pids_max = S.int { min = 8, max = 4194304 },

@@ -25,6 +25,7 @@
 local core = require("switchboard.core")
 local uids = require("switchboard.shell.uids")
 local run = require("switchboard.shell.run")
+local bridge = require("switchboard.shell.bridge")
 
 local M = {}
 
@@ -234,6 +235,19 @@ function M.host(opts)
       self:close()
       return nil, cannot("cannot make " .. opts.scratch .. " traversable (chmod 0711)")
     end
+    -- sandboxd's instances reach outside through a bridge where it can make one (policies/
+    -- isolation.lua outbound; shell/bridge.lua), else through pasta, one process each
+    if self.spares_on then
+      local b, why = bridge.open{ iso = iso, root = opts.scratch, helper = helper, path = path,
+        deadline_ms = bounds(self).helper_ms, scratch = self.socket_dir, uid_count = claim.count }
+      if not b and iso.outbound == "bridge" then
+        self:close()
+        return nil, cannot('policies/isolation.lua outbound is "bridge", but ' .. tostring(why))
+      end
+      self.bridge = b
+      self.log("info", "walls.outbound", b and { mode = "bridge", bridge = b.name, subnet = b.subnet }
+        or { mode = "pasta", why = tostring(why) })
+    end
     local ok, err = self:prove(opts.snap, opts.scratch)
     if not ok then
       self:close()
@@ -403,6 +417,7 @@ function Host:close()
     building:stop()
     core.fs.remove_tree(building.dir)
   end
+  if self.bridge then self.bridge:close() end
   if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
   if self.uid_claim then self.uid_claim:release() end
   local args = { "reap" }
@@ -551,7 +566,9 @@ function Instance:start()
     "--socket", self.socket, "--nofile", tostring(iso.open_files),
     "--fsize", tostring(iso.file_size_bytes), "--hostname", iso.hostname }
   if self.spare then argv[#argv + 1] = "--nice"; argv[#argv + 1] = "10" end -- built in the background
-  local outbound_if = (self.network or iso.network) == "host" and default_route_interface()
+  local outbound = (self.network or iso.network) == "host"
+  local outbound_if = outbound and not host.bridge and default_route_interface()
+  if outbound and host.bridge then argv[#argv + 1] = "--bridge-port"; argv[#argv + 1] = host.bridge:port_spec(self.slot) end
   if outbound_if then argv[#argv + 1] = "--outbound-if"; argv[#argv + 1] = outbound_if end
   if self.disk then
     argv[#argv + 1] = "--disk-image"; argv[#argv + 1] = DISK_IMAGE

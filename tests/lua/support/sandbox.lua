@@ -156,6 +156,9 @@ end
 function M.start_sandboxd(opts)
   opts = opts or {}
   local root = opts.root or M.tmpdir()
+  -- the shipped policies' outbound "auto" would make a bridge in the network namespace sandboxd
+  -- runs in, the host's own here: a scratch copy says pasta (support/policies.lua)
+  if not opts.policies and not opts.wrap then opts.policies = policies.dir() end
   local argv = {}
   for _, a in ipairs(opts.wrap or {}) do argv[#argv + 1] = a end -- e.g. nsenter --net=… (it execs)
   argv[#argv + 1] = M.BIN
