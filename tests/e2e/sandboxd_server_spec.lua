@@ -104,12 +104,9 @@ describe("sandboxd: the bearer on every route", function()
         end
       end
       assert.same({ ['{"error":"unauthorized"}'] = true }, bodies)
-      -- nothing but the server's own spare instance's workspace (docs/isolation.md "Cost")
-      local made = {}
-      for _, name in ipairs(core.fs.list(h.root)) do
-        if not name:match("^%.spare%-%x+$") then made[#made + 1] = name end
-      end
-      assert.same({}, made)
+      -- nothing but the server's own spare instance's workspace and image template
+      -- (docs/isolation.md "Cost")
+      assert.same({}, S.thread_entries(h.root))
       h:stop(); h:wait()
     end)
   end)
@@ -262,14 +259,7 @@ describe("sandboxd: connections", function()
       end
       -- the three hold the three connections once their commands run (each has a workspace,
       -- not counting the server's spare); /healthz would take a fourth connection
-      local function workspaces()
-        local n = 0
-        for _, name in ipairs(core.fs.list(h.root) or {}) do
-          if type(name) == "table" then name = name.name end
-          if not name:match("^%.spare%-%x+$") then n = n + 1 end
-        end
-        return n
-      end
+      local function workspaces() return #S.thread_entries(h.root) end
       assert.truthy(S.wait_for(function() return held == 3 and workspaces() == 3 end, 30000),
         "the three commands did not start")
       local extra = probe(h.port, { auth_head("/exec", nil, '{"command":"echo extra"}'), "read" }, 3000)
@@ -341,7 +331,7 @@ describe("sandboxd: signals", function()
       assert.equal(200, status)
       assert.equal("finished\n", cjson.decode(body).stdout)
       -- the thread's workspace is kept (issue 37), nothing else: no trash, no half-made image
-      assert.same({ require("switchboard.shell.workspace").dir_name("T1") }, core.fs.list(h.root))
+      assert.same({ require("switchboard.shell.workspace").dir_name("T1") }, S.thread_entries(h.root))
       assert.truthy(h.log():find("sandboxd.draining", 1, true))
       assert.is_nil((S.call(h.url, "/healthz", { thread = false, deadline_ms = 2000 })))
     end)
@@ -365,7 +355,7 @@ describe("sandboxd: signals", function()
       assert.equal(127, doc.exitCode)
       assert.truthy(doc.error:find("The sandbox container stopped while the operation was pending", 1, true))
       -- the thread's workspace is kept (issue 37), nothing else
-      assert.same({ require("switchboard.shell.workspace").dir_name("T1") }, core.fs.list(h.root))
+      assert.same({ require("switchboard.shell.workspace").dir_name("T1") }, S.thread_entries(h.root))
     end)
   end)
 
