@@ -10,7 +10,7 @@
 --                                reads run at once, the nested instruction files)
 --     policy = "agents.…"?,      the policy part it reads (docs)
 --     help,                      one line: what it does (docs, `tools.help`)
---     definition(snap, def) → the API's tool entry, or nil (not offered)
+--     definition(snap, def) → the API's tool entry (agent/tool_schema.lua builds one), or nil (not offered)
 --     call(ex, snap, input, ctx, def) → outcome | nil, executor error }
 --
 -- What a call returns becomes exactly one tool_result:
