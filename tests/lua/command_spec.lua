@@ -107,6 +107,17 @@ describe("the commands' shared prologue", function()
     assert.equal("switchboard demo: unexpected extra", err2)
   end)
 
+  it("slack names the option whose HOST:PORT does not read, before anything loads", function()
+    local slack = require("switchboard.commands.slack")
+    for _, o in ipairs({ { "listen", 3000 }, { "metrics-listen", 9091 }, { "health-listen", 8081 } }) do
+      local err = {}
+      local status = slack.run({ "--" .. o[1], "nonsense" }, { policies_dir = "/nonexistent/policies",
+        out = function() end, err = function(l) err[#err + 1] = l end })
+      assert.equal(2, status)
+      assert.equal(("switchboard slack: --%s takes HOST:PORT, e.g. 127.0.0.1:%d"):format(o[1], o[2]), table.concat(err, "\n"))
+    end
+  end)
+
   it("policies that do not load stop the command with the configuration status 78", function()
     local broken = P.dir({ timeouts = function(s) return s .. "\nbash.max_ms = true\n" end })
     local p, status, _, err = start({}, { policies = true }, broken)

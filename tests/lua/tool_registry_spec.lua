@@ -6,6 +6,7 @@
 -- background processes.
 local core = require("switchboard.core")
 local tools = require("switchboard.agent.tools")
+local tool_schema = require("switchboard.agent.tool_schema")
 local run = require("switchboard.agent.run")
 local client = require("switchboard.agent.client")
 local run_card = require("switchboard.dispatch.run_card")
@@ -102,6 +103,26 @@ agents.toy = { description = "A toy.", resources = {}, readonly = true, max_run_
     assert.equal("toolu_toy", results[1].tool_use_id)
     assert.equal("reversed: backward", type(results[1].content) == "string" and results[1].content
       or results[1].content[1].text)
+  end)
+
+  it("builds a tool's input schema from its compact field list, as the API's JSON schema", function()
+    assert.same({ name = "t", description = "d", input_schema = {
+      type = "object",
+      properties = {
+        path = { type = "string", description = "A path." },
+        limit = { type = "integer", description = "How many." },
+        list = { type = "array", items = { type = "object", properties = { s = { type = "string", enum = { "a", "b" } } },
+                                           required = { "s" } } },
+      },
+      required = { "path", "list" },
+    } }, tool_schema.tool("t", "d", {
+      { "path", "string", "A path.", required = true },
+      { "limit", "integer", "How many." },
+      { "list", "array", required = true, items = tool_schema.object{ { "s", "string", enum = { "a", "b" }, required = true } } },
+    }))
+    -- no field required: no required list at all, as such a tool (list) always wrote it
+    assert.same({ type = "object", properties = { path = { type = "string", description = "A path." } } },
+      tool_schema.object{ { "path", "string", "A path." } })
   end)
 
   it("refuses a declaration that reaches what is not a capability", function()

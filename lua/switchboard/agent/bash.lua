@@ -5,6 +5,7 @@
 -- moments (agents.processes.settle_ms) and whether it still runs.
 local budget = require("switchboard.shell.budget")
 local processes = require("switchboard.agent.processes")
+local tool_schema = require("switchboard.agent.tool_schema")
 
 local M = {}
 
@@ -17,34 +18,26 @@ end
 -- can: what the executor can do (agent/tools.lua executor_can).
 function M.definition(snap, _, can)
   local b = snap.timeouts.bash
-  local d = {
-    name = "bash",
-    description = ("Run a bash command in the workspace (the repository's checkout is the "
-      .. "current directory) and return its exit status and output. Each call has a time "
-      .. "limit: %s (%d ms) by default, at most %s (%d ms). When a command needs longer — a "
-      .. "build, a full test suite, or a call that came back with exit 124 (timed out) — ask "
-      .. "for more time with a larger timeoutMs, up to %d.")
-      :format(minutes(b.default_ms), b.default_ms, minutes(b.max_ms), b.max_ms, b.max_ms),
-    input_schema = {
-      type = "object",
-      properties = {
-        command = { type = "string", description = "The command, run with bash -c." },
-        timeoutMs = { type = "integer", description = ("Time limit in milliseconds (default %d, "
-          .. "maximum %d; larger values are cut to the maximum)."):format(b.default_ms, b.max_ms) },
-      },
-      required = { "command" },
-    },
+  local description = ("Run a bash command in the workspace (the repository's checkout is the "
+    .. "current directory) and return its exit status and output. Each call has a time "
+    .. "limit: %s (%d ms) by default, at most %s (%d ms). When a command needs longer — a "
+    .. "build, a full test suite, or a call that came back with exit 124 (timed out) — ask "
+    .. "for more time with a larger timeoutMs, up to %d.")
+    :format(minutes(b.default_ms), b.default_ms, minutes(b.max_ms), b.max_ms, b.max_ms)
+  local fields = {
+    { "command", "string", "The command, run with bash -c.", required = true },
+    { "timeoutMs", "integer", ("Time limit in milliseconds (default %d, "
+      .. "maximum %d; larger values are cut to the maximum)."):format(b.default_ms, b.max_ms) },
   }
   if can and can.processes then
-    d.description = d.description .. " A command that must keep running — a dev server, a watcher — "
+    description = description .. " A command that must keep running — a dev server, a watcher — "
       .. "goes with run_in_background: it is started and not awaited, and you get its process id "
       .. "(read its output with process_logs, end it with process_kill, show a port it listens on "
       .. "with expose_port). A command of a call without it ends with the call, its children too."
-    d.input_schema.properties.run_in_background = { type = "boolean",
-      description = "Start the command in the background and return its process id (no time limit of the call; "
-        .. "it ends with process_kill or when the sandbox sleeps)." }
+    fields[#fields + 1] = { "run_in_background", "boolean", "Start the command in the background and return its "
+      .. "process id (no time limit of the call; it ends with process_kill or when the sandbox sleeps)." }
   end
-  return d
+  return tool_schema.tool("bash", description, fields)
 end
 
 function M.call(ex, snap, input, ctx, def)

@@ -11,6 +11,7 @@
 local core = require("switchboard.core")
 local text = require("switchboard.agent.text")
 local find = require("switchboard.agent.find")
+local tool_schema = require("switchboard.agent.tool_schema")
 
 local M = {}
 
@@ -23,61 +24,37 @@ local function outcome(kind, content, is_error, extra)
 end
 
 function DEFS.read_file(snap)
-  return {
-    name = "read_file",
-    description = ("Read a file of the workspace, its lines numbered as cat -n prints them "
-      .. "(the number, a tab, the line; the numbers are not part of the file — leave them out of "
-      .. "edit_file's old_text). Without limit at most %d lines from offset (default 1); lines "
-      .. "longer than %d characters are cut. The path is relative to the workspace; paths that "
-      .. "leave it are refused. An image (PNG, JPEG, GIF, WebP) is shown to you as an image; "
-      .. "another binary file is described, not shown."):format(snap.agents.find_tools.read_max_lines,
-      snap.agents.find_tools.max_line_chars),
-    input_schema = {
-      type = "object",
-      properties = {
-        path = { type = "string", description = "Path relative to the workspace." },
-        offset = { type = "integer", description = "The first line to read (1 = the first line)." },
-        limit = { type = "integer", description = "How many lines to read from offset." },
-      },
-      required = { "path" },
-    },
-  }
+  local f = snap.agents.find_tools
+  return tool_schema.tool("read_file", ("Read a file of the workspace, its lines numbered as cat -n prints them "
+    .. "(the number, a tab, the line; the numbers are not part of the file — leave them out of "
+    .. "edit_file's old_text). Without limit at most %d lines from offset (default 1); lines "
+    .. "longer than %d characters are cut. The path is relative to the workspace; paths that "
+    .. "leave it are refused. An image (PNG, JPEG, GIF, WebP) is shown to you as an image; "
+    .. "another binary file is described, not shown."):format(f.read_max_lines, f.max_line_chars), {
+    { "path", "string", "Path relative to the workspace.", required = true },
+    { "offset", "integer", "The first line to read (1 = the first line)." },
+    { "limit", "integer", "How many lines to read from offset." },
+  })
 end
 
-function DEFS.write_file(snap)
-  return {
-    name = "write_file",
-    description = "Create or replace a file of the workspace with the given content (parent "
-      .. "directories are created). The path is relative to the workspace.",
-    input_schema = {
-      type = "object",
-      properties = {
-        path = { type = "string", description = "Path relative to the workspace." },
-        content = { type = "string", description = "The file's whole new content." },
-      },
-      required = { "path", "content" },
-    },
-  }
+function DEFS.write_file()
+  return tool_schema.tool("write_file", "Create or replace a file of the workspace with the given content (parent "
+    .. "directories are created). The path is relative to the workspace.", {
+    { "path", "string", "Path relative to the workspace.", required = true },
+    { "content", "string", "The file's whole new content.", required = true },
+  })
 end
 
-function DEFS.edit_file(snap)
-  return {
-    name = "edit_file",
-    description = "Replace an exact piece of text in a file of the workspace. old_text must "
-      .. "occur in the file exactly once — include enough surrounding lines to make it unique — "
-      .. "unless replace_all is true, which replaces every occurrence. Whitespace and line "
-      .. "breaks must match exactly. Prefer this to write_file for changing part of a file.",
-    input_schema = {
-      type = "object",
-      properties = {
-        path = { type = "string", description = "Path relative to the workspace." },
-        old_text = { type = "string", description = "The exact text to replace (not empty)." },
-        new_text = { type = "string", description = "The text to put in its place." },
-        replace_all = { type = "boolean", description = "Replace every occurrence (default false)." },
-      },
-      required = { "path", "old_text", "new_text" },
-    },
-  }
+function DEFS.edit_file()
+  return tool_schema.tool("edit_file", "Replace an exact piece of text in a file of the workspace. old_text must "
+    .. "occur in the file exactly once — include enough surrounding lines to make it unique — "
+    .. "unless replace_all is true, which replaces every occurrence. Whitespace and line "
+    .. "breaks must match exactly. Prefer this to write_file for changing part of a file.", {
+    { "path", "string", "Path relative to the workspace.", required = true },
+    { "old_text", "string", "The exact text to replace (not empty).", required = true },
+    { "new_text", "string", "The text to put in its place.", required = true },
+    { "replace_all", "boolean", "Replace every occurrence (default false)." },
+  })
 end
 
 function CALL.read_file(ex, snap, input, ctx)

@@ -10,6 +10,7 @@
 --   find.number(bytes, first, limit, max_line_chars) → text as `cat -n` prints it
 
 local core = require("switchboard.core")
+local tool_schema = require("switchboard.agent.tool_schema")
 local M = {}
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
@@ -38,60 +39,35 @@ end
 local DEFS = {}
 
 function DEFS.glob(snap)
-  local f = snap.agents.find_tools
-  return {
-    name = "glob",
-    description = ("Find files by name pattern (a glob such as **/*.go or src/**/test_*.py), "
-      .. "newest first. Files ignored by .gitignore and .git/ are left out. At most %d paths; "
-      .. "narrow the pattern or the directory for more."):format(f.glob_max_paths),
-    input_schema = {
-      type = "object",
-      properties = {
-        pattern = { type = "string", description = "The glob, matched against paths relative to path." },
-        path = { type = "string", description = "The directory to search (default: the workspace)." },
-      },
-      required = { "pattern" },
-    },
-  }
+  return tool_schema.tool("glob", ("Find files by name pattern (a glob such as **/*.go or src/**/test_*.py), "
+    .. "newest first. Files ignored by .gitignore and .git/ are left out. At most %d paths; "
+    .. "narrow the pattern or the directory for more."):format(snap.agents.find_tools.glob_max_paths), {
+    { "pattern", "string", "The glob, matched against paths relative to path.", required = true },
+    { "path", "string", "The directory to search (default: the workspace)." },
+  })
 end
 
 function DEFS.grep(snap)
   local f = snap.agents.find_tools
-  return {
-    name = "grep",
-    description = ("Search file contents with a regular expression (ripgrep's syntax) and get "
-      .. "path:line:text for each match, with context lines if asked. Honours .gitignore; "
-      .. "filter files with glob (e.g. *.ts) or type (e.g. go, py, js). At most %d lines of "
-      .. "output; files_only lists only the files that match."):format(f.grep_max_lines),
-    input_schema = {
-      type = "object",
-      properties = {
-        pattern = { type = "string", description = "The regular expression." },
-        path = { type = "string", description = "A file or directory to search (default: the workspace)." },
-        glob = { type = "string", description = "Only files whose path matches this glob." },
-        type = { type = "string", description = "Only files of this ripgrep type (go, py, js, rust, …)." },
-        context = { type = "integer", description = ("Lines of context before and after each match (at most %d)."):format(f.grep_max_context) },
-        ignore_case = { type = "boolean", description = "Match case-insensitively." },
-        files_only = { type = "boolean", description = "List the matching files instead of the lines." },
-      },
-      required = { "pattern" },
-    },
-  }
+  return tool_schema.tool("grep", ("Search file contents with a regular expression (ripgrep's syntax) and get "
+    .. "path:line:text for each match, with context lines if asked. Honours .gitignore; "
+    .. "filter files with glob (e.g. *.ts) or type (e.g. go, py, js). At most %d lines of "
+    .. "output; files_only lists only the files that match."):format(f.grep_max_lines), {
+    { "pattern", "string", "The regular expression.", required = true },
+    { "path", "string", "A file or directory to search (default: the workspace)." },
+    { "glob", "string", "Only files whose path matches this glob." },
+    { "type", "string", "Only files of this ripgrep type (go, py, js, rust, …)." },
+    { "context", "integer", ("Lines of context before and after each match (at most %d)."):format(f.grep_max_context) },
+    { "ignore_case", "boolean", "Match case-insensitively." },
+    { "files_only", "boolean", "List the matching files instead of the lines." },
+  })
 end
 
 function DEFS.list(snap)
-  local f = snap.agents.find_tools
-  return {
-    name = "list",
-    description = ("List a directory's entries with their kind (file, dir, link) and size in "
-      .. "bytes, sorted by name (.git/ left out). At most %d entries."):format(f.list_max_entries),
-    input_schema = {
-      type = "object",
-      properties = {
-        path = { type = "string", description = "The directory (default: the workspace)." },
-      },
-    },
-  }
+  return tool_schema.tool("list", ("List a directory's entries with their kind (file, dir, link) and size in "
+    .. "bytes, sorted by name (.git/ left out). At most %d entries."):format(snap.agents.find_tools.list_max_entries), {
+    { "path", "string", "The directory (default: the workspace)." },
+  })
 end
 
 function M.definitions(snap)

@@ -14,6 +14,7 @@
 --   processes.inside_url(ex, url) → the same page as the instance reaches it, or nil
 local core = require("switchboard.core")
 local text = require("switchboard.agent.text")
+local tool_schema = require("switchboard.agent.tool_schema")
 
 local M = {}
 
@@ -132,33 +133,28 @@ function M.inside_url(ex, url)
   end
 end
 
-local function id_schema(what)
-  return { type = "object", properties = { id = { type = "string", description = what } }, required = { "id" } }
-end
+local ID = { "id", "string", "The process id bash's run_in_background gave.", required = true }
 
 local DEFS = {}
 
 function DEFS.process_logs(snap)
-  local s = id_schema("The process id bash's run_in_background gave.")
-  s.properties.tail = { type = "integer", description = ("How many of the last lines of each stream "
-    .. "(default %d)."):format(snap.agents.processes.tail_lines) }
-  return { name = "process_logs", input_schema = s,
-    description = "Show a background process's state (running, exited with its code, killed) and the "
-      .. "last lines of its output (stdout and stderr)." }
+  return tool_schema.tool("process_logs", "Show a background process's state (running, exited with its code, "
+    .. "killed) and the last lines of its output (stdout and stderr).", {
+    ID,
+    { "tail", "integer", ("How many of the last lines of each stream (default %d)."):format(snap.agents.processes.tail_lines) },
+  })
 end
 
 function DEFS.process_kill()
-  return { name = "process_kill", input_schema = id_schema("The process id bash's run_in_background gave."),
-    description = "End a background process: its whole process group is killed." }
+  return tool_schema.tool("process_kill", "End a background process: its whole process group is killed.", { ID })
 end
 
 function DEFS.expose_port()
-  return { name = "expose_port",
-    description = "Make a port that a background process listens on (on 127.0.0.1 in the sandbox) "
-      .. "reachable from outside: returns its preview URL, which the person who asked gets as a "
-      .. "Preview button. Take a screenshot of the URL to see the page as they will.",
-    input_schema = { type = "object", properties = { port = { type = "integer", description = "The port, 1-65535." } },
-                     required = { "port" } } }
+  return tool_schema.tool("expose_port", "Make a port that a background process listens on (on 127.0.0.1 in the "
+    .. "sandbox) reachable from outside: returns its preview URL, which the person who asked gets as a "
+    .. "Preview button. Take a screenshot of the URL to see the page as they will.", {
+    { "port", "integer", "The port, 1-65535.", required = true },
+  })
 end
 
 M.TOOLS = {

@@ -18,33 +18,26 @@
 local text = require("switchboard.agent.text")
 local core = require("switchboard.core")
 local processes = require("switchboard.agent.processes")
+local tool_schema = require("switchboard.agent.tool_schema")
 
 local M = {}
 
 function M.definition(snap)
   local s = snap.agents.screenshot
-  return {
-    name = "screenshot",
-    description = ("Take a screenshot of a web page with headless Chromium in the workspace's "
-      .. "sandbox and see it as an image. url: an http(s) URL the sandbox can reach, a file:// "
-      .. "URL, a preview URL expose_port gave (or http://127.0.0.1:PORT/ for a server of yours), or a "
-      .. "path of an HTML file in the workspace (a server "
-      .. "started by a bash call ends with that call: start it with run_in_background where bash "
-      .. "offers it, or render a local page by its path). "
-      .. "The window is width×height pixels (default %d×%d, at most %d a side); full_page makes "
-      .. "the window %d pixels tall to show more of a long page. The picture is also posted in "
-      .. "the Slack thread and on the run's page."):format(s.width, s.height, s.max_side, s.max_side),
-    input_schema = {
-      type = "object",
-      properties = {
-        url = { type = "string", description = "http(s)://…, file://…, or a workspace path." },
-        width = { type = "integer", description = ("Window width in pixels (default %d)."):format(s.width) },
-        height = { type = "integer", description = ("Window height in pixels (default %d)."):format(s.height) },
-        full_page = { type = "boolean", description = "A tall window to show more of a long page." },
-      },
-      required = { "url" },
-    },
-  }
+  return tool_schema.tool("screenshot", ("Take a screenshot of a web page with headless Chromium in the workspace's "
+    .. "sandbox and see it as an image. url: an http(s) URL the sandbox can reach, a file:// "
+    .. "URL, a preview URL expose_port gave (or http://127.0.0.1:PORT/ for a server of yours), or a "
+    .. "path of an HTML file in the workspace (a server "
+    .. "started by a bash call ends with that call: start it with run_in_background where bash "
+    .. "offers it, or render a local page by its path). "
+    .. "The window is width×height pixels (default %d×%d, at most %d a side); full_page makes "
+    .. "the window %d pixels tall to show more of a long page. The picture is also posted in "
+    .. "the Slack thread and on the run's page."):format(s.width, s.height, s.max_side, s.max_side), {
+    { "url", "string", "http(s)://…, file://…, or a workspace path.", required = true },
+    { "width", "integer", ("Window width in pixels (default %d)."):format(s.width) },
+    { "height", "integer", ("Window height in pixels (default %d)."):format(s.height) },
+    { "full_page", "boolean", "A tall window to show more of a long page." },
+  })
 end
 
 local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end

@@ -6,6 +6,7 @@
 --   todos.definition() → the API's tool definition
 --   todos.call(input, ctx) → {kind, content, is_error}   ctx.on_todos(list) shows the list
 local core = require("switchboard.core")
+local tool_schema = require("switchboard.agent.tool_schema")
 
 local M = {}
 
@@ -13,31 +14,15 @@ M.NAME = "todo_write"
 M.STATUSES = { pending = true, in_progress = true, completed = true }
 
 function M.definition()
-  return {
-    name = M.NAME,
-    description = "Write your plan for this task as a checklist the person who asked can watch "
-      .. "while you work. Each call replaces the whole list: send every item, each with its "
-      .. "status (pending, in_progress or completed). Use it for work of three steps or more; "
-      .. "keep one item in_progress at a time and mark an item completed as soon as it is done.",
-    input_schema = {
-      type = "object",
-      properties = {
-        todos = {
-          type = "array",
-          description = "The whole list, in order.",
-          items = {
-            type = "object",
-            properties = {
-              content = { type = "string", description = "What the step is, in a short sentence." },
-              status = { type = "string", enum = { "pending", "in_progress", "completed" } },
-            },
-            required = { "content", "status" },
-          },
-        },
-      },
-      required = { "todos" },
-    },
-  }
+  return tool_schema.tool(M.NAME, "Write your plan for this task as a checklist the person who asked can watch "
+    .. "while you work. Each call replaces the whole list: send every item, each with its "
+    .. "status (pending, in_progress or completed). Use it for work of three steps or more; "
+    .. "keep one item in_progress at a time and mark an item completed as soon as it is done.", {
+    { "todos", "array", "The whole list, in order.", required = true, items = tool_schema.object{
+      { "content", "string", "What the step is, in a short sentence.", required = true },
+      { "status", "string", enum = { "pending", "in_progress", "completed" }, required = true },
+    } },
+  })
 end
 
 local function problem(why)

@@ -10,7 +10,7 @@
 --                                reads run at once, the nested instruction files)
 --     policy = "agents.…"?,      the policy part it reads (docs)
 --     help,                      one line: what it does (docs, `tools.help`)
---     definition(snap, def) → the API's tool entry, or nil (not offered)
+--     definition(snap, def) → the API's tool entry (agent/tool_schema.lua builds one), or nil (not offered)
 --     call(ex, snap, input, ctx, def) → outcome | nil, executor error }
 --
 -- What a call returns becomes exactly one tool_result:
@@ -97,27 +97,30 @@ function M.names()
   return out
 end
 
+-- The registered declarations in registration order, each given to fn.
+local function each_declared(fn)
+  for _, name in ipairs(ORDER) do fn(REGISTRY[name]) end
+end
+
 -- The tools that need the thread's workspace — they reach the executor and have no way
 -- without it (web_fetch's without_repository = "web": the bot fetches) — as a set: the policy
 -- loader's list (policy/schema.lua EXECUTOR_TOOLS) is checked against it.
 function M.needing_repository()
   local out = {}
-  for _, name in ipairs(ORDER) do
-    local d = REGISTRY[name]
+  each_declared(function(d)
     for _, c in ipairs(d.reaches or {}) do
-      if (c == "executor" or c == "processes") and not d.without_repository then out[name] = true end
+      if (c == "executor" or c == "processes") and not d.without_repository then out[d.name] = true end
     end
-  end
+  end)
   return out
 end
 
 -- One line per tool: its name, what it reaches and what it does.
 function M.help()
   local out = {}
-  for _, name in ipairs(ORDER) do
-    local d = REGISTRY[name]
-    out[#out + 1] = ("%-14s %-28s %s"):format(name, table.concat(d.reaches or {}, ","), d.help)
-  end
+  each_declared(function(d)
+    out[#out + 1] = ("%-14s %-28s %s"):format(d.name, table.concat(d.reaches or {}, ","), d.help)
+  end)
   return table.concat(out, "\n")
 end
 

@@ -21,6 +21,7 @@
 --   web_fetch.refused(address) → nil | why (IPv4 dotted quad)
 local core = require("switchboard.core")
 local html_markdown = require("switchboard.agent.html_markdown")
+local tool_schema = require("switchboard.agent.tool_schema")
 
 local M = {}
 
@@ -28,18 +29,12 @@ M.BODY_MARK = "--sb-web-fetch-body--"
 
 function M.definition(snap)
   local w = snap.agents.web_fetch
-  return {
-    name = "web_fetch",
-    description = ("Fetch a web page (http or https) and return it as readable text: HTML is "
-      .. "converted to markdown. Redirects are followed (at most %d). Addresses of this host, "
-      .. "of private networks and link-local ones are refused. At most %d bytes are read."):format(
-      w.max_redirects, w.max_download_bytes),
-    input_schema = {
-      type = "object",
-      properties = { url = { type = "string", description = "The http:// or https:// URL to fetch." } },
-      required = { "url" },
-    },
-  }
+  return tool_schema.tool("web_fetch", ("Fetch a web page (http or https) and return it as readable text: HTML is "
+    .. "converted to markdown. Redirects are followed (at most %d). Addresses of this host, "
+    .. "of private networks and link-local ones are refused. At most %d bytes are read."):format(
+    w.max_redirects, w.max_download_bytes), {
+    { "url", "string", "The http:// or https:// URL to fetch.", required = true },
+  })
 end
 
 -- IPv4 ranges that are not the public internet: this host, private networks, link-local

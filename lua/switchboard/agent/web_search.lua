@@ -11,22 +11,17 @@
 local core = require("switchboard.core")
 local json = core.json
 local html_markdown = require("switchboard.agent.html_markdown")
+local tool_schema = require("switchboard.agent.tool_schema")
 
 local M = {}
 
 function M.definition(snap)
   local s = snap.agents.web_search
   if s.provider == "none" then return nil end
-  return {
-    name = "web_search",
-    description = ("Search the web and return the top results (at most %d): each a title, its URL "
-      .. "and a snippet. Read a result's page with web_fetch."):format(s.max_results),
-    input_schema = {
-      type = "object",
-      properties = { query = { type = "string", description = "What to search for." } },
-      required = { "query" },
-    },
-  }
+  return tool_schema.tool("web_search", ("Search the web and return the top results (at most %d): each a title, "
+    .. "its URL and a snippet. Read a result's page with web_fetch."):format(s.max_results), {
+    { "query", "string", "What to search for.", required = true },
+  })
 end
 
 local function escape(s)

@@ -135,17 +135,17 @@ local function identify(api)
            user = who.user }
 end
 
+-- The options that take HOST:PORT, with the example port each one's problem names.
+local LISTEN_OPTIONS = { { "listen", 3000 }, { "metrics_listen", 9091 }, { "health_listen", 8081 } }
+
 -- The command's own argument checks, before anything loads.
 local function usage_problem(p)
   if #p.words > 0 then return ("unexpected %q (see --help)"):format(p.words[1]) end
-  if p.opts.listen and not host_mod.host_port(p.opts.listen) then
-    return "--listen takes HOST:PORT, e.g. 127.0.0.1:3000"
-  end
-  if p.opts.metrics_listen and not host_mod.host_port(p.opts.metrics_listen) then
-    return "--metrics-listen takes HOST:PORT, e.g. 127.0.0.1:9091"
-  end
-  if p.opts.health_listen and not host_mod.host_port(p.opts.health_listen) then
-    return "--health-listen takes HOST:PORT, e.g. 127.0.0.1:8081"
+  for _, o in ipairs(LISTEN_OPTIONS) do
+    local value = p.opts[o[1]]
+    if value and not host_mod.host_port(value) then
+      return ("--%s takes HOST:PORT, e.g. 127.0.0.1:%d"):format((o[1]:gsub("_", "-")), o[2])
+    end
   end
 end
 

@@ -4,6 +4,8 @@
 -- text). No raw HTML passes; the page's CSP (no script) is the second lock.
 --
 --   markdown.html(text) → html
+local code_spans = require("switchboard.code_spans")
+
 local M = {}
 
 local ESC = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }
@@ -21,16 +23,7 @@ local function text_html(t)
 end
 
 function M.inline(s)
-  local out, pos = {}, 1
-  while true do
-    local a, b, code = s:find("`([^`\n]+)`", pos)
-    if not a then break end
-    out[#out + 1] = text_html(s:sub(pos, a - 1))
-    out[#out + 1] = "<code>" .. esc(code) .. "</code>"
-    pos = b + 1
-  end
-  out[#out + 1] = text_html(s:sub(pos))
-  return table.concat(out)
+  return code_spans.map(s, text_html, function(code) return "<code>" .. esc(code) .. "</code>" end)
 end
 
 local function list_item(line)

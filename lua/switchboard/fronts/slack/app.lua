@@ -225,25 +225,34 @@ function App:on_github(event, delivery, payload)
                    tostring(c.pr_number)) } }
 end
 
+-- What a GitHub delivery asks for (an issue or a pull request: `item`, as its module — `from`,
+-- github/issues.lua or github/pulls.lua — read it, or nil and why), the first time its seen key
+-- comes; nil, logged, for a delivery that asks for nothing, names nothing to key it by, or came
+-- before. what: the duplicate's log event's end; names: what the key is made of.
+function App:first_delivery(from, event, delivery, payload, what, names, item, why)
+  if not item then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), event = tostring(event), why = why })
+    return nil
+  end
+  local key = from.seen_key(event, payload)
+  if not key then
+    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "the delivery names no " .. names })
+    return nil
+  end
+  if not self.seen_comments:first(key) then
+    self.log("info", "github.duplicate_" .. what, { delivery = tostring(delivery), key = key })
+    return nil
+  end
+  return item
+end
+
 -- An issue (opened, assigned to the bot, or a comment mentioning it) starts a run in the
 -- issue's own thread; its card is an issue comment (fronts/github/front.lua).
 function App:on_issue(event, delivery, payload, snap)
   local pol = snap.agents.issues
-  local i, why = github_issues.read(event, payload, pol, self.github_login, core.wall_ms() // 1000,
-    snap.slack.events.dedup_ms // 1000)
-  if not i then
-    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), event = tostring(event), why = why })
-    return
-  end
-  local key = github_issues.seen_key(event, payload)
-  if not key then
-    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "the delivery names no issue or comment id" })
-    return
-  end
-  if not self.seen_comments:first(key) then
-    self.log("info", "github.duplicate_issue", { delivery = tostring(delivery), key = key })
-    return
-  end
+  local i = self:first_delivery(github_issues, event, delivery, payload, "issue", "issue or comment id",
+    github_issues.read(event, payload, pol, self.github_login, core.wall_ms() // 1000, snap.slack.events.dedup_ms // 1000))
+  if not i then return end
   local thread = github_issues.thread(i.repo, i.number)
   self.log("info", "github.issue", { thread = thread, how = i.how, user = i.user, delivery = tostring(delivery) })
   local comments
@@ -263,20 +272,9 @@ end
 -- its thread; its answer becomes a review with line comments (dispatch/pr_review.lua).
 function App:on_pull_request(event, delivery, payload, snap)
   local pol = snap.agents.pull_request_reviews
-  local pr, why = github_pulls.read(event, payload, pol, self.github_login)
-  if not pr then
-    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), event = tostring(event), why = why })
-    return
-  end
-  local key = github_pulls.seen_key(event, payload)
-  if not key then
-    self.log("info", "github.webhook_ignored", { delivery = tostring(delivery), why = "the delivery names no pull request id or head" })
-    return
-  end
-  if not self.seen_comments:first(key) then
-    self.log("info", "github.duplicate_pull_request", { delivery = tostring(delivery), key = key })
-    return
-  end
+  local pr = self:first_delivery(github_pulls, event, delivery, payload, "pull_request", "pull request id or head",
+    github_pulls.read(event, payload, pol, self.github_login))
+  if not pr then return end
   local thread = github_issues.thread(pr.repo, pr.number)
   self.log("info", "github.pull_request_review", { thread = thread, user = pr.user, delivery = tostring(delivery) })
   self.d:handle{ thread = thread, user = "github:" .. tostring(pr.user),

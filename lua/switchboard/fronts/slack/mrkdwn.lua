@@ -17,6 +17,7 @@
 --   mrkdwn.split(text, max_bytes) → {part, …}   at blank lines, then lines, never inside a code
 --                                               block (a block cut in two is closed and reopened)
 local text_cut = require("switchboard.text_cut")
+local code_spans = require("switchboard.code_spans")
 
 local M = {}
 
@@ -43,16 +44,7 @@ end
 
 -- A line outside code fences, code spans kept as they are (escaped).
 local function line_text(line)
-  local out, pos = {}, 1
-  while true do
-    local a, b = line:find("`[^`]+`", pos)
-    if not a then break end
-    out[#out + 1] = inline(line:sub(pos, a - 1))
-    out[#out + 1] = escape(line:sub(a, b))
-    pos = b + 1
-  end
-  out[#out + 1] = inline(line:sub(pos))
-  return table.concat(out)
+  return code_spans.map(line, inline, function(_, whole) return escape(whole) end)
 end
 
 local function block_line(line)
