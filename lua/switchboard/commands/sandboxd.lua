@@ -191,6 +191,7 @@ function M.run(argv, ctx)
   local srv, serr = server.start{ host = host, port = port, root = root, token = token,
     max_instances = max, walls = walls, pod = opts.pod }
   if not srv then
+    if walls then walls:close() end -- its bridge and nftables table too (shell/bridge.lua)
     return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.listen, tostring(serr and serr.message or serr)))
   end
   local mport
@@ -199,6 +200,7 @@ function M.run(argv, ctx)
     local msrv, merr = M.serve_metrics(mhost, mp)
     if not msrv then
       srv:shutdown("metrics")
+      if walls then walls:close() end
       return fail(M.EXIT.listen, ("cannot listen on %s: %s"):format(opts.metrics_listen, tostring(merr and merr.message or merr)))
     end
     mport = msrv.port

@@ -153,12 +153,30 @@ end
 -- waits for its sandboxd.listening line (opts.on_output(stream, chunk) also sees its output as
 -- it comes). Call inside core.run. Returns a handle:
 --   .port .url .root .proc .log() (everything it wrote to stderr so far) :stop(sig) :wait()
+-- An overlay directory's isolation.lua gets `outbound = "pasta"` (or SB_TEST_OUTBOUND's) unless
+-- it names outbound itself (support/policies.lua says why).
+function M.pasta_unless_named(dir)
+  local path = dir .. "/isolation.lua"
+  local f = io.open(path, "r")
+  local src = f and f:read("a") or ""
+  if f then f:close() end
+  if src:find("%f[%w_]outbound%s*=") then return end
+  local asked = os.getenv("SB_TEST_OUTBOUND")
+  f = assert(io.open(path, "a"))
+  f:write(('\noutbound = "%s"\n'):format((asked == "bridge" or asked == "auto") and asked or "pasta"))
+  f:close()
+end
+
 function M.start_sandboxd(opts)
   opts = opts or {}
   local root = opts.root or M.tmpdir()
   -- the shipped policies' outbound "auto" would make a bridge in the network namespace sandboxd
-  -- runs in, the host's own here: a scratch copy says pasta (support/policies.lua)
-  if not opts.policies and not opts.wrap then opts.policies = policies.dir() end
+  -- runs in, the host's own here: a scratch copy says pasta (support/policies.lua), and a
+  -- spec's own overlay (shipped files under it) gets the same line unless it names outbound —
+  -- a spec's kill -9 would otherwise leave a bridge and an nftables table on the host
+  if not opts.wrap then
+    if not opts.policies then opts.policies = policies.dir() else M.pasta_unless_named(opts.policies) end
+  end
   local argv = {}
   for _, a in ipairs(opts.wrap or {}) do argv[#argv + 1] = a end -- e.g. nsenter --net=… (it execs)
   argv[#argv + 1] = M.BIN
