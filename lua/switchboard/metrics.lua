@@ -54,9 +54,28 @@ local function escape(v)
   return (tostring(v):gsub("\\", "\\\\"):gsub("\n", "\\n"):gsub('"', '\\"'))
 end
 
+-- The text of one label, kept per name and value: a series counted per request (a command's
+-- outcome) is not formatted and escaped again each time. At most ONE_LABEL_KEPT values per
+-- name are kept (a label with many values is formatted each time).
+local ONE_LABEL_KEPT = 256
+local one_label, one_label_n = {}, {} -- name → value → text; name → how many kept
+local function one_label_text(k, v)
+  local kept = one_label[k]
+  if kept == nil then kept = {} one_label[k], one_label_n[k] = kept, 0 end
+  local text = kept[v]
+  if text then return text end
+  text = ('%s="%s"'):format(k, escape(v))
+  if one_label_n[k] < ONE_LABEL_KEPT then kept[v], one_label_n[k] = text, one_label_n[k] + 1 end
+  return text
+end
+
 -- {a = "x", b = "y"} → 'a="x",b="y"' (sorted, so one series has one text).
 local function label_text(labels)
   if labels == nil then return "" end
+  local k1, v1 = next(labels)
+  if k1 ~= nil and type(v1) == "string" and next(labels, k1) == nil then
+    return one_label_text(k1, v1)
+  end
   local keys = {}
   for k in pairs(labels) do keys[#keys + 1] = k end
   table.sort(keys)

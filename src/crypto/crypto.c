@@ -48,7 +48,7 @@ static int l_sha256(lua_State *L) {
   const char *data = luaL_checklstring(L, 1, &n);
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  if (!EVP_Digest(data, n, md, &len, EVP_sha256(), NULL))
+  if (!EVP_Digest(data, n, md, &len, sb_sha256(), NULL))
     return raise_openssl(L, "sha256");
   lua_pushlstring(L, (const char *)md, len);
   return 1;

@@ -3,13 +3,28 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <pthread.h>
+
+static const EVP_MD *fetched_sha256;
+
+static void fetch_sha256(void) {
+  /* Kept for the process's life (never freed: the digest is wanted until exit). A failed
+   * fetch leaves the descriptor, which fetches per call as before. */
+  EVP_MD *md = EVP_MD_fetch(NULL, "SHA256", NULL);
+  fetched_sha256 = md != NULL ? md : EVP_sha256();
+}
+
+const EVP_MD *sb_sha256(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, fetch_sha256);
+  return fetched_sha256;
+}
 
 int sb_ct_equal(const void *a, size_t alen, const void *b, size_t blen) {
   unsigned char da[EVP_MAX_MD_SIZE], db[EVP_MAX_MD_SIZE];
   unsigned int la = 0, lb = 0;
-  /* EVP_sha256() is a static descriptor; EVP_Digest fetches the provider implementation. */
-  if (!EVP_Digest(a, alen, da, &la, EVP_sha256(), NULL) ||
-      !EVP_Digest(b, blen, db, &lb, EVP_sha256(), NULL))
+  if (!EVP_Digest(a, alen, da, &la, sb_sha256(), NULL) ||
+      !EVP_Digest(b, blen, db, &lb, sb_sha256(), NULL))
     return -1;
   int digests_differ = CRYPTO_memcmp(da, db, la);
   /* Equal digests of different lengths would be a SHA-256 collision; check anyway, without a

@@ -17,6 +17,10 @@
  *                                                        must not stall); elsewhere (the main
  *                                                        chunk) it runs here
  * realpath(path) → absolute path | nil, err
+ * reread(file) → bytes | nil                             the whole text of a Lua file handle
+ *                                                        (io.open) held open, read again from
+ *                                                        its start: pread, no seek, no stdio
+ *                                                        buffer (sandboxd's held counters)
  *
  * err.kind: "not_found", "not_a_file", "too_large" or "io"; messages name the path. */
 #ifndef _GNU_SOURCE
@@ -275,11 +279,42 @@ static int l_realpath(lua_State *L) {
   return 1;
 }
 
+/* Kernel files (cgroup counters, /proc/<pid>/stat) give their whole text to one read that has
+ * room for it, and a regular file's short read is its end: a read that does not fill the buffer
+ * ends the text, so a held counter file costs one pread per look (it was a seek and two reads
+ * through stdio, six times per walled command, issue 43). A text larger than the buffer is read
+ * on until the end. nil when the read fails (a /proc entry whose process is gone). */
+#define REREAD_CHUNK 4096
+static int l_reread(lua_State *L) {
+  luaL_Stream *f = luaL_checkudata(L, 1, LUA_FILEHANDLE);
+  luaL_argcheck(L, f->closef != NULL && f->f != NULL, 1, "a closed file");
+  int fd = fileno(f->f);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  off_t at = 0;
+  for (;;) {
+    char *room = luaL_prepbuffsize(&b, REREAD_CHUNK);
+    ssize_t n = pread(fd, room, REREAD_CHUNK, at);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      lua_pushnil(L);
+      return 1;
+    }
+    luaL_addsize(&b, (size_t)n);
+    at += n;
+    if (n < REREAD_CHUNK)
+      break;
+  }
+  luaL_pushresult(&b);
+  return 1;
+}
+
 int sb_fs_open(lua_State *L) {
   static const luaL_Reg fns[] = {
       {"read_file", l_read_file},     {"write_file", l_write_file}, {"mkdir_p", l_mkdir_p},
       {"list", l_list},               {"exists", l_exists},         {"remove_tree", l_remove_tree},
-      {"realpath", l_realpath},       {NULL, NULL},
+      {"realpath", l_realpath},       {"reread", l_reread},         {NULL, NULL},
   };
   sb_shutdown_register(removals_shutdown, NULL);
   luaL_newlib(L, fns);

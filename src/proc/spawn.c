@@ -209,6 +209,17 @@ done:
   return rc;
 }
 
+/* A command without stdin reads /dev/null: one descriptor of it, opened at the first such
+ * command and kept for the process's life (the link sends a copy of it), instead of an open and
+ * a close per walled command (issue 43). Spawns run on the loop's thread only. -1 (errno set)
+ * when it cannot be opened; a later command tries again. */
+static int shared_dev_null(void) {
+  static int fd = -1;
+  if (fd < 0)
+    fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return fd;
+}
+
 int sb_spawn_walled(const sb_spawn_args *a, const char *socket_path, bool with_stdin,
                     sb_spawned *out, sb_link_member *member) {
   int in[2] = {-1, -1}, o[2] = {-1, -1}, e[2] = {-1, -1};
@@ -220,13 +231,13 @@ int sb_spawn_walled(const sb_spawn_args *a, const char *socket_path, bool with_s
     rc = E2BIG;
     goto done;
   }
-  /* without stdin the command reads /dev/null, opened here: the spawner needs three fds */
-  if ((with_stdin ? pipe2(in, O_CLOEXEC) : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
-      pipe2(o, O_CLOEXEC) != 0 || pipe2(e, O_CLOEXEC) != 0) {
+  /* without stdin the command reads the shared /dev/null: the spawner needs three fds */
+  int stdin_fd = with_stdin ? (pipe2(in, O_CLOEXEC) == 0 ? in[0] : -1) : shared_dev_null();
+  if (stdin_fd < 0 || pipe2(o, O_CLOEXEC) != 0 || pipe2(e, O_CLOEXEC) != 0) {
     rc = errno;
     goto done;
   }
-  int fds[3] = {in[0], o[1], e[1]};
+  int fds[3] = {stdin_fd, o[1], e[1]};
   rc = sb_link_command(socket_path, body, len, fds, member);
   if (rc != 0)
     goto done;

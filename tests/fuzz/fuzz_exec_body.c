@@ -30,6 +30,10 @@
 static const char harness[] =
     "local cjson = require('cjson')\n"
     "local routes = require('switchboard.sandboxd.routes')\n"
+    /* the registries fill the policy schema's lists of backends and fronts, as the binary does
+     * before it loads a policy (tests/lua/support/helper.lua) */
+    "require('switchboard.exec.backends')\n"
+    "require('switchboard.fronts.registry')\n"
     "local snap = require('switchboard.policy').shipped()\n"
     "local bash = snap.timeouts.bash\n"
     "local ROUTES = { '/exec', '/read', '/write', '/healthz', '/exec/' }\n"

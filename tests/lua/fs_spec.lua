@@ -430,4 +430,50 @@ describe("core.fs unconfined helpers", function()
     assert.is_true(fs.remove_tree(base .. "/deep"))
     assert.is_false(exists(base .. "/deep"))
   end)
+
+  it("reread gives a held file's whole text from its start each time, past one read's 4 KiB", function()
+    local path = base .. "/held"
+    spit(path, "oom_kill 0\n")
+    local f = assert(io.open(path, "r"))
+    assert.equal("oom_kill 0\n", fs.reread(f))
+    assert.equal("oom_kill 0\n", fs.reread(f)) -- not from where the last read ended
+    spit(path, "oom_kill 3\n")
+    assert.equal("oom_kill 3\n", fs.reread(f))
+    local big = ("0123456789abcdef"):rep(1024) .. "tail" -- 16 KiB and 4 bytes: five reads
+    spit(path, big)
+    assert.equal(big, fs.reread(f))
+    spit(path, ("x"):rep(4096)) -- exactly one read's worth: the next read says the end
+    assert.equal(("x"):rep(4096), fs.reread(f))
+    spit(path, "")
+    assert.equal("", fs.reread(f))
+    f:close()
+    assert.has_error(function() fs.reread(f) end)
+    assert.has_error(function() fs.reread(path) end)
+  end)
+
+  it("reread of a held /proc stat sees the process's state now; once it ends, a zombie or nil", function()
+    local p = io.popen("exec sleep 30 & echo $!")
+    local pid = p:read("l")
+    local f = assert(io.open("/proc/" .. pid .. "/stat", "r"))
+    local first = fs.reread(f)
+    assert.matches("^" .. pid .. " %b() [RSD] ", first)
+    os.execute("kill -STOP " .. pid)
+    local stopped
+    for _ = 1, 200 do -- the state changes once the signal is taken (a busy machine: a bound)
+      stopped = fs.reread(f)
+      if stopped:match("^%d+ %b() [Tt] ") then break end
+      os.execute("sleep 0.05")
+    end
+    assert.matches("^" .. pid .. " %b() [Tt] ", stopped)
+    os.execute("kill -KILL " .. pid)
+    p:close()
+    local gone
+    for _ = 1, 200 do
+      gone = fs.reread(f)
+      if gone == nil or gone:match("^%d+ %b() [ZX] ") then break end
+      os.execute("sleep 0.05")
+    end
+    assert.is_true(gone == nil or gone:match("^%d+ %b() [ZX] ") ~= nil, tostring(gone))
+    f:close()
+  end)
 end)

@@ -26,6 +26,8 @@ function M.route_of(path)
   path = tostring(path or "")
   -- a preview URL's token is its only credential (sandboxd/ports.lua): never in a log line
   if path:find("^/ports/%x%x%x%x%x%x%x%x") then return "/ports/<hidden>" end
+  -- the usual case (/exec): short and printable, logged as it is, with no copy made
+  if #path <= ROUTE_MAX and not path:find("[^\33-\126]") then return path end
   local cut = path:sub(1, ROUTE_MAX):gsub("[^\33-\126]", "?")
   if #path > ROUTE_MAX then cut = cut .. "..." end
   return cut

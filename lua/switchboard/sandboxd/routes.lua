@@ -204,9 +204,15 @@ local function run_exec(ctx, snap, inst, call, res, state)
   local stop = core.signal(ctx.stopping)
   local done = state.done
   core.go(heartbeat, res, snap.timeouts.sandbox.heartbeat_ms, done, stop)
-  local full_env = {}
-  for name, value in pairs(base_env(ctx, snap)) do full_env[name] = value end
-  for name, value in pairs(env) do full_env[name] = value end
+  -- the snapshot's base as it is when the request sends no env (most do not): never changed
+  -- below (runner:exec copies it before it adds a variable)
+  local full_env = base_env(ctx, snap)
+  if next(env) ~= nil then
+    local merged = {}
+    for name, value in pairs(full_env) do merged[name] = value end
+    for name, value in pairs(env) do merged[name] = value end
+    full_env = merged
+  end
   local max_output = snap.timeouts.process.max_output_bytes
   local mistake = M.client_mistake(command, full_env)
   local r, err

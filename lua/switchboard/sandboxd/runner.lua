@@ -52,8 +52,18 @@ function M.new(root, thread_key, opts)
 end
 
 -- How logs and errors name a thread: a hash of its key, never the key (or a path) itself.
+-- Every request's log line names its thread, so the labels of the keys seen lately are kept
+-- (at most LABELS_KEPT; past that the cache starts again: keys come from anyone, before the
+-- bearer is checked, and must not grow it).
+local LABELS_KEPT = 1024
+local labels, labels_n = {}, 0
 function M.label(thread_key)
-  return "t-" .. core.crypto.hex(core.crypto.sha256(thread_key)):sub(1, 12)
+  local label = labels[thread_key]
+  if label then return label end
+  label = "t-" .. core.crypto.hex(core.crypto.sha256(thread_key)):sub(1, 12)
+  if labels_n >= LABELS_KEPT then labels, labels_n = {}, 0 end
+  labels[thread_key], labels_n = label, labels_n + 1
+  return label
 end
 
 -- new_runner for fleet.new
@@ -185,8 +195,10 @@ function Runner:exec(spec)
   local ok, err = fresh(self, spec.base, spec.base_since)
   if not ok then return nil, err end
   if self.capture and spec.base == self.capture then
-    spec.env = spec.env or {}
-    spec.env.SWITCHBOARD_BASE = "1"
+    -- a copy: the env handed in may be shared (sandboxd's base env of the snapshot)
+    local env = { SWITCHBOARD_BASE = "1" }
+    for name, value in pairs(spec.env or {}) do if name ~= "SWITCHBOARD_BASE" then env[name] = value end end
+    spec.env = env
   end
   local r, rerr = scrub(self, self.ws:run(spec))
   if self.capture and r and r.exit == 0 and not r.aborted then capture(self) end

@@ -458,11 +458,15 @@ local function limit_writes(self)
 end
 
 -- The whole text of a held file, read again from its start (nil when it cannot be read: a
--- process gone reads as an error).
+-- process gone reads as an error): one pread in the engine (core.fs.reread), not a seek and
+-- two reads through stdio — it runs six times per command.
 local function reread(f)
-  if not f or not f:seek("set", 0) then return nil end
-  return f:read("a")
+  if not f then return nil end
+  return core.fs.reread(f)
 end
+
+-- The stat line's fields after the state, up to the start time (field 22), as one pattern.
+local START_TIME = "^" .. ("%S+ "):rep(18) .. "(%d+)"
 
 -- The init's pid namespace dies with it — a fork into it fails from then on — before bwrap and
 -- the holder have noticed; so the init itself is looked at too (its /proc entry, the same
@@ -479,7 +483,7 @@ local function init_state(pid, held)
   end
   if not stat then return nil end
   local state, rest = stat:match("^%d+ %b() (%S) (.*)$")
-  local start = rest and rest:match("^" .. ("%S+ "):rep(18) .. "(%d+)")
+  local start = rest and rest:match(START_TIME)
   return state, start
 end
 
@@ -677,24 +681,24 @@ end
 -- The owner of the workspace's files, for core.fs.root(dir, owner).
 function Instance:owner() return { uid = self.uid, gid = self.uid } end
 
-local function counter(self, which, path, key)
+local function counter(self, which, key)
   if self.state == "stopped" then return 0 end -- its cgroups are gone or going
   local held = self.held and self.held[which]
   local text
   if held then
     text = reread(held)
   else -- not awake yet: opened for this read
-    local f = io.open(path, "r")
+    local oom, pids = counter_paths(self)
+    local f = io.open(which == "oom" and oom or pids, "r")
     if not f then return 0 end
     text = f:read("a")
     f:close()
   end
-  return text and tonumber(text:match(key .. " (%d+)")) or 0
+  return text and tonumber(text:match(key)) or 0
 end
 
 function Instance:counters()
-  local oom, pids = counter_paths(self)
-  return { oom = counter(self, "oom", oom, "oom_kill"), pids = counter(self, "pids", pids, "max") }
+  return { oom = counter(self, "oom", "oom_kill (%d+)"), pids = counter(self, "pids", "max (%d+)") }
 end
 
 -- A line in words for the limit a command ran into, or nil. `now`: the counters after it, when

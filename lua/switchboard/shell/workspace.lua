@@ -103,9 +103,12 @@ function Workspace:run(spec)
   local own = {
     command = spec.command, env = spec.env, deadline_ms = spec.deadline_ms,
     kill_grace_ms = spec.kill_grace_ms, max_output = spec.max_output, on_output = spec.on_output,
-    signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped,
   }
-  if self.walls then return walled.exec(self, own) end -- with its instance, in /workspace
+  if self.walls then -- with its instance, in /workspace
+    own.signal = spec.signal -- walled.exec joins it to the workspace's stop (one signal, not two)
+    return walled.exec(self, own)
+  end
+  own.signal = spec.signal and core.signal(self.stopped, spec.signal) or self.stopped
   local dir, err = self:ensure()
   if not dir then return nil, err end
   own.cwd = dir

@@ -1,0 +1,90 @@
+-- sandboxd's own CPU time per walled request (bench/README.md "Per request"): the figure the
+-- machine's load moves least, since it counts the server's work and not its waits. Each
+-- contender is a walled `switchboard sandboxd` (shipped policies) started from its own binary;
+-- the C client (bench_paired seq) sends N sequential `true` over one keep-alive connection to
+-- one contender, then the next, ROUNDS times in turn, and the server's utime + stime from
+-- /proc/<pid>/stat before and after each batch gives its CPU per request.
+--
+--   lua5.4 bench/sandboxd_cpu.lua [N=500] [ROUNDS=4] [name=binary ...]
+--
+-- With no name=binary the contender is SWITCHBOARD_BIN (else ./build/switchboard) named "this".
+-- Another checkout's binary measures that checkout's Lua (its source directory is built in).
+-- One JSON line: per contender the CPU µs per request of each round, their median, and the
+-- client's median latency, with the load average beside each round.
+local build = os.getenv("SB_BUILD_DIR") or "./build"
+package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
+package.cpath = build .. "/lua/?.so;" .. package.cpath
+
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local S = require("support.sandbox")
+local stats = require("bench.stats")
+
+core.log_format("text", "warn")
+
+local N, ROUNDS = tonumber(arg[1]) or 500, tonumber(arg[2]) or 4
+local contenders = {}
+for i = 3, #arg do
+  local name, bin = arg[i]:match("^([%w_-]+)=(.+)$")
+  assert(name, "contenders are name=binary: " .. arg[i])
+  contenders[#contenders + 1] = { name = name, bin = bin }
+end
+if #contenders == 0 then contenders[1] = { name = "this", bin = S.BIN } end
+
+local CLK_TCK = 100 -- sysconf(_SC_CLK_TCK) on Linux
+
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  local s = f:read("l")
+  f:close()
+  return s:match("^(%S+)")
+end
+
+-- utime + stime of a process, in µs (fields 14 and 15 of /proc/<pid>/stat, after the comm)
+local function cpu_us(pid)
+  local f = assert(io.open("/proc/" .. pid .. "/stat"))
+  local s = f:read("a")
+  f:close()
+  local rest = s:match("%) (.*)$")
+  local fields = {}
+  for w in rest:gmatch("%S+") do fields[#fields + 1] = w end
+  -- rest starts at field 3 (state): utime is field 14, stime 15
+  return (tonumber(fields[12]) + tonumber(fields[13])) * 1e6 / CLK_TCK
+end
+
+local function seq(port, n)
+  local argv = { build .. "/bench/bench_paired", "seq", S.TOKEN, "true", tostring(n),
+    "http:s:" .. port }
+  local r = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 1 << 20 }):wait()
+  assert(r.exit == 0, "bench_paired failed: " .. tostring(r.stderr) .. tostring(r.stdout))
+  local doc = cjson.decode(r.stdout)
+  assert(doc.s.errors == 0, "requests failed: " .. r.stdout)
+  return doc.s.median_us
+end
+
+local out = { n = N, rounds = ROUNDS, load_start = loadavg() }
+core.run(function()
+  for _, c in ipairs(contenders) do
+    S.BIN = c.bin
+    c.h = S.start_sandboxd{ args = { "--max-instances", "8" } }
+    seq(c.h.port, 20) -- the instance wakes, the code paths warm
+    c.cpu, c.latency, c.load = {}, {}, {}
+  end
+  for _ = 1, ROUNDS do
+    for _, c in ipairs(contenders) do
+      c.load[#c.load + 1] = loadavg()
+      local before = cpu_us(c.h.pid)
+      c.latency[#c.latency + 1] = seq(c.h.port, N)
+      c.cpu[#c.cpu + 1] = math.floor((cpu_us(c.h.pid) - before) / (N + 1) + 0.5)
+    end
+  end
+  for _, c in ipairs(contenders) do
+    out[c.name] = { cpu_us_per_request = c.cpu, cpu_median_us = stats.median(c.cpu),
+      latency_median_us = stats.median(c.latency), load = c.load }
+    c.h:stop("TERM")
+    c.h:wait()
+  end
+  S.cleanup_servers()
+end)
+out.load_end = loadavg()
+io.write(cjson.encode(out), "\n")
