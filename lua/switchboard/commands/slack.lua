@@ -150,9 +150,7 @@ local function usage_problem(p)
 end
 
 function M.run(argv, ctx)
-  local p, status = prologue.start(M, argv, ctx, {
-    spec = SPEC, backend = true, usage = usage_problem, policies = true,
-  })
+  local p, status = prologue.start_with_backend(M, argv, ctx, SPEC, usage_problem)
   if not p then return status end
   local opts, snap = p.opts, p.snap
   local e, why = M.read_env(os.getenv, opts)
