@@ -31,7 +31,7 @@ local S = {}
 S.__index = S
 
 function M.new(opts)
-  opts = opts or {}
+  local on_progress = opts and opts.on_progress or function() end
   return setmetatable({
     blocks = {},          -- index (0-based from the API) + 1 → block
     json_parts = {},      -- index + 1 → list of partial_json fragments
@@ -40,7 +40,7 @@ function M.new(opts)
     done = false,
     error = nil,          -- {type, message} of an error event
     events = 0,
-    on_progress = opts.on_progress or function() end,
+    on_progress = on_progress,
   }, S)
 end
 

@@ -93,9 +93,7 @@ local function terminal_front()
 end
 
 function M.run(argv, ctx)
-  local p, status = prologue.start(M, argv, ctx, {
-    spec = SPEC, backend = true, usage = usage_problem, policies = true,
-  })
+  local p, status = prologue.start_with_backend(M, argv, ctx, SPEC, usage_problem)
   if not p then return status end
   local opts = p.opts
   local sink, trace_status = p:trace_sink()

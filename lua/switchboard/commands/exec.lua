@@ -92,9 +92,7 @@ local function usage_problem(p)
 end
 
 function M.run(argv, ctx)
-  local p, status = prologue.start(M, argv, ctx, {
-    spec = SPEC, backend = true, usage = usage_problem, policies = true,
-  })
+  local p, status = prologue.start_with_backend(M, argv, ctx, SPEC, usage_problem)
   if not p then return status end
   local opts, rest, snap = p.opts, p.rest, p.snap
   local agent = opts.agent or snap.agents.default_agent

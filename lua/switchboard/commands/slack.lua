@@ -88,6 +88,27 @@ local function env(getenv, name)
   return v
 end
 
+-- What the environment and the options must hold, in the order they are checked: each a
+-- condition it fails on and the configuration problem that names.
+local ENV_CHECKS = {
+  { fails = function(e) return not e.bot end,
+    problem = "SLACK_BOT_TOKEN is not set: give the app's Bot User OAuth Token (xoxb-…, under "
+      .. "OAuth & Permissions)" },
+  { fails = function(e) return not e.bot:match("^xoxb%-") end,
+    problem = "SLACK_BOT_TOKEN does not look like a bot token (it should start with xoxb-)" },
+  { fails = function(e) return e.app and not e.app:match("^xapp%-") end,
+    problem = "SLACK_APP_TOKEN does not look like an app-level token (it should start with xapp-; "
+      .. "create one with connections:write under Basic Information)" },
+  { fails = function(e, opts) return opts.listen and not e.secret end,
+    problem = "--listen serves the Events API, which needs SLACK_SIGNING_SECRET (Basic Information → "
+      .. "Signing Secret)" },
+  { fails = function(e, opts) return not e.app and not opts.listen end,
+    problem = "no way to receive events: set SLACK_APP_TOKEN (Socket Mode) or give --listen "
+      .. "HOST:PORT with SLACK_SIGNING_SECRET (Events API)" },
+  { fails = function(e) return not e.api_url:match("^https?://") end,
+    problem = "SLACK_API_URL must be an http(s) URL" },
+}
+
 -- The tokens and what they are for, checked before anything talks to Slack.
 function M.read_env(getenv, opts)
   local e = {
@@ -96,27 +117,8 @@ function M.read_env(getenv, opts)
     github_secret = env(getenv, "GITHUB_WEBHOOK_SECRET"), -- review comments (docs/agent.md)
     api_url = env(getenv, "SLACK_API_URL") or "https://slack.com/api",
   }
-  if not e.bot then
-    return nil, core.error("config", "SLACK_BOT_TOKEN is not set: give the app's Bot User OAuth Token (xoxb-…, under "
-      .. "OAuth & Permissions)")
-  end
-  if not e.bot:match("^xoxb%-") then
-    return nil, core.error("config", "SLACK_BOT_TOKEN does not look like a bot token (it should start with xoxb-)")
-  end
-  if e.app and not e.app:match("^xapp%-") then
-    return nil, core.error("config", "SLACK_APP_TOKEN does not look like an app-level token (it should start with xapp-; "
-      .. "create one with connections:write under Basic Information)")
-  end
-  if opts.listen and not e.secret then
-    return nil, core.error("config", "--listen serves the Events API, which needs SLACK_SIGNING_SECRET (Basic Information → "
-      .. "Signing Secret)")
-  end
-  if not e.app and not opts.listen then
-    return nil, core.error("config", "no way to receive events: set SLACK_APP_TOKEN (Socket Mode) or give --listen "
-      .. "HOST:PORT with SLACK_SIGNING_SECRET (Events API)")
-  end
-  if not e.api_url:match("^https?://") then
-    return nil, core.error("config", "SLACK_API_URL must be an http(s) URL")
+  for _, check in ipairs(ENV_CHECKS) do
+    if check.fails(e, opts) then return nil, core.error("config", check.problem) end
   end
   return e
 end
@@ -150,9 +152,7 @@ local function usage_problem(p)
 end
 
 function M.run(argv, ctx)
-  local p, status = prologue.start(M, argv, ctx, {
-    spec = SPEC, backend = true, usage = usage_problem, policies = true,
-  })
+  local p, status = prologue.start_with_backend(M, argv, ctx, SPEC, usage_problem)
   if not p then return status end
   local opts, snap = p.opts, p.snap
   local e, why = M.read_env(os.getenv, opts)

@@ -4,6 +4,7 @@
 -- credential notice once.
 --
 --   local p, status = prologue.start(M, argv, ctx, {spec = SPEC, policies = true, backend = true})
+--   (a command that runs work on a backend: prologue.start_with_backend(M, argv, ctx, SPEC, usage))
 --   if not p then return status end          -- --help answered, or a usage/config failure said
 --   p.opts, p.words, p.rest                  -- args.parse's results
 --   p.snap                                   -- the policies as loaded (policies = true)
@@ -141,6 +142,12 @@ function M.start(cmd, argv, ctx, what)
     end
   end
   return self
+end
+
+-- The start of every command that runs work on a backend (exec, console, slack): its options
+-- (spec), --backend checked, its own usage checks, the policies loaded.
+function M.start_with_backend(cmd, argv, ctx, spec, usage)
+  return M.start(cmd, argv, ctx, { spec = spec, backend = true, usage = usage, policies = true })
 end
 
 -- SIGHUP reloads the policies (the whole set validated on the side; on failure nothing

@@ -30,14 +30,15 @@ local F = {}
 F.__index = F
 
 function M.new(opts)
+  local log = opts.log or core.log
   return setmetatable({
     api = opts.api,
     policy = opts.policy,
-    log = opts.log or core.log,
+    log = log,
     now_ms = opts.now_ms or core.now_ms,
     -- card and answer tasks still sending; cards.hurrying is aborted at shutdown: a final state
     -- no longer waits for its pace
-    cards = in_flight.cards(opts.log or core.log, "slack.front_error"),
+    cards = in_flight.cards(log, "slack.front_error"),
     stats = { final_lag_ms = {} }, -- final card sent − final state known (bench)
     next_update_ms = 0, -- the earliest time the next chat.update of any card may go
     steers = true, -- a mention in a thread whose run works goes to that run (dispatcher deliver)
