@@ -30,6 +30,10 @@ static const char harness[] =
     "local cjson = require('cjson')\n"
     "local connect = require('switchboard.exec.connect')\n"
     "local e2b = require('switchboard.exec.e2b_envd')\n"
+    /* the registries fill the policy schema's lists of backends and fronts, as the binary does
+     * before it loads a policy (tests/lua/support/helper.lua) */
+    "require('switchboard.exec.backends')\n"
+    "require('switchboard.fronts.registry')\n"
     "local snap = require('switchboard.policy').shipped()\n"
     "local CAP = snap.timeouts.process.max_output_bytes\n"
     "local MAX = 2048\n"
