@@ -26,8 +26,10 @@ function M.parse(answer)
   local comments = {}
   for line in block:gmatch("[^\n]+") do
     local path, n, text = line:match("^%s*([^:%s][^:]*):(%d+):%s*(.-)%s*$")
-    if path and text ~= "" then
-      comments[#comments + 1] = { path = path, line = math.tointeger(tonumber(n)), body = text }
+    -- a line number GitHub can have: from 1, and an integer (digits past 2^63 read as a float)
+    local number = n and math.tointeger(tonumber(n))
+    if path and text ~= "" and number and number >= 1 then
+      comments[#comments + 1] = { path = path, line = number, body = text }
     end
   end
   local body = (before .. after):match("^%s*(.-)%s*$")
