@@ -355,6 +355,37 @@ describe("core.fs.root", function()
       end
       assert.are.equal(before, count_fds())
     end)
+
+    -- In a task the descriptor is closed on libuv's thread pool (its close can unmount a walled
+    -- workspace's file system: src/fs/root.c close_off_loop). Every pool thread is held first in
+    -- an open(2) of a FIFO (core.file_refs reads its "procs file" there), so the closes wait
+    -- behind them: still open while the pool is held — made on the pool, not here — and all
+    -- closed once it is let go.
+    it("closes its descriptor on the thread pool in a task, and never leaks it", function()
+      local function count_fds() return #fs.list("/proc/self/fd") end
+      local pool = tonumber(os.getenv("UV_THREADPOOL_SIZE")) or 4
+      local fifos = {}
+      for i = 1, pool do
+        fifos[i] = ws .. "/pool" .. i
+        sh("mkfifo " .. fifos[i])
+      end
+      core.run(function()
+        collectgarbage()
+        local before = count_fds()
+        for i = 1, pool do core.go(function() core.file_refs({ fifos[i] }) end) end
+        core.sleep(50) -- the pool's threads take their jobs (a late one only weakens the check)
+        local held = count_fds()
+        local roots = {}
+        for i = 1, 20 do roots[i] = assert(fs.root(ws)) end
+        for _, r in ipairs(roots) do r:close() end
+        local while_held = count_fds()
+        for i = 1, pool do local w = assert(io.open(fifos[i], "w")); w:close() end
+        local deadline = core.now_ms() + 30000 -- a busy machine's thread pool: a bound, not a goal
+        while count_fds() > before and core.now_ms() < deadline do core.sleep(10) end
+        assert.are.equal(held + 20, while_held, "the closes were made on the loop thread")
+        assert.are.equal(before, count_fds())
+      end)
+    end)
   end)
 end)
 
