@@ -292,10 +292,13 @@ done
 # command (its card ends as it would have); the second's next instance is that one, so its start
 # waits for the drain to end while the middle one serves.
 mention "1710900000.000100" "run \`echo warm\`" >/dev/null || fail "no card for the long command's thread"
-mention "1710900000.000100" "run \`sleep 5 && echo drained-across\`" >"$work/long.card" 2>&1 &
+# 15 s: long enough that the polls below (each a podman exec, seconds apart on a loaded host) see
+# it running — a 5 s command once ran to its end between two of them — and within the drain's
+# 25 s (slack.drain_ms − flush_ms) after the restart
+mention "1710900000.000100" "run \`sleep 15 && echo drained-across\`" >"$work/long.card" 2>&1 &
 long=$!
-for _ in $(seq 1 300); do in_c pgrep -f '^sleep 5$' >/dev/null 2>&1 && break; sleep 0.1; done
-in_c pgrep -f '^sleep 5$' >/dev/null 2>&1 || fail "the long command never started: $(cat "$work/long.card")"
+for _ in $(seq 1 300); do in_c pgrep -f '^sleep 15$' >/dev/null 2>&1 && break; sleep 0.1; done
+in_c pgrep -f '^sleep 15$' >/dev/null 2>&1 || fail "the long command never started: $(cat "$work/long.card")"
 was="$(serving)"
 in_c systemctl restart switchboard-bot || fail "the restart with a command running: $(journal 'switchboard-bot*' | tail -10)"
 mid="$(serving)"
