@@ -18,10 +18,7 @@ describe("run pages", function()
     st = SL.standin()
   end))
   after_each(async(function()
-    if bot and not bot.result then
-      bot:signal("KILL")
-      bot:wait()
-    end
+    SL.kill_bot(bot)
     bot = nil
     st:close()
     m.stop()

@@ -49,10 +49,7 @@ describe("slack: an ask's files", function()
     srv, seen = listener(st.port)
   end))
   after_each(async(function()
-    if bot and not bot.result then
-      bot:signal("KILL")
-      bot:wait()
-    end
+    SL.kill_bot(bot)
     bot = nil
     srv:close()
     st:close()

@@ -62,10 +62,7 @@ describe("replays across a restart", function()
   end))
 
   after_each(async(function()
-    if bot and not bot.result then
-      bot:signal("KILL")
-      bot:wait()
-    end
+    SL.kill_bot(bot)
     bot = nil
     st:close()
     tmp.remove_all()

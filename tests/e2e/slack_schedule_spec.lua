@@ -37,10 +37,7 @@ describe("scheduled asks", function()
   end))
 
   after_each(async(function()
-    if bot and not bot.result then
-      bot:signal("KILL")
-      bot:wait()
-    end
+    SL.kill_bot(bot)
     bot = nil
     st:close()
     tmp.remove_all()

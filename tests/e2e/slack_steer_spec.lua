@@ -44,10 +44,7 @@ describe("slack: steering a working agent", function()
     dir = tmp.dir("steer")
   end))
   after_each(async(function()
-    if bot and not bot.result then
-      bot:signal("KILL")
-      bot:wait()
-    end
+    SL.kill_bot(bot)
     bot = nil
     st:close()
     m.stop()

@@ -99,10 +99,7 @@ describe("a thread that remembers", function()
   end))
 
   after_each(async(function()
-    if bot and not bot.result then
-      bot:signal("KILL")
-      bot:wait()
-    end
+    SL.kill_bot(bot)
     bot = nil
     if m then m.stop() end
     if w then w.close() end

@@ -200,6 +200,14 @@ end
 
 -- opts: args (after `slack`), env (extra; a value false removes), policies (dir), state_dir,
 -- walled (true: the shipped walls, no --allow-unwalled-commands)
+-- A spec's teardown: a bot still running is killed and reaped (nil or an ended bot: nothing).
+function M.kill_bot(bot)
+  if bot and not bot.result then
+    bot:signal("KILL")
+    bot:wait()
+  end
+end
+
 function M.bot(st, opts)
   opts = opts or {}
   if not opts.walled then
