@@ -3,6 +3,12 @@
 -- posix_spawn of the same command, one request to each in turn (bench_paired, one keep-alive
 -- connection per contender and client), so that load changes hit every contender alike; then
 -- 2,000 concurrent walled commands (bench/sandbox_bench.lua concurrent, with its overlay).
+-- Two more contenders bound what any server could do here (issue 43's floor): `floor`, a minimal
+-- C server of the same protocol (bench/floor_server.c: llhttp, bearer, posix_spawn, one JSON
+-- document; no loop, no Lua, no walls), and `nowalls`, the same sandboxd binary with --no-walls
+-- (the server's own cost without the walls' hop). sandboxd − nowalls is what the walls cost,
+-- nowalls − floor what the server costs over the floor, floor − raw what HTTP and a spawning
+-- server cost at least.
 --
 --   lua5.4 bench/paired.lua [SEQ_N=300] [SLICE_S=2] [PAIRS=5] [BIG_N=20] [CONC=2000] [CONC_SLEEP_S=20]
 --
@@ -42,6 +48,15 @@ local function client(args)
   return cjson.decode(r.stdout)
 end
 
+local function start_floor(dir)
+  local port_file = dir .. "/floor.port"
+  local env = S.base_env()
+  env.SANDBOX_TOKEN = S.TOKEN
+  local p = assert(core.spawn{ argv = { build .. "/bench/bench_floor_server", port_file }, env = env })
+  local port = S.wait_for(function() return S.read(port_file) end, 30000)
+  return p, tonumber(port)
+end
+
 local function start_node(dir)
   local port_file = dir .. "/node.port"
   local env = S.base_env()
@@ -55,33 +70,57 @@ local out = { load_start = loadavg(), bin = S.BIN }
 core.run(function()
   local dir = S.tmpdir()
   local h = S.start_sandboxd{ args = { "--max-instances", tostring(CLIENTS + 8) } }
+  local bare = S.start_sandboxd{ args = { "--no-walls", "--max-instances", tostring(CLIENTS + 8) } }
   local node, node_port = start_node(dir)
-  local contenders = { "http:sandboxd:" .. h.port, "http:node:" .. node_port }
+  local floor, floor_port = start_floor(dir)
+  local contenders = { "http:sandboxd:" .. h.port, "http:node:" .. node_port,
+    "http:nowalls:" .. bare.port, "http:floor:" .. floor_port }
 
   out.load_seq = loadavg()
-  local seq = client{ "seq", S.TOKEN, "true", tostring(SEQ_N), contenders[1], contenders[2], "raw:raw:true" }
+  local seq = client{ "seq", S.TOKEN, "true", tostring(SEQ_N), contenders[1], contenders[2], contenders[3],
+    contenders[4], "raw:raw:true" }
   out.seq = seq
   out.seq_vs_node = round(seq.node.median_us / seq.sandboxd.median_us)
-  out.cost_over_raw_ms = round((seq.sandboxd.median_us - seq.raw.median_us) / 1000, 3)
+  local function added_ms(name) return round((seq[name].median_us - seq.raw.median_us) / 1000, 3) end
+  out.cost_over_raw_ms = added_ms("sandboxd")
+  out.node_cost_over_raw_ms = added_ms("node")
+  out.nowalls_cost_over_raw_ms = added_ms("nowalls")
+  out.floor_cost_over_raw_ms = added_ms("floor")
+  -- issue 43's row: the Node peer's added cost ÷ sandboxd's (and what the floor itself reaches)
+  local function node_over(cost) return cost > 0 and round(out.node_cost_over_raw_ms / cost) or nil end
+  out.node_added_vs_sandboxd_added = node_over(out.cost_over_raw_ms)
+  out.node_added_vs_nowalls_added = node_over(out.nowalls_cost_over_raw_ms)
+  out.node_added_vs_floor_added = node_over(out.floor_cost_over_raw_ms)
+  -- sandboxd's added cost split: the walls' hop, the server over the floor, the floor
+  out.walls_share_ms = round(out.cost_over_raw_ms - out.nowalls_cost_over_raw_ms, 3)
+  out.server_share_ms = round(out.nowalls_cost_over_raw_ms - out.floor_cost_over_raw_ms, 3)
 
   out.load_rate = loadavg()
   local rate = client{ "rate", S.TOKEN, "true", tostring(SLICE_S), tostring(CLIENTS), tostring(PAIRS),
-    contenders[1], contenders[2], "raw:raw:true" }
+    contenders[1], contenders[2], contenders[3], contenders[4], "raw:raw:true" }
   out.rate = rate
   out.rate8_vs_node = round(rate.sandboxd.median_per_s / rate.node.median_per_s)
   out.rate8_vs_raw8 = round(rate.sandboxd.median_per_s / rate.raw.median_per_s)
+  out.rate8_nowalls_vs_raw8 = round(rate.nowalls.median_per_s / rate.raw.median_per_s)
+  out.rate8_floor_vs_raw8 = round(rate.floor.median_per_s / rate.raw.median_per_s)
 
   out.load_big = loadavg()
-  local big = client{ "seq", S.TOKEN, BIG, tostring(BIG_N), contenders[1], contenders[2],
-    "raw:cat:" .. BIG .. " > /dev/null" }
+  local big = client{ "seq", S.TOKEN, BIG, tostring(BIG_N), contenders[1], contenders[2], contenders[3],
+    contenders[4], "raw:cat:" .. BIG .. " > /dev/null" }
   out.big = big
   out.big_vs_cat = round(big.cat.median_us / big.sandboxd.median_us)
   out.big_node_vs_cat = round(big.cat.median_us / big.node.median_us)
+  out.big_nowalls_vs_cat = round(big.cat.median_us / big.nowalls.median_us)
+  out.big_floor_vs_cat = round(big.cat.median_us / big.floor.median_us)
 
-  node:kill("TERM")
-  node:wait()
-  h:stop("TERM")
-  h:wait()
+  for _, p in ipairs{ node, floor } do
+    p:kill("TERM")
+    p:wait()
+  end
+  for _, server in ipairs{ h, bare } do
+    server:stop("TERM")
+    server:wait()
+  end
   S.cleanup_servers()
   S.rm(dir)
 end)
