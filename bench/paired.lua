@@ -48,6 +48,17 @@ local function client(args)
   return cjson.decode(r.stdout)
 end
 
+-- CPU time (ns) a server process has run so far, its threads summed (/proc/PID/task/*/schedstat,
+-- the first field: time on a CPU): a figure the machine's load moves little, unlike wall time.
+-- Threads that end inside a window are missed; each contender's threads here outlive the window.
+local function cpu_ns(pid)
+  local p = io.popen("cat /proc/" .. pid .. "/task/*/schedstat 2>/dev/null")
+  local total = 0
+  for l in p:lines() do total = total + (tonumber(l:match("^(%d+)")) or 0) end
+  p:close()
+  return total
+end
+
 local function start_floor(dir)
   local port_file = dir .. "/floor.port"
   local env = S.base_env()
@@ -77,9 +88,18 @@ core.run(function()
     "http:nowalls:" .. bare.port, "http:floor:" .. floor_port }
 
   out.load_seq = loadavg()
+  local servers = { sandboxd = h.pid, nowalls = bare.pid, node = node.pid, floor = floor.pid }
+  local cpu0 = {}
+  for name, pid in pairs(servers) do cpu0[name] = cpu_ns(pid) end
   local seq = client{ "seq", S.TOKEN, "true", tostring(SEQ_N), contenders[1], contenders[2], contenders[3],
     contenders[4], "raw:raw:true" }
   out.seq = seq
+  -- the server process's own CPU per request (µs; the warm-up request included): sandboxd's
+  -- instance spawner and every contender's children are other processes, not counted
+  out.server_cpu_us = {}
+  for name, pid in pairs(servers) do
+    out.server_cpu_us[name] = round((cpu_ns(pid) - cpu0[name]) / 1000 / (SEQ_N + 1), 1)
+  end
   out.seq_vs_node = round(seq.node.median_us / seq.sandboxd.median_us)
   local function added_ms(name) return round((seq[name].median_us - seq.raw.median_us) / 1000, 3) end
   out.cost_over_raw_ms = added_ms("sandboxd")
