@@ -37,6 +37,21 @@ local ROWS = {
     value = function(r) return num(r.big_vs_cat) end, met = at_least(0.8) },
   { part = "paired", label = "— `cat` ÷ the floor",
     value = function(r) return num(r.big_floor_vs_cat) end },
+  { part = "paired", label = "— requests that failed, every contender (seq, 8 clients, 1 MB)", goal = "0",
+    value = function(r)
+      local n = 0
+      for _, part in ipairs{ "seq", "rate", "big" } do
+        for _, who in pairs(r[part] or {}) do
+          if type(who) == "table" then n = n + (who.errors or 0) end
+        end
+      end
+      return n
+    end, met = at_most(0) },
+  { part = "paired", label = "— each server's own CPU per request: sandboxd / --no-walls / floor / Node (µs)",
+    shown = function(r)
+      local c = r.server_cpu_us or {}
+      return ("%s / %s / %s / %s"):format(fmt(c.sandboxd, 0), fmt(c.nowalls, 0), fmt(c.floor, 0), fmt(c.node, 0))
+    end },
   { part = "paired", label = "load average at the paired bench's start → end",
     shown = function(r, line) return (r.load_start or line.load_before):match("^%S+") .. " → "
       .. (r.load_end or line.load_after):match("^%S+") end },

@@ -43,6 +43,34 @@ describe("bench smoke", function()
     assert.is_number(r.peak_starts_waiting, out)
   end)
 
+  it("issue43.sh: a small run of the paired rows with the floor and --no-walls, its table and its JSON lines", function()
+    local preload = require("support.preload").ld_preload
+    local lua = preload and ("env LD_PRELOAD=" .. preload .. " lua5.4") or "lua5.4"
+    local file = os.tmpname()
+    local ok, out = run(("ISSUE43_OUT=%s ISSUE43_PAIRED='4 1 1 1' ISSUE43_THREADS=0 ISSUE43_CONC=0 "
+      .. "SB_BENCH_NO_BUILD=1 LUA='%s' bench/issue43.sh 1"):format(file, lua))
+    local text = assert(io.open(file)):read("a")
+    os.remove(file)
+    assert.is_true(ok, out)
+    local line = cjson.decode(text:match("[^\n]+"))
+    assert.equal("paired", line.part, text)
+    local r = assert(line.result, text)
+    -- every contender answered every request (a refusal or a broken answer counts as an error)
+    for _, part in ipairs{ "seq", "big" } do
+      for _, who in ipairs{ "sandboxd", "nowalls", "floor", "node" } do
+        assert.equal(0, r[part][who].errors, part .. " " .. who .. ": " .. text)
+        assert.equal(1, r[part][who].connections, part .. " " .. who .. ": " .. text)
+      end
+    end
+    for _, who in ipairs{ "sandboxd", "nowalls", "floor", "node" } do
+      assert.equal(0, r.rate[who].errors, "rate " .. who .. ": " .. text)
+      assert.is_true(r.server_cpu_us[who] > 0, text)
+    end
+    assert.is_number(r.floor_cost_over_raw_ms, text)
+    assert.matches("| Node's added cost ÷ sandboxd's | ≥ 8× |", out, 1, true)
+    assert.matches("| — the floor's added cost (bench_floor_server, ms) |", out, 1, true)
+  end)
+
   it("ttfb: every scenario's asks reach the model stand-in and the bench reports them", function()
     local ok, out = run(require("support.preload").shell_prefix() .. "lua5.4 bench/ttfb.lua 2 1 1")
     assert.is_true(ok, out)
