@@ -10,6 +10,8 @@
  *
  *   SANDBOX_TOKEN=t bench_floor_server PORT_FILE
  *
+ * GET /cpu (with the bearer) answers {"cpu_ns": the process's CPU time so far}.
+ *
  * Listens on 127.0.0.1, an ephemeral port, written to PORT_FILE once listening. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -155,18 +157,27 @@ static int json_command(const buf *body, buf *out) {
   return 0;
 }
 
-/* bytes as the inside of a JSON string, escaped in one pass */
+/* bytes as the inside of a JSON string, escaped in one pass: runs of bytes that need no escape
+ * (a table says which) copied whole, the rest escaped one by one */
+static unsigned char plain[256]; /* filled by main before any thread reads it */
+
+static void json_plain_init(void) {
+  for (int c = 0x20; c < 256; c++)
+    plain[c] = c != '"' && c != '\\';
+}
+
 static void json_escape(buf *out, const char *s, size_t n) {
   static const char hex[] = "0123456789abcdef";
-  buf_reserve(out, n + 16);
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c >= 0x20 && c != '"' && c != '\\') {
-      if (out->len == out->cap)
-        buf_reserve(out, n - i + 16);
-      out->p[out->len++] = (char)c;
-      continue;
-    }
+  buf_reserve(out, n + n / 8 + 16);
+  size_t i = 0;
+  while (i < n) {
+    size_t run = i;
+    while (run < n && plain[(unsigned char)s[run]])
+      run++;
+    buf_add(out, s + i, run - i);
+    if (run == n)
+      break;
+    unsigned char c = (unsigned char)s[run];
     char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
     switch (c) {
     case '"': buf_add(out, "\\\"", 2); break;
@@ -176,6 +187,7 @@ static void json_escape(buf *out, const char *s, size_t n) {
     case '\r': buf_add(out, "\\r", 2); break;
     default: buf_add(out, e, 6); break;
     }
+    i = run + 1;
   }
 }
 
@@ -284,6 +296,15 @@ static int handle(int fd, request *r, buf *cmd, buf *out, buf *err, buf *doc) {
     static const char e[] = "{\"error\":\"unauthorized\"}";
     return answer(fd, 401, e, sizeof e - 1, keep) == 0 && keep ? 0 : -1;
   }
+  if (llhttp_get_method(&r->parser) == HTTP_GET && r->url.len == 4 && memcmp(r->url.p, "/cpu", 4) == 0) {
+    /* the process's CPU time, its ended connection threads included (paired.lua's CPU per request:
+     * /proc/PID/task lists live threads only, and a connection's thread ends with its client) */
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    char doc_cpu[64];
+    int dn = snprintf(doc_cpu, sizeof doc_cpu, "{\"cpu_ns\":%lld}", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    return answer(fd, 200, doc_cpu, (size_t)dn, keep) == 0 && keep ? 0 : -1;
+  }
   if (llhttp_get_method(&r->parser) != HTTP_POST || r->url.len != 5 || memcmp(r->url.p, "/exec", 5) != 0 ||
       !r->has_thread) {
     static const char e[] = "{\"error\":\"POST /exec with x-thread-key\"}";
@@ -373,6 +394,7 @@ int main(int argc, char **argv) {
   if (asprintf(&bearer, "Bearer %s", token) < 0)
     return 1;
   bearer_len = strlen(bearer);
+  json_plain_init();
   signal(SIGPIPE, SIG_IGN); /* a client gone mid-answer ends its connection, not the server */
   int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};

@@ -9,7 +9,9 @@ local function num(x) return type(x) == "number" and x or nil end
 local function fmt(x, digits)
   if x == nil then return "—" end
   if type(x) ~= "number" then return tostring(x) end
-  return (("%." .. (digits or 2) .. "f"):format(x):gsub("%.?0+$", ""))
+  local s = ("%." .. (digits or 2) .. "f"):format(x)
+  if s:find(".", 1, true) then s = s:gsub("0+$", ""):gsub("%.$", "") end
+  return s
 end
 
 -- Each row: the part it reads, its label, value(result) → number|nil, shown(result) → text,
