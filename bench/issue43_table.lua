@@ -54,6 +54,12 @@ local ROWS = {
       local c = r.server_cpu_us or {}
       return ("%s / %s / %s / %s"):format(fmt(c.sandboxd, 0), fmt(c.nowalls, 0), fmt(c.floor, 0), fmt(c.node, 0))
     end },
+  { part = "paired", label = "— each server's own CPU per 1 MB request: sandboxd / --no-walls / floor / Node (ms)",
+    shown = function(r)
+      local c = r.big_server_cpu_us or {}
+      local function ms(x) return x and fmt(x / 1000, 2) or "—" end
+      return ("%s / %s / %s / %s"):format(ms(c.sandboxd), ms(c.nowalls), ms(c.floor), ms(c.node))
+    end },
   { part = "paired", label = "load average at the paired bench's start → end",
     shown = function(r, line) return (r.load_start or line.load_before):match("^%S+") .. " → "
       .. (r.load_end or line.load_after):match("^%S+") end },
