@@ -152,11 +152,23 @@ describe("core.spawn behind the walls", function()
     return table.concat(paths, "\n")
   end
 
+  -- The processes this process holds pidfds of (each pidfd's fdinfo names its pid).
+  local function watched_pids()
+    local self_pid = io.open("/proc/self/stat"):read("l"):match("^(%d+)")
+    local listing = io.popen("grep -h '^Pid:' /proc/" .. self_pid .. "/fdinfo/* 2>/dev/null")
+    local pids = {}
+    for line in listing:lines() do pids[tonumber(line:match("(%-?%d+)"))] = true end
+    listing:close()
+    return pids
+  end
+
   walled_it("the counters read per command are held open while the instance is awake (issue 43)", function()
     local inst = start_instance()
     local held = open_paths()
     assert.truthy(held:find(inst.cgroups.pids .. "/pids.events", 1, true), held)
-    assert.truthy(held:find("/proc/" .. inst.pid .. "/stat", 1, true), held)
+    -- the init is watched through a pidfd (core.pid_watch), not its /proc stat file
+    assert.is_true(watched_pids()[inst.pid], held)
+    assert.falsy(held:find("/proc/" .. inst.pid .. "/stat", 1, true), held)
     local before = inst:counters()
     -- they still count: a fork past the instance's process limit is seen through the held file
     local r = assert(core.spawn(args(inst, ("for i in $(seq %d); do sleep 5 & done; wait"):format(
@@ -165,6 +177,7 @@ describe("core.spawn behind the walls", function()
     assert.is_false(inst:dead())
     inst:stop()
     assert.falsy(open_paths():find(inst.cgroups.pids .. "/pids.events", 1, true)) -- closed with it
+    assert.is_nil(watched_pids()[inst.pid])
   end)
 
   walled_it("the diagnostic `run` client (switchboard-walls run) speaks the same protocol", function()

@@ -195,6 +195,17 @@ local function mistake_document(text)
   return protocol.exec_result("", text, MISTAKE_EXIT, 0)
 end
 
+-- A command's metrics and its debug line, once its answer is written (or its writing failed):
+-- neither changes the answer, so neither sits between the command's end and the answer.
+local function account_exec(ctx, inst, r, doc)
+  metrics.inc("switchboard_commands_total", { outcome = outcome_of(r, doc) })
+  if doc.durationMs then metrics.observe("switchboard_command_duration_seconds", doc.durationMs / 1000) end
+  ctx.log("debug", "sandboxd.exec", {
+    instance = inst.label, exit = doc.exitCode, duration_ms = doc.durationMs,
+    timed_out = r and r.timed_out or nil, failed = doc.error ~= nil or nil,
+  })
+end
+
 local function run_exec(ctx, snap, inst, call, res, state)
   local command, env, limit_ms = call.command, call.env, call.limit_ms
   -- the head waits for the first heartbeat or the answer: a command that ends before the
@@ -248,12 +259,8 @@ local function run_exec(ctx, snap, inst, call, res, state)
     local note = inst.runner.take_note and inst.runner:take_note()
     if note then doc.workspace = note end
   end
-  metrics.inc("switchboard_commands_total", { outcome = outcome_of(r, doc) })
-  if doc.durationMs then metrics.observe("switchboard_command_duration_seconds", doc.durationMs / 1000) end
-  ctx.log("debug", "sandboxd.exec", {
-    instance = inst.label, exit = doc.exitCode, duration_ms = doc.durationMs,
-    timed_out = r and r.timed_out or nil, failed = doc.error ~= nil or nil,
-  })
+  -- the answer first: what it counts and logs can wait until it is on the socket
+  local account <close> = setmetatable({}, { __close = function() account_exec(ctx, inst, r, doc) end })
   local parts, size = wire_text.answer_parts(doc, json), 0
   for _, part in ipairs(parts) do size = size + #part end
   if size <= SLICE then return res:finish(table.concat(parts)) end

@@ -470,8 +470,8 @@ local START_TIME = "^" .. ("%S+ "):rep(18) .. "(%d+)"
 
 -- The init's pid namespace dies with it — a fork into it fails from then on — before bwrap and
 -- the holder have noticed; so the init itself is looked at too (its /proc entry, the same
--- process by its start time, not a zombie: one small read, through `held` — its stat file
--- held open — once the instance is awake).
+-- process by its start time, not a zombie: one small read; once the instance is awake, a poll
+-- of its pidfd instead, dead()).
 local function init_state(pid, held)
   local stat
   if held then
@@ -523,7 +523,7 @@ local function default_route_interface()
   return best
 end
 
--- The counter files and the init's /proc stat are held open while the instance is awake
+-- The counter files (and a pidfd of the init, core.pid_watch) are held open while the instance is awake
 -- (issue 43): a read per command is a seek and a read, not a path walk through the cgroup file
 -- system and /proc (an open and a close each). sandboxd's descriptor budget counts the three
 -- (sandboxd/descriptors.lua PER_INSTANCE), so a full fleet is still refused in words before
@@ -535,7 +535,8 @@ end
 
 local function hold_files(self)
   local oom, pids = counter_paths(self)
-  self.held = { oom = io.open(oom, "r"), pids = io.open(pids, "r"), stat = io.open("/proc/" .. self.pid .. "/stat", "r") }
+  -- the init is watched through a pidfd (core.pid_watch), not its stat file: a poll per look
+  self.held = { oom = io.open(oom, "r"), pids = io.open(pids, "r"), init = core.pid_watch(self.pid) }
 end
 
 local function release_files(self)
@@ -730,7 +731,10 @@ end
 function Instance:dead()
   if self.state ~= "ready" then return false end
   if self.hold_result ~= nil then return true end
-  local state, start = init_state(self.pid, self.held and self.held.stat)
+  -- the pidfd pins the init itself (never a reused pid) and polls readable once it is a zombie
+  -- or gone: the states the stat line's look below treats as ended, with no line formatted
+  if self.held and self.held.init then return self.held.init:exited() end
+  local state, start = init_state(self.pid)
   return state == nil or state == "Z" or state == "X" or start ~= self.init_start
 end
 
