@@ -52,7 +52,7 @@ typedef struct {
   const char *name; /* "stdout" | "stderr" */
   char *data;       /* owned; grows up to limit */
   size_t len, cap, limit, dropped;
-  size_t widen_at; /* the pipe's first capacity: once this much arrived, widen it (0: never) */
+  size_t widen_at; /* a new pipe's capacity: once this much arrived, widen it (0: never) */
   bool open;
 } capture;
 
@@ -356,12 +356,24 @@ static size_t host_pipe_max(void) {
   return max;
 }
 
+/* The kernel's capacity of a new pipe: 16 pages (PIPE_DEF_BUFFERS), 64 KiB with 4 KiB pages. */
+static size_t new_pipe_capacity(void) {
+  static size_t capacity;
+  if (capacity == 0) {
+    long page = sysconf(_SC_PAGESIZE);
+    capacity = 16 * (size_t)(page > 0 ? page : 4096);
+  }
+  return capacity;
+}
+
 static void capture_widen(capture *c) {
   c->widen_at = 0; /* once, whatever comes of it */
   uv_os_fd_t fd;
   if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0)
     return;
   size_t want = c->limit < host_pipe_max() ? c->limit : host_pipe_max();
+  if (want <= new_pipe_capacity()) /* a host whose pipe-max-size is lower: never shrink */
+    return;
   if (want > (size_t)INT_MAX)
     want = (size_t)INT_MAX;
   (void)fcntl(fd, F_SETPIPE_SZ, (int)want);
@@ -537,8 +549,8 @@ static void capture_open(sb_proc *p, capture *c, const char *name, size_t limit,
   c->pipe.data = p;
   c->name = name;
   c->limit = limit;
-  int capacity = fcntl(fd, F_GETPIPE_SZ); /* -1 for what is not a pipe: never widened */
-  c->widen_at = capacity > 0 && (size_t)capacity < limit ? (size_t)capacity : 0;
+  size_t capacity = new_pipe_capacity(); /* known, not asked: no system call per spawn */
+  c->widen_at = capacity < limit ? capacity : 0;
   c->open = true;
   p->open_handles++;
   uv_read_start((uv_stream_t *)&c->pipe, alloc_capture, on_read);
