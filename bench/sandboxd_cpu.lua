@@ -7,6 +7,8 @@
 --
 --   lua5.4 bench/sandboxd_cpu.lua [N=500] [ROUNDS=4] [name=binary ...]
 --
+-- BENCH_COMMAND sets the command (default `true`); `big` is bench/paired.lua's 1 MB of output.
+--
 -- With no name=binary the contender is SWITCHBOARD_BIN (else ./build/switchboard) named "this".
 -- Another checkout's binary measures that checkout's Lua (its source directory is built in).
 -- One JSON line: per contender the CPU µs per request of each round, their median, and the
@@ -23,6 +25,9 @@ local stats = require("bench.stats")
 core.log_format("text", "warn")
 
 local N, ROUNDS = tonumber(arg[1]) or 500, tonumber(arg[2]) or 4
+local BIG = "yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -c 1000000"
+local COMMAND = os.getenv("BENCH_COMMAND") or "true"
+if COMMAND == "big" then COMMAND = BIG end
 local contenders = {}
 for i = 3, #arg do
   local name, bin = arg[i]:match("^([%w_-]+)=(.+)$")
@@ -53,7 +58,7 @@ local function cpu_us(pid)
 end
 
 local function seq(port, n)
-  local argv = { build .. "/bench/bench_paired", "seq", S.TOKEN, "true", tostring(n),
+  local argv = { build .. "/bench/bench_paired", "seq", S.TOKEN, COMMAND, tostring(n),
     "http:s:" .. port }
   local r = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 1 << 20 }):wait()
   assert(r.exit == 0, "bench_paired failed: " .. tostring(r.stderr) .. tostring(r.stdout))
@@ -62,7 +67,7 @@ local function seq(port, n)
   return doc.s.median_us
 end
 
-local out = { n = N, rounds = ROUNDS, load_start = loadavg() }
+local out = { n = N, rounds = ROUNDS, command = COMMAND, load_start = loadavg() }
 core.run(function()
   for _, c in ipairs(contenders) do
     S.BIN = c.bin

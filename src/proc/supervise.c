@@ -22,6 +22,8 @@
 #include "walls/request.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <fcntl.h>
@@ -50,6 +52,7 @@ typedef struct {
   const char *name; /* "stdout" | "stderr" */
   char *data;       /* owned; grows up to limit */
   size_t len, cap, limit, dropped;
+  size_t widen_at; /* a new pipe's capacity: once this much arrived, widen it (0: never) */
   bool open;
 } capture;
 
@@ -330,6 +333,52 @@ static void capture_append(capture *c, const char *bytes, size_t n) {
   c->dropped += n - keep;
 }
 
+/* A command that writes a whole pipe's worth (the kernel's 64 KiB) blocks whenever the loop has
+ * not yet read, and the loop wakes once per few KiB: a megabyte of output cost the walled
+ * request ~16 such stalls (issue 43). Once a stream has brought one full pipe, the pipe is
+ * widened to the stream's cap (max_output, the policy's), within the host's pipe-max-size, so
+ * the writer runs on without waiting and the reader takes it in large reads. Only then: a quiet
+ * command's pipe stays the kernel's, since every pipe's capacity is charged to our user
+ * (pipe-user-pages-soft, unless privileged), whatever it holds. A refusal keeps the pipe as it
+ * is. */
+static size_t host_pipe_max(void) {
+  static size_t max;
+  if (max == 0) {
+    max = 1 << 20; /* the kernel's default, should /proc not tell */
+    FILE *f = fopen("/proc/sys/fs/pipe-max-size", "re");
+    unsigned long v = 0;
+    if (f != NULL) {
+      if (fscanf(f, "%lu", &v) == 1 && v >= 4096)
+        max = v;
+      fclose(f);
+    }
+  }
+  return max;
+}
+
+/* The kernel's capacity of a new pipe: 16 pages (PIPE_DEF_BUFFERS), 64 KiB with 4 KiB pages. */
+static size_t new_pipe_capacity(void) {
+  static size_t capacity;
+  if (capacity == 0) {
+    long page = sysconf(_SC_PAGESIZE);
+    capacity = 16 * (size_t)(page > 0 ? page : 4096);
+  }
+  return capacity;
+}
+
+static void capture_widen(capture *c) {
+  c->widen_at = 0; /* once, whatever comes of it */
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0)
+    return;
+  size_t want = c->limit < host_pipe_max() ? c->limit : host_pipe_max();
+  if (want <= new_pipe_capacity()) /* a host whose pipe-max-size is lower: never shrink */
+    return;
+  if (want > (size_t)INT_MAX)
+    want = (size_t)INT_MAX;
+  (void)fcntl(fd, F_SETPIPE_SZ, (int)want);
+}
+
 static void stream_to_lua(sb_proc *p, const capture *c, const char *bytes, size_t n) {
   lua_State *L = sb_main_state();
   lua_rawgeti(L, LUA_REGISTRYINDEX, p->on_output_ref);
@@ -346,6 +395,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       c->len += (size_t)nread; /* read in place */
     else
       capture_append(c, buf->base, (size_t)nread);
+    if (c->widen_at > 0 && c->len + c->dropped >= c->widen_at)
+      capture_widen(c);
     if (p->on_output_ref != LUA_NOREF)
       stream_to_lua(p, c, buf->base, (size_t)nread);
     return;
@@ -498,6 +549,8 @@ static void capture_open(sb_proc *p, capture *c, const char *name, size_t limit,
   c->pipe.data = p;
   c->name = name;
   c->limit = limit;
+  size_t capacity = new_pipe_capacity(); /* known, not asked: no system call per spawn */
+  c->widen_at = capacity < limit ? capacity : 0;
   c->open = true;
   p->open_handles++;
   uv_read_start((uv_stream_t *)&c->pipe, alloc_capture, on_read);

@@ -1,8 +1,8 @@
 /* libFuzzer target: src/json/json_text.c, the one-pass JSON string writer that carries command
  * output (arbitrary bytes) into sandboxd's answers. For any input the output must be a JSON
- * string literal that is valid UTF-8 with no raw control bytes and no unescaped quote, the
- * valid flag must agree with a byte-by-byte reference check, and valid input must come back
- * unchanged once the escapes are undone. */
+ * string literal that is valid UTF-8 with no raw control bytes (DEL included) and no unescaped
+ * quote, the valid flag must agree with a byte-by-byte reference check, and valid input must
+ * come back unchanged once the escapes are undone. */
 #include "json/json_text.h"
 
 #include <stdint.h>
@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t *back = malloc(o.len + 1);
   size_t m = 0;
   for (size_t i = 1; i + 1 < o.len; i++) {
-    if (s[i] < 0x20 || s[i] == '"')
+    if (s[i] < 0x20 || s[i] == '"' || s[i] == 0x7F) /* DEL goes as \u007f */
       abort();
     if (s[i] != '\\') {
       back[m++] = s[i];

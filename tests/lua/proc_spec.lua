@@ -90,6 +90,46 @@ describe("core.spawn", function()
       assert.is_true(grew_kib < 16 * 1024, "peak memory grew by " .. grew_kib .. " KiB")
     end))
 
+  -- issue 43: a writer of a megabyte stalled on the kernel's 64 KiB pipe ~16 times. The child
+  -- writes one pipe's worth on stdout, then waits (up to 20 s: the loop must first read it) for
+  -- its stdout pipe to be widened, and says both pipes' capacities on stderr.
+  local WIDEN = [[
+import fcntl, os, time
+F_GETPIPE_SZ = 1032
+first = fcntl.fcntl(1, F_GETPIPE_SZ)
+left = first
+while left > 0:
+    left -= os.write(1, b"a" * left)
+deadline = time.monotonic() + 20
+while fcntl.fcntl(1, F_GETPIPE_SZ) == first and time.monotonic() < deadline:
+    time.sleep(0.01)
+os.write(2, ("%d %d %d" % (first, fcntl.fcntl(1, F_GETPIPE_SZ), fcntl.fcntl(2, F_GETPIPE_SZ))).encode())
+]]
+
+  local function pipe_max()
+    local f = assert(io.open("/proc/sys/fs/pipe-max-size"))
+    local n = tonumber(f:read("l"))
+    f:close()
+    return n
+  end
+
+  for _, cap in ipairs({ 1048576, 200000 }) do
+    it(("widens a stream's pipe to its cap (%d) once a full pipe's worth came; a quiet stream's stays")
+      :format(cap), async(function()
+      local r = assert(core.spawn{ argv = { "python3", "-c", WIDEN }, env = { PATH = PATH },
+        max_output = cap }):wait()
+      assert.are.equal(0, r.exit, r.stderr)
+      local first, stdout_now, stderr_now = r.stderr:match("^(%d+) (%d+) (%d+)$")
+      assert.is_truthy(first, r.stderr)
+      first, stdout_now, stderr_now = tonumber(first), tonumber(stdout_now), tonumber(stderr_now)
+      assert.are.equal(first, #r.stdout)
+      -- the kernel rounds a capacity up to a power of two pages
+      assert.is_true(stdout_now >= math.min(cap, pipe_max()) and stdout_now > first,
+        ("stdout's pipe holds %d bytes, first %d"):format(stdout_now, first))
+      assert.are.equal(first, stderr_now)
+    end))
+  end
+
   it("streams chunks to on_output as they arrive, in order", async(function()
     local seen, at = {}, {}
     local t0 = core.now_ms()
