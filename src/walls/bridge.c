@@ -331,11 +331,11 @@ static long links_of(const char *server, char (**out)[IF_NAMESIZE]) {
   struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC};
   nl_msg m;
   msg_init(&m, RTM_GETLINK, NLM_F_DUMP, &ifi, sizeof ifi);
-  m.u.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  m.u.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP; /* no ACK: a dump ends with NLMSG_DONE */
   m.u.h.nlmsg_seq = 1;
   char (*names)[IF_NAMESIZE] = NULL;
   long count = 0, room = 0, rc = -EIO;
-  static union {
+  static union { /* static: 64 KiB off this one-shot process's stack */
     struct nlmsghdr h;
     char bytes[1 << 16]; /* a dump's datagram: several links' messages, each with its stats */
   } reply;
