@@ -128,6 +128,15 @@ kubernetes = {
 -- Fail fast when the executor's transport failed this many times in a row.
 health = { max_consecutive_infra_failures = 2 }
 
+-- The bot's GET /readyz (docs/deploy.md "Health and readiness"): each sandboxd's /healthz is
+-- probed at most every cache_ms (a probe storm is not a storm on sandboxd), each probe given
+-- probe_ms before that sandboxd counts as unreachable.
+readiness = { cache_ms = 2 * second, probe_ms = 3 * second }
+
+-- Scheduled asks (docs/schedules.md): the scheduler sleeps until the next fire time, but at
+-- most max_nap_ms at once, so a reload's new schedules are seen within it.
+schedules = { max_nap_ms = 60 * second }
+
 process = { max_output_bytes = 1 * MiB }  -- per stream; the rest is dropped and marked
 
 -- The status card of an ask (console; the Slack front uses the same card): elapsed time is

@@ -305,8 +305,122 @@ static int forwarding_on(bool *was_on) {
 
 static int usage(const char *why) {
   fprintf(stderr, "walls: %s (switchboard-walls bridge-up --bridge NAME --address A.B.C.D/PREFIX | "
-                  "bridge-down --bridge NAME [--count N])\n", why);
+                  "bridge-down --bridge NAME [--count N] | bridge-sweep --bridge NAME)\n", why);
   return EXIT_WALLS;
+}
+
+/* Whether `name` is one a server of prefix `server` (sb<6 hex>) makes: a bridge, server + "b" +
+ * digits, or an instance's host end, server + "-" + digits (shell/bridge.lua port_spec). Another
+ * root's (another hex) or anything else of the host never matches. */
+static bool is_servers(const char *name, const char *server) {
+  size_t n = strlen(server);
+  if (strncmp(name, server, n) != 0 || (name[n] != 'b' && name[n] != '-'))
+    return false;
+  const char *digits = name + n + 1;
+  if (*digits == '\0')
+    return false;
+  for (; *digits != '\0'; digits++)
+    if (*digits < '0' || *digits > '9')
+      return false;
+  return true;
+}
+
+/* The names of every link of this network namespace that is_servers(server), by one
+ * RTM_GETLINK dump: their count, the names in *out (malloc'd, IF_NAMESIZE bytes each), or -errno. */
+static long links_of(const char *server, char (**out)[IF_NAMESIZE]) {
+  struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC};
+  nl_msg m;
+  msg_init(&m, RTM_GETLINK, NLM_F_DUMP, &ifi, sizeof ifi);
+  m.u.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP; /* no ACK: a dump ends with NLMSG_DONE */
+  m.u.h.nlmsg_seq = 1;
+  char (*names)[IF_NAMESIZE] = NULL;
+  long count = 0, room = 0, rc = -EIO;
+  static union { /* static: 64 KiB off this one-shot process's stack */
+    struct nlmsghdr h;
+    char bytes[1 << 16]; /* a dump's datagram: several links' messages, each with its stats */
+  } reply;
+  struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0)
+    return -errno;
+  if (sendto(fd, &m, m.u.h.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof kernel) < 0) {
+    rc = -errno;
+    goto out;
+  }
+  for (;;) {
+    ssize_t n = recv(fd, &reply, sizeof reply, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      rc = n < 0 ? -errno : -EIO;
+      goto out;
+    }
+    for (struct nlmsghdr *h = &reply.h; NLMSG_OK(h, (unsigned)n); h = NLMSG_NEXT(h, n)) {
+      if (h->nlmsg_type == NLMSG_DONE) {
+        rc = count;
+        goto out;
+      }
+      if (h->nlmsg_type == NLMSG_ERROR) {
+        rc = ((struct nlmsgerr *)NLMSG_DATA(h))->error;
+        rc = rc < 0 ? rc : -EIO;
+        goto out;
+      }
+      if (h->nlmsg_type != RTM_NEWLINK)
+        continue;
+      int len = (int)IFLA_PAYLOAD(h);
+      for (struct rtattr *a = IFLA_RTA(NLMSG_DATA(h)); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+        if (a->rta_type != IFLA_IFNAME || RTA_PAYLOAD(a) > IF_NAMESIZE ||
+            strnlen(RTA_DATA(a), RTA_PAYLOAD(a)) >= IF_NAMESIZE || !is_servers(RTA_DATA(a), server))
+          continue;
+        if (count == room) {
+          room = room == 0 ? 64 : room * 2;
+          char(*more)[IF_NAMESIZE] = realloc(names, (size_t)room * IF_NAMESIZE);
+          if (more == NULL) {
+            rc = -ENOMEM;
+            goto out;
+          }
+          names = more;
+        }
+        snprintf(names[count++], IF_NAMESIZE, "%s", (const char *)RTA_DATA(a));
+      }
+    }
+  }
+out:
+  close(fd);
+  if (rc < 0) {
+    free(names);
+    names = NULL;
+  }
+  *out = names;
+  return rc;
+}
+
+/* `bridge-sweep --bridge sb<hex>`: every bridge and instance port of that server removed, whatever
+ * their number (a kill -9's, whatever uid_count it ran with, and the host ends of instances the
+ * kernel has not torn down yet); prints "removed NAME" for each. */
+static int sweep(const char *server) {
+  char(*names)[IF_NAMESIZE] = NULL;
+  char why[256];
+  int result = EXIT_WALLS;
+  long n = links_of(server, &names);
+  if (n < 0) {
+    fail(why, sizeof why, (int)n, "cannot list this network namespace's links");
+    goto out;
+  }
+  for (long i = 0; i < n; i++) {
+    int rc = link_delete(names[i]); /* a veth gone with its peer, or its bridge's, is fine */
+    if (rc < 0) {
+      fail(why, sizeof why, rc, "cannot remove %s", names[i]);
+      goto out;
+    }
+    printf("removed %s\n", names[i]);
+  }
+  result = 0;
+out:
+  if (result != 0)
+    fprintf(stderr, "walls: %s\n", why);
+  free(names);
+  return result;
 }
 
 int walls_bridge_main(int argc, char **argv) {
@@ -320,6 +434,8 @@ int walls_bridge_main(int argc, char **argv) {
   }
   if (name == NULL || strlen(name) >= IF_NAMESIZE - 4 || (argc % 2) != 0 || count < 0 || count > 4096)
     return usage("--bridge NAME (at most 11 bytes) is required; --count at most 4096");
+  if (strcmp(argv[1], "bridge-sweep") == 0)
+    return sweep(name);
   bool up = strcmp(argv[1], "bridge-up") == 0;
   char why[256];
   /* a kill -9's leftovers, or this stop's own: NAME, or NAME0 … NAME<count-1> */

@@ -17,6 +17,10 @@
  * (the caller's rules keep the host's other forwarding off in the second case).
  * `switchboard-walls bridge-down --bridge NAME [--count N]`: removes it, or NAME0 … NAME<N-1>
  * (gone already is fine).
+ * `switchboard-walls bridge-sweep --bridge SERVER`: removes every link of this network namespace
+ * named SERVER + "b" + digits (its bridges) or SERVER + "-" + digits (its instances' host ends),
+ * found by an RTM_GETLINK dump, and prints "removed NAME" for each: what a killed server of that
+ * name left, however many bridges it had. No other name is touched.
  * Returns the process's exit status (70 with a "walls:" line on failure). */
 int walls_bridge_main(int argc, char **argv);
 

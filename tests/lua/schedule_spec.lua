@@ -66,8 +66,10 @@ local function test_clock(start)
   return c
 end
 
-local function snap_with(list)
-  return function() return { agents = { schedules = list } } end
+local function snap_with(list, max_nap_ms)
+  return function()
+    return { agents = { schedules = list }, timeouts = { schedules = { max_nap_ms = max_nap_ms or 60000 } } }
+  end
 end
 
 describe("the scheduler on a test clock", function()
@@ -91,6 +93,19 @@ describe("the scheduler on a test clock", function()
       for _, ms in ipairs(clock.naps) do assert.is_true(ms >= 1000 and ms <= 60000, ms .. " ms") end
       assert.equal(E(2026, 12, 8, 9, 0), clock.t)
     end)
+  end)
+
+  it("naps at most policies/timeouts.lua schedules.max_nap_ms, read at each nap (a reload applies)", function()
+    local clock = test_clock(E(2026, 12, 7, 8, 0))
+    local nap_ms = 60000
+    local list = { { name = "nightly", cron = "0 3 * * *", agent = "coding", ask = "a", channel = "C1", missed = "skip" } }
+    local s = schedule.new{ policy = function() return snap_with(list, nap_ms)() end, now_s = clock.now_s,
+      sleep = clock.sleep, log = function() end, fire = function() end }
+    assert.equal(60, s:nap()) -- the shipped bound: 19 h to 03:00, a minute at once
+    nap_ms = 10000
+    assert.equal(10, s:nap())
+    clock.t = E(2026, 12, 8, 2, 59) + 57
+    assert.equal(3, s:nap()) -- the fire time nearer than the bound
   end)
 
   it("after downtime: run_once fires one missed run at start, skip fires none; the record keeps the last times", function()

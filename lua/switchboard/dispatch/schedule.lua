@@ -20,9 +20,6 @@ local M = {}
 local S = {}
 S.__index = S
 
--- The loop wakes at least this often, so a reload's new schedules are seen within it.
-M.MAX_NAP_S = 60
-
 function M.new(opts)
   return setmetatable({
     policy = opts.policy, record = opts.record, fire = opts.fire, log = opts.log or core.log,
@@ -103,10 +100,12 @@ function S:tick()
   return fired
 end
 
--- Seconds until the next time any schedule fires (at most MAX_NAP_S).
+-- Seconds until the next time any schedule fires: at most policies/timeouts.lua
+-- schedules.max_nap_ms, so a reload's new schedules are seen within it.
 function S:nap()
-  local now, soonest = self.now_s(), M.MAX_NAP_S
-  for _, e in ipairs(self.policy().agents.schedules) do
+  local snap = self.policy()
+  local now, soonest = self.now_s(), snap.timeouts.schedules.max_nap_ms // 1000
+  for _, e in ipairs(snap.agents.schedules) do
     local spec = cron.parse(e.cron)
     local nxt = spec and cron.next_after(spec, math.max(now - 1, self:last_of(e.name) or 0))
     if nxt then soonest = math.min(soonest, math.max(0, nxt - now)) end

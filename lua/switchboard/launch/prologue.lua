@@ -13,6 +13,7 @@
 --   p:reload_on_hup(report)                  -- report(new_snap | nil, errors, changes, old_version)
 --                                               after each HUP (changes: policy/flat.lua's)
 --                                               the service manager hears RELOADING=1, READY=1
+--   p.on_reloaded = fn(new_snap)             -- also run after each reload that took effect
 --   p:stack_options(sink)                    -- exec/stack.lua's options from the command line
 --   p:serve(srv, walls, event, fields)       -- a listening server's signals, READY, its drain
 --   p:on_stop(drain, again)                  -- TERM/INT: STOPPING, drain(sig, kill_now); a second
@@ -166,6 +167,7 @@ function P:reload_on_hup(report)
     local new, errs, changes = policy.reload()
     metrics.inc("switchboard_policy_reloads_total", { result = new and "ok" or "failed" })
     report(new, errs, changes or {}, old_version)
+    if new and self.on_reloaded then self.on_reloaded(new) end
     notify.ready(("policies %s%s"):format(policy.current().version,
       new and "" or " (the reload failed; the previous policies answer)"))
   end)

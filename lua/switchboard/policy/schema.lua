@@ -409,6 +409,12 @@ M.files.timeouts = {
     gone_check_ms = ms(0, MINUTE),
   },
   health = S.record { max_consecutive_infra_failures = S.int { min = 1, max = 100 } },
+  -- the bot's GET /readyz (fronts/slack/readiness.lua): each sandboxd's /healthz probed at most
+  -- every cache_ms, each probe given probe_ms
+  readiness = S.record { cache_ms = ms(0, 10 * MINUTE), probe_ms = ms(100, MINUTE) },
+  -- scheduled asks (dispatch/schedule.lua): the scheduler wakes at least every max_nap_ms, so a
+  -- reload's new schedules are seen within it
+  schedules = S.record { max_nap_ms = ms(SECOND, HOUR) },
   process = S.record { max_output_bytes = S.int { min = 1024, max = 256 * M.MIB, unit = "bytes" } },
   card = S.record { max_chars = S.int { min = 1000, max = 40000, unit = "characters" } },
 }

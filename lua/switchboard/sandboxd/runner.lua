@@ -14,6 +14,9 @@
 --   runner:take_note()            → what the thread is told once about its workspace: kept from
 --                                   its sleep, expired (evicted by the budget), or copied from
 --                                   its repository's base (sandboxd/bases.lua) | nil
+--   runner.recover(root, log)     at start: what an earlier run kept or left (below)
+--   runner.sweep_templates(root, snap, log, half_made?)   the image templates of sizes snap does
+--                                 not use removed (at start, and after each policy reload)
 -- exec's spec.base: the repository the command prepares (the agent's clone): a new workspace
 -- starts as a copy of its base, or — no usable base — the command is told to leave a marker
 -- (env SWITCHBOARD_BASE) and its workspace becomes the base after it.
@@ -279,11 +282,21 @@ function Runner:remove()
   end)
 end
 
+-- The workspace image templates of sizes snap no longer uses removed (shell/workspace.lua
+-- sweep_templates): at start (half_made: a killed maker's too) and after each policy reload.
+function M.sweep_templates(root, snap, log, half_made)
+  local removed = workspace.sweep_templates(root, snap.isolation, { half_made = half_made })
+  local say = log or core.log
+  if #removed > 0 then say("info", "sandboxd.templates_swept", { removed = table.concat(removed, " ") }) end
+  return removed
+end
+
 -- At start: the workspaces a previous run of sandboxd kept (or an unclean exit left) are kept
 -- too, each image checked (sandboxd/keep.lua recover: kept, repaired, or discarded with a log
 -- line); trash a removal left and half-made images are removed. Only names this server creates
 -- are touched. Returns the counts {kept, repaired, discarded}.
 function M.recover(root, log)
+  M.sweep_templates(root, policy.current(), log, true)
   bases.recover(root, policy.current().timeouts.file_op.budget_ms, log or core.log)
   return keep.recover(root, policy.current().timeouts.file_op.budget_ms, log or core.log)
 end

@@ -13,6 +13,8 @@
 -- of bridge_subnet (.1 its address, instance j of it .2 + j), made at start for k = 0 and by the
 -- first instance that needs it for the others (src/walls/bridge.c bridge_ensure).
 --   b:close()           the bridge and the table removed (the next open also removes a kill -9's)
+--   bridge.sweep{root, helper, path, deadline_ms} → names removed | nil, why   at a server's
+--                       start, whatever its outbound: what a killed server of the same root left
 local core = require("switchboard.core")
 local run = require("switchboard.shell.run")
 
@@ -94,17 +96,32 @@ function M.rules(b, refused, resolvers, forwarding_was_off)
   return table.concat(lines, "\n") .. "\n"
 end
 
--- Whether this process may make a bridge: root of the host's user namespace (in one of its own —
--- a pod with hostUsers: false — the host's network is not its to change), and nft installed.
-local function able(path)
+-- Whether this process is root of the host's user namespace (in one of its own — a pod with
+-- hostUsers: false — the host's network is not its to change).
+local function host_root()
   local map = core.fs.read_file("/proc/self/uid_map") or ""
-  if not map:match("^%s*0%s+0%s+4294967295%s*$") then
-    return nil, refused("sandboxd is not root of the host's user namespace")
-  end
+  return map:match("^%s*0%s+0%s+4294967295%s*$") ~= nil
+end
+
+local function has_nft(path)
   for dir in path:gmatch("[^:]+") do
     if core.fs.exists(dir .. "/nft") then return true end
   end
-  return nil, refused("nft is not installed (apt-get install nftables)")
+  return false
+end
+
+-- Whether this process may make a bridge: root of the host's user namespace, and nft installed.
+local function able(path)
+  if not host_root() then return nil, refused("sandboxd is not root of the host's user namespace") end
+  if not has_nft(path) then return nil, refused("nft is not installed (apt-get install nftables)") end
+  return true
+end
+
+-- A server's names, from its --root: its bridges sb<hex>b<k>, its ports sb<hex>-<slot>, its
+-- nftables table switchboard_<hex> (six hex digits of the root's hash: another root, others).
+function M.names(root)
+  local hex = core.crypto.hex(core.crypto.sha256(root or "")):sub(1, 6)
+  return "sb" .. hex, "switchboard_" .. hex
 end
 
 local function said(r)
@@ -149,9 +166,38 @@ function M.plan(iso, root, uid_count)
     return nil, refused(("bridge_subnet %s holds fewer addresses than uid_count needs (%d instances: %d bridges "
       .. "of a /22 each)"):format(iso.bridge_subnet, uid_count, bridges))
   end
-  local hex = core.crypto.hex(core.crypto.sha256(root or "")):sub(1, 6)
-  return setmetatable({ name = "sb" .. hex, table = "switchboard_" .. hex, net = net, prefix = prefix,
+  local name, tbl = M.names(root)
+  return setmetatable({ name = name, table = tbl, net = net, prefix = prefix,
     subnet = ip_text(net) .. "/" .. prefix, bridges = bridges }, Bridge)
+end
+
+-- What a server of this root that was killed (kill -9, a crash, the host's OOM killer) left in
+-- this network namespace: every bridge and instance port of its names, however many bridges it
+-- had (another uid_count), and its nftables table. Run at every start of a walled sandboxd,
+-- whatever policies/isolation.lua outbound now says (a restart with "pasta" would otherwise keep
+-- them until a start with a bridge), before its own bridge is made. Only where it could have made
+-- them: root of the host's user namespace (nft: where installed). Another root's names are never
+-- touched. opts: root, helper, path, deadline_ms. Returns the names removed (the table's as
+-- "inet switchboard_<hex>"), or nil and why.
+function M.sweep(opts)
+  if not host_root() then return {} end
+  local name, tbl = M.names(opts.root)
+  local env = { PATH = opts.path }
+  local r = run.tool{ argv = { opts.helper, "bridge-sweep", "--bridge", name }, env = env, deadline_ms = opts.deadline_ms }
+  if not r or r.exit ~= 0 then return nil, refused("a killed server's bridges could not be removed: " .. said(r)) end
+  local removed = {}
+  for link in (r.stdout or ""):gmatch("removed (%S+)") do removed[#removed + 1] = link end
+  if has_nft(opts.path) then
+    local list = run.tool{ argv = { "nft", "list", "tables" }, env = env, deadline_ms = opts.deadline_ms }
+    if list and list.exit == 0 and (list.stdout or ""):find("table inet " .. tbl .. "\n", 1, true) then
+      local del = run.tool{ argv = { "nft", "delete", "table", "inet", tbl }, env = env, deadline_ms = opts.deadline_ms }
+      if not del or del.exit ~= 0 then
+        return nil, refused("a killed server's nftables table " .. tbl .. " could not be removed: " .. said(del))
+      end
+      removed[#removed + 1] = "inet " .. tbl
+    end
+  end
+  return removed
 end
 
 -- Slot n (the instance's place in the server's uid block) → its bridge, port and address.

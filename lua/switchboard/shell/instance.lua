@@ -238,6 +238,13 @@ function M.host(opts)
     -- sandboxd's instances reach outside through a bridge where it can make one (policies/
     -- isolation.lua outbound; shell/bridge.lua), else through pasta, one process each
     if self.spares_on then
+      -- a killed server of this root left its bridges and table: removed whatever outbound is now
+      local swept, sweep_why = bridge.sweep{ root = opts.scratch, helper = helper, path = path,
+        deadline_ms = bounds(self).helper_ms }
+      if not swept or #swept > 0 then
+        self.log(swept and "info" or "warn", "walls.bridge_swept", swept and { removed = table.concat(swept, " ") }
+          or { error = tostring(sweep_why) })
+      end
       local b, why = bridge.open{ iso = iso, root = opts.scratch, helper = helper, path = path,
         deadline_ms = bounds(self).helper_ms, scratch = self.socket_dir, uid_count = claim.count }
       if not b and iso.outbound == "bridge" then

@@ -32,6 +32,10 @@
 --
 -- err (core.error) from ensure, read and write is the engine's, or kind "workspace" with the
 -- engine's failure as its cause.
+--
+--   workspace.sweep_templates(root, isolation, opts?) → names removed   the workspace image
+--                                    templates of root of every size but the one isolation says
+--                                    (opts.half_made: a killed maker's ".new" files too)
 local core = require("switchboard.core")
 local run = require("switchboard.shell.run")
 local walled = require("switchboard.shell.walled")
@@ -48,6 +52,32 @@ function M.dir_name(thread_key)
   local prefix = thread_key:gsub("[^%w%-_.]", "_"):sub(1, MAX_PREFIX):gsub("^%.", "_")
   local digest = core.crypto.hex(core.crypto.sha256(thread_key)):sub(1, 16)
   return prefix .. "-" .. digest
+end
+
+-- The walled workspaces' image templates (src/walls/disk.c open_template): one fresh ext4 of
+-- each size, made on first need in the workspaces' root and copied into each new image. A
+-- policy that changes workspace_max_bytes (or says workspace_size = "measured": no images) gets
+-- another or none, so the old size's would stay for good: removed here at sandboxd's start and
+-- after each reload. An instance still on the old size's snapshot that needs one after this
+-- makes it again (one mkfs); an awake instance never needs its template again (its image is
+-- its own). A ".new" file is a template being made: only at start (opts.half_made) is none
+-- being made, so only then is one removed (a killed maker's).
+local TEMPLATE = "^%.workspace%-template%-(%d+)%.img$"
+local HALF_MADE = "^%.workspace%-template%-%d+%.img%.new$"
+
+function M.sweep_templates(root, isolation, opts)
+  local used = isolation.workspace_size ~= "measured" and tostring(isolation.workspace_max_bytes) or nil
+  local removed = {}
+  for _, name in ipairs(core.fs.list(root) or {}) do
+    if type(name) == "table" then name = name.name end
+    local size = type(name) == "string" and name:match(TEMPLATE)
+    local half = type(name) == "string" and opts and opts.half_made and name:match(HALF_MADE)
+    if (size and size ~= used) or half then
+      if os.remove(root .. "/" .. name) then removed[#removed + 1] = name end
+    end
+  end
+  table.sort(removed)
+  return removed
 end
 
 function M.path(root, thread_key)

@@ -3,13 +3,14 @@
 --
 --   local r = readiness.new{socket = function() → sm | nil, policy = policy.current,
 --                           sandbox_urls = {"http://127.0.0.1:8080"} | nil, sandbox_token,
---                           request, cache_ms}
+--                           request}
 --   r:check() → ready (boolean), checks {slack = {ok, …}, policies = {ok, …}, sandbox = {ok, …}?}
 --
 -- slack: a Socket Mode connection is open (none while it is reconnecting, or when reconnecting
 -- keeps failing); policies: a validated set is in force; sandbox (only when the bot is pointed
--- at one): every sandboxd listed answers its /healthz. Probes are cached for cache_ms so that a
--- probe storm cannot become a storm on sandboxd.
+-- at one): every sandboxd listed answers its /healthz. Probes are cached for policies/timeouts.lua
+-- readiness.cache_ms so that a probe storm cannot become a storm on sandboxd; each is given
+-- readiness.probe_ms (both read at each check: a reload applies at once).
 local core = require("switchboard.core")
 
 local M = {}
@@ -20,8 +21,7 @@ function M.new(opts)
   return setmetatable({
     socket = opts.socket, policy = opts.policy, sandbox_urls = opts.sandbox_urls,
     sandbox_token = opts.sandbox_token,
-    request = opts.request or core.http.request, cache_ms = opts.cache_ms or 2000,
-    probe_ms = opts.probe_ms or 3000, cached = nil, cached_at = nil,
+    request = opts.request or core.http.request, cached = nil, cached_at = nil,
   }, R)
 end
 
@@ -44,14 +44,15 @@ end
 local function probe(self, url)
   -- sandboxd's /healthz needs the bearer like every route: a 401 is a wrong token, not ready
   local status = self.request{ method = "GET", url = url:gsub("/+$", "") .. "/healthz",
-    headers = { authorization = "Bearer " .. tostring(self.sandbox_token) }, deadline_ms = self.probe_ms }
+    headers = { authorization = "Bearer " .. tostring(self.sandbox_token) },
+    deadline_ms = self.policy().timeouts.readiness.probe_ms }
   if status == 200 then return true end
   return false, status and ("answered HTTP " .. tostring(status)) or "unreachable"
 end
 
 local function sandbox_check(self)
   local now = core.now_ms()
-  if self.cached and now - self.cached_at < self.cache_ms then return self.cached end
+  if self.cached and now - self.cached_at < self.policy().timeouts.readiness.cache_ms then return self.cached end
   local out = { ok = true }
   for _, url in ipairs(self.sandbox_urls) do
     local ok, why = probe(self, url)
