@@ -531,6 +531,7 @@ bool sb_engine_init(lua_State *L) {
   E.L = L;
   sb_bounded_install(L);
   E.loop = uv_default_loop();
+  sb_gc_pace_start(L, E.loop);
   uv_idle_init(E.loop, &E.ready_idle); /* active (and so keeping the loop alive) only while
                                           tasks wait in the ready queue */
   lua_newtable(L);

@@ -4,6 +4,7 @@
 #define SB_ENGINE_INTERNAL_H
 
 #include <lua.h>
+#include <uv.h>
 
 int sb_tasks_open(lua_State *L);      /* engine.c: run, go, current, suspend, wake, stop */
 int sb_timer_open(lua_State *L);      /* timer.c: sleep, now_ms, wall_ms */
@@ -13,6 +14,11 @@ int sb_os_signals_open(lua_State *L); /* os_signals.c: on_signal */
 int sb_error_open(lua_State *L);      /* error.c: error, is_error */
 int sb_build_open(lua_State *L);      /* build.c: build */
 int sb_loop_lag_open(lua_State *L);   /* loop_lag.c: loop_lag */
+
+/* gc_pace.c: the collector's pause from the heap's size, re-read every second on an unreferenced
+ * timer of `loop`. Called by sb_engine_init. sb_gc_pause_for: the pause for a heap of that size. */
+void sb_gc_pace_start(lua_State *L, uv_loop_t *loop);
+int sb_gc_pause_for(int heap_kib);
 
 /* bounded.c: wraps the state's allocator with the accounting one call_bounded limits. Called
  * once by sb_engine_init. */
