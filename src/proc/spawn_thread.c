@@ -16,7 +16,7 @@ typedef struct spawn_job {
   bool with_stdin;
   sb_spawn_done_fn done;
   void *ud;
-  int rc;            /* set by the thread */
+  int rc;            /* set by the thread; ECANCELED until it has run (never spawned) */
   sb_spawned child;  /* set by the thread when rc is 0 */
   struct spawn_job *next;
 } spawn_job;
@@ -147,7 +147,7 @@ static void deliver(uv_async_t *h) {
 /* A child started that nobody will take: killed with its group (it leads one: setsid) and
  * reaped, its descriptors closed. */
 static void discard(spawn_job *j) {
-  if (j->rc == 0) {
+  if (j->rc == 0 && j->child.pid > 0) {
     kill(-j->child.pid, SIGKILL);
     while (waitpid(j->child.pid, NULL, 0) < 0 && errno == EINTR) {
     }
@@ -227,6 +227,7 @@ int sb_spawn_off_loop(const sb_spawn_args *a, bool with_stdin, sb_spawn_done_fn 
   spawn_job *j = job_new(a);
   if (j == NULL)
     return ENOMEM;
+  j->rc = ECANCELED; /* a job dropped unrun at shutdown has no child to kill */
   j->with_stdin = with_stdin;
   j->done = done;
   j->ud = ud;

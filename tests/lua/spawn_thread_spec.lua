@@ -67,6 +67,31 @@ describe("core.spawn off the loop's thread", function()
     assert.are.equal(0, core.proc_count())
   end))
 
+  it("an engine shut down while a child is being started leaves no process of it", async(function()
+    local marker = "spawn-thread-shutdown-" .. core.crypto.hex(core.crypto.random_bytes(4))
+    -- the spawning task hands its child to the thread and waits; the next task ends the engine
+    -- in the same turn: the child the thread starts meanwhile is killed and reaped by the
+    -- shutdown (or, not yet taken by the thread, never started), never left running
+    local code = ([[
+      local core = require("switchboard.core")
+      core.run(function()
+        core.go(function()
+          core.spawn{ argv = { "sh", "-c", "exec sleep 60", "%s" }, env = { PATH = "/usr/bin:/bin" } }
+        end)
+        core.go(function() core.stop() end) -- the same turn, before the loop polls for the answer
+        core.sleep(60000)
+      end)
+      io.stdout:write("ended\n")]]):format(marker)
+    local env = { PATH = PATH, LUA_CPATH = BUILD .. "/lua/?.so;;", LUA_PATH = "./lua/?.lua;./lua/?/init.lua;;" }
+    require("support.preload").env(env)
+    local r = assert(core.spawn{ argv = { "lua5.4", "-e", code }, env = env, deadline_ms = 60000 }):wait()
+    assert.are.equal(0, r.exit, r.stderr)
+    assert.are.equal("ended\n", r.stdout)
+    for pid, cmd in pairs(procs.cmdlines()) do
+      assert.is_nil(cmd:find(marker, 1, true), "left running: " .. pid .. " " .. cmd)
+    end
+  end))
+
   it("answers many spawns at once, each with its own child, in the order asked", async(function()
     local tasks, got = {}, {}
     for i = 1, 40 do
