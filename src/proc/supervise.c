@@ -16,6 +16,7 @@
  * inside. So deadline, grace, abort, capture and streaming are the same code for both kinds. */
 #include "proc.h"
 #include "spawn.h"
+#include "spawn_thread.h"
 #include "../engine/engine.h"
 #include "../engine/list.h"
 #include "../log/log.h"
@@ -77,6 +78,13 @@ typedef struct sb_proc {
   int open_handles;
   /* walled: on the link to the instance's spawner instead of the pidfd; pid is 0 */
   bool walled;
+  /* started on the spawning thread (spawn_thread.h): `starter` is the task waiting in
+   * core.spawn; a signal for the group meanwhile is kept and sent once the pid is known */
+  bool starting;
+  lua_State *starter;
+  int pending_signal;
+  lua_Integer deadline_ms;
+  sb_abort *abort_sig; /* anchored by signal_ref */
   sb_link_member member;
   struct sb_proc *prev, *next; /* the live list */
 } sb_proc;
@@ -102,7 +110,10 @@ static void live_remove(sb_proc *p) {
 }
 
 static void signal_group(sb_proc *p, int signo) {
-  if (p->walled)
+  if (p->starting) {
+    if (p->pending_signal != SIGKILL)
+      p->pending_signal = signo;
+  } else if (p->walled)
     walled_signal(p, signo);
   else if (p->pid > 0)
     kill(-p->pid, signo); /* ESRCH once the group is empty: nothing to do */
@@ -577,6 +588,57 @@ static void feed_stdin(lua_State *L, sb_proc *p, int fd) {
     close_handle(p, (uv_handle_t *)&p->in);
 }
 
+/* The child is running: supervised from here until it is reaped (nothing raises). */
+static void supervise(lua_State *L, sb_proc *p, const sb_spawned *child) {
+  p->pid = child->pid;
+  p->pidfd = child->pidfd;
+  p->started_ms = sb_now_ms();
+  capture_open(p, &p->out, "stdout", p->out.limit, child->stdout_fd);
+  capture_open(p, &p->err, "stderr", p->err.limit, child->stderr_fd);
+  timer_init(p, &p->deadline);
+  timer_init(p, &p->grace);
+  timer_init(p, &p->linger);
+  if (!p->walled) {
+    uv_poll_init(sb_loop(), &p->exit_poll, p->pidfd);
+    p->exit_poll.data = p;
+    p->open_handles++;
+    uv_poll_start(&p->exit_poll, UV_READABLE, child_exited);
+  }
+  if (child->stdin_fd >= 0)
+    feed_stdin(L, p, child->stdin_fd);
+  if (p->deadline_ms > 0)
+    sb_timer_start(&p->deadline, deadline_expired, (uint64_t)p->deadline_ms);
+  if (p->abort_sig != NULL)
+    sb_abort_listen(p->abort_sig, &p->on_abort, abort_fired);
+}
+
+/* Nothing was started: the proc's references go (the userdata is then garbage). */
+static void forget(lua_State *L, sb_proc *p) {
+  release_refs(L, p);
+  luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref);
+  p->self_ref = LUA_NOREF;
+}
+
+/* The spawning thread's answer, on the loop: the waiting task gets the proc, or nil, err. */
+static void started_off_loop(void *ud, int rc, const sb_spawned *child, const char *program,
+                             const char *cwd) {
+  sb_proc *p = ud;
+  lua_State *task = p->starter;
+  p->starter = NULL;
+  p->starting = false;
+  if (rc != 0) {
+    live_remove(p);
+    forget(task, p);
+    sb_task_complete(task, push_spawn_fail(task, program, cwd, rc));
+    return;
+  }
+  supervise(task, p, child);
+  if (p->pending_signal != 0) /* kill_all while it started */
+    signal_group(p, p->pending_signal);
+  lua_rawgeti(task, LUA_REGISTRYINDEX, p->self_ref);
+  sb_task_complete(task, 1);
+}
+
 static int l_spawn(lua_State *L) {
   /* Every option is read, and every raise done, before anything is opened. */
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -602,44 +664,34 @@ static int l_spawn(lua_State *L) {
   p->signal_ref = field_ref(L, 1, "signal", LUA_TUSERDATA, "a signal");
   lua_pushvalue(L, -1);
   p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
-
-  sb_spawned child;
+  p->kill_grace_ms = (uint64_t)grace_ms;
+  p->deadline_ms = deadline_ms;
+  p->abort_sig = sig;
+  p->out.limit = p->err.limit = (size_t)max_output;
+  p->walled = walls != NULL;
   p->member.ended = walled_ended;
-  int rc = walls ? sb_spawn_walled(&a, walls, p->stdin_ref != LUA_NOREF, &child, &p->member)
-                 : sb_spawn_start(&a, p->stdin_ref != LUA_NOREF, &child);
+  bool with_stdin = p->stdin_ref != LUA_NOREF;
+
+  /* In a task, a child of the host is started by the spawning thread: its vfork does not hold
+   * the loop (spawn_thread.h). (A walled command is a frame on a link: nothing to hold.) */
+  if (!walls && sb_task_running(L) && sb_spawn_off_loop(&a, with_stdin, started_off_loop, p) == 0) {
+    p->starting = true;
+    p->starter = L;
+    live_add(p);
+    return sb_task_yield(L);
+  }
+  sb_spawned child;
+  int rc = walls ? sb_spawn_walled(&a, walls, with_stdin, &child, &p->member)
+                 : sb_spawn_start(&a, with_stdin, &child);
   if (rc != 0) {
-    release_refs(L, p);
-    luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref);
-    p->self_ref = LUA_NOREF;
+    forget(L, p);
     if (walls)
       return push_walled_fail(L, a.argv[0], rc);
     return push_spawn_fail(L, a.argv[0], a.cwd, rc);
   }
-  /* From here on nothing raises: the child is supervised until it is reaped. */
-  p->kill_grace_ms = (uint64_t)grace_ms;
-  p->pid = child.pid;
-  p->pidfd = child.pidfd;
-  p->started_ms = sb_now_ms();
   live_add(p);
-  capture_open(p, &p->out, "stdout", (size_t)max_output, child.stdout_fd);
-  capture_open(p, &p->err, "stderr", (size_t)max_output, child.stderr_fd);
-  timer_init(p, &p->deadline);
-  timer_init(p, &p->grace);
-  timer_init(p, &p->linger);
-  if (walls) {
-    p->walled = true;
-  } else {
-    uv_poll_init(sb_loop(), &p->exit_poll, p->pidfd);
-    p->exit_poll.data = p;
-    p->open_handles++;
-    uv_poll_start(&p->exit_poll, UV_READABLE, child_exited);
-  }
-  if (child.stdin_fd >= 0)
-    feed_stdin(L, p, child.stdin_fd);
-  if (deadline_ms > 0)
-    sb_timer_start(&p->deadline, deadline_expired, (uint64_t)deadline_ms);
-  if (sig != NULL)
-    sb_abort_listen(sig, &p->on_abort, abort_fired);
+  supervise(L, p, &child);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, p->self_ref);
   return 1;
 }
 
@@ -739,7 +791,7 @@ static void proc_shutdown(void *ud) {
     sb_proc *p = live_head;
     live_remove(p);
     signal_group(p, SIGKILL);
-    if (!p->exited && !p->walled) {
+    if (!p->exited && !p->walled && p->pid > 0) { /* (a child still starting: spawn_thread.c) */
       while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR) {
       }
     }

@@ -57,6 +57,25 @@ describe("slept workspaces (sandboxd/keep.lua)", function()
     end)
   end)
 
+  it("measures a slept workspace once per sleep: a pass after another runs no du for it (issue 43)", function()
+    core.run(function()
+      local root = S.tmpdir()
+      local name = slept_dir(root, "once", 2, 100)
+      local dir = root .. "/" .. name
+      local function bytes() return keep.list(root)[1].bytes end
+      local first = bytes()
+      assert.is_true(first >= 2 * MiB, tostring(first))
+      -- more written under it with its sleep time kept (the directory's own mtime is unchanged:
+      -- an existing file grows): a later pass reuses what the first measured
+      sh(("head -c 3M /dev/urandom >> '%s/data'"):format(dir))
+      assert.equal(first, bytes())
+      -- slept again (Runner:stop touches it): measured anew
+      sh(("touch -d @%d '%s'"):format(os.time() - 5, dir))
+      assert.is_true(bytes() >= 5 * MiB)
+      S.rm(root)
+    end)
+  end)
+
   it("evicts past slept_max_age_ms, and never keeps one past the thread record's retention", function()
     core.run(function()
       local root = S.tmpdir()

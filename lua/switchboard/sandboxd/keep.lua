@@ -77,19 +77,46 @@ end
 
 function M.touch(dir, deadline_ms) tool({ "touch", "-c", "--", dir }, deadline_ms) end
 
--- Every workspace in root not awake, with the bytes it holds on the host's disk (du: allocated
--- blocks — an image's whole reservation) and its sleep time (the directory's mtime, set at sleep).
+-- A slept workspace's bytes, measured once per sleep: dir → {mtime_ms, bytes}. A pass follows
+-- every sleep (sandboxd/server.lua), and a `stat` and a `du` process per slept workspace per pass
+-- made each sleep cost O(slept) processes (issue 43). Its bytes change only while it is awake,
+-- and every sleep sets its mtime anew (Runner:stop: compacted, then touched), so the mtime, read
+-- in-process, keys the measurement: a pass runs `du` only for what slept since the last one.
+local measured = {}
+
+-- What a slept workspace holds on the host's disk (du: allocated blocks — an image's whole
+-- reservation), from the last pass when it has not slept again since (same mtime).
+local function bytes_of(dir, mtime_ms, deadline_ms)
+  local m = measured[dir]
+  if m and m.mtime_ms == mtime_ms then return m.bytes end
+  local du = tool({ "du", "-s", "-x", "-P", "--block-size=1", "--", dir }, deadline_ms)
+  local bytes = du and du.exit == 0 and tonumber((du.stdout or ""):match("^(%d+)"))
+  measured[dir] = bytes and { mtime_ms = mtime_ms, bytes = bytes } or nil -- a failed du: next pass
+  return bytes or 0
+end
+
+-- Every workspace in root not awake, with the bytes it holds on the host's disk and its sleep
+-- time (the directory's mtime, set at sleep).
 function M.list(root, awake, deadline_ms)
   awake = awake or {}
-  local out = {}
-  for _, name in ipairs(core.fs.list(root) or {}) do
+  local out, seen = {}, {}
+  local names = core.fs.list(root) or {}
+  local handle = #names > 0 and core.fs.root(root) or nil
+  for _, name in ipairs(names) do
     if M.is_workspace(name) and not awake[name] then
       local dir = root .. "/" .. name
-      local slept = M.slept_s(dir, deadline_ms)
-      local du = tool({ "du", "-s", "-x", "-P", "--block-size=1", "--", dir }, deadline_ms)
-      local bytes = du and du.exit == 0 and tonumber((du.stdout or ""):match("^(%d+)"))
-      if slept then out[#out + 1] = { name = name, dir = dir, bytes = bytes or 0, slept_s = slept } end
+      local st = handle and handle:stat(name) -- not followed, as `stat` without -L
+      if st then
+        seen[dir] = true
+        out[#out + 1] = { name = name, dir = dir, bytes = bytes_of(dir, st.mtime_ms, deadline_ms),
+          slept_s = st.mtime_ms // 1000 }
+      end
     end
+  end
+  if handle then handle:close() end
+  local prefix = root .. "/"
+  for dir in pairs(measured) do -- gone, or awake again (measured anew at its next sleep)
+    if not seen[dir] and dir:sub(1, #prefix) == prefix then measured[dir] = nil end
   end
   table.sort(out, function(a, b)
     if a.slept_s ~= b.slept_s then return a.slept_s < b.slept_s end

@@ -553,15 +553,21 @@ end
 
 -- Creates the namespaces and cgroups (once; later calls return at once). Waits for the
 -- helper's "ready <pid>".
+local launch -- below: the helper started and its "ready" awaited
+
 function Instance:start()
   if self.state == "ready" then return true end
   if self.state == "stopped" then return nil, core.error("workspace", "the instance is asleep") end
   if self.starting then
     core.sleep(self.snap.timeouts.walls.ready_ms, self.starting)
+    -- the helper's line (or its end) wakes every waiter at once, this one maybe before the task
+    -- that starts the instance, which then settles the state (core.spawn yields to it: a waiter
+    -- can come first): its verdict, not the line, is the answer
+    if self.starting.aborted then core.sleep(self.snap.timeouts.walls.ready_ms, self.settled) end
     if self.state == "ready" then return true end
     return nil, self.start_err
   end
-  local host, iso = self.host, self.snap.isolation
+  local host = self.host
   local block = host.uid_claim
   self.slot = take_slot(host, block.count)
   if not self.slot then
@@ -571,7 +577,14 @@ function Instance:start()
   self.uid = block.base + self.slot
   self.cgroups = {}
   for _, c in ipairs(CONTROLLERS) do self.cgroups[c] = host.server_dirs[c] .. "/i" .. self.slot end
-  self.starting = core.signal()
+  self.starting, self.settled = core.signal(), core.signal()
+  local ok, err = launch(self)
+  self.settled:abort("settled")
+  return ok, err
+end
+
+function launch(self)
+  local host, iso = self.host, self.snap.isolation
   self.socket = ("%s/i%d.sock"):format(host.socket_dir, self.slot)
   local argv = { host.helper, "hold", "--uid", tostring(self.uid), "--gid", tostring(self.uid),
     "--workspace", self.dir, "--rootfs", iso.rootfs, "--net", self.network or iso.network,
