@@ -178,6 +178,54 @@ static void init_response(res_ud *r, sb_http_conn *c) {
   snprintf(r->remote, sizeof r->remote, "%s", c->remote_addr);
 }
 
+/* ---- the request, built once ----------------------------------------------------------- */
+
+/* The table the on_head hook let on is the handler's too: a request's table (its headers are
+ * most of the cost) is built once, and what the hook established on it holds for the handler
+ * (sandboxd/auth.lua's bearer check is made once per request this way). One slot per server:
+ * a request's hook and its handler run on the same connection with no other hook of that
+ * connection between them, so a slot naming this connection holds this very request's table.
+ * Another connection's hook in between (this request's body came in a later read) takes the
+ * slot, and this handler gets a table built afresh — the same fields, nothing the hook left. */
+static void hold_head_table(lua_State *L, sb_http_conn *c, int idx) {
+  sb_http_server *s = c->server;
+  lua_pushvalue(L, idx);
+  if (s->head_req_ref == LUA_NOREF) {
+    s->head_req_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  } else {
+    lua_rawseti(L, LUA_REGISTRYINDEX, s->head_req_ref); /* the slot is reused, not re-made */
+  }
+  s->head_req_conn = c;
+}
+
+/* Pushes the table c's hook let on (true), or nothing (false): then the caller builds one. */
+static bool take_head_table(lua_State *L, sb_http_conn *c) {
+  sb_http_server *s = c->server;
+  if (s->head_req_conn != c || s->head_req_ref == LUA_NOREF)
+    return false;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, s->head_req_ref);
+  /* the slot keeps its reference for the next request; the table must not outlive its own */
+  lua_pushboolean(L, 0);
+  lua_rawseti(L, LUA_REGISTRYINDEX, s->head_req_ref);
+  s->head_req_conn = NULL;
+  return true;
+}
+
+/* The handler's table from the hook's: the body in, the head-only fields out. */
+static void push_handler_request(lua_State *L, sb_http_conn *c) {
+  if (!take_head_table(L, c)) {
+    push_request(L, c, true);
+    return;
+  }
+  const sb_http_request *q = &c->req;
+  lua_pushlstring(L, q->body != NULL ? q->body : "", q->body_len);
+  lua_setfield(L, -2, "body");
+  lua_pushnil(L);
+  lua_setfield(L, -2, "content_length");
+  lua_pushnil(L);
+  lua_setfield(L, -2, "chunked");
+}
+
 static bool dispatched;
 
 /* Under sb_pcall: builds req and res and hands them to core.go(handler_task, ...). */
@@ -188,7 +236,7 @@ static int dispatch(lua_State *L) {
   lua_getfield(L, 2, "go");                                          /* 3 */
   lua_pushcfunction(L, handler_task);                                /* 4 */
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->server->handler_ref);         /* 5 */
-  push_request(L, c, true);                                          /* 6 */
+  push_handler_request(L, c);                                        /* 6 */
   res_ud *r = lua_newuserdatauv(L, sizeof *r, 0);                    /* 7 */
   init_response(r, c);
   luaL_setmetatable(L, RES_MT);
@@ -222,13 +270,16 @@ static void build_head(lua_State *L, sb_http_frame *fr, int hidx, lua_Integer bo
 static int head_hook(lua_State *L) {
   sb_http_conn *c = lua_touserdata(L, 1);
   lua_settop(L, 0);
+  push_request(L, c, false); /* 1: kept for the handler when the hook lets the request on */
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->server->on_head_ref);
-  push_request(L, c, false);
-  lua_call(L, 1, 3); /* 1 status, 2 headers, 3 body */
-  if (lua_isnil(L, 1)) {
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 3); /* 2 status, 3 headers, 4 body */
+  if (lua_isnil(L, 2)) {
+    hold_head_table(L, c, 1);
     lua_pushboolean(L, 1);
     return 1;
   }
+  lua_remove(L, 1); /* refused: the table goes; 1 status, 2 headers, 3 body */
   int status = check_status(L, 1);
   int hidx = opt_headers(L, 2);
   size_t n = 0;
@@ -784,7 +835,9 @@ static void on_server_closed(sb_http_server *s) {
   luaL_unref(L, LUA_REGISTRYINDEX, s->self_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->handler_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, s->on_head_ref);
-  s->self_ref = s->handler_ref = s->on_head_ref = LUA_NOREF;
+  luaL_unref(L, LUA_REGISTRYINDEX, s->head_req_ref);
+  s->head_req_conn = NULL;
+  s->self_ref = s->handler_ref = s->on_head_ref = s->head_req_ref = LUA_NOREF;
 }
 
 /* What the transport calls (server_conn.h): this face is the layer above it. */
@@ -1001,7 +1054,7 @@ static int l_serve(lua_State *L) {
   memcpy(s->log_hide, hide, sizeof hide);
   s->n_log_hide = n_hide;
   s->up = &lua_face;
-  s->self_ref = s->handler_ref = s->on_head_ref = LUA_NOREF;
+  s->self_ref = s->handler_ref = s->on_head_ref = s->head_req_ref = LUA_NOREF;
   int err = sb_http_server_listen(s, host, (int)port);
   if (err != 0) { /* s is freed by its listener's close callback */
     char msg[256];

@@ -89,6 +89,10 @@ struct sb_http_server {
   int self_ref;         /* registry: the Lua server object, while anything is open */
   int handler_ref;      /* registry: the handler function */
   int on_head_ref;      /* registry: the on_head hook, or LUA_NOREF */
+  /* registry: the table the on_head hook let on, kept for the same request's handler
+   * (server.c "the request, built once"), or LUA_NOREF; head_req_conn is its connection */
+  int head_req_ref;
+  const sb_http_conn *head_req_conn;
   /* core.http.serve's log_hide: path prefixes (NUL-terminated) after which a log line shows
    * "<hidden>" instead of the client's bytes — a run page's token is its only credential */
   char log_hide[4][33];

@@ -194,3 +194,81 @@ describe("core.http.serve: res:drain", function()
     end)
   end)
 end)
+
+-- Reads a raw connection to its end (the server closes after a `connection: close` answer).
+local function read_all(up)
+  local parts = {}
+  while true do
+    local bytes = up:read(30000)
+    if not bytes then break end
+    parts[#parts + 1] = bytes
+  end
+  return table.concat(parts)
+end
+
+describe("core.http.serve: the request, built once", function()
+  it("hands the handler the very table the hook let on: the body in, the head-only fields out", function()
+    core.run(function()
+      local seen, got = {}, {}
+      local srv = serve_with{
+        on_head = function(req)
+          seen[#seen + 1] = req
+          req.mark = "left by the hook"
+          if req.path == "/no" then return 403, nil, "no\n" end
+        end,
+        handler = function(req, res) got[#got + 1] = req; res:send(200, nil, req.path .. "=" .. req.body) end,
+      }
+      -- three requests on one kept-alive connection, one of them refused at its head
+      local up = assert(core.http.connect{ host = "127.0.0.1", port = srv.port })
+      up:write("POST /a HTTP/1.1\r\nHost: t\r\nX-One: 1\r\nContent-Length: 3\r\n\r\nabc" ..
+               "GET /no HTTP/1.1\r\nHost: t\r\n\r\n" ..
+               "GET /b HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+      local out = read_all(up)
+      up:close()
+      assert.truthy(out:find("/a=abc", 1, true))
+      assert.truthy(out:find("HTTP/1.1 403", 1, true))
+      assert.truthy(out:find("/b=", 1, true))
+      assert.equal(3, #seen)
+      assert.equal(2, #got) -- the refused request never reached the handler
+      assert.is_true(rawequal(seen[1], got[1]))
+      assert.is_true(rawequal(seen[3], got[2]))
+      assert.is_false(rawequal(got[1], got[2])) -- each request a table of its own
+      assert.equal("abc", got[1].body)
+      assert.equal("", got[2].body)
+      assert.is_nil(got[1].content_length)
+      assert.is_nil(got[1].chunked)
+      assert.equal("left by the hook", got[1].mark)
+      assert.equal("1", got[1].headers["x-one"])
+      srv:close()
+    end)
+  end)
+
+  it("builds the handler's table afresh when another connection's hook ran while the body was awaited", function()
+    core.run(function()
+      local seen, got = {}, {}
+      local srv = serve_with{
+        on_head = function(req) seen[#seen + 1] = req; req.mark = "left by the hook" end,
+        handler = function(req, res) got[req.path] = req; res:send(200, nil, req.path .. "=" .. req.body) end,
+      }
+      local a = assert(core.http.connect{ host = "127.0.0.1", port = srv.port })
+      a:write("POST /a HTTP/1.1\r\nHost: t\r\nX-One: 1\r\nConnection: close\r\nContent-Length: 3\r\n\r\n")
+      wait_until("the hook saw /a", function() return #seen == 1 end)
+      local b = assert(core.http.connect{ host = "127.0.0.1", port = srv.port })
+      b:write("GET /b HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+      assert.truthy(read_all(b):find("/b=", 1, true))
+      b:close()
+      a:write("abc")
+      assert.truthy(read_all(a):find("/a=abc", 1, true))
+      a:close()
+      assert.is_true(rawequal(seen[2], got["/b"]))
+      local fresh = got["/a"]
+      assert.is_false(rawequal(seen[1], fresh))
+      assert.is_nil(fresh.mark) -- nothing the hook left: a check it made is made again
+      assert.equal("abc", fresh.body)
+      assert.equal("1", fresh.headers["x-one"])
+      assert.equal("POST", fresh.method)
+      assert.is_nil(fresh.content_length)
+      srv:close()
+    end)
+  end)
+end)

@@ -35,6 +35,26 @@ describe("the bearer check", function()
     assert.same({ { 32, 32 }, { 32, 32 }, { 32, 32 } }, calls)
   end)
 
+  it("remembers a pass for the request table it was given, and only a pass, only for its token", function()
+    local hashed = 0
+    local real = core.crypto.sha256
+    core.crypto.sha256 = function(s) hashed = hashed + 1; return real(s) end
+    local head, handler = auth.checker("s3cret-token"), auth.checker("s3cret-token")
+    local other = auth.checker("another-token")
+    local req, refused = {}, {}
+    hashed = 0
+    assert.is_true(head("Bearer s3cret-token", req))
+    assert.is_true(handler("Bearer s3cret-token", req)) -- the head's pass holds: no second hash
+    assert.equal(1, hashed)
+    assert.is_false(other("Bearer s3cret-token", req)) -- another token's checker checks afresh
+    assert.equal(2, hashed)
+    assert.is_false(head("Bearer wrong", refused))
+    assert.is_false(handler("Bearer s3cret-token-not", refused)) -- a refusal leaves no mark
+    assert.is_true(handler("Bearer s3cret-token", {})) -- a table of its own is checked afresh
+    assert.equal(5, hashed)
+    core.crypto.sha256 = real
+  end)
+
   it("refuses to be built without a token", function()
     assert.has_error(function() auth.checker("") end)
     assert.has_error(function() auth.checker(nil) end)

@@ -58,6 +58,35 @@ describe("sandboxd routes: the bearer", function()
     end)
   end)
 
+  it("behind the server's head hook the bearer is hashed once per request, each kept-alive request checked", function()
+    run(function()
+      local h = setup()
+      local hashed, handled = 0, 0
+      local real = core.crypto.sha256
+      local handler, on_head = h.handler, routes.on_head(h.ctx)
+      core.crypto.sha256 = function(s) if s == S.TOKEN then hashed = hashed + 1 end return real(s) end
+      local srv = assert(core.http.serve{ host = "127.0.0.1", port = 0, on_head = on_head,
+        handler = function(req, res) handled = handled + 1; return handler(req, res) end })
+      local up = assert(core.http.connect{ host = "127.0.0.1", port = srv.port })
+      local function get(token, last)
+        return ("GET /healthz HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n%s\r\n")
+          :format(token, last and "Connection: close\r\n" or "")
+      end
+      up:write(get(S.TOKEN) .. get(S.TOKEN .. "x") .. get(S.TOKEN, true))
+      local parts = {}
+      repeat local bytes = up:read(30000); parts[#parts + 1] = bytes until not bytes
+      up:close()
+      core.crypto.sha256 = real
+      local statuses = {}
+      for code in table.concat(parts):gmatch("HTTP/1%.1 (%d%d%d)") do statuses[#statuses + 1] = tonumber(code) end
+      assert.same({ 200, 401, 200 }, statuses)
+      assert.equal(2, handled) -- the refused one never reached the handler
+      assert.equal(2, hashed) -- once per request that carried the token: at its head, not again
+      srv:close()
+      h.done()
+    end)
+  end)
+
   it("reads the credential as the old pattern did, in linear time (issue 22 item 5)", function()
     local auth = require("switchboard.sandboxd.auth")
     local OLD = "^[Bb][Ee][Aa][Rr][Ee][Rr] +(.-) *$"

@@ -311,7 +311,7 @@ function M.handler(ctx)
     stopping = ctx.stopping, getenv = ctx.getenv,
   }
   return function(req, res)
-    if not check(req.headers and req.headers[protocol.AUTH_HEADER]) then
+    if not check(req.headers and req.headers[protocol.AUTH_HEADER], req) then
       return res:send(auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY)
     end
     local method = M.ROUTES[req.path]

@@ -24,14 +24,27 @@ function M.bearer(header)
   return header:sub(first, last)
 end
 
--- token: the server's secret (non-empty). Returns check(authorization header value) → boolean.
+-- A request whose bearer passed carries a mark under this key: the HTTP server hands a
+-- request's handler the very table its head hook let on (docs/engine.md), so the hook's check
+-- holds for the handler and the bearer is hashed and compared once per request — each
+-- keep-alive request is a table of its own, checked afresh. The key is a table only this file
+-- holds: no other code, and nothing a client sends (the server builds the table; headers are
+-- under req.headers), can set it. The mark is the digest of the token that passed, so a checker
+-- of another token never takes it for its own; it goes with its request's table.
+local PASSED = {}
+
+-- token: the server's secret (non-empty). Returns check(authorization header value [, req])
+-- → boolean; with req (the request table the header came from) a pass is remembered for it.
 function M.checker(token)
   assert(type(token) == "string" and token ~= "", "auth.checker: a non-empty token is required")
   local want = core.crypto.sha256(token)
-  return function(header)
+  return function(header, req)
+    if req ~= nil and rawget(req, PASSED) == want then return true end
     local given = M.bearer(header)
     local same = core.crypto.ct_equal(want, core.crypto.sha256(given or ""))
-    return same and given ~= nil and given ~= ""
+    local ok = same and given ~= nil and given ~= ""
+    if ok and req ~= nil then rawset(req, PASSED, want) end
+    return ok
   end
 end
 

@@ -552,7 +552,7 @@ function M.on_head(ctx, table_)
         return 404, { ["content-type"] = "text/plain; charset=utf-8" }, "no such preview URL\n"
       end
     end
-    if not check(req.headers[protocol.AUTH_HEADER]) then
+    if not check(req.headers[protocol.AUTH_HEADER], req) then
       return auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY
     end
     if req.path == "/metrics" and req.method == "GET" then return nil end -- no thread key
@@ -598,7 +598,7 @@ function M.handler(ctx)
     if ctx.processes and process_routes.preview(ctx.policy(), req) then
       return process_routes.serve_preview(ctx, ctx.policy(), req, res)
     end
-    if not check(req.headers and req.headers[protocol.AUTH_HEADER]) then
+    if not check(req.headers and req.headers[protocol.AUTH_HEADER], req) then
       return res:send(auth.REFUSAL_STATUS, JSON, auth.REFUSAL_BODY)
     end
     if req.path == "/metrics" and req.method == "GET" then return M.metrics(res) end
