@@ -72,6 +72,7 @@ int hold(const options *o) {
     if (i < 0 || r < 0 || w < 0 || x < 0 || dup2(i, 3) < 0 || dup2(r, 4) < 0 ||
         dup2(w, 5) < 0 || dup2(x, 6) < 0)
       _exit(EXIT_WALLS);
+    stdout_to_null(); /* bwrap and the init write nothing there (process.c) */
     for (int k = 0; k < o->ro_binds.n; k++)
       if (fcntl(b.ro_fds[k], F_SETFD, 0) < 0)
         _exit(EXIT_WALLS);
@@ -110,6 +111,7 @@ int hold(const options *o) {
   if (inner > 0) {
     printf("ready %ld\n", inner);
     fflush(stdout);
+    stdout_to_null(); /* sandboxd's end of the pipe closes: nothing is read after ready */
   }
   if (inner > 0 && listener >= 0)
     return serve(o, listener, pid);

@@ -181,6 +181,7 @@ outbound outbound_start(const options *o) {
   if (ob.pid == 0) {
     close(go[1]);
     close(up[0]);
+    stdout_to_null(); /* it and pasta write nothing there (process.c) */
     outbound_launcher(o, holder, go[0], up[1]);
   }
   close(go[0]);

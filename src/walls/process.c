@@ -3,6 +3,7 @@
  * how it tells its own end: a command's wait status mirrored as ours, so the supervisor sees
  * what it would have seen from the command itself. */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
 #include <signal.h>
@@ -62,6 +63,19 @@ void drop_capabilities(void) {
     die("capset");
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
     die("prctl(PR_SET_NO_NEW_PRIVS)");
+}
+
+/* Points fd 1 at /dev/null. The holder's stdout is a pipe sandboxd reads for "ready <pid>" and
+ * for nothing after: the holder's children (bwrap and its init, the network launcher and pasta)
+ * get /dev/null instead of it, and the holder lets it go once it said ready, so the pipe ends
+ * and sandboxd closes its end — a descriptor less per awake instance in its budget
+ * (sandboxd/descriptors.lua). stderr stays: bwrap's and pasta's words go there. */
+void stdout_to_null(void) {
+  int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null < 0 || dup2(null, STDOUT_FILENO) < 0)
+    die("cannot point stdout at /dev/null");
+  if (null != STDOUT_FILENO)
+    close(null);
 }
 
 /* Ends this process as `status` says the command ended: its exit code, or its signal raised

@@ -54,6 +54,7 @@ void die_with_parent(pid_t parent);
 void set_limit(int resource, long long value, const char *name);
 void drop_capabilities(void);
 int mirror_status(int status);
+void stdout_to_null(void);
 
 /* ---- cgroups.c ------------------------------------------------------------------------------ */
 

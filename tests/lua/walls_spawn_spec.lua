@@ -162,22 +162,35 @@ describe("core.spawn behind the walls", function()
     return pids
   end
 
-  walled_it("the counters read per command are held open while the instance is awake (issue 43)", function()
+  -- Where a process's fd 1 points (its /proc entry's link).
+  local function stdout_of(pid)
+    local link = io.popen("readlink /proc/" .. pid .. "/fd/1 2>/dev/null")
+    local target = link:read("l")
+    link:close()
+    return target
+  end
+
+  walled_it("an awake instance holds the init's pidfd and no counter file, and its holder's stdout is let go (issue 43)", function()
     local inst = start_instance()
     local held = open_paths()
-    assert.truthy(held:find(inst.cgroups.pids .. "/pids.events", 1, true), held)
+    -- the counters are opened per read (sandboxd's descriptor budget: sandboxd/descriptors.lua)
+    assert.falsy(held:find(inst.cgroups.pids .. "/pids.events", 1, true), held)
+    assert.falsy(held:find(inst.cgroups.memory, 1, true), held)
     -- the init is watched through a pidfd (core.pid_watch), not its /proc stat file
     assert.is_true(watched_pids()[inst.pid], held)
     assert.falsy(held:find("/proc/" .. inst.pid .. "/stat", 1, true), held)
+    -- once it said ready, the holder's stdout (and its children's) is /dev/null: the pipe ended
+    -- and the engine closed its end
+    assert.equal("/dev/null", stdout_of(inst.proc.pid))
+    assert.equal("/dev/null", stdout_of(inst.pid))
     local before = inst:counters()
-    -- they still count: a fork past the instance's process limit is seen through the held file
+    -- they still count: a fork past the instance's process limit is seen through the counter
     local r = assert(core.spawn(args(inst, ("for i in $(seq %d); do sleep 5 & done; wait"):format(
       snap.isolation.pids_max + 8), { deadline_ms = 60000 }))):wait()
     assert.is_true(inst:counters().pids > before.pids, r.stderr)
     assert.is_false(inst:dead())
     inst:stop()
-    assert.falsy(open_paths():find(inst.cgroups.pids .. "/pids.events", 1, true)) -- closed with it
-    assert.is_nil(watched_pids()[inst.pid])
+    assert.is_nil(watched_pids()[inst.pid]) -- closed with it
   end)
 
   walled_it("the diagnostic `run` client (switchboard-walls run) speaks the same protocol", function()

@@ -6,17 +6,20 @@
 --   b.limit, b.hard, b.need, b.capacity   (capacity: instances that fit, running a command each)
 --   b.connections                          (the server.max_connections the HTTP server gets)
 --
--- What sandboxd holds, measured (`ls /proc/PID/fd` with instances awake and commands running):
--- per awake instance the holder's stdout and stderr pipes, the spawner's socket and the
--- workspace's directory handle, the engine's link to its spawner (src/proc/link.c) and the
--- three files read per command, held open (shell/instance.lua: two cgroup counters, the init's
--- stat); per running command its stdout and stderr pipes and, unwalled, its pidfd; per request
--- its connection (bounded by the connection cap this budget gives the server).
+-- What sandboxd holds, measured (`ls -l /proc/PID/fd` on a walled sandboxd, three instances
+-- awake, each running a `sleep`): per awake instance the holder's pidfd and its stderr pipe (its
+-- stdout ends once it said ready: walls/process.c stdout_to_null), the init's pidfd
+-- (core.pid_watch), the workspace's directory handle (O_PATH, for /read and /write) and the
+-- engine's link to its spawner (src/proc/link.c) — 5; per running command its stdout and
+-- stderr pipes and, unwalled, its pidfd — 3; per request its connection (bounded by the
+-- connection cap this budget gives the server). The cgroup counters are opened per read
+-- (shell/instance.lua), not held: two descriptors per instance more would leave 2,000 instances
+-- short of a 20,000 open-files limit.
 local core = require("switchboard.core")
 
 local M = {}
 
-M.PER_INSTANCE = 8
+M.PER_INSTANCE = 5
 M.PER_COMMAND = 3
 -- The server's own: the listener, the loop's handles, the log, policy reloads, `du` and the
 -- walls helper's runs, the metrics listener; with room to spare. A quarter of the limit, from

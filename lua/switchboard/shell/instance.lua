@@ -530,20 +530,19 @@ local function default_route_interface()
   return best
 end
 
--- The counter files (and a pidfd of the init, core.pid_watch) are held open while the instance is awake
--- (issue 43): a read per command is a seek and a read, not a path walk through the cgroup file
--- system and /proc (an open and a close each). sandboxd's descriptor budget counts the three
--- (sandboxd/descriptors.lua PER_INSTANCE), so a full fleet is still refused in words before
--- the kernel's EMFILE (the reason issue 28 opened them per read).
+-- A pidfd of the init (core.pid_watch) is held open while the instance is awake: the init's
+-- death is seen without a /proc walk. The two cgroup counter files are opened per read (an open
+-- and a close each, per command): held, they cost two descriptors per awake instance in
+-- sandboxd's budget (sandboxd/descriptors.lua), and with them 2,000 instances no longer fit in
+-- a 20,000 open-files limit; opened per read, the CPU per request moved by less than the run's
+-- noise (bench/README.md "sandboxd's descriptors per instance").
 local function counter_paths(self)
   local cg, v2 = self.cgroups, self.host.layout.version == 2
   return cg.memory .. (v2 and "/memory.events" or "/memory.oom_control"), cg.pids .. "/pids.events"
 end
 
 local function hold_files(self)
-  local oom, pids = counter_paths(self)
-  -- the init is watched through a pidfd (core.pid_watch), not its stat file: a poll per look
-  self.held = { oom = io.open(oom, "r"), pids = io.open(pids, "r"), init = core.pid_watch(self.pid) }
+  self.held = { init = core.pid_watch(self.pid) }
 end
 
 local function release_files(self)
@@ -704,17 +703,11 @@ function Instance:owner() return { uid = self.uid, gid = self.uid } end
 
 local function counter(self, which, key)
   if self.state == "stopped" then return 0 end -- its cgroups are gone or going
-  local held = self.held and self.held[which]
-  local text
-  if held then
-    text = reread(held)
-  else -- not awake yet: opened for this read
-    local oom, pids = counter_paths(self)
-    local f = io.open(which == "oom" and oom or pids, "r")
-    if not f then return 0 end
-    text = f:read("a")
-    f:close()
-  end
+  local oom, pids = counter_paths(self)
+  local f = io.open(which == "oom" and oom or pids, "r")
+  if not f then return 0 end
+  local text = f:read("a")
+  f:close()
   return text and tonumber(text:match(key)) or 0
 end
 
