@@ -344,41 +344,27 @@ function build_spare(self, root)
   if #self.spares >= want then return end
   self.refilling = true
   core.go(function()
-    local failed = 0
     while not self.closed and #self.spares < want do
       local snap = self.snap_fn()
       local dir = ("%s/.spare-%s"):format(root, core.crypto.hex(core.crypto.random_bytes(8)))
-      local inst, err
+      local inst
       if core.fs.mkdir_p(dir, tonumber("700", 8)) then
         inst = self:new(dir, "spare", snap)
         inst.spare = true
         self.building = inst
-        local ok
-        ok, err = inst:start()
+        local ok = inst:start()
         self.building = nil
         if not ok and not inst.claimed then
           inst:stop(); core.fs.remove_tree(dir)
         end
         if not ok then inst = nil end
       end
-      if not inst then
-        -- a build that went wrong once (bwrap's namespaces can fail for a moment on a loaded
-        -- host) is tried again, as a thread's own start is (shell/walled.lua); twice, or a
-        -- refusal: a host that cannot build one now, and the next claim tries again
-        failed = failed + 1
-        local retry = failed == 1 and err ~= nil and M.build_failed(err) and not self.closed
-        self.log("warn", "walls.spare_failed", { error = type(err) == "table" and err.message or tostring(err or "cannot create " .. dir),
-          retry = retry and 1 or nil, attempt = failed })
-        if not retry then break end
-        goto continue
-      end
-      failed = 0
+      if not inst then break end -- a host that cannot build one now: the next claim tries again
       if self.closed and not inst.claimed then
         inst:stop(); core.fs.remove_tree(dir)
       elseif not inst.claimed then
         self.spares[#self.spares + 1] = inst
       end
-      ::continue::
     end
     self.refilling = false
   end)
