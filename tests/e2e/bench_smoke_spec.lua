@@ -43,6 +43,8 @@ describe("bench smoke", function()
     assert.is_number(r.peak_starts_waiting, out)
   end)
 
+  -- --no-walls here is a bench contender beside the walled sandboxd (how much of the cost is the
+  -- walls' hop), not the path an operator takes: the walled server is measured in the same run
   it("issue43.sh: a small run of the paired rows with the floor and --no-walls, its table and its JSON lines", function()
     local preload = require("support.preload").ld_preload
     local lua = preload and ("env LD_PRELOAD=" .. preload .. " lua5.4") or "lua5.4"
