@@ -13,6 +13,14 @@ local function state_of(pid)
   return s:match("^%d+ %b() (%S)")
 end
 
+local function comm_of(pid)
+  local f = io.open("/proc/" .. pid .. "/comm")
+  if not f then return nil end
+  local s = f:read("l")
+  f:close()
+  return s
+end
+
 local function wait_until(pred, what)
   for _ = 1, 3000 do -- up to 30 s: a bound for a busy machine, left as soon as it holds
     if pred() then return end
@@ -32,6 +40,9 @@ describe("core.pid_watch", function()
     child = tonumber(pipe:read("l"))
     assert.is_number(parent)
     assert.is_number(child)
+    -- until the shell has become `sleep`, it may still reap a child that ends (dash does, as it
+    -- runs its last command): a child killed before then is gone, never a zombie
+    wait_until(function() return comm_of(parent) == "sleep" end, "the parent to become sleep")
   end)
 
   after_each(function()
