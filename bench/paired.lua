@@ -12,6 +12,7 @@
 --
 --   lua5.4 bench/paired.lua [SEQ_N=300] [SLICE_S=2] [PAIRS=5] [BIG_N=20] [CONC=2000] [CONC_SLEEP_S=20]
 --
+-- BENCH_LANE_OFF=1 turns the walled sandboxd's exec lane off (timeouts sandbox.exec_lane).
 -- SWITCHBOARD_BIN selects the sandboxd binary (another checkout's build measures its code with
 -- this bench); SB_BUILD_DIR the build of this checkout (bench_paired, core.so). One JSON line
 -- with every figure and the load average beside each part.
@@ -80,7 +81,11 @@ end
 local out = { load_start = loadavg(), bin = S.BIN }
 core.run(function()
   local dir = S.tmpdir()
-  local h = S.start_sandboxd{ args = { "--max-instances", tostring(CLIENTS + 8) } }
+  -- BENCH_LANE_OFF=1: the walled sandboxd with its exec lane off (docs/sandboxd.md "The exec
+  -- lane"), every /exec through the Lua path: the lane's gain, measured by the same bench
+  local lane_off = os.getenv("BENCH_LANE_OFF") == "1" and require("support.policies").dir{
+    timeouts = function(src) return src .. "\nsandbox.exec_lane = false\n" end } or nil
+  local h = S.start_sandboxd{ args = { "--max-instances", tostring(CLIENTS + 8) }, policies = lane_off }
   local bare = S.start_sandboxd{ args = { "--no-walls", "--max-instances", tostring(CLIENTS + 8) } }
   local node, node_port = start_node(dir)
   local floor, floor_port = start_floor(dir)

@@ -10,6 +10,8 @@
 -- BENCH_COMMAND sets the command (default `true`); `big` is bench/paired.lua's 1 MB of output.
 --
 -- With no name=binary the contender is SWITCHBOARD_BIN (else ./build/switchboard) named "this".
+-- A binary followed by "@lane-off" runs with timeouts sandbox.exec_lane = false (docs/sandboxd.md
+-- "The exec lane"): `on=build/switchboard off=build/switchboard@lane-off` compares the two paths.
 -- Another checkout's binary measures that checkout's Lua (its source directory is built in).
 -- One JSON line: per contender the CPU µs per request of each round, their median, and the
 -- client's median latency, with the load average beside each round.
@@ -20,6 +22,7 @@ package.cpath = build .. "/lua/?.so;" .. package.cpath
 local core = require("switchboard.core")
 local cjson = require("cjson")
 local S = require("support.sandbox")
+local policies = require("support.policies")
 local stats = require("bench.stats")
 
 core.log_format("text", "warn")
@@ -70,8 +73,10 @@ end
 local out = { n = N, rounds = ROUNDS, command = COMMAND, load_start = loadavg() }
 core.run(function()
   for _, c in ipairs(contenders) do
-    S.BIN = c.bin
-    c.h = S.start_sandboxd{ args = { "--max-instances", "8" } }
+    local bin, off = c.bin:match("^(.-)(@lane%-off)$")
+    S.BIN = bin or c.bin
+    local dir = off and policies.dir{ timeouts = function(src) return src .. "\nsandbox.exec_lane = false\n" end } or nil
+    c.h = S.start_sandboxd{ args = { "--max-instances", "8" }, policies = dir }
     seq(c.h.port, 20) -- the instance wakes, the code paths warm
     c.cpu, c.latency, c.load = {}, {}, {}
   end

@@ -47,6 +47,8 @@ sandbox = {
   process_log_bytes = 64 * KiB,       -- the tail of each stream GET /processes/<id>/logs returns
   process_awake_ms = 30 * minute,     -- a running process keeps its instance awake this long, then ends
   max_ports = 10,                     -- exposed ports per thread
+  exec_lane = true,                   -- an ordinary /exec of a settled instance served in C
+                                      -- (docs/sandboxd.md "The exec lane"); false: every one in Lua
   -- ports_base_url = "https://preview.example.com", -- preview URLs under this instead of sandboxd's address
   -- ports_host_url = "https://{token}.preview.example.com", -- or a host per port (a wildcard name to sandboxd)
 }

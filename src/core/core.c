@@ -10,6 +10,7 @@
 #include "../http/http.h"
 #include "../io/io.h"
 #include "../json/json.h"
+#include "../lane/exec_lane.h"
 #include "../log/log_lua.h"
 #include "../notify/notify.h"
 #include "../proc/filerefs.h"
@@ -27,7 +28,7 @@ static int (*const openers[])(lua_State *) = {
     sb_http_server_open, sb_crypto_open,      sb_fs_open,   sb_stdin_open,
     sb_ws_open,          sb_secrets_open,     sb_sse_open,         sb_notify_open,
     sb_tty_open,         sb_json_open,        sb_store_open,       sb_filerefs_open,
-    sb_pidwatch_open,
+    sb_pidwatch_open,    sb_exec_lane_open,
 };
 
 static char finalizer_key;

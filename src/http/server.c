@@ -10,6 +10,7 @@
 #include "server_conn.h"
 #include "server_response.h"
 #include "relay.h"
+#include "lane_face.h"
 #include "../engine/engine.h"
 #include "../log/log.h"
 
@@ -42,7 +43,7 @@ enum { RES_FRESH, RES_STARTED, RES_FINISHED };
 enum { MAX_WRITE_BYTES = 1 << 30 }; /* per call; libuv buffers carry an unsigned length */
 enum { LOG_PATH_MAX = 48 };         /* a client's path is logged cut to this, control bytes as ? */
 
-typedef struct {
+typedef struct sb_http_res {
   sb_http_conn *c; /* NULL once detached */
   int ref;         /* registry anchor while attached */
   uint8_t phase;
@@ -251,6 +252,8 @@ static int dispatch(lua_State *L) {
 }
 
 static bool on_request(sb_http_conn *c) {
+  if (c->lane_entry != NULL && c->server->lane_hooks != NULL && c->server->lane_hooks->request(c))
+    return true; /* the exec lane serves it (exec_lane.c) */
   lua_State *L = sb_main_state();
   dispatched = false;
   lua_pushcfunction(L, dispatch);
@@ -309,6 +312,11 @@ static int head_hook(lua_State *L) {
 }
 
 static bool on_head(sb_http_conn *c) {
+  /* an /exec the armed lane may take: its bearer and thread key were checked there; should
+   * the body not be the lane's, the handler checks them again (routes.lua), as it always does */
+  c->lane_entry = c->server->lane_hooks != NULL ? c->server->lane_hooks->head(c) : NULL;
+  if (c->lane_entry != NULL)
+    return true;
   if (c->server->on_head_ref == LUA_NOREF)
     return true;
   lua_State *L = sb_main_state();
@@ -820,6 +828,54 @@ static int l_res_tostring(lua_State *L) {
   return 1;
 }
 
+/* ---- the exec lane's face (lane_face.h) -------------------------------------------------- */
+
+sb_http_res *sb_http_res_open(lua_State *L, sb_http_conn *c) {
+  res_ud *r = lua_newuserdatauv(L, sizeof *r, 0);
+  init_response(r, c);
+  luaL_setmetatable(L, RES_MT);
+  lua_pushvalue(L, -1);
+  r->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  r->c = c;
+  c->exchange = r;
+  return r;
+}
+
+void sb_http_res_start_held(lua_State *L, sb_http_res *r, int status, int headers_idx) {
+  push_head(L, r, status, headers_idx, -1);
+  r->phase = RES_STARTED;
+  size_t n;
+  const char *head = lua_tolstring(L, -1, &n);
+  if (r->c != NULL && (r->held = malloc(n)) != NULL) {
+    memcpy(r->held, head, n);
+    r->held_len = n;
+  } else {
+    uv_buf_t buf = uv_buf_init((char *)head, (unsigned)n);
+    send_bytes(r, &buf, 1);
+  }
+  lua_pop(L, 1);
+}
+
+bool sb_http_res_write(sb_http_res *r, const char *data, size_t n) {
+  if (r->phase != RES_STARTED)
+    return false;
+  return body_bytes(sb_main_state(), r, data, n); /* chunked: never over a length */
+}
+
+void sb_http_res_finish(sb_http_res *r, const char *data, size_t n) {
+  if (r->phase != RES_STARTED)
+    return;
+  sb_http_body_piece piece;
+  uv_buf_t bufs[3];
+  unsigned k = data != NULL && n > 0 && r->c != NULL
+                   ? frame_bytes(sb_main_state(), r, data, n, &piece, bufs)
+                   : 0;
+  end_body(r, bufs, k);
+  r->phase = RES_FINISHED;
+}
+
+bool sb_http_res_gone(const sb_http_res *r) { return r->closed; }
+
 /* ---- the server -------------------------------------------------------------------------- */
 
 /* Engine shutdown: close the listener and every connection now, while the loop is open. */
@@ -827,6 +883,8 @@ static void server_shutdown(void *ud) { sb_http_server_stop(ud, true); }
 
 static void on_server_closed(sb_http_server *s) {
   lua_State *L = sb_main_state();
+  if (s->lane_hooks != NULL)
+    s->lane_hooks->release(s);
   sb_shutdown_unregister(server_shutdown, s);
   if (s->orphaned) { /* the Lua object is gone (or never existed): nothing references s */
     free(s);
@@ -847,6 +905,13 @@ static const sb_http_callbacks lua_face = {.on_head = on_head, .on_drained = on_
 
 static sb_http_server *check_server(lua_State *L) {
   server_ud *ud = luaL_checkudata(L, 1, SERVER_MT);
+  if (ud->s == NULL)
+    luaL_error(L, "the server is gone");
+  return ud->s;
+}
+
+sb_http_server *sb_http_server_check(lua_State *L, int idx) {
+  server_ud *ud = luaL_checkudata(L, idx, SERVER_MT);
   if (ud->s == NULL)
     luaL_error(L, "the server is gone");
   return ud->s;
@@ -1079,7 +1144,8 @@ static int l_serve(lua_State *L) {
 }
 
 int sb_http_server_open(lua_State *L) {
-  static const luaL_Reg server_methods[] = {{"close", l_server_close}, {NULL, NULL}};
+  static const luaL_Reg server_methods[] = {{"close", l_server_close},
+                                            {NULL, NULL}};
   static const luaL_Reg server_fields[] = {{"port", l_server_port},
                                            {"connections", l_server_connections},
                                            {"closed", l_server_closed},

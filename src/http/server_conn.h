@@ -97,6 +97,8 @@ struct sb_http_server {
    * "<hidden>" instead of the client's bytes — a run page's token is its only credential */
   char log_hide[4][33];
   size_t n_log_hide;
+  struct sb_exec_lane *lane; /* the /exec lane's state (src/lane/exec_lane.c), or NULL */
+  const struct sb_http_lane_hooks *lane_hooks; /* its hooks (lane_face.h), or NULL */
 };
 
 typedef enum { SB_CONN_READING, SB_CONN_HANDLING, SB_CONN_CLOSING, SB_CONN_CLOSED } sb_conn_phase;
@@ -129,6 +131,7 @@ struct sb_http_conn {
   char remote_addr[46];    /* INET6_ADDRSTRLEN */
   uint16_t remote_port;
   const sb_http_tap *tap;  /* set while the connection is relayed (relay.c), else NULL */
+  void *lane_entry;        /* the current request was claimed by the exec lane at its head */
   void *tap_ud;
 };
 

@@ -4,9 +4,24 @@
 #define SB_PROC_H
 
 #include <lua.h>
+#include <stdint.h>
+
+#include "spawn.h"
 
 /* Sets spawn, proc_count and kill_all; registers the supervisor with the engine's shutdown
  * registry (every live group is killed and reaped at shutdown). */
 int sb_proc_open(lua_State *L);
+
+/* The exec lane's spawn (http/exec_lane.c): a walled command started from C, supervised as
+ * core.spawn's are. `done(ud, L, idx)` is called once, on the loop, with proc:wait's result
+ * table at `idx` of L (valid during the call). Returns 0 (with *out), or an errno value with
+ * nothing started. */
+struct sb_proc;
+typedef void (*sb_proc_done_fn)(void *ud, lua_State *L, int result_idx);
+int sb_proc_spawn_walled(lua_State *L, const sb_spawn_args *a, const char *socket,
+                         int64_t deadline_ms, int64_t grace_ms, int64_t max_output,
+                         sb_proc_done_fn done, void *ud, struct sb_proc **out);
+/* Kills the command's group now (its result says aborted), unless it has ended. */
+void sb_proc_abort(struct sb_proc *p);
 
 #endif

@@ -86,6 +86,9 @@ typedef struct sb_proc {
   lua_Integer deadline_ms;
   sb_abort *abort_sig; /* anchored by signal_ref */
   sb_link_member member;
+  /* started from C (sb_proc_spawn_walled, the exec lane): told the result instead of a task */
+  sb_proc_done_fn c_done;
+  void *c_done_ud;
   struct sb_proc *prev, *next; /* the live list */
 } sb_proc;
 
@@ -224,6 +227,14 @@ static void maybe_finish(sb_proc *p) {
     p->waiter = NULL;
     lua_rawgeti(task, LUA_REGISTRYINDEX, p->result_ref);
     sb_task_complete(task, 1);
+  }
+  if (p->c_done != NULL) {
+    sb_proc_done_fn done = p->c_done;
+    p->c_done = NULL;
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, p->result_ref);
+    done(p->c_done_ud, L, top + 1);
+    lua_settop(L, top);
   }
 }
 
@@ -693,6 +704,48 @@ static int l_spawn(lua_State *L) {
   supervise(L, p, &child);
   lua_rawgeti(L, LUA_REGISTRYINDEX, p->self_ref);
   return 1;
+}
+
+/* ---- from C: the exec lane (http/exec_lane.c) ----------------------------------------------- */
+
+/* A walled command started from C: the same record, timers, captures and link as core.spawn's
+ * (so deadline, grace, caps and the link's end behave exactly as for a Lua caller), with the
+ * result table handed to `done` on the loop instead of to a waiting task. The record is a Lua
+ * userdata anchored until its handles close, as core.spawn's. */
+int sb_proc_spawn_walled(lua_State *L, const sb_spawn_args *a, const char *socket,
+                         int64_t deadline_ms, int64_t grace_ms, int64_t max_output,
+                         sb_proc_done_fn done, void *ud, sb_proc **out) {
+  sb_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
+  memset(p, 0, sizeof *p);
+  luaL_setmetatable(L, PROC_MT);
+  p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = p->self_ref = LUA_NOREF;
+  p->pidfd = -1;
+  p->kill_grace_ms = (uint64_t)grace_ms;
+  p->deadline_ms = deadline_ms;
+  p->out.limit = p->err.limit = (size_t)max_output;
+  p->walled = true;
+  p->member.ended = walled_ended;
+  sb_spawned child;
+  int rc = sb_spawn_walled(a, socket, false, &child, &p->member);
+  if (rc != 0) {
+    lua_pop(L, 1); /* nothing started: the userdata is garbage */
+    return rc;
+  }
+  p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
+  p->c_done = done;
+  p->c_done_ud = ud;
+  live_add(p);
+  supervise(L, p, &child);
+  *out = p;
+  return 0;
+}
+
+/* Kills the command's group as an abort does (the result says aborted), unless it ended. */
+void sb_proc_abort(sb_proc *p) {
+  if (p->finished || reap_if_exited(p))
+    return;
+  p->aborted = true;
+  signal_group(p, SIGKILL);
 }
 
 /* ---- methods ------------------------------------------------------------------------------- */

@@ -206,7 +206,10 @@ function M.run(argv, ctx)
     mport = msrv.port
   end
   -- a reload that changes the workspaces' size leaves the old size's template unused
-  p.on_reloaded = function(new) runner.sweep_templates(root, new, core.log) end
+  p.on_reloaded = function(new)
+    runner.sweep_templates(root, new, core.log)
+    if srv.lane then srv.lane:reprogram() end -- the exec lane: armed again under the new snapshot
+  end
   return p:serve(srv, walls, "sandboxd.listening", {
     host = host, port = srv.port, root = root,
     max_instances = opts.pod and 1 or max or snap.timeouts.sandbox.max_instances, version = snap.version,

@@ -362,6 +362,8 @@ M.files.timeouts = {
       what = "an http:// or https:// URL" }),
     ports_host_url = S.optional(S.string { one_line = true, pattern = "^https?://{token}%.[^%s/]+/?$",
       what = "an http(s)://{token}.<domain> URL" }),
+    -- the exec lane (docs/sandboxd.md "The exec lane"); optional: on for a policy that predates it
+    exec_lane = S.optional(S.bool),
   },
   server = S.record {
     drain_ms = ms(0, 10 * MINUTE),

@@ -52,6 +52,10 @@ function Fleet:get(key) return self.instances[key] end
 local function watch(self, inst)
   while self.instances[inst.key] == inst and inst.busy == 0 and not self.closed do
     local due = inst.idle_since + self.opts.sleep_after_ms() - core.now_ms()
+    if due <= 0 and self.opts.in_use and self.opts.in_use(inst.key) then
+      inst.idle_since = core.now_ms() -- (sandboxd's exec lane: commands still run in it)
+      due = self.opts.sleep_after_ms()
+    end
     if due <= 0 then
       self:sleep(inst, "idle")
       break

@@ -241,6 +241,18 @@ local function run_exec(ctx, snap, inst, call, res, state)
     end
   end
   done:abort("done")
+  local doc = M.exec_document(ctx, snap, inst, limit_ms, r, err, mistake, stop.reason)
+  if doc.exitCode ~= nil and doc.error == nil and ctx.lane and r and not r.aborted and not r.timed_out then
+    ctx.lane:settled(snap, inst) -- its next ordinary commands may take the exec lane
+  end
+  M.answer_exec(ctx, inst, res, r, doc)
+end
+
+-- The document of a command that ran (r), could not start (err) or was the caller's mistake;
+-- stop_reason: why an aborted command was killed. Shared with the exec lane's hand-back
+-- (sandboxd/lane.lua): an outcome the lane does not answer itself is composed here.
+function M.exec_document(ctx, snap, inst, limit_ms, r, err, mistake, stop_reason)
+  local max_output = snap.timeouts.process.max_output_bytes
   local doc
   if mistake then
     doc = mistake_document(mistake)
@@ -251,7 +263,7 @@ local function run_exec(ctx, snap, inst, call, res, state)
       drain_s = classify.seconds(ctx.drain_ms or 0),
     }))
   elseif r.aborted then
-    doc = server_failure(snap, "the command was killed: " .. tostring(stop.reason))
+    doc = server_failure(snap, "the command was killed: " .. tostring(stop_reason))
   else
     doc = result_document(snap, r, limit_ms, max_output)
     -- the thread's first command after a wake is told what became of its workspace (kept from
@@ -259,6 +271,11 @@ local function run_exec(ctx, snap, inst, call, res, state)
     local note = inst.runner.take_note and inst.runner:take_note()
     if note then doc.workspace = note end
   end
+  return doc
+end
+
+-- The answer written (its head already started), then counted and logged.
+function M.answer_exec(ctx, inst, res, r, doc)
   -- the answer first: what it counts and logs can wait until it is on the socket
   local account <close> = setmetatable({}, { __close = function() account_exec(ctx, inst, r, doc) end })
   local parts, size = wire_text.answer_parts(doc, json), 0
@@ -511,6 +528,11 @@ function M.parse(snap, route, raw)
   if body == nil then return nil, 400, why.message end
   return parse(snap, body)
 end
+
+M.JSON = JSON
+M.base_env = base_env
+M.account_exec = function(...) return account_exec(...) end
+M.heartbeat_gap = function() metrics.inc("switchboard_heartbeat_gaps_total") end
 
 -- GET /metrics (behind the bearer here; `sandboxd --metrics-listen` serves it without one).
 function M.metrics(res)

@@ -12,6 +12,7 @@
 --   srv:wait()                yields until the shutdown is over
 local core = require("switchboard.core")
 local policy = require("switchboard.policy")
+local lane = require("switchboard.sandboxd.lane")
 local descriptors = require("switchboard.sandboxd.descriptors")
 local file_table = require("switchboard.sandboxd.file_table")
 local fleet = require("switchboard.sandboxd.fleet")
@@ -54,6 +55,20 @@ local function keeper(self, root, log)
   return pass
 end
 
+-- The drain: the exec lane takes no more, and its commands still running are in flight for
+-- the lifecycle (it waits for them as for the Lua path's).
+function M.drain_lane(self)
+  local running = self.lane:close()
+  if running == 0 then return end
+  local life = self.life
+  life.inflight = life.inflight + 1
+  core.go(function()
+    while self.lane:running() > 0 do core.sleep(20) end
+    life.inflight = life.inflight - 1
+    if life.inflight == 0 and life.quiet then life.quiet:abort("idle") end
+  end)
+end
+
 function M.start(opts)
   local log = opts.log or core.log
   local self = setmetatable({ log = log }, lifecycle.Server)
@@ -75,6 +90,8 @@ function M.start(opts)
       not opts.pod and function() self.keep_pass() end or nil),
     label = runner.label, -- a hash of the thread key: logs never carry the key
     log = log,
+    -- an instance whose commands run in the exec lane is in use: not idle
+    in_use = function(key) return self.lane ~= nil and self.lane:in_use(key) > 0 end,
   }
   -- walled instances are held to their share of the host's file table (issue 35)
   if opts.walls then
@@ -97,9 +114,12 @@ function M.start(opts)
   metrics.gauge("switchboard_background_processes", nil, function() return ctx.processes:running() end)
   metrics.gauge("switchboard_exposed_ports", nil, function() return ctx.ports:count() end)
   self.life = lifecycle.new{ event = "sandboxd", log = log,
+    -- the exec lane takes nothing more; its running commands count as in flight
+    on_close = function() if self.lane then M.drain_lane(self) end end,
     on_kill = function(t)
       self.ctx.drain_ms = t.drain_ms
       self.ctx.stopping:abort("shutdown")
+      if self.lane then self.lane:abort() end
     end,
     on_stopped = function()
       if self.file_table then self.file_table:stop() end
@@ -115,6 +135,11 @@ function M.start(opts)
     limits = limits, on_head = on_head, log_hide = { "/ports/" } }
   if not srv then return nil, err end
   self.port = srv.port
+  -- the exec lane (sandboxd/lane.lua): ordinary /exec requests of settled instances in C
+  if opts.walls and not opts.pod then
+    self.lane = lane.new(self.ctx, srv)
+    ctx.lane = self.lane
+  end
   if not opts.pod and opts.root then
     core.go(function()
       repeat

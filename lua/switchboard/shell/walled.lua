@@ -52,6 +52,7 @@ local function retire(r, why, old, fields, note)
   end
   old.retired = core.signal()
   old.retired_note = note
+  if r.lane_disarm then r.lane_disarm() end -- sandboxd's exec lane stops taking its commands
   local handle
   if r.instance == old then -- (else it was replaced already: nothing of the runner is its)
     r.instance, r.replacing = nil, true
@@ -362,6 +363,14 @@ function M.exec(r, spec)
     end
     return nil, spawn_err
   end
+  return M.settle(r, inst, before, res)
+end
+
+-- What a command's end says beyond its own output: the limit it ran into (the counters
+-- `before` it), a full workspace, the instance's end or a memory retire, said on its stderr
+-- (res changed in place and returned). M.exec's tail, and sandboxd's exec lane's (a command
+-- the lane ran whose outcome it hands back: sandboxd/lane.lua).
+function M.settle(r, inst, before, res)
   local after = inst:counters() -- read once: for the words and the memory check below
   local why = inst:explain(before, res.exit, after)
   if why then res.stderr = append_line(res.stderr or "", why) end
@@ -397,6 +406,7 @@ function M.with_root(r, fn, writing)
 end
 
 function M.stop(r)
+  if r.lane_disarm then r.lane_disarm() end
   if r.instance then r.instance:stop() end
   if r.handle then
     r.handle:close()

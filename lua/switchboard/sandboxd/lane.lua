@@ -1,0 +1,164 @@
+-- sandboxd's exec lane (docs/sandboxd.md "The exec lane"): Lua programs it, C executes it.
+--
+-- The C HTTP server (src/http/exec_lane.c) serves an ORDINARY /exec of a thread whose instance
+-- is armed here, start to finish, without a Lua task: the bearer, the thread key and the body
+-- checked as routes.lua would, the env merged, the command spawned through the instance's
+-- spawner, heartbeats, the deadline, the answer encoded and written. What it needs is given
+-- here: per policy snapshot (program: the token, budget clamp, base env, max_output, kill grace,
+-- heartbeat) and per instance (arm: its spawner socket, network, counter files, init pid).
+--
+--   local lane = lane.new(ctx, srv)    -- ctx: routes.lua's; srv: core.http.serve's server
+--   lane:settled(snap, inst)           -- a Lua-path command of the fleet's inst ended ordinarily:
+--                                         arm it when its instance is settled (below)
+--   lane:in_use(key) → n               -- disarmed; n of its commands still in the lane
+--   lane:reprogram()                   -- after a policy reload: every arm dropped, program anew
+--   lane:close() → n                   -- the drain: nothing more taken; n still running
+--   lane:running() → n                 -- its commands running now
+--   lane:abort()                       -- the drain is over: its commands killed
+--
+-- Arming is Lua's decision, made per instance once it is settled: walled, awake with its own
+-- file system (the kernel holds the workspace's size), its workspace checked, nothing pending
+-- (a workspace note, a base capture, a retire notice). Anything that changes the instance —
+-- sleep, retire, stop — disarms it first (shell/walled.lua calls r.lane_disarm). A command
+-- whose outcome is not ordinary comes back here with its response open (back), and every
+-- outcome is heard after its answer (heard): metrics, the log lines, the fleet's last use.
+local core = require("switchboard.core")
+local metrics = require("switchboard.metrics")
+local routes = require("switchboard.sandboxd.routes")
+local runner_mod = require("switchboard.sandboxd.runner")
+local run = require("switchboard.shell.run")
+local walled = require("switchboard.shell.walled")
+
+local C = core.exec_lane -- src/lane/exec_lane.c
+
+local M = {}
+
+local Lane = {}
+Lane.__index = Lane
+
+local function int(x) return math.tointeger(math.floor(x)) end
+
+local function wanted(snap, ctx)
+  local sb = snap.timeouts.sandbox
+  return sb.exec_lane ~= false and not ctx.pod and sb.ports_host_url == nil
+end
+
+-- Programs the C lane for snap (once per snapshot); false when the lane is off under it.
+local function program(self, snap)
+  if self.snap == snap then return self.on end
+  self.snap = snap
+  self.armed = {}
+  self.on = wanted(snap, self.ctx)
+  if not self.on then
+    C.program(self.srv, nil)
+    return false
+  end
+  local t = snap.timeouts
+  C.program(self.srv, {
+    token = self.ctx.token,
+    max_key_bytes = int(t.sandbox.max_thread_key_bytes),
+    floor_ms = int(t.bash.floor_ms), max_ms = int(t.bash.max_ms),
+    default_ms = int(t.sandbox.default_budget_ms), grace_ms = int(t.bash.kill_grace_ms),
+    heartbeat_ms = int(t.sandbox.heartbeat_ms), max_output = int(t.process.max_output_bytes),
+    network = snap.isolation.network, bash = run.bash_path(),
+    env = routes.base_env(self.ctx, snap), headers = routes.JSON,
+    back = function(...) return self:back(...) end,
+    heard = function(...) return self:heard(...) end,
+  })
+  return true
+end
+
+-- The walled record of a fleet instance and its walls instance, when settled enough to arm.
+local function settled_walls(inst)
+  local runner = inst.runner
+  local r = runner and runner.ws
+  local w = r and r.walls and r.instance
+  if not (w and w.state == "ready" and w.disk and w.socket and w.cgroups and w.pid) then return nil end
+  if not runner.checked or runner.note or runner.capture or r.notice or w.retired or inst.asleep then
+    return nil
+  end
+  return r, w
+end
+
+function Lane:settled(snap, inst)
+  if not program(self, snap) then return end
+  local r, w = settled_walls(inst)
+  if not r then return end
+  local armed = self.armed[inst.key]
+  if armed and armed.w == w then return end -- armed already, for this very instance
+  local oom = w.cgroups.memory .. (w.host.layout.version == 2 and "/memory.events" or "/memory.oom_control")
+  local ok = C.arm(self.srv, inst.key, {
+    socket = w.socket, network = inst.network or snap.isolation.network,
+    oom = oom, pids = w.cgroups.pids .. "/pids.events", init_pid = w.pid,
+  })
+  if not ok then return end
+  self.armed[inst.key] = { w = w, r = r, inst = inst, snap = snap }
+  local key = inst.key
+  r.lane_disarm = function()
+    r.lane_disarm = nil
+    C.disarm(self.srv, key)
+  end
+end
+
+function Lane:in_use(key)
+  return C.disarm(self.srv, key)
+end
+
+function Lane:reprogram()
+  self.snap = nil
+  self.armed = {}
+  C.program(self.srv, nil)
+end
+
+function Lane:running() return C.running(self.srv) end
+
+-- The drain is over: its commands are killed (each handed back, answered server_stopped).
+function Lane:abort() C.abort(self.srv) end
+
+function Lane:close()
+  self.closed = true
+  C.program(self.srv, nil)
+  return C.running(self.srv)
+end
+
+-- After the answer (or the hand-back's): what the Lua path counts and logs for a command, and
+-- the fleet's last use of the instance (its idle clock).
+function Lane:heard(key, exit, duration_ms, gaps, handed_back)
+  metrics.inc("switchboard_exec_lane_total", { outcome = handed_back and "handed_back" or "answered" })
+  for _ = 1, gaps do routes.heartbeat_gap() end
+  local inst = self.ctx.fleet:get(key)
+  if inst then inst.idle_since = core.now_ms() end
+  if handed_back then return end -- counted with its document by routes.answer_exec
+  local fake = { label = inst and inst.label or runner_mod.label(key) }
+  routes.account_exec(self.ctx, fake, { timed_out = false }, {
+    exitCode = exit, durationMs = math.tointeger(math.floor(duration_ms + 0.5)) or 0,
+  })
+  self.ctx.log("info", "sandboxd.request", { method = "POST", route = "/exec", status = 200,
+    duration_ms = math.floor(duration_ms * 10 + 0.5) / 10, thread = runner_mod.label(key), lane = 1 })
+end
+
+-- A command the lane ran whose outcome is not ordinary (a deadline, a signal, a counter moved,
+-- long or truncated output, …): settled and composed by the Lua path's own functions, and
+-- written on the response the lane opened. Runs in a task of its own.
+function Lane:back(res, raw, key, limit_ms, before, gaps)
+  local armed = self.armed[key]
+  local snap = armed and armed.snap or self.ctx.policy()
+  local inst = armed and armed.inst or self.ctx.fleet:get(key)
+    or { label = runner_mod.label(key), runner = {} }
+  local ok, err = xpcall(function()
+    if armed then walled.settle(armed.r, armed.w, before, raw) end
+    local doc = routes.exec_document(self.ctx, snap, inst, limit_ms, raw, nil, nil, "client gone")
+    routes.answer_exec(self.ctx, inst, res, raw, doc)
+  end, debug.traceback)
+  if not ok then
+    self.ctx.log("error", "sandboxd.exec_failed", { instance = inst.label, error = err })
+    if not res.finished then res:finish() end
+  end
+  self:heard(key, raw.exit, raw.duration_ms, gaps, true)
+end
+
+function M.new(ctx, srv)
+  return setmetatable({ ctx = ctx, srv = srv, armed = {} }, Lane)
+end
+
+return M

@@ -1,0 +1,40 @@
+/* What the HTTP server offers the exec lane (src/lane/exec_lane.c; docs/sandboxd.md "The exec
+ * lane"): hooks it calls at a request's head and when the request is complete, and the response
+ * object the lane drives as a handler would. The server knows the lane only through the hooks:
+ * http does not depend on the lane, the lane depends on http. */
+#ifndef SB_HTTP_LANE_FACE_H
+#define SB_HTTP_LANE_FACE_H
+
+#include "server_conn.h"
+
+#include <lua.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct sb_http_lane_hooks {
+  /* At a request's head: an opaque claim (then the Lua head hook is skipped: the lane checked
+   * the bearer and thread key itself) or NULL. */
+  void *(*head)(sb_http_conn *c);
+  /* The claimed request is complete: true when the lane took it (a response is open). */
+  bool (*request)(sb_http_conn *c);
+  /* The server closed. */
+  void (*release)(sb_http_server *s);
+};
+
+/* The server of a core.http.serve object at idx (raises when it is not one, or closed). */
+sb_http_server *sb_http_server_check(lua_State *L, int idx);
+
+/* server.c's response object, as the lane drives it. */
+typedef struct sb_http_res sb_http_res;
+/* A response for c's current request (c->exchange set, HANDLING), its userdata pushed on L. */
+sb_http_res *sb_http_res_open(lua_State *L, sb_http_conn *c);
+/* res:start(status, headers at headers_idx, {hold = true}). */
+void sb_http_res_start_held(lua_State *L, sb_http_res *r, int status, int headers_idx);
+/* res:write(bytes) → false when the peer is gone. */
+bool sb_http_res_write(sb_http_res *r, const char *data, size_t n);
+/* res:finish(bytes). */
+void sb_http_res_finish(sb_http_res *r, const char *data, size_t n);
+/* res.closed: the peer went away. */
+bool sb_http_res_gone(const sb_http_res *r);
+
+#endif

@@ -1,0 +1,888 @@
+/* The /exec lane (exec_lane.h). What it decides is exactly what the Lua path would, and nothing
+ * more: the bearer (SHA-256 digests compared in constant time, as sandboxd/auth.lua does), the
+ * thread key's rule (shell/protocol.lua check_thread_key), a body that is {command, timeoutMs?,
+ * env?, network?} with values the Lua path takes as they are (routes.lua PARSE.exec,
+ * sandboxd/env.lua), the budget clamp (shell/budget.lua), the kernel's argument limits
+ * (routes.lua client_mistake: a request over them goes to Lua, which answers it). Anything
+ * else — a field more, an env name Lua would upper-case, a network the instance does not have —
+ * is the Lua path's, untouched. */
+#include "exec_lane.h"
+#include "../http/lane_face.h"
+#include "../http/server_response.h"
+#include "../crypto/base64.h"
+#include "../crypto/ct.h"
+#include "../engine/engine.h"
+#include "../json/json_text.h"
+#include "../proc/proc.h"
+
+#include <lauxlib.h>
+#include <math.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <strings.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+enum {
+  LANE_BUCKETS = 256,
+  /* routes.lua: MAX_ARG_STRLEN, ARG_MAX and the overhead of "bash -c" around a command */
+  MAX_ARG_STRLEN = 32 * 4096,
+  ARG_MAX_BYTES = 2 * 1024 * 1024,
+  EXEC_OVERHEAD = 64,
+  /* routes.lua SLICE: a longer answer is streamed by the Lua path */
+  SLICE = 64 * 1024,
+};
+
+typedef struct lane_entry {
+  struct lane_entry *next;
+  uint32_t hash;
+  bool armed;       /* in the table; false: disarmed, freed when its last command ends */
+  unsigned running; /* its commands in the lane now */
+  int init_pidfd;   /* the instance's init: readable once it has ended */
+  char *socket, *network, *oom_path, *pids_path;
+  size_t key_len;
+  char key[];
+} lane_entry;
+
+typedef struct sb_exec_lane {
+  bool programmed;
+  bool orphaned; /* the server is gone: freed when the last command ends */
+  unsigned char digest[32];
+  size_t max_key;
+  int64_t floor_ms, max_ms, default_ms, grace_ms, heartbeat_ms, max_output;
+  char *default_network, *bash;
+  char **base_env; /* "NAME=value" */
+  size_t *base_name_len;
+  size_t n_base;
+  int headers_ref, back_ref, heard_ref;
+  unsigned running;
+  lane_entry *buckets[LANE_BUCKETS];
+} sb_exec_lane;
+
+typedef struct lane_run {
+  struct lane_run *prev, *next; /* every running command of the process */
+  sb_exec_lane *lane;
+  lane_entry *e;
+  sb_http_res *res;
+  int res_ref;
+  struct sb_proc *proc;
+  uv_timer_t beat;
+  double last_beat;
+  unsigned gaps;
+  bool aborted;
+  long before_oom, before_pids;
+  int64_t limit_ms;
+} lane_run;
+
+static lane_run *runs; /* the commands in the lane now, of every server */
+
+static uint32_t key_hash(const char *s, size_t n) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ (unsigned char)s[i]) * 16777619u;
+  return h;
+}
+
+static void entry_free(lane_entry *e) {
+  if (e->init_pidfd >= 0)
+    close(e->init_pidfd);
+  free(e->socket);
+  free(e->network);
+  free(e->oom_path);
+  free(e->pids_path);
+  free(e);
+}
+
+static lane_entry *entry_find(sb_exec_lane *lane, const char *key, size_t n) {
+  uint32_t h = key_hash(key, n);
+  for (lane_entry *e = lane->buckets[h % LANE_BUCKETS]; e != NULL; e = e->next)
+    if (e->hash == h && e->key_len == n && memcmp(e->key, key, n) == 0)
+      return e;
+  return NULL;
+}
+
+/* Off the table; freed now, or by its last running command. */
+static void entry_disarm(sb_exec_lane *lane, lane_entry *e) {
+  for (lane_entry **at = &lane->buckets[e->hash % LANE_BUCKETS]; *at != NULL; at = &(*at)->next)
+    if (*at == e) {
+      *at = e->next;
+      break;
+    }
+  e->armed = false;
+  if (e->running == 0)
+    entry_free(e);
+}
+
+static unsigned disarm_all(sb_exec_lane *lane) {
+  unsigned running = lane->running;
+  for (int b = 0; b < LANE_BUCKETS; b++)
+    while (lane->buckets[b] != NULL)
+      entry_disarm(lane, lane->buckets[b]);
+  return running;
+}
+
+static void program_clear(lua_State *L, sb_exec_lane *lane) {
+  for (size_t i = 0; i < lane->n_base; i++)
+    free(lane->base_env[i]);
+  free(lane->base_env);
+  free(lane->base_name_len);
+  free(lane->default_network);
+  free(lane->bash);
+  lane->base_env = NULL;
+  lane->base_name_len = NULL;
+  lane->default_network = lane->bash = NULL;
+  lane->n_base = 0;
+  luaL_unref(L, LUA_REGISTRYINDEX, lane->headers_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, lane->back_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, lane->heard_ref);
+  lane->headers_ref = lane->back_ref = lane->heard_ref = LUA_NOREF;
+  lane->programmed = false;
+}
+
+/* ---- the head ------------------------------------------------------------------------------ */
+
+/* The header's value when it occurs exactly once (a repeated one is joined by Lua: its path). */
+static bool one_header(const sb_http_request *q, const char *lower, const char **v, size_t *n) {
+  int seen = 0;
+  for (size_t i = 0; i < q->n_headers; i++)
+    if (sb_http_name_is(sb_http_header_name(q, i), q->headers[i].name_len, lower)) {
+      *v = sb_http_header_value(q, i);
+      *n = q->headers[i].value_len;
+      seen++;
+    }
+  return seen == 1;
+}
+
+/* auth.lua bearer + checker: "Bearer" (any case), one space, the credential with the spaces
+ * around it dropped, non-empty; its digest equal to the token's, compared in constant time. */
+static bool bearer_ok(const sb_exec_lane *lane, const char *v, size_t n) {
+  if (n < 7 || strncasecmp(v, "bearer", 6) != 0 || v[6] != ' ')
+    return false;
+  size_t first = 7, last = n;
+  while (first < n && v[first] == ' ')
+    first++;
+  while (last > first && v[last - 1] == ' ')
+    last--;
+  if (first == last)
+    return false;
+  unsigned char got[32];
+  unsigned int got_len = 0;
+  if (EVP_Digest(v + first, last - first, got, &got_len, sb_sha256(), NULL) != 1 || got_len != 32)
+    return false;
+  return CRYPTO_memcmp(got, lane->digest, 32) == 0;
+}
+
+/* protocol.lua check_thread_key. */
+static bool key_ok(const sb_exec_lane *lane, const char *k, size_t n) {
+  if (n == 0 || n > lane->max_key || k[0] == ' ' || k[n - 1] == ' ')
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)k[i] < 32 || (unsigned char)k[i] > 126)
+      return false;
+  return true;
+}
+
+static void *lane_head(sb_http_conn *c) {
+  sb_exec_lane *lane = c->server->lane;
+  if (lane == NULL || !lane->programmed)
+    return NULL;
+  const sb_http_request *q = &c->req;
+  if (strcmp(sb_http_request_method(q), "POST") != 0 || q->target_len != 5 ||
+      memcmp(q->head, "/exec", 5) != 0 || !q->has_body || q->expect_continue)
+    return NULL;
+  const char *auth, *key;
+  size_t auth_len, key_len;
+  if (!one_header(q, "authorization", &auth, &auth_len) ||
+      !one_header(q, "x-thread-key", &key, &key_len) || !key_ok(lane, key, key_len) ||
+      !bearer_ok(lane, auth, auth_len))
+    return NULL;
+  return entry_find(lane, key, key_len);
+}
+
+/* ---- the body ------------------------------------------------------------------------------ */
+
+typedef struct {
+  const char *command;
+  size_t command_len;
+  int64_t limit_ms;
+  int env_idx; /* the body's env table on L, or 0 */
+} lane_call;
+
+static bool blank(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!(s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r')))
+      return false;
+  return true;
+}
+
+/* budget.lua server_budget: a finite number truncated and clamped into [floor, max]. */
+static int64_t clamp_budget(const sb_exec_lane *lane, double v) {
+  if (!isfinite(v))
+    return lane->default_ms;
+  if (v >= (double)lane->max_ms)
+    return lane->max_ms;
+  if (v <= (double)lane->floor_ms)
+    return lane->floor_ms;
+  return (int64_t)v; /* truncation toward zero, as math.floor/ceil there */
+}
+
+static bool env_name_ok(const char *s, size_t n) {
+  if (n == 0 || !((s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
+    return false;
+  for (size_t i = 1; i < n; i++)
+    if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+      return false;
+  return true;
+}
+
+/* env: a plain object of NAME = "value" that envFromRequest keeps whole (names already upper
+ * case identifiers, values strings without NUL). */
+static bool env_ok(lua_State *L, int idx) {
+  if (lua_getmetatable(L, idx)) {
+    lua_pop(L, 1);
+    return false;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    size_t kn, vn;
+    if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING) {
+      lua_pop(L, 2);
+      return false;
+    }
+    const char *k = lua_tolstring(L, -2, &kn);
+    const char *v = lua_tolstring(L, -1, &vn);
+    lua_pop(L, 1);
+    if (!env_name_ok(k, kn) || memchr(v, '\0', vn) != NULL) {
+      lua_pop(L, 1);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Decodes the body onto L (core.json.decode) and reads it into `call`; false: the Lua path's. */
+static bool read_call(lua_State *L, sb_exec_lane *lane, lane_entry *e, const sb_http_request *q,
+                      lane_call *call) {
+  lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
+  lua_getfield(L, -1, "json");
+  lua_getfield(L, -1, "decode");
+  lua_pushlstring(L, q->body != NULL ? q->body : "", q->body_len);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK || lua_type(L, -1) != LUA_TTABLE)
+    return false;
+  int doc = lua_gettop(L);
+  const char *network = lane->default_network;
+  bool has_command = false;
+  call->limit_ms = lane->default_ms;
+  call->env_idx = 0;
+  lua_pushnil(L);
+  while (lua_next(L, doc) != 0) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      return false;
+    const char *k = lua_tostring(L, -2);
+    int t = lua_type(L, -1);
+    if (strcmp(k, "command") == 0 && t == LUA_TSTRING) {
+      call->command = lua_tolstring(L, -1, &call->command_len); /* anchored by doc */
+      has_command = true;
+    } else if (strcmp(k, "timeoutMs") == 0 && t == LUA_TNUMBER) {
+      call->limit_ms = clamp_budget(lane, lua_tonumber(L, -1));
+    } else if (strcmp(k, "network") == 0 && t == LUA_TSTRING) {
+      network = lua_tostring(L, -1);
+    } else if (strcmp(k, "env") == 0 && t == LUA_TTABLE) {
+      if (!env_ok(L, lua_gettop(L)))
+        return false;
+    } else {
+      return false;
+    }
+    lua_pop(L, 1);
+  }
+  if (lua_getfield(L, doc, "env") == LUA_TTABLE)
+    call->env_idx = lua_gettop(L);
+  if (!has_command || blank(call->command, call->command_len) ||
+      memchr(call->command, '\0', call->command_len) != NULL)
+    return false;
+  /* protocol.lua NETWORKS, then the instance's own (a mismatch is Lua's 409) */
+  if ((strcmp(network, "host") != 0 && strcmp(network, "none") != 0) ||
+      strcmp(network, e->network) != 0)
+    return false;
+  return true;
+}
+
+/* ---- the environment ----------------------------------------------------------------------- */
+
+/* The base env (policies/execution.lua child_env) with the request's on top, as "NAME=value"
+ * strings (malloc'd, NULL-terminated), or NULL when the kernel would refuse the command
+ * (routes.lua client_mistake: the Lua path answers that) or memory ran out. */
+static char **merged_env(lua_State *L, const sb_exec_lane *lane, const lane_call *call) {
+  size_t n_req = 0;
+  if (call->env_idx != 0) {
+    lua_pushnil(L);
+    while (lua_next(L, call->env_idx) != 0) {
+      n_req++;
+      lua_pop(L, 1);
+    }
+  }
+  if (call->command_len + 1 > MAX_ARG_STRLEN)
+    return NULL;
+  size_t total = call->command_len + 1 + EXEC_OVERHEAD;
+  char **envp = calloc(lane->n_base + n_req + 1, sizeof *envp);
+  if (envp == NULL)
+    return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < lane->n_base; i++) {
+    const char *entry = lane->base_env[i];
+    size_t name_len = lane->base_name_len[i];
+    if (call->env_idx != 0) { /* overridden by the request */
+      lua_pushlstring(L, entry, name_len);
+      bool over = lua_rawget(L, call->env_idx) != LUA_TNIL;
+      lua_pop(L, 1);
+      if (over)
+        continue;
+    }
+    size_t len = strlen(entry);
+    if (len + 1 > MAX_ARG_STRLEN)
+      goto refused;
+    total += len + 1 + 8;
+    if ((envp[k++] = strdup(entry)) == NULL)
+      goto refused;
+  }
+  if (call->env_idx != 0) {
+    lua_pushnil(L);
+    while (lua_next(L, call->env_idx) != 0) {
+      size_t kn, vn;
+      const char *name = lua_tolstring(L, -2, &kn);
+      const char *value = lua_tolstring(L, -1, &vn);
+      lua_pop(L, 1);
+      if (kn + 1 + vn + 1 > MAX_ARG_STRLEN) {
+        lua_pop(L, 1);
+        goto refused;
+      }
+      total += kn + 1 + vn + 1 + 8;
+      char *entry = malloc(kn + vn + 2);
+      if (entry == NULL) {
+        lua_pop(L, 1);
+        goto refused;
+      }
+      memcpy(entry, name, kn);
+      entry[kn] = '=';
+      memcpy(entry + kn + 1, value, vn);
+      entry[kn + vn + 1] = '\0';
+      envp[k++] = entry;
+    }
+  }
+  if (total > ARG_MAX_BYTES)
+    goto refused;
+  return envp;
+refused:
+  for (size_t i = 0; i < k; i++)
+    free(envp[i]);
+  free(envp);
+  return NULL;
+}
+
+static void env_free(char **envp) {
+  for (char **p = envp; p != NULL && *p != NULL; p++)
+    free(*p);
+  free(envp);
+}
+
+/* ---- the instance's counters --------------------------------------------------------------- */
+
+/* The number after `word ` in a cgroup events file (instance.lua counter), 0 when unread. */
+static long counter(const char *path, const char *word) {
+  char buf[512];
+  FILE *f = fopen(path, "re");
+  if (f == NULL)
+    return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  size_t wn = strlen(word);
+  for (char *at = strstr(buf, word); at != NULL; at = strstr(at + 1, word))
+    if ((at == buf || at[-1] == '\n') && at[wn] == ' ')
+      return strtol(at + wn + 1, NULL, 10);
+  return 0;
+}
+
+static bool init_ended(const lane_entry *e) {
+  if (e->init_pidfd < 0)
+    return false;
+  struct pollfd p = {.fd = e->init_pidfd, .events = POLLIN};
+  return poll(&p, 1, 0) > 0;
+}
+
+/* ---- the run ------------------------------------------------------------------------------- */
+
+static void lane_free(lua_State *L, sb_exec_lane *lane) {
+  disarm_all(lane);
+  program_clear(L, lane);
+  free(lane);
+}
+
+static void run_closed(uv_handle_t *h) {
+  lane_run *run = h->data;
+  sb_exec_lane *lane = run->lane;
+  free(run);
+  if (lane->orphaned && lane->running == 0)
+    lane_free(sb_main_state(), lane);
+}
+
+static void run_end(lua_State *L, lane_run *run) {
+  if (run->prev)
+    run->prev->next = run->next;
+  else
+    runs = run->next;
+  if (run->next)
+    run->next->prev = run->prev;
+  luaL_unref(L, LUA_REGISTRYINDEX, run->res_ref);
+  run->res_ref = LUA_NOREF;
+  lane_entry *e = run->e;
+  e->running--;
+  run->lane->running--;
+  if (!e->armed && e->running == 0)
+    entry_free(e);
+  uv_close((uv_handle_t *)&run->beat, run_closed);
+}
+
+/* One space every heartbeat (routes.lua heartbeat): a peer that went away stops the command. */
+static void beat(uv_timer_t *t) {
+  lane_run *run = t->data;
+  if (sb_http_res_gone(run->res)) {
+    if (!run->aborted) {
+      run->aborted = true;
+      sb_proc_abort(run->proc);
+    }
+    return;
+  }
+  double now = sb_now_ms();
+  if (now - run->last_beat > 1.5 * (double)run->lane->heartbeat_ms)
+    run->gaps++;
+  run->last_beat = now;
+  sb_http_res_write(run->res, " ", 1);
+}
+
+typedef struct {
+  char *data;
+  size_t len, cap;
+  bool failed;
+} text_buf;
+
+static void put(void *ctx, const char *bytes, size_t n) {
+  text_buf *b = ctx;
+  if (b->failed)
+    return;
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n)
+      cap *= 2;
+    char *grown = realloc(b->data, cap);
+    if (grown == NULL) {
+      b->failed = true;
+      return;
+    }
+    b->data = grown;
+    b->cap = cap;
+  }
+  memcpy(b->data + b->len, bytes, n);
+  b->len += n;
+}
+
+static void put_s(text_buf *b, const char *s) { put(b, s, strlen(s)); }
+
+static void put_base64(text_buf *b, const char *name, const char *s, size_t n) {
+  size_t m = sb_base64_encoded_len(n, SB_B64_STD);
+  char *out = m == SIZE_MAX ? NULL : malloc(m ? m : 1);
+  if (out == NULL) {
+    b->failed = true;
+    return;
+  }
+  sb_base64_encode(out, (const uint8_t *)s, n, SB_B64_STD);
+  put_s(b, ",\"");
+  put_s(b, name);
+  put_s(b, "Base64\":\"");
+  put(b, out, m);
+  put_s(b, "\"");
+  free(out);
+}
+
+/* wire_text.lua answer_parts of a success document, in one buffer. */
+static bool answer_text(text_buf *b, lua_Integer exit, lua_Integer duration, const char *out,
+                        size_t out_len, const char *err, size_t err_len) {
+  char head[96];
+  snprintf(head, sizeof head, "{\"exitCode\":%lld,\"durationMs\":%lld,\"stdout\":", (long long)exit,
+           (long long)duration);
+  put_s(b, head);
+  bool out_valid = sb_json_string(out, out_len, put, b);
+  put_s(b, ",\"stderr\":");
+  bool err_valid = sb_json_string(err, err_len, put, b);
+  if (!out_valid)
+    put_base64(b, "stdout", out, out_len);
+  if (!err_valid)
+    put_base64(b, "stderr", err, err_len);
+  put_s(b, "}");
+  return !b->failed;
+}
+
+static bool field_true(lua_State *L, int idx, const char *name) {
+  lua_getfield(L, idx, name);
+  bool v = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* walled.lua's full(): the words a write that met the end of its file system leaves. */
+static bool no_space(const char *s, size_t n) {
+  return memmem(s, n, "No space left on device", 23) != NULL ||
+         memmem(s, n, "Disk quota exceeded", 19) != NULL;
+}
+
+/* Lua hears the outcome (metrics, the log lines, the fleet's last use): heard(key, exit,
+ * duration_ms, gaps, handed_back). After the answer, never before it. */
+static void tell(lua_State *L, lane_run *run, lua_Integer exit, double duration_ms, bool back) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->lane->heard_ref);
+  lua_pushlstring(L, run->e->key, run->e->key_len);
+  lua_pushinteger(L, exit);
+  lua_pushnumber(L, duration_ms);
+  lua_pushinteger(L, run->gaps);
+  lua_pushboolean(L, back);
+  sb_pcall(L, 5, "exec lane heard");
+}
+
+/* The extraordinary outcome goes to Lua with its response still open: back(res, raw, key,
+ * limit_ms, before, gaps) in a task of its own (core.go), which composes and sends the answer
+ * with the Lua path's own functions. */
+static void hand_back(lua_State *L, lane_run *run, int raw) {
+  int top = lua_gettop(L);
+  lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
+  lua_getfield(L, -1, "go");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->lane->back_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->res_ref);
+  lua_pushvalue(L, raw);
+  lua_pushlstring(L, run->e->key, run->e->key_len);
+  lua_pushinteger(L, run->limit_ms);
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, run->before_oom);
+  lua_setfield(L, -2, "oom");
+  lua_pushinteger(L, run->before_pids);
+  lua_setfield(L, -2, "pids");
+  lua_pushinteger(L, run->gaps);
+  if (!sb_pcall(L, 7, "exec lane hand-back")) /* the task could not start: the peer learns */
+    sb_http_res_finish(run->res, NULL, 0);
+  lua_settop(L, top);
+}
+
+static void command_done(void *ud, lua_State *L, int raw) {
+  lane_run *run = ud;
+  uv_timer_stop(&run->beat);
+  lane_entry *e = run->e;
+  lua_getfield(L, raw, "exit");
+  lua_Integer exit = lua_tointeger(L, -1);
+  lua_getfield(L, raw, "signal");
+  bool signalled = !lua_isnil(L, -1);
+  lua_getfield(L, raw, "duration_ms");
+  double duration_ms = lua_tonumber(L, -1);
+  size_t out_len, err_len;
+  lua_getfield(L, raw, "stdout");
+  const char *out = lua_tolstring(L, -1, &out_len);
+  lua_getfield(L, raw, "stderr");
+  const char *err = lua_tolstring(L, -1, &err_len);
+  lua_getfield(L, raw, "truncated");
+  int trunc = lua_gettop(L);
+  bool ordinary = out != NULL && err != NULL && lua_istable(L, trunc) &&
+                  !field_true(L, trunc, "stdout") && !field_true(L, trunc, "stderr") &&
+                  !field_true(L, raw, "timed_out") && !field_true(L, raw, "aborted") &&
+                  !signalled && !(exit != 0 && no_space(err, err_len)) &&
+                  counter(e->oom_path, "oom_kill") == run->before_oom &&
+                  counter(e->pids_path, "max") == run->before_pids && !init_ended(e) &&
+                  out_len + err_len < SLICE;
+  text_buf b = {0};
+  if (ordinary) {
+    lua_Integer duration = (lua_Integer)floor(duration_ms + 0.5);
+    ordinary = answer_text(&b, exit, duration, out, out_len, err, err_len) && b.len <= SLICE;
+  }
+  if (ordinary) {
+    sb_http_res_finish(run->res, b.data, b.len);
+    free(b.data);
+    tell(L, run, exit, duration_ms, false);
+  } else {
+    free(b.data);
+    hand_back(L, run, raw);
+  }
+  run_end(L, run);
+}
+
+static bool lane_request(sb_http_conn *c) {
+  lane_entry *e = c->lane_entry;
+  c->lane_entry = NULL;
+  sb_exec_lane *lane = c->server->lane;
+  if (e == NULL || lane == NULL || !lane->programmed || !e->armed)
+    return false;
+  lua_State *L = sb_main_state();
+  int top = lua_gettop(L);
+  lane_call call = {0};
+  char **envp = NULL;
+  lane_run *run = NULL;
+  bool taken = false;
+  if (!read_call(L, lane, e, &c->req, &call) || (envp = merged_env(L, lane, &call)) == NULL)
+    goto done;
+  run = calloc(1, sizeof *run);
+  if (run == NULL)
+    goto done;
+  run->lane = lane;
+  run->e = e;
+  run->res_ref = LUA_NOREF;
+  run->limit_ms = call.limit_ms;
+  run->before_oom = counter(e->oom_path, "oom_kill");
+  run->before_pids = counter(e->pids_path, "max");
+  char *argv[] = {lane->bash, "-c", (char *)call.command, NULL};
+  sb_spawn_args a = {.argv = argv, .envp = envp, .cwd = "/workspace"};
+  int rc = sb_proc_spawn_walled(L, &a, e->socket, call.limit_ms, lane->grace_ms, lane->max_output,
+                                command_done, run, &run->proc);
+  if (rc != 0) { /* the spawner did not take it: Lua's path retries in a fresh instance */
+    entry_disarm(lane, e);
+    goto done;
+  }
+  e->running++;
+  lane->running++;
+  run->res = sb_http_res_open(L, c);
+  run->res_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, lane->headers_ref);
+  sb_http_res_start_held(L, run->res, 200, lua_gettop(L));
+  uv_timer_init(sb_loop(), &run->beat);
+  run->beat.data = run;
+  run->last_beat = sb_now_ms();
+  if (lane->heartbeat_ms > 0)
+    uv_timer_start(&run->beat, beat, (uint64_t)lane->heartbeat_ms, (uint64_t)lane->heartbeat_ms);
+  run->next = runs;
+  if (runs)
+    runs->prev = run;
+  runs = run;
+  run = NULL; /* the command's own now: freed when it ends */
+  taken = true;
+done:
+  free(run);
+  env_free(envp);
+  lua_settop(L, top);
+  return taken;
+}
+
+/* ---- Lua's side ---------------------------------------------------------------------------- */
+
+static int64_t int_field(lua_State *L, int t, const char *name) {
+  lua_getfield(L, t, name);
+  if (!lua_isinteger(L, -1))
+    luaL_error(L, "lane program: %s must be an integer", name);
+  int64_t v = (int64_t)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+static char *str_field(lua_State *L, int t, const char *name) {
+  lua_getfield(L, t, name);
+  const char *v = lua_tostring(L, -1);
+  if (lua_type(L, -1) != LUA_TSTRING)
+    luaL_error(L, "lane program: %s must be a string", name);
+  char *copy = strdup(v);
+  lua_pop(L, 1);
+  if (copy == NULL)
+    luaL_error(L, "lane program: out of memory");
+  return copy;
+}
+
+static int ref_field(lua_State *L, int t, const char *name, int type) {
+  lua_getfield(L, t, name);
+  if (lua_type(L, -1) != type)
+    luaL_error(L, "lane program: %s has the wrong type", name);
+  return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+static sb_exec_lane *lane_of(sb_http_server *s) {
+  if (s->lane == NULL) {
+    s->lane = calloc(1, sizeof *s->lane);
+    if (s->lane == NULL)
+      return NULL;
+    s->lane->headers_ref = s->lane->back_ref = s->lane->heard_ref = LUA_NOREF;
+  }
+  return s->lane;
+}
+
+/* core.exec_lane.program(srv, program | nil): program = {token, max_key_bytes, floor_ms, max_ms, default_ms,
+ * grace_ms, heartbeat_ms, max_output, network, bash, env = {NAME = value}, headers, back,
+ * heard}. nil: the lane off (every armed instance disarmed). Every armed instance is disarmed
+ * by a new program too: Lua arms them again under the new snapshot. */
+static void lane_release(sb_http_server *s);
+static const struct sb_http_lane_hooks hooks = {.head = lane_head, .request = lane_request, .release = lane_release};
+
+static int l_program(lua_State *L) {
+  sb_http_server *s = sb_http_server_check(L, 1);
+  sb_exec_lane *lane = lane_of(s);
+  if (lane == NULL)
+    return luaL_error(L, "lane: out of memory");
+  disarm_all(lane);
+  program_clear(L, lane);
+  s->lane_hooks = &hooks;
+  if (lua_isnoneornil(L, 2))
+    return 0;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_getfield(L, 2, "token");
+  size_t tn;
+  const char *token = lua_tolstring(L, -1, &tn);
+  unsigned int dn = 0;
+  if (token == NULL || tn == 0 || EVP_Digest(token, tn, lane->digest, &dn, sb_sha256(), NULL) != 1)
+    return luaL_error(L, "lane program: token must be a non-empty string");
+  lua_pop(L, 1);
+  lane->max_key = (size_t)int_field(L, 2, "max_key_bytes");
+  lane->floor_ms = int_field(L, 2, "floor_ms");
+  lane->max_ms = int_field(L, 2, "max_ms");
+  lane->default_ms = int_field(L, 2, "default_ms");
+  lane->grace_ms = int_field(L, 2, "grace_ms");
+  lane->heartbeat_ms = int_field(L, 2, "heartbeat_ms");
+  lane->max_output = int_field(L, 2, "max_output");
+  lane->default_network = str_field(L, 2, "network");
+  lane->bash = str_field(L, 2, "bash");
+  lua_getfield(L, 2, "env");
+  luaL_checktype(L, -1, LUA_TTABLE);
+  size_t n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, -2) != 0) {
+    n++;
+    lua_pop(L, 1);
+  }
+  lane->base_env = calloc(n + 1, sizeof *lane->base_env);
+  lane->base_name_len = calloc(n + 1, sizeof *lane->base_name_len);
+  if (lane->base_env == NULL || lane->base_name_len == NULL)
+    return luaL_error(L, "lane program: out of memory");
+  lua_pushnil(L);
+  while (lua_next(L, -2) != 0) {
+    size_t kn, vn;
+    const char *k = luaL_checklstring(L, -2, &kn);
+    const char *v = luaL_checklstring(L, -1, &vn);
+    char *entry = malloc(kn + vn + 2);
+    if (entry == NULL)
+      return luaL_error(L, "lane program: out of memory");
+    memcpy(entry, k, kn);
+    entry[kn] = '=';
+    memcpy(entry + kn + 1, v, vn);
+    entry[kn + vn + 1] = '\0';
+    lane->base_name_len[lane->n_base] = kn;
+    lane->base_env[lane->n_base++] = entry;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  lane->headers_ref = ref_field(L, 2, "headers", LUA_TTABLE);
+  lane->back_ref = ref_field(L, 2, "back", LUA_TFUNCTION);
+  lane->heard_ref = ref_field(L, 2, "heard", LUA_TFUNCTION);
+  lane->programmed = true;
+  return 0;
+}
+
+/* core.exec_lane.arm(srv, key, {socket, network, oom, pids, init_pid}) → true (false: no program). */
+static int l_arm(lua_State *L) {
+  sb_http_server *s = sb_http_server_check(L, 1);
+  size_t kn;
+  const char *key = luaL_checklstring(L, 2, &kn);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  sb_exec_lane *lane = s->lane;
+  if (lane == NULL || !lane->programmed) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  lane_entry *old = entry_find(lane, key, kn);
+  if (old != NULL)
+    entry_disarm(lane, old);
+  lane_entry *e = calloc(1, sizeof *e + kn + 1);
+  if (e == NULL)
+    return luaL_error(L, "lane_arm: out of memory");
+  memcpy(e->key, key, kn);
+  e->key_len = kn;
+  e->hash = key_hash(key, kn);
+  e->init_pidfd = -1;
+  e->socket = str_field(L, 3, "socket");
+  e->network = str_field(L, 3, "network");
+  e->oom_path = str_field(L, 3, "oom");
+  e->pids_path = str_field(L, 3, "pids");
+  lua_getfield(L, 3, "init_pid");
+  lua_Integer pid = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  if (pid > 0)
+    e->init_pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  e->armed = true;
+  e->next = lane->buckets[e->hash % LANE_BUCKETS];
+  lane->buckets[e->hash % LANE_BUCKETS] = e;
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* core.exec_lane.disarm(srv [, key]) → the commands of that key (of every key) still in the lane. */
+static int l_disarm(lua_State *L) {
+  sb_http_server *s = sb_http_server_check(L, 1);
+  sb_exec_lane *lane = s->lane;
+  if (lane == NULL) {
+    lua_pushinteger(L, 0);
+    return 1;
+  }
+  if (lua_isnoneornil(L, 2)) {
+    lua_pushinteger(L, disarm_all(lane));
+    return 1;
+  }
+  size_t kn;
+  const char *key = luaL_checklstring(L, 2, &kn);
+  lane_entry *e = entry_find(lane, key, kn);
+  unsigned running = e ? e->running : 0;
+  if (e != NULL)
+    entry_disarm(lane, e);
+  lua_pushinteger(L, running);
+  return 1;
+}
+
+static int l_running(lua_State *L) {
+  sb_http_server *s = sb_http_server_check(L, 1);
+  lua_pushinteger(L, s->lane ? s->lane->running : 0);
+  return 1;
+}
+
+/* The server is gone (server.c on_server_closed): the lane with it, or after its last command. */
+static void lane_release(sb_http_server *s) {
+  sb_exec_lane *lane = s->lane;
+  s->lane = NULL;
+  if (lane == NULL)
+    return;
+  disarm_all(lane);
+  if (lane->running == 0)
+    lane_free(sb_main_state(), lane);
+  else
+    lane->orphaned = true;
+}
+
+/* core.exec_lane.abort(srv): every command of srv's lane killed now (the drain is over: the
+ * Lua path's commands are killed then too); each is handed back, aborted. */
+static int l_abort(lua_State *L) {
+  sb_http_server *s = sb_http_server_check(L, 1);
+  for (lane_run *run = runs; run != NULL; run = run->next)
+    if (run->lane == s->lane && !run->aborted) {
+      run->aborted = true;
+      sb_proc_abort(run->proc);
+    }
+  return 0;
+}
+
+/* Engine shutdown: the commands still in the lane are being killed by the supervisor's own
+ * shutdown, which tells no one; their runs end here (their handles close, their memory goes). */
+static void lane_shutdown(void *ud) {
+  (void)ud;
+  lua_State *L = sb_main_state();
+  while (runs != NULL)
+    run_end(L, runs);
+}
+
+int sb_exec_lane_open(lua_State *L) {
+  sb_shutdown_register(lane_shutdown, NULL);
+  static const luaL_Reg fns[] = {{"program", l_program}, {"arm", l_arm}, {"disarm", l_disarm},
+                                 {"running", l_running}, {"abort", l_abort}, {NULL, NULL}};
+  luaL_newlib(L, fns);
+  lua_setfield(L, -2, "exec_lane");
+  return 0;
+}

@@ -1,0 +1,95 @@
+-- Black-box: sandboxd's exec lane (docs/sandboxd.md "The exec lane", issue 43 rows 1-3). Two
+-- real walled sandboxd, one with the lane (the shipped default) and one with
+-- timeouts sandbox.exec_lane = false, run the same commands — exit 0, exit 3 with stderr,
+-- output that is not UTF-8, output over max_output, env from the request, a command its
+-- deadline kills, a command the kernel would refuse (E2BIG-size), a command that spans
+-- heartbeats — and answer the same documents (durationMs aside). The lane's metric says which
+-- commands the lane ran: the ordinary ones answered in C, the others handed back to Lua.
+local cjson = require("cjson")
+local core = require("switchboard.core")
+local S = require("support.sandbox")
+local policies = require("support.policies")
+
+local function policy_dir(lane)
+  return policies.dir{
+    timeouts = function(src)
+      return src .. "\n" .. S.FAST .. '\nsandbox.sleep_after = "10m"\nprocess.max_output_bytes = 4096\n'
+        .. (lane and "" or "sandbox.exec_lane = false\n")
+    end,
+    isolation = function(src) return src .. "\nworkspace_max_bytes = 32 * MiB\nspare_instances = 0\n" end,
+  }
+end
+
+local describe_walls = require("support.walls").probe(policy_dir(true),
+  { describe = describe, it = it, pending = pending })
+
+after_each(S.cleanup_servers)
+teardown(S.cleanup)
+
+-- The answer's raw body (heartbeat spaces included) and its document without durationMs.
+local function exec(h, thread, body)
+  local status, _, raw = S.call(h.url, "/exec", { thread = thread, deadline_ms = 120000, body = body })
+  assert.equal(200, status, raw)
+  local doc = cjson.decode(raw)
+  doc.durationMs = nil
+  return doc, raw
+end
+
+local function lane_count(h, outcome)
+  local status, _, text = S.call(h.url, "/metrics", { method = "GET", thread = false })
+  assert.equal(200, status, text)
+  return tonumber(text:match('switchboard_exec_lane_total{outcome="' .. outcome .. '"} (%d+)')) or 0
+end
+
+local CASES = {
+  { name = "exit 0", body = { command = "echo hello" } },
+  { name = "exit 3 with stderr", body = { command = "echo out; echo 'went wrong' >&2; exit 3" } },
+  { name = "not UTF-8", body = { command = "printf 'a\\377\\376b'; printf '\\300x' >&2" } },
+  { name = "over max_output", body = { command = "head -c 10000 /dev/zero | tr '\\0' a" }, back = true },
+  { name = "env from the request", body = { command = "echo \"$GREETING $HOME\"", env = { GREETING = "hi there" } } },
+  { name = "timeout", body = { command = "sleep 30", timeoutMs = 300 }, back = true },
+  { name = "E2BIG-size command", body = { command = ": " .. ("x"):rep(140000) }, lua = true },
+  { name = "spans heartbeats", body = { command = "sleep 0.5; echo slept" }, beats = true },
+  { name = "exit 0 after the others", body = { command = "pwd; id -u | wc -c" } },
+}
+
+describe_walls("sandboxd's exec lane", function()
+  it("answers every case as the Lua path does, and counts the commands it ran", function()
+    core.run(function()
+      local on = S.start_sandboxd{ policies = policy_dir(true) }
+      local off = S.start_sandboxd{ policies = policy_dir(false) }
+      -- the thread's first command goes through Lua: it makes the instance, which is then armed
+      for _, h in ipairs({ on, off }) do
+        local doc = exec(h, "lane", { command = "true" })
+        assert.equal(0, doc.exitCode, doc.stderr)
+      end
+      local answered, back = 0, 0
+      for _, case in ipairs(CASES) do
+        local a, raw_a = exec(on, "lane", case.body)
+        local b, raw_b = exec(off, "lane", case.body)
+        assert.same(b, a, case.name)
+        if case.beats then
+          assert.truthy(raw_a:find("^ +{"), case.name .. ": no heartbeat from the lane: " .. raw_a:sub(1, 40))
+          assert.truthy(raw_b:find("^ +{"), case.name .. ": no heartbeat from Lua")
+        end
+        if case.back then back = back + 1 elseif not case.lua then answered = answered + 1 end
+      end
+      -- what the cases asserted, seen from the answers themselves
+      local docs = {}
+      for i, case in ipairs(CASES) do docs[i] = exec(on, "lane", case.body) end
+      assert.equal("hello\n", docs[1].stdout)
+      assert.equal(3, docs[2].exitCode)
+      assert.equal("went wrong\n", docs[2].stderr)
+      assert.is_string(docs[3].stdoutBase64)
+      assert.truthy(docs[4].stderr:find("truncated", 1, true) or docs[4].stderr:find("4096", 1, true), docs[4].stderr)
+      assert.truthy(docs[5].stdout:find("^hi there "), docs[5].stdout)
+      assert.equal(124, docs[6].exitCode)
+      assert.equal(126, docs[7].exitCode)
+      assert.equal("slept\n", docs[8].stdout)
+      -- each case ran twice on the lane's server; the off server's lane ran nothing
+      assert.equal(2 * answered, lane_count(on, "answered"))
+      assert.equal(2 * back, lane_count(on, "handed_back"))
+      assert.equal(0, lane_count(off, "answered") + lane_count(off, "handed_back"))
+    end)
+  end)
+end)
