@@ -13,7 +13,7 @@ local policies = require("support.policies")
 local function policy_dir(lane)
   return policies.dir{
     timeouts = function(src)
-      return src .. "\n" .. S.FAST .. '\nsandbox.sleep_after = "10m"\nprocess.max_output_bytes = 4096\n'
+      return src .. "\n" .. S.FAST .. '\nsandbox.sleep_after = "10m"\nprocess.max_output_bytes = 4096\nserver.drain_ms = 20 * second\n'
         .. (lane and "" or "sandbox.exec_lane = false\n")
     end,
     isolation = function(src) return src .. "\nworkspace_max_bytes = 32 * MiB\nspare_instances = 0\n" end,
@@ -90,6 +90,28 @@ describe_walls("sandboxd's exec lane", function()
       assert.equal(2 * answered, lane_count(on, "answered"))
       assert.equal(2 * back, lane_count(on, "handed_back"))
       assert.equal(0, lane_count(off, "answered") + lane_count(off, "handed_back"))
+      -- a command in the lane when the server is stopped: the drain waits for it, and nothing
+      -- of the lane is left behind (the sanitized build reports leaks and bad accesses here)
+      local ended, running = core.signal(), core.signal()
+      core.go(function()
+        local status, _, raw = S.call(on.url, "/exec", { thread = "lane", deadline_ms = 120000,
+          body = { command = "sleep 2; echo drained" },
+          on_chunk = function() running:abort("heartbeat") end }) -- its first space: it runs
+        assert.equal(200, status, raw)
+        assert.equal("drained\n", cjson.decode(raw).stdout)
+        ended:abort("answered")
+      end)
+      core.sleep(30000, running)
+      assert.truthy(running.aborted, "the drain's command never sent a heartbeat")
+      on:stop()
+      core.sleep(30000, ended)
+      assert.truthy(ended.aborted, "the lane's command was not answered during the drain")
+      for _, h in ipairs({ on, off }) do
+        h:stop()
+        local result = h:wait()
+        assert.equal(0, result.exit, h.log())
+        assert.is_nil(h.log():find("Sanitizer", 1, true), h.log())
+      end
     end)
   end)
 end)
