@@ -831,9 +831,14 @@ static int l_disarm(lua_State *L) {
   size_t kn;
   const char *key = luaL_checklstring(L, 2, &kn);
   lane_entry *e = entry_find(lane, key, kn);
-  unsigned running = e ? e->running : 0;
   if (e != NULL)
     entry_disarm(lane, e);
+  /* counted over the running commands, not the entry: one disarmed earlier (an earlier idle
+   * check) may still have commands in the lane */
+  lua_Integer running = 0;
+  for (lane_run *run = runs; run != NULL; run = run->next)
+    if (run->lane == lane && run->e->key_len == kn && memcmp(run->e->key, key, kn) == 0)
+      running++;
   lua_pushinteger(L, running);
   return 1;
 }

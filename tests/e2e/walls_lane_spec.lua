@@ -10,10 +10,11 @@ local core = require("switchboard.core")
 local S = require("support.sandbox")
 local policies = require("support.policies")
 
-local function policy_dir(lane)
+local function policy_dir(lane, sleep_after)
   return policies.dir{
     timeouts = function(src)
-      return src .. "\n" .. S.FAST .. '\nsandbox.sleep_after = "10m"\nprocess.max_output_bytes = 4096\nserver.drain_ms = 20 * second\n'
+      return src .. "\n" .. S.FAST .. ('\nsandbox.sleep_after = "%s"\n'):format(sleep_after or "10m")
+        .. "process.max_output_bytes = 4096\nserver.drain_ms = 20 * second\n"
         .. (lane and "" or "sandbox.exec_lane = false\n")
     end,
     isolation = function(src) return src .. "\nworkspace_max_bytes = 32 * MiB\nspare_instances = 0\n" end,
@@ -112,6 +113,18 @@ describe_walls("sandboxd's exec lane", function()
         assert.equal(0, result.exit, h.log())
         assert.is_nil(h.log():find("Sanitizer", 1, true), h.log())
       end
+    end)
+  end)
+
+  it("keeps an instance awake while its command runs in the lane, past several idle periods", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir(true, "1s") }
+      assert.equal(0, exec(h, "idle", { command = "true" }).exitCode) -- armed
+      -- the idle watch looks every second; each look must find the lane's command running
+      local doc = exec(h, "idle", { command = "sleep 4; echo awake" })
+      assert.equal("awake\n", doc.stdout, doc.stderr)
+      assert.equal(0, doc.exitCode)
+      assert.equal(1, lane_count(h, "answered"))
     end)
   end)
 end)
