@@ -131,7 +131,7 @@ struct sb_http_conn {
   char remote_addr[46];    /* INET6_ADDRSTRLEN */
   uint16_t remote_port;
   const sb_http_tap *tap;  /* set while the connection is relayed (relay.c), else NULL */
-  void *lane_entry;        /* the current request was claimed by the exec lane at its head */
+  void *lane_entry;        /* the exec lane's claim on the current request, made at its head */
   void *tap_ud;
 };
 

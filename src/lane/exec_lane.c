@@ -198,9 +198,11 @@ static void *lane_head(sb_http_conn *c) {
   size_t auth_len, key_len;
   if (!one_header(q, "authorization", &auth, &auth_len) ||
       !one_header(q, "x-thread-key", &key, &key_len) || !key_ok(lane, key, key_len) ||
-      !bearer_ok(lane, auth, auth_len))
+      !bearer_ok(lane, auth, auth_len) || entry_find(lane, key, key_len) == NULL)
     return NULL;
-  return entry_find(lane, key, key_len);
+  /* the claim is the lane, not the entry: Lua may disarm (and free) the entry while the body
+   * arrives, so the request looks its key up again when it is complete */
+  return lane;
 }
 
 /* ---- the body ------------------------------------------------------------------------------ */
@@ -615,10 +617,16 @@ static void command_done(void *ud, lua_State *L, int raw) {
 }
 
 static bool lane_request(sb_http_conn *c) {
-  lane_entry *e = c->lane_entry;
+  bool claimed = c->lane_entry != NULL && c->lane_entry == c->server->lane;
   c->lane_entry = NULL;
   sb_exec_lane *lane = c->server->lane;
-  if (e == NULL || lane == NULL || !lane->programmed || !e->armed)
+  const char *key;
+  size_t key_len;
+  if (!claimed || lane == NULL || !lane->programmed ||
+      !one_header(&c->req, "x-thread-key", &key, &key_len))
+    return false;
+  lane_entry *e = entry_find(lane, key, key_len);
+  if (e == NULL || !e->armed)
     return false;
   lua_State *L = sb_main_state();
   int top = lua_gettop(L);
