@@ -891,10 +891,65 @@ static void lane_shutdown(void *ud) {
     run_end(L, runs);
 }
 
+/* core.exec_lane.decide(body, {floor_ms, max_ms, default_ms, network, instance_network})
+ * → {command, limit_ms, env} when the lane would take this body, else nil: the lane's own
+ * reading of a body, for the spec and the fuzz target that hold it to routes.lua's parse
+ * (tests/lua/exec_lane_spec.lua, tests/fuzz/fuzz_lane_body.c). No base env: the kernel's limits
+ * are checked on the request's own. */
+static int l_decide(lua_State *L) {
+  size_t n;
+  const char *body = luaL_checklstring(L, 1, &n);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  sb_exec_lane lane;
+  memset(&lane, 0, sizeof lane);
+  lane.floor_ms = int_field(L, 2, "floor_ms");
+  lane.max_ms = int_field(L, 2, "max_ms");
+  lane.default_ms = int_field(L, 2, "default_ms");
+  lua_getfield(L, 2, "network");
+  lane.default_network = (char *)luaL_checkstring(L, -1); /* anchored by the table */
+  lua_getfield(L, 2, "instance_network");
+  const char *inst_network = luaL_checkstring(L, -1);
+  lane_entry *e = calloc(1, sizeof *e);
+  if (e == NULL)
+    return luaL_error(L, "decide: out of memory");
+  e->network = (char *)inst_network;
+  sb_http_request q;
+  memset(&q, 0, sizeof q);
+  q.body = (char *)body;
+  q.body_len = n;
+  int top = lua_gettop(L);
+  lane_call call = {0};
+  char **envp = NULL;
+  bool taken = read_call(L, &lane, e, &q, &call) && (envp = merged_env(L, &lane, &call)) != NULL;
+  free(e);
+  if (!taken) {
+    env_free(envp);
+    lua_settop(L, top);
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_createtable(L, 0, 3);
+  lua_pushlstring(L, call.command, call.command_len);
+  lua_setfield(L, -2, "command");
+  lua_pushinteger(L, call.limit_ms);
+  lua_setfield(L, -2, "limit_ms");
+  lua_newtable(L);
+  for (char **p = envp; *p != NULL; p++) {
+    const char *eq = strchr(*p, '=');
+    lua_pushlstring(L, *p, (size_t)(eq - *p));
+    lua_pushstring(L, eq + 1);
+    lua_rawset(L, -3);
+  }
+  lua_setfield(L, -2, "env");
+  env_free(envp);
+  return 1;
+}
+
 int sb_exec_lane_open(lua_State *L) {
   sb_shutdown_register(lane_shutdown, NULL);
   static const luaL_Reg fns[] = {{"program", l_program}, {"arm", l_arm}, {"disarm", l_disarm},
-                                 {"running", l_running}, {"abort", l_abort}, {NULL, NULL}};
+                                 {"running", l_running}, {"abort", l_abort},
+                                 {"decide", l_decide}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_setfield(L, -2, "exec_lane");
   return 0;
