@@ -24,7 +24,6 @@
 #include <strings.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 enum {
@@ -787,7 +786,7 @@ static int l_program(lua_State *L) {
   return 0;
 }
 
-/* core.exec_lane.arm(srv, key, {socket, network, oom, pids, init_pid}) → true (false: no program). */
+/* core.exec_lane.arm(srv, key, {socket, network, oom, pids}) → true (false: no program). */
 static int l_arm(lua_State *L) {
   sb_http_server *s = sb_http_server_check(L, 1);
   size_t kn;
@@ -812,11 +811,11 @@ static int l_arm(lua_State *L) {
   e->network = str_field(L, 3, "network");
   e->oom_path = str_field(L, 3, "oom");
   e->pids_path = str_field(L, 3, "pids");
-  lua_getfield(L, 3, "init_pid");
-  lua_Integer pid = lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  if (pid > 0)
-    e->init_pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  /* init_pid: looked at only through a pidfd the lane would hold, one descriptor more per
+   * instance than sandboxd's budget counts (sandboxd/descriptors.lua PER_INSTANCE); none is
+   * held — an instance whose init ended ends its commands with it (the PID namespace goes:
+   * SIGKILL, or the spawner's link lost), and a signalled command is handed back to Lua, whose
+   * settle finds the instance dead */
   e->armed = true;
   e->next = lane->buckets[e->hash % LANE_BUCKETS];
   lane->buckets[e->hash % LANE_BUCKETS] = e;

@@ -1,7 +1,7 @@
 /* The /exec lane (docs/sandboxd.md "The exec lane", docs/engine.md): the ordinary /exec request
  * of a thread whose instance Lua armed is served here, start to finish, without a Lua task.
  * Lua programs it (per policy snapshot: the bearer, the budget clamp, the base env, max_output,
- * kill grace, heartbeat; per instance: its spawner socket, network, counter files, init pid)
+ * kill grace, heartbeat; per instance: its spawner socket, network, counter files)
  * and disarms it before anything changes the instance. C takes only what it can answer exactly
  * as the Lua path would; any other request goes to Lua unchanged, and a command whose outcome
  * is not ordinary (a deadline, a signal, a counter moved, truncated or long output, …) is handed

@@ -5,7 +5,7 @@
 -- checked as routes.lua would, the env merged, the command spawned through the instance's
 -- spawner, heartbeats, the deadline, the answer encoded and written. What it needs is given
 -- here: per policy snapshot (program: the token, budget clamp, base env, max_output, kill grace,
--- heartbeat) and per instance (arm: its spawner socket, network, counter files, init pid).
+-- heartbeat) and per instance (arm: its spawner socket, network, counter files).
 --
 --   local lane = lane.new(ctx, srv)    -- ctx: routes.lua's; srv: core.http.serve's server
 --   lane:settled(snap, inst)           -- a Lua-path command of the fleet's inst ended ordinarily:
@@ -89,7 +89,7 @@ function Lane:settled(snap, inst)
   local oom = w.cgroups.memory .. (w.host.layout.version == 2 and "/memory.events" or "/memory.oom_control")
   local ok = C.arm(self.srv, inst.key, {
     socket = w.socket, network = inst.network or snap.isolation.network,
-    oom = oom, pids = w.cgroups.pids .. "/pids.events", init_pid = w.pid,
+    oom = oom, pids = w.cgroups.pids .. "/pids.events",
   })
   if not ok then return end
   self.armed[inst.key] = { w = w, r = r, inst = inst, snap = snap }
