@@ -242,10 +242,11 @@ local function run_exec(ctx, snap, inst, call, res, state)
   end
   done:abort("done")
   local doc = M.exec_document(ctx, snap, inst, limit_ms, r, err, mistake, stop.reason)
-  if doc.exitCode ~= nil and doc.error == nil and ctx.lane and r and not r.aborted and not r.timed_out then
-    ctx.lane:settled(snap, inst) -- its next ordinary commands may take the exec lane
-  end
   M.answer_exec(ctx, inst, res, r, doc)
+  -- after the answer: its next ordinary commands may take the exec lane (sandboxd/lane.lua)
+  if doc.error == nil and not mistake and ctx.lane and r and not r.aborted and not r.timed_out then
+    ctx.lane:settled(snap, inst)
+  end
 end
 
 -- The document of a command that ran (r), could not start (err) or was the caller's mistake;
