@@ -273,7 +273,8 @@ describe_walls("sandboxd walls: nothing left behind", function()
       assert.equal("0\n", r.stdout)
       -- S1, S2 and a new spare: a replacement's build (its image, bwrap, pasta) took over 20 s
       -- on an ASan build beside stress-ng; two minutes rule out one that never comes
-      assert.is_true(S.wait_for(function() return instance_uids() == 3 end, 120000), "uids: " .. instance_uids())
+      assert.is_true(S.wait_for(function() return instance_uids() == 3 end, 120000),
+        "uids: " .. instance_uids() .. "; the server's log:\n" .. h.log())
       h:stop("TERM")
       assert.equal(0, h:wait().exit)
       assert.same({}, instance_procs())
