@@ -145,6 +145,31 @@ local function sweep(self)
   end
 end
 
+-- The spawner sockets' directory of a walled server (M.host): /tmp/switchboard-walls-<pid>-<8 hex>.
+local SOCKET_DIR = "/tmp/switchboard-walls-%d-%s"
+local SOCKET_DIR_NAME = "^switchboard%-walls%-(%d+)%-%x%x%x%x%x%x%x%x$"
+
+-- A server killed with SIGKILL leaves its sockets' directory behind (its close removes it): one
+-- per killed server, ~1,900 of them on the development host. At start the directories of that
+-- name whose server is gone are removed: only our own name (the pid, 8 hex digits), only real
+-- directories of our uid (find -type d does not follow a symlink; remove_tree never does), and
+-- never one whose pid is alive (a live server's, or a pid reused: left for a later start).
+-- → how many were removed.
+local function sweep_socket_dirs(self, euid)
+  local r = run.tool{ argv = { "find", "/tmp", "-mindepth", "1", "-maxdepth", "1", "-type", "d",
+      "-name", "switchboard-walls-*", "-uid", tostring(euid), "-printf", "%f\n" },
+    env = { PATH = self.path }, deadline_ms = bounds(self).helper_ms }
+  if not r or r.exit ~= 0 then return 0 end -- find said why on its stderr; nothing is removed
+  local removed = 0
+  for name in (r.stdout or ""):gmatch("[^\n]+") do
+    local pid = tonumber(name:match(SOCKET_DIR_NAME))
+    if pid and pid ~= self.pid and not core.fs.exists("/proc/" .. pid) then
+      if core.fs.remove_tree("/tmp/" .. name) then removed = removed + 1 end
+    end
+  end
+  return removed
+end
+
 -- Checks what the walls need, then proves it with a real instance (namespaces, cgroups, enter).
 -- opts: snap (policy snapshot), helper?, log?, scratch (a directory for the proof's workspace).
 function M.host(opts)
@@ -219,8 +244,9 @@ function M.host(opts)
   end
   -- The instances' spawner sockets: a directory of the server's own, 0700, outside every
   -- instance's view (instances get a private /tmp); short, for sun_path's 108 bytes.
-  self.socket_dir = ("/tmp/switchboard-walls-%d-%s"):format(self.pid,
-    core.crypto.hex(core.crypto.random_bytes(4)))
+  local swept = sweep_socket_dirs(self, euid or 0)
+  if swept > 0 then self.log("info", "walls.sockets_swept", { removed = swept }) end
+  self.socket_dir = SOCKET_DIR:format(self.pid, core.crypto.hex(core.crypto.random_bytes(4)))
   local sok, serr = core.fs.mkdir_p(self.socket_dir, tonumber("700", 8))
   if not sok then
     self:close()
