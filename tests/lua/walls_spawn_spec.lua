@@ -425,6 +425,64 @@ describe("core.spawn behind the walls", function()
     assert.truthy(rebuilt, "no spare after the thread's start settled")
   end)
 
+  -- bwrap says now and then, under a burst of starts, "loopback: Failed RTM_NEWADDR: No child
+  -- processes" and exits. Here the real bwrap behind a wrapper first in the helper's PATH that
+  -- says exactly that and exits 1 once (then execs the real one): a thread's start and a spare's
+  -- build are each retried once, and logged with those words.
+  walled_it("bwrap's 'Failed RTM_NEWADDR: No child processes' is retried once for a thread's start and for a spare's build, logged", function()
+    local runner = require("switchboard.sandboxd.runner")
+    local real_bwrap = io.popen("command -v bwrap"):read("l")
+    assert.truthy(real_bwrap, "no bwrap")
+    local wrap = S.tmpdir()
+    local script = io.open(wrap .. "/bwrap", "w")
+    script:write(("#!/bin/sh\nif mkdir '%s/failed' 2>/dev/null; then\n"
+      .. "  echo 'bwrap: loopback: Failed RTM_NEWADDR: No child processes' >&2; exit 1\nfi\n"
+      .. "exec '%s' \"$@\"\n"):format(wrap, real_bwrap))
+    script:close()
+    -- the helper runs bwrap as the instance's uid: the marker's directory is writable by it
+    os.execute("chmod 0777 '" .. wrap .. "' && chmod 0755 '" .. wrap .. "/bwrap'")
+    local nospare = assert(policies.load(policies.dir{
+      isolation = function(src) return src .. ("\nuid_base = %d\nuid_count = 8\nspare_instances = 0\n"):format(UID_BASE) end,
+    }))
+    assert.truthy(S.wait_for(function() return not walls.refilling end, 120000), "a spare is still being built")
+    local real_policy, real_log, real_path = walls.snap_fn, walls.log, walls.path
+    local logged = {}
+    local function log(level, event, fields)
+      if event == "sandboxd.instance_failed" or event == "walls.spare_failed" then
+        logged[#logged + 1] = { event = event, fields = fields }
+      end
+      return real_log(level, event, fields)
+    end
+    walls.log, walls.path = log, wrap .. ":" .. real_path
+    -- a thread's own start (no spare fits another policy snapshot, and none is built)
+    walls.snap_fn = function() return nospare end
+    local r = runner.new(scratch, "rtm-newaddr", { walls = walls, log = log })
+    local res, err = r:exec{ command = "echo ran", deadline_ms = 60000 }
+    r:stop()
+    -- a spare's build: the wrapper fails once more
+    os.execute("rmdir '" .. wrap .. "/failed'")
+    walls.snap_fn = real_policy
+    local taken = walls:claim(scratch .. "/w-rtm-" .. core.crypto.hex(core.crypto.random_bytes(4)), "spec")
+    local rebuilt = S.wait_for(function()
+      return not walls.refilling and #walls.spares == 1 and walls.spares[1].state == "ready"
+    end, 120000)
+    walls.log, walls.path = real_log, real_path
+    taken:stop(); core.fs.remove_tree(taken.dir)
+    S.rm(wrap)
+    assert.truthy(res, "the thread's retry did not run the command: " .. tostring(err and err.message))
+    assert.equal("ran\n", res.stdout)
+    local events = {}
+    for _, l in ipairs(logged) do
+      events[#events + 1] = l.event
+      assert.equal(1, l.fields.retry)
+      assert.equal(1, l.fields.attempt)
+      assert.truthy(tostring(l.fields.error):find("bwrap: loopback: Failed RTM_NEWADDR: No child processes", 1, true),
+        tostring(l.fields.error))
+    end
+    assert.same({ "sandboxd.instance_failed", "walls.spare_failed" }, events)
+    assert.truthy(rebuilt, "no spare after the retry")
+  end)
+
   walled_it("instance starts wait their turn at the gate, counted; a thread that sleeps while waiting leaves it", function()
     local runner = require("switchboard.sandboxd.runner")
     local walled = require("switchboard.shell.walled")
