@@ -217,8 +217,10 @@ describe_walls("sandboxd walls: nothing left behind", function()
   it("a daemon a command started dies when its instance sleeps, and when the server stops", function()
     core.run(function()
       -- no spare instance here: every process of this run's uids must go when the one
-      -- instance sleeps (the spare's own end is the next test's)
-      local h = S.start_sandboxd{ policies = policy_dir("spare_instances = 0") }
+      -- instance sleeps (the spare's own end is the next test's). It sleeps after 10 s, not
+      -- S.FAST's 2 s: beside stress-ng (load 53) the count of its processes right after the
+      -- answer once came after the instance had gone to sleep (line "#instance_procs() >= 2")
+      local h = S.start_sandboxd{ policies = policy_dir("spare_instances = 0", 'sandbox.sleep_after = "10s"') }
       -- the previous test's instances are reaped, but a killed process leaves its cgroup before
       -- it has finished exiting (freeing a memory hog's pages takes a while on a loaded host)
       assert.is_true(S.wait_for(function() return #instance_procs() == 0 end, 20000),
@@ -226,8 +228,8 @@ describe_walls("sandboxd walls: nothing left behind", function()
       local r = exec(h, "A", "setsid sleep 1000 >/dev/null 2>&1 < /dev/null & echo started")
       assert.truthy(r.stdout:find("started", 1, true))
       assert.is_true(#instance_procs() >= 2)  -- the holder and the daemon
-      -- sleep_after is 2 s in S.FAST: the instance sleeps and every process goes with it
-      assert.is_true(S.wait_for(function() return #instance_procs() == 0 end, 20000), "left: " .. #instance_procs())
+      -- after sleep_after (10 s) the instance sleeps and every process goes with it
+      assert.is_true(S.wait_for(function() return #instance_procs() == 0 end, 60000), "left: " .. #instance_procs())
       exec(h, "B", "setsid sleep 1000 >/dev/null 2>&1 < /dev/null & echo started")
       assert.is_true(#instance_procs() >= 2)
       h:stop("TERM")
