@@ -340,6 +340,149 @@ describe("core.spawn behind the walls", function()
     r:stop()
   end)
 
+  -- A spare's build that went wrong used to end the refill silently: no log line, no spare
+  -- until the next claim (e2e/walls waited 120 s for a replacement that never came).
+  walled_it("a spare whose walls could not be built is logged with bwrap's words and built once more", function()
+    local bad = assert(policies.load(policies.dir{
+      isolation = function(src) return src .. ('\nuid_base = %d\nuid_count = 8\nrootfs = "/tmp"\n'):format(UID_BASE) end,
+    }))
+    -- no refill under way: the next one starts from the claim below
+    assert.truthy(S.wait_for(function() return not walls.refilling end, 120000), "a spare is still being built")
+    local real_policy, real_log = walls.snap_fn, walls.log
+    local failed = {}
+    walls.log = function(level, event, fields)
+      if event == "walls.spare_failed" then
+        failed[#failed + 1] = { level = level, fields = fields }
+        walls.snap_fn = real_policy -- the retry is built on the real root file system
+      end
+      return real_log(level, event, fields)
+    end
+    local taken = walls:claim(scratch .. "/w-spare-" .. core.crypto.hex(core.crypto.random_bytes(4)), "spec")
+    -- the replacement's build runs on the next loop turn and reads the policy then: a root file
+    -- system with no shell, where bwrap makes the namespaces and cannot start the init
+    walls.snap_fn = function() return bad end
+    local ok = S.wait_for(function() return #failed > 0 end, 120000)
+    local rebuilt = ok and S.wait_for(function()
+      return not walls.refilling and #walls.spares == 1 and walls.spares[1].state == "ready"
+    end, 120000)
+    walls.snap_fn, walls.log = real_policy, real_log
+    taken:stop()
+    core.fs.remove_tree(taken.dir)
+    assert.truthy(ok, "no walls.spare_failed line")
+    assert.equal(1, #failed, "one failed build, logged once")
+    assert.equal("warn", failed[1].level)
+    assert.equal(1, failed[1].fields.retry)
+    assert.equal(1, failed[1].fields.attempt)
+    assert.truthy(tostring(failed[1].fields.error):find("bwrap: execvp sh", 1, true), tostring(failed[1].fields.error))
+    assert.truthy(rebuilt, "no spare after the retry")
+    assert.equal(real_policy(), walls.spares[1].snap)
+    -- the failed spare's workspace is gone: the only spare directory left is the new one's
+    local left = {}
+    for _, entry in ipairs(core.fs.list(scratch) or {}) do
+      local name = type(entry) == "table" and entry.name or entry
+      if name:match("^%.spare%-") then left[#left + 1] = scratch .. "/" .. name end
+    end
+    assert.same({ walls.spares[1].dir }, left)
+  end)
+
+  -- The thread that was waiting for a spare whose build failed builds its own instance: the
+  -- spare's retry must not be built beside it (on a host's disk with room for one workspace the
+  -- spare, nobody's, could take the thread's room), so it waits for that start to settle.
+  walled_it("a failed spare that a thread was waiting for is built again only after that thread's own start", function()
+    local bad = assert(policies.load(policies.dir{
+      isolation = function(src) return src .. ('\nuid_base = %d\nuid_count = 8\nrootfs = "/tmp"\n'):format(UID_BASE) end,
+    }))
+    assert.truthy(S.wait_for(function() return not walls.refilling end, 120000), "a spare is still being built")
+    local real_policy, real_log = walls.snap_fn, walls.log
+    local failed = 0
+    walls.log = function(level, event, fields)
+      if event == "walls.spare_failed" then failed = failed + 1 end
+      return real_log(level, event, fields)
+    end
+    local taken = walls:claim(scratch .. "/w-first-" .. core.crypto.hex(core.crypto.random_bytes(4)), "spec")
+    walls.snap_fn = function() return bad end -- the replacement's build (next loop turn) fails
+    local t0 = core.now_ms()
+    while not walls.building and core.now_ms() - t0 < 20000 do core.sleep(0) end
+    local building = walls.building
+    assert.truthy(building, "no spare is being built")
+    -- a new thread waits for it, and gets an instance of its own when it fails
+    local own = walls:claim(scratch .. "/w-own-" .. core.crypto.hex(core.crypto.random_bytes(4)), "spec")
+    walls.snap_fn = real_policy
+    assert.are_not.equal(building, own)
+    assert.equal(1, failed)
+    -- its own start has not begun: no spare is built meanwhile
+    local early = S.wait_for(function() return walls.building ~= nil or #walls.spares > 0 end, 3000)
+    -- it starts (on the failing policy it took at its claim: it fails too, and that settles it)
+    local own_ok = own:start()
+    local rebuilt = S.wait_for(function()
+      return not walls.refilling and #walls.spares == 1 and walls.spares[1].state == "ready"
+    end, 120000)
+    walls.log = real_log
+    own:stop(); taken:stop()
+    core.fs.remove_tree(own.dir); core.fs.remove_tree(taken.dir)
+    assert.is_false(early, "the spare was built again beside the waiting thread's own start")
+    assert.is_nil(own_ok)
+    assert.truthy(rebuilt, "no spare after the thread's start settled")
+  end)
+
+  -- bwrap says now and then, under a burst of starts, "loopback: Failed RTM_NEWADDR: No child
+  -- processes" and exits. Here the real bwrap behind a wrapper first in the helper's PATH that
+  -- says exactly that and exits 1 once (then execs the real one): a thread's start and a spare's
+  -- build are each retried once, and logged with those words.
+  walled_it("bwrap's 'Failed RTM_NEWADDR: No child processes' is retried once for a thread's start and for a spare's build, logged", function()
+    local runner = require("switchboard.sandboxd.runner")
+    local real_bwrap = io.popen("command -v bwrap"):read("l")
+    assert.truthy(real_bwrap, "no bwrap")
+    local wrap = S.tmpdir()
+    local script = io.open(wrap .. "/bwrap", "w")
+    script:write(("#!/bin/sh\nif mkdir '%s/failed' 2>/dev/null; then\n"
+      .. "  echo 'bwrap: loopback: Failed RTM_NEWADDR: No child processes' >&2; exit 1\nfi\n"
+      .. "exec '%s' \"$@\"\n"):format(wrap, real_bwrap))
+    script:close()
+    -- the helper runs bwrap as the instance's uid: the marker's directory is writable by it
+    os.execute("chmod 0777 '" .. wrap .. "' && chmod 0755 '" .. wrap .. "/bwrap'")
+    local nospare = assert(policies.load(policies.dir{
+      isolation = function(src) return src .. ("\nuid_base = %d\nuid_count = 8\nspare_instances = 0\n"):format(UID_BASE) end,
+    }))
+    assert.truthy(S.wait_for(function() return not walls.refilling end, 120000), "a spare is still being built")
+    local real_policy, real_log, real_path = walls.snap_fn, walls.log, walls.path
+    local logged = {}
+    local function log(level, event, fields)
+      if event == "sandboxd.instance_failed" or event == "walls.spare_failed" then
+        logged[#logged + 1] = { event = event, fields = fields }
+      end
+      return real_log(level, event, fields)
+    end
+    walls.log, walls.path = log, wrap .. ":" .. real_path
+    -- a thread's own start (no spare fits another policy snapshot, and none is built)
+    walls.snap_fn = function() return nospare end
+    local r = runner.new(scratch, "rtm-newaddr", { walls = walls, log = log })
+    local res, err = r:exec{ command = "echo ran", deadline_ms = 60000 }
+    r:stop()
+    -- a spare's build: the wrapper fails once more
+    os.execute("rmdir '" .. wrap .. "/failed'")
+    walls.snap_fn = real_policy
+    local taken = walls:claim(scratch .. "/w-rtm-" .. core.crypto.hex(core.crypto.random_bytes(4)), "spec")
+    local rebuilt = S.wait_for(function()
+      return not walls.refilling and #walls.spares == 1 and walls.spares[1].state == "ready"
+    end, 120000)
+    walls.log, walls.path = real_log, real_path
+    taken:stop(); core.fs.remove_tree(taken.dir)
+    S.rm(wrap)
+    assert.truthy(res, "the thread's retry did not run the command: " .. tostring(err and err.message))
+    assert.equal("ran\n", res.stdout)
+    local events = {}
+    for _, l in ipairs(logged) do
+      events[#events + 1] = l.event
+      assert.equal(1, l.fields.retry)
+      assert.equal(1, l.fields.attempt)
+      assert.truthy(tostring(l.fields.error):find("bwrap: loopback: Failed RTM_NEWADDR: No child processes", 1, true),
+        tostring(l.fields.error))
+    end
+    assert.same({ "sandboxd.instance_failed", "walls.spare_failed" }, events)
+    assert.truthy(rebuilt, "no spare after the retry")
+  end)
+
   walled_it("instance starts wait their turn at the gate, counted; a thread that sleeps while waiting leaves it", function()
     local runner = require("switchboard.sandboxd.runner")
     local walled = require("switchboard.shell.walled")

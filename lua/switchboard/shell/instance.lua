@@ -145,6 +145,31 @@ local function sweep(self)
   end
 end
 
+-- The spawner sockets' directory of a walled server (M.host): /tmp/switchboard-walls-<pid>-<8 hex>.
+local SOCKET_DIR = "/tmp/switchboard-walls-%d-%s"
+local SOCKET_DIR_NAME = "^switchboard%-walls%-(%d+)%-%x%x%x%x%x%x%x%x$"
+
+-- A server killed with SIGKILL leaves its sockets' directory behind (its close removes it): one
+-- per killed server, ~1,900 of them on the development host. At start the directories of that
+-- name whose server is gone are removed: only our own name (the pid, 8 hex digits), only real
+-- directories of our uid (find -type d does not follow a symlink; remove_tree never does), and
+-- never one whose pid is alive (a live server's, or a pid reused: left for a later start).
+-- → how many were removed.
+local function sweep_socket_dirs(self, euid)
+  local r = run.tool{ argv = { "find", "/tmp", "-mindepth", "1", "-maxdepth", "1", "-type", "d",
+      "-name", "switchboard-walls-*", "-uid", tostring(euid), "-printf", "%f\n" },
+    env = { PATH = self.path }, deadline_ms = bounds(self).helper_ms }
+  if not r or r.exit ~= 0 then return 0 end -- find said why on its stderr; nothing is removed
+  local removed = 0
+  for name in (r.stdout or ""):gmatch("[^\n]+") do
+    local pid = tonumber(name:match(SOCKET_DIR_NAME))
+    if pid and pid ~= self.pid and not core.fs.exists("/proc/" .. pid) then
+      if core.fs.remove_tree("/tmp/" .. name) then removed = removed + 1 end
+    end
+  end
+  return removed
+end
+
 -- Checks what the walls need, then proves it with a real instance (namespaces, cgroups, enter).
 -- opts: snap (policy snapshot), helper?, log?, scratch (a directory for the proof's workspace).
 function M.host(opts)
@@ -219,8 +244,9 @@ function M.host(opts)
   end
   -- The instances' spawner sockets: a directory of the server's own, 0700, outside every
   -- instance's view (instances get a private /tmp); short, for sun_path's 108 bytes.
-  self.socket_dir = ("/tmp/switchboard-walls-%d-%s"):format(self.pid,
-    core.crypto.hex(core.crypto.random_bytes(4)))
+  local swept = sweep_socket_dirs(self, euid or 0)
+  if swept > 0 then self.log("info", "walls.sockets_swept", { removed = swept }) end
+  self.socket_dir = SOCKET_DIR:format(self.pid, core.crypto.hex(core.crypto.random_bytes(4)))
   local sok, serr = core.fs.mkdir_p(self.socket_dir, tonumber("700", 8))
   if not sok then
     self:close()
@@ -328,6 +354,22 @@ function Host:new(workspace_dir, label, snap, opts)
   return inst
 end
 
+-- A spare that a new thread claimed while it was being built, and whose build failed: the
+-- thread builds an instance of its own instead (Host:claim, failed.successor). The spare's retry
+-- waits until that instance's start has settled, up to walls.ready_ms — built beside it, the
+-- spare nobody is waiting for could take the room a waiting thread needs (a host's disk with
+-- room for one workspace: the retried spare's image made first, and the thread refused "the
+-- host's disk is full": the likely cause of e2e/walls_disk's run with both threads refused
+-- under a plain retry, ae7684e).
+local function await_successor(self, failed)
+  local deadline = core.now_ms() + bounds(self).ready_ms
+  while not self.closed and core.now_ms() < deadline do
+    local own = failed.successor
+    if own and (own.state == "ready" or own.state == "stopped") then return end
+    core.sleep(50)
+  end
+end
+
 -- Spare instances (policies/isolation.lua spare_instances): building an instance costs
 -- 15-20 ms on a quiet host, most of it the kernel's (the first cgroup-v1 attach waits an RCU
 -- grace period; bwrap's two dozen mounts; its init's exec), and much more under load. So the
@@ -344,27 +386,48 @@ function build_spare(self, root)
   if #self.spares >= want then return end
   self.refilling = true
   core.go(function()
+    local attempt = 0
     while not self.closed and #self.spares < want do
       local snap = self.snap_fn()
       local dir = ("%s/.spare-%s"):format(root, core.crypto.hex(core.crypto.random_bytes(8)))
-      local inst
-      if core.fs.mkdir_p(dir, tonumber("700", 8)) then
+      local inst, err, claimed
+      local made, mkdir_err = core.fs.mkdir_p(dir, tonumber("700", 8))
+      if made then
         inst = self:new(dir, "spare", snap)
         inst.spare = true
         self.building = inst
-        local ok = inst:start()
+        local ok
+        ok, err = inst:start()
         self.building = nil
+        -- a failed start has stopped its instance (launch); its image is no loop device's
+        -- by then (20 of 20 failed starts with an image, beside stress-ng at load 39)
         if not ok and not inst.claimed then
           inst:stop(); core.fs.remove_tree(dir)
         end
-        if not ok then inst = nil end
+        if not ok then inst, claimed = nil, inst.claimed and inst or nil end
+      else
+        err = core.error("workspace", "cannot create " .. dir .. ": " .. tostring(mkdir_err and mkdir_err.message))
       end
-      if not inst then break end -- a host that cannot build one now: the next claim tries again
+      if not inst then
+        -- said with the helper's and bwrap's words (a build that went wrong under load, such as
+        -- bwrap's "loopback: Failed RTM_NEWADDR: No child processes"), and tried once more as a
+        -- thread's own start is (M.build_failed); a refusal or a second failure leaves it to the
+        -- next claim — a host that cannot build one now
+        attempt = attempt + 1
+        local retry = attempt == 1 and M.build_failed(err) and not self.closed
+        self.log("warn", "walls.spare_failed", { error = err and err.message, retry = retry and 1 or nil,
+          attempt = attempt })
+        if not retry then break end
+        if claimed then await_successor(self, claimed) end
+        goto next_spare
+      end
+      attempt = 0
       if self.closed and not inst.claimed then
         inst:stop(); core.fs.remove_tree(dir)
       elseif not inst.claimed then
         self.spares[#self.spares + 1] = inst
       end
+      ::next_spare::
     end
     self.refilling = false
   end)
@@ -382,12 +445,12 @@ end
 function Host:claim(workspace_dir, label, network)
   local snap = self.snap_fn()
   local root = workspace_dir:match("^(.*)/[^/]+$")
-  local inst
+  local inst, failed_build
   local building = self.building
   if #self.spares == 0 and building and building.snap == snap and not building.claimed then
     -- one is being built: waiting for it is never slower than building another beside it
     building.claimed = true
-    if building:start() then self.spares[1] = building else discard(building) end
+    if building:start() then self.spares[1] = building else failed_build = building; discard(building) end
   end
   while #self.spares > 0 and not inst do
     local spare = table.remove(self.spares, 1)
@@ -402,6 +465,7 @@ function Host:claim(workspace_dir, label, network)
     end
   end
   inst = inst or self:new(workspace_dir, label, snap, { network = network })
+  if failed_build then failed_build.successor = inst end -- the spare's retry waits for it
   if root and root ~= "" then build_spare(self, root) end
   return inst
 end
