@@ -30,6 +30,9 @@ static struct {
   ready_entry *ready;     /* tasks to resume on the next turn (owned) */
   size_t ready_len, ready_cap;
   uv_idle_t ready_idle;   /* runs while the ready queue is not empty */
+  uv_prepare_t turn_prepare; /* just before the loop polls: a new share for inline resumes */
+  uv_check_t turn_check;     /* just after it polled: the same */
+  uint64_t inline_spent_ns;  /* tasks resumed in place since the last of the two (budget) */
   lua_State *main_task;   /* the task core.run waits for */
   bool main_done;
   int main_result_ref;    /* table {ok, ...} once the main task ends */
@@ -281,6 +284,8 @@ static void task_resume(lua_State *task, int nargs) {
 static void ready_drain(uv_idle_t *idle);
 
 #define READY_BUDGET_NS (10 * 1000 * 1000) /* the ready queue's share of one loop turn */
+#define INLINE_BUDGET_NS (10 * 1000 * 1000) /* in-place resumes' share of a poll, or of the
+                                               timers and callbacks between two polls */
 
 static void ready_push(lua_State *task, int nargs) {
   if (E.ready_len == E.ready_cap) {
@@ -348,11 +353,19 @@ void sb_task_complete(lua_State *task, int nargs) {
     lua_pop(task, nargs);
     return;
   }
-  if (E.lua_depth > 0) {
+  /* In place, unless Lua is on the C stack or this part of the loop turn has had its share:
+   * one poll can hand over hundreds of completions at once (a burst of instance starts: their
+   * helpers' lines, the thread pool's mkdirs, their timers), and each resumed task runs until
+   * it waits again. Past INLINE_BUDGET_NS the rest wait in the ready queue, which the loop runs
+   * after its timers, at READY_BUDGET_NS a turn (issue 43: the loop was on the CPU for 41-55 ms
+   * stretches while 500 instances started, every heartbeat timer waiting). */
+  if (E.lua_depth > 0 || E.inline_spent_ns >= INLINE_BUDGET_NS) {
     ready_push(task, nargs);
     return;
   }
+  uint64_t began = uv_hrtime();
   task_resume(task, nargs);
+  E.inline_spent_ns += uv_hrtime() - began;
   if (E.main_done || E.stop_requested)
     uv_stop(E.loop);
 }
@@ -524,6 +537,18 @@ static void mark_inherited_cloexec(void) {
   closedir(d);
 }
 
+/* The in-place resumes' share (sb_task_complete) is renewed twice a loop turn: once for the
+ * I/O callbacks of a poll, once for the timers and callbacks between two polls. */
+static void turn_share_renewed_before_poll(uv_prepare_t *h) {
+  (void)h;
+  E.inline_spent_ns = 0;
+}
+
+static void turn_share_renewed_after_poll(uv_check_t *h) {
+  (void)h;
+  E.inline_spent_ns = 0;
+}
+
 bool sb_engine_init(lua_State *L) {
   if (E.L != NULL)
     return E.L == L;
@@ -534,6 +559,13 @@ bool sb_engine_init(lua_State *L) {
   sb_gc_pace_start(L, E.loop);
   uv_idle_init(E.loop, &E.ready_idle); /* active (and so keeping the loop alive) only while
                                           tasks wait in the ready queue */
+  /* Unreferenced (they never keep the loop alive); closed by the shutdown's walk. */
+  uv_prepare_init(E.loop, &E.turn_prepare);
+  uv_unref((uv_handle_t *)&E.turn_prepare);
+  uv_prepare_start(&E.turn_prepare, turn_share_renewed_before_poll);
+  uv_check_init(E.loop, &E.turn_check);
+  uv_unref((uv_handle_t *)&E.turn_check);
+  uv_check_start(&E.turn_check, turn_share_renewed_after_poll);
   lua_newtable(L);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &tasks_key);
   sb_push_weak_table(L, "k");

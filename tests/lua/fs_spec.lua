@@ -453,6 +453,35 @@ describe("core.fs unconfined helpers", function()
     assert.has_error(function() fs.remove_tree(base .. "/..") end)
   end)
 
+  it("mkdir_p_off_loop makes the directories off the loop: in a task it yields and the loop runs others meanwhile", function()
+    local dir = base .. "/made/a/b"
+    local other_ran, ran_meanwhile, result, err, outside_ok
+    core.run(function()
+      local maker = core.go(function()
+        result, err = fs.mkdir_p_off_loop(dir, tonumber("700", 8))
+        -- the other task was started after this one, in the same turn: it ran only if this
+        -- one yielded (a mkdir in place would have finished first)
+        ran_meanwhile = other_ran == true
+      end)
+      core.go(function() other_ran = true end)
+      core.join(maker)
+    end)
+    assert.is_true(result, err and err.message)
+    assert.is_true(ran_meanwhile)
+    assert.is_true(fs.exists(dir))
+    local mode = io.popen("stat -c %a '" .. dir .. "'"):read("l")
+    assert.equal("700", mode)
+    -- a prefix that is a file: refused, named, in a task as in place
+    fs.write_file(base .. "/plain", "x")
+    core.run(function() result, err = fs.mkdir_p_off_loop(base .. "/plain/sub") end)
+    assert.is_nil(result)
+    assert.matches("mkdir_p .*plain/sub", err.message)
+    -- outside a task (the main chunk): in place
+    outside_ok = fs.mkdir_p_off_loop(base .. "/made/c")
+    assert.is_true(outside_ok)
+    assert.is_true(fs.exists(base .. "/made/c"))
+  end)
+
   it("remove_tree handles a deep tree", function()
     local path = base .. "/deep"
     for _ = 1, 60 do path = path .. "/d" end

@@ -124,16 +124,18 @@ local function make(r)
     return nil, core.error("workspace", "the thread's instance was not made: "
       .. (r.stopped.aborted and "the thread went to sleep" or "its other request's claim did not end"))
   end
-  local ok, err = core.fs.mkdir_p(r.dir, tonumber("700", 8))
-  if not ok then
-    return nil, core.error("workspace", "the workspace could not be created: " .. tostring(err and err.message))
-  end
   r.claiming = core.signal()
   local claiming <close> = setmetatable({}, { __close = function()
     local s = r.claiming
     r.claiming = nil
     s:abort("claimed")
   end })
+  -- (off the loop: 500 threads arriving together made 500 directories in one burst, up to
+  -- 0.5 ms of the loop each on a busy disk; claiming is set first, as the mkdir yields)
+  local ok, err = core.fs.mkdir_p_off_loop(r.dir, tonumber("700", 8))
+  if not ok then
+    return nil, core.error("workspace", "the workspace could not be created: " .. tostring(err and err.message))
+  end
   if r.existing then -- the thread's files are there: never a spare renamed onto them
     r.instance = r.walls:new(r.dir, r.key, nil, { network = r.network })
     r.instance.ro_binds = r.ro_binds
