@@ -310,7 +310,9 @@ describe_walls("sandboxd background processes and ports", function()
     core.run(function()
       local short = policies.dir{
         timeouts = function(src)
-          return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"1s\"\nsandbox.process_awake_ms = 6 * second\n"
+          -- 15 s awake: the preview server below, then the idle 2 s beside the second process,
+          -- must fit in it on a loaded machine (6 s left 4 s for a start and a GET beside stress-ng)
+          return src .. "\n" .. S.FAST .. "\nsandbox.sleep_after = \"1s\"\nsandbox.process_awake_ms = 15 * second\n"
             .. "sandbox.ports_host_url = \"http://{token}.preview.test\"\n"
         end,
         isolation = function(src)
@@ -348,11 +350,11 @@ describe_walls("sandboxd background processes and ports", function()
       local ended = S.wait_for(function()
         local x = record()
         return x.status ~= "running" and x
-      end, 30000)
+      end, 60000)
       assert.truthy(ended, "the process outlived process_awake_ms")
       assert.equal("killed", ended.status)
       assert.equal("awake-limit", ended.reason)
-      assert.truthy(core.now_ms() - t0 >= 6000)
+      assert.truthy(core.now_ms() - t0 >= 15000)
       -- then the instance sleeps on idle
       assert.truthy(S.wait_for(function() return h.log():find("sandboxd.instance_slept", 1, true) end, 30000))
       -- the instance a process wakes has the network the request asks, as /exec's would
