@@ -74,8 +74,11 @@ local function start_node(dir)
   local env = S.base_env()
   env.SANDBOX_TOKEN = S.TOKEN
   local p = assert(core.spawn{ argv = { "node", "bench/sandboxd_node.js", port_file, "15000" }, env = env })
-  local port = S.wait_for(function() return S.read(port_file) end, 30000)
-  return p, tonumber(port)
+  -- a number, not the file: node's writeFileSync makes the file before it writes the port, so a
+  -- read between the two gets "" (bench_smoke beside stress-ng failed on a nil node_port: that
+  -- read, or the 30 s bound this wait had)
+  local port = S.wait_for(function() return tonumber(S.read(port_file) or "") end, 60000)
+  return p, port
 end
 
 local out = { load_start = loadavg(), bin = S.BIN }

@@ -12,6 +12,8 @@
  *   trickle:MS:TEXT   send TEXT one byte every MS milliseconds
  *   wait:TEXT         read until the bytes received since the last wait contain TEXT
  *   sleep:MS          pause without reading
+ *   await:PATH        pause without reading until the file PATH exists (the spec says when,
+ *                     instead of a fixed pause a loaded machine may outlast)
  *   shut              shut down the write side
  *   close             close the socket now and stop
  *   read              read until EOF (also done after the last step unless it was close)
@@ -155,6 +157,15 @@ static void sleep_ms(long long ms) {
   nanosleep(&ts, NULL);
 }
 
+/* Polls for the file every 10 ms until it exists, bounded by the whole run's deadline. */
+static void await_file(const char *path) {
+  while (access(path, F_OK) != 0) {
+    if (now_ms() >= deadline_ms)
+      finish("timeout");
+    sleep_ms(10);
+  }
+}
+
 int main(int argc, char **argv) {
   int i = 1;
   long long timeout = 10000;
@@ -214,6 +225,8 @@ int main(int argc, char **argv) {
       wait_for(buf, unescape(step + 5, buf));
     } else if (strncmp(step, "sleep:", 6) == 0) {
       sleep_ms(atoll(step + 6));
+    } else if (strncmp(step, "await:", 6) == 0) {
+      await_file(step + 6);
     } else if (strcmp(step, "shut") == 0) {
       shutdown(fd, SHUT_WR);
     } else if (strcmp(step, "close") == 0) {

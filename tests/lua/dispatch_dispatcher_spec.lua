@@ -220,6 +220,11 @@ describe("dispatcher", function()
       d:wait_idle()
       assert.equal(2, built_count)
       assert.equal(0, after.card.exit_code)
+      -- the group was sent KILL and its leader reaped; the background job ends when it next
+      -- runs, which on a loaded machine is a while later: waited for
+      eventually(function()
+        return not alive(tonumber(read_file(ws .. "/pid"))) and not alive(tonumber(read_file(ws .. "/bg")))
+      end, "the stopped group to be gone", 30000)
     end)
     local leader = tonumber(read_file(ws .. "/pid"))
     local background = tonumber(read_file(ws .. "/bg"))

@@ -231,10 +231,12 @@ function M.bot(st, opts)
     end,
   })
   if opts.no_wait then return self end
+  -- a start bound of its own: the sanitized bot beside stress-ng (load 35-50) once took more than
+  -- the 30 s of the other waits to say slack.ready; the line ends the wait
   M.wait(function()
     return self.err:find("slack.ready", 1, true) or self.done
       or (not require("support.procs").alive(self.proc.pid))
-  end, "slack.ready in the bot's log")
+  end, "slack.ready in the bot's log", 120000)
   assert(self.err:find("slack.ready", 1, true), "the bot did not start:\n" .. self.err)
   for port, serves in self.err:gmatch("slack%.listening [^\n]-port=(%d+) serves=(%a+)") do
     self[serves .. "_port"] = tonumber(port)
