@@ -6,6 +6,7 @@
 #include "../log/log.h"
 
 #include <stdio.h>
+#include <sys/ioctl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -606,10 +607,28 @@ void sb_http_conn_response_done(sb_http_conn *c) {
   arm(c, TIMER_NEXT, 0);
 }
 
+/* Whether bytes from the peer wait in the socket, unread. The loop runs due timers before it
+ * polls the sockets: after this process was itself held up (a loaded host, a long stretch of
+ * work on the loop), a request or idle timer fires before the loop has read what the peer sent
+ * in time — a request that arrived would be dropped unanswered ("Empty reply from server"). */
+static bool bytes_waiting(sb_http_conn *c) {
+  uv_os_fd_t fd;
+  int waiting = 0;
+  if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &waiting) != 0)
+    return false;
+  return waiting > 0;
+}
+
 static void timer_fired(uv_timer_t *t) {
   sb_http_conn *c = t->data;
   int role = c->timer_role;
   c->timer_role = TIMER_NONE;
+  if ((role == TIMER_REQUEST || role == TIMER_IDLE) && bytes_waiting(c)) {
+    /* looked at again after this turn's poll has read them (1 ms: a 0 ms timer would run again
+     * in this same timer phase, before the poll): a peer that sent nothing more is ended then */
+    arm(c, role, 1);
+    return;
+  }
   switch (role) {
   case TIMER_NEXT:
     next_request(c);

@@ -14,6 +14,7 @@
  *   sleep:MS          pause without reading
  *   await:PATH        pause without reading until the file PATH exists (the spec says when,
  *                     instead of a fixed pause a loaded machine may outlast)
+ *   mark:PATH         create the file PATH (tells the spec the steps before it are done)
  *   shut              shut down the write side
  *   close             close the socket now and stop
  *   read              read until EOF (also done after the last step unless it was close)
@@ -227,6 +228,11 @@ int main(int argc, char **argv) {
       sleep_ms(atoll(step + 6));
     } else if (strncmp(step, "await:", 6) == 0) {
       await_file(step + 6);
+    } else if (strncmp(step, "mark:", 5) == 0) {
+      FILE *m = fopen(step + 5, "w");
+      if (m == NULL)
+        finish("mark-failed");
+      fclose(m);
     } else if (strcmp(step, "shut") == 0) {
       shutdown(fd, SHUT_WR);
     } else if (strcmp(step, "close") == 0) {

@@ -146,6 +146,34 @@ local function read_big(port, name, rate, duration_ms)
 end
 
 describe("core.http.serve: res:drain", function()
+  -- The loop runs due timers before it polls the sockets. A kept-alive connection whose next
+  -- request arrived while the server's own loop was held up must be answered, not closed by
+  -- its idle timer as if nothing had come (the peer saw "Empty reply from server").
+  it("answers a request that arrived in time while the loop was busy, though its timer fell due", function()
+    core.run(function()
+      local IDLE_MS = 1000
+      local srv = serve_with{
+        limits = {idle_timeout_ms = IDLE_MS, request_timeout_ms = IDLE_MS},
+        handler = function(req, res) res:send(200, nil, req.path .. "-ok\n") end,
+      }
+      local go, sent = dir .. "/held-go", dir .. "/held-sent"
+      local peer = probe(srv.port, {get("/first"), "wait:first-ok", "await:" .. go,
+                                    get("/after", "Connection: close\\r\\n"), "mark:" .. sent, "read"}, 60000)
+      peer.wait_output("first-ok")
+      core.sleep(10) -- a turn of the loop: the kept-alive connection's idle timer is armed
+      -- hold the loop (this task runs on it) until the peer has sent its next request and the
+      -- idle timer is well past due
+      local t0 = core.now_ms()
+      assert(io.open(go, "w")):close()
+      while not (io.open(sent) and core.now_ms() - t0 > 2 * IDLE_MS) do
+        assert(core.now_ms() - t0 < 60000, "the peer did not send its request in 60 s")
+      end
+      local out = peer.wait(90000)
+      assert.truthy(out:find("after-ok", 1, true), out)
+      srv:close()
+    end)
+  end)
+
   teardown(function() os.execute("rm -rf " .. q(dir)) end)
   -- without res:drain the 20 MB would pile up past max_write_queue_bytes (1 MiB) and the
   -- connection would be closed as a slow peer
