@@ -50,8 +50,8 @@ describe("core.loop_lag", function()
 
   it("hundreds of tasks woken by one pass of timers leave the next timer its turn (in-place resumes' budget)", function()
     core.run(function()
-      local n, armed, done = 1000, 0, 0
-      -- 1,000 tasks asleep until about the same moment, each holding the loop 1 ms once woken:
+      local n, armed, done = 2000, 0, 0
+      -- 2,000 tasks asleep until about the same moment, each holding the loop 1 ms once woken:
       -- their timers fire in one pass of the loop, and each wakes its task in place
       for _ = 1, n do
         core.go(function()
@@ -63,14 +63,15 @@ describe("core.loop_lag", function()
         end)
       end
       while armed < n do core.sleep(1) end
-      -- a timer due 150 ms after the last of theirs (armed after every one of them): only a
-      -- process held off its CPU for that long (a loaded host) would see both due in one pass
-      core.sleep(450)
+      -- a timer due 400 ms after the last of theirs (armed after every one of them): only a
+      -- process held off its CPU for that long would see both due in one pass (once, at load
+      -- ~50 with a 150 ms gap, it was)
+      core.sleep(700)
       local done_at_wake = done
       local deadline = core.now_ms() + 60000
       while done < n and core.now_ms() < deadline do core.sleep(10) end
       assert.equal(n, done)
-      -- the burst is a second of work: this timer waited for a slice of it (~150 ms), not all of it
+      -- the burst is two seconds of work: this timer waited for a slice of it (~400 ms), not all of it
       assert.truthy(done_at_wake < n / 2, ("the timer ran after %d of %d woken tasks"):format(done_at_wake, n))
     end)
   end)
