@@ -12,7 +12,7 @@
  * registry (every live group is killed and reaped at shutdown). */
 int sb_proc_open(lua_State *L);
 
-/* The exec lane's spawn (http/exec_lane.c): a walled command started from C, supervised as
+/* The exec lane's spawn (lane/exec_lane.c): a walled command started from C, supervised as
  * core.spawn's are. `done(ud, L, idx)` is called once, on the loop, with proc:wait's result
  * table at `idx` of L (valid during the call). Returns 0 (with *out), or an errno value with
  * nothing started. */

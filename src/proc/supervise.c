@@ -706,7 +706,7 @@ static int l_spawn(lua_State *L) {
   return 1;
 }
 
-/* ---- from C: the exec lane (http/exec_lane.c) ----------------------------------------------- */
+/* ---- from C: the exec lane (lane/exec_lane.c) ----------------------------------------------- */
 
 /* A walled command started from C: the same record, timers, captures and link as core.spawn's
  * (so deadline, grace, caps and the link's end behave exactly as for a Lua caller), with the
