@@ -1,8 +1,8 @@
 -- sandboxd's exec lane (docs/sandboxd.md "The exec lane"): Lua programs it, C executes it.
 --
 -- The C lane (src/lane/exec_lane.c, called by the HTTP server through http/lane_face.h) serves
--- an ORDINARY /exec of a thread whose instance is armed here, start to finish, without a Lua task: the bearer, the thread key and the body
--- checked as routes.lua would, the env merged, the command spawned through the instance's
+-- an ORDINARY /exec of a thread whose instance is armed here, start to finish, without a Lua
+-- task: the bearer, the thread key and the body checked as routes.lua would, the env merged, the command spawned through the instance's
 -- spawner, heartbeats, the deadline, the answer encoded and written. What it needs is given
 -- here: per policy snapshot (program: the token, budget clamp, base env, max_output, kill grace,
 -- heartbeat) and per instance (arm: its spawner socket, network, counter files).
