@@ -1,11 +1,12 @@
 -- sandboxd's exec lane (docs/sandboxd.md "The exec lane"): Lua programs it, C executes it.
 --
--- The C lane (src/lane/exec_lane.c, called by the HTTP server through http/lane_face.h) serves
--- an ORDINARY /exec of a thread whose instance is armed here, start to finish, without a Lua
--- task: the bearer, the thread key and the body checked as routes.lua would, the env merged, the command spawned through the instance's
--- spawner, heartbeats, the deadline, the answer encoded and written. What it needs is given
--- here: per policy snapshot (program: the token, budget clamp, base env, max_output, kill grace,
--- heartbeat) and per instance (arm: its spawner socket, network, counter files).
+-- The C lane (src/lane/exec_lane.c, called by the HTTP server through http/lane_face.h) serves an
+-- ORDINARY /exec of a thread whose instance is armed here, start to finish, without a Lua task: the
+-- bearer, the thread key and the body checked as routes.lua would, the env merged, the command
+-- spawned through the instance's spawner, heartbeats, the deadline, the answer encoded and written.
+-- What it needs is given here: per policy snapshot (program: the token, budget clamp, base env,
+-- max_output, kill grace, heartbeat) and per instance (arm: its spawner socket, network, counter
+-- files).
 --
 --   local lane = lane.new(ctx, srv)    -- ctx: routes.lua's; srv: core.http.serve's server
 --   lane:settled(snap, inst)           -- a Lua-path command of the fleet's inst ended ordinarily:
