@@ -8,7 +8,8 @@
 --   local claim, err = uids.claim{ base, count, blocks, owner = {kind, root, listen} }
 --     err: core.error kind "walls", code "uids" (the registry cannot be kept, or the block is taken)
 --     claim.base, claim.count     the block this server's instances take uids from
---     claim:roots()              every live server's --root (for the instances' hide list)
+--     claim:roots()              every other live server's --root (for the instances' hide list;
+--                                read again only when the registry changed: Claim:roots below)
 --     claim:release()
 --
 -- The block is the first of `blocks` consecutive ones from `base` (each `count` uids) that no
@@ -80,18 +81,47 @@ local serial = 0 -- claims made by this process
 local Claim = {}
 Claim.__index = Claim
 
--- The --root of every live walled server on the host (ours included): never in an instance's view.
+-- The registry directory's mtime (ms), stat'ed through a handle on its parent held for the
+-- claim's life (the directory itself may be made anew: its parent's entry is looked up each time).
+local function registry_mtime(self)
+  if not self.parent_handle then
+    local parent, name = self.dir:match("^(.*)/([^/]+)$")
+    self.parent_handle = parent and core.fs.root(parent ~= "" and parent or "/") or false
+    self.dir_name = name
+  end
+  local st = self.parent_handle and self.parent_handle:stat(self.dir_name)
+  return st and st.type == "dir" and st.mtime_ms or nil
+end
+
+-- The --root of every other live walled server on the host (the caller adds its own): never in
+-- an instance's view. Asked at every instance start, so the registry is read again only when
+-- its directory changed (a claim written or removed sets its mtime): one stat per start instead
+-- of a listing and two reads per server (issue 43 item 4). A server that joined or left is seen
+-- by the first start after its claim file was written or removed. An mtime less than
+-- SETTLED_MS old is never trusted (a change in the same tick of the file system's clock would
+-- leave it as it was): starts then read the registry. A server killed with -9 leaves its file,
+-- and its root stays in the list until the registry next changes (hiding a path is the safe
+-- side: its workspaces may still be there; a root no longer there is skipped by the helper).
+local SETTLED_MS = 1000
+
 function Claim:roots()
+  local before_s = os.time() -- taken before the stat: a change after it gets a later mtime
+  local mtime = registry_mtime(self)
+  local cached = self.cached_roots
+  if cached and mtime and cached.mtime == mtime and cached.settled then return cached.list end
   local out = {}
   for _, c in ipairs(others(self.dir, self.path)) do
     if c.root and c.root:sub(1, 1) == "/" then out[#out + 1] = c.root end
   end
+  self.cached_roots = mtime and { mtime = mtime, list = out, settled = before_s * 1000 - mtime >= SETTLED_MS } or nil
   return out
 end
 
 function Claim:release()
   if self.path then os.remove(self.path) end
   self.path = nil
+  if self.parent_handle then self.parent_handle:close() end
+  self.parent_handle, self.cached_roots = nil, nil
 end
 
 function M.claim(opts)
