@@ -172,4 +172,24 @@ describe("sandboxd fleet: an instance's network", function()
       f:close()
     end)
   end)
+
+  it("keeps awake_dirs as instances wake and sleep: dir_name asked once per wake (issue 43)", function()
+    core.run(function()
+      local asked = 0
+      local f = fleet.new{ max_instances = function() return 3 end, sleep_after_ms = function() return false end,
+        new_runner = function() return { stop = function() end } end,
+        dir_name = function(key) asked = asked + 1; return "d-" .. key end }
+      local a = assert(f:acquire("A")); f:release(a)
+      local b = assert(f:acquire("B")); f:release(b)
+      f:release(assert(f:acquire("A"))) -- A's follow-up: awake already, not asked again
+      assert.same({ ["d-A"] = true, ["d-B"] = true }, f.awake_dirs)
+      assert.equal(2, asked)
+      f:sleep(a, "idle")
+      assert.same({ ["d-B"] = true }, f.awake_dirs)
+      f:release(assert(f:acquire("A"))) -- woken again
+      assert.same({ ["d-A"] = true, ["d-B"] = true }, f.awake_dirs)
+      f:close()
+      assert.same({}, f.awake_dirs)
+    end)
+  end)
 end)

@@ -131,4 +131,45 @@ describe("slept workspaces (sandboxd/keep.lua)", function()
       S.rm(root)
     end)
   end)
+
+  it("the pass after a sleep walks no awake instance: the fleet keeps their workspaces' names as they wake and sleep (issue 43)", function()
+    core.run(function()
+      local fleet = require("switchboard.sandboxd.fleet")
+      local server = require("switchboard.sandboxd.server")
+      local root = S.tmpdir()
+      local long_ago = 400 * 24 * 3600 -- past any age the shipped policy keeps
+      local gone = slept_dir(root, "slept", 1, long_ago)
+      local real_dir_name, calls = workspace.dir_name, 0
+      workspace.dir_name = function(key) calls = calls + 1; return real_dir_name(key) end
+      local f = fleet.new{ max_instances = function() return 100 end, sleep_after_ms = function() return false end,
+        new_runner = function() return { stop = function() end } end,
+        dir_name = function(key) return workspace.dir_name(key) end }
+      local awake = {}
+      for i = 1, 30 do
+        local key = "awake-" .. i
+        slept_dir(root, key, 0, long_ago) -- as old as the slept one: only being awake keeps it
+        awake[i] = assert(f:acquire(key))
+        f:release(awake[i])
+      end
+      local pass = server.keeper({ fleet = f }, root, function() end)
+      calls = 0
+      pass()
+      local during_pass = calls
+      assert.is_false(core.fs.exists(root .. "/" .. gone))
+      for i = 1, 30 do assert.is_true(core.fs.exists(workspace.path(root, "awake-" .. i))) end
+      f:sleep(awake[7], "idle")
+      calls = 0
+      pass()
+      local after_sleep = calls
+      workspace.dir_name = real_dir_name
+      assert.equal(0, during_pass) -- before: one per awake instance, and again per eviction
+      assert.equal(0, after_sleep)
+      assert.is_false(core.fs.exists(workspace.path(root, "awake-7")))
+      assert.is_true(core.fs.exists(workspace.path(root, "awake-8")))
+      local woke = assert(f:acquire("awake-8")) -- awake still: kept
+      f:release(woke)
+      f:close()
+      S.rm(root)
+    end)
+  end)
 end)

@@ -6,7 +6,12 @@
 -- in its own namespaces changes nothing here.
 --
 --   local fleet = fleet.new{max_instances = fn → n, sleep_after_ms = fn → ms | false (never on idle),
---                           new_runner = fn(key, want?) → runner, label = fn(key) → text, log = fn}
+--                           new_runner = fn(key, want?) → runner, label = fn(key) → text, log = fn,
+--                           dir_name = fn(key) → the workspace's directory name (optional)}
+--   fleet.awake_dirs                      -- with dir_name: directory name → true for each awake
+--                                         -- instance, kept as instances wake and sleep (the
+--                                         -- slept workspaces' keeper reads it after every sleep:
+--                                         -- no walk over the fleet per sleep, issue 43)
 --   local inst, err = fleet:acquire(key, want?) -- one more operation in flight; err: core.error
 --                                         -- whose code is the protocol's reason: "fleet-busy"
 --                                         -- (kind capacity) | "closed" (kind closed) |
@@ -33,6 +38,7 @@ function M.new(opts)
   assert(type(opts.sleep_after_ms) == "function", "fleet.new: sleep_after_ms (a function) is required")
   return setmetatable({
     instances = {},       -- thread key → instance (awake ones only)
+    awake_dirs = {},      -- dir_name(key) → true, for the awake ones (opts.dir_name given)
     awake = 0,
     slept = {},           -- thread key → true: put to sleep and not woken since (metrics)
     sleeping = 0,
@@ -86,6 +92,10 @@ function Fleet:acquire(key, want)
     }
     self.instances[key] = inst
     self.awake = self.awake + 1
+    if self.opts.dir_name then
+      inst.dir_name = self.opts.dir_name(key)
+      self.awake_dirs[inst.dir_name] = true
+    end
     if self.slept[key] then self.slept[key], self.sleeping = nil, self.sleeping - 1 end
     self.log("info", "sandboxd.instance_woke", { instance = inst.label, awake = self.awake })
   end
@@ -111,6 +121,7 @@ function Fleet:sleep(inst, reason)
   if self.instances[inst.key] ~= inst then return end
   self.instances[inst.key] = nil
   self.awake = self.awake - 1
+  if inst.dir_name then self.awake_dirs[inst.dir_name] = nil end
   if not self.slept[inst.key] then self.slept[inst.key], self.sleeping = true, self.sleeping + 1 end
   inst.asleep = true
   local ok, err = pcall(inst.runner.stop, inst.runner, reason)

@@ -29,25 +29,23 @@ local metrics = require("switchboard.metrics")
 local M = {}
 
 -- The slept workspaces' budget (sandboxd/keep.lua), enforced after each sleep and every
--- KEEP_EVERY_MS (ages pass without sleeps); one pass at a time.
+-- KEEP_EVERY_MS (ages pass without sleeps); one pass at a time. The awake workspaces are the
+-- fleet's awake_dirs, kept as instances wake and sleep (a map built per pass walked the whole
+-- fleet after every sleep, and again per workspace evicted: issue 43).
 local KEEP_EVERY_MS = 60000
 
-local function keeper(self, root, log)
+function M.keeper(self, root, log)
   local busy, again = false, false
-  local function awake()
-    local names = {}
-    for key in pairs(self.fleet.instances) do names[workspace.dir_name(key)] = true end
-    return names
-  end
+  local function awake_now(name) return self.fleet.awake_dirs[name] end
   local function pass()
     if busy then again = true return end
     busy = true
     repeat
       again = false
       local snap = policy.current()
-      local ok, err = pcall(keep.enforce, { root = root, awake = awake(), isolation = snap.isolation,
-        record = snap.record, deadline_ms = snap.timeouts.file_op.budget_ms, log = log,
-        awake_now = function(name) return awake()[name] end })
+      local ok, err = pcall(keep.enforce, { root = root, awake = self.fleet.awake_dirs,
+        isolation = snap.isolation, record = snap.record, deadline_ms = snap.timeouts.file_op.budget_ms,
+        log = log, awake_now = awake_now })
       if not ok then log("error", "sandboxd.keep_failed", { error = tostring(err) }) end
     until not again
     busy = false
@@ -82,13 +80,14 @@ function M.start(opts)
     max_instances = wanted(), max_connections = snap.timeouts.server.max_connections,
     spares = opts.walls and snap.isolation.spare_instances or 0, log = log,
   }
-  self.keep_pass = keeper(self, opts.root, log)
+  self.keep_pass = M.keeper(self, opts.root, log)
   self.fleet = fleet.new{
     max_instances = function() return math.min(wanted(), self.descriptors.capacity) end,
     sleep_after_ms = function() return not opts.pod and policy.current().timeouts.sandbox.sleep_after_ms end,
     new_runner = opts.new_runner or runner.factory(opts.root, opts.walls, log,
       not opts.pod and function() self.keep_pass() end or nil),
     label = runner.label, -- a hash of the thread key: logs never carry the key
+    dir_name = workspace.dir_name, -- the keeper's awake workspaces (fleet.awake_dirs)
     log = log,
     -- an instance whose commands run in the exec lane is in use: not idle
     in_use = function(key) return self.lane ~= nil and self.lane:in_use(key) > 0 end,
