@@ -141,9 +141,12 @@ end
 local n, sleep_s = tonumber(arg[1]) or 300, tonumber(arg[2]) or 15
 local dirs = {}
 for d in (arg[3] or "lua"):gmatch("[^,]+") do dirs[#dirs + 1] = d end
-core.run(function()
+local ok, err = pcall(core.run, function()
   for _, d in ipairs(dirs) do
     print(cjson.encode(run(n, sleep_s, d, os.getenv("SB_FLEET_PERF"))))
     io.stdout:flush()
   end
 end)
+S.cleanup_servers() -- a server a failed run left is killed, not orphaned
+S.cleanup() -- the policy overlays
+assert(ok, err)
