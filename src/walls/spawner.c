@@ -73,6 +73,7 @@ typedef struct {
   pid_t pid;    /* the command, also its process group */
   bool ended;   /* reaped; its reply waits for room on the connection */
   int status;
+  int output[2]; /* our copies of its stdout and stderr, held until it is reaped; -1: none */
 } command;
 
 /* static: the spawner has no other long-lived heap */
@@ -134,19 +135,33 @@ static bool reply_send(command *k) {
   return w == (ssize_t)sizeof reply; /* a unix stream takes a small send whole, or nothing */
 }
 
-/* A command has ended (reaped): its reply goes to its client, if it is still there. */
+/* Lets go of our copies of an ended command's stdout and stderr: the client sees their EOF now
+ * (unless something the command left outside its group still holds them). */
+static void command_release_output(command *k) {
+  for (int i = 0; i < 2; i++) {
+    if (k->output[i] >= 0)
+      close(k->output[i]);
+    k->output[i] = -1;
+  }
+}
+
+/* A command has ended (reaped): its reply goes to its client, if it is still there, and only
+ * then does its output end. The order is the point: holding the copies until the reply is on
+ * the socket makes the client's loop see the status and the EOFs in one wakeup, where the
+ * command's exit alone (its pipes closing as it dies) woke it once for the EOFs and again for
+ * the status this process sends a few context switches later (issue 43: CPU per request). */
 static void command_ended(command *k, int status) {
   k->ended = true;
   k->status = status;
   if (k->conn < 0) {
     k->used = false;
+    command_release_output(k);
     return;
   }
   conn *c = &conns[k->conn];
-  if (c->replies_waiting) /* behind those already waiting */
-    return;
-  if (!reply_send(k))
+  if (!c->replies_waiting && !reply_send(k)) /* else behind those already waiting */
     conn_free(c);
+  command_release_output(k);
 }
 
 /* Room again on a connection: the replies that waited go. */
@@ -182,7 +197,7 @@ static void command_refuse(conn *c, const char *why) {
     conn_free(c);
     return;
   }
-  *k = (command){true, (int)(c - conns), c->frame.id, 0, false, 0};
+  *k = (command){true, (int)(c - conns), c->frame.id, 0, false, 0, {-1, -1}};
   frame_drop(c);
   command_ended(k, EXIT_WALLS << 8);
 }
@@ -330,7 +345,10 @@ static void start_command(const options *o, conn *c) {
     return;
   }
   (void)setpgid(pid, pid); /* also here: a signal forwarded at once must find the group */
-  *k = (command){true, (int)(c - conns), c->frame.id, pid, false, 0};
+  /* its stdout and stderr stay open here until it is reaped (command_ended says why); they are
+   * close-on-exec, so no later command inherits them */
+  *k = (command){true, (int)(c - conns), c->frame.id, pid, false, 0, {c->fds[1], c->fds[2]}};
+  c->fds[1] = c->fds[2] = -1;
   frame_drop(c);
 }
 

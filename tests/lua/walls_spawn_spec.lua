@@ -115,6 +115,21 @@ describe("core.spawn behind the walls", function()
     return n
   end
 
+  -- The spawner holds its copy of a command's stdout until the command's reply is on the socket
+  -- (spawner.c, command_ended), so a client's loop learns the end and the EOF in one wakeup,
+  -- not one for each (issue 43: CPU per request). The probe (tests/c/walls_order_probe.c) reads
+  -- each command's stdout to its EOF, then looks without waiting for the reply; before the hold
+  -- the pipe ended as the command died and the reply came a few context switches later.
+  walled_it("a command's reply is on the socket when its stdout ends (one wakeup, not two)", function()
+    local inst = start_instance()
+    local socket = assert(inst:spawn_args{ argv = { "true" } }).walls
+    local probe = (os.getenv("SB_BUILD_DIR") or "./build") .. "/tests/walls_order_probe"
+    local r = assert(core.spawn{ argv = { probe, socket, "40", "/bin/bash", "-c", "echo out" } }):wait()
+    assert.equal(0, r.exit, r.stderr)
+    assert.same({ n = 40, reply_at_eof = 40, errors = 0 }, require("cjson").decode(r.stdout))
+    inst:stop()
+  end)
+
   walled_it("one link per instance: commands at once and in turn share one connection (issue 43)", function()
     local inst = start_instance()
     assert.equal(0, assert(core.spawn(args(inst, "true"))):wait().exit) -- the link is made
