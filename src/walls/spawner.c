@@ -384,7 +384,8 @@ static void start_command(conn *c) {
     command_refuse(c, "cannot fork into the instance (its process limit?)");
     return;
   }
-  (void)setpgid(pid, pid); /* also here: a signal forwarded at once must find the group */
+  /* (No setpgid from here as well: vfork resumes us only once the child has exec'd or died,
+   * so its own setpgid has always come first — ours failed with EACCES on every command.) */
   /* its stdout and stderr stay open here until it is reaped (command_ended says why); they are
    * close-on-exec, so no later command inherits them */
   *k = (command){true, (int)(c - conns), c->frame.id, pid, false, 0, {c->fds[1], c->fds[2]}};
@@ -405,7 +406,8 @@ static void signal_command(conn *c) {
     kill(-k->pid, sig);
 }
 
-/* Progress on a readable connection: every whole frame there is, in order. */
+/* Progress on a readable connection: the whole frames there are, in order, up to the first
+ * command started (the rest on the next turn of the poll). */
 static void conn_readable(conn *c) {
   while (c->used) { /* a refusal with no slot to answer from frees the connection */
     if (c->hdr_got < sizeof c->hdr || c->body == NULL) {
@@ -434,6 +436,10 @@ static void conn_readable(conn *c) {
     if (b == 0)
       return;
     start_command(c);
+    /* back to poll rather than a read that finds nothing: sandboxd sends one command at a
+     * time per instance mostly, and poll is level-triggered, so a frame already waiting wakes
+     * it again at once (one system call fewer per command) */
+    return;
   }
 }
 
