@@ -531,9 +531,10 @@ int serve(const options *o, int listener, pid_t bwrap) {
       die("poll");
     }
     if (p[1].revents) {
+      /* one read takes it: SIGCHLD is a standard signal, pending once however many children
+       * ended (waitpid below reaps them all), so a second read only ever found nothing */
       struct signalfd_siginfo si;
-      while (read(sfd, &si, sizeof si) > 0) {
-      }
+      (void)!read(sfd, &si, sizeof si);
       if (reap_children(bwrap, &bwrap_status))
         return mirror_status(bwrap_status); /* the PID namespace took every command with it */
     }
