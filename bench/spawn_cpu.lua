@@ -15,7 +15,9 @@
 -- contender: the group's CPU per request (all of it), sandboxd's own (its threads' schedstat),
 -- the spawner's (with the instance's other long-lived processes: their schedstat), the rest —
 -- the command itself from its vfork to its reaping, kernel work included — and the client's
--- median latency; the raw group's CPU per spawn (client + bash) beside them. BENCH_COMMAND sets the command (default `true`). One JSON line.
+-- median latency; the raw group's CPU per spawn (client + bash) beside them. BENCH_COMMAND sets
+-- the command (default `true`); BENCH_RATE_PAIRS=P adds issue 43's 8-client row (P rounds of
+-- 2 s slices per contender, raw's among them, as bench/paired.lua runs it). One JSON line.
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
@@ -28,6 +30,7 @@ local stats = require("bench.stats")
 core.log_format("text", "warn")
 
 local N, ROUNDS = tonumber(arg[1]) or 300, tonumber(arg[2]) or 4
+local RATE_PAIRS = tonumber(os.getenv("BENCH_RATE_PAIRS") or "0")
 local COMMAND = os.getenv("BENCH_COMMAND") or "true"
 local CPUACCT = "/sys/fs/cgroup/cpuacct"
 local contenders = {}
@@ -140,7 +143,7 @@ core.run(function()
     write(S.BIN, ("#!/bin/sh\necho $$ > %s/cgroup.procs && exec %s \"$@\"\n"):format(c.dir, bin))
     assert(os.execute("chmod +x " .. S.BIN))
     c.script = S.BIN
-    c.h = S.start_sandboxd{ args = { "--max-instances", "8" } }
+    c.h = S.start_sandboxd{ args = { "--max-instances", "16" } }
     seq("http:s:" .. c.h.port, 20) -- the instance wakes, the code paths warm
     c.total, c.server, c.resident, c.rest, c.latency, c.load = {}, {}, {}, {}, {}, {}
     c.server_switches, c.resident_switches = {}, {}
@@ -166,6 +169,23 @@ core.run(function()
     raw.cpu[#raw.cpu + 1] = math.floor(cpu + 0.5)
     raw.latency[#raw.latency + 1] = lat
   end
+  -- issue 43's 8-client row beside them: one C client, 8 threads per contender, the
+  -- contenders' 2 s slices in turn (bench_paired rate, as bench/paired.lua runs it)
+  if RATE_PAIRS > 0 then
+    local argv = { build .. "/bench/bench_paired", "rate", S.TOKEN, COMMAND, "2", "8", tostring(RATE_PAIRS) }
+    for _, c in ipairs(contenders) do argv[#argv + 1] = ("http:%s:%d"):format(c.name, c.h.port) end
+    argv[#argv + 1] = "raw:raw:" .. COMMAND
+    out.load_rate = loadavg()
+    local r = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 1 << 20 }):wait()
+    assert(r.exit == 0, "bench_paired rate failed: " .. tostring(r.stderr))
+    local rate = cjson.decode(r.stdout)
+    for _, c in ipairs(contenders) do
+      c.rate8 = rate[c.name].median_per_s
+      c.rate8_vs_raw8 = math.floor(rate[c.name].median_per_s / rate.raw.median_per_s * 1000 + 0.5) / 1000
+      assert(rate[c.name].errors == 0, "rate requests failed: " .. r.stdout)
+    end
+    out.raw_rate8 = rate.raw.median_per_s
+  end
   out.raw = { cpu_us_per_spawn = raw.cpu, cpu_median_us = stats.median(raw.cpu),
     latency_median_us = stats.median(raw.latency) }
   for _, c in ipairs(contenders) do
@@ -175,7 +195,8 @@ core.run(function()
       sandboxd_switches_in = c.server_switches, spawner_switches_in = c.resident_switches,
       command_us = c.rest, command_median_us = stats.median(c.rest),
       added_cpu_over_raw_us = stats.median(c.total) - stats.median(raw.cpu),
-      latency_median_us = stats.median(c.latency), load = c.load }
+      latency_median_us = stats.median(c.latency), load = c.load,
+      rate8 = c.rate8, rate8_vs_raw8 = c.rate8_vs_raw8 }
     c.h:stop("TERM")
     c.h:wait()
     os.remove(c.script)
