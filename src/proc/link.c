@@ -242,6 +242,10 @@ static void read_all(sb_link *l) {
       if (l->in_len == sizeof l->in)
         dispatch(l);
     }
+    /* a short read took all there was: a recv more would only say EAGAIN (one per reply);
+     * bytes that come later wake the poll again (libuv's poll is level-triggered) */
+    if ((size_t)n < sizeof buf)
+      break;
   }
   l->reading = false;
 }

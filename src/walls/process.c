@@ -7,6 +7,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -43,14 +44,21 @@ void die_with_parent(pid_t parent) {
 /* Lowers a limit to `value`; never raises one (a server started under a lower hard limit
  * keeps it for its instances). */
 void set_limit(int resource, long long value, const char *name) {
+  struct rlimit rl;
+  if (limit_for(resource, value, &rl) && setrlimit(resource, &rl) < 0)
+    die("setrlimit %s %llu", name, (unsigned long long)rl.rlim_max);
+}
+
+/* The limit set_limit sets for `value` (clamped to our hard limit) in *out; false when there is
+ * none to set (value < 0). */
+bool limit_for(int resource, long long value, struct rlimit *out) {
   if (value < 0)
-    return;
+    return false;
   struct rlimit cur;
   if (getrlimit(resource, &cur) == 0 && cur.rlim_max != RLIM_INFINITY && (rlim_t)value > cur.rlim_max)
     value = (long long)cur.rlim_max;
-  struct rlimit rl = {(rlim_t)value, (rlim_t)value};
-  if (setrlimit(resource, &rl) < 0)
-    die("setrlimit %s %lld", name, value);
+  *out = (struct rlimit){(rlim_t)value, (rlim_t)value};
+  return true;
 }
 
 

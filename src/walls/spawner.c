@@ -73,11 +73,42 @@ typedef struct {
   pid_t pid;    /* the command, also its process group */
   bool ended;   /* reaped; its reply waits for room on the connection */
   int status;
+  int output[2]; /* our copies of its stdout and stderr, held until it is reaped; -1: none */
 } command;
 
 /* static: the spawner has no other long-lived heap */
 static conn conns[MAX_CONNS];
 static command commands[MAX_COMMANDS];
+/* One past the highest slot in use: the per-command scans (the poll set, a command's lookup,
+ * the reaping) stop there instead of walking all 256 slots of each table — sandboxd keeps one
+ * connection and most instances run one command at a time. */
+static int conns_top, commands_top;
+
+static void conn_taken(int slot) {
+  if (slot >= conns_top)
+    conns_top = slot + 1;
+}
+
+static void command_taken(command *k) {
+  int slot = (int)(k - commands);
+  if (slot >= commands_top)
+    commands_top = slot + 1;
+}
+
+/* A command's slot is free again (the top comes down past the free slots above it). */
+static void command_free(command *k) {
+  k->used = false;
+  while (commands_top > 0 && !commands[commands_top - 1].used)
+    commands_top--;
+}
+
+/* The first free command slot, or NULL. */
+static command *command_slot(void) {
+  for (int i = 0; i < MAX_COMMANDS; i++)
+    if (!commands[i].used)
+      return &commands[i];
+  return NULL;
+}
 
 static void frame_drop(conn *c) {
   for (int i = 0; i < 3; i++) {
@@ -99,12 +130,12 @@ static void conn_init(conn *c) {
  * replies go nowhere. */
 static void conn_free(conn *c) {
   int slot = (int)(c - conns);
-  for (int i = 0; i < MAX_COMMANDS; i++) {
+  for (int i = 0; i < commands_top; i++) {
     command *k = &commands[i];
     if (!k->used || k->conn != slot)
       continue;
     if (k->ended) {
-      k->used = false;
+      command_free(k);
     } else {
       kill(-k->pid, SIGKILL);
       k->conn = -1; /* the slot stays until the command is reaped */
@@ -114,6 +145,8 @@ static void conn_free(conn *c) {
   if (c->fd >= 0)
     close(c->fd);
   conn_init(c);
+  while (conns_top > 0 && !conns[conns_top - 1].used)
+    conns_top--;
 }
 
 /* Sends an ended command's reply, or leaves it waiting for room (POLLOUT on its connection).
@@ -130,30 +163,44 @@ static bool reply_send(command *k) {
     c->replies_waiting = true;
     return true;
   }
-  k->used = false;
+  command_free(k);
   return w == (ssize_t)sizeof reply; /* a unix stream takes a small send whole, or nothing */
 }
 
-/* A command has ended (reaped): its reply goes to its client, if it is still there. */
+/* Lets go of our copies of an ended command's stdout and stderr: the client sees their EOF now
+ * (unless something the command left outside its group still holds them). */
+static void command_release_output(command *k) {
+  for (int i = 0; i < 2; i++) {
+    if (k->output[i] >= 0)
+      close(k->output[i]);
+    k->output[i] = -1;
+  }
+}
+
+/* A command has ended (reaped): its reply goes to its client, if it is still there, and only
+ * then does its output end. The order is the point: holding the copies until the reply is on
+ * the socket makes the client's loop see the status and the EOFs in one wakeup, where the
+ * command's exit alone (its pipes closing as it dies) woke it once for the EOFs and again for
+ * the status this process sends a few context switches later (issue 43: CPU per request). */
 static void command_ended(command *k, int status) {
   k->ended = true;
   k->status = status;
   if (k->conn < 0) {
-    k->used = false;
+    command_release_output(k);
+    command_free(k);
     return;
   }
   conn *c = &conns[k->conn];
-  if (c->replies_waiting) /* behind those already waiting */
-    return;
-  if (!reply_send(k))
+  if (!c->replies_waiting && !reply_send(k)) /* else behind those already waiting */
     conn_free(c);
+  command_release_output(k);
 }
 
 /* Room again on a connection: the replies that waited go. */
 static void conn_writable(conn *c) {
   int slot = (int)(c - conns);
   c->replies_waiting = false;
-  for (int i = 0; i < MAX_COMMANDS && !c->replies_waiting; i++) {
+  for (int i = 0; i < commands_top && !c->replies_waiting; i++) {
     command *k = &commands[i];
     if (k->used && k->ended && k->conn == slot && !reply_send(k)) {
       conn_free(c);
@@ -163,7 +210,7 @@ static void conn_writable(conn *c) {
 }
 
 static command *command_of(int slot, uint32_t id) {
-  for (int i = 0; i < MAX_COMMANDS; i++)
+  for (int i = 0; i < commands_top; i++)
     if (commands[i].used && commands[i].conn == slot && commands[i].id == id)
       return &commands[i];
   return NULL;
@@ -174,15 +221,13 @@ static command *command_of(int slot, uint32_t id) {
 static void command_refuse(conn *c, const char *why) {
   if (c->fds[2] >= 0)
     dprintf(c->fds[2], "walls: %s\n", why);
-  command *k = NULL;
-  for (int i = 0; i < MAX_COMMANDS && k == NULL; i++)
-    if (!commands[i].used)
-      k = &commands[i];
+  command *k = command_slot();
   if (k == NULL) { /* not even a slot to answer from: the client learns it as a lost command */
     conn_free(c);
     return;
   }
-  *k = (command){true, (int)(c - conns), c->frame.id, 0, false, 0};
+  *k = (command){true, (int)(c - conns), c->frame.id, 0, false, 0, {-1, -1}};
+  command_taken(k);
   frame_drop(c);
   command_ended(k, EXIT_WALLS << 8);
 }
@@ -256,34 +301,47 @@ static int receive_body(conn *c) {
   return 1;
 }
 
+/* The rlimits every command gets, clamped once at the spawner's start to its own hard limits
+ * (set_limit's rule: never raised), so a command's child sets them with one call each. */
+static struct rlimit command_nofile, command_fsize;
+static bool command_has_nofile, command_has_fsize;
+
+static void command_limits(const options *o) {
+  command_has_nofile = limit_for(RLIMIT_NOFILE, o->nofile, &command_nofile);
+  command_has_fsize = limit_for(RLIMIT_FSIZE, o->fsize, &command_fsize);
+}
+
 /* In the vforked child (it shares the spawner's memory until exec: system calls only, _exit
  * on every failure): the received fds become 0-2, then the command runs in a process group of
- * its own with the rlimits, no capabilities and no_new_privs. */
-static void exec_command(const options *o, const walls_request *req, const int fds[3])
-    __attribute__((noreturn));
-static void exec_command(const options *o, const walls_request *req, const int fds[3]) {
+ * its own with the rlimits. No capabilities and no_new_privs it has from the spawner, which
+ * gave up the first and set the second for itself at its start (serve). */
+static void exec_command(const walls_request *req, const int fds[3]) __attribute__((noreturn));
+static void exec_command(const walls_request *req, const int fds[3]) {
   extern char **environ;
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
-  /* out of the way of 0-2 first (a received fd may already be one of them), then into place
-   * (dup2 clears close-on-exec on the copies; everything else of the spawner's has it) */
-  int moved[3];
+  /* into place (dup2 clears close-on-exec on the copies; everything else of the spawner's has
+   * it) — first out of the way of 0-2 when a received fd is one of them (the spawner's own 0-2
+   * are open, so they are received above them: the detour is for the case that is not so) */
+  int from[3] = {fds[0], fds[1], fds[2]};
+  if (from[0] < 3 || from[1] < 3 || from[2] < 3)
+    for (int i = 0; i < 3; i++)
+      if ((from[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
+        _exit(EXIT_WALLS);
   for (int i = 0; i < 3; i++)
-    if ((moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0)
-      _exit(EXIT_WALLS);
-  for (int i = 0; i < 3; i++)
-    if (dup2(moved[i], i) < 0)
+    if (dup2(from[i], i) < 0)
       _exit(EXIT_WALLS);
   if (setpgid(0, 0) < 0)
     die("setpgid");
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
     die("prctl(PR_SET_PDEATHSIG)");
-  set_limit(RLIMIT_NOFILE, o->nofile, "nofile");
-  set_limit(RLIMIT_FSIZE, o->fsize, "fsize");
+  if (command_has_nofile && setrlimit(RLIMIT_NOFILE, &command_nofile) < 0)
+    die("setrlimit nofile %llu", (unsigned long long)command_nofile.rlim_max);
+  if (command_has_fsize && setrlimit(RLIMIT_FSIZE, &command_fsize) < 0)
+    die("setrlimit fsize %llu", (unsigned long long)command_fsize.rlim_max);
   if (chdir(req->cwd) < 0)
     die("chdir %s", req->cwd);
-  drop_capabilities();
   environ = (char **)req->envp; /* execvp searches the command's own PATH */
   execvp(req->argv[0], req->argv);
   fprintf(stderr, "walls: cannot run %s: %s\n", req->argv[0], strerror(errno));
@@ -293,7 +351,7 @@ static void exec_command(const options *o, const walls_request *req, const int f
 
 /* The command's body is complete: parse it and vfork the command (a child of the spawner, so
  * born inside the PID namespace and the instance's cgroups). */
-static void start_command(const options *o, conn *c) {
+static void start_command(conn *c) {
   static walls_request req; /* large (pointer arrays); used only between parse and vfork */
   const char *why = "";
   if (command_of((int)(c - conns), c->frame.id) != NULL) {
@@ -306,10 +364,7 @@ static void start_command(const options *o, conn *c) {
     command_refuse(c, line);
     return;
   }
-  command *k = NULL;
-  for (int i = 0; i < MAX_COMMANDS && k == NULL; i++)
-    if (!commands[i].used)
-      k = &commands[i];
+  command *k = command_slot();
   if (k == NULL) {
     command_refuse(c, "too many commands at once in this instance");
     return;
@@ -323,14 +378,19 @@ static void start_command(const options *o, conn *c) {
   char **own_environ = environ;
   pid_t pid = vfork();
   if (pid == 0)
-    exec_command(o, &req, c->fds);
+    exec_command(&req, c->fds);
   environ = own_environ;
   if (pid < 0) {
     command_refuse(c, "cannot fork into the instance (its process limit?)");
     return;
   }
-  (void)setpgid(pid, pid); /* also here: a signal forwarded at once must find the group */
-  *k = (command){true, (int)(c - conns), c->frame.id, pid, false, 0};
+  /* (No setpgid from here as well: vfork resumes us only once the child has exec'd or died,
+   * so its own setpgid has always come first — ours failed with EACCES on every command.) */
+  /* its stdout and stderr stay open here until it is reaped (command_ended says why); they are
+   * close-on-exec, so no later command inherits them */
+  *k = (command){true, (int)(c - conns), c->frame.id, pid, false, 0, {c->fds[1], c->fds[2]}};
+  command_taken(k);
+  c->fds[1] = c->fds[2] = -1;
   frame_drop(c);
 }
 
@@ -346,8 +406,9 @@ static void signal_command(conn *c) {
     kill(-k->pid, sig);
 }
 
-/* Progress on a readable connection: every whole frame there is, in order. */
-static void conn_readable(const options *o, conn *c) {
+/* Progress on a readable connection: the whole frames there are, in order, up to the first
+ * command started (the rest on the next turn of the poll). */
+static void conn_readable(conn *c) {
   while (c->used) { /* a refusal with no slot to answer from frees the connection */
     if (c->hdr_got < sizeof c->hdr || c->body == NULL) {
       int h = c->hdr_got < sizeof c->hdr ? receive_header(c) : 1;
@@ -374,7 +435,11 @@ static void conn_readable(const options *o, conn *c) {
     }
     if (b == 0)
       return;
-    start_command(o, c);
+    start_command(c);
+    /* back to poll rather than a read that finds nothing: sandboxd sends one command at a
+     * time per instance mostly, and poll is level-triggered, so a frame already waiting wakes
+     * it again at once (one system call fewer per command) */
+    return;
   }
 }
 
@@ -390,7 +455,7 @@ static bool reap_children(pid_t bwrap, int *bwrap_status) {
       over = true;
       continue;
     }
-    for (int i = 0; i < MAX_COMMANDS; i++) {
+    for (int i = 0; i < commands_top; i++) {
       command *k = &commands[i];
       if (k->used && !k->ended && k->pid == done) {
         kill(-done, SIGKILL); /* what it left in its group dies with it */
@@ -417,6 +482,7 @@ static void accept_all(int listener) {
     }
     c->used = true;
     c->fd = fd;
+    conn_taken((int)(c - conns));
   }
 }
 
@@ -426,6 +492,15 @@ int serve(const options *o, int listener, pid_t bwrap) {
    * uids, cgroups) are blanked anyway, as a second line. */
   for (int i = 1; arg_area != NULL && arg_area[i] != NULL; i++)
     memset(arg_area[i], 0, strlen(arg_area[i]));
+  /* The capabilities setns gave us inside the instance's user namespace are needed no more
+   * (what follows — accept, vfork, setpgid, kill of our own uid's groups — needs none): gone
+   * for good, with no_new_privs, here once rather than in every command's child, which
+   * inherits both (a capability dropped is not a credential change that clears the death
+   * signal; it is set again all the same). */
+  drop_capabilities();
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+    die("prctl(PR_SET_PDEATHSIG)");
+  command_limits(o);
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
@@ -445,7 +520,7 @@ int serve(const options *o, int listener, pid_t bwrap) {
     int n = 0;
     p[n++] = (struct pollfd){listener, POLLIN, 0};
     p[n++] = (struct pollfd){sfd, POLLIN, 0};
-    for (int i = 0; i < MAX_CONNS; i++)
+    for (int i = 0; i < conns_top; i++)
       if (conns[i].used) {
         which[n] = i;
         p[n++] = (struct pollfd){conns[i].fd, (short)(POLLIN | (conns[i].replies_waiting ? POLLOUT : 0)), 0};
@@ -456,9 +531,10 @@ int serve(const options *o, int listener, pid_t bwrap) {
       die("poll");
     }
     if (p[1].revents) {
+      /* one read takes it: SIGCHLD is a standard signal, pending once however many children
+       * ended (waitpid below reaps them all), so a second read only ever found nothing */
       struct signalfd_siginfo si;
-      while (read(sfd, &si, sizeof si) > 0) {
-      }
+      (void)!read(sfd, &si, sizeof si);
       if (reap_children(bwrap, &bwrap_status))
         return mirror_status(bwrap_status); /* the PID namespace took every command with it */
     }
@@ -469,7 +545,7 @@ int serve(const options *o, int listener, pid_t bwrap) {
       if (p[k].revents & POLLOUT)
         conn_writable(c);
       if (c->used && c->fd == p[k].fd && (p[k].revents & ~POLLOUT))
-        conn_readable(o, c);
+        conn_readable(c);
     }
     if (p[0].revents & POLLIN)
       accept_all(listener);

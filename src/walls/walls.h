@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 enum {
@@ -52,6 +53,7 @@ void parse(int argc, char **argv, options *o);
 void drop_to(const options *o);
 void die_with_parent(pid_t parent);
 void set_limit(int resource, long long value, const char *name);
+bool limit_for(int resource, long long value, struct rlimit *out);
 void drop_capabilities(void);
 int mirror_status(int status);
 void stdout_to_null(void);

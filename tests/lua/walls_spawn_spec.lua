@@ -115,6 +115,70 @@ describe("core.spawn behind the walls", function()
     return n
   end
 
+  -- The spawner holds its copy of a command's stdout until the command's reply is on the socket
+  -- (spawner.c, command_ended), so a client's loop learns the end and the EOF in one wakeup,
+  -- not one for each (issue 43: CPU per request). The probe (tests/c/walls_order_probe.c) reads
+  -- each command's stdout to its EOF, then looks without waiting for the reply; before the hold
+  -- the pipe ended as the command died and the reply came a few context switches later.
+  walled_it("a command's reply is on the socket when its stdout ends (one wakeup, not two)", function()
+    local inst = start_instance()
+    local socket = assert(inst:spawn_args{ argv = { "true" } }).walls
+    local probe = (os.getenv("SB_BUILD_DIR") or "./build") .. "/tests/walls_order_probe"
+    local r = assert(core.spawn{ argv = { probe, socket, "40", "/bin/bash", "-c", "echo out" } }):wait()
+    assert.equal(0, r.exit, r.stderr)
+    assert.same({ n = 40, reply_at_eof = 40, errors = 0 }, require("cjson").decode(r.stdout))
+    inst:stop()
+  end)
+
+  -- The spawner gives up the capabilities setns gave it and sets no_new_privs once, for itself,
+  -- at its start; every command inherits both (no capset per command). Looked at in a command
+  -- and, from the host, in the spawner that is its parent.
+  walled_it("a command and its spawner hold no capability and have no_new_privs", function()
+    local function privileges(status)
+      local t = {}
+      for name, value in status:gmatch("\n(Cap%a%a%a):%s*(%x+)") do t[name] = value end
+      t.NoNewPrivs = status:match("\nNoNewPrivs:%s*(%d)")
+      return t
+    end
+    local none = { CapInh = "0000000000000000", CapPrm = "0000000000000000",
+      CapEff = "0000000000000000", CapAmb = "0000000000000000", NoNewPrivs = "1" }
+    local inst = start_instance()
+    local r = assert(core.spawn(args(inst, "cat /proc/self/status"))):wait()
+    assert.equal(0, r.exit, r.stderr)
+    local own = privileges("\n" .. r.stdout)
+    own.CapBnd = nil
+    assert.same(none, own)
+    -- the spawner: the host's parent of a command found by its unique argument
+    local mark = ("30.%d"):format(math.random(100000, 999999))
+    local proc = assert(core.spawn(args(inst, "exec sleep " .. mark)))
+    local spawner
+    for _ = 1, 600 do
+      local ls = io.popen("ls /proc")
+      local pids = ls:read("a")
+      ls:close()
+      for pid in pids:gmatch("%d+") do
+        local f = io.open("/proc/" .. pid .. "/cmdline")
+        local cmdline = f and f:read("a")
+        if f then f:close() end
+        if cmdline == "sleep\0" .. mark .. "\0" then
+          local status = io.open("/proc/" .. pid .. "/status"):read("a")
+          spawner = tonumber(status:match("\nPPid:%s*(%d+)"))
+        end
+      end
+      if spawner then break end
+      core.sleep(50)
+    end
+    assert.truthy(spawner, "the command's process was not found on the host")
+    local f = assert(io.open("/proc/" .. spawner .. "/status"))
+    local theirs = privileges(f:read("a"))
+    f:close()
+    theirs.CapBnd = nil
+    assert.same(none, theirs)
+    proc:kill()
+    proc:wait()
+    inst:stop()
+  end)
+
   walled_it("one link per instance: commands at once and in turn share one connection (issue 43)", function()
     local inst = start_instance()
     assert.equal(0, assert(core.spawn(args(inst, "true"))):wait().exit) -- the link is made
