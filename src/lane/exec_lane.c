@@ -15,6 +15,8 @@
 #include "../json/json_text.h"
 #include "../proc/proc.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <lauxlib.h>
 #include <math.h>
 #include <openssl/crypto.h>
@@ -42,6 +44,7 @@ typedef struct lane_entry {
   bool armed;       /* in the table; false: disarmed, freed when its last command ends */
   unsigned running; /* its commands in the lane now */
   int init_pidfd;   /* the instance's init: readable once it has ended */
+  int record_ref;   /* Lua's record of this arming (lane.lua), given back with each outcome */
   char *socket, *network, *oom_path, *pids_path;
   size_t key_len;
   char key[];
@@ -75,6 +78,7 @@ typedef struct lane_run {
   bool aborted;
   long before_oom, before_pids;
   int64_t limit_ms;
+  char remote[sizeof ((sb_http_conn *)0)->remote_addr]; /* the request log line's */
 } lane_run;
 
 static lane_run *runs; /* the commands in the lane now, of every server */
@@ -89,6 +93,7 @@ static uint32_t key_hash(const char *s, size_t n) {
 static void entry_free(lane_entry *e) {
   if (e->init_pidfd >= 0)
     close(e->init_pidfd);
+  luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, e->record_ref);
   free(e->socket);
   free(e->network);
   free(e->oom_path);
@@ -392,14 +397,24 @@ static void env_free(char **envp) {
 
 /* ---- the instance's counters --------------------------------------------------------------- */
 
-/* The number after `word ` in a cgroup events file (instance.lua counter), 0 when unread. */
+/* The number after `word ` in a cgroup events file (instance.lua counter), 0 when unread. Read
+ * four times per command (before and after, two files): open, one read, close — not stdio's
+ * open, fstat, read, read-to-EOF, close (issue 43: eight system calls a request fewer). An
+ * events file is a few short lines, whole in one read. Opened per read, not held: descriptors.lua
+ * counts no descriptor for the counters (two more per instance would leave 2,000 instances
+ * short of a 20,000 open-files limit). */
 static long counter(const char *path, const char *word) {
   char buf[512];
-  FILE *f = fopen(path, "re");
-  if (f == NULL)
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
     return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
+  ssize_t n;
+  do
+    n = read(fd, buf, sizeof buf - 1);
+  while (n < 0 && errno == EINTR);
+  close(fd);
+  if (n <= 0)
+    return 0;
   buf[n] = '\0';
   size_t wn = strlen(word);
   for (char *at = strstr(buf, word); at != NULL; at = strstr(at + 1, word))
@@ -540,21 +555,24 @@ static bool no_space(const char *s, size_t n) {
          memmem(s, n, "Disk quota exceeded", 19) != NULL;
 }
 
-/* Lua hears the outcome (metrics, the log lines, the fleet's last use): heard(key, exit,
- * duration_ms, gaps, handed_back). After the answer, never before it. */
+/* Lua hears the outcome (metrics, the log lines, the fleet's last use): heard(record, exit,
+ * duration_ms, gaps, handed_back, remote), record the one its arming gave. After the answer,
+ * never before it. */
 static void tell(lua_State *L, lane_run *run, lua_Integer exit, double duration_ms, bool back) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->lane->heard_ref);
-  lua_pushlstring(L, run->e->key, run->e->key_len);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->record_ref);
   lua_pushinteger(L, exit);
   lua_pushnumber(L, duration_ms);
   lua_pushinteger(L, run->gaps);
   lua_pushboolean(L, back);
-  sb_pcall(L, 5, "exec lane heard");
+  lua_pushstring(L, run->remote);
+  sb_pcall(L, 6, "exec lane heard");
 }
 
-/* The extraordinary outcome goes to Lua with its response still open: back(res, raw, key,
- * limit_ms, before, gaps) in a task of its own (core.go), which composes and sends the answer
- * with the Lua path's own functions. */
+/* The extraordinary outcome goes to Lua with its response still open: back(res, raw, record,
+ * limit_ms, before, gaps, remote) in a task of its own (core.go), which composes and sends the
+ * answer with the Lua path's own functions. record: its arming's, not the key's arming now (the
+ * instance may have been armed anew, or every arm dropped by a reload, while it ran). */
 static void hand_back(lua_State *L, lane_run *run, int raw) {
   int top = lua_gettop(L);
   lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
@@ -562,7 +580,7 @@ static void hand_back(lua_State *L, lane_run *run, int raw) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->lane->back_ref);
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->res_ref);
   lua_pushvalue(L, raw);
-  lua_pushlstring(L, run->e->key, run->e->key_len);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->record_ref);
   lua_pushinteger(L, run->limit_ms);
   lua_createtable(L, 0, 2);
   lua_pushinteger(L, run->before_oom);
@@ -570,7 +588,8 @@ static void hand_back(lua_State *L, lane_run *run, int raw) {
   lua_pushinteger(L, run->before_pids);
   lua_setfield(L, -2, "pids");
   lua_pushinteger(L, run->gaps);
-  if (!sb_pcall(L, 7, "exec lane hand-back")) /* the task could not start: the peer learns */
+  lua_pushstring(L, run->remote);
+  if (!sb_pcall(L, 8, "exec lane hand-back")) /* the task could not start: the peer learns */
     sb_http_res_finish(run->res, NULL, 0);
   lua_settop(L, top);
 }
@@ -642,6 +661,7 @@ static bool lane_request(sb_http_conn *c) {
   run->e = e;
   run->res_ref = LUA_NOREF;
   run->limit_ms = call.limit_ms;
+  memcpy(run->remote, c->remote_addr, sizeof run->remote);
   run->before_oom = counter(e->oom_path, "oom_kill");
   run->before_pids = counter(e->pids_path, "max");
   char *argv[] = {lane->bash, "-c", (char *)call.command, NULL};
@@ -786,7 +806,8 @@ static int l_program(lua_State *L) {
   return 0;
 }
 
-/* core.exec_lane.arm(srv, key, {socket, network, oom, pids}) → true (false: no program). */
+/* core.exec_lane.arm(srv, key, {socket, network, oom, pids}, record) → true (false: no
+ * program). record: any Lua value, given back with each outcome of the arming (heard, back). */
 static int l_arm(lua_State *L) {
   sb_http_server *s = sb_http_server_check(L, 1);
   size_t kn;
@@ -807,6 +828,8 @@ static int l_arm(lua_State *L) {
   e->key_len = kn;
   e->hash = key_hash(key, kn);
   e->init_pidfd = -1;
+  lua_pushvalue(L, 4);
+  e->record_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* (nil: LUA_REFNIL, which unref ignores) */
   e->socket = str_field(L, 3, "socket");
   e->network = str_field(L, 3, "network");
   e->oom_path = str_field(L, 3, "oom");
