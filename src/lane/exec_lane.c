@@ -46,12 +46,17 @@ typedef struct lane_entry {
   int init_pidfd;   /* the instance's init: readable once it has ended */
   int record_ref;   /* Lua's record of this arming (lane.lua), given back with each outcome */
   char *socket, *network, *oom_path, *pids_path;
+  /* the counter files held open (-1: opened per read), when the descriptor budget has room
+   * (sandboxd/descriptors.lua b.counters): four opens a request fewer */
+  int oom_fd, pids_fd;
+  struct sb_exec_lane *lane; /* its held counters are counted in lane->held */
   size_t key_len;
   char key[];
 } lane_entry;
 
 typedef struct sb_exec_lane {
   bool programmed;
+  size_t max_held, held; /* instances that may hold their counter files open; that do */
   bool orphaned; /* the server is gone: freed when the last command ends */
   unsigned char digest[32];
   size_t max_key;
@@ -90,9 +95,19 @@ static uint32_t key_hash(const char *s, size_t n) {
   return h;
 }
 
+static void counters_release(lane_entry *e) {
+  if (e->oom_fd < 0)
+    return;
+  close(e->oom_fd);
+  close(e->pids_fd);
+  e->oom_fd = e->pids_fd = -1;
+  e->lane->held--;
+}
+
 static void entry_free(lane_entry *e) {
   if (e->init_pidfd >= 0)
     close(e->init_pidfd);
+  counters_release(e);
   luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, e->record_ref);
   free(e->socket);
   free(e->network);
@@ -397,22 +412,8 @@ static void env_free(char **envp) {
 
 /* ---- the instance's counters --------------------------------------------------------------- */
 
-/* The number after `word ` in a cgroup events file (instance.lua counter), 0 when unread. Read
- * four times per command (before and after, two files): open, one read, close — not stdio's
- * open, fstat, read, read-to-EOF, close (issue 43: eight system calls a request fewer). An
- * events file is a few short lines, whole in one read. Opened per read, not held: descriptors.lua
- * counts no descriptor for the counters (two more per instance would leave 2,000 instances
- * short of a 20,000 open-files limit). */
-static long counter(const char *path, const char *word) {
-  char buf[512];
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0)
-    return 0;
-  ssize_t n;
-  do
-    n = read(fd, buf, sizeof buf - 1);
-  while (n < 0 && errno == EINTR);
-  close(fd);
+/* The number after `word ` in a cgroup events file's text (instance.lua counter), 0 when none. */
+static long counter_in(char *buf, ssize_t n, const char *word) {
   if (n <= 0)
     return 0;
   buf[n] = '\0';
@@ -421,6 +422,45 @@ static long counter(const char *path, const char *word) {
     if ((at == buf || at[-1] == '\n') && at[wn] == ' ')
       return strtol(at + wn + 1, NULL, 10);
   return 0;
+}
+
+/* A counter of the instance, 0 when unread. Read four times per command (before and after, two
+ * files): through the descriptor held open (one pread: the file's text anew from offset 0), or
+ * else open, one read, close — not stdio's open, fstat, read, read-to-EOF, close. An events file
+ * is a few short lines, whole in one read. */
+static long counter(int held, const char *path, const char *word) {
+  char buf[512];
+  ssize_t n;
+  if (held >= 0) {
+    do
+      n = pread(held, buf, sizeof buf - 1, 0);
+    while (n < 0 && errno == EINTR);
+    return counter_in(buf, n, word);
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return 0;
+  do
+    n = read(fd, buf, sizeof buf - 1);
+  while (n < 0 && errno == EINTR);
+  close(fd);
+  return counter_in(buf, n, word);
+}
+
+/* The counter files held open while the budget has room (lane->max_held): both or neither. */
+static void counters_hold(sb_exec_lane *lane, lane_entry *e) {
+  if (lane->held >= lane->max_held)
+    return;
+  int oom = open(e->oom_path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  int pids = oom < 0 ? -1 : open(e->pids_path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (pids < 0) {
+    if (oom >= 0)
+      close(oom);
+    return;
+  }
+  e->oom_fd = oom;
+  e->pids_fd = pids;
+  lane->held++;
 }
 
 static bool init_ended(const lane_entry *e) {
@@ -615,8 +655,8 @@ static void command_done(void *ud, lua_State *L, int raw) {
                   !field_true(L, trunc, "stdout") && !field_true(L, trunc, "stderr") &&
                   !field_true(L, raw, "timed_out") && !field_true(L, raw, "aborted") &&
                   !signalled && !(exit != 0 && no_space(err, err_len)) &&
-                  counter(e->oom_path, "oom_kill") == run->before_oom &&
-                  counter(e->pids_path, "max") == run->before_pids && !init_ended(e) &&
+                  counter(e->oom_fd, e->oom_path, "oom_kill") == run->before_oom &&
+                  counter(e->pids_fd, e->pids_path, "max") == run->before_pids && !init_ended(e) &&
                   out_len + err_len < SLICE;
   text_buf b = {0};
   if (ordinary) {
@@ -662,8 +702,8 @@ static bool lane_request(sb_http_conn *c) {
   run->res_ref = LUA_NOREF;
   run->limit_ms = call.limit_ms;
   memcpy(run->remote, c->remote_addr, sizeof run->remote);
-  run->before_oom = counter(e->oom_path, "oom_kill");
-  run->before_pids = counter(e->pids_path, "max");
+  run->before_oom = counter(e->oom_fd, e->oom_path, "oom_kill");
+  run->before_pids = counter(e->pids_fd, e->pids_path, "max");
   char *argv[] = {lane->bash, "-c", (char *)call.command, NULL};
   sb_spawn_args a = {.argv = argv, .envp = envp, .cwd = "/workspace"};
   int rc = sb_proc_spawn_walled(L, &a, e->socket, call.limit_ms, lane->grace_ms, lane->max_output,
@@ -738,7 +778,8 @@ static sb_exec_lane *lane_of(sb_http_server *s) {
 
 /* core.exec_lane.program(srv, program | nil): program = {token, max_key_bytes, floor_ms, max_ms, default_ms,
  * grace_ms, heartbeat_ms, max_output, network, bash, env = {NAME = value}, headers, back,
- * heard}. nil: the lane off (every armed instance disarmed). Every armed instance is disarmed
+ * heard, held_counters?} (held_counters: how many armed instances may hold their two counter
+ * files open, sandboxd/descriptors.lua b.counters; none when absent). nil: the lane off (every armed instance disarmed). Every armed instance is disarmed
  * by a new program too: Lua arms them again under the new snapshot. */
 static void lane_release(sb_http_server *s);
 static const struct sb_http_lane_hooks hooks = {.head = lane_head, .request = lane_request, .release = lane_release};
@@ -768,6 +809,9 @@ static int l_program(lua_State *L) {
   lane->grace_ms = int_field(L, 2, "grace_ms");
   lane->heartbeat_ms = int_field(L, 2, "heartbeat_ms");
   lane->max_output = int_field(L, 2, "max_output");
+  lua_getfield(L, 2, "held_counters"); /* optional: none held */
+  lane->max_held = lua_isinteger(L, -1) && lua_tointeger(L, -1) > 0 ? (size_t)lua_tointeger(L, -1) : 0;
+  lua_pop(L, 1);
   lane->default_network = str_field(L, 2, "network");
   lane->bash = str_field(L, 2, "bash");
   lua_getfield(L, 2, "env");
@@ -827,13 +871,15 @@ static int l_arm(lua_State *L) {
   memcpy(e->key, key, kn);
   e->key_len = kn;
   e->hash = key_hash(key, kn);
-  e->init_pidfd = -1;
+  e->init_pidfd = e->oom_fd = e->pids_fd = -1;
   lua_pushvalue(L, 4);
   e->record_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* (nil: LUA_REFNIL, which unref ignores) */
   e->socket = str_field(L, 3, "socket");
   e->network = str_field(L, 3, "network");
   e->oom_path = str_field(L, 3, "oom");
   e->pids_path = str_field(L, 3, "pids");
+  e->lane = lane;
+  counters_hold(lane, e);
   /* init_pid: looked at only through a pidfd the lane would hold, one descriptor more per
    * instance than sandboxd's budget counts (sandboxd/descriptors.lua PER_INSTANCE); none is
    * held — an instance whose init ended ends its commands with it (the PID namespace goes:
@@ -934,6 +980,7 @@ static int l_decide(lua_State *L) {
   lane_entry *e = calloc(1, sizeof *e);
   if (e == NULL)
     return luaL_error(L, "decide: out of memory");
+  e->oom_fd = e->pids_fd = -1;
   e->network = (char *)inst_network;
   sb_http_request q;
   memset(&q, 0, sizeof q);

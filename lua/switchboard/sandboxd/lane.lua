@@ -61,6 +61,8 @@ local function program(self, snap)
     floor_ms = int(t.bash.floor_ms), max_ms = int(t.bash.max_ms),
     default_ms = int(t.sandbox.default_budget_ms), grace_ms = int(t.bash.kill_grace_ms),
     heartbeat_ms = int(t.sandbox.heartbeat_ms), max_output = int(t.process.max_output_bytes),
+    -- the counter files held open by as many instances as the descriptor budget has room for
+    held_counters = self.ctx.descriptors and self.ctx.descriptors.counters or 0,
     network = snap.isolation.network, bash = run.bash_path(),
     env = routes.base_env(self.ctx, snap), headers = routes.JSON,
     back = function(res, raw, armed, limit_ms, before, gaps, remote)
