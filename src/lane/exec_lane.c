@@ -45,6 +45,9 @@ typedef struct lane_entry {
   unsigned running; /* its commands in the lane now */
   int init_pidfd;   /* the instance's init: readable once it has ended */
   int record_ref;   /* Lua's record of this arming (lane.lua), given back with each outcome */
+  /* the program's heard and back at its arming: a reload clears the program while the entry's
+   * commands still run, and each is still heard and handed back */
+  int heard_ref, back_ref;
   char *socket, *network, *oom_path, *pids_path;
   /* the counter files held open (-1: opened per read), when the descriptor budget has room
    * (sandboxd/descriptors.lua b.counters): four opens a request fewer */
@@ -109,6 +112,8 @@ static void entry_free(lane_entry *e) {
     close(e->init_pidfd);
   counters_release(e);
   luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, e->record_ref);
+  luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, e->heard_ref);
+  luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, e->back_ref);
   free(e->socket);
   free(e->network);
   free(e->oom_path);
@@ -599,7 +604,7 @@ static bool no_space(const char *s, size_t n) {
  * duration_ms, gaps, handed_back, remote), record the one its arming gave. After the answer,
  * never before it. */
 static void tell(lua_State *L, lane_run *run, lua_Integer exit, double duration_ms, bool back) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, run->lane->heard_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->heard_ref);
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->record_ref);
   lua_pushinteger(L, exit);
   lua_pushnumber(L, duration_ms);
@@ -617,7 +622,7 @@ static void hand_back(lua_State *L, lane_run *run, int raw) {
   int top = lua_gettop(L);
   lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
   lua_getfield(L, -1, "go");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, run->lane->back_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->back_ref);
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->res_ref);
   lua_pushvalue(L, raw);
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->record_ref);
@@ -874,6 +879,10 @@ static int l_arm(lua_State *L) {
   e->init_pidfd = e->oom_fd = e->pids_fd = -1;
   lua_pushvalue(L, 4);
   e->record_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* (nil: LUA_REFNIL, which unref ignores) */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, lane->heard_ref);
+  e->heard_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, lane->back_ref);
+  e->back_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   e->socket = str_field(L, 3, "socket");
   e->network = str_field(L, 3, "network");
   e->oom_path = str_field(L, 3, "oom");
