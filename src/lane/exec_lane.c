@@ -928,9 +928,22 @@ static int l_disarm(lua_State *L) {
   return 1;
 }
 
+/* core.exec_lane.running(srv [, key]) → the commands in srv's lane now (of that key: walled.lua
+ * counts them with the Lua path's as the instance's running commands). */
 static int l_running(lua_State *L) {
   sb_http_server *s = sb_http_server_check(L, 1);
-  lua_pushinteger(L, s->lane ? s->lane->running : 0);
+  if (lua_isnoneornil(L, 2)) {
+    lua_pushinteger(L, s->lane ? s->lane->running : 0);
+    return 1;
+  }
+  size_t kn;
+  const char *key = luaL_checklstring(L, 2, &kn);
+  lua_Integer running = 0;
+  for (lane_run *run = runs; run != NULL; run = run->next)
+    if (s->lane != NULL && run->lane == s->lane && run->e->key_len == kn &&
+        memcmp(run->e->key, key, kn) == 0)
+      running++;
+  lua_pushinteger(L, running);
   return 1;
 }
 

@@ -109,6 +109,8 @@ function Lane:settled(snap, inst)
     r.lane_disarm = nil
     C.disarm(self.srv, key)
   end
+  -- its commands in the lane count as the instance's running ones (walled.lua running)
+  r.lane_running = function() return C.running(self.srv, key) end
 end
 
 function Lane:in_use(key)
