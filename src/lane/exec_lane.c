@@ -15,6 +15,8 @@
 #include "../json/json_text.h"
 #include "../proc/proc.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <lauxlib.h>
 #include <math.h>
 #include <openssl/crypto.h>
@@ -42,13 +44,22 @@ typedef struct lane_entry {
   bool armed;       /* in the table; false: disarmed, freed when its last command ends */
   unsigned running; /* its commands in the lane now */
   int init_pidfd;   /* the instance's init: readable once it has ended */
+  int record_ref;   /* Lua's record of this arming (lane.lua), given back with each outcome */
+  /* the program's heard and back at its arming: a reload clears the program while the entry's
+   * commands still run, and each is still heard and handed back */
+  int heard_ref, back_ref;
   char *socket, *network, *oom_path, *pids_path;
+  /* the counter files held open (-1: opened per read), when the descriptor budget has room
+   * (sandboxd/descriptors.lua b.counters): four opens a request fewer */
+  int oom_fd, pids_fd;
+  struct sb_exec_lane *lane; /* its held counters are counted in lane->held */
   size_t key_len;
   char key[];
 } lane_entry;
 
 typedef struct sb_exec_lane {
   bool programmed;
+  size_t max_held, held; /* instances that may hold their counter files open; that do */
   bool orphaned; /* the server is gone: freed when the last command ends */
   unsigned char digest[32];
   size_t max_key;
@@ -75,6 +86,7 @@ typedef struct lane_run {
   bool aborted;
   long before_oom, before_pids;
   int64_t limit_ms;
+  char remote[sizeof ((sb_http_conn *)0)->remote_addr]; /* the request log line's */
 } lane_run;
 
 static lane_run *runs; /* the commands in the lane now, of every server */
@@ -86,9 +98,22 @@ static uint32_t key_hash(const char *s, size_t n) {
   return h;
 }
 
+static void counters_release(lane_entry *e) {
+  if (e->oom_fd < 0)
+    return;
+  close(e->oom_fd);
+  close(e->pids_fd);
+  e->oom_fd = e->pids_fd = -1;
+  e->lane->held--;
+}
+
 static void entry_free(lane_entry *e) {
   if (e->init_pidfd >= 0)
     close(e->init_pidfd);
+  counters_release(e);
+  luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, e->record_ref);
+  luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, e->heard_ref);
+  luaL_unref(sb_main_state(), LUA_REGISTRYINDEX, e->back_ref);
   free(e->socket);
   free(e->network);
   free(e->oom_path);
@@ -392,20 +417,55 @@ static void env_free(char **envp) {
 
 /* ---- the instance's counters --------------------------------------------------------------- */
 
-/* The number after `word ` in a cgroup events file (instance.lua counter), 0 when unread. */
-static long counter(const char *path, const char *word) {
-  char buf[512];
-  FILE *f = fopen(path, "re");
-  if (f == NULL)
+/* The number after `word ` in a cgroup events file's text (instance.lua counter), 0 when none. */
+static long counter_in(char *buf, ssize_t n, const char *word) {
+  if (n <= 0)
     return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
   buf[n] = '\0';
   size_t wn = strlen(word);
   for (char *at = strstr(buf, word); at != NULL; at = strstr(at + 1, word))
     if ((at == buf || at[-1] == '\n') && at[wn] == ' ')
       return strtol(at + wn + 1, NULL, 10);
   return 0;
+}
+
+/* A counter of the instance, 0 when unread. Read four times per command (before and after, two
+ * files): through the descriptor held open (one pread: the file's text anew from offset 0), or
+ * else open, one read, close — not stdio's open, fstat, read, read-to-EOF, close. An events file
+ * is a few short lines, whole in one read. */
+static long counter(int held, const char *path, const char *word) {
+  char buf[512];
+  ssize_t n;
+  if (held >= 0) {
+    do
+      n = pread(held, buf, sizeof buf - 1, 0);
+    while (n < 0 && errno == EINTR);
+    return counter_in(buf, n, word);
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return 0;
+  do
+    n = read(fd, buf, sizeof buf - 1);
+  while (n < 0 && errno == EINTR);
+  close(fd);
+  return counter_in(buf, n, word);
+}
+
+/* The counter files held open while the budget has room (lane->max_held): both or neither. */
+static void counters_hold(sb_exec_lane *lane, lane_entry *e) {
+  if (lane->held >= lane->max_held)
+    return;
+  int oom = open(e->oom_path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  int pids = oom < 0 ? -1 : open(e->pids_path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (pids < 0) {
+    if (oom >= 0)
+      close(oom);
+    return;
+  }
+  e->oom_fd = oom;
+  e->pids_fd = pids;
+  lane->held++;
 }
 
 static bool init_ended(const lane_entry *e) {
@@ -540,29 +600,32 @@ static bool no_space(const char *s, size_t n) {
          memmem(s, n, "Disk quota exceeded", 19) != NULL;
 }
 
-/* Lua hears the outcome (metrics, the log lines, the fleet's last use): heard(key, exit,
- * duration_ms, gaps, handed_back). After the answer, never before it. */
+/* Lua hears the outcome (metrics, the log lines, the fleet's last use): heard(record, exit,
+ * duration_ms, gaps, handed_back, remote), record the one its arming gave. After the answer,
+ * never before it. */
 static void tell(lua_State *L, lane_run *run, lua_Integer exit, double duration_ms, bool back) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, run->lane->heard_ref);
-  lua_pushlstring(L, run->e->key, run->e->key_len);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->heard_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->record_ref);
   lua_pushinteger(L, exit);
   lua_pushnumber(L, duration_ms);
   lua_pushinteger(L, run->gaps);
   lua_pushboolean(L, back);
-  sb_pcall(L, 5, "exec lane heard");
+  lua_pushstring(L, run->remote);
+  sb_pcall(L, 6, "exec lane heard");
 }
 
-/* The extraordinary outcome goes to Lua with its response still open: back(res, raw, key,
- * limit_ms, before, gaps) in a task of its own (core.go), which composes and sends the answer
- * with the Lua path's own functions. */
+/* The extraordinary outcome goes to Lua with its response still open: back(res, raw, record,
+ * limit_ms, before, gaps, remote) in a task of its own (core.go), which composes and sends the
+ * answer with the Lua path's own functions. record: its arming's, not the key's arming now (the
+ * instance may have been armed anew, or every arm dropped by a reload, while it ran). */
 static void hand_back(lua_State *L, lane_run *run, int raw) {
   int top = lua_gettop(L);
   lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
   lua_getfield(L, -1, "go");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, run->lane->back_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->back_ref);
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->res_ref);
   lua_pushvalue(L, raw);
-  lua_pushlstring(L, run->e->key, run->e->key_len);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->record_ref);
   lua_pushinteger(L, run->limit_ms);
   lua_createtable(L, 0, 2);
   lua_pushinteger(L, run->before_oom);
@@ -570,7 +633,8 @@ static void hand_back(lua_State *L, lane_run *run, int raw) {
   lua_pushinteger(L, run->before_pids);
   lua_setfield(L, -2, "pids");
   lua_pushinteger(L, run->gaps);
-  if (!sb_pcall(L, 7, "exec lane hand-back")) /* the task could not start: the peer learns */
+  lua_pushstring(L, run->remote);
+  if (!sb_pcall(L, 8, "exec lane hand-back")) /* the task could not start: the peer learns */
     sb_http_res_finish(run->res, NULL, 0);
   lua_settop(L, top);
 }
@@ -596,8 +660,8 @@ static void command_done(void *ud, lua_State *L, int raw) {
                   !field_true(L, trunc, "stdout") && !field_true(L, trunc, "stderr") &&
                   !field_true(L, raw, "timed_out") && !field_true(L, raw, "aborted") &&
                   !signalled && !(exit != 0 && no_space(err, err_len)) &&
-                  counter(e->oom_path, "oom_kill") == run->before_oom &&
-                  counter(e->pids_path, "max") == run->before_pids && !init_ended(e) &&
+                  counter(e->oom_fd, e->oom_path, "oom_kill") == run->before_oom &&
+                  counter(e->pids_fd, e->pids_path, "max") == run->before_pids && !init_ended(e) &&
                   out_len + err_len < SLICE;
   text_buf b = {0};
   if (ordinary) {
@@ -642,8 +706,9 @@ static bool lane_request(sb_http_conn *c) {
   run->e = e;
   run->res_ref = LUA_NOREF;
   run->limit_ms = call.limit_ms;
-  run->before_oom = counter(e->oom_path, "oom_kill");
-  run->before_pids = counter(e->pids_path, "max");
+  memcpy(run->remote, c->remote_addr, sizeof run->remote);
+  run->before_oom = counter(e->oom_fd, e->oom_path, "oom_kill");
+  run->before_pids = counter(e->pids_fd, e->pids_path, "max");
   char *argv[] = {lane->bash, "-c", (char *)call.command, NULL};
   sb_spawn_args a = {.argv = argv, .envp = envp, .cwd = "/workspace"};
   int rc = sb_proc_spawn_walled(L, &a, e->socket, call.limit_ms, lane->grace_ms, lane->max_output,
@@ -718,7 +783,8 @@ static sb_exec_lane *lane_of(sb_http_server *s) {
 
 /* core.exec_lane.program(srv, program | nil): program = {token, max_key_bytes, floor_ms, max_ms, default_ms,
  * grace_ms, heartbeat_ms, max_output, network, bash, env = {NAME = value}, headers, back,
- * heard}. nil: the lane off (every armed instance disarmed). Every armed instance is disarmed
+ * heard, held_counters?} (held_counters: how many armed instances may hold their two counter
+ * files open, sandboxd/descriptors.lua b.counters; none when absent). nil: the lane off (every armed instance disarmed). Every armed instance is disarmed
  * by a new program too: Lua arms them again under the new snapshot. */
 static void lane_release(sb_http_server *s);
 static const struct sb_http_lane_hooks hooks = {.head = lane_head, .request = lane_request, .release = lane_release};
@@ -748,6 +814,9 @@ static int l_program(lua_State *L) {
   lane->grace_ms = int_field(L, 2, "grace_ms");
   lane->heartbeat_ms = int_field(L, 2, "heartbeat_ms");
   lane->max_output = int_field(L, 2, "max_output");
+  lua_getfield(L, 2, "held_counters"); /* optional: none held */
+  lane->max_held = lua_isinteger(L, -1) && lua_tointeger(L, -1) > 0 ? (size_t)lua_tointeger(L, -1) : 0;
+  lua_pop(L, 1);
   lane->default_network = str_field(L, 2, "network");
   lane->bash = str_field(L, 2, "bash");
   lua_getfield(L, 2, "env");
@@ -786,7 +855,8 @@ static int l_program(lua_State *L) {
   return 0;
 }
 
-/* core.exec_lane.arm(srv, key, {socket, network, oom, pids}) → true (false: no program). */
+/* core.exec_lane.arm(srv, key, {socket, network, oom, pids}, record) → true (false: no
+ * program). record: any Lua value, given back with each outcome of the arming (heard, back). */
 static int l_arm(lua_State *L) {
   sb_http_server *s = sb_http_server_check(L, 1);
   size_t kn;
@@ -806,11 +876,19 @@ static int l_arm(lua_State *L) {
   memcpy(e->key, key, kn);
   e->key_len = kn;
   e->hash = key_hash(key, kn);
-  e->init_pidfd = -1;
+  e->init_pidfd = e->oom_fd = e->pids_fd = -1;
+  lua_pushvalue(L, 4);
+  e->record_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* (nil: LUA_REFNIL, which unref ignores) */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, lane->heard_ref);
+  e->heard_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, lane->back_ref);
+  e->back_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   e->socket = str_field(L, 3, "socket");
   e->network = str_field(L, 3, "network");
   e->oom_path = str_field(L, 3, "oom");
   e->pids_path = str_field(L, 3, "pids");
+  e->lane = lane;
+  counters_hold(lane, e);
   /* init_pid: looked at only through a pidfd the lane would hold, one descriptor more per
    * instance than sandboxd's budget counts (sandboxd/descriptors.lua PER_INSTANCE); none is
    * held — an instance whose init ended ends its commands with it (the PID namespace goes:
@@ -850,9 +928,22 @@ static int l_disarm(lua_State *L) {
   return 1;
 }
 
+/* core.exec_lane.running(srv [, key]) → the commands in srv's lane now (of that key: walled.lua
+ * counts them with the Lua path's as the instance's running commands). */
 static int l_running(lua_State *L) {
   sb_http_server *s = sb_http_server_check(L, 1);
-  lua_pushinteger(L, s->lane ? s->lane->running : 0);
+  if (lua_isnoneornil(L, 2)) {
+    lua_pushinteger(L, s->lane ? s->lane->running : 0);
+    return 1;
+  }
+  size_t kn;
+  const char *key = luaL_checklstring(L, 2, &kn);
+  lua_Integer running = 0;
+  for (lane_run *run = runs; run != NULL; run = run->next)
+    if (s->lane != NULL && run->lane == s->lane && run->e->key_len == kn &&
+        memcmp(run->e->key, key, kn) == 0)
+      running++;
+  lua_pushinteger(L, running);
   return 1;
 }
 
@@ -911,6 +1002,7 @@ static int l_decide(lua_State *L) {
   lane_entry *e = calloc(1, sizeof *e);
   if (e == NULL)
     return luaL_error(L, "decide: out of memory");
+  e->oom_fd = e->pids_fd = -1;
   e->network = (char *)inst_network;
   sb_http_request q;
   memset(&q, 0, sizeof q);

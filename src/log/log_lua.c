@@ -4,6 +4,7 @@
 #include "log.h"
 
 #include <lauxlib.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,9 @@ static int l_log(lua_State *L) {
   sb_log_field fields[MAX_FIELDS];
   size_t n = 0;
   int base = lua_gettop(L);
+  /* numbers and booleans are written here, strings are read in place: a line makes no Lua
+   * string of its own (sandboxd logs one line per request: issue 43) */
+  char numbers[MAX_FIELDS][48]; /* lua_tostring writes at most 44 */
   if (lua_istable(L, 3)) {
     luaL_checkstack(L, 2 * MAX_FIELDS + 8, "log fields");
     lua_pushnil(L);
@@ -30,12 +34,26 @@ static int l_log(lua_State *L) {
         continue;
       }
       int t = lua_type(L, -1);
-      bool raw = t == LUA_TNUMBER || t == LUA_TBOOLEAN;
-      lua_pushvalue(L, -2);        /* key copy, anchored on the stack */
-      luaL_tolstring(L, -2, NULL); /* value text, anchored on the stack */
-      fields[n++] = (sb_log_field){lua_tostring(L, -2), lua_tostring(L, -1), raw};
-      lua_rotate(L, -4, 2); /* [key, value, copy, text] -> [copy, text, key, value] */
-      lua_pop(L, 1);        /* the key stays for lua_next */
+      const char *text;
+      if (t == LUA_TBOOLEAN) {
+        text = lua_toboolean(L, -1) ? "true" : "false";
+      } else if (t == LUA_TNUMBER && lua_isinteger(L, -1)) {
+        snprintf(numbers[n], sizeof numbers[n], LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, -1));
+        text = numbers[n];
+      } else if (t == LUA_TNUMBER) {
+        snprintf(numbers[n], sizeof numbers[n], LUA_NUMBER_FMT, (LUAI_UACNUMBER)lua_tonumber(L, -1));
+        if (numbers[n][strspn(numbers[n], "-0123456789")] == '\0') /* as lua_tostring: 3.0 */
+          strncat(numbers[n], ".0", sizeof numbers[n] - strlen(numbers[n]) - 1);
+        text = numbers[n];
+      } else if (t == LUA_TSTRING) {
+        text = lua_tostring(L, -1); /* anchored by the table */
+      } else {
+        luaL_tolstring(L, -1, NULL); /* a table's or function's text, anchored on the stack */
+        lua_insert(L, base + 1);
+        text = lua_tostring(L, base + 1);
+      }
+      fields[n++] = (sb_log_field){lua_tostring(L, -2), text, t == LUA_TNUMBER || t == LUA_TBOOLEAN};
+      lua_pop(L, 1); /* the key (anchored by the table) stays for lua_next */
     }
   }
   qsort(fields, n, sizeof *fields, cmp_keys);
@@ -83,8 +101,16 @@ static int l_log_scrub(lua_State *L) {
   return 1;
 }
 
+/* core.log_enabled(level) → whether a line of that level is written: a caller skips building
+ * the fields of a line no one reads. */
+static int l_log_enabled(lua_State *L) {
+  lua_pushboolean(L, sb_log_enabled(luaL_checkstring(L, 1)));
+  return 1;
+}
+
 int sb_log_open(lua_State *L) {
   static const luaL_Reg fns[] = {{"log_scrub", l_log_scrub},   {"log", l_log},
+                                 {"log_enabled", l_log_enabled},
                                  {"log_format", l_log_format}, {"log_redact", l_log_redact},
                                  {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);

@@ -116,6 +116,65 @@ describe_walls("sandboxd's exec lane", function()
     end)
   end)
 
+  -- The descriptors sandboxd holds open whose link names `name` (a counter file of an instance).
+  local function held(h, name)
+    local n = 0
+    local ls = io.popen("ls -l /proc/" .. h.pid .. "/fd 2>/dev/null")
+    for line in ls:lines() do
+      if line:find(name, 1, true) then n = n + 1 end
+    end
+    ls:close()
+    return n
+  end
+
+  it("holds the counters open, logs each command with its peer, and settles a hand-back against the instance it ran in after a reload", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir(true) }
+      assert.equal(0, exec(h, "reload", { command = "true" }).exitCode) -- armed
+      -- the descriptor budget has room here: the armed instance's two counter files stay open
+      local deadline = core.now_ms() + 30000
+      while held(h, "pids.events") == 0 and core.now_ms() < deadline do core.sleep(50) end
+      assert.equal(1, held(h, "pids.events"))
+      assert.equal(1, held(h, "memory.events") + held(h, "memory.oom_control"))
+      assert.equal("in the lane\n", exec(h, "reload", { command = "echo in the lane" }).stdout)
+      assert.equal(1, lane_count(h, "answered"))
+      -- a command that fills the workspace is handed back; a SIGHUP (policy reload) while it
+      -- runs drops every arming, and the hand-back still settles against the instance it ran in
+      local running = core.signal()
+      local doc
+      local answered = core.signal()
+      core.go(function()
+        local status, _, raw = S.call(h.url, "/exec", { thread = "reload", deadline_ms = 120000,
+          body = { command = "sleep 1; head -c 40000000 /dev/zero > fill" },
+          on_chunk = function() running:abort("heartbeat") end })
+        assert.equal(200, status, raw)
+        doc = cjson.decode(raw)
+        answered:abort("answered")
+      end)
+      core.sleep(30000, running)
+      assert.truthy(running.aborted, "the command never sent a heartbeat")
+      os.execute("kill -HUP " .. h.pid)
+      core.sleep(60000, answered)
+      assert.truthy(answered.aborted, "no answer")
+      assert.equal(1, doc.exitCode, doc.stderr)
+      assert.truthy(doc.stderr:find("No space left on device", 1, true), doc.stderr)
+      assert.truthy(doc.stderr:find("refused: no space left", 1, true),
+        "the hand-back was not settled (no words for the full workspace): " .. doc.stderr)
+      assert.equal(1, lane_count(h, "handed_back"))
+      h:stop()
+      h:wait()
+      -- every command the lane ran has its request line, with the peer's address
+      local log = h.log()
+      -- (the sanitized build reports a freed arming or program touched by the hand-back here)
+      assert.is_nil(log:find("Sanitizer", 1, true), log)
+      local lines = {}
+      for line in log:gmatch("[^\n]*sandboxd%.request[^\n]*lane=1[^\n]*") do lines[#lines + 1] = line end
+      assert.equal(2, #lines, log)
+      for _, line in ipairs(lines) do assert.truthy(line:find("remote=127.0.0.1", 1, true), line) end
+      assert.truthy(lines[2]:find("handed_back=true", 1, true), lines[2])
+    end)
+  end)
+
   it("keeps an instance awake while its command runs in the lane, past several idle periods", function()
     core.run(function()
       local h = S.start_sandboxd{ policies = policy_dir(true, "1s") }

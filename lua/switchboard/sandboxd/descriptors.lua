@@ -5,6 +5,8 @@
 --   local b = descriptors.size{max_instances = n, spares = n, max_connections = n, log = fn}
 --   b.limit, b.hard, b.need, b.capacity   (capacity: instances that fit, running a command each)
 --   b.connections                          (the server.max_connections the HTTP server gets)
+--   b.counters                             (instances whose two cgroup counter files the exec
+--                                           lane may hold open: the room the fleet leaves)
 --
 -- What sandboxd holds, measured (`ls -l /proc/PID/fd` on a walled sandboxd, three instances
 -- awake, each running a `sleep`): per awake instance the holder's pidfd and its stderr pipe (its
@@ -14,13 +16,19 @@
 -- stderr pipes and, unwalled, its pidfd — 3; per request its connection (bounded by the
 -- connection cap this budget gives the server). The cgroup counters are opened per read
 -- (shell/instance.lua), not held: two descriptors per instance more would leave 2,000 instances
--- short of a 20,000 open-files limit.
+-- short of a 20,000 open-files limit. The exec lane (sandboxd/lane.lua) holds them open where
+-- the limit has room past the whole fleet (four opens a request fewer, ~40 µs of CPU: issue
+-- 43): asked for beside the fleet's need, and given only out of what the fleet leaves, never
+-- taken from the instances' share.
 local core = require("switchboard.core")
 
 local M = {}
 
 M.PER_INSTANCE = 5
 M.PER_COMMAND = 3
+-- The exec lane's held counter files per armed instance (memory.events, pids.events), when the
+-- limit has room for them (M.size: b.counters).
+M.COUNTERS = 2
 -- The server's own: the listener, the loop's handles, the log, policy reloads, `du` and the
 -- walls helper's runs, the metrics listener; with room to spare. A quarter of the limit, from
 -- 64 (what it holds idle is about 20) to 128, so that a low limit still has room for work.
@@ -55,10 +63,20 @@ function M.size(opts)
   local spares = opts.spares or 0
   local instances = opts.max_instances + spares
   local need = M.need(instances, opts.max_connections)
-  local limit, hard = core.open_files_limit(need)
+  local limit, hard = core.open_files_limit(need + instances * M.COUNTERS)
   local connections, fit = M.split(limit, instances, opts.max_connections)
+  -- the lane's counters in the room past the whole fleet (its instances each with a command, the
+  -- connections, the reserve), and that room is then not the instances' (a reload that raises
+  -- max_instances finds the fit it left)
+  local room = limit - M.reserve(limit) - connections - instances * (M.PER_INSTANCE + M.PER_COMMAND)
+  local counters = math.max(0, math.min(instances, room // M.COUNTERS))
+  if counters > 0 then
+    fit = math.max(0, (limit - M.reserve(limit) - connections - counters * M.COUNTERS)
+      // (M.PER_INSTANCE + M.PER_COMMAND))
+  end
   local capacity = math.max(0, fit - spares)
-  local b = { limit = limit, hard = hard, need = need, capacity = capacity, connections = connections }
+  local b = { limit = limit, hard = hard, need = need, capacity = capacity, connections = connections,
+    counters = counters }
   local log = opts.log or core.log
   if connections < opts.max_connections then
     log("warn", "sandboxd.max_connections_clamped", {
@@ -75,7 +93,7 @@ function M.size(opts)
     })
   else
     log("info", "sandboxd.descriptors", { open_files_limit = limit, needed = need, instances_that_fit = capacity,
-      connections = connections })
+      connections = connections, lane_counters_held = counters })
   end
   return b
 end

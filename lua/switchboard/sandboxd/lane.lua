@@ -61,10 +61,16 @@ local function program(self, snap)
     floor_ms = int(t.bash.floor_ms), max_ms = int(t.bash.max_ms),
     default_ms = int(t.sandbox.default_budget_ms), grace_ms = int(t.bash.kill_grace_ms),
     heartbeat_ms = int(t.sandbox.heartbeat_ms), max_output = int(t.process.max_output_bytes),
+    -- the counter files held open by as many instances as the descriptor budget has room for
+    held_counters = self.ctx.descriptors and self.ctx.descriptors.counters or 0,
     network = snap.isolation.network, bash = run.bash_path(),
     env = routes.base_env(self.ctx, snap), headers = routes.JSON,
-    back = function(...) return self:back(...) end,
-    heard = function(...) return self:heard(...) end,
+    back = function(res, raw, armed, limit_ms, before, gaps, remote)
+      return self:back(res, raw, armed, limit_ms, before, gaps, remote)
+    end,
+    heard = function(armed, exit, duration_ms, gaps, handed_back, remote)
+      return self:heard(armed, exit, duration_ms, gaps, handed_back, remote)
+    end,
   })
   return true
 end
@@ -88,17 +94,23 @@ function Lane:settled(snap, inst)
   local armed = self.armed[inst.key]
   if armed and armed.w == w then return end -- armed already, for this very instance
   local oom = w.cgroups.memory .. (w.host.layout.version == 2 and "/memory.events" or "/memory.oom_control")
-  local ok = C.arm(self.srv, inst.key, {
+  local key = inst.key
+  -- the arming's own record: C gives it back with each outcome of a command it took (heard,
+  -- back), so a command settles against the instance it ran in even after a new arming of the
+  -- key or a reload dropped this one
+  local armed = { w = w, r = r, inst = inst, snap = snap, key = key, label = runner_mod.label(key) }
+  local ok = C.arm(self.srv, key, {
     socket = w.socket, network = inst.network or snap.isolation.network,
     oom = oom, pids = w.cgroups.pids .. "/pids.events",
-  })
+  }, armed)
   if not ok then return end
-  self.armed[inst.key] = { w = w, r = r, inst = inst, snap = snap }
-  local key = inst.key
+  self.armed[key] = armed
   r.lane_disarm = function()
     r.lane_disarm = nil
     C.disarm(self.srv, key)
   end
+  -- its commands in the lane count as the instance's running ones (walled.lua running)
+  r.lane_running = function() return C.running(self.srv, key) end
 end
 
 function Lane:in_use(key)
@@ -123,39 +135,45 @@ function Lane:close()
 end
 
 -- After the answer (or the hand-back's): what the Lua path counts and logs for a command, and
--- the fleet's last use of the instance (its idle clock).
-function Lane:heard(key, exit, duration_ms, gaps, handed_back)
-  metrics.inc("switchboard_exec_lane_total", { outcome = handed_back and "handed_back" or "answered" })
+-- the fleet's last use of the instance (its idle clock). Once per request: nothing here makes a
+-- table the collector would have to take back but the request line's fields.
+local ANSWERED, HANDED_BACK = { outcome = "answered" }, { outcome = "handed_back" }
+local NOT_TIMED_OUT = { timed_out = false }
+
+function Lane:heard(armed, exit, duration_ms, gaps, handed_back, remote)
+  metrics.inc("switchboard_exec_lane_total", handed_back and HANDED_BACK or ANSWERED)
   for _ = 1, gaps do routes.heartbeat_gap() end
+  local key = armed.key
   local inst = self.ctx.fleet:get(key)
   if inst then inst.idle_since = core.now_ms() end
   if handed_back then return end -- counted with its document by routes.answer_exec
-  local fake = { label = inst and inst.label or runner_mod.label(key) }
-  routes.account_exec(self.ctx, fake, { timed_out = false }, {
-    exitCode = exit, durationMs = math.tointeger(math.floor(duration_ms + 0.5)) or 0,
-  })
+  local duration = math.tointeger(math.floor(duration_ms + 0.5)) or 0
+  routes.account_command(self.ctx, inst and inst.label or armed.label, NOT_TIMED_OUT, exit, duration)
   self.ctx.log("info", "sandboxd.request", { method = "POST", route = "/exec", status = 200,
-    duration_ms = math.floor(duration_ms * 10 + 0.5) / 10, thread = runner_mod.label(key), lane = 1 })
+    duration_ms = math.floor(duration_ms * 10 + 0.5) / 10, thread = armed.label, lane = 1,
+    remote = remote ~= "" and remote or nil })
 end
 
 -- A command the lane ran whose outcome is not ordinary (a deadline, a signal, a counter moved,
 -- long or truncated output, …): settled and composed by the Lua path's own functions, and
--- written on the response the lane opened. Runs in a task of its own.
-function Lane:back(res, raw, key, limit_ms, before, gaps)
-  local armed = self.armed[key]
-  local snap = armed and armed.snap or self.ctx.policy()
-  local inst = armed and armed.inst or self.ctx.fleet:get(key)
-    or { label = runner_mod.label(key), runner = {} }
+-- written on the response the lane opened. Runs in a task of its own. armed: the arming the
+-- command ran under (its instance, its snapshot), whatever the key's arming is now.
+function Lane:back(res, raw, armed, limit_ms, before, gaps, remote)
+  local key = armed.key
+  local inst = armed.inst
   local ok, err = xpcall(function()
-    if armed then walled.settle(armed.r, armed.w, before, raw) end
-    local doc = routes.exec_document(self.ctx, snap, inst, limit_ms, raw, nil, nil, "client gone")
+    walled.settle(armed.r, armed.w, before, raw)
+    local doc = routes.exec_document(self.ctx, armed.snap, inst, limit_ms, raw, nil, nil, "client gone")
     routes.answer_exec(self.ctx, inst, res, raw, doc)
   end, debug.traceback)
   if not ok then
-    self.ctx.log("error", "sandboxd.exec_failed", { instance = inst.label, error = err })
+    self.ctx.log("error", "sandboxd.exec_failed", { instance = inst.label or armed.label, error = err })
     if not res.finished then res:finish() end
   end
-  self:heard(key, raw.exit, raw.duration_ms, gaps, true)
+  self:heard(armed, raw.exit, raw.duration_ms, gaps, true, remote)
+  self.ctx.log("info", "sandboxd.request", { method = "POST", route = "/exec", status = 200,
+    duration_ms = math.floor((raw.duration_ms or 0) * 10 + 0.5) / 10, thread = armed.label, lane = 1,
+    handed_back = true, remote = remote ~= "" and remote or nil })
 end
 
 function M.new(ctx, srv)

@@ -197,13 +197,27 @@ end
 
 -- A command's metrics and its debug line, once its answer is written (or its writing failed):
 -- neither changes the answer, so neither sits between the command's end and the answer.
+-- (Once per request, and the exec lane's too: the outcome's labels are made once, and the debug
+-- line's fields only when core.log writes debug lines.)
+local OUTCOME_LABELS = setmetatable({}, { __index = function(t, outcome)
+  local labels = { outcome = outcome }
+  t[outcome] = labels
+  return labels
+end })
+
+local function account_command(ctx, label, r, exit, duration_ms, failed, outcome)
+  metrics.inc("switchboard_commands_total", OUTCOME_LABELS[outcome or "exit"])
+  if duration_ms then metrics.observe("switchboard_command_duration_seconds", duration_ms / 1000) end
+  if ctx.log ~= core.log or core.log_enabled("debug") then
+    ctx.log("debug", "sandboxd.exec", {
+      instance = label, exit = exit, duration_ms = duration_ms,
+      timed_out = r and r.timed_out or nil, failed = failed,
+    })
+  end
+end
+
 local function account_exec(ctx, inst, r, doc)
-  metrics.inc("switchboard_commands_total", { outcome = outcome_of(r, doc) })
-  if doc.durationMs then metrics.observe("switchboard_command_duration_seconds", doc.durationMs / 1000) end
-  ctx.log("debug", "sandboxd.exec", {
-    instance = inst.label, exit = doc.exitCode, duration_ms = doc.durationMs,
-    timed_out = r and r.timed_out or nil, failed = doc.error ~= nil or nil,
-  })
+  account_command(ctx, inst.label, r, doc.exitCode, doc.durationMs, doc.error ~= nil or nil, outcome_of(r, doc))
 end
 
 local function run_exec(ctx, snap, inst, call, res, state)
@@ -533,6 +547,11 @@ end
 M.JSON = JSON
 M.base_env = base_env
 M.account_exec = function(...) return account_exec(...) end
+-- the exec lane's answered command (sandboxd/lane.lua heard): account_exec without a document
+local NO_ERROR = {}
+M.account_command = function(ctx, label, r, exit, duration_ms)
+  return account_command(ctx, label, r, exit, duration_ms, nil, outcome_of(r, NO_ERROR))
+end
 M.heartbeat_gap = function() metrics.inc("switchboard_heartbeat_gaps_total") end
 
 -- GET /metrics (behind the bearer here; `sandboxd --metrics-listen` serves it without one).

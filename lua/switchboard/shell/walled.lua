@@ -69,6 +69,12 @@ local function retire(r, why, old, fields, note)
 end
 M.retire = retire
 
+-- Its commands running now: the Lua path's and those of sandboxd's exec lane (r.lane_running,
+-- set by sandboxd/lane.lua when it arms the instance).
+local function running(r)
+  return (r.running or 0) + (r.lane_running and r.lane_running() or 0)
+end
+
 -- Retired by sandboxd's file-table watch (sandboxd/file_table.lua): its processes held more of
 -- the host's file table than its share. c: {files, cut (counting stopped there), share}. The
 -- command running in it is told why; when none was, the thread's next command is.
@@ -78,7 +84,7 @@ function M.retire_over_files(r, old, c)
     .. "(policies/isolation.lua pids_max × open_files). The thread's next command starts a fresh "
     .. "instance on the same /workspace files; /tmp, /dev/shm and background processes do not carry over")
     :format(c.cut and "more than " or "", c.cut and c.share or c.files, c.share)
-  if (r.running or 0) == 0 then r.notice = note end
+  if running(r) == 0 then r.notice = note end
   retire(r, "file_table", old, { files = c.files, share = c.share, counted_past_share = c.cut or nil }, note)
 end
 
