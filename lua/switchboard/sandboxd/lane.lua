@@ -140,8 +140,10 @@ end
 
 -- A command the lane ran whose outcome is not ordinary (a deadline, a signal, a counter moved,
 -- long or truncated output, …): settled and composed by the Lua path's own functions, and
--- written on the response the lane opened. Runs in a task of its own.
-function Lane:back(res, raw, key, limit_ms, before, gaps)
+-- written on the response the lane opened. Runs in a task of its own. streamed: nil, or (the
+-- lane wrote stdout as it came, docs/sandboxd.md) whether it was valid UTF-8: only the rest of
+-- the document is written here.
+function Lane:back(res, raw, key, limit_ms, before, gaps, streamed)
   local armed = self.armed[key]
   local snap = armed and armed.snap or self.ctx.policy()
   local inst = armed and armed.inst or self.ctx.fleet:get(key)
@@ -149,7 +151,7 @@ function Lane:back(res, raw, key, limit_ms, before, gaps)
   local ok, err = xpcall(function()
     if armed then walled.settle(armed.r, armed.w, before, raw) end
     local doc = routes.exec_document(self.ctx, snap, inst, limit_ms, raw, nil, nil, "client gone")
-    routes.answer_exec(self.ctx, inst, res, raw, doc)
+    routes.answer_exec(self.ctx, inst, res, raw, doc, streamed)
   end, debug.traceback)
   if not ok then
     self.ctx.log("error", "sandboxd.exec_failed", { instance = inst.label, error = err })
