@@ -39,6 +39,8 @@ enum {
   /* stdout past this starts the document while the command runs (answer_stream.h): an answer
    * this long would otherwise go to the Lua path, written after the command's end */
   STREAM_AT = SLICE,
+  /* stdout encoded and written this much at a time (a read brings up to max_output) */
+  STREAM_STEP = 32 * 1024,
 };
 
 typedef struct lane_entry {
@@ -83,6 +85,8 @@ typedef struct lane_run {
   double started_ms;
   bool streaming; /* the document has started: stdout goes out as it comes */
   sb_answer_stream stream;
+  char *out; /* stdout, the capture itself, handed over at the command's end (owned) */
+  size_t out_len;
 } lane_run;
 
 static lane_run *runs; /* the commands in the lane now, of every server */
@@ -435,6 +439,7 @@ static void run_closed(uv_handle_t *h) {
   lane_run *run = h->data;
   sb_exec_lane *lane = run->lane;
   sb_answer_stream_free(&run->stream);
+  free(run->out);
   free(run);
   if (lane->orphaned && lane->running == 0)
     lane_free(sb_main_state(), lane);
@@ -497,8 +502,13 @@ static void stream_flush(lane_run *run) {
 
 /* stdout as it arrives (sb_proc_watch_stdout): past STREAM_AT the document starts, with a
  * reserve held for the heartbeats until the deadline and the grace (answer_stream.h). */
-static void stdout_came(void *ud, const char *so_far, size_t len) {
+static void stdout_came(void *ud, char *so_far, size_t len, bool end) {
   lane_run *run = ud;
+  if (end) { /* the capture is ours now: command_done reads it, run_closed frees it */
+    run->out = so_far;
+    run->out_len = len;
+    return;
+  }
   if (sb_http_res_gone(run->res)) {
     peer_gone(run);
     return;
@@ -514,8 +524,17 @@ static void stdout_came(void *ud, const char *so_far, size_t len) {
     sb_answer_stream_start(&run->stream, reserve);
     run->streaming = true;
   }
-  if (sb_answer_stream_feed(&run->stream, so_far, len, false))
+  /* in steps: the held buffer stays one step's encoding (reused, never a fresh megabyte of
+   * pages per request), and the socket takes each step as it is encoded */
+  while (run->stream.taken < len && !sb_http_res_gone(run->res)) {
+    size_t upto = len - run->stream.taken > STREAM_STEP ? run->stream.taken + STREAM_STEP : len;
+    size_t before = run->stream.taken;
+    if (!sb_answer_stream_feed(&run->stream, so_far, upto, false))
+      return;
     stream_flush(run);
+    if (run->stream.taken == before) /* a cut UTF-8 sequence at the very end: the next read */
+      break;
+  }
 }
 
 typedef struct {
@@ -655,9 +674,15 @@ static void hand_back(lua_State *L, lane_run *run, int raw) {
  * sequence at its end is U+FFFD, as in the whole document), the held reserve, the closing
  * quote, written now. False when memory ran out (the document cannot be completed). */
 static bool stream_close(lane_run *run, const char *out, size_t out_len) {
-  if (!sb_answer_stream_feed(&run->stream, out, out_len, true))
-    return false;
   run->stream.reserve = 0;
+  while (run->stream.taken < out_len) { /* what the last reads brought, in steps as they do */
+    size_t step = out_len - run->stream.taken;
+    bool last = step <= STREAM_STEP;
+    if (!sb_answer_stream_feed(&run->stream, out, last ? out_len : run->stream.taken + STREAM_STEP,
+                               last))
+      return false;
+    stream_flush(run);
+  }
   char quote = '"';
   sb_http_res_write(run->res, run->stream.held, run->stream.held_len);
   sb_answer_stream_sent(&run->stream, run->stream.held_len);
@@ -675,23 +700,24 @@ static void command_done(void *ud, lua_State *L, int raw) {
   bool signalled = !lua_isnil(L, -1);
   lua_getfield(L, raw, "duration_ms");
   double duration_ms = lua_tonumber(L, -1);
-  size_t out_len = 0, err_len = 0;
-  lua_getfield(L, raw, "stdout");
-  const char *out = lua_tolstring(L, -1, &out_len);
+  /* stdout is the capture handed over (stdout_came), not raw.stdout (""): put back in raw
+   * should Lua compose the answer */
+  size_t out_len = run->out_len, err_len = 0;
+  const char *out = run->out != NULL ? run->out : "";
   lua_getfield(L, raw, "stderr");
   const char *err = lua_tolstring(L, -1, &err_len);
   lua_getfield(L, raw, "truncated");
   int trunc = lua_gettop(L);
   /* a streamed stdout is on the wire already: only what follows it counts against SLICE */
   size_t answer_len = (run->streaming ? 0 : out_len) + err_len;
-  bool ordinary = out != NULL && err != NULL && lua_istable(L, trunc) &&
+  bool ordinary = err != NULL && lua_istable(L, trunc) &&
                   !field_true(L, trunc, "stdout") && !field_true(L, trunc, "stderr") &&
                   !field_true(L, raw, "timed_out") && !field_true(L, raw, "aborted") &&
                   !signalled && !(exit != 0 && no_space(err, err_len)) &&
                   counter(e->oom_path, "oom_kill") == run->before_oom &&
                   counter(e->pids_path, "max") == run->before_pids && !init_ended(e) &&
                   answer_len < SLICE;
-  if (run->streaming && !stream_close(run, out != NULL ? out : "", out_len)) {
+  if (run->streaming && !stream_close(run, out, out_len)) {
     sb_http_res_finish(run->res, NULL, 0); /* out of memory: the peer sees a cut document */
     tell(L, run, exit, duration_ms, false);
     run_end(L, run);
@@ -709,6 +735,8 @@ static void command_done(void *ud, lua_State *L, int raw) {
     tell(L, run, exit, duration_ms, false);
   } else {
     free(b.data);
+    lua_pushlstring(L, out, out_len);
+    lua_setfield(L, raw, "stdout");
     hand_back(L, run, raw);
   }
   run_end(L, run);

@@ -211,7 +211,12 @@ static void maybe_finish(sb_proc *p) {
   if (p->finished || !p->exited || p->out.open || p->err.open)
     return;
   p->finished = true;
-  p->c_stdout = NULL; /* no read comes after this; the watcher ends with the result */
+  if (p->c_stdout != NULL) { /* the capture is the watcher's now: the result's stdout is "" */
+    sb_proc_output_fn watcher = p->c_stdout;
+    p->c_stdout = NULL;
+    watcher(p->c_stdout_ud, p->out.data, p->out.len, true);
+    p->out.data = NULL;
+  }
   lua_State *L = sb_main_state();
   sb_abort_unlisten(&p->on_abort);
   live_remove(p);
@@ -426,7 +431,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (p->on_output_ref != LUA_NOREF)
       stream_to_lua(p, c, buf->base, (size_t)nread);
     if (p->c_stdout != NULL && c == &p->out && c->len > kept_before)
-      p->c_stdout(p->c_stdout_ud, c->data, c->len);
+      p->c_stdout(p->c_stdout_ud, c->data, c->len, false);
     return;
   }
   if (nread < 0) { /* EOF or an error: either way this stream is done */
