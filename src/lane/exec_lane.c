@@ -65,6 +65,9 @@ typedef struct sb_exec_lane {
   size_t *base_name_len;
   size_t n_base;
   int headers_ref, back_ref, heard_ref;
+  /* the last program's back and heard, kept while commands it took still run: a drain's end
+   * (program nil, then abort) hands them back through these (the same Lane's functions) */
+  int kept_back_ref, kept_heard_ref;
   unsigned running;
   lane_entry *buckets[LANE_BUCKETS];
 } sb_exec_lane;
@@ -148,8 +151,15 @@ static void program_clear(lua_State *L, sb_exec_lane *lane) {
   lane->default_network = lane->bash = NULL;
   lane->n_base = 0;
   luaL_unref(L, LUA_REGISTRYINDEX, lane->headers_ref);
-  luaL_unref(L, LUA_REGISTRYINDEX, lane->back_ref);
-  luaL_unref(L, LUA_REGISTRYINDEX, lane->heard_ref);
+  if (lane->running > 0 && lane->back_ref != LUA_NOREF) {
+    luaL_unref(L, LUA_REGISTRYINDEX, lane->kept_back_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, lane->kept_heard_ref);
+    lane->kept_back_ref = lane->back_ref;
+    lane->kept_heard_ref = lane->heard_ref;
+  } else {
+    luaL_unref(L, LUA_REGISTRYINDEX, lane->back_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, lane->heard_ref);
+  }
   lane->headers_ref = lane->back_ref = lane->heard_ref = LUA_NOREF;
   lane->programmed = false;
 }
@@ -429,10 +439,26 @@ static bool init_ended(const lane_entry *e) {
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
+static void kept_release(lua_State *L, sb_exec_lane *lane) {
+  luaL_unref(L, LUA_REGISTRYINDEX, lane->kept_back_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, lane->kept_heard_ref);
+  lane->kept_back_ref = lane->kept_heard_ref = LUA_NOREF;
+}
+
 static void lane_free(lua_State *L, sb_exec_lane *lane) {
   disarm_all(lane);
   program_clear(L, lane);
+  kept_release(L, lane);
   free(lane);
+}
+
+/* back and heard: the program's, or the last one's while its commands run */
+static int back_ref_of(const sb_exec_lane *lane) {
+  return lane->back_ref != LUA_NOREF ? lane->back_ref : lane->kept_back_ref;
+}
+
+static int heard_ref_of(const sb_exec_lane *lane) {
+  return lane->heard_ref != LUA_NOREF ? lane->heard_ref : lane->kept_heard_ref;
 }
 
 static void run_closed(uv_handle_t *h) {
@@ -456,7 +482,8 @@ static void run_end(lua_State *L, lane_run *run) {
   run->res_ref = LUA_NOREF;
   lane_entry *e = run->e;
   e->running--;
-  run->lane->running--;
+  if (--run->lane->running == 0)
+    kept_release(L, run->lane);
   if (!e->armed && e->running == 0)
     entry_free(e);
   uv_close((uv_handle_t *)&run->beat, run_closed);
@@ -633,7 +660,7 @@ static bool no_space(const char *s, size_t n) {
 /* Lua hears the outcome (metrics, the log lines, the fleet's last use): heard(key, exit,
  * duration_ms, gaps, handed_back). After the answer, never before it. */
 static void tell(lua_State *L, lane_run *run, lua_Integer exit, double duration_ms, bool back) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, run->lane->heard_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, heard_ref_of(run->lane));
   lua_pushlstring(L, run->e->key, run->e->key_len);
   lua_pushinteger(L, exit);
   lua_pushnumber(L, duration_ms);
@@ -650,7 +677,7 @@ static void hand_back(lua_State *L, lane_run *run, int raw) {
   int top = lua_gettop(L);
   lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
   lua_getfield(L, -1, "go");
-  lua_rawgeti(L, LUA_REGISTRYINDEX, run->lane->back_ref);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, back_ref_of(run->lane));
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->res_ref);
   lua_pushvalue(L, raw);
   lua_pushlstring(L, run->e->key, run->e->key_len);
@@ -841,6 +868,7 @@ static sb_exec_lane *lane_of(sb_http_server *s) {
     if (s->lane == NULL)
       return NULL;
     s->lane->headers_ref = s->lane->back_ref = s->lane->heard_ref = LUA_NOREF;
+    s->lane->kept_back_ref = s->lane->kept_heard_ref = LUA_NOREF;
   }
   return s->lane;
 }

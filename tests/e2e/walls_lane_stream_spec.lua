@@ -14,12 +14,12 @@ local policies = require("support.policies")
 local HEARTBEAT_MS = 1000
 local MAX_OUTPUT = 1280 * 1024 -- (sandbox.max_answer_bytes holds two streams of it escaped)
 
-local function policy_dir(lane)
+local function policy_dir(lane, drain)
   return policies.dir{
     timeouts = function(src)
       return src .. "\n" .. S.FAST .. ("\nsandbox.heartbeat_ms = %d\n"):format(HEARTBEAT_MS)
         .. ('sandbox.sleep_after = "10m"\nprocess.max_output_bytes = %d\n'):format(MAX_OUTPUT)
-        .. "server.drain_ms = 20 * second\n" .. (lane and "" or "sandbox.exec_lane = false\n")
+        .. ("server.drain_ms = %s\n"):format(drain or "20 * second") .. (lane and "" or "sandbox.exec_lane = false\n")
     end,
     isolation = function(src) return src .. "\nworkspace_max_bytes = 32 * MiB\nspare_instances = 0\n" end,
   }
@@ -155,6 +155,35 @@ describe_walls("sandboxd's exec lane, a long answer", function()
       assert.truthy(beats >= 3, ("%d one-byte beats during the sleep"):format(beats))
       assert.truthy(worst <= 2 * HEARTBEAT_MS, ("a gap of %.0f ms between bytes"):format(worst))
       stop(on, off)
+    end)
+  end)
+
+  it("answers a command the drain kills mid-stream in the failure shape, with the stdout it sent", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir(true, "1 * second") }
+      assert.equal(0, exec(h, "stream", { command = "true" }).exitCode) -- armed
+      local running, answered = core.signal(), core.signal()
+      local seen, doc, raw = 0, nil, nil
+      core.go(function()
+        doc, raw = exec(h, "stream", { command = "head -c 200000 /dev/zero | tr '\\0' s; sleep 60" }, nil,
+          function(chunk)
+            seen = seen + #chunk
+            if seen > 100000 then running:abort("streaming") end
+          end)
+        answered:abort("answered")
+      end)
+      core.sleep(30000, running)
+      assert.truthy(running.aborted, "the stream never began")
+      h:stop() -- TERM: the drain (1 s) ends with the lane's command killed
+      core.sleep(60000, answered)
+      assert.truthy(answered.aborted, "no answer after the drain: " .. h.log():sub(-3000))
+      assert.truthy(streamed(raw), raw:sub(1, 40))
+      assert.truthy(doc.error and doc.error:find("stopped", 1, true), tostring(doc.error))
+      assert.equal(127, doc.exitCode)
+      assert.equal(("s"):rep(200000), doc.stdout)
+      local result = h:wait()
+      assert.equal(0, result.exit, h.log():sub(-2000))
+      assert.is_nil(h.log():find("Sanitizer", 1, true), h.log())
     end)
   end)
 
