@@ -5,7 +5,8 @@
 -- (durationMs aside); the lane's answer must start `{"stdout":"` (the document began while the
 -- command ran), keep beating inside stdout while the command is quiet (one held-back byte per
 -- heartbeat, timed on the client), end a deadline's and a truncation's document in Lua with the
--- stdout already sent, and stop a command whose client went away mid-stream.
+-- stdout already sent, answer a command the drain's end kills in the failure shape with the
+-- stdout it sent, and stop a command whose client went away mid-stream.
 local cjson = require("cjson")
 local core = require("switchboard.core")
 local S = require("support.sandbox")
