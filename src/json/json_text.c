@@ -97,14 +97,29 @@ static size_t skip_clean(const unsigned char *s, size_t i, size_t n) {
 }
 #endif
 
-bool sb_json_string(const char *str, size_t n, sb_json_emit emit, void *ctx) {
+/* Whether s[0..n) (n < the sequence's length) begins some valid UTF-8 sequence: the bytes still
+ * to come could complete it. */
+static bool utf8_prefix(const unsigned char *s, size_t n) {
+  if (s[0] < 0xC2 || s[0] > 0xF4)
+    return false;
+  unsigned char whole[4] = {s[0], 0, 0x80, 0x80};
+  if (n < 2) { /* the lead alone: the second byte's narrowed range always holds one */
+    whole[1] = s[0] == 0xE0 ? 0xA0 : s[0] == 0xF0 ? 0x90 : 0x80;
+  } else {
+    for (size_t i = 1; i < n && i < 4; i++)
+      whole[i] = s[i];
+  }
+  size_t len = sb_utf8_sequence(whole, 4);
+  return len > n;
+}
+
+size_t sb_json_text_part(const char *str, size_t n, bool final, bool *valid, sb_json_emit emit,
+                         void *ctx) {
   static const char replacement[] = "\xEF\xBF\xBD"; /* U+FFFD */
   const unsigned char *s = (const unsigned char *)str;
-  bool valid = true;
   size_t run = 0; /* start of the clean run not yet emitted */
   size_t i = 0;
   char buf[8];
-  emit(ctx, "\"", 1);
   while (i < n) {
     i = skip_clean(s, i, n);
     if (i >= n)
@@ -120,9 +135,13 @@ bool sb_json_string(const char *str, size_t n, sb_json_emit emit, void *ctx) {
         i += len;
         continue;
       }
+      if (!final && n - i < 4 && utf8_prefix(s + i, n - i)) {
+        n = i; /* a sequence cut by the chunk's end: decided with the bytes that follow */
+        break;
+      }
       emit(ctx, str + run, i - run);
       emit(ctx, replacement, 3);
-      valid = false;
+      *valid = false;
       run = ++i;
       continue;
     }
@@ -132,6 +151,13 @@ bool sb_json_string(const char *str, size_t n, sb_json_emit emit, void *ctx) {
     run = ++i;
   }
   emit(ctx, str + run, n - run);
+  return n;
+}
+
+bool sb_json_string(const char *str, size_t n, sb_json_emit emit, void *ctx) {
+  bool valid = true;
+  emit(ctx, "\"", 1);
+  sb_json_text_part(str, n, true, &valid, emit, ctx);
   emit(ctx, "\"", 1);
   return valid;
 }

@@ -16,4 +16,13 @@ size_t sb_utf8_sequence(const unsigned char *s, size_t n);
 typedef void (*sb_json_emit)(void *ctx, const char *bytes, size_t len);
 bool sb_json_string(const char *s, size_t n, sb_json_emit emit, void *ctx);
 
+/* The inside of that literal (no quotes) for a piece of a stream that arrives in parts (the exec
+ * lane writes a long stdout as it comes, docs/sandboxd.md): writes s[0..k) and returns k, which
+ * is n unless the piece ends inside a UTF-8 sequence the next bytes could complete (!final: that
+ * sequence, at most 3 bytes, is left to the next call, which starts at s + k). Pieces fed so,
+ * then the last with final, write exactly what sb_json_string writes inside its quotes for the
+ * whole. *valid is set false when a byte was replaced (and never set true). */
+size_t sb_json_text_part(const char *s, size_t n, bool final, bool *valid, sb_json_emit emit,
+                         void *ctx);
+
 #endif

@@ -7,6 +7,7 @@
  * else — a field more, an env name Lua would upper-case, a network the instance does not have —
  * is the Lua path's, untouched. */
 #include "exec_lane.h"
+#include "answer_stream.h"
 #include "../http/lane_face.h"
 #include "../http/server_response.h"
 #include "../crypto/base64.h"
@@ -34,8 +35,14 @@ enum {
   MAX_ARG_STRLEN = 32 * 4096,
   ARG_MAX_BYTES = 2 * 1024 * 1024,
   EXEC_OVERHEAD = 64,
-  /* routes.lua SLICE: a longer answer is streamed by the Lua path */
+  /* routes.lua SLICE: a longer answer is streamed by the Lua path, unless its stdout was
+   * streamed here as it came (STREAM_AT) */
   SLICE = 64 * 1024,
+  /* stdout past this starts the document while the command runs (answer_stream.h): an answer
+   * this long would otherwise go to the Lua path, written after the command's end */
+  STREAM_AT = SLICE,
+  /* stdout encoded and written this much at a time (a read brings up to max_output) */
+  STREAM_STEP = 32 * 1024,
 };
 
 typedef struct lane_entry {
@@ -87,6 +94,11 @@ typedef struct lane_run {
   long before_oom, before_pids;
   int64_t limit_ms;
   char remote[sizeof ((sb_http_conn *)0)->remote_addr]; /* the request log line's */
+  double started_ms;
+  bool streaming; /* the document has started: stdout goes out as it comes */
+  sb_answer_stream stream;
+  char *out; /* stdout, the capture itself, handed over at the command's end (owned) */
+  size_t out_len;
 } lane_run;
 
 static lane_run *runs; /* the commands in the lane now, of every server */
@@ -486,6 +498,8 @@ static void lane_free(lua_State *L, sb_exec_lane *lane) {
 static void run_closed(uv_handle_t *h) {
   lane_run *run = h->data;
   sb_exec_lane *lane = run->lane;
+  sb_answer_stream_free(&run->stream);
+  free(run->out);
   free(run);
   if (lane->orphaned && lane->running == 0)
     lane_free(sb_main_state(), lane);
@@ -522,7 +536,65 @@ static void beat(uv_timer_t *t) {
   if (now - run->last_beat > 1.5 * (double)run->lane->heartbeat_ms)
     run->gaps++;
   run->last_beat = now;
-  sb_http_res_write(run->res, " ", 1);
+  if (!run->streaming) {
+    sb_http_res_write(run->res, " ", 1);
+    return;
+  }
+  /* inside the document's stdout: one byte held back for this, never a space */
+  if (run->stream.held_len > 0) {
+    sb_http_res_write(run->res, run->stream.held, 1);
+    sb_answer_stream_sent(&run->stream, 1);
+  }
+}
+
+/* The peer is gone: the beat, due now, stops the command (the capture's reader must not). */
+static void peer_gone(lane_run *run) { uv_timer_start(&run->beat, beat, 0, 0); }
+
+/* What is held beyond the reserve goes out. */
+static void stream_flush(lane_run *run) {
+  size_t ready = sb_answer_stream_ready(&run->stream);
+  if (ready == 0)
+    return;
+  if (!sb_http_res_write(run->res, run->stream.held, ready))
+    peer_gone(run);
+  sb_answer_stream_sent(&run->stream, ready);
+}
+
+/* stdout as it arrives (sb_proc_watch_stdout): past STREAM_AT the document starts, with a
+ * reserve held for the heartbeats until the deadline and the grace (answer_stream.h). */
+static void stdout_came(void *ud, char *so_far, size_t len, bool end) {
+  lane_run *run = ud;
+  if (end) { /* the capture is ours now: command_done reads it, run_closed frees it */
+    run->out = so_far;
+    run->out_len = len;
+    return;
+  }
+  if (sb_http_res_gone(run->res)) {
+    peer_gone(run);
+    return;
+  }
+  if (!run->streaming) {
+    if (len <= STREAM_AT)
+      return;
+    int64_t elapsed = (int64_t)(sb_now_ms() - run->started_ms);
+    size_t reserve = sb_answer_stream_reserve(run->limit_ms - elapsed, run->lane->grace_ms,
+                                              run->lane->heartbeat_ms);
+    if (reserve > STREAM_AT / 4) /* heartbeats too many for a held reserve: the Lua path's */
+      return;
+    sb_answer_stream_start(&run->stream, reserve);
+    run->streaming = true;
+  }
+  /* in steps: the held buffer stays one step's encoding (reused, never a fresh megabyte of
+   * pages per request), and the socket takes each step as it is encoded */
+  while (run->stream.taken < len && !sb_http_res_gone(run->res)) {
+    size_t upto = len - run->stream.taken > STREAM_STEP ? run->stream.taken + STREAM_STEP : len;
+    size_t before = run->stream.taken;
+    if (!sb_answer_stream_feed(&run->stream, so_far, upto, false))
+      return;
+    stream_flush(run);
+    if (run->stream.taken == before) /* a cut UTF-8 sequence at the very end: the next read */
+      break;
+  }
 }
 
 typedef struct {
@@ -587,6 +659,24 @@ static bool answer_text(text_buf *b, lua_Integer exit, lua_Integer duration, con
   return !b->failed;
 }
 
+/* A streamed success document's end: what follows the stdout already sent (its held bytes and
+ * its closing quote are the caller's), in the order of answer_text's keys after stdout. */
+static bool stream_tail(text_buf *b, lua_Integer exit, lua_Integer duration, bool out_valid,
+                        const char *out, size_t out_len, const char *err, size_t err_len) {
+  put_s(b, ",\"stderr\":");
+  bool err_valid = sb_json_string(err, err_len, put, b);
+  char nums[96];
+  snprintf(nums, sizeof nums, ",\"exitCode\":%lld,\"durationMs\":%lld", (long long)exit,
+           (long long)duration);
+  put_s(b, nums);
+  if (!out_valid)
+    put_base64(b, "stdout", out, out_len);
+  if (!err_valid)
+    put_base64(b, "stderr", err, err_len);
+  put_s(b, "}");
+  return !b->failed;
+}
+
 static bool field_true(lua_State *L, int idx, const char *name) {
   lua_getfield(L, idx, name);
   bool v = lua_toboolean(L, -1);
@@ -615,9 +705,11 @@ static void tell(lua_State *L, lane_run *run, lua_Integer exit, double duration_
 }
 
 /* The extraordinary outcome goes to Lua with its response still open: back(res, raw, record,
- * limit_ms, before, gaps, remote) in a task of its own (core.go), which composes and sends the
- * answer with the Lua path's own functions. record: its arming's, not the key's arming now (the
- * instance may have been armed anew, or every arm dropped by a reload, while it ran). */
+ * limit_ms, before, gaps, remote, streamed) in a task of its own (core.go), which composes and
+ * sends the answer with the Lua path's own functions. record: its arming's, not the key's arming
+ * now (the instance may have been armed anew, or every arm dropped by a reload or a drain, while
+ * it ran). streamed: nil, or (stdout was streamed, and is now sent whole with its closing quote)
+ * whether stdout was valid UTF-8: Lua writes the rest. */
 static void hand_back(lua_State *L, lane_run *run, int raw) {
   int top = lua_gettop(L);
   lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
@@ -634,9 +726,33 @@ static void hand_back(lua_State *L, lane_run *run, int raw) {
   lua_setfield(L, -2, "pids");
   lua_pushinteger(L, run->gaps);
   lua_pushstring(L, run->remote);
-  if (!sb_pcall(L, 8, "exec lane hand-back")) /* the task could not start: the peer learns */
+  if (run->streaming)
+    lua_pushboolean(L, run->stream.valid);
+  else
+    lua_pushnil(L);
+  if (!sb_pcall(L, 9, "exec lane hand-back")) /* the task could not start: the peer learns */
     sb_http_res_finish(run->res, NULL, 0);
   lua_settop(L, top);
+}
+
+/* A streamed stdout's last bytes: the rest of the capture encoded (final: an incomplete UTF-8
+ * sequence at its end is U+FFFD, as in the whole document), the held reserve, the closing
+ * quote, written now. False when memory ran out (the document cannot be completed). */
+static bool stream_close(lane_run *run, const char *out, size_t out_len) {
+  run->stream.reserve = 0;
+  while (run->stream.taken < out_len) { /* what the last reads brought, in steps as they do */
+    size_t step = out_len - run->stream.taken;
+    bool last = step <= STREAM_STEP;
+    if (!sb_answer_stream_feed(&run->stream, out, last ? out_len : run->stream.taken + STREAM_STEP,
+                               last))
+      return false;
+    stream_flush(run);
+  }
+  char quote = '"';
+  sb_http_res_write(run->res, run->stream.held, run->stream.held_len);
+  sb_answer_stream_sent(&run->stream, run->stream.held_len);
+  sb_http_res_write(run->res, &quote, 1);
+  return true;
 }
 
 static void command_done(void *ud, lua_State *L, int raw) {
@@ -649,31 +765,43 @@ static void command_done(void *ud, lua_State *L, int raw) {
   bool signalled = !lua_isnil(L, -1);
   lua_getfield(L, raw, "duration_ms");
   double duration_ms = lua_tonumber(L, -1);
-  size_t out_len, err_len;
-  lua_getfield(L, raw, "stdout");
-  const char *out = lua_tolstring(L, -1, &out_len);
+  /* stdout is the capture handed over (stdout_came), not raw.stdout (""): put back in raw
+   * should Lua compose the answer */
+  size_t out_len = run->out_len, err_len = 0;
+  const char *out = run->out != NULL ? run->out : "";
   lua_getfield(L, raw, "stderr");
   const char *err = lua_tolstring(L, -1, &err_len);
   lua_getfield(L, raw, "truncated");
   int trunc = lua_gettop(L);
-  bool ordinary = out != NULL && err != NULL && lua_istable(L, trunc) &&
+  /* a streamed stdout is on the wire already: only what follows it counts against SLICE */
+  size_t answer_len = (run->streaming ? 0 : out_len) + err_len;
+  bool ordinary = err != NULL && lua_istable(L, trunc) &&
                   !field_true(L, trunc, "stdout") && !field_true(L, trunc, "stderr") &&
                   !field_true(L, raw, "timed_out") && !field_true(L, raw, "aborted") &&
                   !signalled && !(exit != 0 && no_space(err, err_len)) &&
                   counter(e->oom_fd, e->oom_path, "oom_kill") == run->before_oom &&
                   counter(e->pids_fd, e->pids_path, "max") == run->before_pids && !init_ended(e) &&
-                  out_len + err_len < SLICE;
-  text_buf b = {0};
-  if (ordinary) {
-    lua_Integer duration = (lua_Integer)floor(duration_ms + 0.5);
-    ordinary = answer_text(&b, exit, duration, out, out_len, err, err_len) && b.len <= SLICE;
+                  answer_len < SLICE;
+  if (run->streaming && !stream_close(run, out, out_len)) {
+    sb_http_res_finish(run->res, NULL, 0); /* out of memory: the peer sees a cut document */
+    tell(L, run, exit, duration_ms, false);
+    run_end(L, run);
+    return;
   }
+  text_buf b = {0};
+  lua_Integer duration = (lua_Integer)floor(duration_ms + 0.5);
+  if (ordinary && run->streaming)
+    ordinary = stream_tail(&b, exit, duration, run->stream.valid, out, out_len, err, err_len);
+  else if (ordinary)
+    ordinary = answer_text(&b, exit, duration, out, out_len, err, err_len) && b.len <= SLICE;
   if (ordinary) {
     sb_http_res_finish(run->res, b.data, b.len);
     free(b.data);
     tell(L, run, exit, duration_ms, false);
   } else {
     free(b.data);
+    lua_pushlstring(L, out, out_len);
+    lua_setfield(L, raw, "stdout");
     hand_back(L, run, raw);
   }
   run_end(L, run);
@@ -719,6 +847,8 @@ static bool lane_request(sb_http_conn *c) {
   }
   e->running++;
   lane->running++;
+  run->started_ms = sb_now_ms();
+  sb_proc_watch_stdout(run->proc, stdout_came, run);
   run->res = sb_http_res_open(L, c);
   run->res_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_rawgeti(L, LUA_REGISTRYINDEX, lane->headers_ref);
@@ -977,8 +1107,10 @@ static int l_abort(lua_State *L) {
 static void lane_shutdown(void *ud) {
   (void)ud;
   lua_State *L = sb_main_state();
-  while (runs != NULL)
+  while (runs != NULL) {
+    sb_proc_watch_stdout(runs->proc, NULL, NULL); /* its proc is still live: not told again */
     run_end(L, runs);
+  }
 }
 
 /* core.exec_lane.decide(body, {floor_ms, max_ms, default_ms, network, instance_network})

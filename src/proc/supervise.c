@@ -89,6 +89,8 @@ typedef struct sb_proc {
   /* started from C (sb_proc_spawn_walled, the exec lane): told the result instead of a task */
   sb_proc_done_fn c_done;
   void *c_done_ud;
+  sb_proc_output_fn c_stdout; /* told of stdout as it arrives (sb_proc_watch_stdout) */
+  void *c_stdout_ud;
   struct sb_proc *prev, *next; /* the live list */
 } sb_proc;
 
@@ -209,6 +211,12 @@ static void maybe_finish(sb_proc *p) {
   if (p->finished || !p->exited || p->out.open || p->err.open)
     return;
   p->finished = true;
+  if (p->c_stdout != NULL) { /* the capture is the watcher's now: the result's stdout is "" */
+    sb_proc_output_fn watcher = p->c_stdout;
+    p->c_stdout = NULL;
+    watcher(p->c_stdout_ud, p->out.data, p->out.len, true);
+    p->out.data = NULL;
+  }
   lua_State *L = sb_main_state();
   sb_abort_unlisten(&p->on_abort);
   live_remove(p);
@@ -413,6 +421,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   sb_proc *p = s->data;
   capture *c = capture_of(p, (uv_handle_t *)s);
   if (nread > 0) {
+    size_t kept_before = c->len;
     if (c->data != NULL && buf->base == c->data + c->len)
       c->len += (size_t)nread; /* read in place */
     else
@@ -421,6 +430,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       capture_widen(c);
     if (p->on_output_ref != LUA_NOREF)
       stream_to_lua(p, c, buf->base, (size_t)nread);
+    if (p->c_stdout != NULL && c == &p->out && c->len > kept_before)
+      p->c_stdout(p->c_stdout_ud, c->data, c->len, false);
     return;
   }
   if (nread < 0) { /* EOF or an error: either way this stream is done */
@@ -738,6 +749,11 @@ int sb_proc_spawn_walled(lua_State *L, const sb_spawn_args *a, const char *socke
   supervise(L, p, &child);
   *out = p;
   return 0;
+}
+
+void sb_proc_watch_stdout(sb_proc *p, sb_proc_output_fn fn, void *ud) {
+  p->c_stdout = fn;
+  p->c_stdout_ud = ud;
 }
 
 /* Kills the command's group as an abort does (the result says aborted), unless it ended. */

@@ -2,9 +2,12 @@
  * output (arbitrary bytes) into sandboxd's answers. For any input the output must be a JSON
  * string literal that is valid UTF-8 with no raw control bytes (DEL included) and no unescaped
  * quote, the valid flag must agree with a byte-by-byte reference check, and valid input must
- * come back unchanged once the escapes are undone. */
+ * come back unchanged once the escapes are undone. The same input fed in pieces
+ * (sb_json_text_part, the exec lane's stream of a long stdout: pieces cut anywhere, a UTF-8
+ * sequence among them) must write exactly the same literal and the same flag. */
 #include "json/json_text.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +97,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (valid && (m != size || memcmp(back, data, size) != 0))
     abort();
   free(back);
+  /* in pieces of 1..7 bytes, the cut points chosen by the input's first byte */
+  out_buf p = {0};
+  bool pieces_valid = true;
+  size_t at = 0, end = 0, step = size > 0 ? (size_t)(data[0] % 7) + 1 : 1;
+  emit(&p, "\"", 1);
+  while (at < size) {
+    end = end + step < size ? end + step : size;
+    at += sb_json_text_part((const char *)data + at, end - at, end == size, &pieces_valid, emit, &p);
+    step = step % 7 + 1;
+  }
+  emit(&p, "\"", 1);
+  if (pieces_valid != (bool)valid || p.len != o.len || memcmp(p.buf, o.buf, o.len) != 0)
+    abort();
+  free(p.buf);
   free(o.buf);
   return 0;
 }

@@ -58,4 +58,35 @@ describe("sandboxd wire text", function()
     local failure = { error = "x", stdout = "", stderr = "x", exitCode = 127 }
     assert.same(failure, cjson.decode(text.answer_json(failure, cjson)))
   end)
+
+  it("the document after a streamed stdout completes it to the whole document (the exec lane)", function()
+    local core = require("switchboard.core")
+    math.randomseed(43)
+    local pieces = { "a", "é", "\"", "\n", "\0", "\255", "\226\130", "日" }
+    local function bytes()
+      local parts = {}
+      for k = 1, math.random(0, 8) do parts[k] = pieces[math.random(#pieces)] end
+      return table.concat(parts)
+    end
+    -- what the lane wrote: {"stdout":" + stdout's literal inside its quotes + "
+    local function streamed_text(doc)
+      local literal, valid = core.json_string(doc.stdout)
+      return '{"stdout":' .. literal .. table.concat(text.answer_tail_parts(doc, cjson, valid)), valid
+    end
+    for _ = 1, 500 do
+      local success = { stdout = bytes(), stderr = bytes(), exitCode = 124, durationMs = 9 }
+      local failure = { error = "killed", reason = "stopped", stdout = bytes(), stderr = bytes(), exitCode = 127 }
+      local noted = { stdout = bytes(), stderr = "", exitCode = 0, durationMs = 1, workspace = { state = "kept" } }
+      for _, doc in ipairs({ success, failure, noted }) do
+        -- (answer_json encodes a failure document's streams in place: it gets a copy)
+        local copy = {}
+        for k, v in pairs(doc) do copy[k] = v end
+        local whole = cjson.decode(text.answer_json(copy, cjson))
+        local wire = streamed_text(doc)
+        assert.truthy(utf8.len(wire), ("%q"):format(wire))
+        assert.same(whole, cjson.decode(wire))
+        assert.equal(doc.stdout, text.decode(cjson.decode(wire)).stdout)
+      end
+    end
+  end)
 end)

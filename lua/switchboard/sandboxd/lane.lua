@@ -65,8 +65,8 @@ local function program(self, snap)
     held_counters = self.ctx.descriptors and self.ctx.descriptors.counters or 0,
     network = snap.isolation.network, bash = run.bash_path(),
     env = routes.base_env(self.ctx, snap), headers = routes.JSON,
-    back = function(res, raw, armed, limit_ms, before, gaps, remote)
-      return self:back(res, raw, armed, limit_ms, before, gaps, remote)
+    back = function(res, raw, armed, limit_ms, before, gaps, remote, streamed)
+      return self:back(res, raw, armed, limit_ms, before, gaps, remote, streamed)
     end,
     heard = function(armed, exit, duration_ms, gaps, handed_back, remote)
       return self:heard(armed, exit, duration_ms, gaps, handed_back, remote)
@@ -157,14 +157,15 @@ end
 -- A command the lane ran whose outcome is not ordinary (a deadline, a signal, a counter moved,
 -- long or truncated output, …): settled and composed by the Lua path's own functions, and
 -- written on the response the lane opened. Runs in a task of its own. armed: the arming the
--- command ran under (its instance, its snapshot), whatever the key's arming is now.
-function Lane:back(res, raw, armed, limit_ms, before, gaps, remote)
-  local key = armed.key
+-- command ran under (its instance, its snapshot), whatever the key's arming is now. streamed:
+-- nil, or (the lane wrote stdout as it came, docs/sandboxd.md) whether it was valid UTF-8: only
+-- the rest of the document is written here.
+function Lane:back(res, raw, armed, limit_ms, before, gaps, remote, streamed)
   local inst = armed.inst
   local ok, err = xpcall(function()
     walled.settle(armed.r, armed.w, before, raw)
     local doc = routes.exec_document(self.ctx, armed.snap, inst, limit_ms, raw, nil, nil, "client gone")
-    routes.answer_exec(self.ctx, inst, res, raw, doc)
+    routes.answer_exec(self.ctx, inst, res, raw, doc, streamed)
   end, debug.traceback)
   if not ok then
     self.ctx.log("error", "sandboxd.exec_failed", { instance = inst.label or armed.label, error = err })

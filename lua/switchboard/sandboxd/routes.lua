@@ -289,11 +289,21 @@ function M.exec_document(ctx, snap, inst, limit_ms, r, err, mistake, stop_reason
   return doc
 end
 
--- The answer written (its head already started), then counted and logged.
-function M.answer_exec(ctx, inst, res, r, doc)
+-- The answer written (its head already started), then counted and logged. streamed: nil, or
+-- (the exec lane sent r.stdout as it came, closing quote included) whether it was valid UTF-8:
+-- then only the rest of the document is written, and doc.stdout is what was sent, whatever the
+-- document (a failure's too: docs/contract.md).
+function M.answer_exec(ctx, inst, res, r, doc, streamed)
   -- the answer first: what it counts and logs can wait until it is on the socket
   local account <close> = setmetatable({}, { __close = function() account_exec(ctx, inst, r, doc) end })
-  local parts, size = wire_text.answer_parts(doc, json), 0
+  local parts
+  if streamed ~= nil then
+    doc.stdout = r.stdout
+    parts = wire_text.answer_tail_parts(doc, json, streamed)
+  else
+    parts = wire_text.answer_parts(doc, json)
+  end
+  local size = 0
   for _, part in ipairs(parts) do size = size + #part end
   if size <= SLICE then return res:finish(table.concat(parts)) end
   -- a megabyte of output goes as it was encoded, never joined again; the short pieces around

@@ -58,22 +58,52 @@ local function is_success(doc)
   return n == 4
 end
 
+-- The literal of each stream of a success document, and whether it was valid UTF-8.
+local function literals(doc, names)
+  local lit, valid = {}, {}
+  for _, name in ipairs(names) do lit[name], valid[name] = core.json_string(doc[name]) end
+  return lit, valid
+end
+
+local function base64_field(name, bytes)
+  return ',"' .. name .. 'Base64":"' .. core.crypto.base64_encode(bytes) .. '"'
+end
+
 -- The JSON text of a result document as pieces in order (their concatenation is answer_json's):
 -- a server writes a long answer piece by piece, without one more copy of the output.
 function M.answer_parts(doc, json)
   if not is_success(doc) then return { json.encode(M.encode(doc)) } end
-  local out, valid = { '{"exitCode":', tostring(doc.exitCode), ',"durationMs":', tostring(doc.durationMs) }, {}
+  local lit, valid = literals(doc, M.STREAMS)
+  local out = { '{"exitCode":', tostring(doc.exitCode), ',"durationMs":', tostring(doc.durationMs) }
   for _, name in ipairs(M.STREAMS) do
-    local literal, ok = core.json_string(doc[name])
     out[#out + 1] = ',"' .. name .. '":'
-    out[#out + 1] = literal
-    valid[name] = ok
+    out[#out + 1] = lit[name]
   end
   for _, name in ipairs(M.STREAMS) do
-    if not valid[name] then
-      out[#out + 1] = ',"' .. name .. 'Base64":"' .. core.crypto.base64_encode(doc[name]) .. '"'
-    end
+    if not valid[name] then out[#out + 1] = base64_field(name, doc[name]) end
   end
+  out[#out + 1] = "}"
+  return out
+end
+
+-- The same document when its stdout was already sent as it came (sandboxd's exec lane,
+-- docs/sandboxd.md "A long answer as it comes"): the text that follows `{"stdout":"…"`, as
+-- pieces; stdout_valid says whether the stdout sent was valid UTF-8 (its exact bytes then
+-- follow as stdoutBase64, as in the whole document). doc.stdout is what was sent.
+function M.answer_tail_parts(doc, json, stdout_valid)
+  if not is_success(doc) then
+    local rest = {}
+    for k, v in pairs(doc) do if k ~= "stdout" then rest[k] = v end end
+    M.encode(rest)
+    if not stdout_valid then rest.stdoutBase64 = core.crypto.base64_encode(doc.stdout) end
+    local text = json.encode(rest) -- "{…}": its fields follow stdout's
+    return { text == "{}" and "}" or "," .. text:sub(2) }
+  end
+  local lit, valid = literals(doc, { "stderr" })
+  local out = { ',"stderr":', lit.stderr, ',"exitCode":', tostring(doc.exitCode),
+    ',"durationMs":', tostring(doc.durationMs) }
+  if not stdout_valid then out[#out + 1] = base64_field("stdout", doc.stdout) end
+  if not valid.stderr then out[#out + 1] = base64_field("stderr", doc.stderr) end
   out[#out + 1] = "}"
   return out
 end

@@ -1,0 +1,66 @@
+-- Issue 43's 1 MB row, two sandboxd binaries side by side (bench/README.md "A long answer as
+-- it comes"): a walled sandboxd of BEFORE_BIN and one of SWITCHBOARD_BIN, and raw `cat`, one
+-- request to each in turn (bench_paired seq, one keep-alive connection per contender), so that
+-- the machine's load hits both alike; then each server's own CPU per 1 MB request
+-- (/proc/PID/task/*/schedstat), the figure the load moves least.
+--
+--   BEFORE_BIN=/path/to/old/switchboard SWITCHBOARD_BIN=build/switchboard \
+--     lua5.4 bench/big_paired.lua [ROUNDS=40] [BYTES=1000000]
+local build = os.getenv("SB_BUILD_DIR") or "./build"
+package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
+package.cpath = build .. "/lua/?.so;" .. package.cpath
+
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local S = require("support.sandbox")
+
+core.log_format("text", "warn")
+
+local ROUNDS, BYTES = tonumber(arg[1]) or 40, tonumber(arg[2]) or 1000000
+local BIG = "yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -c " .. BYTES
+local before_bin = assert(os.getenv("BEFORE_BIN"), "BEFORE_BIN: the sandboxd binary to compare with")
+
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  local s = f:read("l")
+  f:close()
+  return s:match("^(%S+ %S+ %S+)")
+end
+
+local function cpu_ns(pid)
+  local p = io.popen("cat /proc/" .. pid .. "/task/*/schedstat 2>/dev/null")
+  local total = 0
+  for l in p:lines() do total = total + (tonumber(l:match("^(%d+)")) or 0) end
+  p:close()
+  return total
+end
+
+local out = { load_start = loadavg(), before_bin = before_bin, after_bin = S.BIN, rounds = ROUNDS, bytes = BYTES }
+core.run(function()
+  local after_bin = S.BIN
+  S.BIN = before_bin
+  local before = S.start_sandboxd{}
+  S.BIN = after_bin
+  local after = S.start_sandboxd{}
+  local cpu0 = { before = cpu_ns(before.pid), after = cpu_ns(after.pid) }
+  local argv = { build .. "/bench/bench_paired", "seq", S.TOKEN, BIG, tostring(ROUNDS),
+    "http:before:" .. before.port, "http:after:" .. after.port, "raw:cat:" .. BIG .. " > /dev/null" }
+  local r = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 1 << 20 }):wait()
+  assert(r.exit == 0, "bench_paired failed: " .. tostring(r.stderr) .. tostring(r.stdout))
+  local seq = cjson.decode(r.stdout)
+  out.seq = seq
+  -- ROUNDS + 1 requests each (the warm-up's included: it goes through Lua on both)
+  out.server_cpu_us = {
+    before = math.floor((cpu_ns(before.pid) - cpu0.before) / 1000 / (ROUNDS + 1) + 0.5),
+    after = math.floor((cpu_ns(after.pid) - cpu0.after) / 1000 / (ROUNDS + 1) + 0.5),
+  }
+  local function ratio(name) return math.floor(seq.cat.median_us / seq[name].median_us * 100 + 0.5) / 100 end
+  out.cat_vs_before, out.cat_vs_after = ratio("before"), ratio("after")
+  for _, h in ipairs{ before, after } do
+    h:stop("TERM")
+    h:wait()
+  end
+  S.cleanup_servers()
+end)
+out.load_end = loadavg()
+io.write(cjson.encode(out), "\n")
