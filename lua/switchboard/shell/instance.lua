@@ -168,13 +168,16 @@ end
 -- (no server answers for them; their uid block is free for the next claim). Runs in the
 -- background (22,000 rmdirs took ~9 s); one line says what went.
 local function sweep(self)
-  local live = uids.live_pids(self.uid_registry)
   local trees, instances, failures = 0, 0, {}
   for _, base in ipairs(bases(self)) do
     for _, name in ipairs(core.fs.list(base) or {}) do
       if type(name) == "table" then name = name.name end
       local pid = tonumber(type(name) == "string" and name:match("^switchboard%-(%d+)$"))
-      if pid and pid ~= self.pid and not live[pid] then
+      -- the registry read after the tree was seen, each time: a server that made its tree
+      -- claimed before, so its claim is there now unless it is gone (read once before the
+      -- listing, a server started meanwhile had its tree taken for a dead one: its start
+      -- failed "cannot create the cgroup …/switchboard-<pid>/i1")
+      if pid and pid ~= self.pid and not uids.live_pids(self.uid_registry)[pid] then
         local removed, said = reap_tree(self, base, name)
         instances = instances + removed
         if said then failures[#failures + 1] = base .. "/" .. name .. ": " .. said else trees = trees + 1 end
