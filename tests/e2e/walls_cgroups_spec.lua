@@ -124,17 +124,17 @@ describe_walls("a walled server's cgroup tree", function()
       local holder = assert(core.spawn{ argv = { "sleep", "1000" }, env = { PATH = os.getenv("PATH") } })
       finally(function() os.execute(("kill -KILL %d 2>/dev/null"):format(holder.pid)) end) -- the one this spec started
 
-      killed:stop("KILL"); killed:wait()
-      renamed:stop("KILL"); renamed:wait()
-      local left = tree(killed.pid)
-      for c, names in pairs(left) do assert.truthy(names and #names >= 2, c .. ": " .. text(left)) end
-      -- the other dead server's tree, named as if its pid were the sleeping process's (cgroup v1
-      -- renames a directory in place; v2 too)
+      -- the other server's tree, named as if its pid were the sleeping process's (cgroup v1
+      -- renames a directory in place; v2 too): renamed while that server lives, so that no other
+      -- walled server's sweep on this host can have taken it first, then the server killed
       for _, parent in pairs(parents()) do
         assert(os.rename(("%s/switchboard-%d"):format(parent, renamed.pid),
           ("%s/switchboard-%d"):format(parent, holder.pid)))
       end
-      assert.is_false(gone(holder.pid))
+      renamed:stop("KILL"); renamed:wait()
+      killed:stop("KILL"); killed:wait()
+      -- both trees stay behind a SIGKILL (the server's close never ran) — until a walled server
+      -- starts: another spec's, starting on this host now, may sweep them before ours does
 
       local next_start = S.start_sandboxd{ policies = policy_dir() }
       assert(S.wait_for(function() return gone(killed.pid) end, 60000),
