@@ -104,7 +104,7 @@ workspace_size = "filesystem"
 
 -- Instances started at once by one server; more wait their turn. Each start is a few spawns
 -- on the server's event loop: a burst of new threads then never holds up the heartbeats of
--- commands already running (issue 28).
+-- commands already running (issue 28). Also how many its shutdown puts to sleep at once.
 starts_at_once = 8
 
 -- Instances built ahead, each taken by the next new thread (its first command then skips the

@@ -129,6 +129,28 @@ describe("sandboxd fleet", function()
     end)
   end)
 
+  it("close puts close_at_once instances to sleep at a time, and returns when every one slept", function()
+    core.run(function()
+      local running, most, stopped = 0, 0, {}
+      local f = fleet.new{ max_instances = function() return 20 end, sleep_after_ms = function() return 60000 end,
+        close_at_once = function() return 4 end,
+        new_runner = function(key)
+          return { stop = function()
+            running = running + 1
+            most = math.max(most, running)
+            core.sleep(30) -- a stop yields (the holder's end, the reap)
+            running = running - 1
+            stopped[#stopped + 1] = key
+          end }
+        end }
+      for i = 1, 10 do f:release(assert(f:acquire("T" .. i))) end
+      f:close()
+      assert.equal(10, #stopped)
+      assert.equal(0, running)
+      assert.equal(4, most) -- one at a time before (most = 1)
+    end)
+  end)
+
   it("a runner whose stop raises is logged and the slot still frees", function()
     core.run(function()
       local f = fleet.new{ max_instances = function() return 1 end, sleep_after_ms = function() return 10 end,

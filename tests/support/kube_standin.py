@@ -288,8 +288,12 @@ def release_pod(pod):
 
 
 def reconcile():
-    """The claim controller's pass over every claim."""
+    """The claim controller's pass over every claim. None once shutting down: a pod killed at
+    shutdown wakes its watcher, whose pass would make a cold claim's Sandbox its pod again on
+    its volume — after shutdown's list of pods to kill (two such pods outlived a full run)."""
     with LOCK:
+        if STATE.get("stopping"):
+            return
         for name, obj in list(STATE["claims"].items()):
             if obj["metadata"].get("deletionTimestamp"):
                 continue
@@ -871,12 +875,18 @@ def make_cert(d):
 def shutdown(*_):
     with LOCK:
         STATE["stopping"] = True
-        # every pod still running, also those released and still draining (out of STATE)
-        pods = [p for p in EVERY_POD if p.proc.poll() is None]
-    for p in pods:
-        p.stop(signal.SIGKILL)
-    for p in pods:
-        p.reap()
+    # every pod still running, also those released and still draining (out of STATE); again
+    # until none is left, so that a pod started meanwhile (a request's pass already past its
+    # check of "stopping") is killed too
+    while True:
+        with LOCK:
+            pods = [p for p in EVERY_POD if p.proc.poll() is None]
+        if not pods:
+            break
+        for p in pods:
+            p.stop(signal.SIGKILL)
+        for p in pods:
+            p.reap()
     os._exit(0)
 
 

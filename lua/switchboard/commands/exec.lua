@@ -6,6 +6,7 @@ local state = require("switchboard.state")
 local policy = require("switchboard.policy")
 local errors = require("switchboard.exec.errors")
 local render = require("switchboard.shell.render")
+local instance = require("switchboard.shell.instance")
 local stack = require("switchboard.exec.stack")
 local parser = require("switchboard.dispatch.parser")
 
@@ -91,7 +92,7 @@ local function usage_problem(p)
   end
 end
 
-function M.run(argv, ctx)
+local function run(argv, ctx)
   local p, status = prologue.start_with_backend(M, argv, ctx, SPEC, usage_problem)
   if not p then return status end
   local opts, rest, snap = p.opts, p.rest, p.snap
@@ -125,6 +126,14 @@ function M.run(argv, ctx)
       .. "--timeout-ms N (up to %d, timeouts bash.max_ms)"):format(snap.timeouts.bash.max_ms))
   end
   return result.exit_code
+end
+
+-- The local executor's walls (policies/isolation.lua local_walls) live as long as the process:
+-- closed when the command is done, so its instance's cgroups do not outlive it.
+function M.run(argv, ctx)
+  local status = run(argv, ctx)
+  instance.close_all()
+  return status
 end
 
 return M

@@ -40,6 +40,7 @@ local state = require("switchboard.state")
 local record_mod = require("switchboard.store.record")
 local pages_routes = require("switchboard.pages.routes")
 local metrics = require("switchboard.metrics")
+local instance = require("switchboard.shell.instance")
 
 local M = {}
 local H = {}
@@ -141,6 +142,7 @@ function M.serve(p, front)
   front:serve()
   host:close()
   if front.close then front:close() end
+  instance.close_all() -- the local executor's walls: their cgroups go with the process
   return 0
 end
 

@@ -7,7 +7,8 @@
 --
 --   local fleet = fleet.new{max_instances = fn → n, sleep_after_ms = fn → ms | false (never on idle),
 --                           new_runner = fn(key, want?) → runner, label = fn(key) → text, log = fn,
---                           dir_name = fn(key) → the workspace's directory name (optional)}
+--                           dir_name = fn(key) → the workspace's directory name (optional),
+--                           close_at_once = fn → n (instances put to sleep at once by close; 1)}
 --   fleet.awake_dirs                      -- with dir_name: directory name → true for each awake
 --                                         -- instance, kept as instances wake and sleep (the
 --                                         -- slept workspaces' keeper reads it after every sleep:
@@ -138,7 +139,23 @@ function Fleet:close()
   self.stop:abort("closed")
   local all = {}
   for _, inst in pairs(self.instances) do all[#all + 1] = inst end
-  for _, inst in ipairs(all) do self:sleep(inst, "shutdown") end
+  -- several at once (opts.close_at_once, else one): each sleep is a few spawns and waits
+  -- (~100 ms on a quiet host), and a fleet of hundreds put to sleep one by one outlasts a service
+  -- manager's stop timeout, whose SIGKILL then leaves the rest's cgroups to the next start's sweep
+  local at_once = math.max(1, math.min(#all, self.opts.close_at_once and self.opts.close_at_once() or 1))
+  local next_i, running, done = 1, at_once, core.signal()
+  local function worker()
+    while next_i <= #all do
+      local inst = all[next_i]
+      next_i = next_i + 1
+      self:sleep(inst, "shutdown")
+    end
+    running = running - 1
+    if running == 0 then done:abort("slept") end
+  end
+  if #all == 0 then return end
+  for _ = 1, at_once do core.go(worker) end
+  while running > 0 do core.sleep(60000, done) end -- a wake-up bound only: each sleep has its own
 end
 
 return M

@@ -88,6 +88,7 @@ function M.start(opts)
       not opts.pod and function() self.keep_pass() end or nil),
     label = runner.label, -- a hash of the thread key: logs never carry the key
     dir_name = workspace.dir_name, -- the keeper's awake workspaces (fleet.awake_dirs)
+    close_at_once = function() return policy.current().isolation.starts_at_once end, -- the shutdown's sleeps
     log = log,
     -- an instance whose commands run in the exec lane is in use: not idle
     in_use = function(key) return self.lane ~= nil and self.lane:in_use(key) > 0 end,

@@ -20,7 +20,9 @@
 --   inst:procs_file() → path             its processes' cgroup.procs (sandboxd/file_table.lua)
 --   inst:explain(before, exit, after?) → text?   a line naming the limit a command hit, or nil
 --   inst:stop()                          every process gone (cgroup kill), cgroups removed
---   walls:close()                        the server's cgroup directories removed
+--   walls:close()                        the server's cgroup tree removed (every instance cgroup in
+--                                        it, known or not) and its uid claim released
+--   instance.close_all()                 every host of this process not closed yet, closed
 --   walls:bounds()                       policies/timeouts.lua walls, of the policy current now
 local core = require("switchboard.core")
 local uids = require("switchboard.shell.uids")
@@ -43,6 +45,8 @@ Host.__index = Host
 local build_spare -- below, with Host:claim
 local Instance = {}
 Instance.__index = Instance
+-- Every host of this process not closed yet (M.close_all).
+local open_hosts = setmetatable({}, { __mode = "k" })
 
 -- Why this host cannot wall (the one error kind of M.host): the message says what to do.
 local function cannot(message, fields) return core.error("walls", message, fields) end
@@ -118,30 +122,71 @@ local function run_helper(self, args)
   return proc:wait()
 end
 
--- Removes the cgroup directories of servers that are gone (a kill -9 leaves them; their
--- processes died with the server, and reap kills any straggler). Only names this module makes.
-local function sweep(self)
-  local seen = {}
+-- One server's cgroup tree in one hierarchy, `base`/switchboard-<pid>: every instance cgroup
+-- (i<N>) emptied and removed, children first, then the server's directory (the helper's reap:
+-- whatever still runs in one is killed). → how many instance cgroups went, and the helper's
+-- words when something stayed.
+local function reap_tree(self, base, name)
+  local dir = base .. "/" .. name
+  local args, instances = { "reap" }, {}
+  for _, inst in ipairs(core.fs.list(dir) or {}) do
+    if type(inst) == "table" then inst = inst.name end
+    if type(inst) == "string" and inst:match("^i%d+$") then
+      instances[#instances + 1] = dir .. "/" .. inst
+      args[#args + 1] = "--cgroup"; args[#args + 1] = dir .. "/" .. inst
+    end
+  end
+  args[#args + 1] = "--cgroup"; args[#args + 1] = dir
+  local r = run_helper(self, args)
+  local removed = 0
+  for _, path in ipairs(instances) do
+    if not core.fs.exists(path) then removed = removed + 1 end
+  end
+  local said = r.exit ~= 0 and ((r.stderr or ""):match("[^\n]+") or ("status " .. tostring(r.exit))) or nil
+  return removed, said
+end
+
+-- The hierarchies' directories where this server makes its own tree, each once (v2: one).
+local function bases(self)
+  local out, seen = {}, {}
   for _, c in ipairs(CONTROLLERS) do
     local base = self.layout.dirs[c]
-    if not seen[base] then
-      seen[base] = true
-      for _, name in ipairs(core.fs.list(base) or {}) do
-        if type(name) == "table" then name = name.name end
-        local pid = type(name) == "string" and name:match("^switchboard%-(%d+)$")
-        if pid and tonumber(pid) ~= self.pid and not core.fs.exists("/proc/" .. pid) then
-          local args = { "reap" }
-          for _, inst in ipairs(core.fs.list(base .. "/" .. name) or {}) do
-            if type(inst) == "table" then inst = inst.name end
-            if type(inst) == "string" and inst:match("^i%d+$") then
-              args[#args + 1] = "--cgroup"; args[#args + 1] = base .. "/" .. name .. "/" .. inst
-            end
-          end
-          args[#args + 1] = "--cgroup"; args[#args + 1] = base .. "/" .. name
-          run_helper(self, args)
-        end
+    if not seen[base] then seen[base] = true; out[#out + 1] = base end
+  end
+  return out
+end
+
+-- The cgroup trees of walled servers that are gone (docs/isolation.md "Cgroups of a server that
+-- is gone"): a kill -9, the OOM killer, a process ended before its close. Each instance cgroup
+-- costs the kernel ~470 KB that nothing else frees (22,000 of them held 10.5 GB here). Only
+-- directories named exactly switchboard-<pid>, under the parents where this server makes its
+-- own; a tree is live while the host's uid registry (shell/uids.lua) holds a live claim of that
+-- pid (a server claims before it makes its tree and releases after removing it) — so a pid
+-- reused by another process (pid_max 32,768 here) no longer keeps a dead tree, and a live
+-- server's is never touched, whatever its binary (a spec's in-process host runs in lua). An
+-- instance cgroup that still has members holds an orphan of the dead server: reap kills them
+-- (no server answers for them; their uid block is free for the next claim). Runs in the
+-- background (22,000 rmdirs took ~9 s); one line says what went.
+local function sweep(self)
+  local trees, instances, failures = 0, 0, {}
+  for _, base in ipairs(bases(self)) do
+    for _, name in ipairs(core.fs.list(base) or {}) do
+      if type(name) == "table" then name = name.name end
+      local pid = tonumber(type(name) == "string" and name:match("^switchboard%-(%d+)$"))
+      -- the registry read after the tree was seen, each time: a server that made its tree
+      -- claimed before, so its claim is there now unless it is gone (read once before the
+      -- listing, a server started meanwhile had its tree taken for a dead one: its start
+      -- failed "cannot create the cgroup …/switchboard-<pid>/i1")
+      if pid and pid ~= self.pid and not uids.live_pids(self.uid_registry)[pid] then
+        local removed, said = reap_tree(self, base, name)
+        instances = instances + removed
+        if said then failures[#failures + 1] = base .. "/" .. name .. ": " .. said else trees = trees + 1 end
       end
     end
+  end
+  if trees > 0 or instances > 0 or #failures > 0 then
+    self.log(#failures > 0 and "warn" or "info", "walls.cgroups_swept", { trees = trees, instances = instances,
+      failed = #failures > 0 and table.concat(failures, "; ") or nil })
   end
 end
 
@@ -217,12 +262,15 @@ function M.host(opts)
     owner = opts.owner, dir = opts.uid_registry }
   if not claim then return nil, claim_why end
   self.uid_claim = claim
+  self.uid_registry = opts.uid_registry
+  open_hosts[self] = true -- closed by M.close_all at the latest
   self.root = opts.scratch -- the server's --root
   self.server_dirs = {}
   for _, c in ipairs(CONTROLLERS) do
     self.server_dirs[c] = layout.dirs[c] .. "/switchboard-" .. self.pid
   end
-  sweep(self)
+  self.swept = core.signal() -- aborted when the sweep of dead servers' trees is over
+  core.go(function() sweep(self); self.swept:abort("swept") end)
   for _, c in ipairs(CONTROLLERS) do
     local ok, err = core.fs.mkdir_p(self.server_dirs[c], tonumber("755", 8))
     if not ok then
@@ -477,6 +525,7 @@ function Host:uid_range()
 end
 
 function Host:close()
+  if self.reaped then return end
   self.closed = true
   for _, spare in ipairs(self.spares) do
     spare:stop()
@@ -490,12 +539,26 @@ function Host:close()
   end
   if self.bridge then self.bridge:close() end
   if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
-  if self.uid_claim then self.uid_claim:release() end
-  local args = { "reap" }
-  for _, c in ipairs(CONTROLLERS) do
-    args[#args + 1] = "--cgroup"; args[#args + 1] = self.server_dirs[c]
+  -- every instance cgroup of the tree, not only those of instances it still knows: one whose
+  -- stop's reap failed, or whose owner never stopped it (the local executor's, at exit)
+  self.reaped = true
+  for _, base in ipairs(bases(self)) do
+    local _, said = reap_tree(self, base, "switchboard-" .. self.pid)
+    if said then self.log("warn", "walls.cgroups_left", { tree = base .. "/switchboard-" .. self.pid, error = said }) end
   end
-  run_helper(self, args)
+  open_hosts[self] = nil
+  -- released last: while the claim is live, no other server's sweep takes this tree for a dead one
+  if self.uid_claim then self.uid_claim:release() end
+end
+
+-- Closes every host this process opened and has not closed: its instances' processes killed and
+-- its cgroup trees removed. For a process that ends without closing its walls itself (the local
+-- executor's hosts, one per workspace root, live as long as the process: `switchboard exec`,
+-- console and the Slack front call this when they are done).
+function M.close_all()
+  local hosts = {}
+  for host in pairs(open_hosts) do hosts[#hosts + 1] = host end
+  for _, host in ipairs(hosts) do host:close() end
 end
 
 local function cgroup_args(self)
@@ -838,7 +901,12 @@ function Instance:stop()
   if self.cgroups then
     local args = { "reap" }
     for _, a in ipairs(cgroup_args(self)) do args[#args + 1] = a end
-    run_helper(self.host, args)
+    local r = run_helper(self.host, args)
+    -- left to the server's close (and a later server's sweep), which reap the whole tree
+    if r.exit ~= 0 then
+      self.host.log("warn", "walls.reap_failed", { instance = self.label,
+        error = (r.stderr or ""):match("[^\n]+") or ("status " .. tostring(r.exit)) })
+    end
   end
   if self.socket then os.remove(self.socket) end
   if self.slot then self.host.slots[self.slot] = nil end

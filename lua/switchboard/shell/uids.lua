@@ -11,6 +11,7 @@
 --     claim:roots()              every other live server's --root (for the instances' hide list;
 --                                read again only when the registry changed: Claim:roots below)
 --     claim:release()
+--   local pids = uids.live_pids(dir?)   set of the pids that hold a live claim (ours too)
 --
 -- The block is the first of `blocks` consecutive ones from `base` (each `count` uids) that no
 -- live claim overlaps. Written first, then checked (no lock: two servers starting at once both
@@ -122,6 +123,15 @@ function Claim:release()
   self.path = nil
   if self.parent_handle then self.parent_handle:close() end
   self.parent_handle, self.cached_roots = nil, nil
+end
+
+-- The pids of every live claim (ours too): a walled server claims before it makes its cgroups
+-- and releases after it has removed them, so a cgroup tree named by a pid outside this set is
+-- a dead server's — whatever process holds that pid now (shell/instance.lua's sweep).
+function M.live_pids(dir)
+  local pids = {}
+  for _, c in ipairs(others(dir or M.DIR, nil)) do pids[c.pid] = true end
+  return pids
 end
 
 function M.claim(opts)

@@ -103,11 +103,15 @@ function M.start(opts)
     end
     return n
   end
-  -- The stand-in's pods that are still running (their --root lies under its directory).
+  -- The stand-in's pods that are still running (their --root lies under its directory: a warm
+  -- pod's pod-…, a cold claim's volume volumes/… — those were not looked for, and two of them
+  -- outlived a full run).
   local function pods_alive()
     local alive = {}
     for pid, cmdline in pairs(procs.cmdlines()) do
-      if cmdline:find(" --root " .. dir .. "/pod-", 1, true) then alive[#alive + 1] = pid end
+      if cmdline:find(" sandboxd --pod ", 1, true) and cmdline:find(" --root " .. dir .. "/", 1, true) then
+        alive[#alive + 1] = pid
+      end
     end
     return alive
   end
