@@ -22,6 +22,7 @@
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
+local loadavg = require("bench.stats").loadavg
 
 local core = require("switchboard.core")
 local cjson = require("cjson")
@@ -216,13 +217,6 @@ local function bench_sse(snap)
     end
   end)
   return scan, parse, decode, mb
-end
-
-local function loadavg()
-  local f = io.open("/proc/loadavg")
-  local l = f and f:read("l") or "?"
-  if f then f:close() end
-  return l:match("^(%S+ %S+ %S+)") or l
 end
 
 core.run(function()

@@ -9,6 +9,8 @@
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
+local loadavg = require("bench.stats").loadavg
+local cpu_ns = require("bench.stats").cpu_ns
 
 local core = require("switchboard.core")
 local cjson = require("cjson")
@@ -19,21 +21,6 @@ core.log_format("text", "warn")
 local ROUNDS, BYTES = tonumber(arg[1]) or 40, tonumber(arg[2]) or 1000000
 local BIG = "yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -c " .. BYTES
 local before_bin = assert(os.getenv("BEFORE_BIN"), "BEFORE_BIN: the sandboxd binary to compare with")
-
-local function loadavg()
-  local f = io.open("/proc/loadavg")
-  local s = f:read("l")
-  f:close()
-  return s:match("^(%S+ %S+ %S+)")
-end
-
-local function cpu_ns(pid)
-  local p = io.popen("cat /proc/" .. pid .. "/task/*/schedstat 2>/dev/null")
-  local total = 0
-  for l in p:lines() do total = total + (tonumber(l:match("^(%d+)")) or 0) end
-  p:close()
-  return total
-end
 
 local out = { load_start = loadavg(), before_bin = before_bin, after_bin = S.BIN, rounds = ROUNDS, bytes = BYTES }
 core.run(function()

@@ -19,6 +19,7 @@
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
+local cpu_ns = require("bench.stats").cpu_ns
 
 local core = require("switchboard.core")
 local cjson = require("cjson")
@@ -37,15 +38,6 @@ local function round(x, digits)
 end
 
 local function load1() return tonumber((S.read("/proc/loadavg") or ""):match("^(%S+)")) end
-
--- sandboxd's CPU so far (ns): every thread's run time.
-local function cpu_ns(pid)
-  local total = 0
-  local p = io.popen("cat /proc/" .. pid .. "/task/*/schedstat 2>/dev/null")
-  for line in p:lines() do total = total + (tonumber(line:match("^(%d+)")) or 0) end
-  p:close()
-  return total
-end
 
 local function scrape(h)
   local status, _, body = S.call(h.url, "/metrics", { method = "GET", thread = false, deadline_ms = 30000 })

@@ -18,6 +18,7 @@
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;./tests/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
+local loadavg = require("bench.stats").loadavg
 
 local core = require("switchboard.core")
 local cjson = require("cjson")
@@ -32,13 +33,6 @@ local median = require("bench.stats").median
 local function round(x, digits)
   local m = 10 ^ (digits or 2)
   return math.floor(x * m + 0.5) / m
-end
-
-local function loadavg()
-  local f = io.open("/proc/loadavg")
-  local s = f and f:read("l") or ""
-  if f then f:close() end
-  return s:match("^(%S+ %S+ %S+)")
 end
 
 local POOL = 2

@@ -19,6 +19,8 @@
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
+local loadavg = require("bench.stats").loadavg
+local cpu_ns = require("bench.stats").cpu_ns
 
 local core = require("switchboard.core")
 local cjson = require("cjson")
@@ -32,13 +34,6 @@ local CLIENTS = 8
 -- 1 MB of text on stdout (no quotes: the client sends the command as a JSON string as is)
 local BIG = "yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -c 1000000"
 
-local function loadavg()
-  local f = io.open("/proc/loadavg")
-  local s = f:read("l")
-  f:close()
-  return s:match("^(%S+ %S+ %S+)")
-end
-
 local function round(x, d) local m = 10 ^ (d or 2) return math.floor(x * m + 0.5) / m end
 
 local function client(args)
@@ -47,17 +42,6 @@ local function client(args)
   local r = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 1 << 20 }):wait()
   assert(r.exit == 0, "bench_paired failed: " .. tostring(r.stderr) .. tostring(r.stdout))
   return cjson.decode(r.stdout)
-end
-
--- CPU time (ns) a server process has run so far, its threads summed (/proc/PID/task/*/schedstat,
--- the first field: time on a CPU): a figure the machine's load moves little, unlike wall time.
--- Threads that end inside a window are missed; each contender's threads here outlive the window.
-local function cpu_ns(pid)
-  local p = io.popen("cat /proc/" .. pid .. "/task/*/schedstat 2>/dev/null")
-  local total = 0
-  for l in p:lines() do total = total + (tonumber(l:match("^(%d+)")) or 0) end
-  p:close()
-  return total
 end
 
 local function start_floor(dir)

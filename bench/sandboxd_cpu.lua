@@ -19,6 +19,7 @@
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
+local loadavg = require("bench.stats").load1
 
 local core = require("switchboard.core")
 local cjson = require("cjson")
@@ -41,13 +42,6 @@ end
 if #contenders == 0 then contenders[1] = { name = "this", bin = S.BIN } end
 
 local CLK_TCK = 100 -- sysconf(_SC_CLK_TCK) on Linux
-
-local function loadavg()
-  local f = io.open("/proc/loadavg")
-  local s = f:read("l")
-  f:close()
-  return s:match("^(%S+)")
-end
 
 -- utime + stime of a process, in µs (fields 14 and 15 of /proc/<pid>/stat, after the comm)
 local function stat_cpu_us(pid)

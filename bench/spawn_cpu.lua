@@ -21,6 +21,7 @@
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
+local loadavg = require("bench.stats").load1
 
 local core = require("switchboard.core")
 local cjson = require("cjson")
@@ -53,8 +54,6 @@ local function write(path, s)
   f:write(s)
   assert(f:close())
 end
-
-local function loadavg() return read("/proc/loadavg"):match("^(%S+)") end
 
 local top = ("%s/sb-spawn-cpu-%d"):format(CPUACCT, os.time())
 local function group(name)

@@ -13,4 +13,26 @@ function M.median(xs)
   return (t[n // 2] + t[n // 2 + 1]) / 2
 end
 
+-- The load averages "1 5 15" now (/proc/loadavg), written beside a figure the load moves.
+function M.loadavg()
+  local f = io.open("/proc/loadavg")
+  local s = f and f:read("l") or ""
+  if f then f:close() end
+  return s:match("^(%S+ %S+ %S+)") or s
+end
+
+-- The one-minute load average alone, as text.
+function M.load1() return (M.loadavg():match("^(%S+)")) end
+
+-- CPU time (ns) a process has run so far, its threads summed (/proc/PID/task/*/schedstat, the
+-- first field: time on a CPU): a figure the machine's load moves little, unlike wall time.
+-- Threads that end inside a window are missed: measure processes whose threads outlive it.
+function M.cpu_ns(pid)
+  local p = io.popen("cat /proc/" .. pid .. "/task/*/schedstat 2>/dev/null")
+  local total = 0
+  for l in p:lines() do total = total + (tonumber(l:match("^(%d+)")) or 0) end
+  p:close()
+  return total
+end
+
 return M

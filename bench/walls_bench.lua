@@ -17,6 +17,7 @@
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
+local loadavg = require("bench.stats").loadavg
 
 local core = require("switchboard.core")
 local cjson = require("cjson")
@@ -38,13 +39,6 @@ local function median(xs)
 end
 
 local function round(x) return math.floor(x * 100 + 0.5) / 100 end
-
-local function loadavg()
-  local f = io.open("/proc/loadavg")
-  local s = f:read("l")
-  f:close()
-  return s:match("^(%S+ %S+ %S+)")
-end
 
 local function timed_exec(h, thread, command)
   local t0 = core.now_ms()
