@@ -49,9 +49,7 @@ local function exec(h, thread, body, signal, on_chunk)
 end
 
 local function lane_count(h, outcome)
-  local status, _, text = S.call(h.url, "/metrics", { method = "GET", thread = false })
-  assert.equal(200, status, text)
-  return tonumber(text:match('switchboard_exec_lane_total{outcome="' .. outcome .. '"} (%d+)')) or 0
+  return S.metric(h, 'switchboard_exec_lane_total{outcome="' .. outcome .. '"}')
 end
 
 local function streamed(raw) return raw:find('^ *{"stdout":"') ~= nil end

@@ -299,6 +299,15 @@ function M.call(url, path, opts)
   }
 end
 
+-- One series of a real server's /metrics (its exact text, labels included: `name{k="v"}`) as a
+-- number; 0 when the server has not counted it yet.
+function M.metric(h, series)
+  local status, _, text = M.call(h.url, "/metrics", { method = "GET", thread = false })
+  assert(status == 200, "GET /metrics: " .. tostring(status) .. " " .. tostring(text))
+  local at = text:find("\n" .. series .. " ", 1, true)
+  return at and tonumber(text:match("^(%S+)", at + #series + 2)) or 0
+end
+
 -- The scripted stand-in (tests/support/sandbox_standin.py). Call inside core.run.
 --   h.url; h:script(list of answers) ; h:requests() → the requests it received
 function M.start_standin()
