@@ -386,17 +386,35 @@ describe("core.spawn behind the walls", function()
       isolation = function(src) return src .. ('\nuid_base = %d\nuid_count = 8\nrootfs = "/tmp"\n'):format(UID_BASE) end,
     }))
     local real_policy = walls.snap_fn
-    walls.snap_fn = function() return bad end
-    local failed = {}
-    local r = runner.new(scratch, "retried", { walls = walls, log = function(level, event, fields)
-      if event == "sandboxd.instance_failed" then
-        failed[#failed + 1] = { level = level, fields = fields }
-        walls.snap_fn = real_policy
-      end
-    end })
-    local res, err = r:exec{ command = "echo second attempt ran", deadline_ms = 60000 }
-    walls.snap_fn = real_policy
-    assert.truthy(res, "the retry did not run the command: " .. tostring(err and err.message))
+    -- One try of the scenario: the bad root's failure, then the retry on the real policy.
+    local function try(n)
+      walls.snap_fn = function() return bad end
+      local failed = {}
+      local r = runner.new(scratch, "retried-" .. n, { walls = walls, log = function(level, event, fields)
+        if event == "sandboxd.instance_failed" then
+          failed[#failed + 1] = { level = level, fields = fields }
+          walls.snap_fn = real_policy
+        end
+      end })
+      local res, err = r:exec{ command = "echo second attempt ran", deadline_ms = 60000 }
+      walls.snap_fn = real_policy
+      return r, res, err, failed
+    end
+    -- The retry itself can meet the host's own transient (bwrap's "Failed RTM_NEWADDR" under a
+    -- burst of starts, as any start can, beside stress-ng at load 19): that try says nothing
+    -- about the retry and the scenario is tried again (at most three times); any other second
+    -- failure fails the case with both builds' words.
+    local r, res, err, failed
+    for n = 1, 3 do
+      r, res, err, failed = try(n)
+      local second = failed[2] and tostring(failed[2].fields.error) or ""
+      if res or not second:find("RTM_NEWADDR", 1, true) then break end
+      r:stop()
+    end
+    local said = {}
+    for i, f in ipairs(failed) do said[i] = tostring(f.fields.error) end
+    assert.truthy(res, "the retry did not run the command: " .. tostring(err and err.message)
+      .. "; the builds said: " .. table.concat(said, " | "))
     assert.equal(0, res.exit, res.stderr)
     assert.equal("second attempt ran\n", res.stdout)
     assert.equal(1, #failed, "one failed build, logged once")
