@@ -195,6 +195,7 @@ local function scrape(h)
   g.lag_p50 = tonumber(body:match('switchboard_loop_lag_seconds{quantile="0.5"} (%S+)'))
   g.lag_p99 = tonumber(body:match('switchboard_loop_lag_seconds{quantile="0.99"} (%S+)'))
   g.lag_max = tonumber(body:match('switchboard_loop_lag_seconds{quantile="1"} (%S+)'))
+  g.lua_heap = tonumber(body:match('\nswitchboard_lua_heap_bytes (%S+)'))
   g.waiting = tonumber(body:match('switchboard_instance_starts{state="waiting"} (%S+)'))
   return g
 end
@@ -217,7 +218,7 @@ function MODES.concurrent(commands, sleep_s, heartbeat_ms, goal_s)
   local load_before = load1()
   local peak_load = load_before or 0
   local lag = { p50 = 0, p99 = 0, max = 0 }
-  local peak_waiting, scraped = 0, false
+  local peak_waiting, scraped, peak_lua_heap = 0, false, 0
   core.go(function()
     while sampling do
       peak_rss = math.max(peak_rss, rss_kib(h.pid, "VmRSS") or 0)
@@ -231,6 +232,7 @@ function MODES.concurrent(commands, sleep_s, heartbeat_ms, goal_s)
       lag.p50, lag.p99 = math.max(lag.p50, g.lag_p50), math.max(lag.p99, g.lag_p99)
       lag.max = math.max(lag.max, g.lag_max or 0)
       peak_waiting = math.max(peak_waiting, g.waiting or 0)
+      peak_lua_heap = math.max(peak_lua_heap, g.lua_heap or 0)
     end
     peak_load = math.max(peak_load, load1() or 0)
   end
@@ -285,6 +287,8 @@ function MODES.concurrent(commands, sleep_s, heartbeat_ms, goal_s)
     loop_lag_p99_ms = scraped and round(lag.p99 * 1000, 1) or nil,
     loop_lag_max_ms = scraped and round(lag.max * 1000, 1) or nil, goal_loop_lag_p99_ms = 50,
     peak_starts_waiting = scraped and peak_waiting or nil,
+    -- the largest Lua heap a scrape saw (every 5 s: a lower bound of the peak)
+    peak_lua_heap_mib = scraped and round(peak_lua_heap / 1048576, 1) or nil,
     load1_before = load_before, load1_peak = peak_load,
   }
 end

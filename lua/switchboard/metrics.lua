@@ -41,6 +41,8 @@ local FAMILIES = {
     help = "Instance starts by state: waiting (for a slot of policies/isolation.lua starts_at_once; the request keeps its heartbeats), running." },
   { name = "switchboard_loop_lag_seconds", type = "gauge",
     help = "How late the event loop ran a timer due every 100 ms, over the last minute, by quantile (0.5, 0.99; 1 is the minute's largest)." },
+  { name = "switchboard_lua_heap_bytes", type = "gauge",
+    help = "The Lua heap's size (collectgarbage count: live data and garbage not yet collected)." },
   { name = "switchboard_github_token_mints_total", type = "counter",
     help = "GitHub installation tokens minted, by result (ok, failed).",
     zero = { { result = "ok" }, { result = "failed" } } },

@@ -73,6 +73,10 @@ describe("sandboxd GET /metrics", function()
       assert.is_number(lag, "no loop lag at quantile " .. q)
       assert.truthy(lag >= 0 and lag < 60, tostring(lag))
     end
+    -- the Lua heap (a server at rest holds a few MiB of it)
+    local heap = sample(fams, "switchboard_lua_heap_bytes", "switchboard_lua_heap_bytes")
+    assert.is_number(heap, "no Lua heap gauge")
+    assert.truthy(heap > 100000 and heap < 1e9, tostring(heap))
 
     -- a reload counts; --metrics-listen serves the same text without the bearer
     os.execute("kill -HUP " .. h.pid)
