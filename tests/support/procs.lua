@@ -35,7 +35,9 @@ function M.stats()
   local out = {}
   for _, pid in ipairs(M.pids()) do
     local raw = read("/proc/" .. pid .. "/stat")
-    local state, ppid = raw and raw:match("%) (%S) (%d+)")
+    -- (not `raw and raw:match(...)`: an `and` keeps one value, and every ppid was nil)
+    local state, ppid
+    if raw then state, ppid = raw:match("%) (%S) (%d+)") end
     if state then out[#out + 1] = { pid = pid, ppid = tonumber(ppid), state = state } end
   end
   return out
