@@ -32,6 +32,23 @@ local function args(inst, cmd, extra)
   return assert(inst:spawn_args(a))
 end
 
+-- A directory holding a `bwrap` for the helper's PATH that, the first time, waits pause_s and
+-- says bwrap's transient "loopback: Failed RTM_NEWADDR: No child processes" and exits 1; every
+-- later call execs the real bwrap. The helper runs bwrap as the instance's uid: the directory
+-- (where the once-marker is made) is writable by it.
+local function bwrap_failing_once(pause_s)
+  local real_bwrap = io.popen("command -v bwrap"):read("l")
+  assert.truthy(real_bwrap, "no bwrap")
+  local wrap = S.tmpdir()
+  local script = io.open(wrap .. "/bwrap", "w")
+  script:write(("#!/bin/sh\nif mkdir '%s/failed' 2>/dev/null; then\n%s"
+    .. "  echo 'bwrap: loopback: Failed RTM_NEWADDR: No child processes' >&2; exit 1\nfi\n"
+    .. "exec '%s' \"$@\"\n"):format(wrap, pause_s > 0 and ("  sleep %d\n"):format(pause_s) or "", real_bwrap))
+  script:close()
+  os.execute("chmod 0777 '" .. wrap .. "' && chmod 0755 '" .. wrap .. "/bwrap'")
+  return wrap
+end
+
 describe("core.spawn behind the walls", function()
   setup(function()
     core.run(function()
@@ -423,15 +440,7 @@ describe("core.spawn behind the walls", function()
   -- (the real bwrap behind a wrapper that says RTM_NEWADDR and exits 1 once, after a pause that
   -- keeps the spare "being built" until both requests wait for it).
   walled_it("two requests of a new thread whose spare fails to build make one instance of their own", function()
-    local real_bwrap = io.popen("command -v bwrap"):read("l")
-    assert.truthy(real_bwrap, "no bwrap")
-    local wrap = S.tmpdir()
-    local script = io.open(wrap .. "/bwrap", "w")
-    script:write(("#!/bin/sh\nif mkdir '%s/failed' 2>/dev/null; then\n  sleep 2\n"
-      .. "  echo 'bwrap: loopback: Failed RTM_NEWADDR: No child processes' >&2; exit 1\nfi\n"
-      .. "exec '%s' \"$@\"\n"):format(wrap, real_bwrap))
-    script:close()
-    os.execute("chmod 0777 '" .. wrap .. "' && chmod 0755 '" .. wrap .. "/bwrap'")
+    local wrap = bwrap_failing_once(2)
     assert.truthy(S.wait_for(function() return not walls.refilling end, 120000), "a spare is still being built")
     local real_path = walls.path
     walls.path = wrap .. ":" .. real_path
@@ -623,16 +632,7 @@ describe("core.spawn behind the walls", function()
   -- build are each retried once, and logged with those words.
   walled_it("bwrap's 'Failed RTM_NEWADDR: No child processes' is retried once for a thread's start and for a spare's build, logged", function()
     local runner = require("switchboard.sandboxd.runner")
-    local real_bwrap = io.popen("command -v bwrap"):read("l")
-    assert.truthy(real_bwrap, "no bwrap")
-    local wrap = S.tmpdir()
-    local script = io.open(wrap .. "/bwrap", "w")
-    script:write(("#!/bin/sh\nif mkdir '%s/failed' 2>/dev/null; then\n"
-      .. "  echo 'bwrap: loopback: Failed RTM_NEWADDR: No child processes' >&2; exit 1\nfi\n"
-      .. "exec '%s' \"$@\"\n"):format(wrap, real_bwrap))
-    script:close()
-    -- the helper runs bwrap as the instance's uid: the marker's directory is writable by it
-    os.execute("chmod 0777 '" .. wrap .. "' && chmod 0755 '" .. wrap .. "/bwrap'")
+    local wrap = bwrap_failing_once(0)
     local nospare = assert(policies.load(policies.dir{
       isolation = function(src) return src .. ("\nuid_base = %d\nuid_count = 8\nspare_instances = 0\n"):format(UID_BASE) end,
     }))
