@@ -33,13 +33,7 @@ local N, ROUNDS = tonumber(arg[1]) or 500, tonumber(arg[2]) or 4
 local BIG = "yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -c 1000000"
 local COMMAND = os.getenv("BENCH_COMMAND") or "true"
 if COMMAND == "big" then COMMAND = BIG end
-local contenders = {}
-for i = 3, #arg do
-  local name, bin = arg[i]:match("^([%w_-]+)=(.+)$")
-  assert(name, "contenders are name=binary: " .. arg[i])
-  contenders[#contenders + 1] = { name = name, bin = bin }
-end
-if #contenders == 0 then contenders[1] = { name = "this", bin = S.BIN } end
+local contenders = stats.contenders(arg, 3, S.BIN)
 
 local CLK_TCK = 100 -- sysconf(_SC_CLK_TCK) on Linux
 

@@ -34,13 +34,7 @@ local N, ROUNDS = tonumber(arg[1]) or 300, tonumber(arg[2]) or 4
 local RATE_PAIRS = tonumber(os.getenv("BENCH_RATE_PAIRS") or "0")
 local COMMAND = os.getenv("BENCH_COMMAND") or "true"
 local CPUACCT = "/sys/fs/cgroup/cpuacct"
-local contenders = {}
-for i = 3, #arg do
-  local name, bin = arg[i]:match("^([%w_-]+)=(.+)$")
-  assert(name, "contenders are name=binary: " .. arg[i])
-  contenders[#contenders + 1] = { name = name, bin = bin }
-end
-if #contenders == 0 then contenders[1] = { name = "this", bin = S.BIN } end
+local contenders = stats.contenders(arg, 3, S.BIN)
 
 local function read(path)
   local f = assert(io.open(path))

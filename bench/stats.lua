@@ -35,4 +35,17 @@ function M.cpu_ns(pid)
   return total
 end
 
+-- The benches' contenders from their arguments from `first` on, each `name=binary`; none given:
+-- {{name = "this", bin = default_bin}}.
+function M.contenders(args, first, default_bin)
+  local out = {}
+  for i = first, #args do
+    local name, bin = args[i]:match("^([%w_-]+)=(.+)$")
+    assert(name, "contenders are name=binary: " .. args[i])
+    out[#out + 1] = { name = name, bin = bin }
+  end
+  if #out == 0 then out[1] = { name = "this", bin = default_bin } end
+  return out
+end
+
 return M

@@ -641,6 +641,18 @@ static void put_base64(text_buf *b, const char *name, const char *s, size_t n) {
   free(out);
 }
 
+/* A success document's last keys: the exact bytes of a stream that was not valid UTF-8
+ * (wire_text.lua), then the closing brace. False when the buffer could not grow. */
+static bool put_end(text_buf *b, bool out_valid, const char *out, size_t out_len, bool err_valid,
+                    const char *err, size_t err_len) {
+  if (!out_valid)
+    put_base64(b, "stdout", out, out_len);
+  if (!err_valid)
+    put_base64(b, "stderr", err, err_len);
+  put_s(b, "}");
+  return !b->failed;
+}
+
 /* wire_text.lua answer_parts of a success document, in one buffer. */
 static bool answer_text(text_buf *b, lua_Integer exit, lua_Integer duration, const char *out,
                         size_t out_len, const char *err, size_t err_len) {
@@ -651,12 +663,7 @@ static bool answer_text(text_buf *b, lua_Integer exit, lua_Integer duration, con
   bool out_valid = sb_json_string(out, out_len, put, b);
   put_s(b, ",\"stderr\":");
   bool err_valid = sb_json_string(err, err_len, put, b);
-  if (!out_valid)
-    put_base64(b, "stdout", out, out_len);
-  if (!err_valid)
-    put_base64(b, "stderr", err, err_len);
-  put_s(b, "}");
-  return !b->failed;
+  return put_end(b, out_valid, out, out_len, err_valid, err, err_len);
 }
 
 /* A streamed success document's end: what follows the stdout already sent (its held bytes and
@@ -669,12 +676,7 @@ static bool stream_tail(text_buf *b, lua_Integer exit, lua_Integer duration, boo
   snprintf(nums, sizeof nums, ",\"exitCode\":%lld,\"durationMs\":%lld", (long long)exit,
            (long long)duration);
   put_s(b, nums);
-  if (!out_valid)
-    put_base64(b, "stdout", out, out_len);
-  if (!err_valid)
-    put_base64(b, "stderr", err, err_len);
-  put_s(b, "}");
-  return !b->failed;
+  return put_end(b, out_valid, out, out_len, err_valid, err, err_len);
 }
 
 static bool field_true(lua_State *L, int idx, const char *name) {
