@@ -49,6 +49,8 @@ sandbox = {
   max_ports = 10,                     -- exposed ports per thread
   exec_lane = true,                   -- an ordinary /exec of a settled instance served in C
                                       -- (docs/sandboxd.md "The exec lane"); false: every one in Lua
+  exec_lane_report_ms = 500,          -- its answered commands reach /metrics and the idle clock in batches
+                                      -- at most this late (a scrape and the idle watch see them at once)
   -- ports_base_url = "https://preview.example.com", -- preview URLs under this instead of sandboxd's address
   -- ports_host_url = "https://{token}.preview.example.com", -- or a host per port (a wildcard name to sandboxd)
 }

@@ -5,6 +5,7 @@
 --   metrics.inc("switchboard_commands_total", {outcome = "exit"} [, n])
 --   metrics.observe("switchboard_command_duration_seconds", seconds)
 --   metrics.gauge("switchboard_instances", {state = "awake"}, function() return n end)
+--   metrics.collector(owner, fn)   -- fn(owner) before each render (counts kept in batches)
 --   metrics.render() → text
 --
 -- Every family is declared in FAMILIES below (its type and help), so a scrape shows every
@@ -52,6 +53,9 @@ local by_name = {}
 for _, f in ipairs(FAMILIES) do by_name[f.name] = f end
 
 local values = {}   -- name → label text → number (counters)
+-- owner → fn(owner), called before each render: a source that counts in batches (sandboxd's
+-- exec lane) brings its counts in. Weak: a source gone is forgotten.
+local collectors = setmetatable({}, { __mode = "k" })
 local gauges = {}   -- name → label text → fn
 local hists = {}    -- name → {counts = {per bucket}, sum, count}
 
@@ -102,6 +106,10 @@ function M.inc(name, labels, n)
   values[name] = series
   local key = label_text(labels)
   series[key] = (series[key] or 0) + (n or 1)
+end
+
+function M.collector(owner, fn)
+  collectors[owner] = fn
 end
 
 function M.gauge(name, labels, fn)
@@ -158,6 +166,10 @@ local function sorted(t)
 end
 
 function M.render()
+  for owner, fn in pairs(collectors) do
+    local ok, err = pcall(fn, owner)
+    if not ok then require("switchboard.core").log("error", "metrics.collector_failed", { error = tostring(err) }) end
+  end
   local out = {}
   for _, f in ipairs(FAMILIES) do
     out[#out + 1] = ("# HELP %s %s"):format(f.name, escape(f.help))

@@ -14,6 +14,7 @@
 #include "../crypto/ct.h"
 #include "../engine/engine.h"
 #include "../json/json_text.h"
+#include "../log/log.h"
 #include "../proc/proc.h"
 
 #include <errno.h>
@@ -30,7 +31,8 @@
 #include <unistd.h>
 
 enum {
-  LANE_BUCKETS = 256,
+  /* armed instances by key: a 2,000-instance fleet keeps its chains a couple of entries long */
+  LANE_BUCKETS = 1024,
   /* routes.lua: MAX_ARG_STRLEN, ARG_MAX and the overhead of "bash -c" around a command */
   MAX_ARG_STRLEN = 32 * 4096,
   ARG_MAX_BYTES = 2 * 1024 * 1024,
@@ -48,8 +50,18 @@ enum {
 typedef struct lane_entry {
   struct lane_entry *next;
   uint32_t hash;
-  bool armed;       /* in the table; false: disarmed, freed when its last command ends */
+  /* An entry stays in the table while it is armed, runs commands or has a use not yet reported
+   * (dirty): a key's running commands are counted over its chain (O(1), not over every command
+   * of the lane), and a disarmed entry's last use still reaches Lua. At most one armed per key. */
+  bool armed;       /* false: disarmed, freed once nothing above holds it */
   unsigned running; /* its commands in the lane now */
+  /* tally: its answered commands are counted and logged here and reported to Lua in batches
+   * (lane->report_ref); else Lua hears each (heard_ref) */
+  bool tally;
+  bool dirty;                  /* a use since the last report: on lane->dirty */
+  struct lane_entry *dirty_next;
+  double last_used_ms;         /* sb_now_ms() at its last answered command's end */
+  char *label;                 /* the log lines' thread/instance (Lua's runner.label), or NULL */
   int init_pidfd;   /* the instance's init: readable once it has ended */
   int record_ref;   /* Lua's record of this arming (lane.lua), given back with each outcome */
   /* the program's heard and back at its arming: a reload clears the program while the entry's
@@ -66,18 +78,34 @@ typedef struct lane_entry {
 
 typedef struct sb_exec_lane {
   bool programmed;
+  bool tally; /* programmed with a report: entries armed now tally (lane_entry.tally) */
   size_t max_held, held; /* instances that may hold their counter files open; that do */
   bool orphaned; /* the server is gone: freed when the last command ends */
   unsigned char digest[32];
   size_t max_key;
   int64_t floor_ms, max_ms, default_ms, grace_ms, heartbeat_ms, max_output;
   char *default_network, *bash;
+  /* the tallied lines' events, named by Lua; kept, as report_ref, past a program(nil): the
+   * commands of a disarmed entry still tally */
+  char *log_request, *log_command;
   char **base_env; /* "NAME=value" */
   size_t *base_name_len;
   size_t n_base;
   int headers_ref, back_ref, heard_ref;
   unsigned running;
   lane_entry *buckets[LANE_BUCKETS];
+  /* The tally (entries armed with it): what the answered commands since the last report add to
+   * Lua's metrics and idle clocks — their durations (rounded ms, in order), the heartbeat gaps,
+   * the entries used. Reported by report_ref(durations, gaps, uses) report_ms after the first
+   * (report_timer), on core.exec_lane.collect (a /metrics scrape, the idle watch, the drain) and
+   * when the server goes. report_ref outlives a program(nil): a reload's tally is not lost. */
+  lua_Integer *durations;
+  size_t n_durations, cap_durations;
+  lua_Integer gaps;
+  lane_entry *dirty;
+  int report_ref;
+  int64_t report_ms;
+  struct sb_exec_lane *prev_lane, *next_lane; /* every lane of the process (lanes) */
 } sb_exec_lane;
 
 typedef struct lane_run {
@@ -102,6 +130,11 @@ typedef struct lane_run {
 } lane_run;
 
 static lane_run *runs; /* the commands in the lane now, of every server */
+static sb_exec_lane *lanes; /* every lane (one per server that was programmed) */
+/* One timer for every lane's tally, in static storage: the engine's shutdown walk closes it,
+ * with nothing to free (engine.c close_walk); made anew for a new loop (a spec's next run). */
+static uv_timer_t report_timer;
+static uv_loop_t *report_loop;
 
 static uint32_t key_hash(const char *s, size_t n) {
   uint32_t h = 2166136261u; /* FNV-1a */
@@ -120,6 +153,7 @@ static void counters_release(lane_entry *e) {
 }
 
 static void entry_free(lane_entry *e) {
+  free(e->label);
   if (e->init_pidfd >= 0)
     close(e->init_pidfd);
   counters_release(e);
@@ -133,31 +167,57 @@ static void entry_free(lane_entry *e) {
   free(e);
 }
 
+static bool entry_is(const lane_entry *e, uint32_t h, const char *key, size_t n) {
+  return e->hash == h && e->key_len == n && memcmp(e->key, key, n) == 0;
+}
+
+/* The key's armed entry, or NULL. */
 static lane_entry *entry_find(sb_exec_lane *lane, const char *key, size_t n) {
   uint32_t h = key_hash(key, n);
   for (lane_entry *e = lane->buckets[h % LANE_BUCKETS]; e != NULL; e = e->next)
-    if (e->hash == h && e->key_len == n && memcmp(e->key, key, n) == 0)
+    if (e->armed && entry_is(e, h, key, n))
       return e;
   return NULL;
 }
 
-/* Off the table; freed now, or by its last running command. */
-static void entry_disarm(sb_exec_lane *lane, lane_entry *e) {
+/* The key's commands in the lane now, over its entries (an earlier arming, disarmed by an idle
+ * check or a reload, may still run some): one chain, not every running command. */
+static lua_Integer key_running(sb_exec_lane *lane, const char *key, size_t n) {
+  uint32_t h = key_hash(key, n);
+  lua_Integer running = 0;
+  for (lane_entry *e = lane->buckets[h % LANE_BUCKETS]; e != NULL; e = e->next)
+    if (entry_is(e, h, key, n))
+      running += e->running;
+  return running;
+}
+
+/* Freed (and off the table) once nothing holds it: not armed, no command, no unreported use. */
+static void entry_settle(sb_exec_lane *lane, lane_entry *e) {
+  if (e->armed || e->running > 0 || e->dirty)
+    return;
   for (lane_entry **at = &lane->buckets[e->hash % LANE_BUCKETS]; *at != NULL; at = &(*at)->next)
     if (*at == e) {
       *at = e->next;
       break;
     }
+  entry_free(e);
+}
+
+static void entry_disarm(sb_exec_lane *lane, lane_entry *e) {
   e->armed = false;
-  if (e->running == 0)
-    entry_free(e);
+  entry_settle(lane, e);
 }
 
 static unsigned disarm_all(sb_exec_lane *lane) {
   unsigned running = lane->running;
-  for (int b = 0; b < LANE_BUCKETS; b++)
-    while (lane->buckets[b] != NULL)
-      entry_disarm(lane, lane->buckets[b]);
+  for (int b = 0; b < LANE_BUCKETS; b++) {
+    lane_entry *next;
+    for (lane_entry *e = lane->buckets[b]; e != NULL; e = next) {
+      next = e->next; /* (e may be freed) */
+      if (e->armed)
+        entry_disarm(lane, e);
+    }
+  }
   return running;
 }
 
@@ -177,6 +237,7 @@ static void program_clear(lua_State *L, sb_exec_lane *lane) {
   luaL_unref(L, LUA_REGISTRYINDEX, lane->heard_ref);
   lane->headers_ref = lane->back_ref = lane->heard_ref = LUA_NOREF;
   lane->programmed = false;
+  lane->tally = false;
 }
 
 /* ---- the head ------------------------------------------------------------------------------ */
@@ -489,9 +550,138 @@ static bool init_ended(const lane_entry *e) {
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
+/* ---- the tally ----------------------------------------------------------------------------- */
+
+static bool tally_pending(const sb_exec_lane *lane) {
+  return lane->n_durations > 0 || lane->gaps > 0 || lane->dirty != NULL;
+}
+
+/* Lua's report(durations, gaps, uses): uses = {record, last_used_ms, record, …} of the entries
+ * used since the last report. The tally is reset (and entries nothing else holds freed) before
+ * the call, so a report that collects again finds nothing; without a report function (never
+ * programmed with one) it waits. */
+static void report(lua_State *L, sb_exec_lane *lane) {
+  if (!tally_pending(lane) || lane->report_ref == LUA_NOREF)
+    return;
+  int top = lua_gettop(L);
+  luaL_checkstack(L, 8, "exec lane report");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, lane->report_ref);
+  lua_createtable(L, (int)lane->n_durations, 0);
+  for (size_t i = 0; i < lane->n_durations; i++) {
+    lua_pushinteger(L, lane->durations[i]);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  lua_pushinteger(L, lane->gaps);
+  lua_newtable(L);
+  lua_Integer n = 0;
+  lane_entry *e = lane->dirty;
+  lane->dirty = NULL;
+  lane->n_durations = 0;
+  lane->gaps = 0;
+  while (e != NULL) {
+    lane_entry *next = e->dirty_next;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, e->record_ref);
+    lua_rawseti(L, -2, ++n);
+    lua_pushnumber(L, e->last_used_ms);
+    lua_rawseti(L, -2, ++n);
+    e->dirty = false;
+    e->dirty_next = NULL;
+    entry_settle(lane, e); /* (its record is in the table now) */
+    e = next;
+  }
+  sb_pcall(L, 3, "exec lane report");
+  lua_settop(L, top);
+}
+
+static void report_due(uv_timer_t *t) {
+  (void)t;
+  lua_State *L = sb_main_state();
+  for (sb_exec_lane *lane = lanes; lane != NULL;) {
+    sb_exec_lane *next = lane->next_lane; /* (a report runs Lua: it may close a server) */
+    report(L, lane);
+    lane = next;
+  }
+}
+
+/* The lane's report is due report_ms after its first tally since the last one. The timer never
+ * keeps the loop alive. */
+static void report_later(sb_exec_lane *lane) {
+  if (report_loop != sb_loop()) {
+    uv_timer_init(sb_loop(), &report_timer);
+    uv_unref((uv_handle_t *)&report_timer);
+    report_loop = sb_loop();
+  }
+  if (!uv_is_active((uv_handle_t *)&report_timer))
+    uv_timer_start(&report_timer, report_due, (uint64_t)(lane->report_ms > 0 ? lane->report_ms : 0), 0);
+}
+
+/* A field's number as core.log writes a Lua float (LUA_NUMBER_FMT, "3.0" for a whole one). */
+static void float_text(char *buf, size_t n, double v) {
+  snprintf(buf, n, LUA_NUMBER_FMT, (LUAI_UACNUMBER)v);
+  if (buf[strspn(buf, "-0123456789")] == '\0')
+    strncat(buf, ".0", n - strlen(buf) - 1);
+}
+
+/* An answered command of a tallied entry, as lane.lua heard would hear it: counted (its
+ * duration, gaps, the instance's last use) for the next report, and its lines written now, in
+ * order with every other line — the debug line (routes.lua account_command's sandboxd.exec) when
+ * debug lines are written, then the request line (request_log.lua's fields, lane=1). */
+static void tally(sb_exec_lane *lane, lane_run *run, lua_Integer exit, double duration_ms) {
+  lane_entry *e = run->e;
+  lua_Integer duration = (lua_Integer)floor(duration_ms + 0.5);
+  if (lane->n_durations == lane->cap_durations) {
+    size_t cap = lane->cap_durations ? 2 * lane->cap_durations : 64;
+    lua_Integer *grown = realloc(lane->durations, cap * sizeof *grown);
+    if (grown != NULL) {
+      lane->durations = grown;
+      lane->cap_durations = cap;
+    }
+  }
+  if (lane->n_durations < lane->cap_durations) /* (out of memory: the metric misses it) */
+    lane->durations[lane->n_durations++] = duration;
+  lane->gaps += run->gaps;
+  e->last_used_ms = sb_now_ms();
+  if (!e->dirty) {
+    e->dirty = true;
+    e->dirty_next = lane->dirty;
+    lane->dirty = e;
+  }
+  report_later(lane);
+  const char *label = e->label != NULL ? e->label : "";
+  char dur[48], ex[48];
+  if (lane->log_command != NULL && sb_log_enabled("debug")) {
+    snprintf(dur, sizeof dur, LUA_INTEGER_FMT, (LUAI_UACINT)duration);
+    snprintf(ex, sizeof ex, LUA_INTEGER_FMT, (LUAI_UACINT)exit);
+    sb_log_field f[] = {{"duration_ms", dur, true}, {"exit", ex, true}, {"instance", label, false}};
+    sb_log_write("debug", lane->log_command, f, 3);
+  }
+  if (lane->log_request != NULL) {
+    float_text(dur, sizeof dur, floor(duration_ms * 10 + 0.5) / 10);
+    sb_log_field f[7] = {{"duration_ms", dur, true}, {"lane", "1", true}, {"method", "POST", false}};
+    size_t n = 3;
+    if (run->remote[0] != '\0')
+      f[n++] = (sb_log_field){"remote", run->remote, false};
+    f[n++] = (sb_log_field){"route", "/exec", false};
+    f[n++] = (sb_log_field){"status", "200", true};
+    f[n++] = (sb_log_field){"thread", label, false};
+    sb_log_write("info", lane->log_request, f, n);
+  }
+}
+
 static void lane_free(lua_State *L, sb_exec_lane *lane) {
+  report(L, lane); /* the last tally reaches Lua */
   disarm_all(lane);
   program_clear(L, lane);
+  luaL_unref(L, LUA_REGISTRYINDEX, lane->report_ref);
+  free(lane->durations);
+  free(lane->log_request);
+  free(lane->log_command);
+  if (lane->prev_lane)
+    lane->prev_lane->next_lane = lane->next_lane;
+  else if (lanes == lane)
+    lanes = lane->next_lane;
+  if (lane->next_lane)
+    lane->next_lane->prev_lane = lane->prev_lane;
   free(lane);
 }
 
@@ -517,8 +707,7 @@ static void run_end(lua_State *L, lane_run *run) {
   lane_entry *e = run->e;
   e->running--;
   run->lane->running--;
-  if (!e->armed && e->running == 0)
-    entry_free(e);
+  entry_settle(run->lane, e);
   uv_close((uv_handle_t *)&run->beat, run_closed);
 }
 
@@ -693,9 +882,14 @@ static bool no_space(const char *s, size_t n) {
 }
 
 /* Lua hears the outcome (metrics, the log lines, the fleet's last use): heard(record, exit,
- * duration_ms, gaps, handed_back, remote), record the one its arming gave. After the answer,
- * never before it. */
+ * duration_ms, gaps, handed_back, remote), record the one its arming gave — or, for an entry
+ * armed with the tally, the outcome is counted and its lines written here, and Lua hears the
+ * counts in batches (report). After the answer, never before it. */
 static void tell(lua_State *L, lane_run *run, lua_Integer exit, double duration_ms, bool back) {
+  if (run->e->tally && !back) {
+    tally(run->lane, run, exit, duration_ms);
+    return;
+  }
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->heard_ref);
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->record_ref);
   lua_pushinteger(L, exit);
@@ -909,6 +1103,11 @@ static sb_exec_lane *lane_of(sb_http_server *s) {
     if (s->lane == NULL)
       return NULL;
     s->lane->headers_ref = s->lane->back_ref = s->lane->heard_ref = LUA_NOREF;
+    s->lane->report_ref = LUA_NOREF;
+    s->lane->next_lane = lanes;
+    if (lanes)
+      lanes->prev_lane = s->lane;
+    lanes = s->lane;
   }
   return s->lane;
 }
@@ -983,6 +1182,21 @@ static int l_program(lua_State *L) {
   lane->headers_ref = ref_field(L, 2, "headers", LUA_TTABLE);
   lane->back_ref = ref_field(L, 2, "back", LUA_TFUNCTION);
   lane->heard_ref = ref_field(L, 2, "heard", LUA_TFUNCTION);
+  /* optional: the tally (report, every report_ms; the lines' events) instead of heard per command */
+  lua_getfield(L, 2, "report");
+  if (lua_isfunction(L, -1)) {
+    luaL_unref(L, LUA_REGISTRYINDEX, lane->report_ref); /* (its pending tally goes to the new one) */
+    lane->report_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lane->report_ms = int_field(L, 2, "report_ms");
+    char *request = str_field(L, 2, "log_request"), *command = str_field(L, 2, "log_command");
+    free(lane->log_request);
+    free(lane->log_command);
+    lane->log_request = request;
+    lane->log_command = command;
+    lane->tally = true;
+  } else {
+    lua_pop(L, 1);
+  }
   lane->programmed = true;
   return 0;
 }
@@ -1019,6 +1233,11 @@ static int l_arm(lua_State *L) {
   e->network = str_field(L, 3, "network");
   e->oom_path = str_field(L, 3, "oom");
   e->pids_path = str_field(L, 3, "pids");
+  lua_getfield(L, 3, "label"); /* the tallied lines' thread */
+  if (lua_type(L, -1) == LUA_TSTRING && (e->label = strdup(lua_tostring(L, -1))) == NULL)
+    return luaL_error(L, "lane_arm: out of memory");
+  lua_pop(L, 1);
+  e->tally = lane->tally;
   e->lane = lane;
   counters_hold(lane, e);
   /* init_pid: looked at only through a pidfd the lane would hold, one descriptor more per
@@ -1050,13 +1269,9 @@ static int l_disarm(lua_State *L) {
   lane_entry *e = entry_find(lane, key, kn);
   if (e != NULL)
     entry_disarm(lane, e);
-  /* counted over the running commands, not the entry: one disarmed earlier (an earlier idle
+  /* counted over the key's entries, not the armed one: one disarmed earlier (an earlier idle
    * check) may still have commands in the lane */
-  lua_Integer running = 0;
-  for (lane_run *run = runs; run != NULL; run = run->next)
-    if (run->lane == lane && run->e->key_len == kn && memcmp(run->e->key, key, kn) == 0)
-      running++;
-  lua_pushinteger(L, running);
+  lua_pushinteger(L, key_running(lane, key, kn));
   return 1;
 }
 
@@ -1070,13 +1285,17 @@ static int l_running(lua_State *L) {
   }
   size_t kn;
   const char *key = luaL_checklstring(L, 2, &kn);
-  lua_Integer running = 0;
-  for (lane_run *run = runs; run != NULL; run = run->next)
-    if (s->lane != NULL && run->lane == s->lane && run->e->key_len == kn &&
-        memcmp(run->e->key, key, kn) == 0)
-      running++;
-  lua_pushinteger(L, running);
+  lua_pushinteger(L, s->lane != NULL ? key_running(s->lane, key, kn) : 0);
   return 1;
+}
+
+/* core.exec_lane.collect(srv): the tally so far reported now (before a /metrics scrape, the idle
+ * watch's look at the fleet's last uses, the drain's end). */
+static int l_collect(lua_State *L) {
+  sb_http_server *s = sb_http_server_check(L, 1);
+  if (s->lane != NULL)
+    report(L, s->lane);
+  return 0;
 }
 
 /* The server is gone (server.c on_server_closed): the lane with it, or after its last command. */
@@ -1173,7 +1392,7 @@ static int l_decide(lua_State *L) {
 int sb_exec_lane_open(lua_State *L) {
   sb_shutdown_register(lane_shutdown, NULL);
   static const luaL_Reg fns[] = {{"program", l_program}, {"arm", l_arm}, {"disarm", l_disarm},
-                                 {"running", l_running}, {"abort", l_abort},
+                                 {"running", l_running}, {"abort", l_abort}, {"collect", l_collect},
                                  {"decide", l_decide}, {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_setfield(L, -2, "exec_lane");

@@ -10,12 +10,12 @@ local core = require("switchboard.core")
 local S = require("support.sandbox")
 local policies = require("support.policies")
 
-local function policy_dir(lane, sleep_after)
+local function policy_dir(lane, sleep_after, extra)
   return policies.dir{
     timeouts = function(src)
       return src .. "\n" .. S.FAST .. ('\nsandbox.sleep_after = "%s"\n'):format(sleep_after or "10m")
         .. "process.max_output_bytes = 4096\nserver.drain_ms = 20 * second\n"
-        .. (lane and "" or "sandbox.exec_lane = false\n")
+        .. (lane and "" or "sandbox.exec_lane = false\n") .. (extra or "")
     end,
     isolation = function(src) return src .. "\nworkspace_max_bytes = 32 * MiB\nspare_instances = 0\n" end,
   }
@@ -170,6 +170,91 @@ describe_walls("sandboxd's exec lane", function()
       assert.equal(2, #lines, log)
       for _, line in ipairs(lines) do assert.truthy(line:find("remote=127.0.0.1", 1, true), line) end
       assert.truthy(lines[2]:find("handed_back=true", 1, true), lines[2])
+    end)
+  end)
+
+  -- The lane tallies its answered commands in C and reports them to Lua in batches
+  -- (sandbox.exec_lane_report_ms, 10 s here: longer than the case): a scrape still sees every
+  -- command answered before it, and each command has its request line, written as it ends —
+  -- across a reload that drops the arming while a command runs, and after the server stops.
+  -- The request lines of /exec in a server's log (those containing `word`, when given).
+  local function lines_of(log, word)
+    local n = 0
+    for line in log:gmatch("[^\n]*sandboxd%.request[^\n]*") do
+      if line:find("route=/exec", 1, true) and (word == nil or line:find(word, 1, true)) then n = n + 1 end
+    end
+    return n
+  end
+
+  it("counts and logs every command it answers, across a reload mid-run and the server's stop", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir(true, "10m", "sandbox.exec_lane_report_ms = 10 * second\n") }
+      local sent = 0
+      local function send(command)
+        sent = sent + 1
+        return exec(h, "tally", { command = command })
+      end
+      assert.equal(0, send("true").exitCode) -- armed
+      for i = 1, 100 do assert.equal(i .. "\n", send("echo " .. i).stdout) end
+      -- a command in the lane while a SIGHUP reload drops every arming
+      local running, answered = core.signal(), core.signal()
+      local slow
+      core.go(function()
+        local status, _, raw = S.call(h.url, "/exec", { thread = "tally", deadline_ms = 120000,
+          body = { command = "sleep 1; echo slow" }, on_chunk = function() running:abort("heartbeat") end })
+        assert.equal(200, status, raw)
+        slow = cjson.decode(raw)
+        answered:abort("answered")
+      end)
+      sent = sent + 1
+      core.sleep(30000, running)
+      assert.truthy(running.aborted, "the slow command never sent a heartbeat")
+      os.execute("kill -HUP " .. h.pid)
+      assert.truthy(S.wait_for(function() return h.log():find("policy.reloaded", 1, true) end, 30000),
+        "no reload: " .. h.log())
+      core.sleep(60000, answered)
+      assert.truthy(answered.aborted, "the slow command was not answered")
+      assert.equal("slow\n", slow.stdout)
+      for i = 101, 200 do assert.equal(i .. "\n", send("echo " .. i).stdout) end
+      -- every command ended ordinarily: each counted once, whichever path answered it
+      -- (each line is written after its answer: the last ones may still be on their way here)
+      S.wait_for(function() return lines_of(h.log()) >= sent end, 30000)
+      assert.equal(sent, lines_of(h.log()))
+      local lane_lines = lines_of(h.log(), "lane=1")
+      assert.is_true(lane_lines >= 195, "the lane ran " .. lane_lines .. " of " .. sent)
+      assert.equal(lane_lines, lane_count(h, "answered"))
+      assert.equal(0, lane_count(h, "handed_back"))
+      assert.equal(sent, S.metric(h, 'switchboard_commands_total{outcome="exit"}'))
+      assert.equal(sent, S.metric(h, "switchboard_command_duration_seconds_count"))
+      h:stop()
+      h:wait()
+      local log = h.log()
+      assert.is_nil(log:find("Sanitizer", 1, true), log)
+      assert.equal(sent, lines_of(log))
+      assert.equal(lane_lines, lines_of(log, "lane=1"))
+      for line in log:gmatch("[^\n]*sandboxd%.request[^\n]*lane=1[^\n]*") do
+        assert.truthy(line:find("thread=t%-%x+") and line:find("remote=127.0.0.1", 1, true)
+          and line:find("status=200", 1, true) and line:find("duration_ms=%d+%.%d"), line)
+      end
+    end)
+  end)
+
+  it("keeps the idle clock of an instance used only through the lane, and still sleeps it once idle", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir(true, "2s", "sandbox.exec_lane_report_ms = 10 * second\n") }
+      assert.equal(0, exec(h, "clock", { command = "true" }).exitCode) -- armed
+      -- 6 s of short commands, each well inside the 2 s idle period of the one before: the idle
+      -- watch must see their last use (reported 10 s late otherwise) and never sleep the instance
+      local t0 = core.now_ms()
+      while core.now_ms() - t0 < 6000 do
+        assert.equal(0, exec(h, "clock", { command = "true" }).exitCode)
+        core.sleep(200)
+      end
+      assert.is_nil(h.log():find("sandboxd.instance_slept", 1, true), h.log())
+      assert.is_true(lane_count(h, "answered") >= 10)
+      -- idle now: it sleeps
+      assert.truthy(S.wait_for(function() return h.log():find("sandboxd.instance_slept", 1, true) end, 30000),
+        "the idle instance never slept")
     end)
   end)
 

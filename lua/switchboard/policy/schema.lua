@@ -364,6 +364,7 @@ M.files.timeouts = {
       what = "an http(s)://{token}.<domain> URL" }),
     -- the exec lane (docs/sandboxd.md "The exec lane"); optional: on for a policy that predates it
     exec_lane = S.optional(S.bool),
+    exec_lane_report_ms = S.optional(ms(10, 10 * SECOND)),
   },
   server = S.record {
     drain_ms = ms(0, 10 * MINUTE),

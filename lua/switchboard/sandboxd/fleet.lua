@@ -8,7 +8,9 @@
 --   local fleet = fleet.new{max_instances = fn → n, sleep_after_ms = fn → ms | false (never on idle),
 --                           new_runner = fn(key, want?) → runner, label = fn(key) → text, log = fn,
 --                           dir_name = fn(key) → the workspace's directory name (optional),
---                           close_at_once = fn → n (instances put to sleep at once by close; 1)}
+--                           close_at_once = fn → n (instances put to sleep at once by close; 1),
+--                           in_use = fn(key) → bool (in use elsewhere: not idle),
+--                           refresh = fn() (brings idle_since up to date before an idle look)}
 --   fleet.awake_dirs                      -- with dir_name: directory name → true for each awake
 --                                         -- instance, kept as instances wake and sleep (the
 --                                         -- slept workspaces' keeper reads it after every sleep:
@@ -59,6 +61,10 @@ function Fleet:get(key) return self.instances[key] end
 local function watch(self, inst)
   while self.instances[inst.key] == inst and inst.busy == 0 and not self.closed do
     local due = inst.idle_since + self.opts.sleep_after_ms() - core.now_ms()
+    if due <= 0 and self.opts.refresh then -- last uses counted elsewhere in batches: now
+      self.opts.refresh()
+      due = inst.idle_since + self.opts.sleep_after_ms() - core.now_ms()
+    end
     if due <= 0 and self.opts.in_use and self.opts.in_use(inst.key) then
       inst.idle_since = core.now_ms() -- (sandboxd's exec lane: commands still run in it)
       due = self.opts.sleep_after_ms()

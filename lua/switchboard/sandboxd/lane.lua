@@ -22,7 +22,13 @@
 -- (a workspace note, a base capture, a retire notice). Anything that changes the instance —
 -- sleep, retire, stop — disarms it first (shell/walled.lua calls r.lane_disarm). A command
 -- whose outcome is not ordinary comes back here with its response open (back), and every
--- outcome is heard after its answer (heard): metrics, the log lines, the fleet's last use.
+-- outcome is heard after its answer: metrics, the log lines, the fleet's last use. An answered
+-- one, when the server logs through core.log (the engine's writer), is tallied by C — its lines
+-- written there with the events and label given here, its counts and the instance's last use
+-- reported in batches (report: REPORT_MS after the first, and on lane:flush(), which /metrics,
+-- the fleet's idle watch and the drain call); otherwise (a log function of a caller's) heard.
+--
+--   lane:flush()                       -- the tally so far into the metrics and idle clocks
 local core = require("switchboard.core")
 local metrics = require("switchboard.metrics")
 local routes = require("switchboard.sandboxd.routes")
@@ -38,6 +44,10 @@ local Lane = {}
 Lane.__index = Lane
 
 local function int(x) return math.tointeger(math.floor(x)) end
+
+-- how long a tally waits for its report (policies/timeouts.lua sandbox.exec_lane_report_ms;
+-- this for a policy that predates it)
+local REPORT_MS = 500
 
 local function wanted(snap, ctx)
   local sb = snap.timeouts.sandbox
@@ -71,6 +81,13 @@ local function program(self, snap)
     heard = function(armed, exit, duration_ms, gaps, handed_back, remote)
       return self:heard(armed, exit, duration_ms, gaps, handed_back, remote)
     end,
+    -- the tally, when the lines C would write are core.log's (a log function of a caller's
+    -- hears each command: heard)
+    report = self.ctx.log == core.log and function(durations, gaps, uses)
+      return self:report(durations, gaps, uses)
+    end or nil,
+    report_ms = int(t.sandbox.exec_lane_report_ms or REPORT_MS),
+    log_request = "sandboxd.request", log_command = "sandboxd.exec",
   })
   return true
 end
@@ -101,7 +118,7 @@ function Lane:settled(snap, inst)
   local armed = { w = w, r = r, inst = inst, snap = snap, key = key, label = runner_mod.label(key) }
   local ok = C.arm(self.srv, key, {
     socket = w.socket, network = inst.network or snap.isolation.network,
-    oom = oom, pids = w.cgroups.pids .. "/pids.events",
+    oom = oom, pids = w.cgroups.pids .. "/pids.events", label = armed.label,
   }, armed)
   if not ok then return end
   self.armed[key] = armed
@@ -116,6 +133,8 @@ end
 function Lane:in_use(key)
   return C.disarm(self.srv, key)
 end
+
+function Lane:flush() C.collect(self.srv) end
 
 function Lane:reprogram()
   self.snap = nil
@@ -154,6 +173,23 @@ function Lane:heard(armed, exit, duration_ms, gaps, handed_back, remote)
     remote = remote ~= "" and remote or nil })
 end
 
+-- The tally of the lane's answered commands since the last report (C, exec_lane.c tally):
+-- what heard would have counted for each, in batches — their durations (rounded ms, in order),
+-- the heartbeat gaps, and {armed, last_used_ms, …} the armings used (the fleet's idle clock
+-- moved to their last use, never back). The lines were written by C as the commands ended.
+function Lane:report(durations, gaps, uses)
+  if #durations > 0 then
+    metrics.inc("switchboard_exec_lane_total", ANSWERED, #durations)
+    routes.account_answered(durations)
+  end
+  if gaps > 0 then metrics.inc("switchboard_heartbeat_gaps_total", nil, gaps) end
+  local fleet = self.ctx.fleet
+  for i = 1, #uses, 2 do
+    local inst = fleet:get(uses[i].key)
+    if inst and inst.idle_since < uses[i + 1] then inst.idle_since = uses[i + 1] end
+  end
+end
+
 -- A command the lane ran whose outcome is not ordinary (a deadline, a signal, a counter moved,
 -- long or truncated output, …): settled and composed by the Lua path's own functions, and
 -- written on the response the lane opened. Runs in a task of its own. armed: the arming the
@@ -178,7 +214,9 @@ function Lane:back(res, raw, armed, limit_ms, before, gaps, remote, streamed)
 end
 
 function M.new(ctx, srv)
-  return setmetatable({ ctx = ctx, srv = srv, armed = {} }, Lane)
+  local self = setmetatable({ ctx = ctx, srv = srv, armed = {} }, Lane)
+  metrics.collector(self, Lane.flush) -- a scrape sees every command answered before it
+  return self
 end
 
 return M

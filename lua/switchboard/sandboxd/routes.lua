@@ -563,6 +563,13 @@ M.account_command = function(ctx, label, r, exit, duration_ms)
   return account_command(ctx, label, r, exit, duration_ms, nil, outcome_of(r, NO_ERROR))
 end
 M.heartbeat_gap = function() metrics.inc("switchboard_heartbeat_gaps_total") end
+-- the exec lane's answered commands reported together (sandboxd/lane.lua report): what
+-- account_command counts for each, durations in ms in the order they ended (no debug line: C
+-- wrote each)
+M.account_answered = function(durations)
+  metrics.inc("switchboard_commands_total", OUTCOME_LABELS.exit, #durations)
+  for i = 1, #durations do metrics.observe("switchboard_command_duration_seconds", durations[i] / 1000) end
+end
 
 -- GET /metrics (behind the bearer here; `sandboxd --metrics-listen` serves it without one).
 function M.metrics(res)

@@ -62,6 +62,7 @@ function M.drain_lane(self)
   life.inflight = life.inflight + 1
   core.go(function()
     while self.lane:running() > 0 do core.sleep(20) end
+    self.lane:flush() -- the drained commands' counts, before the server stops
     life.inflight = life.inflight - 1
     if life.inflight == 0 and life.quiet then life.quiet:abort("idle") end
   end)
@@ -92,6 +93,8 @@ function M.start(opts)
     log = log,
     -- an instance whose commands run in the exec lane is in use: not idle
     in_use = function(key) return self.lane ~= nil and self.lane:in_use(key) > 0 end,
+    -- the lane's last uses are reported in batches: brought in before the idle watch looks
+    refresh = function() if self.lane then self.lane:flush() end end,
   }
   -- walled instances are held to their share of the host's file table (issue 35)
   if opts.walls then
