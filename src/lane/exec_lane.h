@@ -5,10 +5,12 @@
  * and disarms it before anything changes the instance. C takes only what it can answer exactly
  * as the Lua path would; any other request goes to Lua unchanged, and a command whose outcome
  * is not ordinary (a deadline, a signal, a counter moved, truncated or long output, …) is handed
- * back to Lua with its response still open. Lua hears every outcome after the answer.
+ * back to Lua with its response still open. Lua hears every outcome after the answer (an
+ * answered one tallied here and reported in batches, its log lines written here).
  *
  * core.exec_lane.program(srv, program | nil), .arm(srv, key, inst) → bool,
- * .disarm(srv [, key]) → running, .running(srv) → n (sandboxd/lane.lua). */
+ * .disarm(srv [, key]) → running, .running(srv [, key]) → n, .collect(srv)
+ * (sandboxd/lane.lua). */
 #ifndef SB_LANE_EXEC_LANE_H
 #define SB_LANE_EXEC_LANE_H
 
