@@ -613,7 +613,7 @@ static void report_due(uv_timer_t *t) {
 /* The lane's report is due report_ms after its first tally since the last one. The timer never
  * keeps the loop alive. */
 static void report_later(sb_exec_lane *lane) {
-  if (report_loop != sb_loop()) {
+  if (report_loop != sb_loop() || uv_is_closing((uv_handle_t *)&report_timer)) {
     uv_timer_init(sb_loop(), &report_timer);
     uv_unref((uv_handle_t *)&report_timer);
     report_loop = sb_loop();
@@ -1342,6 +1342,13 @@ static void lane_shutdown(void *ud) {
   while (runs != NULL) {
     sb_proc_watch_stdout(runs->proc, NULL, NULL); /* its proc is still live: not told again */
     run_end(L, runs);
+  }
+  /* the report timer goes with this loop: a next run (the default loop again, at the same
+   * address) makes it anew */
+  if (report_loop != NULL) {
+    if (!uv_is_closing((uv_handle_t *)&report_timer))
+      uv_close((uv_handle_t *)&report_timer, NULL);
+    report_loop = NULL;
   }
 }
 
