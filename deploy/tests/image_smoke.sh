@@ -4,10 +4,13 @@
 # for a new build), start it with a fresh SANDBOX_TOKEN, and drive sandboxd inside it from
 # the executor outside — `switchboard exec --backend sandbox --sandbox-url …` — for a command,
 # the toolchains' versions, a deadline (124), a stop, and the build check; the walls attacks
-# (deploy/tests/image_walls_spec.lua, the same as tests/e2e/walls_spec.lua's) against it; then
-# the HEALTHCHECK and a clean TERM. The container runs walled, with the flags docs/deploy.md
-# gives ("The wall in a container": sb_walls_flags in deploy/sandbox/podman-env), never
-# --no-walls. Skipped (77) with the reason when podman cannot run here.
+# (deploy/tests/image_walls_spec.lua, the same as tests/e2e/walls_spec.lua's) against it; an
+# instance's death healing (`kill -9 -1`, then a memory-limit kill: each followed by the
+# thread's next command finding its files, and sandboxd's log naming the reason); then the
+# HEALTHCHECK and a clean TERM; the same heal in the Kubernetes manifest's shape after it. The
+# container runs walled, with the flags docs/deploy.md gives ("The wall in a container":
+# sb_walls_flags in deploy/sandbox/podman-env), never --no-walls. Skipped (77) with the reason
+# when podman cannot run here.
 #   deploy/tests/image_smoke.sh BUILD_DIR
 . "$(dirname "$0")/lib.sh"
 build="$(cd "${1:?BUILD_DIR}" && pwd)"
@@ -36,11 +39,21 @@ trap cleanup EXIT
 [ -e /sys/fs/cgroup/memory/cgroup.procs ] \
   || fail "the walls' flags here delegate cgroup v1 controllers; this host has no cgroup v1 memory controller (docs/deploy.md)"
 mapfile -t walls_flags < <(sb_walls_flags "$name") || fail "cannot make the delegated cgroup subtree"
-echo "podman run ${walls_flags[*]} -e SANDBOX_TOKEN $tag"
+# A small memory limit, so that filling /dev/shm reaches it in a moment (the heal below, as
+# package_systemd.sh gives its sandboxd): a policy overlay bound over the image's own
+# isolation.lua, its lines kept — the way an operator sets a policy in a read-only container.
+MEMORY_OVERLAY='memory_bytes = 96 * MiB'
+chmod 0755 "$work"
+sb_podman run --rm --entrypoint cat "$tag" /etc/switchboard/policies/isolation.lua >"$work/isolation-root.lua" \
+  || fail "cannot read the image's own policies/isolation.lua"
+grep -q '^hostname = ""$' "$work/isolation-root.lua" || fail "the image's isolation.lua has no hostname line: $(cat "$work/isolation-root.lua")"
+printf '%s\n' "$MEMORY_OVERLAY" >>"$work/isolation-root.lua"
+chmod 0644 "$work/isolation-root.lua"
+echo "podman run ${walls_flags[*]} -v …/isolation.lua:/etc/switchboard/policies/isolation.lua:ro -e SANDBOX_TOKEN $tag"
 # -e NAME without a value: the token goes from this environment, never through argv.
 # (podman says it cannot schedule the HEALTHCHECK without systemd; it is run by hand below)
-sb_podman run -d --name "$name" "${walls_flags[@]}" -e SANDBOX_TOKEN -p 127.0.0.1::8080 "$tag" \
-  >/dev/null 2>"$work/run.log" || fail "podman run $tag: $(cat "$work/run.log")"
+sb_podman run -d --name "$name" "${walls_flags[@]}" -v "$work/isolation-root.lua:/etc/switchboard/policies/isolation.lua:ro" \
+  -e SANDBOX_TOKEN -p 127.0.0.1::8080 "$tag" >/dev/null 2>"$work/run.log" || fail "podman run $tag: $(cat "$work/run.log")"
 port="$(sb_podman port "$name" 8080 | head -1 | sed 's/.*://')"
 [ -n "$port" ] || fail "no published port for 8080"
 url="http://127.0.0.1:$port"
@@ -60,6 +73,41 @@ grep -q '"walls":"cgroup v1"' "$work/logs" \
 ok "sandboxd in the container runs walled (cgroup v1, in the delegated subtree)"
 
 sx() { "$build/switchboard" exec --backend sandbox --sandbox-url "$url" --thread smoke "$@"; }
+
+# ---- an instance's death heals: the next command finds its files --------------------------
+# The cases package_systemd.sh runs under systemd, here in the container as shipped: in a thread
+# of its own each, a file written; then `kill -9 -1` (every process of the instance, its init
+# and spawner too), or /dev/shm filled past the overlay's memory limit (the kernel kills the
+# command, and the tmpfs keeps the memory full). sandboxd retires the instance, logging why
+# (sandboxd.instance_retired reason=dead, reason=memory), and the thread's next command runs in
+# a fresh instance on the same /workspace files.
+#   heal CONTAINER
+retired() { # CONTAINER REASON: how many sandboxd.instance_retired lines of REASON its log holds
+  sb_podman logs "$1" >"$work/heal-logs" 2>&1 || true
+  grep -c "\"event\":\"sandboxd.instance_retired\".*\"reason\":\"$2\"" "$work/heal-logs" || true
+}
+heal() {
+  local c="$1" n=0 reason attack thread before out status
+  for attack in "dead:kill -9 -1; sleep 5" "memory:head -c 1G /dev/zero > /dev/shm/fill"; do
+    n=$((n + 1)) reason="${attack%%:*}" attack="${attack#*:}" thread="heal-$n"
+    out="$("$build/switchboard" exec --backend sandbox --sandbox-url "$url" --thread "$thread" -- \
+      "echo kept-$n > kept.txt && echo started" 2>"$work/err")" || fail "$c: the thread's first command: $out $(cat "$work/err")"
+    expect_eq started "$out" "$c: a thread's first command writes kept.txt"
+    before="$(retired "$c" "$reason")"
+    set +e
+    out="$("$build/switchboard" exec --backend sandbox --sandbox-url "$url" --thread "$thread" -- "$attack" 2>&1)"; status=$?
+    set -e
+    [ "$status" != 0 ] || fail "$c: \`$attack\` exited 0: $out"
+    for _ in $(seq 1 300); do [ "$(retired "$c" "$reason")" -gt "$before" ] && break; sleep 0.2; done
+    [ "$(retired "$c" "$reason")" -gt "$before" ] \
+      || fail "$c: after \`$attack\` (exit $status: $out) sandboxd logged no sandboxd.instance_retired reason=$reason: $(grep instance_ "$work/heal-logs" | tail -5)"
+    ok "$c: \`$attack\` ended the instance (exit $status); sandboxd logged sandboxd.instance_retired reason=$reason"
+    out="$("$build/switchboard" exec --backend sandbox --sandbox-url "$url" --thread "$thread" -- \
+      'cat kept.txt' 2>"$work/err")" || fail "$c: after \`$attack\` the thread's next command failed: $out $(cat "$work/err")
+$(tail -5 "$work/heal-logs")"
+    expect_eq "kept-$n" "$out" "$c: after \`$attack\` the thread's next command runs in a fresh instance on the same files"
+  done
+}
 
 out="$(sx -- 'echo "in $(cat /etc/debian_version)"' 2>"$work/err")" || fail "exec through the sandbox: $out $(cat "$work/err")"
 expect_match '^in 12\.' "$out" "a command runs through the executor in the Debian 12 container"
@@ -109,6 +157,8 @@ log="$(sx -- true 2>&1)"
 if grep -q 'version-skew' <<<"$log"; then fail "the executor saw skew against its own image: $log"; fi
 ok "the executor logs no version skew against the image of its own build"
 
+heal "$name"
+
 # The walls attacks, from a command inside the container against the sandboxd beside it.
 server_pid="$(sb_podman exec "$name" pgrep -o -x switchboard)" || fail "no sandboxd process in the container"
 (cd "$REPO_DIR" && SB_BUILD_DIR="$build" SB_IMAGE_URL="$url" SB_IMAGE_PID="$server_pid" \
@@ -129,6 +179,7 @@ expect_eq 0 "$(sb_podman inspect --format '{{.State.ExitCode}}' "$name")" "TERM 
 base=$(( 3000000 + 65536 * (RANDOM % 256) ))
 sed -n '/^  isolation.lua: |$/,/^---$/s/^    //p' "$DEPLOY_DIR/kubernetes/sandboxd.yaml" >"$work/isolation.lua"
 grep -q '^uid_base = ' "$work/isolation.lua" || fail "no isolation.lua overlay in deploy/kubernetes/sandboxd.yaml's ConfigMap"
+printf '%s\n' "$MEMORY_OVERLAY" >>"$work/isolation.lua" # (the heal's memory limit, as above)
 chmod 0644 "$work/isolation.lua"
 mkdir "$work/dev" && chmod 0755 "$work" "$work/dev"
 mapfile -t userns_flags < <(sb_walls_userns_flags "$uname" "$work/dev" "$base") || fail "cannot prepare the user namespace's flags"
@@ -151,6 +202,7 @@ net="$(sx -- 'id -u; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | sort |
   || fail "a command in the user-namespace container: $net $(cat "$work/err")"
 expect_match '^1000 eth0 lo default via eth0$' "$(echo $net)" \
   "a command runs there with a network of its own through pasta (the bound tun node; no MKNOD)"
+heal "$uname"
 server_pid="$(sb_podman exec "$uname" pgrep -o -x switchboard)" || fail "no sandboxd process in the user-namespace container"
 (cd "$REPO_DIR" && SB_BUILD_DIR="$build" SB_IMAGE_URL="$url" SB_IMAGE_PID="$server_pid" \
    timeout 600 busted --output=utfTerminal deploy/tests/image_walls_spec.lua) >"$work/walls-userns.log" 2>&1 \
