@@ -83,7 +83,7 @@ end
 
 -- git's words, lower case, without the names in them: the remote's address (its port), the
 -- repository and the branch are the caller's, and a 403 or "denied" inside one is no status
--- (a 401 from a loopback remote on port 40399 read as a 403).
+-- (a 401 from a loopback remote whose port has 403 in it read as a 403).
 local function words_only(text, repo, branch)
   local t = text:lower():gsub("%a[%w+.-]*://[^%s'\"]*", "<url>")
   for _, name in ipairs({ repo, branch }) do
