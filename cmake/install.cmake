@@ -53,9 +53,15 @@ install(FILES ${SB_DEB_DIR}/bot.env ${SB_DEB_DIR}/sandboxd.env DESTINATION ${SB_
 install(FILES ${SB_DEB_DIR}/copyright DESTINATION share/doc/switchboard
         COMPONENT system EXCLUDE_FROM_ALL)
 # changelog.gz: written by cmake/cpack_config.cmake when cpack runs (the exact version's entry
-# on top of deploy/debian/changelog).
-install(FILES ${CMAKE_BINARY_DIR}/deb/changelog.gz DESTINATION share/doc/switchboard
-        COMPONENT system EXCLUDE_FROM_ALL)
+# on top of deploy/debian/changelog), in that run's own directory, which it names in cpack's
+# environment (two cpack runs from one build directory at once each install their own).
+install(CODE [[
+  if(NOT DEFINED ENV{SB_CPACK_CHANGELOG})
+    message(FATAL_ERROR "the system component is the Debian package's: cpack -G DEB writes its changelog.gz")
+  endif()
+  file(INSTALL DESTINATION "${CMAKE_INSTALL_PREFIX}/share/doc/switchboard" TYPE FILE
+       FILES "$ENV{SB_CPACK_CHANGELOG}")
+]] COMPONENT system EXCLUDE_FROM_ALL)
 install(FILES ${CMAKE_SOURCE_DIR}/deploy/systemd/switchboard-bot.service
               ${CMAKE_SOURCE_DIR}/deploy/systemd/switchboard-bot@.service
               ${CMAKE_SOURCE_DIR}/deploy/systemd/switchboard-sandboxd.service

@@ -21,9 +21,23 @@ command -v cpack >/dev/null || skip "cpack is not installed"
 work="$(mktemp -d /var/tmp/switchboard-package.XXXXXX)"
 # SB_PACKAGE_KEEP=1 keeps the work directory (and the installed root in it) to look into.
 if [ "${SB_PACKAGE_KEEP:-0}" = 1 ]; then trap 'echo "kept: $work" >&2' EXIT; else trap 'rm -rf "$work"' EXIT; fi
+# A second cpack from the same build directory at the same moment, as deploy/package_systemd's
+# and build-image's (deploy/image_smoke) run beside this one, with a version of its own: each
+# package carries its own changelog (they once shared the build directory's deb/changelog.gz:
+# one package had the other's entry, or a run found none).
+(cd "$build" && SWITCHBOARD_BUILD_COMMIT="$(git -C "$REPO_DIR" rev-parse HEAD)" \
+   SWITCHBOARD_BUILT_AT="$(date -u -d '+2 days' +%Y-%m-%dT%H:%M:%SZ)" \
+   cpack -G DEB -B "$work/beside" >"$work/cpack-beside.log" 2>&1) & beside=$!
 (cd "$build" && cpack -G DEB -B "$work/deb" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log" >&2; fail "cpack -G DEB"; }
+wait "$beside" || { cat "$work/cpack-beside.log" >&2; fail "a second cpack at the same time"; }
 deb="$(ls "$work"/deb/switchboard_*.deb)"
-ok "cpack -G DEB built $(basename "$deb")"
+ok "cpack -G DEB built $(basename "$deb"), and another at the same time"
+# first_entry DEB: the first line of the changelog.gz it carries
+first_entry() { dpkg-deb --fsys-tarfile "$1" | tar -xO ./usr/share/doc/switchboard/changelog.gz | zcat | sed -n 1p; }
+for d in "$deb" "$work"/beside/switchboard_*.deb; do
+  expect_eq "switchboard ($(dpkg-deb -f "$d" Version)) unstable; urgency=medium" "$(first_entry "$d")" \
+    "$(basename "$d")'s changelog begins with its own version"
+done
 version="$(dpkg-deb -f "$deb" Version)"
 expect_match '^0\.1\.0\+git[0-9]{14}\.[0-9a-f]{7}(\.dirty)?$' "$version" \
   "the package's version is its build's own (0.1.0+git<commit time>.<short commit>)"

@@ -127,6 +127,13 @@ describe("the pull request's branch and failures", function()
     assert.equal("conflict", kind("!\tHEAD:refs/heads/b\t[rejected] (fetch first)"))
     assert.equal("push_refused", kind("remote: Permission to acme/api.git denied to bot.\nfatal: unable to access 'x': The requested URL returned error: 403"))
     assert.equal("not_found", kind("remote: Repository not found.\nfatal: repository 'x' not found"))
+    -- git's words for a token GitHub no longer accepts name the remote's address: a port (or a
+    -- repository, or a branch) with 403 in it is not a 403 (git 2.39 against the stand-in on 40399)
+    assert.equal("credential", kind("fatal: Authentication failed for 'http://127.0.0.1:40399/acme/api.git/'"))
+    assert.equal("credential", publish.push_problem("acme/http-403", "fix-403-denied",
+      "fatal: Authentication failed for 'https://github.com/acme/http-403.git/'").kind)
+    assert.equal("push_refused", publish.push_problem("acme/http-401", "b",
+      "remote: Permission to acme/http-401.git denied to bot.\nfatal: unable to access 'https://github.com/acme/http-401.git/': The requested URL returned error: 403").kind)
     local err = publish.push_problem("acme/api", "b", "The requested URL returned error: 403")
     assert.is_true(require("switchboard.core").is_error(err))
     assert.matches('token_scope = "write"', tostring(err), 1, true)

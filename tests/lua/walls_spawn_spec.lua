@@ -646,20 +646,47 @@ describe("core.spawn behind the walls", function()
       return real_log(level, event, fields)
     end
     walls.log, walls.path = log, wrap .. ":" .. real_path
+    -- The retry itself can meet the host's own transient (the real bwrap's RTM_NEWADDR, as any
+    -- start can: a spare's retry did beside stress-ng --cpu 4 on the ASan build): that try
+    -- says nothing about the retry and is made again (at most three times), as the retried-start
+    -- case does; any other failure of the retry fails the case.
+    local function retry_met_transient(from, event)
+      for i = from + 1, #logged do
+        local l = logged[i]
+        if l.event == event and l.fields.attempt == 2
+          and tostring(l.fields.error):find("RTM_NEWADDR", 1, true) then return true end
+      end
+      return false
+    end
     -- a thread's own start (no spare fits another policy snapshot, and none is built)
     walls.snap_fn = function() return nospare end
-    local r = runner.new(scratch, "rtm-newaddr", { walls = walls, log = log })
-    local res, err = r:exec{ command = "echo ran", deadline_ms = 60000 }
-    r:stop()
+    local res, err
+    for n = 1, 3 do
+      local from = #logged
+      os.execute("rmdir '" .. wrap .. "/failed' 2>/dev/null") -- the wrapper fails once each try
+      local r = runner.new(scratch, "rtm-newaddr-" .. n, { walls = walls, log = log })
+      res, err = r:exec{ command = "echo ran", deadline_ms = 60000 }
+      r:stop()
+      if res or not retry_met_transient(from, "sandboxd.instance_failed") then break end
+    end
     -- a spare's build: the wrapper fails once more
-    os.execute("rmdir '" .. wrap .. "/failed'")
     walls.snap_fn = real_policy
-    local taken = walls:claim(scratch .. "/w-rtm-" .. core.crypto.hex(core.crypto.random_bytes(4)), "spec")
-    local rebuilt = S.wait_for(function()
+    local function spare_ready()
       return not walls.refilling and #walls.spares == 1 and walls.spares[1].state == "ready"
-    end, 120000)
+    end
+    local rebuilt
+    for _ = 1, 3 do
+      local from = #logged
+      os.execute("rmdir '" .. wrap .. "/failed' 2>/dev/null")
+      local taken = walls:claim(scratch .. "/w-rtm-" .. core.crypto.hex(core.crypto.random_bytes(4)), "spec")
+      rebuilt = S.wait_for(function()
+        return spare_ready() or retry_met_transient(from, "walls.spare_failed")
+      end, 120000) and spare_ready()
+      taken:stop(); core.fs.remove_tree(taken.dir)
+      if rebuilt or not retry_met_transient(from, "walls.spare_failed") then break end
+      S.wait_for(function() return not walls.refilling end, 120000)
+    end
     walls.log, walls.path = real_log, real_path
-    taken:stop(); core.fs.remove_tree(taken.dir)
     S.rm(wrap)
     assert.truthy(res, "the thread's retry did not run the command: " .. tostring(err and err.message))
     assert.equal("ran\n", res.stdout)

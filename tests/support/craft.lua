@@ -4,7 +4,8 @@
 -- git command line, and one console session with a GitHub App configured against the stand-ins.
 --
 --   local craft = require("support.craft")
---   local gitport = craft.setup(state)          before each test (state: a fresh directory)
+--   local gitport = craft.setup(state, opts?)   before each test (state: a fresh directory;
+--                                               opts.port_with: the git stand-in's port has them)
 --   craft.teardown(state, m)                    after it
 --   local H = {state = state, gitport = gitport}
 --   craft.session(H, answers, lines, agents_edit?) → stdout, stderr, the model's requests, the
@@ -81,8 +82,10 @@ end
 M.BIG = ("Claude: keep functions small.\n"):rep(1200) -- 36,000 bytes: over max_file_bytes
 local sh, cat = M.sh, M.cat
 
-function M.setup(state)
+-- opts.port_with: the git stand-in listens on a port whose number contains these digits
+function M.setup(state, opts)
   local gitport
+  local port_with = opts and opts.port_with and (" --port-with " .. opts.port_with) or ""
   sh(("cd %s && mkdir -p repos/acme gitd shim && git init -q --bare repos/acme/api.git"
     .. " && git init -q src && cd src"
     .. " && printf 'Welcome to teh project.\\nSee teh docs.\\n' > README.md"
@@ -101,8 +104,8 @@ function M.setup(state)
   f:write("#!/bin/sh\nprintf '%s\\n' \"$*\" >> '" .. state .. "/git-argv'\nexec /usr/bin/git \"$@\"\n")
   f:close()
   sh("chmod +x " .. shim)
-  os.execute(("env -u LD_PRELOAD /usr/bin/python3 tests/support/git_standin.py --dir %s/gitd --root %s/repos --tokens-file %s/tokens >%s/gitd/out 2>&1 &")
-    :format(state, state, state, state))
+  os.execute(("env -u LD_PRELOAD /usr/bin/python3 tests/support/git_standin.py --dir %s/gitd --root %s/repos --tokens-file %s/tokens%s >%s/gitd/out 2>&1 &")
+    :format(state, state, state, port_with, state))
   core.run(function()
     gitport = model.wait_for(function() return files.read(state .. "/gitd/port") end, 180000) -- python3 on a loaded machine: the file ends the wait
   end)

@@ -4,10 +4,12 @@ as a CGI program per request) behind HTTP basic authentication, as github.com an
 of a private repository: without the right password (the token) → 401 with
 `WWW-Authenticate: Basic`, which makes git ask its credential helper.
 
-    git_standin.py --dir DIR --root REPOS (--token TOKEN | --tokens-file FILE)
+    git_standin.py --dir DIR --root REPOS (--token TOKEN | --tokens-file FILE) [--port-with DIGITS]
         serves REPOS/OWNER/NAME.git; writes DIR/pid, then DIR/port (last)
         DIR/log gets one line per request: METHOD PATH STATUS auth=none|good|bad|read
     --token TOKEN        one token that may read and push
+    --port-with DIGITS   listen on the first free loopback port whose number contains DIGITS
+                         (a remote's address in git's words that looks like a status: 40399)
     --tokens-file FILE   the installation tokens the GitHub stand-in minted, one "SCOPE TOKEN"
                          per line, read at each request: any may clone and fetch; only a
                          "write" one may push — a push with a read token is answered 403, as
@@ -111,6 +113,20 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = _serve
 
 
+def listen(digits):
+    """The server on a port the kernel picks, or on the first free one whose number contains
+    digits (another test's server or a client's port may hold one: the next is tried)."""
+    if not digits:
+        return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    for port in range(1024, 65536):
+        if digits in str(port):
+            try:
+                return ThreadingHTTPServer(("127.0.0.1", port), Handler)
+            except OSError:
+                continue
+    raise SystemExit("no free port with %s in it" % digits)
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
@@ -118,8 +134,9 @@ def main():
     ap.add_argument("--root", required=True)
     ap.add_argument("--token")
     ap.add_argument("--tokens-file")
+    ap.add_argument("--port-with")
     ARGS = ap.parse_args()
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv = listen(ARGS.port_with)
     srv.daemon_threads = True
     with open(os.path.join(ARGS.dir, "pid"), "w") as f:
         f.write(str(os.getpid()))

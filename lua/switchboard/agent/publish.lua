@@ -81,10 +81,21 @@ function M.script(branch, name, email, message)
   }, "\n")
 end
 
+-- git's words, lower case, without the names in them: the remote's address (its port), the
+-- repository and the branch are the caller's, and a 403 or "denied" inside one is no status
+-- (a 401 from a loopback remote whose port has 403 in it read as a 403).
+local function words_only(text, repo, branch)
+  local t = text:lower():gsub("%a[%w+.-]*://[^%s'\"]*", "<url>")
+  for _, name in ipairs({ repo, branch }) do
+    if name ~= "" then t = t:gsub(name:lower():gsub("%p", "%%%0"), "<name>") end
+  end
+  return t
+end
+
 -- What a refused push means, from git's words, and what to do about it: a core.error whose
 -- kind names the refusal.
 function M.push_problem(repo, branch, text)
-  local t = text:lower()
+  local t = words_only(text, repo, branch)
   if t:find("gh006") or t:find("protected branch") then
     return core.error("protected", ("GitHub refused the push to %s in %s: the branch is protected (GH006). Change "
       .. "pull_request.branch in policies/agents.lua to a name the branch protection rules do not "
