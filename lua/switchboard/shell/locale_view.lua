@@ -15,7 +15,11 @@ local run = require("switchboard.shell.run")
 local M = {}
 
 M.HOST = "/usr/lib/locale"
-M.NAME = ".locale-view" -- in the server's root: a dot name is never a thread's workspace
+-- In the server's root (a dot name is never a thread's workspace), one per walls host: its
+-- process's pid and a random tag, so two processes on one root (local executors) never remove
+-- or rebuild each other's while their instances start.
+M.NAME = ".locale-view-%d-%s"
+M.PATTERN = "^%.locale%-view%-(%d+)%-%x+$"
 
 local function tool(argv, deadline_ms)
   local r = run.tool{ argv = argv, deadline_ms = deadline_ms,
@@ -40,16 +44,28 @@ function M.host_locales(host)
   return out
 end
 
--- Makes root/.locale-view anew (a previous start's goes: the host's locales may have changed
--- since) and returns the directory to show at /usr/lib/locale, or nil and why the host's own is
--- shown as it is: it has an archive already, it has no locale directory, or the copy failed.
-function M.prepare(root, deadline_ms)
+-- The copies of processes that are gone (killed before their close): removed.
+local function sweep(root, pid)
+  for _, name in ipairs(core.fs.list(root) or {}) do
+    if type(name) == "table" then name = name.name end
+    local owner = tonumber(name:match(M.PATTERN))
+    if owner and owner ~= pid and not core.fs.exists("/proc/" .. owner) then
+      core.fs.remove_tree(root .. "/" .. name)
+    end
+  end
+end
+
+-- Makes this host's copy (pid: the walls host's process) from the host's locales of now and
+-- returns it as {top =, dir = the directory to show at /usr/lib/locale}, or nil and why the
+-- host's own is shown as it is: it has an archive already, it has no locale directory, or the
+-- copy failed.
+function M.prepare(root, pid, deadline_ms)
+  sweep(root, pid)
   if core.fs.exists(M.HOST .. "/locale-archive") then return nil, core.error("workspace", "the host has a locale archive") end
   local names = M.host_locales()
   if #names == 0 then return nil, core.error("workspace", "the host has no locale directory") end
-  local top = root .. "/" .. M.NAME
+  local top = ("%s/" .. M.NAME):format(root, pid, core.crypto.hex(core.crypto.random_bytes(4)))
   local dir = top .. M.HOST
-  core.fs.remove_tree(top)
   local ok, err = core.fs.mkdir_p(dir, tonumber("755", 8))
   if not ok then return nil, core.error("workspace", "cannot create " .. dir .. ": " .. tostring(err and err.message)) end
   local argv = { "localedef", "--prefix=" .. top, "--add-to-archive" }
@@ -68,9 +84,9 @@ function M.prepare(root, deadline_ms)
       return nil, why
     end
   end
-  return dir
+  return { top = top, dir = dir }
 end
 
-function M.remove(root) core.fs.remove_tree(root .. "/" .. M.NAME) end
+function M.remove(view) core.fs.remove_tree(view.top) end
 
 return M
