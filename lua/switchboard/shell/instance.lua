@@ -311,8 +311,10 @@ function M.host(opts)
       return nil, cannot("cannot make " .. opts.scratch .. " traversable (chmod 0711)")
     end
     -- the host's locales with an archive, shown at /usr/lib/locale in each instance where the
-    -- host has none (shell/locale_view.lua says why); over the host's own /usr only
-    if iso.rootfs == "/" then
+    -- host has none (shell/locale_view.lua says why); over the host's own /usr only, when shown
+    local shows_usr = false
+    for _, name in ipairs(iso.expose) do shows_usr = shows_usr or name == "usr" end
+    if iso.rootfs == "/" and shows_usr then
       local view, lwhy = locale_view.prepare(opts.scratch, self.pid, bounds(self).helper_ms)
       self.locale = view
       self.log(view and "info" or "debug", "walls.locale", view and { archive = view.dir } or { host = tostring(lwhy) })
