@@ -15,7 +15,9 @@
 -- contender: the group's CPU per request (all of it), sandboxd's own (its threads' schedstat),
 -- the spawner's (with the instance's other long-lived processes: their schedstat), the rest —
 -- the command itself from its vfork to its reaping, kernel work included — and the client's
--- median latency; the raw group's CPU per spawn (client + bash) beside them. BENCH_COMMAND sets
+-- median latency; the raw group's CPU per spawn (client + bash) beside them. Also per request:
+-- how long sandboxd and the spawner waited, runnable, for a CPU (schedstat's run_delay) — the
+-- spawner lives in the instance's cpu cgroup, sandboxd in the server's. BENCH_COMMAND sets
 -- the command (default `true`); BENCH_RATE_PAIRS=P adds issue 43's 8-client row (P rounds of
 -- 2 s slices per contender, raw's among them, as bench/paired.lua runs it). One JSON line.
 local build = os.getenv("SB_BUILD_DIR") or "./build"
@@ -57,17 +59,17 @@ local function group(name)
 end
 local function usage_ns(dir) return tonumber(read(dir .. "/cpuacct.usage")) end
 
--- every thread's time on a CPU (ns) and its times switched in: each task's schedstat gives
--- both (its first and third fields)
+-- every thread's time on a CPU (ns), its times switched in and its time waiting for a CPU
+-- while runnable (ns): each task's schedstat gives all three (its first, third and second fields)
 local function threads_ns(pid)
-  local sum, switches = 0, 0
+  local sum, switches, waited = 0, 0, 0
   local p = io.popen("cat /proc/" .. pid .. "/task/*/schedstat 2>/dev/null")
   for line in p:lines() do
-    local ns, slices = line:match("^(%d+) %d+ (%d+)")
-    sum, switches = sum + tonumber(ns), switches + tonumber(slices)
+    local ns, delay, slices = line:match("^(%d+) (%d+) (%d+)")
+    sum, switches, waited = sum + tonumber(ns), switches + tonumber(slices), waited + tonumber(delay)
   end
   p:close()
-  return sum, switches
+  return sum, switches, waited
 end
 
 -- the server's long-lived descendants (holder and spawner, bwrap, the instance's init, pasta):
@@ -80,16 +82,16 @@ local function residents(dir, server)
   return t
 end
 local function residents_ns(before)
-  local sum, switches = 0, 0
+  local sum, switches, waited = 0, 0, 0
   for pid, was in pairs(before) do
     local f = io.open("/proc/" .. pid .. "/schedstat")
     if f then
       f:close()
-      local ns, slices = threads_ns(pid)
-      sum, switches = sum + ns - was[1], switches + slices - was[2]
+      local ns, slices, delay = threads_ns(pid)
+      sum, switches, waited = sum + ns - was[1], switches + slices - was[2], waited + delay - was[3]
     end
   end
-  return sum, switches
+  return sum, switches, waited
 end
 
 -- BENCH_PERF=DIR: the first round's clients run under `perf record -a -g` (DIR/<name>.data), so
@@ -140,16 +142,20 @@ core.run(function()
     seq("http:s:" .. c.h.port, 20) -- the instance wakes, the code paths warm
     c.total, c.server, c.resident, c.rest, c.latency, c.load = {}, {}, {}, {}, {}, {}
     c.server_switches, c.resident_switches = {}, {}
+    c.server_wait, c.resident_wait = {}, {} -- µs per request waiting for a CPU (schedstat run_delay)
   end
   for round = 1, ROUNDS do
     for _, c in ipairs(contenders) do
       c.load[#c.load + 1] = loadavg()
       local r0 = residents(c.dir, c.h.pid)
-      local g0, s0, w0 = usage_ns(c.dir), threads_ns(c.h.pid)
+      local g0 = usage_ns(c.dir)
+      local s0, w0, d0 = threads_ns(c.h.pid)
       c.latency[#c.latency + 1] = seq("http:s:" .. c.h.port, N, c.name, round == 1)
-      local s1, w1 = threads_ns(c.h.pid)
+      local s1, w1, d1 = threads_ns(c.h.pid)
       local g, s = (usage_ns(c.dir) - g0) / (N + 1) / 1e3, (s1 - s0) / (N + 1) / 1e3
-      local r_ns, r_switches = residents_ns(r0)
+      local r_ns, r_switches, r_waited = residents_ns(r0)
+      c.server_wait[#c.server_wait + 1] = math.floor((d1 - d0) / (N + 1) / 1e3 + 0.5)
+      c.resident_wait[#c.resident_wait + 1] = math.floor(r_waited / (N + 1) / 1e3 + 0.5)
       local r = r_ns / (N + 1) / 1e3
       c.server_switches[#c.server_switches + 1] = math.floor((w1 - w0) / (N + 1) * 100 + 0.5) / 100
       c.resident_switches[#c.resident_switches + 1] = math.floor(r_switches / (N + 1) * 100 + 0.5) / 100
@@ -186,6 +192,7 @@ core.run(function()
       sandboxd_us = c.server, sandboxd_median_us = stats.median(c.server),
       spawner_us = c.resident, spawner_median_us = stats.median(c.resident),
       sandboxd_switches_in = c.server_switches, spawner_switches_in = c.resident_switches,
+      sandboxd_wait_us = c.server_wait, spawner_wait_us = c.resident_wait,
       command_us = c.rest, command_median_us = stats.median(c.rest),
       added_cpu_over_raw_us = stats.median(c.total) - stats.median(raw.cpu),
       latency_median_us = stats.median(c.latency), load = c.load,

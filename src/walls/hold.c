@@ -50,6 +50,17 @@ int hold(const options *o) {
       die("--ro-bind takes an absolute directory; cannot open '%s'", path);
     b.ro_fds[k] = stage_reachable(o, b.ro_fds[k], path, k + 1);
   }
+  /* --locale: only over the host's own /usr (a rootfs of its own has its own locales) */
+  b.locale_fd = -1;
+  if (o->locale != NULL && strcmp(o->rootfs, "/") == 0) {
+    int fd = o->locale[0] == '/' ? open(o->locale, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    b.locale_fd = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    if (fd >= 0)
+      close(fd);
+    if (b.locale_fd < 0)
+      die("--locale takes an absolute directory; cannot open '%s'", o->locale);
+    b.locale_fd = stage_reachable(o, b.locale_fd, o->locale, MAX_LIST + 1);
+  }
   ws = stage_reachable(o, ws, o->workspace, 0);
   outbound ob = outbound_start(o); /* forked while root: see outbound_launcher */
   drop_to(o);
@@ -76,6 +87,8 @@ int hold(const options *o) {
     for (int k = 0; k < o->ro_binds.n; k++)
       if (fcntl(b.ro_fds[k], F_SETFD, 0) < 0)
         _exit(EXIT_WALLS);
+    if (b.locale_fd >= 0 && fcntl(b.locale_fd, F_SETFD, 0) < 0)
+      _exit(EXIT_WALLS);
     /* A spare's build yields the CPU to the commands running meanwhile. Only bwrap (its mounts,
      * then an init that sleeps) is niced: the spawner, and so every command, keeps ours. */
     if (o->nice > 0 && setpriority(PRIO_PROCESS, 0, (int)(o->nice > 19 ? 19 : o->nice)) < 0)
@@ -88,6 +101,8 @@ int hold(const options *o) {
   close(ws);
   for (int k = 0; k < o->ro_binds.n; k++)
     close(b.ro_fds[k]);
+  if (b.locale_fd >= 0)
+    close(b.locale_fd);
   close(self_exe);
   long inner = read_child_pid(info[0]);
   close(info[0]);

@@ -6,8 +6,8 @@
  *   switchboard-walls hold  [common] [--expose NAME]... [--hide PATH]... --workspace DIR
  *                           [--rootfs DIR] [--net host|none] [--outbound-if NAME] [--hostname NAME]
  *                           [--cg-write FILE=VALUE]... [--socket PATH --nofile N --fsize BYTES]
- *                           [--nice N] [--ro-bind PATH]... [--disk-image NAME --disk-bytes N
- *                           [--disk-reserve BYTES]]
+ *                           [--nice N] [--ro-bind PATH]... [--locale DIR]
+ *                           [--disk-image NAME --disk-bytes N [--disk-reserve BYTES]]
  *     Creates the instance: makes and joins its cgroups (--cgroup, created when missing, then
  *     the --cg-write limits), drops to the instance's host uid/gid, and runs bwrap with new
  *     user, PID, mount, IPC, UTS and network namespaces around `sleep infinity`. The network
@@ -18,7 +18,9 @@
  *     directory (absolute) appears read-only at the same path inside (the resident's shared git
  *     objects). It is opened here (a directory, not a symlink) and handed to bwrap as an fd;
  *     bwrap still resolves that fd's path as the instance's uid, so where that uid cannot
- *     search the way to it (or to the workspace), it is staged first (stage_reachable). It dies with its
+ *     search the way to it (or to the workspace), it is staged first (stage_reachable). --locale
+ *     DIR (on the host's own root only) is shown read-only at /usr/lib/locale the same way: the
+ *     server's copy of the host's locales with a locale archive (shell/locale_view.lua). It dies with its
  *     parent (PR_SET_PDEATHSIG), bwrap dies with it (--die-with-parent), and everything in the
  *     PID namespace dies with bwrap's init. With --disk-image the workspace is a file system of
  *     its own: the image NAME in the workspace directory (made N bytes when missing, every byte

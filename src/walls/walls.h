@@ -33,6 +33,7 @@ typedef struct {
   long long disk_bytes;    /* its size; -1: none (the workspace is the host's directory) */
   long long disk_reserve;  /* bytes the host's disk keeps free beside it (0: none) */
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
+  const char *locale;      /* hold: a directory shown read-only at /usr/lib/locale (NULL: the host's) */
   long long nofile, fsize; /* -1: leave as inherited */
   long long nice;          /* hold: bwrap's niceness (a spare built in the background); -1: ours */
   char **command;          /* enter: PROGRAM ARG... (NULL-terminated, inside argv) */
@@ -83,6 +84,8 @@ typedef struct {
   char scratch[MAX_LIST][PATH_MAX]; /* paths built for --expose */
   int ro_fds[MAX_LIST];             /* --ro-bind directories, opened before the drop (CLOEXEC) */
   char ro_fd_text[MAX_LIST][16];    /* their numbers, as bwrap's arguments */
+  int locale_fd;                    /* --locale's directory, opened likewise; -1: none */
+  char locale_fd_text[16];
 } bwrap_args;
 
 void build_bwrap(const options *o, bwrap_args *b);

@@ -28,6 +28,7 @@ local core = require("switchboard.core")
 local uids = require("switchboard.shell.uids")
 local run = require("switchboard.shell.run")
 local bridge = require("switchboard.shell.bridge")
+local locale_view = require("switchboard.shell.locale_view")
 
 local M = {}
 
@@ -309,6 +310,15 @@ function M.host(opts)
       self:close()
       return nil, cannot("cannot make " .. opts.scratch .. " traversable (chmod 0711)")
     end
+    -- the host's locales with an archive, shown at /usr/lib/locale in each instance where the
+    -- host has none (shell/locale_view.lua says why); over the host's own /usr only, when shown
+    local shows_usr = false
+    for _, name in ipairs(iso.expose) do shows_usr = shows_usr or name == "usr" end
+    if iso.rootfs == "/" and shows_usr then
+      local view, lwhy = locale_view.prepare(opts.scratch, self.pid, bounds(self).helper_ms)
+      self.locale = view
+      self.log(view and "info" or "debug", "walls.locale", view and { archive = view.dir } or { host = tostring(lwhy) })
+    end
     -- sandboxd's instances reach outside through a bridge where it can make one (policies/
     -- isolation.lua outbound; shell/bridge.lua), else through pasta, one process each
     if self.spares_on then
@@ -539,6 +549,7 @@ function Host:close()
   end
   if self.bridge then self.bridge:close() end
   if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
+  if self.locale then locale_view.remove(self.locale) end
   -- every instance cgroup of the tree, not only those of instances it still knows: one whose
   -- stop's reap failed, or whose owner never stopped it (the local executor's, at exit)
   self.reaped = true
@@ -741,6 +752,7 @@ function launch(self)
     end
   end
   for _, p in ipairs(self.ro_binds or {}) do argv[#argv + 1] = "--ro-bind"; argv[#argv + 1] = p end
+  if host.locale then argv[#argv + 1] = "--locale"; argv[#argv + 1] = host.locale.dir end
   local line = ""
   self.stopped = core.signal()
   local proc, err = core.spawn{

@@ -228,12 +228,14 @@ end
 -- process of that instance — the one whose /workspace is the loop device backed by the
 -- workspace's image. Unwalled, the host directory itself. nil while no instance has it mounted.
 -- The entries of a sandboxd's workspaces root that are threads' own: without the server's
--- spare instances (.spare-…) and its workspace image templates (.workspace-template-….img,
--- src/walls/disk.c), which it makes whatever the requests.
+-- spare instances (.spare-…), its workspace image templates (.workspace-template-….img,
+-- src/walls/disk.c) and its instances' locales (.locale-view-…, shell/locale_view.lua), which it
+-- makes whatever the requests.
 function M.thread_entries(root)
   local out = {}
   for _, name in ipairs(core.fs.list(root) or {}) do
-    if not (name:match("^%.spare%-%x+$") or name:match("^%.workspace%-template%-%d+%.img$")) then
+    if not (name:match("^%.spare%-%x+$") or name:match("^%.workspace%-template%-%d+%.img$")
+        or name:match("^%.locale%-view%-%d+%-%x+$")) then
       out[#out + 1] = name
     end
   end
