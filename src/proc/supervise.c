@@ -78,6 +78,7 @@ typedef struct sb_proc {
   uv_timer_t timer; /* the deadline, then the grace, then the linger */
   sb_abort_listener on_abort;
   int signal_ref, on_output_ref, stdin_ref, result_ref, self_ref;
+  int on_exit_ref; /* opts.on_exit: told the result on the loop (no task waits for it) */
   lua_State *waiter;
   uint64_t kill_grace_ms;
   int pid;
@@ -216,7 +217,8 @@ static void release_refs(lua_State *L, sb_proc *p) {
   luaL_unref(L, LUA_REGISTRYINDEX, p->signal_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, p->on_output_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, p->stdin_ref);
-  p->signal_ref = p->on_output_ref = p->stdin_ref = LUA_NOREF;
+  luaL_unref(L, LUA_REGISTRYINDEX, p->on_exit_ref);
+  p->signal_ref = p->on_output_ref = p->stdin_ref = p->on_exit_ref = LUA_NOREF;
 }
 
 /* Settles once the leader is reaped and both pipes are closed (or the linger ran out). */
@@ -238,6 +240,8 @@ static void maybe_finish(sb_proc *p) {
   free(p->out.data);
   free(p->err.data);
   p->out.data = p->err.data = NULL;
+  int on_exit = p->on_exit_ref; /* (taken before the release: told last, below) */
+  p->on_exit_ref = LUA_NOREF;
   release_refs(L, p);
   close_handle(p, (uv_handle_t *)&p->timer);
   close_handle(p, (uv_handle_t *)&p->exit_poll);
@@ -254,6 +258,12 @@ static void maybe_finish(sb_proc *p) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, p->result_ref);
     done(p->c_done_ud, L, top + 1);
     lua_settop(L, top);
+  }
+  if (on_exit != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, on_exit);
+    luaL_unref(L, LUA_REGISTRYINDEX, on_exit);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, p->result_ref);
+    sb_pcall(L, 1, "spawn.on_exit");
   }
 }
 
@@ -693,8 +703,10 @@ static int l_spawn(lua_State *L) {
   memset(p, 0, sizeof *p);
   luaL_setmetatable(L, PROC_MT);
   p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = p->self_ref = LUA_NOREF;
+  p->on_exit_ref = LUA_NOREF;
   p->pidfd = -1;
   p->on_output_ref = field_ref(L, 1, "on_output", LUA_TFUNCTION, "a function");
+  p->on_exit_ref = field_ref(L, 1, "on_exit", LUA_TFUNCTION, "a function");
   p->stdin_ref = field_ref(L, 1, "stdin", LUA_TSTRING, "a string");
   p->signal_ref = field_ref(L, 1, "signal", LUA_TUSERDATA, "a signal");
   lua_pushvalue(L, -1);
@@ -743,6 +755,7 @@ int sb_proc_spawn_walled(lua_State *L, const sb_spawn_args *a, const char *socke
   memset(p, 0, sizeof *p);
   luaL_setmetatable(L, PROC_MT);
   p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = p->self_ref = LUA_NOREF;
+  p->on_exit_ref = LUA_NOREF;
   p->pidfd = -1;
   p->kill_grace_ms = (uint64_t)grace_ms;
   p->deadline_ms = deadline_ms;

@@ -309,3 +309,27 @@ describe("a running process's record", function()
     assert.are.equal(0, core.proc_count())
   end))
 end)
+
+describe("core.spawn's on_exit", function()
+  it("tells the result once, on the loop, beside a task's wait", async(function()
+    local told = {}
+    local p = sh("echo hi; exit 4", { on_exit = function(r) told[#told + 1] = r end })
+    local r = p:wait()
+    local t0 = core.now_ms()
+    while #told == 0 and core.now_ms() - t0 < 30000 do core.sleep(5) end
+    assert.are.equal(1, #told)
+    assert.are.equal(r, told[1])
+    assert.are.equal(4, told[1].exit)
+    assert.are.equal("hi\n", told[1].stdout)
+  end))
+
+  it("tells it with no task waiting, after a kill too", async(function()
+    local told
+    local p = sh("sleep 30", { on_exit = function(r) told = r end })
+    p:kill("KILL")
+    local t0 = core.now_ms()
+    while not told and core.now_ms() - t0 < 30000 do core.sleep(5) end
+    assert.truthy(told, "on_exit never came")
+    assert.are.equal(137, told.exit)
+  end))
+end)
