@@ -24,7 +24,11 @@ struct sb_abort {
   parent_link parents[];        /* one link per parent */
 };
 
-/* uservalue 1: array of Lua on_abort functions; uservalue 2: the parents (kept alive). */
+/* uservalue 1: the Lua on_abort functions — nil (none), the one function, or an array of them;
+ * uservalue 2: the parents (kept alive), nil when there are none. Both are made only when
+ * needed: a server holds thousands of signals at once (eight per walled request waiting at
+ * 2,000 threads, issue 43's RSS row), most with no Lua listener and no parent, and two empty
+ * tables each were ~130 bytes of a signal's ~260. */
 
 static void list_init(sb_abort_listener *head) { head->prev = head->next = head; }
 
@@ -77,17 +81,26 @@ int sb_abort_push_fail(lua_State *L, sb_abort *sig) {
 }
 
 static void run_lua_listeners(lua_State *L, int sig_idx, sb_abort *sig) {
-  lua_getiuservalue(L, sig_idx, 1);
+  int kind = lua_getiuservalue(L, sig_idx, 1);
   int list = lua_gettop(L);
-  lua_Integer n = luaL_len(L, list);
-  for (lua_Integer i = 1; i <= n; i++) {
-    lua_rawgeti(L, list, i);
+  if (kind == LUA_TFUNCTION) {
+    lua_pushnil(L); /* listeners run once */
+    lua_setiuservalue(L, sig_idx, 1);
     push_reason(L, sig);
     sb_pcall(L, 1, "signal.on_abort");
+    return;
+  }
+  if (kind == LUA_TTABLE) {
+    lua_pushnil(L); /* listeners run once */
+    lua_setiuservalue(L, sig_idx, 1);
+    lua_Integer n = luaL_len(L, list);
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti(L, list, i);
+      push_reason(L, sig);
+      sb_pcall(L, 1, "signal.on_abort");
+    }
   }
   lua_pop(L, 1);
-  lua_newtable(L); /* listeners run once */
-  lua_setiuservalue(L, sig_idx, 1);
 }
 
 /* Fires `sig` (the userdata at `sig_idx` of L) with the reason on top of L's stack (popped). */
@@ -137,15 +150,13 @@ static int l_signal(lua_State *L) {
   sig->n_parents = 0;
   list_init(&sig->head);
   luaL_setmetatable(L, SIGNAL_MT);
-  lua_newtable(L);
-  lua_setiuservalue(L, idx, 1);
-  lua_createtable(L, n, 0);
-  for (int i = 1; i <= n; i++) {
-    lua_pushvalue(L, i);
-    lua_rawseti(L, -2, i);
-  }
-  lua_setiuservalue(L, idx, 2);
   if (n > 0) {
+    lua_createtable(L, n, 0);
+    for (int i = 1; i <= n; i++) {
+      lua_pushvalue(L, i);
+      lua_rawseti(L, -2, i);
+    }
+    lua_setiuservalue(L, idx, 2);
     lua_rawgetp(L, LUA_REGISTRYINDEX, &children_key);
     lua_pushlightuserdata(L, sig);
     lua_pushvalue(L, idx);
@@ -187,7 +198,19 @@ static int l_on_abort(lua_State *L) {
     sb_pcall(L, 1, "signal.on_abort");
     return 0;
   }
-  lua_getiuservalue(L, 1, 1);
+  int kind = lua_getiuservalue(L, 1, 1);
+  if (kind == LUA_TNIL) { /* the first listener: the function itself */
+    lua_pushvalue(L, 2);
+    lua_setiuservalue(L, 1, 1);
+    return 0;
+  }
+  if (kind == LUA_TFUNCTION) { /* the second: both in an array, in the order they came */
+    lua_createtable(L, 2, 0);
+    lua_insert(L, -2);
+    lua_rawseti(L, -2, 1);
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, 1, 1);
+  }
   lua_pushvalue(L, 2);
   lua_rawseti(L, -2, luaL_len(L, -2) + 1);
   return 0;

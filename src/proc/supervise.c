@@ -57,17 +57,28 @@ typedef struct {
   bool open;
 } capture;
 
+/* The stdin a caller gave: its pipe and requests, allocated only then (most commands have none). */
+typedef struct {
+  uv_pipe_t pipe;
+  uv_write_t write;
+  uv_shutdown_t shutdown;
+} stdin_feed;
+
+/* The record is a Lua userdata held while the command runs: a server holds two per walled
+ * request (the instance's holder and the command), 4,000 at 2,000 threads (issue 43's RSS row).
+ * So stdin's pipe and requests are allocated apart, only for a caller that gives one, and the
+ * three timed phases share one timer: the deadline, then the grace after its TERM, then the
+ * linger after the exit — each starts as the last ends (record_end stops whichever runs), never
+ * two at once. 2,064 → 1,224 bytes. */
 typedef struct sb_proc {
   uv_poll_t exit_poll; /* on the pidfd: readable once the child has exited */
   int pidfd;
   capture out, err;
-  uv_pipe_t in;
-  uv_write_t in_write;
-  uv_shutdown_t in_shutdown;
-  bool has_stdin;
-  uv_timer_t deadline, grace, linger;
+  stdin_feed *in;  /* NULL: no stdin given */
+  uv_timer_t timer; /* the deadline, then the grace, then the linger */
   sb_abort_listener on_abort;
   int signal_ref, on_output_ref, stdin_ref, result_ref, self_ref;
+  int on_exit_ref; /* opts.on_exit: told the result on the loop (no task waits for it) */
   lua_State *waiter;
   uint64_t kill_grace_ms;
   int pid;
@@ -136,6 +147,9 @@ static void handle_closed(uv_handle_t *h) {
   if (h == (uv_handle_t *)&p->exit_poll && p->pidfd >= 0) {
     close(p->pidfd);
     p->pidfd = -1;
+  } else if (p->in != NULL && h == (uv_handle_t *)&p->in->pipe) {
+    free(p->in);
+    p->in = NULL;
   }
   if (--p->open_handles == 0) {
     lua_State *L = sb_main_state();
@@ -145,7 +159,7 @@ static void handle_closed(uv_handle_t *h) {
 }
 
 static void close_handle(sb_proc *p, uv_handle_t *h) {
-  if (h->data == p && !uv_is_closing(h)) {
+  if (h != NULL && h->data == p && !uv_is_closing(h)) {
     uv_close(h, handle_closed);
   }
 }
@@ -203,7 +217,8 @@ static void release_refs(lua_State *L, sb_proc *p) {
   luaL_unref(L, LUA_REGISTRYINDEX, p->signal_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, p->on_output_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, p->stdin_ref);
-  p->signal_ref = p->on_output_ref = p->stdin_ref = LUA_NOREF;
+  luaL_unref(L, LUA_REGISTRYINDEX, p->on_exit_ref);
+  p->signal_ref = p->on_output_ref = p->stdin_ref = p->on_exit_ref = LUA_NOREF;
 }
 
 /* Settles once the leader is reaped and both pipes are closed (or the linger ran out). */
@@ -225,10 +240,10 @@ static void maybe_finish(sb_proc *p) {
   free(p->out.data);
   free(p->err.data);
   p->out.data = p->err.data = NULL;
+  int on_exit = p->on_exit_ref; /* (taken before the release: told last, below) */
+  p->on_exit_ref = LUA_NOREF;
   release_refs(L, p);
-  close_handle(p, (uv_handle_t *)&p->deadline);
-  close_handle(p, (uv_handle_t *)&p->grace);
-  close_handle(p, (uv_handle_t *)&p->linger);
+  close_handle(p, (uv_handle_t *)&p->timer);
   close_handle(p, (uv_handle_t *)&p->exit_poll);
   if (p->waiter != NULL) {
     lua_State *task = p->waiter;
@@ -243,6 +258,12 @@ static void maybe_finish(sb_proc *p) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, p->result_ref);
     done(p->c_done_ud, L, top + 1);
     lua_settop(L, top);
+  }
+  if (on_exit != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, on_exit);
+    luaL_unref(L, LUA_REGISTRYINDEX, on_exit);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, p->result_ref);
+    sb_pcall(L, 1, "spawn.on_exit");
   }
 }
 
@@ -266,11 +287,10 @@ static void record_end(sb_proc *p, int exit_code, int signo) {
   p->exit_status = exit_code;
   p->term_signal = signo;
   p->ended_ms = sb_now_ms();
-  uv_timer_stop(&p->deadline);
-  uv_timer_stop(&p->grace);
+  uv_timer_stop(&p->timer); /* the deadline's or the grace's */
   signal_group(p, SIGKILL); /* what the leader left running dies with it */
   if (p->out.open || p->err.open)
-    sb_timer_start(&p->linger, linger_expired, PIPE_LINGER_MS);
+    sb_timer_start(&p->timer, linger_expired, PIPE_LINGER_MS);
   maybe_finish(p);
 }
 
@@ -495,7 +515,7 @@ static void deadline_expired(uv_timer_t *t) {
     return;
   p->timed_out = true;
   signal_group(p, SIGTERM);
-  sb_timer_start(&p->grace, grace_expired, p->kill_grace_ms);
+  sb_timer_start(&p->timer, grace_expired, p->kill_grace_ms); /* (the deadline's timer, spent) */
 }
 
 static void abort_fired(sb_abort_listener *l, sb_abort *sig) {
@@ -512,18 +532,18 @@ static void abort_fired(sb_abort_listener *l, sb_abort *sig) {
 static void stdin_shut(uv_shutdown_t *req, int status) {
   (void)status;
   sb_proc *p = req->data;
-  close_handle(p, (uv_handle_t *)&p->in);
+  close_handle(p, (uv_handle_t *)&p->in->pipe);
 }
 
 static void stdin_written(uv_write_t *req, int status) {
   sb_proc *p = req->data;
   if (status < 0) { /* the child closed its stdin early: not our failure */
-    close_handle(p, (uv_handle_t *)&p->in);
+    close_handle(p, (uv_handle_t *)&p->in->pipe);
     return;
   }
-  p->in_shutdown.data = p;
-  if (uv_shutdown(&p->in_shutdown, (uv_stream_t *)&p->in, stdin_shut) != 0)
-    close_handle(p, (uv_handle_t *)&p->in);
+  p->in->shutdown.data = p;
+  if (uv_shutdown(&p->in->shutdown, (uv_stream_t *)&p->in->pipe, stdin_shut) != 0)
+    close_handle(p, (uv_handle_t *)&p->in->pipe);
 }
 
 /* ---- core.spawn ---------------------------------------------------------------------------- */
@@ -596,18 +616,23 @@ static void timer_init(sb_proc *p, uv_timer_t *t) {
 }
 
 static void feed_stdin(lua_State *L, sb_proc *p, int fd) {
-  uv_pipe_init(sb_loop(), &p->in, 0);
-  uv_pipe_open(&p->in, fd);
-  p->in.data = p;
+  p->in = calloc(1, sizeof *p->in);
+  if (p->in == NULL) { /* no memory for it: the child reads an end of file */
+    close(fd);
+    return;
+  }
+  uv_pipe_init(sb_loop(), &p->in->pipe, 0);
+  uv_pipe_open(&p->in->pipe, fd);
+  p->in->pipe.data = p;
   p->open_handles++;
   lua_rawgeti(L, LUA_REGISTRYINDEX, p->stdin_ref);
   size_t len;
   const char *bytes = lua_tolstring(L, -1, &len); /* anchored by stdin_ref */
   lua_pop(L, 1);
   uv_buf_t buf = uv_buf_init((char *)bytes, (unsigned)len);
-  p->in_write.data = p;
-  if (uv_write(&p->in_write, (uv_stream_t *)&p->in, &buf, 1, stdin_written) != 0)
-    close_handle(p, (uv_handle_t *)&p->in);
+  p->in->write.data = p;
+  if (uv_write(&p->in->write, (uv_stream_t *)&p->in->pipe, &buf, 1, stdin_written) != 0)
+    close_handle(p, (uv_handle_t *)&p->in->pipe);
 }
 
 /* The child is running: supervised from here until it is reaped (nothing raises). */
@@ -617,9 +642,7 @@ static void supervise(lua_State *L, sb_proc *p, const sb_spawned *child) {
   p->started_ms = sb_now_ms();
   capture_open(p, &p->out, "stdout", p->out.limit, child->stdout_fd);
   capture_open(p, &p->err, "stderr", p->err.limit, child->stderr_fd);
-  timer_init(p, &p->deadline);
-  timer_init(p, &p->grace);
-  timer_init(p, &p->linger);
+  timer_init(p, &p->timer);
   if (!p->walled) {
     uv_poll_init(sb_loop(), &p->exit_poll, p->pidfd);
     p->exit_poll.data = p;
@@ -629,7 +652,7 @@ static void supervise(lua_State *L, sb_proc *p, const sb_spawned *child) {
   if (child->stdin_fd >= 0)
     feed_stdin(L, p, child->stdin_fd);
   if (p->deadline_ms > 0)
-    sb_timer_start(&p->deadline, deadline_expired, (uint64_t)p->deadline_ms);
+    sb_timer_start(&p->timer, deadline_expired, (uint64_t)p->deadline_ms);
   if (p->abort_sig != NULL)
     sb_abort_listen(p->abort_sig, &p->on_abort, abort_fired);
 }
@@ -680,8 +703,10 @@ static int l_spawn(lua_State *L) {
   memset(p, 0, sizeof *p);
   luaL_setmetatable(L, PROC_MT);
   p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = p->self_ref = LUA_NOREF;
+  p->on_exit_ref = LUA_NOREF;
   p->pidfd = -1;
   p->on_output_ref = field_ref(L, 1, "on_output", LUA_TFUNCTION, "a function");
+  p->on_exit_ref = field_ref(L, 1, "on_exit", LUA_TFUNCTION, "a function");
   p->stdin_ref = field_ref(L, 1, "stdin", LUA_TSTRING, "a string");
   p->signal_ref = field_ref(L, 1, "signal", LUA_TUSERDATA, "a signal");
   lua_pushvalue(L, -1);
@@ -730,6 +755,7 @@ int sb_proc_spawn_walled(lua_State *L, const sb_spawn_args *a, const char *socke
   memset(p, 0, sizeof *p);
   luaL_setmetatable(L, PROC_MT);
   p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = p->self_ref = LUA_NOREF;
+  p->on_exit_ref = LUA_NOREF;
   p->pidfd = -1;
   p->kill_grace_ms = (uint64_t)grace_ms;
   p->deadline_ms = deadline_ms;
@@ -817,6 +843,8 @@ static int l_gc(lua_State *L) {
   free(p->out.data);
   free(p->err.data);
   p->out.data = p->err.data = NULL;
+  free(p->in); /* (NULL unless the state closes with the stdin pipe open: lua_close) */
+  p->in = NULL;
   return 0;
 }
 
@@ -872,10 +900,8 @@ static void proc_shutdown(void *ud) {
     release_refs(L, p);
     capture_close(p, &p->out);
     capture_close(p, &p->err);
-    close_handle(p, (uv_handle_t *)&p->in);
-    close_handle(p, (uv_handle_t *)&p->deadline);
-    close_handle(p, (uv_handle_t *)&p->grace);
-    close_handle(p, (uv_handle_t *)&p->linger);
+    close_handle(p, p->in != NULL ? (uv_handle_t *)&p->in->pipe : NULL);
+    close_handle(p, (uv_handle_t *)&p->timer);
     close_handle(p, (uv_handle_t *)&p->exit_poll);
   }
   sb_link_close_all(); /* each spawner kills what its link started */

@@ -690,7 +690,7 @@ end
 
 -- Creates the namespaces and cgroups (once; later calls return at once). Waits for the
 -- helper's "ready <pid>".
-local launch -- below: the helper started and its "ready" awaited
+local launch, holder_exited -- below: the helper started and its "ready" awaited; its end heard
 
 function Instance:start()
   if self.state == "ready" then return true end
@@ -718,6 +718,17 @@ function Instance:start()
   local ok, err = launch(self)
   self.settled:abort("settled")
   return ok, err
+end
+
+-- The holder's end, told by the engine on the loop (core.spawn's on_exit): no task waits for it
+-- — a coroutine per awake instance was ~1 KiB of each of 2,000 at once (issue 43's RSS row).
+function holder_exited(self, r)
+  self.hold_result = r
+  if not self.pid then self.starting:abort("exited") end
+  self.done:abort("exited")
+  -- ended on its own (not stopped by us): whoever owns the instance retires it (a task: that
+  -- stops the instance, which waits)
+  if self.state == "ready" and self.on_exit then core.go(self.on_exit, self) end
 end
 
 function launch(self)
@@ -755,6 +766,7 @@ function launch(self)
   if host.locale then argv[#argv + 1] = "--locale"; argv[#argv + 1] = host.locale.dir end
   local line = ""
   self.stopped = core.signal()
+  self.done = core.signal()
   local proc, err = core.spawn{
     argv = argv, env = { PATH = host.path }, signal = self.stopped,
     on_output = function(stream, bytes)
@@ -766,22 +778,15 @@ function launch(self)
         self.starting:abort("ready")
       end
     end,
+    on_exit = function(r) holder_exited(self, r) end,
   }
   if not proc then
+    self.done = nil
     self.start_err = core.error("workspace", "the walls helper could not start: " .. tostring(err and err.message))
     self.starting:abort("failed")
     return nil, self.start_err
   end
   self.proc = proc
-  self.done = core.signal()
-  core.go(function()
-    local r = proc:wait()
-    self.hold_result = r
-    if not self.pid then self.starting:abort("exited") end
-    self.done:abort("exited")
-    -- ended on its own (not stopped by us): whoever owns the instance retires it
-    if self.state == "ready" and self.on_exit then self.on_exit(self) end
-  end)
   core.sleep(self.snap.timeouts.walls.ready_ms, self.starting)
   if not self.pid then
     local why = hold_failure(self.hold_result, self.snap.timeouts.walls.ready_ms)
