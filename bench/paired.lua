@@ -130,13 +130,16 @@ core.run(function()
   out.load_big = loadavg()
   local cpu_big = cpu_all()
   local big = client{ "seq", S.TOKEN, BIG, tostring(BIG_N), contenders[1], contenders[2], contenders[3],
-    contenders[4], "raw:cat:" .. BIG .. " > /dev/null" }
+    contenders[4], "raw:cat:" .. BIG .. " > /dev/null", "raw:catpipe:" .. BIG }
   out.big = big
   out.big_server_cpu_us = cpu_per_request(cpu_big, BIG_N + 1)
   out.big_vs_cat = round(big.cat.median_us / big.sandboxd.median_us)
   out.big_node_vs_cat = round(big.cat.median_us / big.node.median_us)
   out.big_nowalls_vs_cat = round(big.cat.median_us / big.nowalls.median_us)
   out.big_floor_vs_cat = round(big.cat.median_us / big.floor.median_us)
+  -- information beside the row, never the row: raw `cat` whose megabyte the client drains
+  -- through a pipe (the same bytes delivered; no HTTP, no JSON, no walls) ÷ sandboxd
+  out.big_catpipe_vs_sandboxd = round(big.catpipe.median_us / big.sandboxd.median_us)
 
   for _, p in ipairs{ node, floor } do
     p:kill("TERM")

@@ -49,6 +49,11 @@ sandbox = {
   max_ports = 10,                     -- exposed ports per thread
   exec_lane = true,                   -- an ordinary /exec of a settled instance served in C
                                       -- (docs/sandboxd.md "The exec lane"); false: every one in Lua
+  -- the lane's long answer as it comes (docs/sandboxd.md "A long answer as it comes")
+  stream_at_bytes = 64 * KiB,         -- stdout past this starts the document while the command runs
+  stream_step_bytes = 32 * KiB,       -- stdout encoded and written at most this much at a time
+  stream_reserve_margin = 4,          -- held bytes for heartbeats past the deadline and the grace
+  stream_reserve_max_bytes = 16 * KiB, -- a reserve larger than this: the answer after the end, in Lua
   -- ports_base_url = "https://preview.example.com", -- preview URLs under this instead of sandboxd's address
   -- ports_host_url = "https://{token}.preview.example.com", -- or a host per port (a wildcard name to sandboxd)
 }

@@ -5,17 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-  /* heartbeats beyond the deadline and the grace: the pipes' linger after the end (250 ms),
-   * a timer that fires late on a busy loop */
-  RESERVE_MARGIN = 4,
-};
-
-size_t sb_answer_stream_reserve(int64_t remaining_ms, int64_t grace_ms, int64_t heartbeat_ms) {
+size_t sb_answer_stream_reserve(int64_t remaining_ms, int64_t grace_ms, int64_t heartbeat_ms,
+                                size_t margin) {
   if (heartbeat_ms <= 0)
     return 0;
   int64_t span = (remaining_ms > 0 ? remaining_ms : 0) + (grace_ms > 0 ? grace_ms : 0);
-  return (size_t)((span + heartbeat_ms - 1) / heartbeat_ms) + RESERVE_MARGIN;
+  return (size_t)((span + heartbeat_ms - 1) / heartbeat_ms) + margin;
 }
 
 static void put(void *ctx, const char *bytes, size_t n) {
