@@ -8,7 +8,9 @@
 -- document; no loop, no Lua, no walls), and `nowalls`, the same sandboxd binary with --no-walls
 -- (the server's own cost without the walls' hop). sandboxd − nowalls is what the walls cost,
 -- nowalls − floor what the server costs over the floor, floor − raw what HTTP and a spawning
--- server cost at least.
+-- server cost at least. The 1 MB part's reference is raw `cat` to /dev/null (big_vs_cat, the
+-- row); beside it, for information only, `catpipe`: the same raw command whose megabyte the
+-- client drains through a pipe (big_catpipe_vs_sandboxd: the bytes delivered, nothing else).
 --
 --   lua5.4 bench/paired.lua [SEQ_N=300] [SLICE_S=2] [PAIRS=5] [BIG_N=20] [CONC=2000] [CONC_SLEEP_S=20]
 --
