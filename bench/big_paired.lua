@@ -2,7 +2,14 @@
 -- it comes"): a walled sandboxd of BEFORE_BIN and one of SWITCHBOARD_BIN, and raw `cat`, one
 -- request to each in turn (bench_paired seq, one keep-alive connection per contender), so that
 -- the machine's load hits both alike; then each server's own CPU per 1 MB request
--- (/proc/PID/task/*/schedstat), the figure the load moves least.
+-- (/proc/PID/task/*/schedstat), the figure the load moves least. Each binary runs with the
+-- shipped policies of its own tree (BIN's ../../policies when BIN is <tree>/build/switchboard):
+-- an older tree's schema refuses a newer policy's fields.
+--
+-- The row is raw `cat` with its stdout on /dev/null ÷ sandboxd (cat_vs_after). Beside it, for
+-- information only, `catpipe`: the same raw command with its stdout drained through a pipe by
+-- the client (the same megabyte delivered to the client, no HTTP, no JSON, no walls):
+-- catpipe_vs_after says what is left once the bytes' delivery itself is counted.
 --
 --   BEFORE_BIN=/path/to/old/switchboard SWITCHBOARD_BIN=build/switchboard \
 --     lua5.4 bench/big_paired.lua [ROUNDS=40] [BYTES=1000000]
@@ -22,16 +29,27 @@ local ROUNDS, BYTES = tonumber(arg[1]) or 40, tonumber(arg[2]) or 1000000
 local BIG = "yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -c " .. BYTES
 local before_bin = assert(os.getenv("BEFORE_BIN"), "BEFORE_BIN: the sandboxd binary to compare with")
 
+local P = require("support.policies")
+
+-- a sandboxd of bin, with the shipped policies of bin's own tree when it has one
+local function start(bin)
+  local saved_bin, saved_policies = S.BIN, P.SHIPPED
+  local tree = bin:match("^(.*)/build/switchboard$")
+  S.BIN = bin
+  P.SHIPPED = tree and (tree .. "/policies") or P.SHIPPED
+  local h = S.start_sandboxd{}
+  S.BIN, P.SHIPPED = saved_bin, saved_policies
+  return h
+end
+
 local out = { load_start = loadavg(), before_bin = before_bin, after_bin = S.BIN, rounds = ROUNDS, bytes = BYTES }
 core.run(function()
-  local after_bin = S.BIN
-  S.BIN = before_bin
-  local before = S.start_sandboxd{}
-  S.BIN = after_bin
-  local after = S.start_sandboxd{}
+  local before = start(before_bin)
+  local after = start(S.BIN)
   local cpu0 = { before = cpu_ns(before.pid), after = cpu_ns(after.pid) }
   local argv = { build .. "/bench/bench_paired", "seq", S.TOKEN, BIG, tostring(ROUNDS),
-    "http:before:" .. before.port, "http:after:" .. after.port, "raw:cat:" .. BIG .. " > /dev/null" }
+    "http:before:" .. before.port, "http:after:" .. after.port, "raw:cat:" .. BIG .. " > /dev/null",
+    "raw:catpipe:" .. BIG }
   local r = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 1 << 20 }):wait()
   assert(r.exit == 0, "bench_paired failed: " .. tostring(r.stderr) .. tostring(r.stdout))
   local seq = cjson.decode(r.stdout)
@@ -43,6 +61,9 @@ core.run(function()
   }
   local function ratio(name) return math.floor(seq.cat.median_us / seq[name].median_us * 100 + 0.5) / 100 end
   out.cat_vs_before, out.cat_vs_after = ratio("before"), ratio("after")
+  -- information beside the row, never the row: the megabyte drained through a pipe by the client
+  local function pipe_ratio(name) return math.floor(seq.catpipe.median_us / seq[name].median_us * 100 + 0.5) / 100 end
+  out.catpipe_vs_before, out.catpipe_vs_after = pipe_ratio("before"), pipe_ratio("after")
   for _, h in ipairs{ before, after } do
     h:stop("TERM")
     h:wait()

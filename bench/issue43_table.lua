@@ -39,6 +39,8 @@ local ROWS = {
     value = function(r) return num(r.big_vs_cat) end, met = at_least(0.8) },
   { part = "paired", label = "— `cat` ÷ the floor",
     value = function(r) return num(r.big_floor_vs_cat) end },
+  { part = "paired", label = "— information: `cat` drained through a pipe by the client ÷ sandboxd",
+    value = function(r) return num(r.big_catpipe_vs_sandboxd) end },
   { part = "paired", label = "— requests that failed, every contender (seq, 8 clients, 1 MB)", goal = "0",
     value = function(r)
       local n = 0

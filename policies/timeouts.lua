@@ -51,6 +51,11 @@ sandbox = {
                                       -- (docs/sandboxd.md "The exec lane"); false: every one in Lua
   exec_lane_report_ms = 500,          -- its answered commands reach /metrics and the idle clock in batches
                                       -- at most this late (a scrape and the idle watch see them at once)
+  -- the lane's long answer as it comes (docs/sandboxd.md "A long answer as it comes")
+  stream_at_bytes = 64 * KiB,         -- stdout past this starts the document while the command runs
+  stream_step_bytes = 32 * KiB,       -- stdout encoded and written at most this much at a time
+  stream_reserve_margin = 4,          -- held bytes for heartbeats past the deadline and the grace
+  stream_reserve_max_bytes = 16 * KiB, -- a reserve larger than this: the answer after the end, in Lua
   -- ports_base_url = "https://preview.example.com", -- preview URLs under this instead of sandboxd's address
   -- ports_host_url = "https://{token}.preview.example.com", -- or a host per port (a wildcard name to sandboxd)
 }

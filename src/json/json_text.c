@@ -37,7 +37,7 @@ size_t sb_utf8_sequence(const unsigned char *s, size_t n) {
 }
 
 /* The escape of an ASCII byte that cannot stand in a JSON string as itself, or NULL. */
-static const char *escape_of(unsigned char c, char buf[8]) {
+static inline __attribute__((always_inline)) const char *escape_of(unsigned char c, char buf[8]) {
   switch (c) {
   case '"': return "\\\"";
   case '\\': return "\\\\";
@@ -63,7 +63,8 @@ static const char *escape_of(unsigned char c, char buf[8]) {
 #if defined(__SSE2__)
 #include <emmintrin.h>
 
-static size_t skip_clean(const unsigned char *s, size_t i, size_t n) {
+static inline __attribute__((always_inline)) size_t skip_clean(const unsigned char *s, size_t i,
+                                                              size_t n) {
   const __m128i space = _mm_set1_epi8(0x20), quote = _mm_set1_epi8('"');
   const __m128i backslash = _mm_set1_epi8('\\'), del = _mm_set1_epi8(0x7F);
   while (i + 16 <= n) {
@@ -81,7 +82,8 @@ static size_t skip_clean(const unsigned char *s, size_t i, size_t n) {
 #else
 /* Eight bytes a word: the "some byte is below k" idiom, (x - k·0x01…) & ~x & 0x80… (exact as a
  * yes/no for k <= 0x80), on w for k = 0x20 and on w XOR the byte sought for k = 1. */
-static size_t skip_clean(const unsigned char *s, size_t i, size_t n) {
+static inline __attribute__((always_inline)) size_t skip_clean(const unsigned char *s, size_t i,
+                                                              size_t n) {
   const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
   while (i + 8 <= n) {
     uint64_t w;
@@ -113,11 +115,41 @@ static bool utf8_prefix(const unsigned char *s, size_t n) {
   return len > n;
 }
 
-size_t sb_json_text_part(const char *str, size_t n, bool final, bool *valid, sb_json_emit emit,
-                         void *ctx) {
+/* Where the literal goes: through emit (dst NULL), or straight into dst, whose room for the worst
+ * case the caller gave (SB_JSON_TEXT_MAX_GROWTH bytes a byte). One loop for both, inlined into
+ * each entry, so the emit path keeps its calls and the direct path has none. */
+typedef struct {
+  sb_json_emit emit;
+  void *ctx;
+  char *dst;
+  size_t len;
+} text_out;
+
+static inline __attribute__((always_inline)) void out(text_out *o, const char *p, size_t n) {
+  if (o->dst != NULL) {
+    memcpy(o->dst + o->len, p, n);
+    o->len += n;
+  } else {
+    o->emit(o->ctx, p, n);
+  }
+}
+
+/* An escape or U+FFFD (2-6 bytes): into dst byte by byte, not through a memcpy call. */
+static inline __attribute__((always_inline)) void out_short(text_out *o, const char *p, size_t n) {
+  if (o->dst == NULL) {
+    o->emit(o->ctx, p, n);
+    return;
+  }
+  for (size_t k = 0; k < n; k++)
+    o->dst[o->len + k] = p[k];
+  o->len += n;
+}
+
+static inline __attribute__((always_inline)) size_t text_part(const char *str, size_t n, bool final,
+                                                              bool *valid, text_out *o) {
   static const char replacement[] = "\xEF\xBF\xBD"; /* U+FFFD */
   const unsigned char *s = (const unsigned char *)str;
-  size_t run = 0; /* start of the clean run not yet emitted */
+  size_t run = 0; /* start of the clean run not yet written */
   size_t i = 0;
   char buf[8];
   while (i < n) {
@@ -139,19 +171,33 @@ size_t sb_json_text_part(const char *str, size_t n, bool final, bool *valid, sb_
         n = i; /* a sequence cut by the chunk's end: decided with the bytes that follow */
         break;
       }
-      emit(ctx, str + run, i - run);
-      emit(ctx, replacement, 3);
+      out(o, str + run, i - run);
+      out_short(o, replacement, 3);
       *valid = false;
       run = ++i;
       continue;
     }
     const char *e = escape_of(c, buf);
-    emit(ctx, str + run, i - run);
-    emit(ctx, e, __builtin_strlen(e));
+    out(o, str + run, i - run);
+    out_short(o, e, __builtin_strlen(e));
     run = ++i;
   }
-  emit(ctx, str + run, n - run);
+  out(o, str + run, n - run);
   return n;
+}
+
+size_t sb_json_text_part(const char *str, size_t n, bool final, bool *valid, sb_json_emit emit,
+                         void *ctx) {
+  text_out o = {emit, ctx, NULL, 0};
+  return text_part(str, n, final, valid, &o);
+}
+
+size_t sb_json_text_into(char *dst, const char *str, size_t n, bool final, bool *valid,
+                         size_t *written) {
+  text_out o = {NULL, NULL, dst, 0};
+  size_t taken = text_part(str, n, final, valid, &o);
+  *written = o.len;
+  return taken;
 }
 
 bool sb_json_string(const char *str, size_t n, sb_json_emit emit, void *ctx) {

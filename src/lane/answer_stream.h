@@ -22,9 +22,11 @@ typedef struct {
 } sb_answer_stream;
 
 /* The bytes to hold back for a stream that starts with remaining_ms of the command's budget
- * left: one per heartbeat until the deadline and the kill grace have passed, and a margin (the
- * pipes' linger after the end, a late timer). 0 without heartbeats. */
-size_t sb_answer_stream_reserve(int64_t remaining_ms, int64_t grace_ms, int64_t heartbeat_ms);
+ * left: one per heartbeat until the deadline and the kill grace have passed, and `margin` more
+ * (the policy's sandbox.stream_reserve_margin: the pipes' linger after the end, a late timer).
+ * 0 without heartbeats. */
+size_t sb_answer_stream_reserve(int64_t remaining_ms, int64_t grace_ms, int64_t heartbeat_ms,
+                                size_t margin);
 
 /* A stream holding back `reserve` bytes; its first bytes are the document's `{"stdout":"`. */
 void sb_answer_stream_start(sb_answer_stream *s, size_t reserve);

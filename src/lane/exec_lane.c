@@ -38,13 +38,8 @@ enum {
   ARG_MAX_BYTES = 2 * 1024 * 1024,
   EXEC_OVERHEAD = 64,
   /* routes.lua SLICE: a longer answer is streamed by the Lua path, unless its stdout was
-   * streamed here as it came (STREAM_AT) */
+   * streamed here as it came (the program's stream_at: the policy's sandbox.stream_at_bytes) */
   SLICE = 64 * 1024,
-  /* stdout past this starts the document while the command runs (answer_stream.h): an answer
-   * this long would otherwise go to the Lua path, written after the command's end */
-  STREAM_AT = SLICE,
-  /* stdout encoded and written this much at a time (a read brings up to max_output) */
-  STREAM_STEP = 32 * 1024,
 };
 
 typedef struct lane_entry {
@@ -87,6 +82,10 @@ typedef struct sb_exec_lane {
   EVP_MD_CTX *bearer_ctx;
   size_t max_key;
   int64_t floor_ms, max_ms, default_ms, grace_ms, heartbeat_ms, max_output;
+  /* a long answer as it comes (answer_stream.h), the policy's sandbox.stream_*: stdout past
+   * stream_at starts the document; it is encoded and written stream_step at a time; the
+   * heartbeats' reserve has reserve_margin bytes more, and past reserve_max the Lua path's way */
+  int64_t stream_at, stream_step, reserve_margin, reserve_max;
   char *default_network, *bash;
   /* the tallied lines' events, named by Lua; kept, as report_ref, past a program(nil): the
    * commands of a disarmed entry still tally */
@@ -757,7 +756,7 @@ static void stream_flush(lane_run *run) {
   sb_answer_stream_sent(&run->stream, ready);
 }
 
-/* stdout as it arrives (sb_proc_watch_stdout): past STREAM_AT the document starts, with a
+/* stdout as it arrives (sb_proc_watch_stdout): past the program's stream_at the document starts, with a
  * reserve held for the heartbeats until the deadline and the grace (answer_stream.h). */
 static void stdout_came(void *ud, char *so_far, size_t len, bool end) {
   lane_run *run = ud;
@@ -770,21 +769,23 @@ static void stdout_came(void *ud, char *so_far, size_t len, bool end) {
     peer_gone(run);
     return;
   }
+  const sb_exec_lane *lane = run->lane;
   if (!run->streaming) {
-    if (len <= STREAM_AT)
+    if (len <= (size_t)lane->stream_at)
       return;
     int64_t elapsed = (int64_t)(sb_now_ms() - run->started_ms);
-    size_t reserve = sb_answer_stream_reserve(run->limit_ms - elapsed, run->lane->grace_ms,
-                                              run->lane->heartbeat_ms);
-    if (reserve > STREAM_AT / 4) /* heartbeats too many for a held reserve: the Lua path's */
+    size_t reserve = sb_answer_stream_reserve(run->limit_ms - elapsed, lane->grace_ms,
+                                              lane->heartbeat_ms, (size_t)lane->reserve_margin);
+    if (reserve > (size_t)lane->reserve_max) /* heartbeats too many for a held reserve: Lua's */
       return;
     sb_answer_stream_start(&run->stream, reserve);
     run->streaming = true;
   }
   /* in steps: the held buffer stays one step's encoding (reused, never a fresh megabyte of
    * pages per request), and the socket takes each step as it is encoded */
+  size_t step = (size_t)lane->stream_step;
   while (run->stream.taken < len && !sb_http_res_gone(run->res)) {
-    size_t upto = len - run->stream.taken > STREAM_STEP ? run->stream.taken + STREAM_STEP : len;
+    size_t upto = len - run->stream.taken > step ? run->stream.taken + step : len;
     size_t before = run->stream.taken;
     if (!sb_answer_stream_feed(&run->stream, so_far, upto, false))
       return;
@@ -940,23 +941,31 @@ static void hand_back(lua_State *L, lane_run *run, int raw) {
 }
 
 /* A streamed stdout's last bytes: the rest of the capture encoded (final: an incomplete UTF-8
- * sequence at its end is U+FFFD, as in the whole document), the held reserve, the closing
- * quote, written now. False when memory ran out (the document cannot be completed). */
-static bool stream_close(lane_run *run, const char *out, size_t out_len) {
+ * sequence at its end is U+FFFD, as in the whole document), the held reserve and the closing
+ * quote — put at the start of `end` when given (an ordinary end: the tail follows them, and the
+ * whole goes out in the one write that ends the body, not three), else written now (a
+ * hand-back: Lua writes the rest). False when memory ran out (the document cannot be
+ * completed). */
+static bool stream_close(lane_run *run, const char *out, size_t out_len, text_buf *end) {
   run->stream.reserve = 0;
-  while (run->stream.taken < out_len) { /* what the last reads brought, in steps as they do */
-    size_t step = out_len - run->stream.taken;
-    bool last = step <= STREAM_STEP;
-    if (!sb_answer_stream_feed(&run->stream, out, last ? out_len : run->stream.taken + STREAM_STEP,
-                               last))
+  size_t step = (size_t)run->lane->stream_step;
+  bool last = false;
+  while (!last) { /* what the last reads brought, in steps as they do */
+    last = out_len - run->stream.taken <= step;
+    if (!sb_answer_stream_feed(&run->stream, out, last ? out_len : run->stream.taken + step, last))
       return false;
-    stream_flush(run);
+    if (!last)
+      stream_flush(run);
   }
-  char quote = '"';
-  sb_http_res_write(run->res, run->stream.held, run->stream.held_len);
+  if (end != NULL) {
+    put(end, run->stream.held, run->stream.held_len);
+    put(end, "\"", 1);
+  } else {
+    sb_http_res_write(run->res, run->stream.held, run->stream.held_len);
+    sb_http_res_write(run->res, "\"", 1);
+  }
   sb_answer_stream_sent(&run->stream, run->stream.held_len);
-  sb_http_res_write(run->res, &quote, 1);
-  return true;
+  return end == NULL || !end->failed;
 }
 
 static void command_done(void *ud, lua_State *L, int raw) {
@@ -986,13 +995,15 @@ static void command_done(void *ud, lua_State *L, int raw) {
                   counter(e->oom_fd, e->oom_path, "oom_kill") == run->before_oom &&
                   counter(e->pids_fd, e->pids_path, "max") == run->before_pids && !init_ended(e) &&
                   answer_len < SLICE;
-  if (run->streaming && !stream_close(run, out, out_len)) {
+  text_buf b = {0};
+  if (run->streaming && !stream_close(run, out, out_len, ordinary ? &b : NULL)) {
+    free(b.data);
     sb_http_res_finish(run->res, NULL, 0); /* out of memory: the peer sees a cut document */
     tell(L, run, exit, duration_ms, false);
     run_end(L, run);
     return;
   }
-  text_buf b = {0};
+  size_t stdout_end = b.len; /* a streamed stdout's last bytes and its quote, not yet sent */
   lua_Integer duration = (lua_Integer)floor(duration_ms + 0.5);
   if (ordinary && run->streaming)
     ordinary = stream_tail(&b, exit, duration, run->stream.valid, out, out_len, err, err_len);
@@ -1003,6 +1014,8 @@ static void command_done(void *ud, lua_State *L, int raw) {
     free(b.data);
     tell(L, run, exit, duration_ms, false);
   } else {
+    if (stdout_end > 0) /* the tail could not be made: Lua writes it after stdout's end */
+      sb_http_res_write(run->res, b.data, stdout_end);
     free(b.data);
     lua_pushlstring(L, out, out_len);
     lua_setfield(L, raw, "stdout");
@@ -1121,12 +1134,13 @@ static sb_exec_lane *lane_of(sb_http_server *s) {
 }
 
 /* core.exec_lane.program(srv, program | nil): program = {token, max_key_bytes, floor_ms, max_ms, default_ms,
- * grace_ms, heartbeat_ms, max_output, network, bash, env = {NAME = value}, headers, back,
- * heard, held_counters?, report?, report_ms, log_request, log_command} (held_counters: how many
- * armed instances may hold their two counter files open, sandboxd/descriptors.lua b.counters;
- * none when absent. report: instances armed from now tally their answered commands — lines
- * written here under the events log_request/log_command, counts reported in batches — instead of
- * heard per command). nil: the lane off (every armed instance disarmed). Every armed instance is disarmed
+ * grace_ms, heartbeat_ms, max_output, stream_at, stream_step, reserve_margin, reserve_max,
+ * network, bash, env = {NAME = value}, headers, back, heard, held_counters?, report?, report_ms,
+ * log_request, log_command} (held_counters: how many armed instances may hold their two counter
+ * files open, sandboxd/descriptors.lua b.counters; none when absent. report: instances armed
+ * from now tally their answered commands — lines written here under the events
+ * log_request/log_command, counts reported in batches — instead of heard per command). nil: the
+ * lane off (every armed instance disarmed). Every armed instance is disarmed
  * by a new program too: Lua arms them again under the new snapshot. */
 static void lane_release(sb_http_server *s);
 static const struct sb_http_lane_hooks hooks = {.head = lane_head, .request = lane_request, .release = lane_release};
@@ -1156,6 +1170,13 @@ static int l_program(lua_State *L) {
   lane->grace_ms = int_field(L, 2, "grace_ms");
   lane->heartbeat_ms = int_field(L, 2, "heartbeat_ms");
   lane->max_output = int_field(L, 2, "max_output");
+  lane->stream_at = int_field(L, 2, "stream_at");
+  lane->stream_step = int_field(L, 2, "stream_step");
+  lane->reserve_margin = int_field(L, 2, "reserve_margin");
+  lane->reserve_max = int_field(L, 2, "reserve_max");
+  if (lane->stream_at < 0 || lane->stream_step <= 0 || lane->reserve_margin < 0 ||
+      lane->reserve_max < 0)
+    return luaL_error(L, "lane program: the stream's numbers must be positive");
   lua_getfield(L, 2, "held_counters"); /* optional: none held */
   lane->max_held = lua_isinteger(L, -1) && lua_tointeger(L, -1) > 0 ? (size_t)lua_tointeger(L, -1) : 0;
   lua_pop(L, 1);

@@ -416,8 +416,24 @@ static size_t new_pipe_capacity(void) {
   return capacity;
 }
 
+/* The capture sized to its cap at once when its stream has brought a full pipe (with the widened
+ * pipe, issue 43's 1 MB row): the reads that follow land in it whole, and no doubling copies
+ * what came — a megabyte otherwise went through four more reallocs from 64 KiB, each of which
+ * may move every byte so far. Untouched pages of the allocation cost nothing until written. A
+ * refusal keeps the doubling. */
+static void capture_presize(capture *c) {
+  if (c->cap >= c->limit)
+    return;
+  char *grown = realloc(c->data, c->limit);
+  if (grown == NULL)
+    return;
+  c->data = grown;
+  c->cap = c->limit;
+}
+
 static void capture_widen(capture *c) {
   c->widen_at = 0; /* once, whatever comes of it */
+  capture_presize(c);
   uv_os_fd_t fd;
   if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0)
     return;

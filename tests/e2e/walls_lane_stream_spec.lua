@@ -186,6 +186,40 @@ describe_walls("sandboxd's exec lane, a long answer", function()
     end)
   end)
 
+  it("starts the document past the policy's sandbox.stream_at_bytes, read again on a reload", function()
+    core.run(function()
+      local dir = policy_dir(true)
+      local h = S.start_sandboxd{ policies = dir }
+      assert.equal(0, exec(h, "stream", { command = "true" }).exitCode) -- armed
+      local body = { command = "head -c 20000 /dev/zero | tr '\\0' s" }
+      local answered = lane_count(h, "answered")
+      -- the shipped 64 KiB: 20,000 bytes are answered whole, after the command's end
+      local doc, raw = exec(h, "stream", body)
+      assert.equal(("s"):rep(20000), doc.stdout)
+      assert.falsy(streamed(raw), raw:sub(1, 40))
+      assert.equal(answered + 1, lane_count(h, "answered"))
+      -- 4 KiB after SIGHUP: the same command's document starts while it runs, answered in C
+      local f = assert(io.open(dir .. "/timeouts.lua", "a"))
+      f:write("\nsandbox.stream_at_bytes = 4 * KiB\n")
+      f:close()
+      local function reloads() local _, n = h.log():gsub(" sandboxd%.reload [^\n]*ok=true", "") return n end
+      local before = reloads()
+      h:stop("HUP")
+      assert.truthy(S.wait_for(function() return reloads() > before end, 60000), h.log():sub(-2000))
+      -- the reload dropped every arm: the next command goes through Lua and arms again
+      assert.equal(0, exec(h, "stream", { command = "true" }).exitCode)
+      answered = lane_count(h, "answered")
+      doc, raw = exec(h, "stream", body)
+      assert.equal(("s"):rep(20000), doc.stdout)
+      assert.truthy(streamed(raw), raw:sub(1, 40))
+      assert.equal(answered + 1, lane_count(h, "answered"))
+      h:stop()
+      local result = h:wait()
+      assert.equal(0, result.exit, h.log():sub(-2000))
+      assert.is_nil(h.log():find("Sanitizer", 1, true), h.log())
+    end)
+  end)
+
   it("kills the command when its client goes away mid-stream", function()
     core.run(function()
       local on, off = servers()

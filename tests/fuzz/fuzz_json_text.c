@@ -4,7 +4,8 @@
  * quote, the valid flag must agree with a byte-by-byte reference check, and valid input must
  * come back unchanged once the escapes are undone. The same input fed in pieces
  * (sb_json_text_part, the exec lane's stream of a long stdout: pieces cut anywhere, a UTF-8
- * sequence among them) must write exactly the same literal and the same flag. */
+ * sequence among them) must write exactly the same literal and the same flag, and so must the
+ * same pieces written straight into a buffer (sb_json_text_into, the stream's encoder). */
 #include "json/json_text.h"
 
 #include <stdbool.h>
@@ -110,6 +111,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   emit(&p, "\"", 1);
   if (pieces_valid != (bool)valid || p.len != o.len || memcmp(p.buf, o.buf, o.len) != 0)
     abort();
+  /* the same pieces written straight into a buffer (sb_json_text_into): the same bytes, and
+   * never more than SB_JSON_TEXT_MAX_GROWTH a byte */
+  char *direct = malloc(SB_JSON_TEXT_MAX_GROWTH * size + 2);
+  if (direct == NULL)
+    abort();
+  size_t written = 0;
+  bool direct_valid = true;
+  at = end = 0;
+  step = size > 0 ? (size_t)(data[0] % 7) + 1 : 1;
+  direct[written++] = '"';
+  while (at < size) {
+    end = end + step < size ? end + step : size;
+    size_t w;
+    size_t k = sb_json_text_into(direct + written, (const char *)data + at, end - at, end == size,
+                                 &direct_valid, &w);
+    if (w > SB_JSON_TEXT_MAX_GROWTH * k)
+      abort();
+    written += w;
+    at += k;
+    step = step % 7 + 1;
+  }
+  direct[written++] = '"';
+  if (direct_valid != (bool)valid || written != o.len || memcmp(direct, o.buf, o.len) != 0)
+    abort();
+  free(direct);
   free(p.buf);
   free(o.buf);
   return 0;

@@ -365,6 +365,12 @@ M.files.timeouts = {
     -- the exec lane (docs/sandboxd.md "The exec lane"); optional: on for a policy that predates it
     exec_lane = S.optional(S.bool),
     exec_lane_report_ms = S.optional(ms(10, 10 * SECOND)),
+    -- the lane's long answer as it comes (docs/sandboxd.md); optional: sandboxd/lane.lua holds
+    -- the defaults for a policy that predates them
+    stream_at_bytes = S.optional(S.int { min = 4 * 1024, max = 256 * M.MIB, unit = "bytes" }),
+    stream_step_bytes = S.optional(S.int { min = 1024, max = 16 * M.MIB, unit = "bytes" }),
+    stream_reserve_margin = S.optional(S.int { min = 0, max = 1000 }),
+    stream_reserve_max_bytes = S.optional(S.int { min = 0, max = M.MIB, unit = "bytes" }),
   },
   server = S.record {
     drain_ms = ms(0, 10 * MINUTE),

@@ -49,6 +49,9 @@ local function int(x) return math.tointeger(math.floor(x)) end
 -- this for a policy that predates it)
 local REPORT_MS = 500
 
+-- policies/timeouts.lua sandbox.stream_*, for a policy that predates them
+local STREAM = { at = 64 * 1024, step = 32 * 1024, margin = 4, max = 16 * 1024 }
+
 local function wanted(snap, ctx)
   local sb = snap.timeouts.sandbox
   return sb.exec_lane ~= false and not ctx.pod and sb.ports_host_url == nil
@@ -71,6 +74,9 @@ local function program(self, snap)
     floor_ms = int(t.bash.floor_ms), max_ms = int(t.bash.max_ms),
     default_ms = int(t.sandbox.default_budget_ms), grace_ms = int(t.bash.kill_grace_ms),
     heartbeat_ms = int(t.sandbox.heartbeat_ms), max_output = int(t.process.max_output_bytes),
+    stream_at = t.sandbox.stream_at_bytes or STREAM.at, stream_step = t.sandbox.stream_step_bytes or STREAM.step,
+    reserve_margin = t.sandbox.stream_reserve_margin or STREAM.margin,
+    reserve_max = t.sandbox.stream_reserve_max_bytes or STREAM.max,
     -- the counter files held open by as many instances as the descriptor budget has room for
     held_counters = self.ctx.descriptors and self.ctx.descriptors.counters or 0,
     network = snap.isolation.network, bash = run.bash_path(),
