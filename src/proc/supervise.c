@@ -458,14 +458,16 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   capture *c = capture_of(p, (uv_handle_t *)s);
   if (nread > 0) {
     size_t kept_before = c->len;
-    if (c->data != NULL && buf->base == c->data + c->len)
-      c->len += (size_t)nread; /* read in place */
+    bool in_place = c->data != NULL && buf->base == c->data + c->len;
+    if (in_place)
+      c->len += (size_t)nread;
     else
       capture_append(c, buf->base, (size_t)nread);
     if (c->widen_at > 0 && c->len + c->dropped >= c->widen_at)
-      capture_widen(c);
+      capture_widen(c); /* may move c->data: bytes read in place are found again below */
+    const char *bytes = in_place ? c->data + kept_before : buf->base;
     if (p->on_output_ref != LUA_NOREF)
-      stream_to_lua(p, c, buf->base, (size_t)nread);
+      stream_to_lua(p, c, bytes, (size_t)nread);
     if (p->c_stdout != NULL && c == &p->out && c->len > kept_before)
       p->c_stdout(p->c_stdout_ud, c->data, c->len, false);
     return;
