@@ -134,6 +134,13 @@ describe("the pull request's branch and failures", function()
       "fatal: Authentication failed for 'https://github.com/acme/http-403.git/'").kind)
     assert.equal("push_refused", publish.push_problem("acme/http-401", "b",
       "remote: Permission to acme/http-401.git denied to bot.\nfatal: unable to access 'https://github.com/acme/http-401.git/': The requested URL returned error: 403").kind)
+    -- the script's own lines before git's (the base, the run's file list) are no part of the
+    -- words: a changed file named …denied… is no 403, and the card shows git's words alone
+    local out = "@@base main\n@@file A\tdocs/denied-403.md\n@@file M\tsrc/a.c\n"
+      .. "fatal: Authentication failed for 'http://127.0.0.1:40399/acme/api.git/'\n"
+    local words = publish.git_words(out)
+    assert.equal("fatal: Authentication failed for 'http://127.0.0.1:40399/acme/api.git/'", words)
+    assert.equal("credential", kind(words))
     local err = publish.push_problem("acme/api", "b", "The requested URL returned error: 403")
     assert.is_true(require("switchboard.core").is_error(err))
     assert.matches('token_scope = "write"', tostring(err), 1, true)

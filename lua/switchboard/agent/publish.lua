@@ -92,6 +92,13 @@ local function words_only(text, repo, branch)
   return t
 end
 
+-- The script's output on a refused push without its own marker lines (@@base, the @@file list
+-- of what the run changes): git's words alone — a changed file named …denied… or …403… is no
+-- status either, and the card shows what git said, not the file list.
+function M.git_words(out)
+  return ((out .. "\n"):gsub("@@%a+[^\n]*\n", "")):match("^%s*(.-)%s*$")
+end
+
 -- What a refused push means, from git's words, and what to do about it: a core.error whose
 -- kind names the refusal.
 function M.push_problem(repo, branch, text)
@@ -178,7 +185,7 @@ function M.run(o)
   if result.aborted then return nil, core.error("aborted", "stopped while pushing") end
   local out = result.stdout or ""
   if result.exit_code == 20 then
-    return nil, M.push_problem(o.repo, branch, (out:gsub("@@base[^\n]*\n", "")):match("^%s*(.-)%s*$"))
+    return nil, M.push_problem(o.repo, branch, M.git_words(out))
   end
   if result.exit_code ~= 0 then
     return nil, core.error("git", ("git could not commit the changes on %s (exit %s):\n%s"):format(branch,
