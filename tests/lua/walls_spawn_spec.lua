@@ -575,7 +575,9 @@ describe("core.spawn behind the walls", function()
     assert.equal("warn", ours.level)
     if #failed == 1 then assert.equal(1, ours.fields.retry) end -- (a second failure is not retried)
     assert.truthy(tostring(ours.fields.error):find("bwrap: execvp sh", 1, true), tostring(ours.fields.error))
-    assert.truthy(rebuilt, "no spare after the retry")
+    local said = {}
+    for _, f in ipairs(failed) do said[#said + 1] = ("retry=%s: %s"):format(tostring(f.fields.retry), tostring(f.fields.error)) end
+    assert.truthy(rebuilt, "no spare after the retry: " .. table.concat(said, "\n"))
     assert.equal(real_policy(), walls.spares[1].snap)
     -- the failed spare's workspace is gone: the only spare directory left is the new one's
     local left = {}
