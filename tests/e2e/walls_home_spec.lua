@@ -4,7 +4,8 @@
 -- Real walled sandboxd: the thread's first command runs on the Lua path, a later one on the exec
 -- lane (its metric says so); both write under $HOME (a cache directory, `git config --global`),
 -- and a request's own HOME still wins. The local executor's walls (`switchboard exec` with
--- local_walls = true) give the same HOME; unwalled, a command keeps the host's.
+-- local_walls = true) and the resident's walled threads give the same HOME; unwalled, a command
+-- keeps the host's.
 local cjson = require("cjson")
 local core = require("switchboard.core")
 local S = require("support.sandbox")
@@ -102,6 +103,42 @@ describe_walls("the local executor's HOME", function()
       assert.truthy(r.stderr:find("local executor: unwalled", 1, true), r.stderr)
       assert.equal("HOME=" .. tostring(os.getenv("HOME")) .. "\n", r.stdout)
       S.rm(root)
+    end)
+  end)
+end)
+
+describe("the resident's walled threads' HOME", function()
+  it("is the instance's, outside the thread's worktree", function()
+    core.run(function()
+      local R = require("support.resident")
+      local base = R.make_base()
+      local h, log = R.start(base, { policies = R.policy_dir(), walls = true, may_fail = true })
+      if not h then
+        assert.matches("cannot build the walls", log) -- anything else is a failure, not a skip
+        pending("this kernel gives no walls: " .. (log:match("cannot build the walls[^\n]*") or ""))
+        return
+      end
+      assert.equal("warm", R.onboard(h, "acme/api"))
+      local function call(path, body)
+        local status, _, raw = core.http.request{ method = "POST", url = h.url .. path,
+          headers = { authorization = "Bearer " .. R.TOKEN, ["x-thread-key"] = "R-home", ["content-type"] = "application/json" },
+          body = cjson.encode(body), deadline_ms = 300000 }
+        assert.equal(200, status, raw)
+        return cjson.decode(raw), raw
+      end
+      call("/attach", { repo = "acme/api" })
+      local status_now = "git status --porcelain --ignored | wc -l"
+      local doc, raw = call("/exec", { command = "echo \"before=$(" .. status_now .. ")\"; " .. WRITE_HOME
+        .. '; echo "after=$(' .. status_now .. ')"' })
+      assert.equal(0, doc.exitCode, raw)
+      assert.equal("/tmp/home", doc.stdout:match("HOME=([^\n]*)\n"), raw)
+      local pwd = doc.stdout:match("PWD=([^\n]*)\n")
+      assert.falsy(("/tmp/home/"):find(pwd .. "/", 1, true), raw)
+      assert.truthy(doc.stdout:find("\nx\n", 1, true), raw)
+      -- nothing new in the repository publish would commit
+      assert.equal(doc.stdout:match("before=(%d+)"), doc.stdout:match("after=(%d+)"), raw)
+      h.stop(); h.wait()
+      S.rm(base)
     end)
   end)
 end)
