@@ -134,6 +134,12 @@ rootfs = "/"
 -- starts with: in a container whose seccomp profile refuses sethostname without CAP_SYS_ADMIN
 -- (podman's and Docker's defaults), the sandbox image sets this (docs/deploy.md).
 hostname = "sandbox"
+-- A walled command's HOME (the server's is never in view): this directory of the instance's
+-- private /tmp, made empty and 0700 for its uid when the instance wakes, so npm's and pip's
+-- caches, cargo, go's build cache and `git config --global` work. Outside the workspace (whose
+-- files publish commits); lost with /tmp when the instance sleeps, and bounded like /tmp (its
+-- memory). A request's own env HOME still wins; unwalled commands keep the server's HOME.
+home = "/tmp/home"
 expose = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt" }
 hide = {
   "/etc/ssh", "/etc/switchboard", "/etc/sudoers", "/etc/sudoers.d",

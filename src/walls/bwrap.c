@@ -100,6 +100,20 @@ void build_bwrap(const options *o, bwrap_args *b) {
   arg(b, "--dev"); arg(b, "/dev");
   arg(b, "--tmpfs"); arg(b, "/dev/shm");
   arg(b, "--proc"); arg(b, "/proc");
+  /* The commands' HOME (policies/isolation.lua home): made in the private /tmp, owned by the
+   * instance's uid, so tools that write under $HOME (caches, git config --global) can; the
+   * host's HOME is never in view. Only directly under /tmp: nowhere else is writable and
+   * outside the workspace (whose files publish commits). */
+  if (o->home != NULL) {
+    const char *leaf = o->home + strlen("/tmp/");
+    if (strncmp(o->home, "/tmp/", strlen("/tmp/")) != 0 || leaf[0] == '\0' || leaf[0] == '.' ||
+        strchr(leaf, '/') != NULL) {
+      errno = 0;
+      die("--home takes a directory directly under /tmp, not '%s'", o->home);
+    }
+    arg(b, "--perms"); arg(b, "0700");
+    arg(b, "--dir"); arg(b, o->home);
+  }
   /* After /tmp's tmpfs, so a directory below /tmp is not covered by it. */
   for (int i = 0; i < o->ro_binds.n; i++) {
     snprintf(b->ro_fd_text[i], sizeof b->ro_fd_text[i], "%d", b->ro_fds[i]);

@@ -83,6 +83,7 @@ void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--hide") == 0) push(&o->hide, f, v);
     else if (strcmp(f, "--ro-bind") == 0) push(&o->ro_binds, f, v);
     else if (strcmp(f, "--locale") == 0) o->locale = v;
+    else if (strcmp(f, "--home") == 0) o->home = v;
     else if (strcmp(f, "--workspace") == 0) o->workspace = v;
     else if (strcmp(f, "--rootfs") == 0) o->rootfs = v;
     else if (strcmp(f, "--net") == 0) o->net = v;

@@ -6,7 +6,7 @@
  *   switchboard-walls hold  [common] [--expose NAME]... [--hide PATH]... --workspace DIR
  *                           [--rootfs DIR] [--net host|none] [--outbound-if NAME] [--hostname NAME]
  *                           [--cg-write FILE=VALUE]... [--socket PATH --nofile N --fsize BYTES]
- *                           [--nice N] [--ro-bind PATH]... [--locale DIR]
+ *                           [--nice N] [--ro-bind PATH]... [--locale DIR] [--home /tmp/NAME]
  *                           [--disk-image NAME --disk-bytes N [--disk-reserve BYTES]]
  *     Creates the instance: makes and joins its cgroups (--cgroup, created when missing, then
  *     the --cg-write limits), drops to the instance's host uid/gid, and runs bwrap with new
@@ -20,7 +20,8 @@
  *     bwrap still resolves that fd's path as the instance's uid, so where that uid cannot
  *     search the way to it (or to the workspace), it is staged first (stage_reachable). --locale
  *     DIR (on the host's own root only) is shown read-only at /usr/lib/locale the same way: the
- *     server's copy of the host's locales with a locale archive (shell/locale_view.lua). It dies with its
+ *     server's copy of the host's locales with a locale archive (shell/locale_view.lua). --home
+ *     /tmp/NAME is made in the private /tmp, 0700 and the instance's uid's: its commands' HOME. It dies with its
  *     parent (PR_SET_PDEATHSIG), bwrap dies with it (--die-with-parent), and everything in the
  *     PID namespace dies with bwrap's init. With --disk-image the workspace is a file system of
  *     its own: the image NAME in the workspace directory (made N bytes when missing, every byte

@@ -34,6 +34,7 @@ typedef struct {
   long long disk_reserve;  /* bytes the host's disk keeps free beside it (0: none) */
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
   const char *locale;      /* hold: a directory shown read-only at /usr/lib/locale (NULL: the host's) */
+  const char *home;        /* hold: a directory made in the private /tmp for HOME (NULL: none) */
   long long nofile, fsize; /* -1: leave as inherited */
   long long nice;          /* hold: bwrap's niceness (a spare built in the background); -1: ours */
   char **command;          /* enter: PROGRAM ARG... (NULL-terminated, inside argv) */

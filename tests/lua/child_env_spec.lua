@@ -21,6 +21,24 @@ describe("the base environment of a command", function()
     P.cleanup()
   end)
 
+  it("gives a walled command its instance's HOME (isolation.home), never the host's", function()
+    local env = child_env.base(P.shipped(), getenv, true)
+    assert.same({ PATH = "/usr/bin:/bin", HOME = "/tmp/home", LANG = "C.UTF-8" }, env)
+    local snap = assert(P.load(P.dir({ isolation = function(s) return s .. '\nhome = "/tmp/h2"\n' end })))
+    assert.equal("/tmp/h2", child_env.base(snap, getenv, true).HOME)
+    assert.equal("/home/bot", child_env.base(snap, getenv, false).HOME)
+    P.cleanup()
+  end)
+
+  it("refuses a home that is not a directory directly under the instance's /tmp", function()
+    for _, bad in ipairs({ "/root", "/workspace/home", "/tmp", "/tmp/", "/tmp/../root", "/tmp/a/b", "tmp/home" }) do
+      local snap, err = P.load(P.dir({ isolation = function(s) return s .. ('\nhome = %q\n'):format(bad) end }))
+      assert.is_nil(snap, bad)
+      assert.is_true(P.has(err, "home", "a directory directly under /tmp"), table.concat(err or {}, "\n"))
+    end
+    P.cleanup()
+  end)
+
   it("recognizes credential-shaped names", function()
     for _, n in ipairs({ "GH_TOKEN", "GITHUB_TOKEN", "API_KEY", "KEY", "SSH_KEY_PATH", "DB_PASSWORD", "SLACK_SIGNING_SECRET",
       "SLACK_APP_LEVEL", "ANTHROPIC_BASE_URL", "GITHUB_APP_ID", "E2B_DOMAIN", "AWS_SECRET_ACCESS_KEY", "NPM_AUTH_TOKEN" }) do

@@ -10,7 +10,7 @@
 --     image: {bytes, media_type, width, height, url, ms} of a picture taken
 --
 -- Chromium runs one command: `timeout` bounds it, its profile and HOME live in a fresh temporary
--- directory (the instance's HOME is not writable), and it writes the PNG into the workspace
+-- directory (a fresh profile per shot, gone after it), and it writes the PNG into the workspace
 -- under a hidden name that the tool reads back through the executor's file read (binary-safe:
 -- base64 on the wire) and then removes. Chromium's own sandbox is left on: inside the walls, as
 -- the instance's unprivileged user, it starts (docs/agent.md "screenshot"); only as root (an

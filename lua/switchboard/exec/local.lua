@@ -76,7 +76,7 @@ function M:exec(command, opts)
   if not call then return nil, refused end
   local snap, limit_ms = call.snap, call.budget_ms
   -- the whole environment: policy's base (child_env) and the credential resolved now
-  local env = child_env.base(snap, self.getenv)
+  local env = child_env.base(snap, self.getenv, self.walls ~= nil)
   for name, value in pairs(call.envs) do env[name] = value end
   local ws, refused_ws = workspace_of(self)
   if not ws then return nil, refused_ws end

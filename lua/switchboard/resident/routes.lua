@@ -309,6 +309,8 @@ function M.handler(ctx)
   local inner = sandbox_routes.handler{
     fleet = fleet_of(ctx), token = ctx.token, policy = ctx.policy, build = ctx.build, log = ctx.log,
     stopping = ctx.stopping, getenv = ctx.getenv,
+    -- walled threads' commands get their instance's HOME (shell/child_env.lua), as sandboxd's
+    mode = ctx.walls and "walls" or "unwalled",
   }
   return function(req, res)
     if not check(req.headers and req.headers[protocol.AUTH_HEADER], req) then

@@ -145,12 +145,13 @@ local function outcome_of(r, doc)
 end
 
 -- The environment every command starts from (policies/execution.lua child_env), built once per
--- policy snapshot: the server's own environment does not change while it runs.
+-- policy snapshot: the server's own environment does not change while it runs. The exec lane
+-- (lane.lua program) starts its commands from this same table.
 local base_cache = setmetatable({}, { __mode = "k" })
 local function base_env(ctx, snap)
   local env = base_cache[snap]
   if env == nil then
-    env = child_env.base(snap, ctx.getenv)
+    env = child_env.base(snap, ctx.getenv, ctx.mode == "walls")
     base_cache[snap] = env
   end
   return env

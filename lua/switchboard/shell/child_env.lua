@@ -3,13 +3,18 @@
 -- looks like a credential is never copied from the bot, even if a policy lists it (the
 -- loader already refuses such a policy; this is the second line). Per-command credentials
 -- (GH_TOKEN) are added by the executor from resolve_envs, not here.
+--
+-- A walled command's HOME is its instance's (policies/isolation.lua home, a directory of the
+-- private /tmp the walls make): the bot's HOME is never in an instance's view, and a tool that
+-- writes under $HOME (caches, `git config --global`) must be able to. Unwalled, the bot's.
 
 local schema = require("switchboard.policy.schema")
 
 local M = {}
 
--- getenv(name) → value | nil (default os.getenv). Returns a fresh name → value table.
-function M.base(snap, getenv)
+-- getenv(name) → value | nil (default os.getenv); walled: the command runs behind walls.
+-- Returns a fresh name → value table.
+function M.base(snap, getenv, walled)
   getenv = getenv or os.getenv
   local spec = snap.execution.child_env
   local env = {}
@@ -19,6 +24,7 @@ function M.base(snap, getenv)
       if type(v) == "string" then env[name] = v end
     end
   end
+  if walled then env.HOME = snap.isolation.home end
   for name, v in pairs(spec.set) do env[name] = v end
   return env
 end
