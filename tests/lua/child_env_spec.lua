@@ -27,6 +27,10 @@ describe("the base environment of a command", function()
     local snap = assert(P.load(P.dir({ isolation = function(s) return s .. '\nhome = "/tmp/h2"\n' end })))
     assert.equal("/tmp/h2", child_env.base(snap, getenv, true).HOME)
     assert.equal("/home/bot", child_env.base(snap, getenv, false).HOME)
+    -- an operator's isolation.lua from before `home` (no such line) still loads: /tmp/home
+    local older = assert(P.load(P.dir({ isolation = function(s) return (s:gsub('\nhome = "[^"]*"', "\n")) end })))
+    assert.is_nil(older.isolation.home)
+    assert.equal("/tmp/home", child_env.base(older, getenv, true).HOME)
     P.cleanup()
   end)
 

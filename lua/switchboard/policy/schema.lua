@@ -794,7 +794,8 @@ M.files.isolation = {
   uid_count = S.int { min = 1, max = 1000000 },
   uid_blocks = S.int { min = 1, max = 256 },
   hostname = S.string { pattern = "^[%w.-]*$", what = "a host name, or \"\"", empty_ok = true },
-  home = S.string { pattern = "^/tmp/[%w_][%w._-]*$", what = "a directory directly under /tmp such as \"/tmp/home\"" },
+  -- optional: shell/child_env.lua WALLED_HOME for an operator's isolation.lua that predates it
+  home = S.optional(S.string { pattern = "^/tmp/[%w_][%w._-]*$", what = "a directory directly under /tmp such as \"/tmp/home\"" }),
   rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },
   expose = S.list(S.string { pattern = "^[%w_][%w._-]*$", what = "a top-level name such as \"usr\"" },
     { unique = true, max = 32 }),

@@ -12,6 +12,12 @@ local schema = require("switchboard.policy.schema")
 
 local M = {}
 
+-- A walled command's HOME when policies/isolation.lua names none (a policy that predates `home`).
+M.WALLED_HOME = "/tmp/home"
+
+-- The HOME a walled command of this snapshot gets.
+function M.walled_home(snap) return snap.isolation.home or M.WALLED_HOME end
+
 -- getenv(name) → value | nil (default os.getenv); walled: the command runs behind walls.
 -- Returns a fresh name → value table.
 function M.base(snap, getenv, walled)
@@ -24,7 +30,7 @@ function M.base(snap, getenv, walled)
       if type(v) == "string" then env[name] = v end
     end
   end
-  if walled then env.HOME = snap.isolation.home end
+  if walled then env.HOME = M.walled_home(snap) end
   for name, v in pairs(spec.set) do env[name] = v end
   return env
 end

@@ -29,6 +29,7 @@ local uids = require("switchboard.shell.uids")
 local run = require("switchboard.shell.run")
 local bridge = require("switchboard.shell.bridge")
 local locale_view = require("switchboard.shell.locale_view")
+local child_env = require("switchboard.shell.child_env")
 
 local M = {}
 
@@ -764,7 +765,7 @@ function launch(self)
   end
   for _, p in ipairs(self.ro_binds or {}) do argv[#argv + 1] = "--ro-bind"; argv[#argv + 1] = p end
   if host.locale then argv[#argv + 1] = "--locale"; argv[#argv + 1] = host.locale.dir end
-  if iso.home then argv[#argv + 1] = "--home"; argv[#argv + 1] = iso.home end -- its commands' HOME (shell/child_env.lua)
+  argv[#argv + 1] = "--home"; argv[#argv + 1] = iso.home or child_env.WALLED_HOME -- its commands' HOME (shell/child_env.lua)
   local line = ""
   self.stopped = core.signal()
   self.done = core.signal()
