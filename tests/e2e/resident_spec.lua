@@ -443,12 +443,8 @@ describe("resident server and executor on loopback", function()
 
   it("git inside walled threads: status, log, diff, a commit on a branch; private to the thread; the shared objects read-only", function()
     core.run(function()
-      local h, log = start(base, { policies = dir, walls = true, may_fail = true })
-      if not h then
-        assert.matches("cannot build the walls", log)
-        pending("this kernel gives no walls: " .. (log:match("cannot build the walls[^\n]*") or ""))
-        return
-      end
+      local h = R.start_walled(base, { policies = dir }, pending)
+      if not h then return end
       assert.equal("warm", onboard(h, "acme/api"))
       local checkout = h.root .. "/repos/acme/api/checkout"
       local function host_git(args)
@@ -523,12 +519,8 @@ describe("resident server and executor on loopback", function()
 
   it("behind the walls (where the kernel gives them): a uid of its own that owns the worktree; detach kills it all", function()
     core.run(function()
-      local h, log = start(base, { policies = dir, walls = true, may_fail = true })
-      if not h then
-        assert.matches("cannot build the walls", log) -- anything else is a failure, not a skip
-        pending("this kernel gives no walls: " .. (log:match("cannot build the walls[^\n]*") or ""))
-        return
-      end
+      local h = R.start_walled(base, { policies = dir }, pending)
+      if not h then return end
       assert.matches('walls="cgroup v', h.log())
       assert.equal("warm", onboard(h, "acme/api"))
       local ex = new_ex(h, snap)

@@ -33,12 +33,8 @@ describe("resident: file-tree work off the event loop", function()
   it("a re-attach removing a large tree: /healthz answers while it is removed; the thread's /workspace is its worktree after", function()
     core.run(function()
       local base, dir = R.make_base(), R.policy_dir()
-      local h, log = R.start(base, { policies = dir, walls = true, may_fail = true })
-      if not h then
-        assert.matches("cannot build the walls", log) -- anything else is a failure, not a skip
-        pending("this kernel gives no walls: " .. (log:match("cannot build the walls[^\n]*") or ""))
-        return
-      end
+      local h = R.start_walled(base, { policies = dir }, pending)
+      if not h then return end
       assert.equal("warm", R.onboard(h, "acme/api"))
       assert.equal(200, (call(h, "POST", "/attach", { repo = "acme/api" })))
       local status, r = call(h, "POST", "/exec", { command = ("mkdir big && cd big && for d in $(seq %d); do "
