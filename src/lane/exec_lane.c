@@ -15,6 +15,7 @@
 #include "../engine/engine.h"
 #include "../json/json_text.h"
 #include "../log/log.h"
+#include "../log/log_lua.h"
 #include "../proc/proc.h"
 
 #include <errno.h>
@@ -621,13 +622,6 @@ static void report_later(sb_exec_lane *lane) {
     uv_timer_start(&report_timer, report_due, (uint64_t)(lane->report_ms > 0 ? lane->report_ms : 0), 0);
 }
 
-/* A field's number as core.log writes a Lua float (LUA_NUMBER_FMT, "3.0" for a whole one). */
-static void float_text(char *buf, size_t n, double v) {
-  snprintf(buf, n, LUA_NUMBER_FMT, (LUAI_UACNUMBER)v);
-  if (buf[strspn(buf, "-0123456789")] == '\0')
-    strncat(buf, ".0", n - strlen(buf) - 1);
-}
-
 /* An answered command of a tallied entry, as lane.lua heard would hear it: counted (its
  * duration, gaps, the instance's last use) for the next report, and its lines written now, in
  * order with every other line — the debug line (routes.lua account_command's sandboxd.exec) when
@@ -662,7 +656,7 @@ static void tally(sb_exec_lane *lane, lane_run *run, lua_Integer exit, double du
     sb_log_write("debug", lane->log_command, f, 3);
   }
   if (lane->log_request != NULL) {
-    float_text(dur, sizeof dur, floor(duration_ms * 10 + 0.5) / 10);
+    sb_log_float_text(dur, sizeof dur, floor(duration_ms * 10 + 0.5) / 10);
     sb_log_field f[7] = {{"duration_ms", dur, true}, {"lane", "1", true}, {"method", "POST", false}};
     size_t n = 3;
     if (run->remote[0] != '\0')

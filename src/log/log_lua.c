@@ -8,6 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+void sb_log_float_text(char *buf, size_t n, double v) {
+  snprintf(buf, n, LUA_NUMBER_FMT, (LUAI_UACNUMBER)v);
+  if (buf[strspn(buf, "-0123456789")] == '\0') /* as lua_tostring: 3.0 */
+    strncat(buf, ".0", n - strlen(buf) - 1);
+}
+
 static int cmp_keys(const void *a, const void *b) {
   return strcmp(((const sb_log_field *)a)->key, ((const sb_log_field *)b)->key);
 }
@@ -41,9 +47,7 @@ static int l_log(lua_State *L) {
         snprintf(numbers[n], sizeof numbers[n], LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, -1));
         text = numbers[n];
       } else if (t == LUA_TNUMBER) {
-        snprintf(numbers[n], sizeof numbers[n], LUA_NUMBER_FMT, (LUAI_UACNUMBER)lua_tonumber(L, -1));
-        if (numbers[n][strspn(numbers[n], "-0123456789")] == '\0') /* as lua_tostring: 3.0 */
-          strncat(numbers[n], ".0", sizeof numbers[n] - strlen(numbers[n]) - 1);
+        sb_log_float_text(numbers[n], sizeof numbers[n], (double)lua_tonumber(L, -1));
         text = numbers[n];
       } else if (t == LUA_TSTRING) {
         text = lua_tostring(L, -1); /* anchored by the table */

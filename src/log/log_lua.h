@@ -6,4 +6,8 @@
 
 int sb_log_open(lua_State *L);
 
+/* A float as core.log writes a Lua number field (LUA_NUMBER_FMT, "3.0" for a whole one, as
+ * lua_tostring): for C that writes the same lines without a Lua value (the exec lane's). */
+void sb_log_float_text(char *buf, size_t n, double v);
+
 #endif
