@@ -13,6 +13,21 @@
 
 #include "walls/walls.h"
 
+/* A directory bound read-only into the view (--ro-bind, --locale): opened (a directory, not a
+ * symlink) at 10 or above, clear of the 3-5 bwrap takes, then staged where the instance's uid can
+ * reach it (stage_reachable's slot). Dies naming the flag when it is not an absolute directory. */
+static int open_bind(const options *o, const char *flag, const char *path, int slot) {
+  int fd = path[0] == '/' ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+  if (fd < 0 && path[0] != '/')
+    errno = 0;
+  int high = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  if (fd >= 0)
+    close(fd);
+  if (high < 0)
+    die("%s takes an absolute directory; cannot open '%s'", flag, path);
+  return stage_reachable(o, high, path, slot);
+}
+
 int hold(const options *o) {
   pid_t parent = getppid();
   if (o->workspace == NULL) {
@@ -38,29 +53,12 @@ int hold(const options *o) {
   /* Read-only binds: opened (a directory, not a symlink) at 10 or above, clear of the 3-5
    * bwrap takes; close-on-exec until the child clears it for bwrap alone, so no command of the
    * instance inherits one. */
-  for (int k = 0; k < o->ro_binds.n; k++) {
-    const char *path = o->ro_binds.items[k];
-    int fd = path[0] == '/' ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-    if (fd < 0 && path[0] != '/')
-      errno = 0;
-    b.ro_fds[k] = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 10);
-    if (fd >= 0)
-      close(fd);
-    if (b.ro_fds[k] < 0)
-      die("--ro-bind takes an absolute directory; cannot open '%s'", path);
-    b.ro_fds[k] = stage_reachable(o, b.ro_fds[k], path, k + 1);
-  }
+  for (int k = 0; k < o->ro_binds.n; k++)
+    b.ro_fds[k] = open_bind(o, "--ro-bind", o->ro_binds.items[k], k + 1);
   /* --locale: only over the host's own /usr (a rootfs of its own has its own locales) */
   b.locale_fd = -1;
-  if (o->locale != NULL && strcmp(o->rootfs, "/") == 0) {
-    int fd = o->locale[0] == '/' ? open(o->locale, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-    b.locale_fd = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 10);
-    if (fd >= 0)
-      close(fd);
-    if (b.locale_fd < 0)
-      die("--locale takes an absolute directory; cannot open '%s'", o->locale);
-    b.locale_fd = stage_reachable(o, b.locale_fd, o->locale, MAX_LIST + 1);
-  }
+  if (o->locale != NULL && strcmp(o->rootfs, "/") == 0)
+    b.locale_fd = open_bind(o, "--locale", o->locale, MAX_LIST + 1);
   ws = stage_reachable(o, ws, o->workspace, 0);
   outbound ob = outbound_start(o); /* forked while root: see outbound_launcher */
   drop_to(o);
