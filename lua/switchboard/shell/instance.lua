@@ -765,7 +765,7 @@ function launch(self)
   end
   for _, p in ipairs(self.ro_binds or {}) do argv[#argv + 1] = "--ro-bind"; argv[#argv + 1] = p end
   if host.locale then argv[#argv + 1] = "--locale"; argv[#argv + 1] = host.locale.dir end
-  argv[#argv + 1] = "--home"; argv[#argv + 1] = iso.home or child_env.WALLED_HOME -- its commands' HOME (shell/child_env.lua)
+  argv[#argv + 1] = "--home"; argv[#argv + 1] = child_env.walled_home(self.snap) -- its commands' HOME (shell/child_env.lua)
   local line = ""
   self.stopped = core.signal()
   self.done = core.signal()

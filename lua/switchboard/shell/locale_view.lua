@@ -31,23 +31,20 @@ local function tool(argv, deadline_ms)
   return true
 end
 
--- The host's locales that are directories (each with its LC_CTYPE), sorted.
+-- The host's locales that are directories (each with its LC_CTYPE), sorted (as core.fs.list).
 function M.host_locales(host)
   local out = {}
   for _, name in ipairs(core.fs.list(host or M.HOST) or {}) do
-    if type(name) == "table" then name = name.name end
     if name:sub(1, 1) ~= "." and core.fs.exists(("%s/%s/LC_CTYPE"):format(host or M.HOST, name)) then
       out[#out + 1] = name
     end
   end
-  table.sort(out)
   return out
 end
 
 -- The copies of processes that are gone (killed before their close): removed.
 local function sweep(root, pid)
   for _, name in ipairs(core.fs.list(root) or {}) do
-    if type(name) == "table" then name = name.name end
     local owner = tonumber(name:match(M.PATTERN))
     if owner and owner ~= pid and not core.fs.exists("/proc/" .. owner) then
       core.fs.remove_tree(root .. "/" .. name)
