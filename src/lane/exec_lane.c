@@ -650,8 +650,8 @@ static void tally(sb_exec_lane *lane, lane_run *run, lua_Integer exit, double du
   const char *label = e->label != NULL ? e->label : "";
   char dur[48], ex[48];
   if (lane->log_command != NULL && sb_log_enabled("debug")) {
-    snprintf(dur, sizeof dur, LUA_INTEGER_FMT, (LUAI_UACINT)duration);
-    snprintf(ex, sizeof ex, LUA_INTEGER_FMT, (LUAI_UACINT)exit);
+    sb_log_int_text(dur, (long long)duration);
+    sb_log_int_text(ex, (long long)exit);
     sb_log_field f[] = {{"duration_ms", dur, true}, {"exit", ex, true}, {"instance", label, false}};
     sb_log_write("debug", lane->log_command, f, 3);
   }

@@ -1,13 +1,14 @@
 /* Structured logging (see log.h). Knows nothing of Lua: the Lua face is log_lua.c. */
 #include "log.h"
+#include "log_line.h"
 
-#include <stdint.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
-#include <sys/time.h>
+#include <unistd.h>
 
 enum { REDACT_MIN_LEN = 6 };
 
@@ -17,34 +18,6 @@ static struct {
   char **secrets; /* owned copies */
   size_t n_secrets;
 } G = {false, 1, NULL, 0};
-
-typedef struct {
-  char *data;
-  size_t len, cap;
-} strbuf;
-
-static void sb_put(strbuf *b, const char *s, size_t n) {
-  if (n > SIZE_MAX / 4 - b->len)
-    return; /* absurd sizes: drop, never wrap */
-  size_t need = b->len + n + 1;
-  if (need > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need)
-      cap *= 2;
-    char *grown = realloc(b->data, cap);
-    if (grown == NULL)
-      return; /* drop the rest of the line rather than crash the loop */
-    b->data = grown;
-    b->cap = cap;
-  }
-  if (b->data == NULL)
-    return;
-  memcpy(b->data + b->len, s, n);
-  b->len += n;
-  b->data[b->len] = '\0';
-}
-
-static void sb_puts(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
 static int level_rank(const char *level) {
   static const char *names[] = {"debug", "info", "warn", "error"};
@@ -75,66 +48,30 @@ void sb_log_redact(const char *secret) {
   G.secrets[G.n_secrets++] = copy;
 }
 
-/* JSON string escaping; also used for text mode so a line never breaks. */
-static void put_escaped(strbuf *b, const char *s) {
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    char tmp[8];
-    switch (*p) {
-    case '"': sb_puts(b, "\\\""); break;
-    case '\\': sb_puts(b, "\\\\"); break;
-    case '\n': sb_puts(b, "\\n"); break;
-    case '\r': sb_puts(b, "\\r"); break;
-    case '\t': sb_puts(b, "\\t"); break;
-    default:
-      if (*p < 0x20) {
-        snprintf(tmp, sizeof tmp, "\\u%04x", *p);
-        sb_puts(b, tmp);
-      } else {
-        sb_put(b, (const char *)p, 1);
-      }
-    }
-  }
-}
-
-static bool needs_quotes(const char *s) {
-  if (*s == '\0')
-    return true;
-  for (; *s; s++)
-    if (*s == ' ' || *s == '"' || *s == '=' || (unsigned char)*s < 0x20)
-      return true;
-  return false;
-}
-
-static void put_timestamp(strbuf *b) {
-  struct timeval tv;
-  gettimeofday(&tv, NULL);
-  struct tm tm;
-  gmtime_r(&tv.tv_sec, &tm);
-  char ts[40];
-  size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(ts + n, sizeof ts - n, ".%03dZ", (int)(tv.tv_usec / 1000));
-  sb_puts(b, ts);
-}
-
-/* Replaces every occurrence of every registered secret. The scan resumes after each mask, so
- * a secret that is itself part of the mask (say "redact") cannot make it loop. */
-static void scrub(strbuf *b) {
+/* Replaces every occurrence of every registered secret, one secret after another (a mask
+ * the first leaves is text the next is looked for in). The scan resumes after each mask, so a
+ * secret that is itself part of the mask (say "redact") cannot make it loop. */
+static void scrub(sb_log_line *line) {
   static const char mask[] = "[redacted]";
-  for (size_t i = 0; i < G.n_secrets && b->data != NULL; i++) {
+  for (size_t i = 0; i < G.n_secrets; i++) {
     const char *secret = G.secrets[i];
     size_t sl = strlen(secret);
-    if (sl == 0 || strstr(b->data, secret) == NULL)
+    if (sl == 0 || memmem(line->data, line->len, secret, sl) == NULL)
       continue;
-    strbuf out = {0};
-    const char *from = b->data, *hit;
-    while ((hit = strstr(from, secret)) != NULL) {
-      sb_put(&out, from, (size_t)(hit - from));
-      sb_puts(&out, mask);
+    sb_log_line out;
+    sb_log_line_init(&out);
+    const char *from = line->data, *end = line->data + line->len, *hit;
+    while ((hit = memmem(from, (size_t)(end - from), secret, sl)) != NULL) {
+      sb_log_line_put(&out, from, (size_t)(hit - from));
+      sb_log_line_put(&out, mask, sizeof mask - 1);
       from = hit + sl;
     }
-    sb_puts(&out, from);
-    free(b->data);
-    *b = out;
+    sb_log_line_put(&out, from, (size_t)(end - from));
+    bool inline_out = out.data == out.inline_bytes;
+    sb_log_line_free(line);
+    *line = out;
+    if (inline_out)
+      line->data = line->inline_bytes; /* the bytes were copied with the struct: point at them */
   }
 }
 
@@ -171,68 +108,35 @@ static bool stderr_is_journal(void) {
   return known == 1;
 }
 
-/* The sd-daemon(3) priority prefix journald reads: "<3>" error … "<7>" debug. */
-static const char *journal_prefix(const char *level) {
-  static const char *prefixes[] = {"<7>", "<6>", "<4>", "<3>"};
-  return prefixes[level_rank(level)];
+/* All of a line in one write(2), on fd 2 (stderr, unbuffered: nothing of stdio's waits before
+ * it); a short write is finished, an interrupted one retried, a failing one dropped. errno is
+ * the caller's as it was. */
+static void write_line(const char *p, size_t n) {
+  int saved = errno;
+  while (n > 0) {
+    ssize_t w = write(STDERR_FILENO, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      break;
+    p += w;
+    n -= (size_t)w;
+  }
+  errno = saved;
 }
 
 void sb_log_write(const char *level, const char *event, const sb_log_field *fields, size_t n) {
   if (!sb_log_enabled(level))
     return;
-  strbuf b = {0};
-  /* On the journal each line carries its priority; the journal keeps its own timestamps. */
-  bool journal = stderr_is_journal();
-  if (journal)
-    sb_puts(&b, journal_prefix(level));
-  if (G.json) {
-    sb_puts(&b, "{\"ts\":\"");
-    put_timestamp(&b);
-    sb_puts(&b, "\",\"level\":\"");
-    put_escaped(&b, level);
-    sb_puts(&b, "\",\"event\":\"");
-    put_escaped(&b, event);
-    sb_puts(&b, "\"");
-    for (size_t i = 0; i < n; i++) {
-      sb_puts(&b, ",\"");
-      put_escaped(&b, fields[i].key);
-      sb_puts(&b, "\":");
-      if (fields[i].raw) {
-        sb_puts(&b, fields[i].value);
-      } else {
-        sb_puts(&b, "\"");
-        put_escaped(&b, fields[i].value);
-        sb_puts(&b, "\"");
-      }
-    }
-    sb_puts(&b, "}\n");
-  } else {
-    if (!journal) {
-      put_timestamp(&b);
-      sb_puts(&b, " ");
-    }
-    sb_puts(&b, level);
-    sb_puts(&b, " ");
-    put_escaped(&b, event);
-    for (size_t i = 0; i < n; i++) {
-      sb_puts(&b, " ");
-      put_escaped(&b, fields[i].key);
-      sb_puts(&b, "=");
-      bool quote = !fields[i].raw && needs_quotes(fields[i].value);
-      if (quote)
-        sb_puts(&b, "\"");
-      put_escaped(&b, fields[i].value);
-      if (quote)
-        sb_puts(&b, "\"");
-    }
-    sb_puts(&b, "\n");
-  }
-  scrub(&b);
-  if (b.data != NULL) {
-    fwrite(b.data, 1, b.len, stderr);
-    fflush(stderr);
-  }
-  free(b.data);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  sb_log_line line;
+  sb_log_line_init(&line);
+  sb_log_line_style style = {.json = G.json, .journal = stderr_is_journal()};
+  sb_log_line_format(&line, style, level, event, fields, n, now.tv_sec, now.tv_nsec / 1000);
+  scrub(&line);
+  write_line(line.data, line.len);
+  sb_log_line_free(&line);
 }
 
 void sb_log_error_text(const char *where, const char *text) {

@@ -20,6 +20,9 @@ void sb_log_redact(const char *secret);        /* copies it; empty and short str
  * length in *len. Length-aware (a NUL in text is a byte like any other). */
 size_t sb_log_find_secret(const char *text, size_t n, size_t from, size_t *len);
 bool sb_log_enabled(const char *level);
+/* v as "%lld" writes it, into buf (NUL-terminated), its length returned: for a caller's integer
+ * fields without printf. */
+size_t sb_log_int_text(char buf[24], long long v);
 void sb_log_write(const char *level, const char *event, const sb_log_field *fields, size_t n);
 /* An error with a location/traceback text, from the protected-call path. */
 void sb_log_error_text(const char *where, const char *text);

@@ -4,11 +4,34 @@
 #include "log.h"
 
 #include <lauxlib.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* A whole number of tenths, as "%.14g" then ".0" write it, made by hand: the exec lane's
+ * duration is one per request (issue 43). v is such a number when it is the double nearest to
+ * k/10 for a whole k: then its 14 significant digits are k/10's own (v < 1e12: k has at most 13),
+ * "%.14g" drops the zero tenth that the ".0" puts back, and v < 1e14 never takes an exponent.
+ * False for any other v (and -0.0, whose text keeps its sign): printf writes it. */
+static bool tenths_text(char *buf, size_t n, double v) {
+  if (!(v >= 0 && v < 1e12) || signbit(v) || n < 24)
+    return false;
+  long long k = llround(v * 10);
+  if ((double)k / 10 != v)
+    return false;
+  size_t len = sb_log_int_text(buf, k / 10);
+  buf[len++] = '.';
+  buf[len++] = (char)('0' + k % 10);
+  buf[len] = '\0';
+  return true;
+}
+
 void sb_log_float_text(char *buf, size_t n, double v) {
+  _Static_assert(sizeof LUA_NUMBER_FMT == sizeof "%.14g", "tenths_text writes \"%.14g\"'s text");
+  if (tenths_text(buf, n, v))
+    return;
   snprintf(buf, n, LUA_NUMBER_FMT, (LUAI_UACNUMBER)v);
   if (buf[strspn(buf, "-0123456789")] == '\0') /* as lua_tostring: 3.0 */
     strncat(buf, ".0", n - strlen(buf) - 1);
@@ -44,7 +67,7 @@ static int l_log(lua_State *L) {
       if (t == LUA_TBOOLEAN) {
         text = lua_toboolean(L, -1) ? "true" : "false";
       } else if (t == LUA_TNUMBER && lua_isinteger(L, -1)) {
-        snprintf(numbers[n], sizeof numbers[n], LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, -1));
+        sb_log_int_text(numbers[n], (long long)lua_tointeger(L, -1)); /* LUA_INTEGER_FMT's text */
         text = numbers[n];
       } else if (t == LUA_TNUMBER) {
         sb_log_float_text(numbers[n], sizeof numbers[n], (double)lua_tonumber(L, -1));
