@@ -38,16 +38,21 @@ static bool reserve(sb_log_line *line, size_t n) {
   return true;
 }
 
-void sb_log_line_put(sb_log_line *line, const char *s, size_t n) {
-  if (!reserve(line, n))
-    return;
-  memcpy(line->data + line->len, s, n);
-  line->len += n;
+/* The common case (the piece fits) inlined at every call; a literal's length is a constant. */
+static inline void put(sb_log_line *line, const char *s, size_t n) {
+  if (n <= line->cap - line->len || reserve(line, n)) {
+    memcpy(line->data + line->len, s, n);
+    line->len += n;
+  }
 }
 
-static void put_str(sb_log_line *line, const char *s) { sb_log_line_put(line, s, strlen(s)); }
+#define PUT_LITERAL(line, text) put((line), (text), sizeof(text) - 1)
 
-static void put_char(sb_log_line *line, char c) {
+void sb_log_line_put(sb_log_line *line, const char *s, size_t n) { put(line, s, n); }
+
+static void put_str(sb_log_line *line, const char *s) { put(line, s, strlen(s)); }
+
+static inline void put_char(sb_log_line *line, char c) {
   if (line->len < line->cap || reserve(line, 1))
     line->data[line->len++] = c;
 }
@@ -70,9 +75,14 @@ size_t sb_log_int_text(char buf[24], long long v) {
   return len;
 }
 
-/* Which bytes JSON escaping changes: '"', '\\' and the control characters. The rest are copied
- * in runs. */
-static bool escaped_byte(unsigned char c) { return c < 0x20 || c == '"' || c == '\\'; }
+/* Which bytes JSON escaping changes: '"', '\\' and the control characters — and NUL, where a
+ * string ends. The rest are copied in runs, found by one load per byte. */
+static const bool STOPS_RUN[256] = {
+    [0x00] = 1, [0x01] = 1, [0x02] = 1, [0x03] = 1, [0x04] = 1, [0x05] = 1, [0x06] = 1,
+    [0x07] = 1, [0x08] = 1, [0x09] = 1, [0x0a] = 1, [0x0b] = 1, [0x0c] = 1, [0x0d] = 1,
+    [0x0e] = 1, [0x0f] = 1, [0x10] = 1, [0x11] = 1, [0x12] = 1, [0x13] = 1, [0x14] = 1,
+    [0x15] = 1, [0x16] = 1, [0x17] = 1, [0x18] = 1, [0x19] = 1, [0x1a] = 1, [0x1b] = 1,
+    [0x1c] = 1, [0x1d] = 1, [0x1e] = 1, [0x1f] = 1, ['"'] = 1,   ['\\'] = 1};
 
 /* JSON string escaping; also used for text mode so a line never breaks. */
 static void put_escaped(sb_log_line *line, const char *s) {
@@ -80,9 +90,9 @@ static void put_escaped(sb_log_line *line, const char *s) {
   const unsigned char *p = (const unsigned char *)s;
   for (;;) {
     const unsigned char *run = p;
-    while (*p != '\0' && !escaped_byte(*p))
+    while (!STOPS_RUN[*p])
       p++;
-    sb_log_line_put(line, (const char *)run, (size_t)(p - run));
+    put(line, (const char *)run, (size_t)(p - run));
     if (*p == '\0')
       return;
     char esc[6] = {'\\', 0};
@@ -99,7 +109,7 @@ static void put_escaped(sb_log_line *line, const char *s) {
       esc[5] = hex[*p & 0xf];
       n = 6;
     }
-    sb_log_line_put(line, esc, n);
+    put(line, esc, n);
     p++;
   }
 }
@@ -144,22 +154,22 @@ size_t sb_log_timestamp_text(char out[48], time_t sec, long usec) {
 
 static void put_timestamp(sb_log_line *line, time_t sec, long usec) {
   char ts[48];
-  sb_log_line_put(line, ts, sb_log_timestamp_text(ts, sec, usec));
+  put(line, ts, sb_log_timestamp_text(ts, sec, usec));
 }
 
 static void format_json(sb_log_line *line, const char *level, const char *event,
                         const sb_log_field *fields, size_t n, time_t sec, long usec) {
-  put_str(line, "{\"ts\":\"");
+  PUT_LITERAL(line, "{\"ts\":\"");
   put_timestamp(line, sec, usec);
-  put_str(line, "\",\"level\":\"");
+  PUT_LITERAL(line, "\",\"level\":\"");
   put_escaped(line, level);
-  put_str(line, "\",\"event\":\"");
+  PUT_LITERAL(line, "\",\"event\":\"");
   put_escaped(line, event);
   put_char(line, '"');
   for (size_t i = 0; i < n; i++) {
-    put_str(line, ",\"");
+    PUT_LITERAL(line, ",\"");
     put_escaped(line, fields[i].key);
-    put_str(line, "\":");
+    PUT_LITERAL(line, "\":");
     if (fields[i].raw) {
       put_str(line, fields[i].value);
     } else {
@@ -168,7 +178,7 @@ static void format_json(sb_log_line *line, const char *level, const char *event,
       put_char(line, '"');
     }
   }
-  put_str(line, "}\n");
+  PUT_LITERAL(line, "}\n");
 }
 
 static void format_text(sb_log_line *line, bool journal, const char *level, const char *event,
