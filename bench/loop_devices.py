@@ -6,12 +6,12 @@ RUSAGE_CHILDREN) with the host's loop devices as they are, then with ADD more fr
 with LOOP_CTL_ADD (numbers from FIRST up, none of which may exist), then again after removing
 exactly those (A, B, A). Also times LOOP_CTL_ADD and LOOP_CTL_REMOVE per device (what a start
 that must make its device, and a give-back, cost). Root. Usage: loop_devices.py [ADD] [FIRST]"""
-import ctypes, fcntl, os, resource, subprocess, sys, time
+import ctypes, errno, fcntl, os, resource, subprocess, sys, time
 
 LOOP_CTL_ADD, LOOP_CTL_REMOVE = 0x4C80, 0x4C81
 ADD = int(sys.argv[1]) if len(sys.argv) > 1 else 2500
 FIRST = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
-BASH_RUNS, SYSINFO_CALLS = 300, 5000
+BASH_RUNS, SYSINFO_CALLS = 1000, 5000
 
 libc = ctypes.CDLL(None, use_errno=True)
 buf = ctypes.create_string_buffer(256)
@@ -30,12 +30,13 @@ def bash_us():
     for _ in range(BASH_RUNS):
         subprocess.run(["bash", "-c", "true"], check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu / BASH_RUNS * 1e6
+    sys_us = (after.ru_stime - before.ru_stime) / BASH_RUNS * 1e6
+    return (after.ru_utime - before.ru_utime) / BASH_RUNS * 1e6 + sys_us, sys_us
 
 def row(label):
-    print("%-28s loop devices %5d  sysinfo() %7.1f us CPU  bash -c true %7.0f us CPU  load %s"
-          % (label, loops(), sysinfo_us(), bash_us(), open("/proc/loadavg").read().split()[0]), flush=True)
+    total, sys_us = bash_us()
+    print("%-28s loop devices %5d  sysinfo() %6.1f us CPU  bash -c true %5.0f us CPU (%4.0f sys)  load %s"
+          % (label, loops(), sysinfo_us(), total, sys_us, open("/proc/loadavg").read().split()[0]), flush=True)
 
 ctl = os.open("/dev/loop-control", os.O_RDWR)
 for n in range(FIRST, FIRST + ADD):
@@ -52,8 +53,18 @@ try:
     row("+%d free (LOOP_CTL_ADD)" % ADD)
 finally:
     t, c = time.perf_counter(), time.process_time()
-    for n in made:
-        fcntl.ioctl(ctl, LOOP_CTL_REMOVE, n)
+    for n in made:  # busy: someone opened or bound it meanwhile (a free number is anyone's)
+        for wait in (0.1, 0.5, 2, 5, 10, None):
+            try:
+                fcntl.ioctl(ctl, LOOP_CTL_REMOVE, n)
+                break
+            except OSError as e:
+                if e.errno == errno.ENODEV:
+                    break
+                if e.errno != errno.EBUSY or wait is None:
+                    print("loop%d left: %s" % (n, e), file=sys.stderr)
+                    break
+                time.sleep(wait)
     rm_wall = (time.perf_counter() - t) / max(1, len(made)) * 1e3
     rm_cpu = (time.process_time() - c) / max(1, len(made)) * 1e3
 row("after removing them")

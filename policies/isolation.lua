@@ -81,7 +81,7 @@ disk_reserve_bytes = 2048 * MiB
 -- Loop devices (docs/isolation.md "Loop devices given back"): when an instance is gone, the
 -- loop device its workspace was attached to is removed, unless its number is below this — a
 -- pool kept free for the next starts (the kernel's own loop0-7 among them). Each device on the
--- host costs every sysinfo() (each `bash`) a little: ~35 ns here.
+-- host costs every sysinfo() (each `bash`) a little: ~40 ns here.
 loop_devices_kept = 32
 -- Slept workspaces (docs/sandboxd.md "Instances"): an instance that sleeps (idle past timeouts
 -- sandbox.sleep_after, or sandboxd stopping) keeps its workspace on the host's disk, and the

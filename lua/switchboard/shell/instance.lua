@@ -781,7 +781,8 @@ function launch(self)
       local pid, loop = line:match("^ready (%d+)%s*(.-)\n")
       if pid then
         self.pid = tonumber(pid)
-        self.loop = tonumber(loop:match("^loop (%d+)$")) -- given back at the stop
+        local device = loop:match("^loop (%d+)$") -- given back at the stop (with --disk-image)
+        self.loop = device and tonumber(device)
         self.starting:abort("ready")
       end
     end,
