@@ -29,7 +29,7 @@ function M.new(log)
     drained = core.signal() }, Keeper)
 end
 
--- One try of the queue's entry i; true when it is settled (removed or left).
+-- One try of a queued device; true when it is settled (removed, gone already, or left).
 local function try(self, item)
   local ok, why = core.loop_remove(item.n)
   if ok then
