@@ -78,6 +78,11 @@ workspace_max_bytes = 2048 * MiB
 -- What the host's disk keeps free beside the workspaces (its logs, sandboxd's state, the
 -- resident's repositories): an instance whose workspace would take it is not made.
 disk_reserve_bytes = 2048 * MiB
+-- Loop devices (docs/isolation.md "Loop devices given back"): when an instance is gone, the
+-- loop device its workspace was attached to is removed, unless its number is below this — a
+-- pool kept free for the next starts (the kernel's own loop0-7 among them). Each device on the
+-- host costs every sysinfo() (each `bash`) a little: ~40 ns here.
+loop_devices_kept = 32
 -- Slept workspaces (docs/sandboxd.md "Instances"): an instance that sleeps (idle past timeouts
 -- sandbox.sleep_after, or sandboxd stopping) keeps its workspace on the host's disk, and the
 -- thread's next request remounts it in a fresh instance — files, dependencies, git state as left.

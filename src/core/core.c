@@ -14,6 +14,7 @@
 #include "../log/log_lua.h"
 #include "../notify/notify.h"
 #include "../proc/filerefs.h"
+#include "../proc/loop_devices.h"
 #include "../proc/pidwatch.h"
 #include "../proc/proc.h"
 #include "../secrets/secrets.h"
@@ -28,7 +29,7 @@ static int (*const openers[])(lua_State *) = {
     sb_http_server_open, sb_crypto_open,      sb_fs_open,   sb_stdin_open,
     sb_ws_open,          sb_secrets_open,     sb_sse_open,         sb_notify_open,
     sb_tty_open,         sb_json_open,        sb_store_open,       sb_filerefs_open,
-    sb_pidwatch_open,    sb_exec_lane_open,
+    sb_pidwatch_open,    sb_exec_lane_open,   sb_loop_devices_open,
 };
 
 static char finalizer_key;

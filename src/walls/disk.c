@@ -341,8 +341,9 @@ static int open_loop(int n, int dir_fd, const char *dir_path, char *why, size_t 
 }
 
 /* A free loop device backed by img, released by the kernel when its last user (the mount) goes.
- * Returns its fd, or -1. */
-static int attach_loop(int img, int dir_fd, const char *dir_path, char *why, size_t size) {
+ * Returns its fd and its number in *number, or -1. */
+static int attach_loop(int img, int dir_fd, const char *dir_path, int *number, char *why,
+                       size_t size) {
   int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
   if (ctl < 0)
     return fail(why, size, errno, "/dev/loop-control (the workspace's file system is a loop "
@@ -366,6 +367,7 @@ static int attach_loop(int img, int dir_fd, const char *dir_path, char *why, siz
     cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
     if (ioctl(dev, LOOP_CONFIGURE, &cfg) == 0) {
       close(ctl);
+      *number = n;
       return dev;
     }
     int err = errno;
@@ -403,7 +405,8 @@ int walls_disk_mount(int dir_fd, const char *path, const char *name, long long b
       return -1;
     }
   }
-  int dev = attach_loop(img, dir_fd, path, why, why_size);
+  int number = -1;
+  int dev = attach_loop(img, dir_fd, path, &number, why, why_size);
   close(img); /* the loop device holds the file now */
   if (dev < 0)
     return -1;
@@ -432,5 +435,5 @@ int walls_disk_mount(int dir_fd, const char *path, const char *name, long long b
   close(dev); /* the mount holds the device; with it gone, the kernel detaches it (autoclear) */
   if (rc < 0)
     return fail(why, why_size, err, "cannot mount the workspace's image over %s", path);
-  return 0;
+  return number;
 }

@@ -14,8 +14,9 @@
  * > 0) of the workspace directory open as `dir_fd` (its host path `path`) over that directory,
  * in the calling process's mount namespace (which must be private: the caller unshares it).
  * The image is reserved on the host's disk first, only while `reserve` bytes stay free beside
- * it; else refused, "the host's disk is full: …" in `why`. Returns 0, or -1 with what failed
- * and why written to `why` (errno not kept). */
+ * it; else refused, "the host's disk is full: …" in `why`. Returns the number of the loop device
+ * it is mounted from (the server gives it back when the instance is gone: src/walls/loops.h),
+ * or -1 with what failed and why written to `why` (errno not kept). */
 int walls_disk_mount(int dir_fd, const char *path, const char *name, long long bytes,
                      long long reserve, int nice, char *why, size_t why_size);
 

@@ -40,8 +40,9 @@ int hold(const options *o) {
   int ws = open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (ws < 0 || fchown(ws, (uid_t)o->uid, (gid_t)o->gid) < 0)
     die("cannot give the workspace %s to uid %ld", o->workspace, o->uid);
+  int loop = -1; /* the workspace's loop device, told with "ready": the server gives it back */
   if (o->disk_image != NULL) { /* the instance's /workspace is then a file system of its own */
-    ws = mount_disk(o, ws);
+    ws = mount_disk(o, ws, &loop);
     if (fchown(ws, (uid_t)o->uid, (gid_t)o->gid) < 0)
       die("cannot give the workspace's own file system to uid %ld", o->uid);
   }
@@ -122,7 +123,10 @@ int hold(const options *o) {
   if (inner > 0 && listener >= 0)
     enter_instance(inner, parent);
   if (inner > 0) {
-    printf("ready %ld\n", inner);
+    if (loop >= 0)
+      printf("ready %ld loop %d\n", inner, loop);
+    else
+      printf("ready %ld\n", inner);
     fflush(stdout);
     stdout_to_null(); /* sandboxd's end of the pipe closes: nothing is read after ready */
   }

@@ -57,8 +57,8 @@ static int private_mounts(void) {
 
 /* The workspace's own file system (src/walls/disk.c) mounted over the workspace directory, open
  * as `ws`, in this helper's mount namespace; returns the mounted file system's root, open
- * (close-on-exec), and closes `ws`. */
-int mount_disk(const options *o, int ws) {
+ * (close-on-exec), and closes `ws`; the loop device's number in *loop. */
+int mount_disk(const options *o, int ws, int *loop) {
   char why[PATH_MAX + 256];
   struct stat below, top;
   if (o->disk_bytes < 1024 * 1024 || strchr(o->disk_image, '/') != NULL || o->disk_image[0] == '\0') {
@@ -67,8 +67,9 @@ int mount_disk(const options *o, int ws) {
   }
   if (private_mounts() < 0)
     die("the workspace's own file system needs a mount namespace of the helper's own");
-  if (walls_disk_mount(ws, o->workspace, o->disk_image, o->disk_bytes, o->disk_reserve,
-                       (int)(o->nice > 0 ? o->nice : 0), why, sizeof why) < 0) {
+  *loop = walls_disk_mount(ws, o->workspace, o->disk_image, o->disk_bytes, o->disk_reserve,
+                           (int)(o->nice > 0 ? o->nice : 0), why, sizeof why);
+  if (*loop < 0) {
     errno = 0;
     die("the workspace's own file system (%lld bytes, policies/isolation.lua workspace_max_bytes) "
         "could not be made: %s", o->disk_bytes, why);

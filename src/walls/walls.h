@@ -94,7 +94,7 @@ long read_child_pid(int fd);
 
 /* ---- mounts.c: the workspace's way in ------------------------------------------------------- */
 
-int mount_disk(const options *o, int ws);
+int mount_disk(const options *o, int ws, int *loop);
 int stage_reachable(const options *o, int fd, const char *path, int k);
 
 /* ---- hold.c, enter.c, spawner.c, run.c: the modes -------------------------------------------- */

@@ -784,6 +784,7 @@ M.files.isolation = {
   file_size_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   workspace_max_bytes = S.int { min = M.MIB, max = 1024 * 1024 * M.MIB, unit = "bytes" },
   disk_reserve_bytes = S.int { min = 0, max = 1024 * 1024 * M.MIB, unit = "bytes" },
+  loop_devices_kept = S.int { min = 0, max = 1048576 },
   slept_max_bytes = S.int { min = 0, max = 1024 * 1024 * 1024 * M.MIB, unit = "bytes" },
   slept_max_age_ms = ms(0, 3650 * 24 * HOUR),
   bases_refresh_ms = ms(0, 3650 * 24 * HOUR),

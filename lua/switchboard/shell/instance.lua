@@ -19,7 +19,8 @@
 --   inst:counters() → {oom, pids}        the limit counters, before a command
 --   inst:procs_file() → path             its processes' cgroup.procs (sandboxd/file_table.lua)
 --   inst:explain(before, exit, after?) → text?   a line naming the limit a command hit, or nil
---   inst:stop()                          every process gone (cgroup kill), cgroups removed
+--   inst:stop()                          every process gone (cgroup kill), cgroups removed, its
+--                                        loop device given back (shell/loop_devices.lua)
 --   walls:close()                        the server's cgroup tree removed (every instance cgroup in
 --                                        it, known or not) and its uid claim released
 --   instance.close_all()                 every host of this process not closed yet, closed
@@ -30,6 +31,7 @@ local run = require("switchboard.shell.run")
 local bridge = require("switchboard.shell.bridge")
 local locale_view = require("switchboard.shell.locale_view")
 local child_env = require("switchboard.shell.child_env")
+local loop_devices = require("switchboard.shell.loop_devices")
 
 local M = {}
 
@@ -265,6 +267,7 @@ function M.host(opts)
   if not claim then return nil, claim_why end
   self.uid_claim = claim
   self.uid_registry = opts.uid_registry
+  self.loops = loop_devices.new(self.log) -- the devices its instances' workspaces were attached to
   open_hosts[self] = true -- closed by M.close_all at the latest
   self.root = opts.scratch -- the server's --root
   self.server_dirs = {}
@@ -549,6 +552,7 @@ function Host:close()
     core.fs.remove_tree(building.dir)
   end
   if self.bridge then self.bridge:close() end
+  self.loops:close(bounds(self).stop_ms) -- the devices of the instances just stopped
   if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
   if self.locale then locale_view.remove(self.locale) end
   -- every instance cgroup of the tree, not only those of instances it still knows: one whose
@@ -774,9 +778,11 @@ function launch(self)
     on_output = function(stream, bytes)
       if stream ~= "stdout" or self.pid then return end
       line = line .. bytes
-      local pid = line:match("^ready (%d+)\n")
+      local pid, loop = line:match("^ready (%d+)%s*(.-)\n")
       if pid then
         self.pid = tonumber(pid)
+        local device = loop:match("^loop (%d+)$") -- given back at the stop (with --disk-image)
+        self.loop = device and tonumber(device)
         self.starting:abort("ready")
       end
     end,
@@ -929,6 +935,8 @@ function Instance:stop()
   end
   if self.socket then os.remove(self.socket) end
   if self.slot then self.host.slots[self.slot] = nil end
+  -- every process reaped: the mount, the device's last user, is gone or going
+  if self.loop then self.host.loops:release(self.loop, self.snap.isolation.loop_devices_kept) end
 end
 
 return M

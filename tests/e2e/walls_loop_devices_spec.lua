@@ -1,0 +1,109 @@
+-- Black-box: a walled sandboxd gives back the loop devices its instances' workspaces were
+-- attached to (docs/isolation.md "Loop devices given back"). LOOP_CTL_GET_FREE makes a new
+-- device whenever none is free and autoclear only detaches it: before, every instance that ever
+-- ran at once left a free device on the host for good (2,706 after the 2,000-instance benches),
+-- and every sysinfo() — each `bash` — walked them all. Here, with loop_devices_kept = 0, every
+-- device the server attached is removed once its instance sleeps or the server stops, and a
+-- device someone else bound (losetup) is never touched. Other specs attach loop devices beside
+-- this one: only the numbers this server's images were attached to are counted, and such a
+-- number that exists afterwards must be bound to a file that is not this server's (someone
+-- else's GET_FREE took it after us: the kernel refuses to remove it, and so it should).
+local core = require("switchboard.core")
+local cjson = require("cjson")
+local S = require("support.sandbox")
+local policies = require("support.policies")
+
+local THREADS = 5
+
+local function policy_dir()
+  return policies.dir{
+    timeouts = function(src) return src .. "\n" .. S.FAST .. '\nsandbox.sleep_after = "2s"\n' end,
+    isolation = function(src)
+      return src .. '\nworkspace_max_bytes = 16 * MiB\nnetwork = "none"\nloop_devices_kept = 0\n'
+    end,
+  }
+end
+
+local describe_walls = require("support.walls").probe(policy_dir(),
+  { describe = describe, it = it, pending = pending })
+
+after_each(S.cleanup_servers)
+teardown(S.cleanup)
+
+local function sh(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  local ok = p:close()
+  return ok and out or nil
+end
+
+-- The loop devices bound to a file under `root` (a server's workspaces), by number.
+local function loops_under(root)
+  local out = {}
+  for _, name in ipairs(core.fs.list("/sys/block") or {}) do
+    local n = tonumber(name:match("^loop(%d+)$") or "")
+    local backing = n and S.read("/sys/block/" .. name .. "/loop/backing_file")
+    if backing and backing:sub(1, #root + 1) == root .. "/" then out[n] = true end
+  end
+  return out
+end
+
+-- The numbers of `set` not given back: the server did not say it removed the device (its
+-- walls.loop_removed line; on a busy host another server's GET_FREE may take a free number at
+-- once, so /sys alone cannot tell "removed" from "someone else's now"), or the device exists and
+-- is not someone else's (free, or bound to a file under `root`).
+local function left_behind(set, root, log)
+  local left = {}
+  for n in pairs(set) do
+    local said = log:find(("walls%%.loop_removed device=%d%%f[^%%d]"):format(n)) ~= nil
+    local backing = S.read(("/sys/block/loop%d/loop/backing_file"):format(n))
+    local theirs = backing and backing:sub(1, #root + 1) ~= root .. "/"
+    if not said or (core.fs.exists(("/sys/block/loop%d"):format(n)) and not theirs) then
+      left[#left + 1] = "loop" .. n
+    end
+  end
+  table.sort(left)
+  return left
+end
+
+describe_walls("the walls' loop devices", function()
+  it("are removed when their instances sleep and when the server stops; someone else's bound device stays", function()
+    core.run(function()
+      -- someone else's device, bound before the server starts: the server must never remove it
+      local mine = S.tmpdir()
+      assert(os.execute(("truncate -s 1M '%s/other.img'"):format(mine)))
+      local other = assert(sh(("losetup -f --show '%s/other.img'"):format(mine))):match("/dev/loop(%d+)")
+      assert.truthy(other, "losetup gave no device")
+      local ok, err = pcall(function()
+        local h = S.start_sandboxd{ policies = policy_dir() }
+        local root = core.fs.realpath(h.root)
+        local attached = {}
+        for i = 1, THREADS do
+          local status, _, raw = S.call(h.url, "/exec", { thread = "t" .. i, deadline_ms = 180000,
+            body = { command = "echo ok > f && cat f", timeoutMs = 120000 } })
+          assert.equal(200, status, raw)
+          assert.equal(0, cjson.decode(raw).exitCode, raw)
+          for n in pairs(loops_under(root)) do attached[n] = true end -- the thread's, the spare's
+        end
+        local count = 0
+        for _ in pairs(attached) do count = count + 1 end
+        assert.is_true(count >= THREADS, "fewer loop devices than threads were seen: " .. count)
+        -- idle past sleep_after: the threads' instances go, and their devices with them
+        assert.is_true(S.wait_for(function()
+          local _, slept = h.log():gsub("sandboxd.instance_slept", "")
+          return slept >= THREADS
+        end, 60000), "not every thread slept:\n" .. h.log())
+        -- the spare's goes at the server's stop
+        h:stop(); h:wait()
+        assert.is_true(S.wait_for(function() return #left_behind(attached, root, h.log()) == 0 end, 30000),
+          "loop devices this server attached, not given back: " .. table.concat(left_behind(attached, root, h.log()), " "))
+        -- someone else's is still there, bound to its own file
+        local backing = S.read(("/sys/block/loop%s/loop/backing_file"):format(other)) or ""
+        assert.equal(mine .. "/other.img", (backing:gsub("\n$", "")))
+      end)
+      os.execute(("losetup -d /dev/loop%s"):format(other))
+      S.rm(mine)
+      assert(ok, err)
+    end)
+  end)
+end)
