@@ -188,12 +188,12 @@ static inline __attribute__((always_inline)) size_t text_part(const char *str, s
 
 /* ---- the block writers behind sb_json_text_into (issue 43: the 1 MB row) -----------------------
  * text_part's loop, into dst, still branched once per byte it stops at and once more per clean
- * stretch (~13,000 newlines a megabyte of 76-byte lines). These write each block of the input to
- * dst whole (one unaligned store, room given by the 6-bytes-a-byte contract) and move dst on by
- * the clean bytes before the block's first byte to look at: a clean block is one load and one
- * store, an ASCII escape one 8-byte store from a table. Bytes >= 0x80 go through
- * sb_utf8_sequence and utf8_prefix exactly as in text_part, so every writer writes what
- * text_part writes (fuzz_json_text holds them equal). */
+ * stretch (13,513 newlines in the 1 MB bench's megabyte of 74-byte lines). These write each
+ * block of the input to dst whole (one unaligned store, room given by the 6-bytes-a-byte
+ * contract) and move dst on by the clean bytes before the block's first byte to look at: a clean
+ * block is one load and one store, an ASCII escape one 8-byte store from a table. Bytes >= 0x80
+ * go through sb_utf8_sequence and utf8_prefix exactly as in text_part, so every writer writes
+ * what text_part writes (fuzz_json_text and tests/c/test_json_text.c hold them equal). */
 
 /* Each ASCII byte's text in a JSON string: len 0 for a byte that stands as itself. Eight bytes an
  * entry, so an escape is one 8-byte copy (the bytes past len are overwritten next). */
@@ -228,7 +228,8 @@ typedef struct {
 
 /* The byte at s[i], one a block's test flagged or one of the tail: its text written; returns the
  * input bytes it took, 0 when it starts a UTF-8 sequence cut by the piece's end (st->n is then
- * lowered to i: the next call's). wide: dst has 8 bytes of room at st->w (an escape copied whole). */
+ * lowered to i: the next call's). wide: dst has 8 bytes of room at st->w (an escape copied
+ * whole). */
 static inline __attribute__((always_inline)) size_t write_byte(into_state *st, size_t i,
                                                                bool wide) {
   static const char replacement[] = "\xEF\xBF\xBD"; /* U+FFFD */
@@ -279,9 +280,9 @@ static inline __attribute__((always_inline)) void write_tail(into_state *st, siz
  * clean bytes before it, write that byte's text; returns the input bytes taken (0: a sequence cut
  * by the piece's end). An ASCII escape is one 8-byte copy: the block began at most 31 bytes
  * before it with at least 16 input bytes, so st->w was at most 6 per byte taken and the room
- * left is at least 96 >= 31 + 8. A byte >= 0x80 takes the run of such bytes after it too, one sequence
- * at a time (UTF-8 text: −20 % against a block reloaded for each); an escape does not look
- * further (a newline a line: that look cost the 1 MB bench's lines ~7 %). */
+ * left is at least 96 >= 31 + 8. A byte >= 0x80 takes the run of such bytes after it too, one
+ * sequence at a time (UTF-8 text: −20 % against a block reloaded for each); an escape does not
+ * look further (a newline a line: that look cost the 1 MB bench's lines ~7 %). */
 static inline __attribute__((always_inline)) size_t after_block(into_state *st, size_t i,
                                                                 unsigned at) {
   st->w += at;
