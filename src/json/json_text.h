@@ -35,4 +35,13 @@ size_t sb_json_text_part(const char *s, size_t n, bool final, bool *valid, sb_js
 size_t sb_json_text_into(char *dst, const char *s, size_t n, bool final, bool *valid,
                          size_t *written);
 
+/* The writers sb_json_text_into chooses among (the widest the CPU runs), by name for the fuzz
+ * target and bench/json_text_bench.c, which hold each to the same bytes: BYTES is
+ * sb_json_text_part's own byte loop; SSE2 and AVX2 store 16 or 32 input bytes at a time and stop
+ * only at a byte that needs a look of its own. The room asked of dst is the same. */
+typedef enum { SB_JSON_TEXT_BYTES, SB_JSON_TEXT_SSE2, SB_JSON_TEXT_AVX2 } sb_json_text_writer;
+bool sb_json_text_writer_available(sb_json_text_writer writer);
+size_t sb_json_text_into_with(sb_json_text_writer writer, char *dst, const char *s, size_t n,
+                              bool final, bool *valid, size_t *written);
+
 #endif

@@ -5,7 +5,8 @@
  * come back unchanged once the escapes are undone. The same input fed in pieces
  * (sb_json_text_part, the exec lane's stream of a long stdout: pieces cut anywhere, a UTF-8
  * sequence among them) must write exactly the same literal and the same flag, and so must the
- * same pieces written straight into a buffer (sb_json_text_into, the stream's encoder). */
+ * same pieces written straight into a buffer (sb_json_text_into, the stream's encoder) by each
+ * of its writers (the byte loop, 16- and 32-byte blocks: sb_json_text_into_with). */
 #include "json/json_text.h"
 
 #include <stdbool.h>
@@ -50,6 +51,43 @@ static int reference_valid(const uint8_t *s, size_t n) {
     i += len;
   }
   return 1;
+}
+
+/* The pieces written straight into a buffer by sb_json_text_into (writer -1) or one named writer
+ * (each block width, stores of whole blocks into the room given, escapes at block edges): the
+ * literal of `whole`, and never more than SB_JSON_TEXT_MAX_GROWTH a byte. The pieces here are
+ * 1..7 bytes (the tail) or, from the input's second byte on, up to 200 (the blocks). The buffer
+ * is exactly the room the contract asks, so a store past it is ASan's. */
+static void check_direct(const uint8_t *data, size_t size, int writer, bool valid,
+                         const out_buf *whole) {
+  char *direct = malloc(SB_JSON_TEXT_MAX_GROWTH * size + 2);
+  if (direct == NULL)
+    abort();
+  size_t written = 0, at = 0, end = 0;
+  size_t step = size > 0 ? (size_t)(data[0] % 7) + 1 : 1;
+  bool long_pieces = size > 1 && (data[1] & 1);
+  bool direct_valid = true;
+  direct[written++] = '"';
+  while (at < size) {
+    size_t want = long_pieces ? step * 29 : step;
+    end = end + want < size ? end + want : size;
+    size_t w, k;
+    if (writer < 0)
+      k = sb_json_text_into(direct + written, (const char *)data + at, end - at, end == size,
+                            &direct_valid, &w);
+    else
+      k = sb_json_text_into_with((sb_json_text_writer)writer, direct + written,
+                                 (const char *)data + at, end - at, end == size, &direct_valid, &w);
+    if (w > SB_JSON_TEXT_MAX_GROWTH * k)
+      abort();
+    written += w;
+    at += k;
+    step = step % 7 + 1;
+  }
+  direct[written++] = '"';
+  if (direct_valid != valid || written != whole->len || memcmp(direct, whole->buf, whole->len) != 0)
+    abort();
+  free(direct);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -113,29 +151,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   /* the same pieces written straight into a buffer (sb_json_text_into): the same bytes, and
    * never more than SB_JSON_TEXT_MAX_GROWTH a byte */
-  char *direct = malloc(SB_JSON_TEXT_MAX_GROWTH * size + 2);
-  if (direct == NULL)
-    abort();
-  size_t written = 0;
-  bool direct_valid = true;
-  at = end = 0;
-  step = size > 0 ? (size_t)(data[0] % 7) + 1 : 1;
-  direct[written++] = '"';
-  while (at < size) {
-    end = end + step < size ? end + step : size;
-    size_t w;
-    size_t k = sb_json_text_into(direct + written, (const char *)data + at, end - at, end == size,
-                                 &direct_valid, &w);
-    if (w > SB_JSON_TEXT_MAX_GROWTH * k)
-      abort();
-    written += w;
-    at += k;
-    step = step % 7 + 1;
-  }
-  direct[written++] = '"';
-  if (direct_valid != (bool)valid || written != o.len || memcmp(direct, o.buf, o.len) != 0)
-    abort();
-  free(direct);
+  for (int writer = -1; writer <= SB_JSON_TEXT_AVX2; writer++)
+    if (writer < 0 || sb_json_text_writer_available((sb_json_text_writer)writer))
+      check_direct(data, size, writer, (bool)valid, &o);
   free(p.buf);
   free(o.buf);
   return 0;
