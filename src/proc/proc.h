@@ -53,7 +53,7 @@ void sb_proc_watch_stdout(struct sb_proc *p, sb_proc_output_fn fn, void *ud);
 void sb_proc_forget(struct sb_proc *p);
 /* How many Lua objects the supervisor has made since the process started: records (a
  * core.spawn's userdata) and results (proc:wait's tables). A command the exec lane answers
- * makes neither (sandboxd's /metrics, switchboard_proc_lua_objects_total). */
+ * makes neither (sandboxd's /metrics, switchboard_proc_lua_objects{kind}). */
 void sb_proc_lua_objects(uint64_t *records, uint64_t *results);
 /* Kills the command's group now (its result says aborted), unless it has ended. */
 void sb_proc_abort(struct sb_proc *p);

@@ -172,10 +172,11 @@ static void close_handle(sb_proc *p, uv_handle_t *h) {
   }
 }
 
-/* The result's captures are the records' buffers, moved (the record keeps none). c->data is
- * NULL after __gc freed it: at lua_close the userdata is finalized before the engine's
- * shutdown, and a module's shutdown that runs the loop (ws_shutdown) can still deliver the
- * child's exit — then the result's text is "" (len still counts the freed bytes). */
+/* The result's captures are the record's buffers, moved (the record keeps none: whoever is told
+ * frees them). c->data is NULL after __gc freed it: at lua_close the userdata is finalized
+ * before the engine's shutdown, and a module's shutdown that runs the loop (ws_shutdown) can
+ * still deliver the child's exit — then the result's text is "" (c->len still counts the freed
+ * bytes: not the result's). */
 static void take_result(sb_proc *p, sb_proc_result *r) {
   *r = (sb_proc_result){.exit = p->exit_status, .signal = p->term_signal,
                         .timed_out = p->timed_out, .aborted = p->aborted,
