@@ -44,6 +44,8 @@ local FAMILIES = {
     help = "How late the event loop ran a timer due every 100 ms, over the last minute, by quantile (0.5, 0.99; 1 is the minute's largest)." },
   { name = "switchboard_lua_heap_bytes", type = "gauge",
     help = "The Lua heap's size (collectgarbage count: live data and garbage not yet collected)." },
+  { name = "switchboard_proc_lua_objects", type = "gauge",
+    help = "Lua objects the process supervisor made since the start, by kind: record (a core.spawn's), result (proc:wait's table). A command the exec lane answers makes neither." },
   { name = "switchboard_github_token_mints_total", type = "counter",
     help = "GitHub installation tokens minted, by result (ok, failed).",
     zero = { { result = "ok" }, { result = "failed" } } },

@@ -128,7 +128,7 @@ typedef struct lane_run {
   double started_ms;
   bool streaming; /* the document has started: stdout goes out as it comes */
   sb_answer_stream stream;
-  char *out; /* stdout, the capture itself, handed over at the command's end (owned) */
+  char *out; /* stdout, the capture itself, taken from the result at the command's end (owned) */
   size_t out_len;
 } lane_run;
 
@@ -752,13 +752,8 @@ static void stream_flush(lane_run *run) {
 
 /* stdout as it arrives (sb_proc_watch_stdout): past the program's stream_at the document starts, with a
  * reserve held for the heartbeats until the deadline and the grace (answer_stream.h). */
-static void stdout_came(void *ud, char *so_far, size_t len, bool end) {
+static void stdout_came(void *ud, char *so_far, size_t len) {
   lane_run *run = ud;
-  if (end) { /* the capture is ours now: command_done reads it, run_closed frees it */
-    run->out = so_far;
-    run->out_len = len;
-    return;
-  }
   if (sb_http_res_gone(run->res)) {
     peer_gone(run);
     return;
@@ -871,13 +866,6 @@ static bool stream_tail(text_buf *b, lua_Integer exit, lua_Integer duration, boo
   return put_end(b, out_valid, out, out_len, err_valid, err, err_len);
 }
 
-static bool field_true(lua_State *L, int idx, const char *name) {
-  lua_getfield(L, idx, name);
-  bool v = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
 /* walled.lua's full(): the words a write that met the end of its file system leaves. */
 static bool no_space(const char *s, size_t n) {
   return memmem(s, n, "No space left on device", 23) != NULL ||
@@ -909,13 +897,13 @@ static void tell(lua_State *L, lane_run *run, lua_Integer exit, double duration_
  * now (the instance may have been armed anew, or every arm dropped by a reload or a drain, while
  * it ran). streamed: nil, or (stdout was streamed, and is now sent whole with its closing quote)
  * whether stdout was valid UTF-8: Lua writes the rest. */
-static void hand_back(lua_State *L, lane_run *run, int raw) {
+static void hand_back(lua_State *L, lane_run *run, const sb_proc_result *r) {
   int top = lua_gettop(L);
   lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
   lua_getfield(L, -1, "go");
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->back_ref);
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->res_ref);
-  lua_pushvalue(L, raw);
+  sb_proc_result_push(L, r); /* raw: proc:wait's table, made only for Lua's path */
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->record_ref);
   lua_pushinteger(L, run->limit_ms);
   lua_createtable(L, 0, 2);
@@ -962,30 +950,24 @@ static bool stream_close(lane_run *run, const char *out, size_t out_len, text_bu
   return end == NULL || !end->failed;
 }
 
-static void command_done(void *ud, lua_State *L, int raw) {
+/* The command's end (sb_proc_spawn_walled): an ordinary outcome is answered here from the C
+ * result; any other goes back to Lua, the result then made proc:wait's table. */
+static void command_done(void *ud, sb_proc_result *r) {
   lane_run *run = ud;
+  lua_State *L = sb_main_state();
   uv_timer_stop(&run->beat);
   lane_entry *e = run->e;
-  lua_getfield(L, raw, "exit");
-  lua_Integer exit = lua_tointeger(L, -1);
-  lua_getfield(L, raw, "signal");
-  bool signalled = !lua_isnil(L, -1);
-  lua_getfield(L, raw, "duration_ms");
-  double duration_ms = lua_tonumber(L, -1);
-  /* stdout is the capture handed over (stdout_came), not raw.stdout (""): put back in raw
-   * should Lua compose the answer */
-  size_t out_len = run->out_len, err_len = 0;
+  run->out = r->out; /* the capture itself: ours now, run_closed frees it */
+  run->out_len = r->out_len;
+  r->out = NULL;
   const char *out = run->out != NULL ? run->out : "";
-  lua_getfield(L, raw, "stderr");
-  const char *err = lua_tolstring(L, -1, &err_len);
-  lua_getfield(L, raw, "truncated");
-  int trunc = lua_gettop(L);
+  size_t out_len = run->out_len, err_len = r->err_len;
+  const char *err = r->err != NULL ? r->err : "";
+  lua_Integer exit = r->exit;
   /* a streamed stdout is on the wire already: only what follows it counts against SLICE */
   size_t answer_len = (run->streaming ? 0 : out_len) + err_len;
-  bool ordinary = err != NULL && lua_istable(L, trunc) &&
-                  !field_true(L, trunc, "stdout") && !field_true(L, trunc, "stderr") &&
-                  !field_true(L, raw, "timed_out") && !field_true(L, raw, "aborted") &&
-                  !signalled && !(exit != 0 && no_space(err, err_len)) &&
+  bool ordinary = r->out_dropped == 0 && r->err_dropped == 0 && !r->timed_out && !r->aborted &&
+                  r->signal == 0 && !(exit != 0 && no_space(err, err_len)) &&
                   counter(e->oom_fd, e->oom_path, "oom_kill") == run->before_oom &&
                   counter(e->pids_fd, e->pids_path, "max") == run->before_pids && !init_ended(e) &&
                   answer_len < SLICE;
@@ -993,12 +975,12 @@ static void command_done(void *ud, lua_State *L, int raw) {
   if (run->streaming && !stream_close(run, out, out_len, ordinary ? &b : NULL)) {
     free(b.data);
     sb_http_res_finish(run->res, NULL, 0); /* out of memory: the peer sees a cut document */
-    tell(L, run, exit, duration_ms, false);
+    tell(L, run, exit, r->duration_ms, false);
     run_end(L, run);
     return;
   }
   size_t stdout_end = b.len; /* a streamed stdout's last bytes and its quote, not yet sent */
-  lua_Integer duration = (lua_Integer)floor(duration_ms + 0.5);
+  lua_Integer duration = (lua_Integer)floor(r->duration_ms + 0.5);
   if (ordinary && run->streaming)
     ordinary = stream_tail(&b, exit, duration, run->stream.valid, out, out_len, err, err_len);
   else if (ordinary)
@@ -1006,14 +988,14 @@ static void command_done(void *ud, lua_State *L, int raw) {
   if (ordinary) {
     sb_http_res_finish(run->res, b.data, b.len);
     free(b.data);
-    tell(L, run, exit, duration_ms, false);
+    tell(L, run, exit, r->duration_ms, false);
   } else {
     if (stdout_end > 0) /* the tail could not be made: Lua writes it after stdout's end */
       sb_http_res_write(run->res, b.data, stdout_end);
     free(b.data);
-    lua_pushlstring(L, out, out_len);
-    lua_setfield(L, raw, "stdout");
-    hand_back(L, run, raw);
+    r->out = run->out; /* (lent back for the table: still ours) */
+    hand_back(L, run, r);
+    r->out = NULL;
   }
   run_end(L, run);
 }
@@ -1050,7 +1032,7 @@ static bool lane_request(sb_http_conn *c) {
   run->before_pids = counter(e->pids_fd, e->pids_path, "max");
   char *argv[] = {lane->bash, "-c", (char *)call.command, NULL};
   sb_spawn_args a = {.argv = argv, .envp = envp, .cwd = "/workspace"};
-  int rc = sb_proc_spawn_walled(L, &a, e->socket, call.limit_ms, lane->grace_ms, lane->max_output,
+  int rc = sb_proc_spawn_walled(&a, e->socket, call.limit_ms, lane->grace_ms, lane->max_output,
                                 command_done, run, &run->proc);
   if (rc != 0) { /* the spawner did not take it: Lua's path retries in a fresh instance */
     entry_disarm(lane, e);
@@ -1355,7 +1337,7 @@ static void lane_shutdown(void *ud) {
   (void)ud;
   lua_State *L = sb_main_state();
   while (runs != NULL) {
-    sb_proc_watch_stdout(runs->proc, NULL, NULL); /* its proc is still live: not told again */
+    sb_proc_forget(runs->proc); /* its proc is still live: not told again */
     run_end(L, runs);
   }
   /* the report timer goes with this loop: a next run (the default loop again, at the same

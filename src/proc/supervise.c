@@ -97,7 +97,9 @@ typedef struct sb_proc {
   lua_Integer deadline_ms;
   sb_abort *abort_sig; /* anchored by signal_ref */
   sb_link_member member;
-  /* started from C (sb_proc_spawn_walled, the exec lane): told the result instead of a task */
+  /* started from C (sb_proc_spawn_walled, the exec lane): a malloc'd record, not a userdata,
+   * told its C result instead of a task, freed when its last handle closes */
+  bool c_owned;
   sb_proc_done_fn c_done;
   void *c_done_ud;
   sb_proc_output_fn c_stdout; /* told of stdout as it arrives (sb_proc_watch_stdout) */
@@ -109,6 +111,7 @@ static void walled_signal(struct sb_proc *p, int signo);
 
 static sb_proc *live_head;
 static int live_count;
+static uint64_t lua_records, lua_results; /* sb_proc_lua_objects */
 static char read_scratch[READ_SCRATCH]; /* libuv reads synchronously: alloc, read, callback */
 
 /* ---- the live list ------------------------------------------------------------------------ */
@@ -151,7 +154,12 @@ static void handle_closed(uv_handle_t *h) {
     free(p->in);
     p->in = NULL;
   }
-  if (--p->open_handles == 0) {
+  if (--p->open_handles == 0 && p->c_owned) { /* (its captures are the result's by now, unless
+                                                 * the engine's shutdown ended it) */
+    free(p->out.data);
+    free(p->err.data);
+    free(p);
+  } else if (p->open_handles == 0) {
     lua_State *L = sb_main_state();
     luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref); /* the userdata may now be collected */
     p->self_ref = LUA_NOREF;
@@ -164,53 +172,71 @@ static void close_handle(sb_proc *p, uv_handle_t *h) {
   }
 }
 
-/* c->data is NULL after __gc freed it: at lua_close the userdata is finalized before the
- * engine's shutdown, and a module's shutdown that runs the loop (ws_shutdown) can still deliver
- * the child's exit — then there is nothing to push (len still counts the freed bytes). */
-static void push_capture(lua_State *L, const capture *c) {
-  if (c->data != NULL)
-    lua_pushlstring(L, c->data, c->len);
+/* The result's captures are the record's buffers, moved (the record keeps none: whoever is told
+ * frees them). c->data is NULL after __gc freed it: at lua_close the userdata is finalized
+ * before the engine's shutdown, and a module's shutdown that runs the loop (ws_shutdown) can
+ * still deliver the child's exit — then the result's text is "" (c->len still counts the freed
+ * bytes: not the result's). */
+static void take_result(sb_proc *p, sb_proc_result *r) {
+  *r = (sb_proc_result){.exit = p->exit_status, .signal = p->term_signal,
+                        .timed_out = p->timed_out, .aborted = p->aborted,
+                        .out = p->out.data, .err = p->err.data,
+                        .out_len = p->out.data != NULL ? p->out.len : 0,
+                        .err_len = p->err.data != NULL ? p->err.len : 0,
+                        .out_dropped = p->out.dropped, .err_dropped = p->err.dropped,
+                        .duration_ms = p->ended_ms - p->started_ms, .pid = p->pid};
+  if (p->term_signal != 0)
+    r->exit = 128 + p->term_signal;
+  if (p->timed_out)
+    r->exit = EXIT_TIMED_OUT; /* 137/143 from our own signal is the deadline, not a crash */
+  p->out.data = p->err.data = NULL;
+}
+
+static void push_text(lua_State *L, const char *bytes, size_t len) {
+  if (bytes != NULL)
+    lua_pushlstring(L, bytes, len);
   else
     lua_pushliteral(L, "");
 }
 
-static void build_result(lua_State *L, sb_proc *p) {
+void sb_proc_result_push(lua_State *L, const sb_proc_result *r) {
+  lua_results++;
   lua_createtable(L, 0, 12);
-  int64_t code = p->exit_status;
-  if (p->term_signal != 0)
-    code = 128 + p->term_signal;
-  if (p->timed_out)
-    code = EXIT_TIMED_OUT; /* 137/143 from our own signal is the deadline, not a crash */
-  lua_pushinteger(L, code);
+  lua_pushinteger(L, r->exit);
   lua_setfield(L, -2, "exit");
-  if (p->term_signal != 0) {
-    lua_pushinteger(L, p->term_signal);
+  if (r->signal != 0) {
+    lua_pushinteger(L, r->signal);
     lua_setfield(L, -2, "signal");
   }
-  lua_pushboolean(L, p->timed_out);
+  lua_pushboolean(L, r->timed_out);
   lua_setfield(L, -2, "timed_out");
-  lua_pushboolean(L, p->aborted);
+  lua_pushboolean(L, r->aborted);
   lua_setfield(L, -2, "aborted");
-  push_capture(L, &p->out);
+  push_text(L, r->out, r->out_len);
   lua_setfield(L, -2, "stdout");
-  push_capture(L, &p->err);
+  push_text(L, r->err, r->err_len);
   lua_setfield(L, -2, "stderr");
   lua_createtable(L, 0, 2);
-  lua_pushboolean(L, p->out.dropped > 0);
+  lua_pushboolean(L, r->out_dropped > 0);
   lua_setfield(L, -2, "stdout");
-  lua_pushboolean(L, p->err.dropped > 0);
+  lua_pushboolean(L, r->err_dropped > 0);
   lua_setfield(L, -2, "stderr");
   lua_setfield(L, -2, "truncated");
   lua_createtable(L, 0, 2);
-  lua_pushinteger(L, (lua_Integer)p->out.dropped);
+  lua_pushinteger(L, (lua_Integer)r->out_dropped);
   lua_setfield(L, -2, "stdout");
-  lua_pushinteger(L, (lua_Integer)p->err.dropped);
+  lua_pushinteger(L, (lua_Integer)r->err_dropped);
   lua_setfield(L, -2, "stderr");
   lua_setfield(L, -2, "dropped");
-  lua_pushnumber(L, p->ended_ms - p->started_ms);
+  lua_pushnumber(L, r->duration_ms);
   lua_setfield(L, -2, "duration_ms");
-  lua_pushinteger(L, p->pid);
+  lua_pushinteger(L, r->pid);
   lua_setfield(L, -2, "pid");
+}
+
+void sb_proc_lua_objects(uint64_t *records, uint64_t *results) {
+  *records = lua_records;
+  *results = lua_results;
 }
 
 static void release_refs(lua_State *L, sb_proc *p) {
@@ -221,43 +247,34 @@ static void release_refs(lua_State *L, sb_proc *p) {
   p->signal_ref = p->on_output_ref = p->stdin_ref = p->on_exit_ref = LUA_NOREF;
 }
 
-/* Settles once the leader is reaped and both pipes are closed (or the linger ran out). */
-static void maybe_finish(sb_proc *p) {
-  if (p->finished || !p->exited || p->out.open || p->err.open)
-    return;
-  p->finished = true;
-  if (p->c_stdout != NULL) { /* the capture is the watcher's now: the result's stdout is "" */
-    sb_proc_output_fn watcher = p->c_stdout;
-    p->c_stdout = NULL;
-    watcher(p->c_stdout_ud, p->out.data, p->out.len, true);
-    p->out.data = NULL;
-  }
+/* A C caller's end: its callback hears the result and may keep its buffers; what it leaves is
+ * freed here. The record goes when its last handle closes (handle_closed). */
+static void tell_c(sb_proc *p, sb_proc_result *r) {
+  sb_proc_done_fn done = p->c_done;
+  p->c_done = NULL;
+  p->c_stdout = NULL;
+  if (done != NULL)
+    done(p->c_done_ud, r);
+  free(r->out);
+  free(r->err);
+}
+
+/* A Lua caller's end: the result table, kept (proc:wait after the end reads it again), goes
+ * to the waiting task and to opts.on_exit. */
+static void tell_lua(sb_proc *p, sb_proc_result *r) {
   lua_State *L = sb_main_state();
-  sb_abort_unlisten(&p->on_abort);
-  live_remove(p);
-  build_result(L, p);
+  sb_proc_result_push(L, r);
   p->result_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  free(p->out.data);
-  free(p->err.data);
-  p->out.data = p->err.data = NULL;
+  free(r->out);
+  free(r->err);
   int on_exit = p->on_exit_ref; /* (taken before the release: told last, below) */
   p->on_exit_ref = LUA_NOREF;
   release_refs(L, p);
-  close_handle(p, (uv_handle_t *)&p->timer);
-  close_handle(p, (uv_handle_t *)&p->exit_poll);
   if (p->waiter != NULL) {
     lua_State *task = p->waiter;
     p->waiter = NULL;
     lua_rawgeti(task, LUA_REGISTRYINDEX, p->result_ref);
     sb_task_complete(task, 1);
-  }
-  if (p->c_done != NULL) {
-    sb_proc_done_fn done = p->c_done;
-    p->c_done = NULL;
-    int top = lua_gettop(L);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, p->result_ref);
-    done(p->c_done_ud, L, top + 1);
-    lua_settop(L, top);
   }
   if (on_exit != LUA_NOREF) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, on_exit);
@@ -265,6 +282,24 @@ static void maybe_finish(sb_proc *p) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, p->result_ref);
     sb_pcall(L, 1, "spawn.on_exit");
   }
+}
+
+/* Settles once the leader is reaped and both pipes are closed (or the linger ran out). The
+ * handles' closing completes on a later turn of the loop, after the caller was told. */
+static void maybe_finish(sb_proc *p) {
+  if (p->finished || !p->exited || p->out.open || p->err.open)
+    return;
+  p->finished = true;
+  sb_abort_unlisten(&p->on_abort);
+  live_remove(p);
+  close_handle(p, (uv_handle_t *)&p->timer);
+  close_handle(p, (uv_handle_t *)&p->exit_poll);
+  sb_proc_result r;
+  take_result(p, &r);
+  if (p->c_owned)
+    tell_c(p, &r);
+  else
+    tell_lua(p, &r);
 }
 
 static void capture_close(sb_proc *p, capture *c) {
@@ -469,7 +504,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (p->on_output_ref != LUA_NOREF)
       stream_to_lua(p, c, bytes, (size_t)nread);
     if (p->c_stdout != NULL && c == &p->out && c->len > kept_before)
-      p->c_stdout(p->c_stdout_ud, c->data, c->len, false);
+      p->c_stdout(p->c_stdout_ud, c->data, c->len);
     return;
   }
   if (nread < 0) { /* EOF or an error: either way this stream is done */
@@ -720,6 +755,7 @@ static int l_spawn(lua_State *L) {
   sb_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
   memset(p, 0, sizeof *p);
   luaL_setmetatable(L, PROC_MT);
+  lua_records++;
   p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = p->self_ref = LUA_NOREF;
   p->on_exit_ref = LUA_NOREF;
   p->pidfd = -1;
@@ -763,15 +799,16 @@ static int l_spawn(lua_State *L) {
 /* ---- from C: the exec lane (lane/exec_lane.c) ----------------------------------------------- */
 
 /* A walled command started from C: the same record, timers, captures and link as core.spawn's
- * (so deadline, grace, caps and the link's end behave exactly as for a Lua caller), with the
- * result table handed to `done` on the loop instead of to a waiting task. The record is a Lua
- * userdata anchored until its handles close, as core.spawn's. */
-int sb_proc_spawn_walled(lua_State *L, const sb_spawn_args *a, const char *socket,
-                         int64_t deadline_ms, int64_t grace_ms, int64_t max_output,
-                         sb_proc_done_fn done, void *ud, sb_proc **out) {
-  sb_proc *p = lua_newuserdatauv(L, sizeof *p, 0);
-  memset(p, 0, sizeof *p);
-  luaL_setmetatable(L, PROC_MT);
+ * (so deadline, grace, caps and the link's end behave exactly as for a Lua caller), malloc'd
+ * instead of a userdata (no Lua object per command: issue 43's per-request row), with its
+ * result handed to `done` on the loop instead of to a waiting task. Its Lua references are
+ * LUA_NOREF throughout: nothing of it is in Lua. */
+int sb_proc_spawn_walled(const sb_spawn_args *a, const char *socket, int64_t deadline_ms,
+                         int64_t grace_ms, int64_t max_output, sb_proc_done_fn done, void *ud,
+                         sb_proc **out) {
+  sb_proc *p = calloc(1, sizeof *p);
+  if (p == NULL)
+    return ENOMEM;
   p->signal_ref = p->on_output_ref = p->stdin_ref = p->result_ref = p->self_ref = LUA_NOREF;
   p->on_exit_ref = LUA_NOREF;
   p->pidfd = -1;
@@ -783,14 +820,14 @@ int sb_proc_spawn_walled(lua_State *L, const sb_spawn_args *a, const char *socke
   sb_spawned child;
   int rc = sb_spawn_walled(a, socket, false, &child, &p->member);
   if (rc != 0) {
-    lua_pop(L, 1); /* nothing started: the userdata is garbage */
+    free(p); /* nothing started */
     return rc;
   }
-  p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* until every handle is closed */
+  p->c_owned = true;
   p->c_done = done;
   p->c_done_ud = ud;
   live_add(p);
-  supervise(L, p, &child);
+  supervise(NULL, p, &child); /* (no stdin: the Lua state is not read) */
   *out = p;
   return 0;
 }
@@ -798,6 +835,11 @@ int sb_proc_spawn_walled(lua_State *L, const sb_spawn_args *a, const char *socke
 void sb_proc_watch_stdout(sb_proc *p, sb_proc_output_fn fn, void *ud) {
   p->c_stdout = fn;
   p->c_stdout_ud = ud;
+}
+
+void sb_proc_forget(sb_proc *p) {
+  p->c_stdout = NULL;
+  p->c_done = NULL;
 }
 
 /* Kills the command's group as an abort does (the result says aborted), unless it ended. */
@@ -871,6 +913,13 @@ static int l_proc_count(lua_State *L) {
   return 1;
 }
 
+/* core.proc_lua_objects() → records, results (sb_proc_lua_objects) */
+static int l_proc_lua_objects(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)lua_records);
+  lua_pushinteger(L, (lua_Integer)lua_results);
+  return 2;
+}
+
 /* core.open_files_limit([want]) → soft, hard: this process's RLIMIT_NOFILE; with want, the soft
  * limit is first raised (never lowered) towards want, up to the hard limit. A server sizes its
  * descriptors from its policy at start (sandboxd/descriptors.lua) instead of meeting EMFILE. */
@@ -933,6 +982,7 @@ int sb_proc_open(lua_State *L) {
   sb_class_register(L, &(sb_class){PROC_MT, methods, fields, meta});
   static const luaL_Reg fns[] = {
       {"spawn", l_spawn}, {"proc_count", l_proc_count}, {"kill_all", l_kill_all},
+      {"proc_lua_objects", l_proc_lua_objects},
       {"open_files_limit", l_open_files_limit}, {NULL, NULL}};
   luaL_setfuncs(L, fns, 0);
   return 0;

@@ -4,7 +4,8 @@
 -- output that is not UTF-8, output over max_output, env from the request, a command its
 -- deadline kills, a command the kernel would refuse (E2BIG-size), a command that spans
 -- heartbeats — and answer the same documents (durationMs aside). The lane's metric says which
--- commands the lane ran: the ordinary ones answered in C, the others handed back to Lua.
+-- commands the lane ran: the ordinary ones answered in C, the others handed back to Lua; the
+-- supervisor's count of its Lua objects shows an answered command makes none.
 local cjson = require("cjson")
 local core = require("switchboard.core")
 local S = require("support.sandbox")
@@ -236,6 +237,47 @@ describe_walls("sandboxd's exec lane", function()
         assert.truthy(line:find("thread=t%-%x+") and line:find("remote=127.0.0.1", 1, true)
           and line:find("status=200", 1, true) and line:find("duration_ms=%d+%.%d"), line)
       end
+    end)
+  end)
+
+  -- A command the lane answers is C's from its spawn to its answer: no Lua record (userdata),
+  -- no result table — the supervisor's own count of the Lua objects it made does not move.
+  it("answers its commands without a Lua object per command", function()
+    core.run(function()
+      local h = S.start_sandboxd{ policies = policy_dir(true) }
+      local function objects()
+        return S.metric(h, 'switchboard_proc_lua_objects{kind="record"}'),
+          S.metric(h, 'switchboard_proc_lua_objects{kind="result"}')
+      end
+      assert.equal(0, exec(h, "objects", { command = "true" }).exitCode) -- armed
+      -- the arming is seen once a command is answered by the lane
+      local deadline = core.now_ms() + 30000
+      while lane_count(h, "answered") == 0 and core.now_ms() < deadline do
+        assert.equal(0, exec(h, "objects", { command = "true" }).exitCode)
+      end
+      local answered = lane_count(h, "answered")
+      assert.is_true(answered > 0, "the lane answered nothing")
+      local records, results = objects()
+      assert.is_number(records, "no switchboard_proc_lua_objects in /metrics")
+      local N = 30
+      for i = 1, N do
+        local doc = exec(h, "objects", { command = "echo " .. i .. "; echo e >&2" })
+        assert.equal(i .. "\n", doc.stdout)
+        assert.equal("e\n", doc.stderr)
+      end
+      assert.equal(answered + N, lane_count(h, "answered"))
+      local records_after, results_after = objects()
+      assert.equal(records, records_after, "Lua records made by the lane's commands")
+      assert.equal(results, results_after, "Lua result tables made by the lane's commands")
+      -- a hand-back still gets its table (made then, from the C result)
+      assert.equal(124, exec(h, "objects", { command = "sleep 30", timeoutMs = 300 }).exitCode)
+      assert.equal(1, lane_count(h, "handed_back"))
+      assert.is_true(select(2, objects()) >= results + 1, "no result table for the hand-back")
+      -- the records C owns are freed once their handles close (the sanitized build reports a
+      -- leak or a bad access here)
+      h:stop()
+      assert.equal(0, h:wait().exit, h.log())
+      assert.is_nil(h.log():find("Sanitizer", 1, true), h.log())
     end)
   end)
 
