@@ -53,8 +53,8 @@ local function parse(line)
   return e
 end
 
-local function trace(port)
-  local data = S.tmpdir() .. "/perf.data"
+local function trace(port, dir)
+  local data = dir .. "/perf.data"
   local argv = { "perf", "record", "-q", "-a", "-m", "2048", "-o", data, "-e", "raw_syscalls:sys_enter",
     "-e", "raw_syscalls:sys_exit", "-e", "sched:sched_process_exec", "--exclude-perf", "--",
     build .. "/bench/bench_paired", "seq", S.TOKEN, "true", tostring(N), "http:s:" .. port }
@@ -187,9 +187,10 @@ core.run(function()
     local warm = { build .. "/bench/bench_paired", "seq", S.TOKEN, "true", "50", "http:s:" .. h.port }
     assert(core.spawn{ argv = warm, env = S.base_env(), max_output = 1 << 20 }):wait()
     local under = descendants(h.pid)
-    local data = trace(h.port)
+    local dir = S.tmpdir()
+    local data = trace(h.port, dir)
     local per_hop, calls, wakeups = timelines(events_of(data, h.pid, under))
-    os.remove(data)
+    S.rm(dir)
     local rows = {}
     for k = 2, #HOPS do
       rows[#rows + 1] = { hop = HOPS[k][1], median_us = math.floor(stats.median(per_hop[k]) + 0.5) }
