@@ -48,6 +48,8 @@ local CASES = {
   { name = "over max_output", body = { command = "head -c 10000 /dev/zero | tr '\\0' a" }, back = true },
   { name = "env from the request", body = { command = "echo \"$GREETING $HOME\"", env = { GREETING = "hi there" } } },
   { name = "timeout", body = { command = "sleep 30", timeoutMs = 300 }, back = true },
+  -- ended by a signal: the C result's signal sends it to Lua (a hand-back), as the Lua path answers it
+  { name = "killed by a signal", body = { command = "echo before; kill -KILL $$" }, back = true },
   { name = "E2BIG-size command", body = { command = ": " .. ("x"):rep(140000) }, lua = true },
   { name = "spans heartbeats", body = { command = "sleep 0.5; echo slept" }, beats = true },
   { name = "exit 0 after the others", body = { command = "pwd; id -u | wc -c" } },
@@ -84,8 +86,10 @@ describe_walls("sandboxd's exec lane", function()
       assert.truthy(docs[4].stderr:find("truncated", 1, true) or docs[4].stderr:find("4096", 1, true), docs[4].stderr)
       assert.truthy(docs[5].stdout:find("^hi there "), docs[5].stdout)
       assert.equal(124, docs[6].exitCode)
-      assert.equal(126, docs[7].exitCode)
-      assert.equal("slept\n", docs[8].stdout)
+      assert.equal(137, docs[7].exitCode)
+      assert.equal("before\n", docs[7].stdout)
+      assert.equal(126, docs[8].exitCode)
+      assert.equal("slept\n", docs[9].stdout)
       -- each case ran twice on the lane's server; the off server's lane ran nothing
       assert.equal(2 * answered, lane_count(on, "answered"))
       assert.equal(2 * back, lane_count(on, "handed_back"))
