@@ -152,7 +152,8 @@ static bool number(reader *r, double *v) {
     while (p < e && *p >= '0' && *p <= '9')
       p++;
   }
-  /* strtod wants a C string: the number's text copied (the body itself is not terminated) */
+  /* strtod wants a C string: the number's text copied (the body itself is not terminated); the
+   * process never calls setlocale, so its decimal point is C's "." as JSON's */
   char text[64];
   size_t n = (size_t)(p - r->p);
   if (n >= sizeof text)
