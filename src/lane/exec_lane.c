@@ -8,6 +8,7 @@
  * is the Lua path's, untouched. */
 #include "exec_lane.h"
 #include "answer_stream.h"
+#include "exec_body.h"
 #include "../http/lane_face.h"
 #include "../http/server_response.h"
 #include "../crypto/base64.h"
@@ -312,10 +313,8 @@ static void *lane_head(sb_http_conn *c) {
 /* ---- the body ------------------------------------------------------------------------------ */
 
 typedef struct {
-  const char *command;
-  size_t command_len;
+  sb_exec_body body; /* the body as read (exec_body.h): the command and env pairs live in it */
   int64_t limit_ms;
-  int env_idx; /* the body's env table on L, or 0 */
 } lane_call;
 
 static bool blank(const char *s, size_t n) {
@@ -345,76 +344,39 @@ static bool env_name_ok(const char *s, size_t n) {
   return true;
 }
 
-/* env: a plain object of NAME = "value" that envFromRequest keeps whole (names already upper
- * case identifiers, values strings without NUL). */
-static bool env_ok(lua_State *L, int idx) {
-  if (lua_getmetatable(L, idx)) {
-    lua_pop(L, 1);
-    return false;
-  }
-  lua_pushnil(L);
-  while (lua_next(L, idx) != 0) {
-    size_t kn, vn;
-    if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING) {
-      lua_pop(L, 2);
+/* env: NAME = "value" pairs that envFromRequest keeps whole (names already upper case
+ * identifiers, values without NUL). */
+static bool env_ok(const sb_exec_body *b) {
+  for (size_t i = 0; i < b->n_env; i++) {
+    const sb_exec_env_pair *pair = &b->env[i];
+    if (!env_name_ok(pair->name, pair->name_len) || memchr(pair->value, '\0', pair->value_len) != NULL)
       return false;
-    }
-    const char *k = lua_tolstring(L, -2, &kn);
-    const char *v = lua_tolstring(L, -1, &vn);
-    lua_pop(L, 1);
-    if (!env_name_ok(k, kn) || memchr(v, '\0', vn) != NULL) {
-      lua_pop(L, 1);
-      return false;
-    }
   }
   return true;
 }
 
-/* Decodes the body onto L (core.json.decode) and reads it into `call`; false: the Lua path's. */
-static bool read_call(lua_State *L, sb_exec_lane *lane, lane_entry *e, const sb_http_request *q,
-                      lane_call *call) {
-  lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
-  lua_getfield(L, -1, "json");
-  lua_getfield(L, -1, "decode");
-  lua_pushlstring(L, q->body != NULL ? q->body : "", q->body_len);
-  if (lua_pcall(L, 1, 1, 0) != LUA_OK || lua_type(L, -1) != LUA_TTABLE)
+/* Reads the body in C (exec_body.c: what core.json.decode would read, or not mine) into `call`;
+ * false: the Lua path's. call->body is the caller's to free (call_free), also after false. */
+static bool read_call(sb_exec_lane *lane, lane_entry *e, const sb_http_request *q, lane_call *call) {
+  sb_exec_body *b = &call->body;
+  if (!sb_exec_body_read(q->body != NULL ? q->body : "", q->body_len, b))
     return false;
-  int doc = lua_gettop(L);
-  const char *network = lane->default_network;
-  bool has_command = false;
-  call->limit_ms = lane->default_ms;
-  call->env_idx = 0;
-  lua_pushnil(L);
-  while (lua_next(L, doc) != 0) {
-    if (lua_type(L, -2) != LUA_TSTRING)
-      return false;
-    const char *k = lua_tostring(L, -2);
-    int t = lua_type(L, -1);
-    if (strcmp(k, "command") == 0 && t == LUA_TSTRING) {
-      call->command = lua_tolstring(L, -1, &call->command_len); /* anchored by doc */
-      has_command = true;
-    } else if (strcmp(k, "timeoutMs") == 0 && t == LUA_TNUMBER) {
-      call->limit_ms = clamp_budget(lane, lua_tonumber(L, -1));
-    } else if (strcmp(k, "network") == 0 && t == LUA_TSTRING) {
-      network = lua_tostring(L, -1);
-    } else if (strcmp(k, "env") == 0 && t == LUA_TTABLE) {
-      if (!env_ok(L, lua_gettop(L)))
-        return false;
-    } else {
-      return false;
-    }
-    lua_pop(L, 1);
-  }
-  if (lua_getfield(L, doc, "env") == LUA_TTABLE)
-    call->env_idx = lua_gettop(L);
-  if (!has_command || blank(call->command, call->command_len) ||
-      memchr(call->command, '\0', call->command_len) != NULL)
+  call->limit_ms = b->has_timeout ? clamp_budget(lane, b->timeout_ms) : lane->default_ms;
+  if (b->command == NULL || blank(b->command, b->command_len) ||
+      memchr(b->command, '\0', b->command_len) != NULL || !env_ok(b))
     return false;
   /* protocol.lua NETWORKS, then the instance's own (a mismatch is Lua's 409) */
-  if ((strcmp(network, "host") != 0 && strcmp(network, "none") != 0) ||
+  const char *network = b->network != NULL ? b->network : lane->default_network;
+  size_t network_len = b->network != NULL ? b->network_len : strlen(network);
+  if (network_len != strlen(network) || /* a NUL inside: no network of protocol.lua's */
+      (strcmp(network, "host") != 0 && strcmp(network, "none") != 0) ||
       strcmp(network, e->network) != 0)
     return false;
   return true;
+}
+
+static void call_free(lane_call *call) {
+  sb_exec_body_free(&call->body);
 }
 
 /* ---- the environment ----------------------------------------------------------------------- */
@@ -422,32 +384,19 @@ static bool read_call(lua_State *L, sb_exec_lane *lane, lane_entry *e, const sb_
 /* The base env (policies/execution.lua child_env) with the request's on top, as "NAME=value"
  * strings (malloc'd, NULL-terminated), or NULL when the kernel would refuse the command
  * (routes.lua client_mistake: the Lua path answers that) or memory ran out. */
-static char **merged_env(lua_State *L, const sb_exec_lane *lane, const lane_call *call) {
-  size_t n_req = 0;
-  if (call->env_idx != 0) {
-    lua_pushnil(L);
-    while (lua_next(L, call->env_idx) != 0) {
-      n_req++;
-      lua_pop(L, 1);
-    }
-  }
-  if (call->command_len + 1 > MAX_ARG_STRLEN)
+static char **merged_env(const sb_exec_lane *lane, const lane_call *call) {
+  const sb_exec_body *b = &call->body;
+  if (b->command_len + 1 > MAX_ARG_STRLEN)
     return NULL;
-  size_t total = call->command_len + 1 + EXEC_OVERHEAD;
-  char **envp = calloc(lane->n_base + n_req + 1, sizeof *envp);
+  size_t total = b->command_len + 1 + EXEC_OVERHEAD;
+  char **envp = calloc(lane->n_base + b->n_env + 1, sizeof *envp);
   if (envp == NULL)
     return NULL;
   size_t k = 0;
   for (size_t i = 0; i < lane->n_base; i++) {
     const char *entry = lane->base_env[i];
-    size_t name_len = lane->base_name_len[i];
-    if (call->env_idx != 0) { /* overridden by the request */
-      lua_pushlstring(L, entry, name_len);
-      bool over = lua_rawget(L, call->env_idx) != LUA_TNIL;
-      lua_pop(L, 1);
-      if (over)
-        continue;
-    }
+    if (sb_exec_body_env(b, entry, lane->base_name_len[i]) != NULL)
+      continue; /* overridden by the request */
     size_t len = strlen(entry);
     if (len + 1 > MAX_ARG_STRLEN)
       goto refused;
@@ -455,29 +404,20 @@ static char **merged_env(lua_State *L, const sb_exec_lane *lane, const lane_call
     if ((envp[k++] = strdup(entry)) == NULL)
       goto refused;
   }
-  if (call->env_idx != 0) {
-    lua_pushnil(L);
-    while (lua_next(L, call->env_idx) != 0) {
-      size_t kn, vn;
-      const char *name = lua_tolstring(L, -2, &kn);
-      const char *value = lua_tolstring(L, -1, &vn);
-      lua_pop(L, 1);
-      if (kn + 1 + vn + 1 > MAX_ARG_STRLEN) {
-        lua_pop(L, 1);
-        goto refused;
-      }
-      total += kn + 1 + vn + 1 + 8;
-      char *entry = malloc(kn + vn + 2);
-      if (entry == NULL) {
-        lua_pop(L, 1);
-        goto refused;
-      }
-      memcpy(entry, name, kn);
-      entry[kn] = '=';
-      memcpy(entry + kn + 1, value, vn);
-      entry[kn + vn + 1] = '\0';
-      envp[k++] = entry;
-    }
+  for (size_t i = 0; i < b->n_env; i++) {
+    const sb_exec_env_pair *pair = &b->env[i];
+    size_t kn = pair->name_len, vn = pair->value_len;
+    if (kn + 1 + vn + 1 > MAX_ARG_STRLEN)
+      goto refused;
+    total += kn + 1 + vn + 1 + 8;
+    char *entry = malloc(kn + vn + 2);
+    if (entry == NULL)
+      goto refused;
+    memcpy(entry, pair->name, kn);
+    entry[kn] = '=';
+    memcpy(entry + kn + 1, pair->value, vn);
+    entry[kn + vn + 1] = '\0';
+    envp[k++] = entry;
   }
   if (total > ARG_MAX_BYTES)
     goto refused;
@@ -1018,7 +958,7 @@ static bool lane_request(sb_http_conn *c) {
   char **envp = NULL;
   lane_run *run = NULL;
   bool taken = false;
-  if (!read_call(L, lane, e, &c->req, &call) || (envp = merged_env(L, lane, &call)) == NULL)
+  if (!read_call(lane, e, &c->req, &call) || (envp = merged_env(lane, &call)) == NULL)
     goto done;
   run = calloc(1, sizeof *run);
   if (run == NULL)
@@ -1030,7 +970,7 @@ static bool lane_request(sb_http_conn *c) {
   memcpy(run->remote, c->remote_addr, sizeof run->remote);
   run->before_oom = counter(e->oom_fd, e->oom_path, "oom_kill");
   run->before_pids = counter(e->pids_fd, e->pids_path, "max");
-  char *argv[] = {lane->bash, "-c", (char *)call.command, NULL};
+  char *argv[] = {lane->bash, "-c", (char *)call.body.command, NULL};
   sb_spawn_args a = {.argv = argv, .envp = envp, .cwd = "/workspace"};
   int rc = sb_proc_spawn_walled(&a, e->socket, call.limit_ms, lane->grace_ms, lane->max_output,
                                 command_done, run, &run->proc);
@@ -1060,6 +1000,7 @@ static bool lane_request(sb_http_conn *c) {
 done:
   free(run);
   env_free(envp);
+  call_free(&call);
   lua_settop(L, top);
   return taken;
 }
@@ -1379,16 +1320,18 @@ static int l_decide(lua_State *L) {
   int top = lua_gettop(L);
   lane_call call = {0};
   char **envp = NULL;
-  bool taken = read_call(L, &lane, e, &q, &call) && (envp = merged_env(L, &lane, &call)) != NULL;
+  bool taken = read_call(&lane, e, &q, &call) && (envp = merged_env(&lane, &call)) != NULL;
   free(e);
   if (!taken) {
     env_free(envp);
+    call_free(&call);
     lua_settop(L, top);
     lua_pushnil(L);
     return 1;
   }
   lua_createtable(L, 0, 3);
-  lua_pushlstring(L, call.command, call.command_len);
+  lua_pushlstring(L, call.body.command, call.body.command_len);
+  call_free(&call);
   lua_setfield(L, -2, "command");
   lua_pushinteger(L, call.limit_ms);
   lua_setfield(L, -2, "limit_ms");
@@ -1404,11 +1347,52 @@ static int l_decide(lua_State *L) {
   return 1;
 }
 
+/* core.exec_lane.read_body(body) → {command?, network?, timeoutMs?, env?} as exec_body.c read
+ * it, or nil (not mine): for the fuzz target and the spec that hold it to core.json.decode
+ * (tests/fuzz/fuzz_exec_reader.c, tests/lua/exec_lane_spec.lua). */
+static int l_read_body(lua_State *L) {
+  size_t n;
+  const char *text = luaL_checklstring(L, 1, &n);
+  sb_exec_body b;
+  bool mine = sb_exec_body_read(text, n, &b);
+  if (!mine) {
+    sb_exec_body_free(&b);
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_createtable(L, 0, 4);
+  int t = lua_gettop(L);
+  if (b.command != NULL) {
+    lua_pushlstring(L, b.command, b.command_len);
+    lua_setfield(L, t, "command");
+  }
+  if (b.network != NULL) {
+    lua_pushlstring(L, b.network, b.network_len);
+    lua_setfield(L, t, "network");
+  }
+  if (b.has_timeout) {
+    lua_pushnumber(L, b.timeout_ms);
+    lua_setfield(L, t, "timeoutMs");
+  }
+  if (b.has_env) {
+    lua_createtable(L, 0, (int)b.n_env);
+    for (size_t i = 0; i < b.n_env; i++) {
+      lua_pushlstring(L, b.env[i].name, b.env[i].name_len);
+      lua_pushlstring(L, b.env[i].value, b.env[i].value_len);
+      lua_rawset(L, -3);
+    }
+    lua_setfield(L, t, "env");
+  }
+  sb_exec_body_free(&b);
+  return 1;
+}
+
 int sb_exec_lane_open(lua_State *L) {
   sb_shutdown_register(lane_shutdown, NULL);
   static const luaL_Reg fns[] = {{"program", l_program}, {"arm", l_arm}, {"disarm", l_disarm},
                                  {"running", l_running}, {"abort", l_abort}, {"collect", l_collect},
-                                 {"decide", l_decide}, {NULL, NULL}};
+                                 {"decide", l_decide}, {"read_body", l_read_body},
+                                 {NULL, NULL}};
   luaL_newlib(L, fns);
   lua_setfield(L, -2, "exec_lane");
   return 0;
