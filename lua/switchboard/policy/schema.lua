@@ -796,6 +796,8 @@ M.files.isolation = {
   hostname = S.string { pattern = "^[%w.-]*$", what = "a host name, or \"\"", empty_ok = true },
   -- optional: shell/child_env.lua WALLED_HOME for an operator's isolation.lua that predates it
   home = S.optional(S.string { pattern = "^/tmp/[%w_][%w._-]*$", what = "a directory directly under /tmp such as \"/tmp/home\"" }),
+  -- optional: shell/child_env.lua WALLED_USER likewise
+  user_name = S.optional(S.string { pattern = "^[a-z_][a-z0-9_-]*$", what = "a user name such as \"sandbox\"" }),
   rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },
   expose = S.list(S.string { pattern = "^[%w_][%w._-]*$", what = "a top-level name such as \"usr\"" },
     { unique = true, max = 32 }),
