@@ -63,6 +63,11 @@ describe("the base environment of a command", function()
       assert.is_nil(bad_snap, bad)
       assert.is_true(P.has(err, "user_name", "a user name"), table.concat(err or {}, "\n"))
     end
+    for _, taken in ipairs({ "root", "nobody" }) do
+      local taken_snap, err = P.load(P.dir({ isolation = function(s) return s .. ('\nuser_name = %q\n'):format(taken) end }))
+      assert.is_nil(taken_snap, taken)
+      assert.is_true(P.has(err, "user_name", "must not be \"root\" or \"nobody\""), table.concat(err or {}, "\n"))
+    end
     P.cleanup()
   end)
 
