@@ -145,6 +145,10 @@ hostname = "sandbox"
 -- files publish commits); lost with /tmp when the instance sleeps, and bounded like /tmp (its
 -- memory). A request's own env HOME still wins; unwalled commands keep the server's HOME.
 home = "/tmp/home"
+-- The name of a walled command's user (uid 1000 inside), in the instance's own /etc/passwd and
+-- /etc/group: root, this user (HOME the one above, /bin/bash) and nobody — the host's accounts
+-- are not in view, so `id -un` answers this name.
+user_name = "sandbox"
 expose = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "etc", "opt" }
 hide = {
   "/etc/ssh", "/etc/switchboard", "/etc/sudoers", "/etc/sudoers.d",

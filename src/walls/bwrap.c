@@ -127,6 +127,20 @@ void build_bwrap(const options *o, bwrap_args *b) {
     snprintf(b->locale_fd_text, sizeof b->locale_fd_text, "%d", b->locale_fd);
     arg(b, "--ro-bind-fd"); arg(b, b->locale_fd_text); arg(b, "/usr/lib/locale");
   }
+  /* The instance's own account files (shell/child_env.lua): its uid's name and HOME, not the
+   * host's accounts — `id -un` names the instance's user, and every bash's getpwuid parses
+   * three lines instead of the host's whole file. bwrap copies each pipe's text to a file of
+   * its own root (0644, as the host's are; bwrap's default would be 0600). */
+  if (b->passwd_fd >= 0) {
+    snprintf(b->passwd_fd_text, sizeof b->passwd_fd_text, "%d", b->passwd_fd);
+    arg(b, "--perms"); arg(b, "0644");
+    arg(b, "--ro-bind-data"); arg(b, b->passwd_fd_text); arg(b, "/etc/passwd");
+  }
+  if (b->group_fd >= 0) {
+    snprintf(b->group_fd_text, sizeof b->group_fd_text, "%d", b->group_fd);
+    arg(b, "--perms"); arg(b, "0644");
+    arg(b, "--ro-bind-data"); arg(b, b->group_fd_text); arg(b, "/etc/group");
+  }
   arg(b, "--remount-ro"); arg(b, "/");
   arg(b, "--chdir"); arg(b, o->cwd);
   /* bwrap's info arrives before the mounts are done; the holder's first word on fd 4 says

@@ -28,6 +28,24 @@ static int open_bind(const options *o, const char *flag, const char *path, int s
   return stage_reachable(o, high, path, slot);
 }
 
+/* A pipe holding `text` whole (--passwd, --group), for bwrap's --ro-bind-data: its read end at
+ * 10 or above, close-on-exec until the child clears it for bwrap alone. The write end is closed
+ * here, so bwrap reads the text and then its end. A few lines: far below a pipe's 64 KiB. */
+static int text_pipe(const char *flag, const char *text) {
+  int p[2] = {-1, -1}, high = -1;
+  size_t n = strlen(text);
+  if (n > 16384) {
+    errno = 0;
+    die("%s takes at most 16384 bytes", flag);
+  }
+  if (pipe2(p, O_CLOEXEC) < 0 || write(p[1], text, n) != (ssize_t)n ||
+      (high = fcntl(p[0], F_DUPFD_CLOEXEC, 10)) < 0)
+    die("cannot hand %s's text to bwrap", flag);
+  close(p[0]);
+  close(p[1]);
+  return high;
+}
+
 int hold(const options *o) {
   pid_t parent = getppid();
   if (o->workspace == NULL) {
@@ -60,6 +78,10 @@ int hold(const options *o) {
   b.locale_fd = -1;
   if (o->locale != NULL && strcmp(o->rootfs, "/") == 0)
     b.locale_fd = open_bind(o, "--locale", o->locale, MAX_LIST + 1);
+  /* --passwd, --group: likewise only over the host's own /etc (a rootfs's accounts are its own) */
+  bool host_etc = strcmp(o->rootfs, "/") == 0;
+  b.passwd_fd = host_etc && o->passwd != NULL ? text_pipe("--passwd", o->passwd) : -1;
+  b.group_fd = host_etc && o->group != NULL ? text_pipe("--group", o->group) : -1;
   ws = stage_reachable(o, ws, o->workspace, 0);
   outbound ob = outbound_start(o); /* forked while root: see outbound_launcher */
   drop_to(o);
@@ -88,6 +110,9 @@ int hold(const options *o) {
         _exit(EXIT_WALLS);
     if (b.locale_fd >= 0 && fcntl(b.locale_fd, F_SETFD, 0) < 0)
       _exit(EXIT_WALLS);
+    if ((b.passwd_fd >= 0 && fcntl(b.passwd_fd, F_SETFD, 0) < 0) ||
+        (b.group_fd >= 0 && fcntl(b.group_fd, F_SETFD, 0) < 0))
+      _exit(EXIT_WALLS);
     /* A spare's build yields the CPU to the commands running meanwhile. Only bwrap (its mounts,
      * then an init that sleeps) is niced: the spawner, and so every command, keeps ours. */
     if (o->nice > 0 && setpriority(PRIO_PROCESS, 0, (int)(o->nice > 19 ? 19 : o->nice)) < 0)
@@ -102,6 +127,10 @@ int hold(const options *o) {
     close(b.ro_fds[k]);
   if (b.locale_fd >= 0)
     close(b.locale_fd);
+  if (b.passwd_fd >= 0)
+    close(b.passwd_fd);
+  if (b.group_fd >= 0)
+    close(b.group_fd);
   close(self_exe);
   long inner = read_child_pid(info[0]);
   close(info[0]);

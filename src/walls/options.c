@@ -84,6 +84,8 @@ void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--ro-bind") == 0) push(&o->ro_binds, f, v);
     else if (strcmp(f, "--locale") == 0) o->locale = v;
     else if (strcmp(f, "--home") == 0) o->home = v;
+    else if (strcmp(f, "--passwd") == 0) o->passwd = v;
+    else if (strcmp(f, "--group") == 0) o->group = v;
     else if (strcmp(f, "--workspace") == 0) o->workspace = v;
     else if (strcmp(f, "--rootfs") == 0) o->rootfs = v;
     else if (strcmp(f, "--net") == 0) o->net = v;

@@ -35,6 +35,7 @@ typedef struct {
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
   const char *locale;      /* hold: a directory shown read-only at /usr/lib/locale (NULL: the host's) */
   const char *home;        /* hold: a directory made in the private /tmp for HOME (NULL: none) */
+  const char *passwd, *group; /* hold: the text shown read-only at /etc/passwd, /etc/group (NULL: the host's) */
   long long nofile, fsize; /* -1: leave as inherited */
   long long nice;          /* hold: bwrap's niceness (a spare built in the background); -1: ours */
   char **command;          /* enter: PROGRAM ARG... (NULL-terminated, inside argv) */
@@ -87,6 +88,8 @@ typedef struct {
   char ro_fd_text[MAX_LIST][16];    /* their numbers, as bwrap's arguments */
   int locale_fd;                    /* --locale's directory, opened likewise; -1: none */
   char locale_fd_text[16];
+  int passwd_fd, group_fd;          /* pipes holding --passwd's and --group's text; -1: none */
+  char passwd_fd_text[16], group_fd_text[16];
 } bwrap_args;
 
 void build_bwrap(const options *o, bwrap_args *b);

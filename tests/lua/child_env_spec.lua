@@ -43,6 +43,34 @@ describe("the base environment of a command", function()
     P.cleanup()
   end)
 
+  it("gives a walled instance its own accounts: root, its user (isolation.user_name) and nobody", function()
+    local passwd, group = child_env.walled_accounts(P.shipped())
+    assert.equal("root:x:0:0:root:/root:/usr/sbin/nologin\n"
+      .. "sandbox:x:1000:1000:sandbox:/tmp/home:/bin/bash\n"
+      .. "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", passwd)
+    assert.equal("root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n", group)
+    local snap = assert(P.load(P.dir({ isolation = function(s) return s .. '\nuser_name = "dev"\nhome = "/tmp/h2"\n' end })))
+    passwd, group = child_env.walled_accounts(snap)
+    assert.truthy(passwd:find("\ndev:x:1000:1000:dev:/tmp/h2:/bin/bash\n", 1, true), passwd)
+    assert.truthy(group:find("\ndev:x:1000:\n", 1, true), group)
+    -- an operator's isolation.lua from before `user_name` still loads: "sandbox"
+    local older = assert(P.load(P.dir({ isolation = function(s) return (s:gsub('\nuser_name = "[^"]*"', "\n")) end })))
+    assert.is_nil(older.isolation.user_name)
+    assert.truthy((child_env.walled_accounts(older)):find("\nsandbox:x:1000:", 1, true))
+    -- a name that would break the file's lines is refused
+    for _, bad in ipairs({ "a:b", "a\nroot", "Root", "1abc", "a b" }) do
+      local bad_snap, err = P.load(P.dir({ isolation = function(s) return s .. ('\nuser_name = %q\n'):format(bad) end }))
+      assert.is_nil(bad_snap, bad)
+      assert.is_true(P.has(err, "user_name", "a user name"), table.concat(err or {}, "\n"))
+    end
+    for _, taken in ipairs({ "root", "nobody" }) do
+      local taken_snap, err = P.load(P.dir({ isolation = function(s) return s .. ('\nuser_name = %q\n'):format(taken) end }))
+      assert.is_nil(taken_snap, taken)
+      assert.is_true(P.has(err, "user_name", "must not be \"root\" or \"nobody\""), table.concat(err or {}, "\n"))
+    end
+    P.cleanup()
+  end)
+
   it("recognizes credential-shaped names", function()
     for _, n in ipairs({ "GH_TOKEN", "GITHUB_TOKEN", "API_KEY", "KEY", "SSH_KEY_PATH", "DB_PASSWORD", "SLACK_SIGNING_SECRET",
       "SLACK_APP_LEVEL", "ANTHROPIC_BASE_URL", "GITHUB_APP_ID", "E2B_DOMAIN", "AWS_SECRET_ACCESS_KEY", "NPM_AUTH_TOKEN" }) do

@@ -797,6 +797,12 @@ M.files.isolation = {
   hostname = S.string { pattern = "^[%w.-]*$", what = "a host name, or \"\"", empty_ok = true },
   -- optional: shell/child_env.lua WALLED_HOME for an operator's isolation.lua that predates it
   home = S.optional(S.string { pattern = "^/tmp/[%w_][%w._-]*$", what = "a directory directly under /tmp such as \"/tmp/home\"" }),
+  -- optional: shell/child_env.lua WALLED_USER likewise; not a name the instance's files give
+  -- uid 0 or 65534 (getpwnam would answer theirs)
+  user_name = S.optional(function(v, path, report)
+    if v == "root" or v == "nobody" then return report(path, "must not be \"root\" or \"nobody\" (the instance's own accounts)") end
+    return S.string { pattern = "^[a-z_][a-z0-9_-]*$", max_len = 32, what = "a user name such as \"sandbox\"" }(v, path, report)
+  end),
   rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },
   expose = S.list(S.string { pattern = "^[%w_][%w._-]*$", what = "a top-level name such as \"usr\"" },
     { unique = true, max = 32 }),

@@ -770,6 +770,9 @@ function launch(self)
   for _, p in ipairs(self.ro_binds or {}) do argv[#argv + 1] = "--ro-bind"; argv[#argv + 1] = p end
   if host.locale then argv[#argv + 1] = "--locale"; argv[#argv + 1] = host.locale.dir end
   argv[#argv + 1] = "--home"; argv[#argv + 1] = child_env.walled_home(self.snap) -- its commands' HOME (shell/child_env.lua)
+  local passwd, group = child_env.walled_accounts(self.snap) -- its own /etc/passwd and /etc/group
+  argv[#argv + 1] = "--passwd"; argv[#argv + 1] = passwd
+  argv[#argv + 1] = "--group"; argv[#argv + 1] = group
   local line = ""
   self.stopped = core.signal()
   self.done = core.signal()
