@@ -83,7 +83,7 @@ describe("the suite's temporary files", function()
     assert.equal(0, r.exit, (r.stdout or "") .. (r.stderr or ""))
     -- its scratch was under the TMPDIR it was given, not /tmp's own names
     local scratch = assert(got:match("scratch=([^\n]+)"), got)
-    assert.equal(run_tmp .. "/sb-spec.leaker.", scratch:sub(1, #run_tmp + 16), got)
+    assert.equal(run_tmp .. "/sb.", scratch:sub(1, #run_tmp + 4), got)
     assert.truthy(got:match("root=" .. run_tmp:gsub("%p", "%%%0") .. "/"), got)
     -- its server is gone (killed by the helper, then reaped by init once busted ended)
     -- (a zombie counts as gone: its parent may be a subreaper that has not reaped it yet)

@@ -1,6 +1,9 @@
 -- Scratch files and directories for specs, all under one directory of this process's own:
--- $TMPDIR/sb-spec.<spec>.XXXXXX (scripts/test gives the run a private TMPDIR; else /tmp), made
--- with mktemp(1) on first use and removed with everything in it when busted ends (helper.lua).
+-- $TMPDIR/sb.XXXXXX (scripts/test gives the run a private TMPDIR; else /tmp), made with mktemp(1)
+-- on first use and removed with everything in it when busted ends (helper.lua); its .spec file
+-- names the spec, so a root left behind says whose. The names are short on purpose: Lua cuts a
+-- chunk's name in its messages to 59 bytes ("...tail"), and specs read a policy file's whole path
+-- in them ($TMPDIR/sb.XXXXXX/policies-N/execution.lua fits with scripts/test's TMPDIR).
 -- Never os.tmpname(): its template is hard-wired to /tmp/lua_XXXXXX (TMPDIR ignored) and the
 -- names it makes are nobody's to remove.
 --   M.dir(prefix)   a fresh directory (mode 0700), removed by remove_all() or at the end
@@ -21,13 +24,17 @@ function M.root()
   if root then return root end
   local base = os.getenv("TMPDIR")
   if not base or base == "" then base = "/tmp" end
-  -- named after the spec busted runs (its last argument), so a root left behind says whose
-  local spec = "busted"
-  for _, a in ipairs(arg or {}) do spec = a:match("([%w_-]+)_spec%.lua$") or spec end
-  local p = assert(io.popen("mktemp -d " .. quote(base .. "/sb-spec." .. spec .. ".XXXXXX")))
+  -- 0711: like /tmp, another uid (a walled instance's) passes through to what a spec opens to
+  -- it below (walls_spawn_spec's bwrap wrapper on its PATH) but lists nothing
+  local p = assert(io.popen("d=$(mktemp -d " .. quote(base .. "/sb.XXXXXX") .. ") && chmod 0711 \"$d\" && echo \"$d\""))
   root = p:read("l")
   p:close()
   assert(root and root ~= "", "mktemp -d under " .. base .. " failed")
+  -- the spec busted runs (its last argument *_spec.lua), for scripts/test's report of leftovers
+  local spec = "busted"
+  for _, a in ipairs(arg or {}) do spec = a:match("[^/]*_spec%.lua$") and a or spec end
+  local f = io.open(root .. "/.spec", "w")
+  if f then f:write(spec, "\n"); f:close() end
   return root
 end
 
