@@ -16,6 +16,9 @@ local M = {}
 local root
 local made = {}
 local count = 0
+-- A process that is not busted (a bench script, a child lua5.4 on the support helpers) has no
+-- exit hook: the root goes when its Lua state closes (a finalizer, run by lua_close at the end)
+local at_close
 
 local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
@@ -30,9 +33,10 @@ function M.root()
   root = p:read("l")
   p:close()
   assert(root and root ~= "", "mktemp -d under " .. base .. " failed")
-  -- the spec busted runs (its last argument *_spec.lua), for scripts/test's report of leftovers
-  local spec = "busted"
+  -- the spec busted runs (its last argument *_spec.lua) or the script, for scripts/test's report
+  local spec = arg and arg[0] or "lua"
   for _, a in ipairs(arg or {}) do spec = a:match("[^/]*_spec%.lua$") and a or spec end
+  at_close = setmetatable({}, { __gc = function() M.remove_root() end })
   local f = io.open(root .. "/.spec", "w")
   if f then f:write(spec, "\n"); f:close() end
   return root
