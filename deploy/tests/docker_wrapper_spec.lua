@@ -23,12 +23,7 @@ local function write(path, text, mode)
   if mode then os.execute(("chmod %s '%s'"):format(mode, path)) end
 end
 
-local function tmpdir()
-  local p = io.popen("mktemp -d")
-  local d = p:read("l")
-  p:close()
-  return d
-end
+local function tmpdir() return require("support.tmp").dir("docker") end
 
 -- A stand-in engine in dir: dockerd (binds dir/docker.sock after `delay` seconds, or never
 -- when delay is "never") and docker (the real client).

@@ -48,7 +48,7 @@ describe("bench smoke", function()
   it("issue43.sh: a small run of the paired rows with the floor and --no-walls, its table and its JSON lines", function()
     local preload = require("support.preload").ld_preload
     local lua = preload and ("env LD_PRELOAD=" .. preload .. " lua5.4") or "lua5.4"
-    local file = os.tmpname()
+    local file = require("support.tmp").name("issue43")
     local ok, out = run(("ISSUE43_OUT=%s ISSUE43_PAIRED='4 1 1 1' ISSUE43_THREADS=0 ISSUE43_CONC=0 "
       .. "SB_BENCH_NO_BUILD=1 LUA='%s' bench/issue43.sh 1"):format(file, lua))
     local text = assert(io.open(file)):read("a")

@@ -207,7 +207,7 @@ describe("a long run's bounds", function()
   -- blocks back unchanged with their signatures, every tool_use with its tool_result.
   it("the thread's record keeps the compacted conversation, and a follow-up from it after a restart is accepted", function()
     local record_mod = require("switchboard.store.record")
-    local path = os.tmpname()
+    local path = require("support.tmp").name("record")
     local stored, final, follow, reqs, state
     core.run(function()
       m = model.start()

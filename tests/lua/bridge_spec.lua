@@ -48,7 +48,7 @@ describe("shell/bridge", function()
   end)
 
   it("names the resolvers of resolv.conf, not a loopback one", function()
-    local dir = os.tmpname(); os.remove(dir)
+    local dir = require("support.tmp").name("resolv")
     assert(core.fs.mkdir_p(dir .. "/etc", tonumber("755", 8)))
     assert(core.fs.write_file(dir .. "/etc/resolv.conf", "# c\nnameserver 127.0.0.53\nnameserver 10.1.2.3\nnameserver ::1\nsearch x\n nameserver 8.8.8.8\n"))
     assert.same({ "10.1.2.3", "8.8.8.8" }, bridge.resolvers(dir))

@@ -45,7 +45,7 @@ describe("core.fs.root", function()
   end
 
   before_each(function()
-    base = io.popen("mktemp -d"):read("l")
+    base = require("support.tmp").dir("fs")
     ws, outside = base .. "/ws", base .. "/outside"
     sh(("mkdir -p '%s' '%s'"):format(ws, outside))
     spit(outside .. "/secret.txt", "outside secret")
@@ -392,7 +392,7 @@ end)
 describe("core.fs unconfined helpers", function()
   local base
   before_each(function()
-    base = io.popen("mktemp -d"):read("l")
+    base = require("support.tmp").dir("fs")
   end)
   after_each(function()
     sh("rm -rf '" .. base .. "'")

@@ -183,7 +183,7 @@ describe("github app: the private key", function()
   end)
 
   it("may be the path of a file holding it, read again when the JWT is renewed (key rotation)", function()
-    local path = os.tmpname()
+    local path = require("support.tmp").name("app-key")
     P.write(path, (standin.keys()))
     core.run(function()
       local w = world({ env = { GITHUB_APP_PRIVATE_KEY = path } })

@@ -16,10 +16,7 @@ local function getenv_of(t) return function(name) return t[name] end end
 
 local function sha256_hex(s) return core.crypto.hex(core.crypto.sha256(s)) end
 
-local function tmpdir()
-  local d = io.popen("mktemp -d"):read("l")
-  return d
-end
+local function tmpdir() return require("support.tmp").dir("identity") end
 
 describe("github identity from the environment", function()
   local function from(env)

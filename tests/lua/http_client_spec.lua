@@ -18,7 +18,7 @@ local read_file = require("support.files").read
 -- Starts a peer as a real subprocess and waits (on the loop) for its port file.
 local function start_peer(opts)
   opts = opts or {}
-  local dir = io.popen("mktemp -d"):read("l")
+  local dir = require("support.tmp").dir("peer")
   local flags = opts.unix and " --unix" or ""
   if opts.tls then flags = flags .. " --tls " .. opts.tls end
   -- --watch: the peer ends when this process does, even if a spec failed before its teardown
@@ -335,7 +335,7 @@ describe("core.http.request", function()
     end)
 
     it("verifies TLS certificates (a self-signed peer is refused)", function()
-      local dir = io.popen("mktemp -d"):read("l")
+      local dir = require("support.tmp").dir("tls")
       sh(string.format("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
         .. "-keyout %s/k.pem -out %s/c.pem >/dev/null 2>&1 && cat %s/k.pem %s/c.pem > %s/both.pem",
         dir, dir, dir, dir, dir))

@@ -19,9 +19,7 @@ end
 
 local dirs = {}
 local function overlay(files)
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p '" .. dir .. "'"))
+  local dir = require("support.tmp").dir("overlay")
   dirs[#dirs + 1] = dir
   for name, src in pairs(files) do P.write(dir .. "/" .. name .. ".lua", src) end
   return dir

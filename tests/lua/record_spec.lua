@@ -6,12 +6,7 @@ local async = require("tests.lua.support.async")
 local record = require("switchboard.store.record")
 local render = require("switchboard.pages.render")
 
-local function tmpdir()
-  local p = assert(io.popen("mktemp -d"))
-  local d = p:read("l")
-  p:close()
-  return d
-end
+local function tmpdir() return require("support.tmp").dir("store") end
 
 describe("the thread's record", function()
   local dir

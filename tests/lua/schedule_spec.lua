@@ -74,7 +74,7 @@ end
 
 describe("the scheduler on a test clock", function()
   local dir
-  before_each(function() dir = os.tmpname(); os.remove(dir); assert(core.fs.mkdir_p(dir, tonumber("700", 8))) end)
+  before_each(function() dir = require("support.tmp").dir("schedule") end)
   after_each(function() os.execute("rm -rf '" .. dir .. "'") end)
 
   it("fires each matching minute once, sleeping until the next one", function()

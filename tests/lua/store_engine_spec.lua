@@ -3,12 +3,7 @@ package.cpath = (os.getenv("SB_BUILD_DIR") or "./build") .. "/lua/?.so;" .. pack
 local core = require("switchboard.core")
 local async = require("tests.lua.support.async")
 
-local function tmpdir()
-  local p = assert(io.popen("mktemp -d"))
-  local d = p:read("l")
-  p:close()
-  return d
-end
+local function tmpdir() return require("support.tmp").dir("store") end
 
 describe("core.store", function()
   local dir

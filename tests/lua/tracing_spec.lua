@@ -135,7 +135,7 @@ describe("TracingExecutor", function()
   end)
 
   it("the file sink writes one JSON document per line", function()
-    local path = os.tmpname()
+    local path = require("support.tmp").name("trace")
     local fs = assert(tracing.file_sink(path))
     local t = tracing.new(fake("local"), { sink = fs, clock = clock })
     t:exec("ls", { timeout_ms = 5 })

@@ -10,12 +10,10 @@ function M.read(path)
   return s
 end
 
--- A fresh directory from mktemp(1); the caller removes it.
+-- A fresh directory under the spec's own scratch root (tests/lua/support/tmp.lua): removed
+-- with the root when busted ends, or earlier by the caller.
 function M.tmpdir()
-  local p = io.popen("mktemp -d")
-  local d = p:read("l")
-  p:close()
-  return d
+  return require("support.tmp").scratch("files")
 end
 
 return M

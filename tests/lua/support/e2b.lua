@@ -32,9 +32,7 @@ M.wait_for = wait_for
 --   :faults(list) :vanish(id) :requests() :sandboxes() :stop()
 function M.start(opts)
   opts = opts or {}
-  local p = io.popen("mktemp -d")
-  local dir = p:read("l")
-  p:close()
+  local dir = require("support.tmp").scratch("e2b") -- removed with the spec's scratch root
   -- --watch: the stand-in ends (with its sandboxes) when this process does, even if a spec
   -- failed before its teardown
   local cmd = ("/usr/bin/python3 tests/support/e2b_standin.py --dir %s --api-key %s --split-delay-ms %s --watch %d >%s/log 2>&1 &")

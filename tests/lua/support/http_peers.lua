@@ -8,8 +8,8 @@ local core = require("switchboard.core")
 local PROBE = BUILD .. "/tests/http_probe"
 core.log_format("text", "error") -- rejected peers log at info/warn; keep the run readable
 
--- A private scratch directory (not /tmp/lua_*, which other runs may sweep).
-local dir = assert(io.popen("mktemp -d \"${TMPDIR:-/tmp}/sb-http-spec.XXXXXX\""):read("l"))
+-- A private scratch directory, removed with the spec's scratch root when busted ends.
+local dir = require("support.tmp").scratch("http-spec")
 
 local function q(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"

@@ -6,6 +6,7 @@ local loader = require("switchboard.policy.loader")
 require("switchboard.exec.backends")
 require("switchboard.fronts.registry")
 local sha256 = require("support.sha256")
+local tmp = require("support.tmp")
 
 local M = {}
 
@@ -39,9 +40,7 @@ local dirs = {}
 -- (the whole file) | false (leave the file out).
 function M.dir(edits)
   edits = edits or {}
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p '" .. dir .. "'"))
+  local dir = tmp.scratch("policies")
   dirs[#dirs + 1] = dir
   for _, name in ipairs(M.FILES) do
     local src = M.read(M.SHIPPED .. "/" .. name .. ".lua")
@@ -60,7 +59,7 @@ function M.dir(edits)
 end
 
 function M.cleanup()
-  for _, d in ipairs(dirs) do os.execute("rm -rf '" .. d .. "'") end
+  for _, d in ipairs(dirs) do tmp.remove(d) end
   dirs = {}
 end
 

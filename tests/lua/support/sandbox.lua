@@ -4,6 +4,7 @@
 local core = require("switchboard.core")
 local cjson = require("cjson")
 local policies = require("support.policies")
+local tmp = require("support.tmp")
 
 local M = {}
 
@@ -52,14 +53,11 @@ end
 
 M.cleanup = policies.cleanup
 
-function M.tmpdir()
-  local p = io.popen("mktemp -d")
-  local dir = p:read("l")
-  p:close()
-  return dir
-end
+-- A scratch directory under the spec's own root (support/tmp.lua: removed when busted ends).
+function M.tmpdir() return tmp.scratch("sandbox") end
 
-function M.rm(dir) os.execute("rm -rf '" .. dir .. "'") end
+-- rm -rf that refuses a directory with a mount point at or below it (support/tmp.lua).
+function M.rm(dir) return tmp.remove(dir) end
 
 function M.read(path)
   local f = io.open(path, "rb")
@@ -274,12 +272,27 @@ function M.files(h, thread)
   return nil
 end
 
--- Every server a spec started; cleanup_servers() (after_each) kills the ones a failed test left.
+-- Has process pid ended? Gone, or a zombie: its mounts and files are released either way (a
+-- server this process spawned stays a zombie until the loop reaps it, and cleanup may run
+-- outside the loop).
+local function ended(pid)
+  local stat = M.read("/proc/" .. pid .. "/stat")
+  return not stat or stat:match("^%d+ %b() (%a)") == "Z"
+end
+
+-- Every server a spec started; cleanup_servers() (after_each, and helper.lua when busted ends)
+-- kills the ones a failed test left and removes each one's root once the server is gone — a
+-- walled server's instances hold mounts while it lives.
 M.servers = {}
 function M.cleanup_servers()
   for _, h in ipairs(M.servers) do
     if not h.result then os.execute("kill -9 " .. h.pid .. " 2>/dev/null") end
-    if h.root then M.rm(h.root) end
+  end
+  for _, h in ipairs(M.servers) do
+    -- a bound for a loaded machine; a server still there after it keeps its root
+    local t0 = os.time()
+    while not h.result and not ended(h.pid) and os.time() - t0 < 60 do os.execute("sleep 0.05") end
+    if h.root and (h.result or ended(h.pid)) then M.rm(h.root) end
   end
   M.servers = {}
 end
