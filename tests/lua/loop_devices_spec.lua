@@ -6,6 +6,7 @@
 -- one), so one found bound to someone else's file afterwards was taken, not kept or missed.
 local core = require("switchboard.core")
 local loop_devices = require("switchboard.shell.loop_devices")
+local tmp = require("support.tmp")
 
 local function sh(cmd) return os.execute(cmd) == true end
 
@@ -34,7 +35,7 @@ describe_root("the walls' loop devices given back", function()
   end)
 
   it("removes a device past the pool, keeps one below it, and waits for a bound one's binder", function()
-    img = os.tmpname()
+    img = tmp.name("loop-image")
     assert.is_true(sh(("truncate -s 1M '%s'"):format(img)))
     for n = base, base + 2 do -- losetup makes the device (LOOP_CTL_ADD) and binds it
       assert.is_true(sh(("losetup /dev/loop%d '%s'"):format(n, img)), "losetup /dev/loop" .. n)
