@@ -6,7 +6,8 @@
 --
 --   local keeper = loop_devices.new(log)
 --   keeper:release(n, kept)   -- the instance that had device n is gone (its processes reaped)
---   keeper:close(bound_ms)    -- waits (in a task, at most bound_ms) for the removals queued
+--   keeper:close(bound_ms)    -- waits (in a task, at most bound_ms) for the removals queued,
+--                                AT_CLOSE at once
 --
 -- Only numbers the walls helper said it attached (its "ready <pid> loop <n>") come here; a
 -- device numbered below `kept` (policies/isolation.lua loop_devices_kept) stays, free, for the
@@ -97,7 +98,15 @@ function Keeper:release(n, kept)
   end
 end
 
+-- At the server's stop nothing else needs libuv's pool: as many removals at once as it has
+-- threads, so a large fleet's devices are given back within the stop's bound.
+local AT_CLOSE = 4
+
 function Keeper:close(bound_ms)
+  while self.workers > 0 and self.workers < AT_CLOSE and #self.queue > self.workers do
+    self.workers = self.workers + 1
+    core.go(work, self)
+  end
   if self.workers > 0 and coroutine.isyieldable() then core.sleep(bound_ms, self.drained) end
 end
 
