@@ -7,19 +7,7 @@ local core = require("switchboard.core")
 local tmp = require("support.tmp")
 local S = require("support.sandbox")
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local read, write = S.read, require("support.policies").write
 
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
