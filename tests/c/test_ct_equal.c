@@ -5,17 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                       \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      failures++;                                                                              \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);                 \
-      fprintf(stderr, __VA_ARGS__);                                                            \
-      fputc('\n', stderr);                                                                     \
-    }                                                                                          \
-  } while (0)
+#include "check.h"
 
 int main(void) {
   const char token[] = "xoxb-0123456789-abcdefghijklmnopqrstuvwx";
