@@ -42,7 +42,9 @@ mapfile -t walls_flags < <(sb_walls_flags "$name") || fail "cannot make the dele
 # A small memory limit, so that filling /dev/shm reaches it in a moment (the heal below, as
 # package_systemd.sh gives its sandboxd): a policy overlay bound over the image's own
 # isolation.lua, its lines kept — the way an operator sets a policy in a read-only container.
-MEMORY_OVERLAY='memory_bytes = 96 * MiB'
+# loop_devices_kept = 0: no device kept in the pool, so every retired instance's loop device is
+# given back and the removal is seen working under the container's own privileges (below).
+MEMORY_OVERLAY=$'memory_bytes = 96 * MiB\nloop_devices_kept = 0'
 chmod 0755 "$work"
 sb_podman run --rm --entrypoint cat "$tag" /etc/switchboard/policies/isolation.lua >"$work/isolation-root.lua" \
   || fail "cannot read the image's own policies/isolation.lua"
@@ -109,6 +111,26 @@ $(tail -5 "$work/heal-logs")"
   done
 }
 
+# The loop devices of the instances the heal retired, given back by sandboxd with exactly the
+# container's privileges (docs/isolation.md "Loop devices given back"): walls.loop_removed for
+# each, never walls.loop_left.
+#   loops_given_back CONTAINER
+loops_given_back() {
+  local c="$1" removed=0
+  for _ in $(seq 1 150); do
+    sb_podman logs "$c" >"$work/loop-logs" 2>&1 || true
+    removed="$(grep -c '"event":"walls.loop_removed"' "$work/loop-logs" || true)"
+    [ "$removed" -ge 2 ] && break
+    sleep 0.2
+  done
+  [ "$removed" -ge 2 ] \
+    || fail "$c: the retired instances' loop devices were not given back (walls.loop_removed ×$removed): $(grep -E 'walls\.loop|instance_retired' "$work/loop-logs" | tail -5)"
+  if grep -q '"event":"walls.loop_left"' "$work/loop-logs"; then
+    fail "$c: a loop device was left: $(grep '"event":"walls.loop_left"' "$work/loop-logs" | head -3)"
+  fi
+  ok "$c: the retired instances' loop devices were given back (walls.loop_removed ×$removed, none left)"
+}
+
 out="$(sx -- 'echo "in $(cat /etc/debian_version)"' 2>"$work/err")" || fail "exec through the sandbox: $out $(cat "$work/err")"
 expect_match '^in 12\.' "$out" "a command runs through the executor in the Debian 12 container"
 
@@ -158,6 +180,7 @@ if grep -q 'version-skew' <<<"$log"; then fail "the executor saw skew against it
 ok "the executor logs no version skew against the image of its own build"
 
 heal "$name"
+loops_given_back "$name"
 
 # The walls attacks, from a command inside the container against the sandboxd beside it.
 server_pid="$(sb_podman exec "$name" pgrep -o -x switchboard)" || fail "no sandboxd process in the container"

@@ -125,8 +125,9 @@ for _ in $(seq 1 300); do port="$(in_c sed -n 's/^READY //p' /root/standin.out 2
 sb_podman cp "$work/bot.env.add" "$name:/root/bot.env.add"
 in_c sh -c 'cat /root/bot.env.add >>/etc/switchboard/bot.env && rm /root/bot.env.add /root/standin.env'
 # A small memory limit, so that filling /dev/shm reaches it in a moment (root's umask 022 here:
-# the overlay is readable by the bot's group).
-in_c sh -c 'umask 022; printf "memory_bytes = 96 * MiB\n" >/etc/switchboard/policies/isolation.lua'
+# the overlay is readable by the bot's group); loop_devices_kept = 0, so that every retired
+# instance's loop device is given back, under the unit's own privileges (checked after the heal).
+in_c sh -c 'umask 022; printf "memory_bytes = 96 * MiB\nloop_devices_kept = 0\n" >/etc/switchboard/policies/isolation.lua'
 
 # ---- systemctl start, exactly as shipped ---------------------------------------------------
 # Without SANDBOX_URL the bot's agents would go to the local executor's walls, which its
@@ -213,6 +214,21 @@ $(journal switchboard-sandboxd | tail -5)"
 done
 expect_match '"event":"sandboxd.instance_retired".*"reason":"memory"' "$(journal switchboard-sandboxd)" \
   "journalctl: the memory-limit kill was seen as such"
+# the retired instances' loop devices, given back by the sandboxd systemd started (its
+# CapabilityBoundingSet, its device rules): walls.loop_removed, never walls.loop_left
+# (the journal read whole first: grep -q ending the pipe early fails it under pipefail)
+removed=0
+for _ in $(seq 1 150); do
+  sandboxd_log="$(journal switchboard-sandboxd)"
+  removed="$(grep -c '"event":"walls.loop_removed"' <<<"$sandboxd_log" || true)"
+  [ "$removed" -ge 2 ] && break
+  sleep 0.2
+done
+[ "$removed" -ge 2 ] || fail "the retired instances' loop devices were not given back (walls.loop_removed ×$removed): $(grep -E 'walls\.loop|instance_retired' <<<"$sandboxd_log" | tail -5)"
+if grep -q '"event":"walls.loop_left"' <<<"$sandboxd_log"; then
+  fail "a loop device was left: $(grep '"event":"walls.loop_left"' <<<"$sandboxd_log" | head -3)"
+fi
+ok "journalctl: the retired instances' loop devices were given back (walls.loop_removed ×$removed, none left)"
 
 # ---- systemctl reload: an overlay change, and a 0600 overlay refused -------------------
 before="$(journal 'switchboard-bot*' | grep -c '"event":"policy.reloaded"' || true)"
