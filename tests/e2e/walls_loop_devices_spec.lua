@@ -66,6 +66,17 @@ local function left_behind(set, root, log)
   return left
 end
 
+-- The server's lines about its loop devices and its instances' ends (a failure's explanation).
+local function loop_lines(log)
+  local out = {}
+  for line in log:gmatch("[^\n]+") do
+    if line:find("walls.loop", 1, true) or line:find("instance_slept", 1, true) or line:find("server.stop", 1, true) then
+      out[#out + 1] = line
+    end
+  end
+  return table.concat(out, "\n")
+end
+
 describe_walls("the walls' loop devices", function()
   it("are removed when their instances sleep and when the server stops; someone else's bound device stays", function()
     core.run(function()
@@ -93,10 +104,17 @@ describe_walls("the walls' loop devices", function()
           local _, slept = h.log():gsub("sandboxd.instance_slept", "")
           return slept >= THREADS
         end, 60000), "not every thread slept:\n" .. h.log())
+        -- the slept instances' devices, given back while the server runs (each asked again
+        -- until its instance's mount is gone: a busy host's teardown is slow); checked below
+        S.wait_for(function()
+          local _, removed = h.log():gsub("walls%.loop_removed", "")
+          return removed >= THREADS
+        end, 60000)
         -- the spare's goes at the server's stop
         h:stop(); h:wait()
         assert.is_true(S.wait_for(function() return #left_behind(attached, root, h.log()) == 0 end, 30000),
-          "loop devices this server attached, not given back: " .. table.concat(left_behind(attached, root, h.log()), " "))
+          "loop devices this server attached, not given back: " .. table.concat(left_behind(attached, root, h.log()), " ")
+            .. "\nits lines about them:\n" .. loop_lines(h.log()))
         -- someone else's is still there, bound to its own file
         local backing = S.read(("/sys/block/loop%s/loop/backing_file"):format(other)) or ""
         assert.equal(mine .. "/other.img", (backing:gsub("\n$", "")))

@@ -31,7 +31,7 @@ local PARALLEL = 2
 
 function M.new(log)
   return setmetatable({ log = log or function() end, queue = {}, queued = {}, removed = 0,
-    workers = 0, drained = core.signal() }, Keeper)
+    workers = 0, drained = core.signal(), wake = core.signal() }, Keeper)
 end
 
 -- One try of a queued device; true when it is settled (removed, gone already, or left).
@@ -76,7 +76,7 @@ local function work(self)
         self.queue[#self.queue + 1] = item
       end
     elseif soonest then
-      core.sleep(math.max(1, soonest - core.now_ms()))
+      core.sleep(math.max(1, soonest - core.now_ms()), self.wake) -- (close wakes it early)
     else
       break
     end
@@ -103,6 +103,10 @@ end
 local AT_CLOSE = 4
 
 function Keeper:close(bound_ms)
+  -- the stop's time is for tries, not for a busy device's backoff: every queued one is due now
+  for _, item in ipairs(self.queue) do item.due = 0 end
+  self.wake:abort("closing")
+  self.wake = core.signal()
   while self.workers > 0 and self.workers < AT_CLOSE and #self.queue > self.workers do
     self.workers = self.workers + 1
     core.go(work, self)
