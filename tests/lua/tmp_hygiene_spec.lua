@@ -106,6 +106,24 @@ describe("the product's scratch under TMPDIR", function()
     assert.equal("", listing(run_tmp), out)
   end)
 
+  it("the agent's toolchain probe (the run's facts) leaves nothing in /tmp: no JVM perf data", function()
+    if not os.execute("command -v java >/dev/null 2>&1") then return pending("no java on this host") end
+    local snap = require("support.policies").shipped()
+    local script = require("switchboard.agent.facts").script(snap, ".scratch")
+    -- the probe as the local backend runs it, over a /tmp of its own (a tmpfs in a mount
+    -- namespace the spec makes: the host's /tmp is shared with other runs), in a workspace
+    -- there; then what else it left in that /tmp
+    local shell = ("mount -t tmpfs none /tmp && mkdir /tmp/ws && cd /tmp/ws && { %s\n} >/dev/null 2>&1; "
+      .. "grep -qE '^@@tool (openjdk|java) version' .scratch/.workspace-facts-* && echo java-probed; ls -A /tmp")
+      :format(script)
+    local p = assert(io.popen("unshare -m --propagation private sh -c " .. q(shell) .. " 2>&1"))
+    local text = p:read("a")
+    p:close()
+    if text:find("unshare: ", 1, true) then return pending("no mount namespace here: " .. text) end
+    -- the probe ran java, and left only the workspace
+    assert.equal("java-probed\nws\n", text)
+  end)
+
   it("the e2b wrapper keeps its marks in $TMPDIR, and a stop by the mark finds them there", function()
     local envd = require("switchboard.exec.e2b_envd")
     local run_tmp = tmp.dir("e2b-tmp")

@@ -632,7 +632,7 @@ M.files.agents = {
     turn = S.text({ "date", "workspace", "publish_branch", "git_status" }, 16384),
     publishes = S.text({}, 2048),
     publishes_nothing = S.text({}, 2048),
-    toolchains = S.list(S.string { pattern = "^[%w._+-]+[%w._+ -]*$", what = "a command: a program and its arguments (letters, digits, . _ + -)" },
+    toolchains = S.list(S.string { pattern = "^[%w._+-]+[%w._+: -]*$", what = "a command: a program and its arguments (letters, digits, . _ + : -)" },
       { max = 40 }),
     max_status_lines = S.int { min = 1, max = 1000 },
     scratch_dir = S.string { pattern = "^[%w_-][%w._/-]*$", what = "a relative path inside the workspace" },
