@@ -115,8 +115,10 @@ Each ask opens with this run's facts: the date, the branch and `git status` at t
 `git status` at the start:
 {git_status}]
 ]],
+  -- (java without -XX:-UsePerfData writes /tmp/hsperfdata_<user>, whatever TMPDIR says: on
+  -- the host itself under the local backend)
   toolchains = { "python3 --version", "node --version", "go version", "rustc --version", "cargo --version",
-                 "gcc --version", "make --version", "java -version", "ruby --version", "git --version" },
+                 "gcc --version", "make --version", "java -XX:-UsePerfData -version", "ruby --version", "git --version" },
   publishes = "When a run ends, switchboard commits your changes and publishes them on the thread's branch: do not commit, push or open a pull request yourself.",
   publishes_nothing = "This run publishes nothing: do not commit, push or open a pull request.",
   max_status_lines = 30,

@@ -27,9 +27,10 @@ describe("the base environment of a command", function()
     local snap = assert(P.load(P.dir({ isolation = function(s) return s .. '\nhome = "/tmp/h2"\n' end })))
     assert.equal("/tmp/h2", child_env.base(snap, getenv, true).HOME)
     assert.equal("/home/bot", child_env.base(snap, getenv, false).HOME)
-    -- an operator's isolation.lua from before `home` (no such line) still loads: /tmp/home
+    -- an operator's isolation.lua from before `home` (no such line) still loads: the schema's
+    -- default, /tmp/home, is in its snapshot
     local older = assert(P.load(P.dir({ isolation = function(s) return (s:gsub('\nhome = "[^"]*"', "\n")) end })))
-    assert.is_nil(older.isolation.home)
+    assert.equal("/tmp/home", older.isolation.home)
     assert.equal("/tmp/home", child_env.base(older, getenv, true).HOME)
     P.cleanup()
   end)
@@ -53,9 +54,9 @@ describe("the base environment of a command", function()
     passwd, group = child_env.walled_accounts(snap)
     assert.truthy(passwd:find("\ndev:x:1000:1000:dev:/tmp/h2:/bin/bash\n", 1, true), passwd)
     assert.truthy(group:find("\ndev:x:1000:\n", 1, true), group)
-    -- an operator's isolation.lua from before `user_name` still loads: "sandbox"
+    -- an operator's isolation.lua from before `user_name` still loads: the schema's default, "sandbox"
     local older = assert(P.load(P.dir({ isolation = function(s) return (s:gsub('\nuser_name = "[^"]*"', "\n")) end })))
-    assert.is_nil(older.isolation.user_name)
+    assert.equal("sandbox", older.isolation.user_name)
     assert.truthy((child_env.walled_accounts(older)):find("\nsandbox:x:1000:", 1, true))
     -- a name that would break the file's lines is refused
     for _, bad in ipairs({ "a:b", "a\nroot", "Root", "1abc", "a b" }) do

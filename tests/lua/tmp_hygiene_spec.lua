@@ -49,6 +49,110 @@ describe("a spec that cleans nothing", function()
 end)
 ]=]
 
+-- The product's own names for scratch honour TMPDIR (docs/testing.md "Temporary files"): each
+-- below is run with TMPDIR pointing into a spec's scratch and seen there, never in /tmp.
+local function bin_env(extra)
+  -- no HOME, no XDG_STATE_HOME, no SWITCHBOARD_STATE_DIR: the state directory's last fallback
+  local env = { PATH = os.getenv("PATH"), LANG = "C.UTF-8", ASAN_OPTIONS = os.getenv("ASAN_OPTIONS"),
+    UBSAN_OPTIONS = os.getenv("UBSAN_OPTIONS"), SWITCHBOARD_LUA_DIR = os.getenv("SWITCHBOARD_LUA_DIR") }
+  for k, v in pairs(extra) do env[k] = v end
+  return env
+end
+
+local function exists(path) return core.fs.exists(path) end
+
+describe("the product's scratch under TMPDIR", function()
+  after_each(function() tmp.remove_all() end)
+
+  it("the state directory without a HOME is $TMPDIR/switchboard-$USER, not /tmp's", function()
+    local run_tmp = tmp.dir("state-tmp")
+    -- a user name of this spec's own: /tmp/switchboard-<it> is nobody else's
+    local user = "hygiene-" .. core.crypto.hex(core.crypto.random_bytes(6))
+    local r
+    core.run(function()
+      r = assert(core.spawn{ argv = { require("support.bin").path, "exec", "--", "pwd" },
+        env = bin_env{ TMPDIR = run_tmp, USER = user }, max_output = 1 << 20 }):wait()
+    end)
+    local leaked = exists("/tmp/switchboard-" .. user)
+    if leaked then tmp.remove("/tmp/switchboard-" .. user) end -- ours (the name is this spec's)
+    assert.equal(0, r.exit, (r.stdout or "") .. (r.stderr or ""))
+    assert.is_false(leaked, "the state directory was made in /tmp: " .. (r.stdout or ""))
+    local state = run_tmp .. "/switchboard-" .. user
+    assert.equal(state .. "/workspaces/", (r.stdout or ""):sub(1, #state + 12), r.stdout)
+  end)
+
+  it("doctor's walls proof makes its scratch under $TMPDIR and removes it", function()
+    local run_tmp = tmp.dir("doctor-tmp")
+    local not_a_dir = run_tmp .. "/file"
+    write(not_a_dir, "x")
+    local function doctor(tmpdir)
+      local r
+      core.run(function()
+        r = assert(core.spawn{ argv = { require("support.bin").path, "doctor" },
+          env = bin_env{ TMPDIR = tmpdir, HOME = os.getenv("HOME"), SWITCHBOARD_CONFIG_DIR = run_tmp .. "/no-install" },
+          max_output = 1 << 20 }):wait()
+      end)
+      return (r.stdout or "") .. (r.stderr or "")
+    end
+    -- a TMPDIR that cannot hold a directory: the proof's scratch is named under it
+    local out = doctor(not_a_dir)
+    assert.truthy(out:find("FAIL  walls     cannot make a scratch directory " .. not_a_dir .. "/switchboard-doctor-", 1, true), out)
+    assert.truthy(out:find("fix: make " .. not_a_dir .. " writable", 1, true), out)
+    -- a usable one: the proof runs there (this host walls, as the suite's walls specs need) and
+    -- leaves nothing behind
+    assert(os.remove(not_a_dir))
+    out = doctor(run_tmp)
+    assert.truthy(out:find("ok    walls ", 1, true), out)
+    assert.equal("", listing(run_tmp), out)
+  end)
+
+  it("the agent's toolchain probe (the run's facts) leaves nothing in /tmp: no JVM perf data", function()
+    if not os.execute("command -v java >/dev/null 2>&1") then return pending("no java on this host") end
+    local snap = require("support.policies").shipped()
+    local script = require("switchboard.agent.facts").script(snap, ".scratch")
+    -- the probe as the local backend runs it, over a /tmp of its own (a tmpfs in a mount
+    -- namespace the spec makes: the host's /tmp is shared with other runs), in a workspace
+    -- there; then what else it left in that /tmp
+    local shell = ("mount -t tmpfs none /tmp && mkdir /tmp/ws && cd /tmp/ws && { %s\n} >/dev/null 2>&1; "
+      .. "grep -qE '^@@tool (openjdk|java) version' .scratch/.workspace-facts-* && echo java-probed; ls -A /tmp")
+      :format(script)
+    local p = assert(io.popen("unshare -m --propagation private sh -c " .. q(shell) .. " 2>&1"))
+    local text = p:read("a")
+    p:close()
+    if text:find("unshare: ", 1, true) then return pending("no mount namespace here: " .. text) end
+    -- the probe ran java, and left only the workspace
+    assert.equal("java-probed\nws\n", text)
+  end)
+
+  it("the e2b wrapper keeps its marks in $TMPDIR, and a stop by the mark finds them there", function()
+    local envd = require("switchboard.exec.e2b_envd")
+    local run_tmp = tmp.dir("e2b-tmp")
+    local mark = core.crypto.hex(core.crypto.random_bytes(8))
+    local pid_file = run_tmp .. "/.switchboard-" .. mark .. ".pid"
+    local env = { PATH = os.getenv("PATH"), TMPDIR = run_tmp }
+    local r, stopped
+    core.run(function()
+      -- a command that looks for its wrapper's mark where the wrapper should keep it
+      local looks = ('test -s "$TMPDIR/.switchboard-%s.pid" && ! test -e /tmp/.switchboard-%s.pid && echo marked-in-tmpdir')
+        :format(mark, mark)
+      r = assert(core.spawn{ argv = { "/bin/bash", "-c", envd.WRAPPER, "switchboard", "1", "60", looks, mark },
+        env = env }):wait()
+      -- a command stopped by its mark (M.STOP_MARKED, as before envd named its pid)
+      local long = assert(core.spawn{ argv = { "/bin/bash", "-c", envd.WRAPPER, "switchboard", "1", "600", "sleep 600", mark },
+        env = env, deadline_ms = 120000 })
+      local marked = S.wait_for(function() return exists(pid_file) end, 60000)
+      local stop = assert(core.spawn{ argv = { "/bin/bash", "-c", envd.STOP_MARKED, "switchboard", mark }, env = env }):wait()
+      stopped = { marked = marked, stop = stop, long = long:wait() }
+    end)
+    assert.equal(0, r.exit, (r.stdout or "") .. (r.stderr or ""))
+    assert.equal("marked-in-tmpdir\n", r.stdout)
+    assert.is_true(stopped.marked, "no " .. pid_file .. " while the wrapper ran")
+    assert.equal(0, stopped.stop.exit, stopped.stop.stderr)
+    assert.equal(143, stopped.long.exit) -- the wrapper's trap: the stop, not its 600 s limit
+    assert.equal("", listing(run_tmp))
+  end)
+end)
+
 describe("the suite's temporary files", function()
   after_each(function() tmp.remove_all() end)
 

@@ -308,6 +308,7 @@ class Handler(BaseHTTPRequestHandler):
             sid = "i" + secrets.token_hex(10)
             root = os.path.join(ARGS.root, sid)
             os.makedirs(os.path.join(root, "home", "user"))
+            os.makedirs(os.path.join(root, "tmp"))  # the VM's /tmp: its TMPDIR (see _start)
             if "autoPause" in doc and not isinstance(doc["autoPause"], bool):
                 return self._send(400, {"code": 400, "message": "autoPause must be a boolean"})
             sb = Sandbox(sid, doc["templateID"], int(doc.get("timeout") or 15), root)
@@ -454,7 +455,9 @@ class Handler(BaseHTTPRequestHandler):
         f = f or {}
         proc_spec = req.get("process") or {}
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-               "HOME": sb.path("/home/user"), "USER": "user"}
+               "HOME": sb.path("/home/user"), "USER": "user",
+               # the VM's own /tmp, not the host's: the executor's wrapper keeps its marks there
+               "TMPDIR": sb.path("/tmp")}
         env.update(proc_spec.get("envs") or {})
         cwd = sb.path(proc_spec.get("cwd") or "/home/user")
         timeout_ms = int(self.headers.get("connect-timeout-ms") or 0)

@@ -281,6 +281,15 @@ local function userns_fix(ctx)
   return nil
 end
 
+-- Where the walls' proof makes its throwaway root: $TMPDIR, /tmp when unset (docs/cli.md
+-- "doctor"). Like sandboxd's --root, every directory above it must let the instance's uid pass
+-- (0711 or 1777, as /tmp is).
+local function scratch_parent(getenv)
+  local tmp = getenv("TMPDIR")
+  if not tmp or tmp == "" then return "/tmp" end
+  return (tmp:gsub("(.)/+$", "%1"))
+end
+
 -- The walls proven the way `switchboard sandboxd` proves them when it starts (shell/instance.lua
 -- host{scratch}): the helper runs, bwrap is installed, the kernel gives user namespaces and
 -- cgroups, and a throwaway instance is built in a scratch directory and runs a command.
@@ -298,11 +307,12 @@ local function check_walls(ctx, snap)
     return "FAIL", ("the walls helper %s died of signal %s when started — fix: rebuild it for this host "
       .. "(cmake --build build)"):format(helper, tostring(pr.signal))
   end
-  local scratch = ("/tmp/switchboard-doctor-%s"):format(core.crypto.hex(core.crypto.random_bytes(6)))
+  local tmp = scratch_parent(ctx.getenv or os.getenv)
+  local scratch = ("%s/switchboard-doctor-%s"):format(tmp, core.crypto.hex(core.crypto.random_bytes(6)))
   local made, merr = core.fs.mkdir_p(scratch, tonumber("700", 8))
   if not made then
-    return "FAIL", ("cannot make a scratch directory %s for the test instance: %s — fix: make /tmp writable")
-      :format(scratch, tostring(merr and merr.message))
+    return "FAIL", ("cannot make a scratch directory %s for the test instance: %s — fix: make %s writable "
+      .. "or point TMPDIR at a directory that is"):format(scratch, tostring(merr and merr.message), tmp)
   end
   local walls, why = instance.host{ snap = snap, policy = function() return snap end, scratch = scratch,
     helper = helper, owner = { kind = "doctor", root = scratch } }

@@ -32,14 +32,16 @@ M.ROUTE = "/process.Process/Start"
 --   The trap names the group by $!, not $t: bash sets $! as soon as the job is forked, while a
 --   wrapper descheduled on a loaded machine may take a TERM between the fork and `t=$!` — with
 --   $t empty the kill went nowhere and a background child outlived the stop.
---   $4 is the command's mark (random hex): the wrapper keeps its pid in /tmp/.switchboard-MARK.pid
---   while it runs, and does not start the command when /tmp/.switchboard-MARK.stop exists — so a
---   stop that comes before envd's start event has named the pid still reaches it (M.STOP_MARKED):
+--   $4 is the command's mark (random hex): the wrapper keeps its pid in $TMPDIR/.switchboard-MARK.pid
+--   ($TMPDIR: the sandbox's own, /tmp when unset, as in E2B's VMs; a stand-in on the host gives
+--   each sandbox a directory of its own) while it runs, and does not start the command when
+--   $TMPDIR/.switchboard-MARK.stop exists — so a stop that comes before envd's start event has
+--   named the pid still reaches it (M.STOP_MARKED):
 --   the stopper writes .stop, then TERMs the pid in .pid; the wrapper writes .pid (its trap set),
 --   then looks for .stop. One of the two always sees the other's file.
 M.WRAPPER = table.concat({
   'exec 3>&2 2>/dev/null',
-  'm=/tmp/.switchboard-$4',
+  'm=${TMPDIR:-/tmp}/.switchboard-$4',
   'set -m',
   [[trap 'kill -KILL -- "-$!"; rm -f "$m.pid" "$m.stop"; exit 143' TERM]],
   'echo "$$" > "$m.pid"',
@@ -55,7 +57,7 @@ M.WRAPPER = table.concat({
 M.STOP = 'kill -TERM -- "$1"'
 -- The stop of a command whose pid is not known yet ($1: its mark; see M.WRAPPER).
 M.STOP_MARKED = table.concat({
-  'm=/tmp/.switchboard-$1',
+  'm=${TMPDIR:-/tmp}/.switchboard-$1',
   ': > "$m.stop"',
   'p=$(cat "$m.pid" 2>/dev/null) && [ -n "$p" ] && kill -TERM -- "$p"',
   'exit 0',

@@ -739,7 +739,9 @@ local function validate_file(name, ctl, errs)
   for _, k in ipairs(schema.sorted_keys(fields)) do
     local v = ctl.settings[k]
     if v == nil then
-      if not schema.is_optional(fields[k]) then report(k, "is required") end
+      if not schema.fill_default(ctl.settings, k, fields[k]) and not schema.is_optional(fields[k]) then
+        report(k, "is required")
+      end
     else
       fields[k](v, k, report)
     end

@@ -133,13 +133,40 @@ function S.enum(values)
 end
 
 local OPTIONAL = setmetatable({}, { __mode = "k" })
+local DEFAULT = setmetatable({}, { __mode = "k" }) -- an optional spec → the value its absence reads
 
-function S.optional(spec)
+local function copy(v)
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = copy(x) end
+  return out
+end
+
+-- A setting that may be left out. With a default, a policy that leaves it out reads the default:
+-- the loader fills it in (S.record, and loader.lua for a file's top-level settings) before the
+-- cross-field rules and the freeze, so every reader sees a value and holds no fallback of its
+-- own (docs/policies.md "Optional settings and their defaults"). The default must pass spec:
+-- a wrong one is the schema's own bug, refused when this file loads.
+function S.optional(spec, default)
   local f = function(v, path, report)
     if v ~= nil then return spec(v, path, report) end
   end
   OPTIONAL[f] = true
+  if default ~= nil then
+    local problems = {}
+    spec(default, "default", function(path, msg) problems[#problems + 1] = path .. " " .. msg end)
+    assert(#problems == 0, "a schema default is not valid for its own spec: " .. table.concat(problems, "; "))
+    DEFAULT[f] = default
+  end
   return f
+end
+
+-- Fills t[k] with spec's default when t holds no value there; → whether t[k] now holds one.
+local function fill_default(t, k, spec)
+  if t[k] ~= nil then return true end
+  if DEFAULT[spec] == nil then return false end
+  t[k] = copy(DEFAULT[spec])
+  return true
 end
 
 local function is_list(t)
@@ -166,7 +193,8 @@ local function child(path, k)
 end
 M.child = child
 
--- A table with known fields; every field is required unless wrapped in S.optional.
+-- A table with known fields; every field is required unless wrapped in S.optional (one with a
+-- default is filled in when left out).
 function S.record(fields)
   return function(v, path, report)
     if type(v) ~= "table" then return report(path, "must be a table, got " .. typename(v)) end
@@ -180,7 +208,7 @@ function S.record(fields)
       local x = v[k]
       if x ~= nil then
         fields[k](x, child(path, k), report)
-      elseif not OPTIONAL[fields[k]] then
+      elseif not fill_default(v, k, fields[k]) and not OPTIONAL[fields[k]] then
         report(child(path, k), "is required")
       end
     end
@@ -352,25 +380,25 @@ M.files.timeouts = {
     max_thread_key_bytes = S.int { min = 16, max = 4096, unit = "bytes" },
     max_file_bytes = S.int { min = 1024, max = 1024 * M.MIB, unit = "bytes" },
     max_answer_bytes = S.int { min = 64 * 1024, max = 4096 * M.MIB, unit = "bytes" },
-    -- background processes and exposed ports (docs/sandboxd.md); optional: sandboxd/processes.lua
-    -- and ports.lua hold the defaults for a policy that predates them
-    max_processes = S.optional(S.int { min = 0, max = 1000 }),
-    process_log_bytes = S.optional(S.int { min = 1024, max = 64 * M.MIB, unit = "bytes" }),
-    process_awake_ms = S.optional(ms(SECOND, 7 * 24 * HOUR)),
-    max_ports = S.optional(S.int { min = 0, max = 1000 }),
+    -- background processes and exposed ports (docs/sandboxd.md); optional, with the values a
+    -- policy that predates them reads
+    max_processes = S.optional(S.int { min = 0, max = 1000 }, 8),
+    process_log_bytes = S.optional(S.int { min = 1024, max = 64 * M.MIB, unit = "bytes" }, 64 * M.KIB),
+    process_awake_ms = S.optional(ms(SECOND, 7 * 24 * HOUR), 30 * MINUTE),
+    max_ports = S.optional(S.int { min = 0, max = 1000 }, 10),
     ports_base_url = S.optional(S.string { one_line = true, pattern = "^https?://[^%s]+$",
       what = "an http:// or https:// URL" }),
     ports_host_url = S.optional(S.string { one_line = true, pattern = "^https?://{token}%.[^%s/]+/?$",
       what = "an http(s)://{token}.<domain> URL" }),
     -- the exec lane (docs/sandboxd.md "The exec lane"); optional: on for a policy that predates it
-    exec_lane = S.optional(S.bool),
-    exec_lane_report_ms = S.optional(ms(10, 10 * SECOND)),
-    -- the lane's long answer as it comes (docs/sandboxd.md); optional: sandboxd/lane.lua holds
-    -- the defaults for a policy that predates them
-    stream_at_bytes = S.optional(S.int { min = 4 * 1024, max = 256 * M.MIB, unit = "bytes" }),
-    stream_step_bytes = S.optional(S.int { min = 1024, max = 16 * M.MIB, unit = "bytes" }),
-    stream_reserve_margin = S.optional(S.int { min = 0, max = 1000 }),
-    stream_reserve_max_bytes = S.optional(S.int { min = 0, max = M.MIB, unit = "bytes" }),
+    exec_lane = S.optional(S.bool, true),
+    exec_lane_report_ms = S.optional(ms(10, 10 * SECOND), 500),
+    -- the lane's long answer as it comes (docs/sandboxd.md); optional, with the values a policy
+    -- that predates them reads
+    stream_at_bytes = S.optional(S.int { min = 4 * 1024, max = 256 * M.MIB, unit = "bytes" }, 64 * M.KIB),
+    stream_step_bytes = S.optional(S.int { min = 1024, max = 16 * M.MIB, unit = "bytes" }, 32 * M.KIB),
+    stream_reserve_margin = S.optional(S.int { min = 0, max = 1000 }, 4),
+    stream_reserve_max_bytes = S.optional(S.int { min = 0, max = M.MIB, unit = "bytes" }, 16 * M.KIB),
   },
   server = S.record {
     drain_ms = ms(0, 10 * MINUTE),
@@ -604,7 +632,7 @@ M.files.agents = {
     turn = S.text({ "date", "workspace", "publish_branch", "git_status" }, 16384),
     publishes = S.text({}, 2048),
     publishes_nothing = S.text({}, 2048),
-    toolchains = S.list(S.string { pattern = "^[%w._+-]+[%w._+ -]*$", what = "a command: a program and its arguments (letters, digits, . _ + -)" },
+    toolchains = S.list(S.string { pattern = "^[%w._+-]+[%w._+: -]*$", what = "a command: a program and its arguments (letters, digits, . _ + : -)" },
       { max = 40 }),
     max_status_lines = S.int { min = 1, max = 1000 },
     scratch_dir = S.string { pattern = "^[%w_-][%w._/-]*$", what = "a relative path inside the workspace" },
@@ -795,14 +823,15 @@ M.files.isolation = {
   uid_count = S.int { min = 1, max = 1000000 },
   uid_blocks = S.int { min = 1, max = 256 },
   hostname = S.string { pattern = "^[%w.-]*$", what = "a host name, or \"\"", empty_ok = true },
-  -- optional: shell/child_env.lua WALLED_HOME for an operator's isolation.lua that predates it
-  home = S.optional(S.string { pattern = "^/tmp/[%w_][%w._-]*$", what = "a directory directly under /tmp such as \"/tmp/home\"" }),
-  -- optional: shell/child_env.lua WALLED_USER likewise; not a name the instance's files give
-  -- uid 0 or 65534 (getpwnam would answer theirs)
+  -- optional, for an operator's isolation.lua that predates it: a walled command's HOME
+  home = S.optional(S.string { pattern = "^/tmp/[%w_][%w._-]*$", what = "a directory directly under /tmp such as \"/tmp/home\"" },
+    "/tmp/home"),
+  -- optional likewise: the name of its uid; not a name the instance's files give uid 0 or 65534
+  -- (getpwnam would answer theirs)
   user_name = S.optional(function(v, path, report)
     if v == "root" or v == "nobody" then return report(path, "must not be \"root\" or \"nobody\" (the instance's own accounts)") end
     return S.string { pattern = "^[a-z_][a-z0-9_-]*$", max_len = 32, what = "a user name such as \"sandbox\"" }(v, path, report)
-  end),
+  end, "sandbox"),
   rootfs = S.string { pattern = "^/[^\r\n]*$", what = "an absolute path" },
   expose = S.list(S.string { pattern = "^[%w_][%w._-]*$", what = "a top-level name such as \"usr\"" },
     { unique = true, max = 32 }),
@@ -1053,6 +1082,10 @@ end
 
 -- Whether a spec may be left out (S.optional), also for a file's top-level settings.
 function M.is_optional(spec) return OPTIONAL[spec] == true end
+-- A file's top-level setting left out: its default filled in (S.optional's); → whether it holds one.
+M.fill_default = fill_default
+-- The value a policy that leaves spec's setting out reads (a copy), or nil: none.
+function M.default_of(spec) return copy(DEFAULT[spec]) end
 
 function M.cross.execution(e, report)
   if e.backend.default == nil then

@@ -25,7 +25,7 @@
 -- outcome is heard after its answer: metrics, the log lines, the fleet's last use. An answered
 -- one, when the server logs through core.log (the engine's writer), is tallied by C — its lines
 -- written there with the events and label given here, its counts and the instance's last use
--- reported in batches (report: REPORT_MS after the first, and on lane:flush(), which /metrics,
+-- reported in batches (report: exec_lane_report_ms after the first, and on lane:flush(), which /metrics,
 -- the fleet's idle watch and the drain call); otherwise (a log function of a caller's) heard.
 --
 --   lane:flush()                       -- the tally so far into the metrics and idle clocks
@@ -45,16 +45,11 @@ Lane.__index = Lane
 
 local function int(x) return math.tointeger(math.floor(x)) end
 
--- how long a tally waits for its report (policies/timeouts.lua sandbox.exec_lane_report_ms;
--- this for a policy that predates it)
-local REPORT_MS = 500
-
--- policies/timeouts.lua sandbox.stream_*, for a policy that predates them
-local STREAM = { at = 64 * 1024, step = 32 * 1024, margin = 4, max = 16 * 1024 }
-
+-- policies/timeouts.lua sandbox.exec_lane, exec_lane_report_ms (how long a tally waits for its
+-- report) and stream_*: a policy that predates them reads the schema's defaults (policy/schema.lua)
 local function wanted(snap, ctx)
   local sb = snap.timeouts.sandbox
-  return sb.exec_lane ~= false and not ctx.pod and sb.ports_host_url == nil
+  return sb.exec_lane and not ctx.pod and sb.ports_host_url == nil
 end
 
 -- Programs the C lane for snap (once per snapshot); false when the lane is off under it.
@@ -74,9 +69,8 @@ local function program(self, snap)
     floor_ms = int(t.bash.floor_ms), max_ms = int(t.bash.max_ms),
     default_ms = int(t.sandbox.default_budget_ms), grace_ms = int(t.bash.kill_grace_ms),
     heartbeat_ms = int(t.sandbox.heartbeat_ms), max_output = int(t.process.max_output_bytes),
-    stream_at = t.sandbox.stream_at_bytes or STREAM.at, stream_step = t.sandbox.stream_step_bytes or STREAM.step,
-    reserve_margin = t.sandbox.stream_reserve_margin or STREAM.margin,
-    reserve_max = t.sandbox.stream_reserve_max_bytes or STREAM.max,
+    stream_at = t.sandbox.stream_at_bytes, stream_step = t.sandbox.stream_step_bytes,
+    reserve_margin = t.sandbox.stream_reserve_margin, reserve_max = t.sandbox.stream_reserve_max_bytes,
     -- the counter files held open by as many instances as the descriptor budget has room for
     held_counters = self.ctx.descriptors and self.ctx.descriptors.counters or 0,
     network = snap.isolation.network, bash = run.bash_path(),
@@ -92,7 +86,7 @@ local function program(self, snap)
     report = self.ctx.log == core.log and function(durations, gaps, uses)
       return self:report(durations, gaps, uses)
     end or nil,
-    report_ms = int(t.sandbox.exec_lane_report_ms or REPORT_MS),
+    report_ms = int(t.sandbox.exec_lane_report_ms),
     log_request = "sandboxd.request", log_command = "sandboxd.exec",
   })
   return true

@@ -23,7 +23,6 @@ local core = require("switchboard.core")
 
 local M = {}
 
-M.DEFAULT_MAX = 10
 local TOKEN_HEX = 32 -- 128 bits
 
 -- A preview path: /ports/<32 hex digits>[/rest]. Returns the token and the rest ("/" at least).
@@ -107,7 +106,7 @@ local function drop_pools(self, hash)
 end
 
 function Registry:expose(snap, key, port, base)
-  local max = snap.timeouts.sandbox.max_ports or M.DEFAULT_MAX
+  local max = snap.timeouts.sandbox.max_ports -- a policy that predates it: the schema's default
   local t = self.threads[key] or {}
   self.threads[key] = t
   local old = t[port]

@@ -20,18 +20,13 @@ local run = require("switchboard.shell.run")
 
 local M = {}
 
--- Used when a policy predates these settings (policies/timeouts.lua sandbox holds the numbers).
-M.DEFAULTS = {
-  max_processes = 8,                 -- running at once per thread
-  process_log_bytes = 64 * 1024,     -- the tail kept per stream
-  process_awake_ms = 30 * 60 * 1000, -- how long a running process keeps its instance awake
-}
-
+-- policies/timeouts.lua sandbox: max_processes (running at once per thread), process_log_bytes
+-- (the tail kept per stream), process_awake_ms (how long a running process keeps its instance
+-- awake); a policy that predates them reads the schema's defaults (policy/schema.lua).
 function M.limits(snap)
   local sb = snap.timeouts.sandbox
-  local out = {}
-  for name, default in pairs(M.DEFAULTS) do out[name] = sb[name] or default end
-  return out
+  return { max_processes = sb.max_processes, process_log_bytes = sb.process_log_bytes,
+           process_awake_ms = sb.process_awake_ms }
 end
 
 -- Ended records kept per thread besides the running ones (the oldest ended go first).

@@ -12,22 +12,16 @@ local schema = require("switchboard.policy.schema")
 
 local M = {}
 
--- A walled command's HOME when policies/isolation.lua names none (a policy that predates `home`).
-M.WALLED_HOME = "/tmp/home"
-
--- The HOME a walled command of this snapshot gets.
-function M.walled_home(snap) return snap.isolation.home or M.WALLED_HOME end
-
--- The name of a walled command's uid (1000 inside its walls) when policies/isolation.lua
--- names none (a policy that predates `user_name`).
-M.WALLED_USER = "sandbox"
+-- The HOME a walled command of this snapshot gets (policies/isolation.lua home; a policy that
+-- predates it reads the schema's default, policy/schema.lua).
+function M.walled_home(snap) return snap.isolation.home end
 
 -- The /etc/passwd and /etc/group a walled command sees (`switchboard-walls hold --passwd
 -- --group`): root, the instance's own uid 1000 under the policy's name with the walled HOME, and
 -- nobody (what an unmapped owner shows as) — not the host's accounts, so `id -un` and a prompt
 -- name the instance's user, and each bash's getpwuid parses three lines.
 function M.walled_accounts(snap)
-  local name = snap.isolation.user_name or M.WALLED_USER
+  local name = snap.isolation.user_name -- uid 1000's name (the schema's default likewise)
   local passwd = table.concat({
     "root:x:0:0:root:/root:/usr/sbin/nologin",
     ("%s:x:1000:1000:%s:%s:/bin/bash"):format(name, name, M.walled_home(snap)),
