@@ -11,6 +11,12 @@
 -- the client (the same megabyte delivered to the client, no HTTP, no JSON, no walls):
 -- catpipe_vs_after says what is left once the bytes' delivery itself is counted.
 --
+-- What bounds the row on this machine (bench/README.md "What bounds the 1 MB row"), also
+-- information only: `catwide`, catpipe with its pipe widened to 1 MiB before the spawn; `relay`
+-- and `relayjson`, bench_floor_server's relays (a server that spawns the command raw with its
+-- stdout pipe widened and sends each read on at once in a chunked answer, as is or escaped with
+-- sandboxd's encoder: the least any server could do). cat_vs_<name> for each.
+--
 --   BEFORE_BIN=/path/to/old/switchboard SWITCHBOARD_BIN=build/switchboard \
 --     lua5.4 bench/big_paired.lua [ROUNDS=40] [BYTES=1000000]
 local build = os.getenv("SB_BUILD_DIR") or "./build"
@@ -31,6 +37,15 @@ local before_bin = assert(os.getenv("BEFORE_BIN"), "BEFORE_BIN: the sandboxd bin
 
 local P = require("support.policies")
 
+-- bench_floor_server in a relay mode ("relay" | "relay-json"), and its port
+local function start_relay(dir, relay_mode)
+  local port_file = dir .. "/" .. relay_mode .. ".port"
+  local env = S.base_env()
+  env.SANDBOX_TOKEN = S.TOKEN
+  local p = assert(core.spawn{ argv = { build .. "/bench/bench_floor_server", port_file, relay_mode }, env = env })
+  return p, tonumber(S.wait_for(function() return S.read(port_file) end, 30000))
+end
+
 -- a sandboxd of bin, with the shipped policies of bin's own tree when it has one
 local function start(bin)
   local saved_bin, saved_policies = S.BIN, P.SHIPPED
@@ -46,10 +61,14 @@ local out = { load_start = loadavg(), before_bin = before_bin, after_bin = S.BIN
 core.run(function()
   local before = start(before_bin)
   local after = start(S.BIN)
+  local dir = S.tmpdir()
+  local relay, relay_port = start_relay(dir, "relay")
+  local relayjson, relayjson_port = start_relay(dir, "relay-json")
   local cpu0 = { before = cpu_ns(before.pid), after = cpu_ns(after.pid) }
   local argv = { build .. "/bench/bench_paired", "seq", S.TOKEN, BIG, tostring(ROUNDS),
     "http:before:" .. before.port, "http:after:" .. after.port, "raw:cat:" .. BIG .. " > /dev/null",
-    "raw:catpipe:" .. BIG }
+    "raw:catpipe:" .. BIG, "rawwide:catwide:" .. BIG, "http:relay:" .. relay_port,
+    "http:relayjson:" .. relayjson_port }
   local r = assert(core.spawn{ argv = argv, env = S.base_env(), max_output = 1 << 20 }):wait()
   assert(r.exit == 0, "bench_paired failed: " .. tostring(r.stderr) .. tostring(r.stdout))
   local seq = cjson.decode(r.stdout)
@@ -64,6 +83,14 @@ core.run(function()
   -- information beside the row, never the row: the megabyte drained through a pipe by the client
   local function pipe_ratio(name) return math.floor(seq.catpipe.median_us / seq[name].median_us * 100 + 0.5) / 100 end
   out.catpipe_vs_before, out.catpipe_vs_after = pipe_ratio("before"), pipe_ratio("after")
+  -- the bound: cat ÷ each of the least a server (or no server) could do with the megabyte
+  out.cat_vs_catpipe, out.cat_vs_catwide = ratio("catpipe"), ratio("catwide")
+  out.cat_vs_relay, out.cat_vs_relayjson = ratio("relay"), ratio("relayjson")
+  for _, p in ipairs{ relay, relayjson } do
+    p:kill("TERM")
+    p:wait()
+  end
+  S.rm(dir)
   for _, h in ipairs{ before, after } do
     h:stop("TERM")
     h:wait()

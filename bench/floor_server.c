@@ -12,6 +12,18 @@
  *
  * GET /cpu (with the bearer) answers {"cpu_ns": the process's CPU time so far}.
  *
+ *   SANDBOX_TOKEN=t bench_floor_server PORT_FILE relay|relay-json
+ *
+ * The relays (issue 43's 1 MB row: what bounds it on this machine, bench/README.md "What bounds
+ * the 1 MB row"): the least a server could do with a long stdout. The stdout pipe is widened to
+ * 1 MiB before the spawn (the command never waits on a 64 KiB pipe), and each read of it goes out
+ * at once as one chunk of a chunked answer (one writev: head, chunk line, bytes, CRLF), while the
+ * command runs; stderr and the exit follow as the last chunk. `relay` sends stdout's bytes as
+ * they are (no escaping: the answer is JSON only for output without quotes, backslashes or
+ * control bytes; it bounds the bytes' delivery alone); `relay-json` escapes each read with
+ * sandboxd's own encoder (sb_json_text_into, src/json/json_text.c: the same bytes sandboxd
+ * writes). No heartbeats, no walls, no loop.
+ *
  * Listens on 127.0.0.1, an ephemeral port, written to PORT_FILE once listening. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -20,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <llhttp.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -35,6 +48,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "json/json_text.h"
 
 static char *bearer;      /* "Bearer " TOKEN */
 static size_t bearer_len;
@@ -306,8 +321,140 @@ static int answer(int fd, int status, const char *body, size_t len, int keep_ali
   return write_all(fd, iov, 2);
 }
 
+/* ---- the relays ------------------------------------------------------------------------------ */
+
+/* what a request's output becomes: one document after the end (the floor), or chunks as it comes */
+static enum { MODE_FLOOR, MODE_RELAY, MODE_RELAY_JSON } mode;
+
+enum { RELAY_READ = 1 << 20 }; /* the widened pipe's capacity: a read takes all it holds */
+
+static const char relay_head[] = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                                 "cache-control: no-store\r\ntransfer-encoding: chunked\r\n\r\n";
+
+/* One chunk: [head when first] chunk line, bytes, CRLF, [the body's end when last], one writev. */
+static int relay_chunk(int fd, int *head_sent, const char *p, size_t n, int last) {
+  char line[32];
+  int ln = snprintf(line, sizeof line, "%zx\r\n", n);
+  struct iovec iov[5];
+  int k = 0;
+  if (!*head_sent)
+    iov[k++] = (struct iovec){(void *)relay_head, sizeof relay_head - 1};
+  *head_sent = 1;
+  iov[k++] = (struct iovec){line, (size_t)ln};
+  iov[k++] = (struct iovec){(void *)p, n};
+  iov[k++] = (struct iovec){"\r\n", 2};
+  if (last)
+    iov[k++] = (struct iovec){"0\r\n\r\n", 5};
+  return write_all(fd, iov, k);
+}
+
+typedef struct {
+  char *in;   /* RELAY_READ bytes: a read of stdout, after the carry */
+  size_t carry; /* relay-json: the start of a UTF-8 sequence cut by the last read's end */
+  char *enc;  /* relay-json: room for the encoding of a whole read */
+  bool valid;
+} relay_bufs;
+
+/* stdout's next bytes to the client: as they are, or escaped; -1 when the client is gone */
+static int relay_out(int fd, int *head_sent, relay_bufs *b, size_t n) {
+  if (mode == MODE_RELAY) {
+    if (*head_sent == 0 && relay_chunk(fd, head_sent, "{\"stdout\":\"", 11, 0) != 0)
+      return -1;
+    return relay_chunk(fd, head_sent, b->in, n, 0);
+  }
+  size_t at = 0;
+  if (*head_sent == 0) {
+    memcpy(b->enc, "{\"stdout\":\"", 11);
+    at = 11;
+  }
+  size_t avail = b->carry + n, written;
+  size_t taken = sb_json_text_into(b->enc + at, b->in, avail, false, &b->valid, &written);
+  b->carry = avail - taken;
+  memmove(b->in, b->in + taken, b->carry);
+  return relay_chunk(fd, head_sent, b->enc, at + written, 0);
+}
+
+/* `bash -c cmd` with stdout relayed as it comes (the relays above); -1 when the client is gone */
+static int relay(int fd, const char *cmd, relay_bufs *b, buf *err, buf *doc) {
+  int po[2] = {-1, -1}, pe[2] = {-1, -1}, code = 127, rc = 0, head_sent = 0;
+  double t0 = now_ms();
+  pid_t pid = -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  b->carry = 0;
+  b->valid = true;
+  if (pipe2(po, O_CLOEXEC) == 0 && pipe2(pe, O_CLOEXEC) == 0) {
+    (void)fcntl(po[0], F_SETPIPE_SZ, RELAY_READ); /* before the command writes a byte */
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+    char *argv[] = {"bash", "-c", (char *)cmd, NULL};
+    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
+    if (posix_spawn(&pid, "/bin/bash", &fa, &attr, argv, envp) != 0)
+      pid = -1;
+  }
+  for (int i = 0; i < 2; i++) { /* the child's ends: EOF comes once it and its children close theirs */
+    if (po[1] >= 0 && i == 0)
+      close(po[1]);
+    if (pe[1] >= 0 && i == 1)
+      close(pe[1]);
+  }
+  struct pollfd p[2] = {{pid > 0 ? po[0] : -1, POLLIN, 0}, {pid > 0 ? pe[0] : -1, POLLIN, 0}};
+  err->len = 0;
+  for (int open_n = pid > 0 ? 2 : 0; open_n > 0;) {
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    if (p[0].fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+      ssize_t n = read(p[0].fd, b->in + b->carry, RELAY_READ);
+      if (n > 0 && rc == 0)
+        rc = relay_out(fd, &head_sent, b, (size_t)n);
+      else if (n == 0 || (n < 0 && errno != EINTR))
+        p[0].fd = -1, open_n--;
+    }
+    if (p[1].fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      buf_reserve(err, 65536);
+      ssize_t n = read(p[1].fd, err->p + err->len, err->cap - err->len);
+      if (n > 0)
+        err->len += (size_t)n;
+      else if (n == 0 || errno != EINTR)
+        p[1].fd = -1, open_n--;
+    }
+  }
+  if (pid > 0) {
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+      ;
+    code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  if (po[0] >= 0)
+    close(po[0]);
+  if (pe[0] >= 0)
+    close(pe[0]);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  /* the last chunk: a cut sequence left at stdout's end, stderr, the exit */
+  doc->len = 0;
+  if (!head_sent)
+    buf_add(doc, "{\"stdout\":\"", 11);
+  if (b->carry > 0)
+    json_escape(doc, b->in, b->carry);
+  buf_add(doc, "\",\"stderr\":\"", 12);
+  json_escape(doc, err->p, err->len);
+  char tail[96];
+  int tn = snprintf(tail, sizeof tail, "\",\"exitCode\":%d,\"durationMs\":%ld}", code,
+                    (long)(now_ms() - t0 + 0.5));
+  buf_add(doc, tail, (size_t)tn);
+  return rc == 0 ? relay_chunk(fd, &head_sent, doc->p, doc->len, 1) : -1;
+}
+
 /* One request, parsed in r: its answer written; -1 when the connection is to close. */
-static int handle(int fd, request *r, buf *cmd, buf *out, buf *err, buf *doc) {
+static int handle(int fd, request *r, buf *cmd, buf *out, buf *err, buf *doc, relay_bufs *rb) {
   int keep = llhttp_should_keep_alive(&r->parser);
   if (!r->authorized) {
     static const char e[] = "{\"error\":\"unauthorized\"}";
@@ -331,6 +478,12 @@ static int handle(int fd, request *r, buf *cmd, buf *out, buf *err, buf *doc) {
     static const char e[] = "{\"error\":\"body must be JSON with a command\"}";
     return answer(fd, 400, e, sizeof e - 1, keep) == 0 && keep ? 0 : -1;
   }
+  if (mode != MODE_FLOOR) { /* a relay answers chunked: the connection stays open after it */
+    if (rb->in == NULL && ((rb->in = malloc(RELAY_READ + 4)) == NULL ||
+                           (rb->enc = malloc(11 + SB_JSON_TEXT_MAX_GROWTH * (size_t)(RELAY_READ + 4))) == NULL))
+      abort();
+    return relay(fd, cmd->p, rb, err, doc) == 0 && keep ? 0 : -1;
+  }
   double t0 = now_ms();
   out->len = err->len = doc->len = 0;
   int code = run(cmd->p, out, err);
@@ -352,6 +505,7 @@ static void *serve(void *arg) {
   request r;
   memset(&r, 0, sizeof r);
   buf cmd = {0}, out = {0}, err = {0}, doc = {0};
+  relay_bufs rb = {0};
   llhttp_init(&r.parser, HTTP_REQUEST, &settings);
   r.parser.data = &r;
   char in[16384];
@@ -372,7 +526,7 @@ static void *serve(void *arg) {
         break;
       }
       at = llhttp_get_error_pos(&r.parser);
-      closing = handle(fd, &r, &cmd, &out, &err, &doc) != 0;
+      closing = handle(fd, &r, &cmd, &out, &err, &doc, &rb) != 0;
       r.url.len = r.body.len = r.field.len = r.value.len = 0;
       r.authorized = r.has_thread = r.complete = 0;
       llhttp_resume(&r.parser);
@@ -389,12 +543,18 @@ static void *serve(void *arg) {
   free(out.p);
   free(err.p);
   free(doc.p);
+  free(rb.in);
+  free(rb.enc);
   return NULL;
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: SANDBOX_TOKEN=t %s PORT_FILE\n", argv[0]);
+  if (argc == 3 && strcmp(argv[2], "relay") == 0)
+    mode = MODE_RELAY;
+  else if (argc == 3 && strcmp(argv[2], "relay-json") == 0)
+    mode = MODE_RELAY_JSON;
+  else if (argc != 2) {
+    fprintf(stderr, "usage: SANDBOX_TOKEN=t %s PORT_FILE [relay|relay-json]\n", argv[0]);
     return 2;
   }
   const char *token = getenv("SANDBOX_TOKEN");
