@@ -64,7 +64,13 @@ core.run(function()
   local dir = S.tmpdir()
   local relay, relay_port = start_relay(dir, "relay")
   local relayjson, relayjson_port = start_relay(dir, "relay-json")
-  local cpu0 = { before = cpu_ns(before.pid), after = cpu_ns(after.pid) }
+  -- a relay says its process's CPU itself (its connection threads end with the client)
+  local function relay_cpu(port)
+    local status, _, body = S.call("http://127.0.0.1:" .. port, "/cpu", { method = "GET" })
+    return status == 200 and cjson.decode(body).cpu_ns or 0
+  end
+  local cpu0 = { before = cpu_ns(before.pid), after = cpu_ns(after.pid), relay = relay_cpu(relay_port),
+    relayjson = relay_cpu(relayjson_port) }
   local argv = { build .. "/bench/bench_paired", "seq", S.TOKEN, BIG, tostring(ROUNDS),
     "http:before:" .. before.port, "http:after:" .. after.port, "raw:cat:" .. BIG .. " > /dev/null",
     "raw:catpipe:" .. BIG, "rawwide:catwide:" .. BIG, "http:relay:" .. relay_port,
@@ -77,6 +83,8 @@ core.run(function()
   out.server_cpu_us = {
     before = math.floor((cpu_ns(before.pid) - cpu0.before) / 1000 / (ROUNDS + 1) + 0.5),
     after = math.floor((cpu_ns(after.pid) - cpu0.after) / 1000 / (ROUNDS + 1) + 0.5),
+    relay = math.floor((relay_cpu(relay_port) - cpu0.relay) / 1000 / (ROUNDS + 1) + 0.5),
+    relayjson = math.floor((relay_cpu(relayjson_port) - cpu0.relayjson) / 1000 / (ROUNDS + 1) + 0.5),
   }
   local function ratio(name) return math.floor(seq.cat.median_us / seq[name].median_us * 100 + 0.5) / 100 end
   out.cat_vs_before, out.cat_vs_after = ratio("before"), ratio("after")

@@ -326,7 +326,10 @@ static int answer(int fd, int status, const char *body, size_t len, int keep_ali
 /* what a request's output becomes: one document after the end (the floor), or chunks as it comes */
 static enum { MODE_FLOOR, MODE_RELAY, MODE_RELAY_JSON } mode;
 
-enum { RELAY_READ = 1 << 20 }; /* the widened pipe's capacity: a read takes all it holds */
+/* RELAY_READ: the widened pipe's capacity, so that a read takes all it holds; RELAY_STEP: what one
+ * chunk carries at most, sandboxd's own step (policies/timeouts.lua stream_step_bytes: a 1 MiB
+ * writev, or 128 KiB steps, cost more CPU and time in sandboxd, bench/README.md) */
+enum { RELAY_READ = 1 << 20, RELAY_STEP = 32 * 1024 };
 
 static const char relay_head[] = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                                  "cache-control: no-store\r\ntransfer-encoding: chunked\r\n\r\n";
@@ -357,21 +360,32 @@ typedef struct {
 
 /* stdout's next bytes to the client: as they are, or escaped; -1 when the client is gone */
 static int relay_out(int fd, int *head_sent, relay_bufs *b, size_t n) {
+  size_t avail = b->carry + n, from = 0;
   if (mode == MODE_RELAY) {
     if (*head_sent == 0 && relay_chunk(fd, head_sent, "{\"stdout\":\"", 11, 0) != 0)
       return -1;
-    return relay_chunk(fd, head_sent, b->in, n, 0);
+    for (; from < avail; from += RELAY_STEP)
+      if (relay_chunk(fd, head_sent, b->in + from, avail - from < RELAY_STEP ? avail - from : RELAY_STEP, 0) != 0)
+        return -1;
+    return 0;
   }
-  size_t at = 0;
-  if (*head_sent == 0) {
-    memcpy(b->enc, "{\"stdout\":\"", 11);
-    at = 11;
+  while (from < avail) {
+    size_t at = 0, written;
+    if (*head_sent == 0) {
+      memcpy(b->enc, "{\"stdout\":\"", 11);
+      at = 11;
+    }
+    size_t piece = avail - from < RELAY_STEP ? avail - from : RELAY_STEP;
+    size_t taken = sb_json_text_into(b->enc + at, b->in + from, piece, false, &b->valid, &written);
+    if (at + written > 0 && relay_chunk(fd, head_sent, b->enc, at + written, 0) != 0)
+      return -1;
+    from += taken;
+    if (taken < piece && from + (piece - taken) == avail)
+      break; /* a UTF-8 sequence cut at the read's end: kept for the next read */
   }
-  size_t avail = b->carry + n, written;
-  size_t taken = sb_json_text_into(b->enc + at, b->in, avail, false, &b->valid, &written);
-  b->carry = avail - taken;
-  memmove(b->in, b->in + taken, b->carry);
-  return relay_chunk(fd, head_sent, b->enc, at + written, 0);
+  b->carry = avail - from;
+  memmove(b->in, b->in + from, b->carry);
+  return 0;
 }
 
 /* `bash -c cmd` with stdout relayed as it comes (the relays above); -1 when the client is gone */
@@ -442,8 +456,11 @@ static int relay(int fd, const char *cmd, relay_bufs *b, buf *err, buf *doc) {
   doc->len = 0;
   if (!head_sent)
     buf_add(doc, "{\"stdout\":\"", 11);
-  if (b->carry > 0)
-    json_escape(doc, b->in, b->carry);
+  if (b->carry > 0) { /* a sequence stdout's end left cut: U+FFFD, as sandboxd writes it */
+    size_t written;
+    (void)sb_json_text_into(b->enc, b->in, b->carry, true, &b->valid, &written);
+    buf_add(doc, b->enc, written);
+  }
   buf_add(doc, "\",\"stderr\":\"", 12);
   json_escape(doc, err->p, err->len);
   char tail[96];
@@ -480,7 +497,7 @@ static int handle(int fd, request *r, buf *cmd, buf *out, buf *err, buf *doc, re
   }
   if (mode != MODE_FLOOR) { /* a relay answers chunked: the connection stays open after it */
     if (rb->in == NULL && ((rb->in = malloc(RELAY_READ + 4)) == NULL ||
-                           (rb->enc = malloc(11 + SB_JSON_TEXT_MAX_GROWTH * (size_t)(RELAY_READ + 4))) == NULL))
+                           (rb->enc = malloc(11 + SB_JSON_TEXT_MAX_GROWTH * (size_t)RELAY_STEP)) == NULL))
       abort();
     return relay(fd, cmd->p, rb, err, doc) == 0 && keep ? 0 : -1;
   }
