@@ -24,6 +24,7 @@ package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
 local loadavg = require("bench.stats").loadavg
 local cpu_ns = require("bench.stats").cpu_ns
+local voluntary_switches = require("bench.stats").voluntary_switches
 
 local core = require("switchboard.core")
 local cjson = require("cjson")
@@ -65,12 +66,14 @@ core.run(function()
   local relay, relay_port = start_relay(dir, "relay")
   local relayjson, relayjson_port = start_relay(dir, "relay-json")
   -- a relay says its process's CPU itself (its connection threads end with the client)
-  local function relay_cpu(port)
+  local function relay_cpu(port, field)
     local status, _, body = S.call("http://127.0.0.1:" .. port, "/cpu", { method = "GET" })
-    return status == 200 and cjson.decode(body).cpu_ns or 0
+    return status == 200 and cjson.decode(body)[field or "cpu_ns"] or 0
   end
   local cpu0 = { before = cpu_ns(before.pid), after = cpu_ns(after.pid), relay = relay_cpu(relay_port),
     relayjson = relay_cpu(relayjson_port) }
+  local sleeps0 = { before = voluntary_switches(before.pid), after = voluntary_switches(after.pid),
+    relay = relay_cpu(relay_port, "sleeps"), relayjson = relay_cpu(relayjson_port, "sleeps") }
   local argv = { build .. "/bench/bench_paired", "seq", S.TOKEN, BIG, tostring(ROUNDS),
     "http:before:" .. before.port, "http:after:" .. after.port, "raw:cat:" .. BIG .. " > /dev/null",
     "raw:catpipe:" .. BIG, "rawwide:catwide:" .. BIG, "http:relay:" .. relay_port,
@@ -85,6 +88,14 @@ core.run(function()
     after = math.floor((cpu_ns(after.pid) - cpu0.after) / 1000 / (ROUNDS + 1) + 0.5),
     relay = math.floor((relay_cpu(relay_port) - cpu0.relay) / 1000 / (ROUNDS + 1) + 0.5),
     relayjson = math.floor((relay_cpu(relayjson_port) - cpu0.relayjson) / 1000 / (ROUNDS + 1) + 0.5),
+  }
+  -- each server's wakeups per request: how often its loop slept and was woken for the megabyte
+  out.server_wakeups = {
+    before = math.floor((voluntary_switches(before.pid) - sleeps0.before) / (ROUNDS + 1) + 0.5),
+    after = math.floor((voluntary_switches(after.pid) - sleeps0.after) / (ROUNDS + 1) + 0.5),
+    -- (a relay says its own: its connection's thread ends with the client)
+    relay = math.floor((relay_cpu(relay_port, "sleeps") - sleeps0.relay) / (ROUNDS + 1) + 0.5),
+    relayjson = math.floor((relay_cpu(relayjson_port, "sleeps") - sleeps0.relayjson) / (ROUNDS + 1) + 0.5),
   }
   local function ratio(name) return math.floor(seq.cat.median_us / seq[name].median_us * 100 + 0.5) / 100 end
   out.cat_vs_before, out.cat_vs_after = ratio("before"), ratio("after")

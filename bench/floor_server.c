@@ -10,7 +10,8 @@
  *
  *   SANDBOX_TOKEN=t bench_floor_server PORT_FILE
  *
- * GET /cpu (with the bearer) answers {"cpu_ns": the process's CPU time so far}.
+ * GET /cpu (with the bearer) answers {"cpu_ns": the process's CPU time so far, "sleeps": its
+ * voluntary context switches so far}.
  *
  *   SANDBOX_TOKEN=t bench_floor_server PORT_FILE relay|relay-json
  *
@@ -43,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -482,8 +484,12 @@ static int handle(int fd, request *r, buf *cmd, buf *out, buf *err, buf *doc, re
      * /proc/PID/task lists live threads only, and a connection's thread ends with its client) */
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    char doc_cpu[64];
-    int dn = snprintf(doc_cpu, sizeof doc_cpu, "{\"cpu_ns\":%lld}", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    /* and its sleeps so far (voluntary switches, ended threads' included): its wakeups */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    char doc_cpu[96];
+    int dn = snprintf(doc_cpu, sizeof doc_cpu, "{\"cpu_ns\":%lld,\"sleeps\":%ld}",
+                      (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, ru.ru_nvcsw);
     return answer(fd, 200, doc_cpu, (size_t)dn, keep) == 0 && keep ? 0 : -1;
   }
   if (llhttp_get_method(&r->parser) != HTTP_POST || r->url.len != 5 || memcmp(r->url.p, "/exec", 5) != 0 ||
