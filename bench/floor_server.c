@@ -13,7 +13,7 @@
  * GET /cpu (with the bearer) answers {"cpu_ns": the process's CPU time so far, "sleeps": its
  * voluntary context switches so far}.
  *
- *   SANDBOX_TOKEN=t bench_floor_server PORT_FILE relay|relay-json
+ *   SANDBOX_TOKEN=t bench_floor_server PORT_FILE relay|relay-json|relay-splice
  *
  * The relays (issue 43's 1 MB row: what bounds it on this machine, bench/README.md "What bounds
  * the 1 MB row"): the least a server could do with a long stdout. The stdout pipe is widened to
@@ -23,7 +23,8 @@
  * they are (no escaping: the answer is JSON only for output without quotes, backslashes or
  * control bytes; it bounds the bytes' delivery alone); `relay-json` escapes each read with
  * sandboxd's own encoder (sb_json_text_into, src/json/json_text.c: the same bytes sandboxd
- * writes). No heartbeats, no walls, no loop.
+ * writes). `relay-splice` is `relay` without even the copy through the server: what the pipe
+ * holds goes to the socket by splice(2), one chunk a wakeup. No heartbeats, no walls, no loop.
  *
  * Listens on 127.0.0.1, an ephemeral port, written to PORT_FILE once listening. */
 #ifndef _GNU_SOURCE
@@ -44,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -326,7 +328,7 @@ static int answer(int fd, int status, const char *body, size_t len, int keep_ali
 /* ---- the relays ------------------------------------------------------------------------------ */
 
 /* what a request's output becomes: one document after the end (the floor), or chunks as it comes */
-static enum { MODE_FLOOR, MODE_RELAY, MODE_RELAY_JSON } mode;
+static enum { MODE_FLOOR, MODE_RELAY, MODE_RELAY_JSON, MODE_RELAY_SPLICE } mode;
 
 /* RELAY_READ: the widened pipe's capacity, so that a read takes all it holds; RELAY_STEP: what one
  * chunk carries at most, sandboxd's own step (policies/timeouts.lua stream_step_bytes: a 1 MiB
@@ -390,6 +392,30 @@ static int relay_out(int fd, int *head_sent, relay_bufs *b, size_t n) {
   return 0;
 }
 
+/* relay-splice: what the pipe holds moved to the socket by splice (no copy through this process:
+ * the pipe's pages are handed to the socket), framed as one chunk; 0 at stdout's end, -1 when the
+ * client is gone */
+static ssize_t relay_splice(int fd, int *head_sent, int pipe_fd) {
+  int avail = 0;
+  if (ioctl(pipe_fd, FIONREAD, &avail) != 0 || avail <= 0)
+    return 0; /* readable with nothing in it: the writers are gone */
+  char line[160];
+  int ln = 0;
+  if (!*head_sent)
+    ln = snprintf(line, sizeof line, "%s%x\r\n{\"stdout\":\"\r\n", relay_head, 11);
+  *head_sent = 1;
+  ln += snprintf(line + ln, sizeof line - (size_t)ln, "%x\r\n", (unsigned)avail);
+  if (send(fd, line, (size_t)ln, MSG_MORE) != ln)
+    return -1;
+  for (int left = avail; left > 0;) {
+    ssize_t n = splice(pipe_fd, NULL, fd, NULL, (size_t)left, SPLICE_F_MOVE | SPLICE_F_MORE);
+    if (n <= 0 && !(n < 0 && errno == EINTR))
+      return -1;
+    left -= n > 0 ? (int)n : 0;
+  }
+  return send(fd, "\r\n", 2, 0) == 2 ? avail : -1;
+}
+
 /* `bash -c cmd` with stdout relayed as it comes (the relays above); -1 when the client is gone */
 static int relay(int fd, const char *cmd, relay_bufs *b, buf *err, buf *doc) {
   int po[2] = {-1, -1}, pe[2] = {-1, -1}, code = 127, rc = 0, head_sent = 0;
@@ -426,7 +452,11 @@ static int relay(int fd, const char *cmd, relay_bufs *b, buf *err, buf *doc) {
         continue;
       break;
     }
-    if (p[0].fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+    if (p[0].fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) && mode == MODE_RELAY_SPLICE) {
+      ssize_t n = rc == 0 ? relay_splice(fd, &head_sent, p[0].fd) : 0;
+      if (n <= 0)
+        rc = n < 0 ? -1 : rc, p[0].fd = -1, open_n--;
+    } else if (p[0].fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
       ssize_t n = read(p[0].fd, b->in + b->carry, RELAY_READ);
       if (n > 0 && rc == 0)
         rc = relay_out(fd, &head_sent, b, (size_t)n);
@@ -576,8 +606,10 @@ int main(int argc, char **argv) {
     mode = MODE_RELAY;
   else if (argc == 3 && strcmp(argv[2], "relay-json") == 0)
     mode = MODE_RELAY_JSON;
+  else if (argc == 3 && strcmp(argv[2], "relay-splice") == 0)
+    mode = MODE_RELAY_SPLICE;
   else if (argc != 2) {
-    fprintf(stderr, "usage: SANDBOX_TOKEN=t %s PORT_FILE [relay|relay-json]\n", argv[0]);
+    fprintf(stderr, "usage: SANDBOX_TOKEN=t %s PORT_FILE [relay|relay-json|relay-splice]\n", argv[0]);
     return 2;
   }
   const char *token = getenv("SANDBOX_TOKEN");

@@ -13,9 +13,10 @@
 -- client drains through a pipe (big_catpipe_vs_sandboxd: the bytes delivered, nothing else).
 -- What bounds the 1 MB row (information, never the row; bench/README.md "What bounds the 1 MB
 -- row"): `catwide`, catpipe with its pipe widened to 1 MiB before the spawn, and the floor
--- server's two relays (`relay`, `relayjson`: the command spawned raw with its stdout pipe widened,
--- each read sent on at once in sandboxd's 32 KiB chunks, as is or escaped with sandboxd's
--- encoder): big_vs_cat_<name> = cat ÷ each, and their CPU per request in big_server_cpu_us.
+-- server's relays (`relay`, `relayjson`, `relaysplice`: the command spawned raw with its stdout
+-- pipe widened, each read sent on at once in sandboxd's 32 KiB chunks, as is, escaped with
+-- sandboxd's encoder, or spliced to the socket without a copy): big_vs_cat_<name> = cat ÷ each,
+-- and their CPU per request in big_server_cpu_us.
 --
 --   lua5.4 bench/paired.lua [SEQ_N=300] [SLICE_S=2] [PAIRS=5] [BIG_N=20] [CONC=2000] [CONC_SLEEP_S=20]
 --
@@ -86,6 +87,7 @@ core.run(function()
   local floor, floor_port = start_floor(dir)
   local relay, relay_port = start_floor(dir, "relay")
   local relayjson, relayjson_port = start_floor(dir, "relay-json")
+  local relaysplice, relaysplice_port = start_floor(dir, "relay-splice")
   local contenders = { "http:sandboxd:" .. h.port, "http:node:" .. node_port,
     "http:nowalls:" .. bare.port, "http:floor:" .. floor_port }
 
@@ -96,7 +98,8 @@ core.run(function()
     for name, pid in pairs(servers) do t[name] = cpu_ns(pid) end
     -- the floor's connection threads end with bench_paired, before the second look: it says its
     -- process's CPU itself (CLOCK_PROCESS_CPUTIME_ID counts ended threads)
-    for name, port in pairs{ floor = floor_port, relay = relay_port, relayjson = relayjson_port } do
+    for name, port in pairs{ floor = floor_port, relay = relay_port, relayjson = relayjson_port,
+      relaysplice = relaysplice_port } do
       local status, _, body = S.call("http://127.0.0.1:" .. port, "/cpu", { method = "GET" })
       t[name] = status == 200 and cjson.decode(body).cpu_ns or 0
     end
@@ -143,7 +146,7 @@ core.run(function()
   local cpu_big = cpu_all()
   local big = client{ "seq", S.TOKEN, BIG, tostring(BIG_N), contenders[1], contenders[2], contenders[3],
     contenders[4], "raw:cat:" .. BIG .. " > /dev/null", "raw:catpipe:" .. BIG, "rawwide:catwide:" .. BIG,
-    "http:relay:" .. relay_port, "http:relayjson:" .. relayjson_port }
+    "http:relay:" .. relay_port, "http:relayjson:" .. relayjson_port, "http:relaysplice:" .. relaysplice_port }
   out.big = big
   out.big_server_cpu_us = cpu_per_request(cpu_big, BIG_N + 1)
   out.big_vs_cat = round(big.cat.median_us / big.sandboxd.median_us)
@@ -154,11 +157,11 @@ core.run(function()
   -- through a pipe (the same bytes delivered; no HTTP, no JSON, no walls) ÷ sandboxd
   out.big_catpipe_vs_sandboxd = round(big.catpipe.median_us / big.sandboxd.median_us)
   -- the bound (information): cat ÷ what no server, or the least server, makes of the megabyte
-  for _, name in ipairs{ "catpipe", "catwide", "relay", "relayjson" } do
+  for _, name in ipairs{ "catpipe", "catwide", "relay", "relayjson", "relaysplice" } do
     out["big_vs_cat_" .. name] = round(big.cat.median_us / big[name].median_us)
   end
 
-  for _, p in ipairs{ node, floor, relay, relayjson } do
+  for _, p in ipairs{ node, floor, relay, relayjson, relaysplice } do
     p:kill("TERM")
     p:wait()
   end
