@@ -452,10 +452,14 @@ static int relay(int fd, const char *cmd, relay_bufs *b, buf *err, buf *doc) {
         continue;
       break;
     }
-    if (p[0].fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) && mode == MODE_RELAY_SPLICE) {
-      ssize_t n = rc == 0 ? relay_splice(fd, &head_sent, p[0].fd) : 0;
-      if (n <= 0)
-        rc = n < 0 ? -1 : rc, p[0].fd = -1, open_n--;
+    /* (a client gone: stdout is still read to its end and dropped, so that the command ends) */
+    if (p[0].fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) && mode == MODE_RELAY_SPLICE &&
+        rc == 0) {
+      ssize_t n = relay_splice(fd, &head_sent, p[0].fd);
+      if (n < 0)
+        rc = -1;
+      else if (n == 0)
+        p[0].fd = -1, open_n--;
     } else if (p[0].fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
       ssize_t n = read(p[0].fd, b->in + b->carry, RELAY_READ);
       if (n > 0 && rc == 0)
