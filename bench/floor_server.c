@@ -368,9 +368,11 @@ static int relay_out(int fd, int *head_sent, relay_bufs *b, size_t n) {
   if (mode == MODE_RELAY) {
     if (*head_sent == 0 && relay_chunk(fd, head_sent, "{\"stdout\":\"", 11, 0) != 0)
       return -1;
-    for (; from < avail; from += RELAY_STEP)
-      if (relay_chunk(fd, head_sent, b->in + from, avail - from < RELAY_STEP ? avail - from : RELAY_STEP, 0) != 0)
+    for (; from < avail; from += RELAY_STEP) {
+      size_t piece = avail - from < RELAY_STEP ? avail - from : RELAY_STEP;
+      if (relay_chunk(fd, head_sent, b->in + from, piece, 0) != 0)
         return -1;
+    }
     return 0;
   }
   while (from < avail) {
@@ -438,12 +440,11 @@ static int relay(int fd, const char *cmd, relay_bufs *b, buf *err, buf *doc) {
     if (posix_spawn(&pid, "/bin/bash", &fa, &attr, argv, envp) != 0)
       pid = -1;
   }
-  for (int i = 0; i < 2; i++) { /* the child's ends: EOF comes once it and its children close theirs */
-    if (po[1] >= 0 && i == 0)
-      close(po[1]);
-    if (pe[1] >= 0 && i == 1)
-      close(pe[1]);
-  }
+  /* the child's ends: EOF comes once it and its children have closed theirs */
+  if (po[1] >= 0)
+    close(po[1]);
+  if (pe[1] >= 0)
+    close(pe[1]);
   struct pollfd p[2] = {{pid > 0 ? po[0] : -1, POLLIN, 0}, {pid > 0 ? pe[0] : -1, POLLIN, 0}};
   err->len = 0;
   for (int open_n = pid > 0 ? 2 : 0; open_n > 0;) {
