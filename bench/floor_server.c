@@ -10,7 +10,21 @@
  *
  *   SANDBOX_TOKEN=t bench_floor_server PORT_FILE
  *
- * GET /cpu (with the bearer) answers {"cpu_ns": the process's CPU time so far}.
+ * GET /cpu (with the bearer) answers {"cpu_ns": the process's CPU time so far, "sleeps": its
+ * voluntary context switches so far}.
+ *
+ *   SANDBOX_TOKEN=t bench_floor_server PORT_FILE relay|relay-json|relay-splice
+ *
+ * The relays (issue 43's 1 MB row: what bounds it on this machine, bench/README.md "What bounds
+ * the 1 MB row"): the least a server could do with a long stdout. The stdout pipe is widened to
+ * 1 MiB before the spawn (the command never waits on a 64 KiB pipe), and each read of it goes out
+ * at once as one chunk of a chunked answer (one writev: head, chunk line, bytes, CRLF), while the
+ * command runs; stderr and the exit follow as the last chunk. `relay` sends stdout's bytes as
+ * they are (no escaping: the answer is JSON only for output without quotes, backslashes or
+ * control bytes; it bounds the bytes' delivery alone); `relay-json` escapes each read with
+ * sandboxd's own encoder (sb_json_text_into, src/json/json_text.c: the same bytes sandboxd
+ * writes). `relay-splice` is `relay` without even the copy through the server: what the pipe
+ * holds goes to the socket by splice(2), one chunk a wakeup. No heartbeats, no walls, no loop.
  *
  * Listens on 127.0.0.1, an ephemeral port, written to PORT_FILE once listening. */
 #ifndef _GNU_SOURCE
@@ -20,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <llhttp.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -30,11 +45,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "json/json_text.h"
 
 static char *bearer;      /* "Bearer " TOKEN */
 static size_t bearer_len;
@@ -306,8 +325,190 @@ static int answer(int fd, int status, const char *body, size_t len, int keep_ali
   return write_all(fd, iov, 2);
 }
 
+/* ---- the relays ------------------------------------------------------------------------------ */
+
+/* what a request's output becomes: one document after the end (the floor), or chunks as it comes */
+static enum { MODE_FLOOR, MODE_RELAY, MODE_RELAY_JSON, MODE_RELAY_SPLICE } mode;
+
+/* RELAY_READ: the widened pipe's capacity, so that a read takes all it holds; RELAY_STEP: what one
+ * chunk carries at most, sandboxd's own step (policies/timeouts.lua stream_step_bytes: a 1 MiB
+ * writev, or 128 KiB steps, cost more CPU and time in sandboxd, bench/README.md) */
+enum { RELAY_READ = 1 << 20, RELAY_STEP = 32 * 1024 };
+
+static const char relay_head[] = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                                 "cache-control: no-store\r\ntransfer-encoding: chunked\r\n\r\n";
+
+/* One chunk: [head when first] chunk line, bytes, CRLF, [the body's end when last], one writev. */
+static int relay_chunk(int fd, int *head_sent, const char *p, size_t n, int last) {
+  char line[32];
+  int ln = snprintf(line, sizeof line, "%zx\r\n", n);
+  struct iovec iov[5];
+  int k = 0;
+  if (!*head_sent)
+    iov[k++] = (struct iovec){(void *)relay_head, sizeof relay_head - 1};
+  *head_sent = 1;
+  iov[k++] = (struct iovec){line, (size_t)ln};
+  iov[k++] = (struct iovec){(void *)p, n};
+  iov[k++] = (struct iovec){"\r\n", 2};
+  if (last)
+    iov[k++] = (struct iovec){"0\r\n\r\n", 5};
+  return write_all(fd, iov, k);
+}
+
+typedef struct {
+  char *in;   /* RELAY_READ bytes: a read of stdout, after the carry */
+  size_t carry; /* relay-json: the start of a UTF-8 sequence cut by the last read's end */
+  char *enc;  /* relay-json: room for the encoding of a whole read */
+  bool valid;
+} relay_bufs;
+
+/* stdout's next bytes to the client: as they are, or escaped; -1 when the client is gone */
+static int relay_out(int fd, int *head_sent, relay_bufs *b, size_t n) {
+  size_t avail = b->carry + n, from = 0;
+  if (mode == MODE_RELAY) {
+    if (*head_sent == 0 && relay_chunk(fd, head_sent, "{\"stdout\":\"", 11, 0) != 0)
+      return -1;
+    for (; from < avail; from += RELAY_STEP) {
+      size_t piece = avail - from < RELAY_STEP ? avail - from : RELAY_STEP;
+      if (relay_chunk(fd, head_sent, b->in + from, piece, 0) != 0)
+        return -1;
+    }
+    return 0;
+  }
+  while (from < avail) {
+    size_t at = 0, written;
+    if (*head_sent == 0) {
+      memcpy(b->enc, "{\"stdout\":\"", 11);
+      at = 11;
+    }
+    size_t piece = avail - from < RELAY_STEP ? avail - from : RELAY_STEP;
+    size_t taken = sb_json_text_into(b->enc + at, b->in + from, piece, false, &b->valid, &written);
+    if (at + written > 0 && relay_chunk(fd, head_sent, b->enc, at + written, 0) != 0)
+      return -1;
+    from += taken;
+    if (taken < piece && from + (piece - taken) == avail)
+      break; /* a UTF-8 sequence cut at the read's end: kept for the next read */
+  }
+  b->carry = avail - from;
+  memmove(b->in, b->in + from, b->carry);
+  return 0;
+}
+
+/* relay-splice: what the pipe holds moved to the socket by splice (no copy through this process:
+ * the pipe's pages are handed to the socket), framed as one chunk; 0 at stdout's end, -1 when the
+ * client is gone */
+static ssize_t relay_splice(int fd, int *head_sent, int pipe_fd) {
+  int avail = 0;
+  if (ioctl(pipe_fd, FIONREAD, &avail) != 0 || avail <= 0)
+    return 0; /* readable with nothing in it: the writers are gone */
+  char line[160];
+  int ln = 0;
+  if (!*head_sent)
+    ln = snprintf(line, sizeof line, "%s%x\r\n{\"stdout\":\"\r\n", relay_head, 11);
+  *head_sent = 1;
+  ln += snprintf(line + ln, sizeof line - (size_t)ln, "%x\r\n", (unsigned)avail);
+  if (send(fd, line, (size_t)ln, MSG_MORE) != ln)
+    return -1;
+  for (int left = avail; left > 0;) {
+    ssize_t n = splice(pipe_fd, NULL, fd, NULL, (size_t)left, SPLICE_F_MOVE | SPLICE_F_MORE);
+    if (n <= 0 && !(n < 0 && errno == EINTR))
+      return -1;
+    left -= n > 0 ? (int)n : 0;
+  }
+  return send(fd, "\r\n", 2, 0) == 2 ? avail : -1;
+}
+
+/* `bash -c cmd` with stdout relayed as it comes (the relays above); -1 when the client is gone */
+static int relay(int fd, const char *cmd, relay_bufs *b, buf *err, buf *doc) {
+  int po[2] = {-1, -1}, pe[2] = {-1, -1}, code = 127, rc = 0, head_sent = 0;
+  double t0 = now_ms();
+  pid_t pid = -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  b->carry = 0;
+  b->valid = true;
+  if (pipe2(po, O_CLOEXEC) == 0 && pipe2(pe, O_CLOEXEC) == 0) {
+    (void)fcntl(po[0], F_SETPIPE_SZ, RELAY_READ); /* before the command writes a byte */
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+    char *argv[] = {"bash", "-c", (char *)cmd, NULL};
+    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
+    if (posix_spawn(&pid, "/bin/bash", &fa, &attr, argv, envp) != 0)
+      pid = -1;
+  }
+  /* the child's ends: EOF comes once it and its children have closed theirs */
+  if (po[1] >= 0)
+    close(po[1]);
+  if (pe[1] >= 0)
+    close(pe[1]);
+  struct pollfd p[2] = {{pid > 0 ? po[0] : -1, POLLIN, 0}, {pid > 0 ? pe[0] : -1, POLLIN, 0}};
+  err->len = 0;
+  for (int open_n = pid > 0 ? 2 : 0; open_n > 0;) {
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    /* (a client gone: stdout is still read to its end and dropped, so that the command ends) */
+    if (p[0].fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) && mode == MODE_RELAY_SPLICE &&
+        rc == 0) {
+      ssize_t n = relay_splice(fd, &head_sent, p[0].fd);
+      if (n < 0)
+        rc = -1;
+      else if (n == 0)
+        p[0].fd = -1, open_n--;
+    } else if (p[0].fd >= 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+      ssize_t n = read(p[0].fd, b->in + b->carry, RELAY_READ);
+      if (n > 0 && rc == 0)
+        rc = relay_out(fd, &head_sent, b, (size_t)n);
+      else if (n == 0 || (n < 0 && errno != EINTR))
+        p[0].fd = -1, open_n--;
+    }
+    if (p[1].fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      buf_reserve(err, 65536);
+      ssize_t n = read(p[1].fd, err->p + err->len, err->cap - err->len);
+      if (n > 0)
+        err->len += (size_t)n;
+      else if (n == 0 || errno != EINTR)
+        p[1].fd = -1, open_n--;
+    }
+  }
+  if (pid > 0) {
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+      ;
+    code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  if (po[0] >= 0)
+    close(po[0]);
+  if (pe[0] >= 0)
+    close(pe[0]);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  /* the last chunk: a cut sequence left at stdout's end, stderr, the exit */
+  doc->len = 0;
+  if (!head_sent)
+    buf_add(doc, "{\"stdout\":\"", 11);
+  if (b->carry > 0) { /* a sequence stdout's end left cut: U+FFFD, as sandboxd writes it */
+    size_t written;
+    (void)sb_json_text_into(b->enc, b->in, b->carry, true, &b->valid, &written);
+    buf_add(doc, b->enc, written);
+  }
+  buf_add(doc, "\",\"stderr\":\"", 12);
+  json_escape(doc, err->p, err->len);
+  char tail[96];
+  int tn = snprintf(tail, sizeof tail, "\",\"exitCode\":%d,\"durationMs\":%ld}", code,
+                    (long)(now_ms() - t0 + 0.5));
+  buf_add(doc, tail, (size_t)tn);
+  return rc == 0 ? relay_chunk(fd, &head_sent, doc->p, doc->len, 1) : -1;
+}
+
 /* One request, parsed in r: its answer written; -1 when the connection is to close. */
-static int handle(int fd, request *r, buf *cmd, buf *out, buf *err, buf *doc) {
+static int handle(int fd, request *r, buf *cmd, buf *out, buf *err, buf *doc, relay_bufs *rb) {
   int keep = llhttp_should_keep_alive(&r->parser);
   if (!r->authorized) {
     static const char e[] = "{\"error\":\"unauthorized\"}";
@@ -318,8 +519,12 @@ static int handle(int fd, request *r, buf *cmd, buf *out, buf *err, buf *doc) {
      * /proc/PID/task lists live threads only, and a connection's thread ends with its client) */
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    char doc_cpu[64];
-    int dn = snprintf(doc_cpu, sizeof doc_cpu, "{\"cpu_ns\":%lld}", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    /* and its sleeps so far (voluntary switches, ended threads' included): its wakeups */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    char doc_cpu[96];
+    int dn = snprintf(doc_cpu, sizeof doc_cpu, "{\"cpu_ns\":%lld,\"sleeps\":%ld}",
+                      (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, ru.ru_nvcsw);
     return answer(fd, 200, doc_cpu, (size_t)dn, keep) == 0 && keep ? 0 : -1;
   }
   if (llhttp_get_method(&r->parser) != HTTP_POST || r->url.len != 5 || memcmp(r->url.p, "/exec", 5) != 0 ||
@@ -330,6 +535,12 @@ static int handle(int fd, request *r, buf *cmd, buf *out, buf *err, buf *doc) {
   if (json_command(&r->body, cmd) != 0) {
     static const char e[] = "{\"error\":\"body must be JSON with a command\"}";
     return answer(fd, 400, e, sizeof e - 1, keep) == 0 && keep ? 0 : -1;
+  }
+  if (mode != MODE_FLOOR) { /* a relay answers chunked: the connection stays open after it */
+    if (rb->in == NULL && ((rb->in = malloc(RELAY_READ + 4)) == NULL ||
+                           (rb->enc = malloc(11 + SB_JSON_TEXT_MAX_GROWTH * (size_t)RELAY_STEP)) == NULL))
+      abort();
+    return relay(fd, cmd->p, rb, err, doc) == 0 && keep ? 0 : -1;
   }
   double t0 = now_ms();
   out->len = err->len = doc->len = 0;
@@ -352,6 +563,7 @@ static void *serve(void *arg) {
   request r;
   memset(&r, 0, sizeof r);
   buf cmd = {0}, out = {0}, err = {0}, doc = {0};
+  relay_bufs rb = {0};
   llhttp_init(&r.parser, HTTP_REQUEST, &settings);
   r.parser.data = &r;
   char in[16384];
@@ -372,7 +584,7 @@ static void *serve(void *arg) {
         break;
       }
       at = llhttp_get_error_pos(&r.parser);
-      closing = handle(fd, &r, &cmd, &out, &err, &doc) != 0;
+      closing = handle(fd, &r, &cmd, &out, &err, &doc, &rb) != 0;
       r.url.len = r.body.len = r.field.len = r.value.len = 0;
       r.authorized = r.has_thread = r.complete = 0;
       llhttp_resume(&r.parser);
@@ -389,12 +601,20 @@ static void *serve(void *arg) {
   free(out.p);
   free(err.p);
   free(doc.p);
+  free(rb.in);
+  free(rb.enc);
   return NULL;
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: SANDBOX_TOKEN=t %s PORT_FILE\n", argv[0]);
+  if (argc == 3 && strcmp(argv[2], "relay") == 0)
+    mode = MODE_RELAY;
+  else if (argc == 3 && strcmp(argv[2], "relay-json") == 0)
+    mode = MODE_RELAY_JSON;
+  else if (argc == 3 && strcmp(argv[2], "relay-splice") == 0)
+    mode = MODE_RELAY_SPLICE;
+  else if (argc != 2) {
+    fprintf(stderr, "usage: SANDBOX_TOKEN=t %s PORT_FILE [relay|relay-json|relay-splice]\n", argv[0]);
     return 2;
   }
   const char *token = getenv("SANDBOX_TOKEN");

@@ -41,6 +41,11 @@ local ROWS = {
     value = function(r) return num(r.big_floor_vs_cat) end },
   { part = "paired", label = "— information: `cat` drained through a pipe by the client ÷ sandboxd",
     value = function(r) return num(r.big_catpipe_vs_sandboxd) end },
+  { part = "paired", label = "— information, the row's bound: `cat` ÷ catpipe / catwide (pipe widened) / relay / relayjson / relaysplice",
+    shown = function(r)
+      return ("%s / %s / %s / %s / %s"):format(fmt(r.big_vs_cat_catpipe), fmt(r.big_vs_cat_catwide),
+        fmt(r.big_vs_cat_relay), fmt(r.big_vs_cat_relayjson), fmt(r.big_vs_cat_relaysplice))
+    end },
   { part = "paired", label = "— requests that failed, every contender (seq, 8 clients, 1 MB)", goal = "0",
     value = function(r)
       local n = 0
@@ -61,6 +66,12 @@ local ROWS = {
       local c = r.big_server_cpu_us or {}
       local function ms(x) return x and fmt(x / 1000, 2) or "—" end
       return ("%s / %s / %s / %s"):format(ms(c.sandboxd), ms(c.nowalls), ms(c.floor), ms(c.node))
+    end },
+  { part = "paired", label = "— the relays' own CPU per 1 MB request: relay / relayjson / relaysplice (ms)",
+    shown = function(r)
+      local c = r.big_server_cpu_us or {}
+      local function ms(x) return x and fmt(x / 1000, 2) or "—" end
+      return ("%s / %s / %s"):format(ms(c.relay), ms(c.relayjson), ms(c.relaysplice))
     end },
   { part = "paired", label = "load average at the paired bench's start → end",
     shown = function(r, line) return (r.load_start or line.load_before):match("^%S+") .. " → "

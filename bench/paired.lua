@@ -11,6 +11,12 @@
 -- server cost at least. The 1 MB part's reference is raw `cat` to /dev/null (big_vs_cat, the
 -- row); beside it, for information only, `catpipe`: the same raw command whose megabyte the
 -- client drains through a pipe (big_catpipe_vs_sandboxd: the bytes delivered, nothing else).
+-- What bounds the 1 MB row (information, never the row; bench/README.md "What bounds the 1 MB
+-- row"): `catwide`, catpipe with its pipe widened to 1 MiB before the spawn, and the floor
+-- server's relays (`relay`, `relayjson`, `relaysplice`: the command spawned raw with its stdout
+-- pipe widened, each read sent on at once in sandboxd's 32 KiB chunks, as is, escaped with
+-- sandboxd's encoder, or spliced to the socket without a copy): big_vs_cat_<name> = cat ÷ each,
+-- and their CPU per request in big_server_cpu_us.
 --
 --   lua5.4 bench/paired.lua [SEQ_N=300] [SLICE_S=2] [PAIRS=5] [BIG_N=20] [CONC=2000] [CONC_SLEEP_S=20]
 --
@@ -46,11 +52,12 @@ local function client(args)
   return cjson.decode(r.stdout)
 end
 
-local function start_floor(dir)
-  local port_file = dir .. "/floor.port"
+-- the floor server; relay_mode ("relay" | "relay-json") makes it one of the 1 MB row's relays
+local function start_floor(dir, relay_mode)
+  local port_file = dir .. "/" .. (relay_mode or "floor") .. ".port"
   local env = S.base_env()
   env.SANDBOX_TOKEN = S.TOKEN
-  local p = assert(core.spawn{ argv = { build .. "/bench/bench_floor_server", port_file }, env = env })
+  local p = assert(core.spawn{ argv = { build .. "/bench/bench_floor_server", port_file, relay_mode }, env = env })
   local port = S.wait_for(function() return S.read(port_file) end, 30000)
   return p, tonumber(port)
 end
@@ -78,6 +85,9 @@ core.run(function()
   local bare = S.start_sandboxd{ args = { "--no-walls", "--max-instances", tostring(CLIENTS + 8) } }
   local node, node_port = start_node(dir)
   local floor, floor_port = start_floor(dir)
+  local relay, relay_port = start_floor(dir, "relay")
+  local relayjson, relayjson_port = start_floor(dir, "relay-json")
+  local relaysplice, relaysplice_port = start_floor(dir, "relay-splice")
   local contenders = { "http:sandboxd:" .. h.port, "http:node:" .. node_port,
     "http:nowalls:" .. bare.port, "http:floor:" .. floor_port }
 
@@ -88,8 +98,11 @@ core.run(function()
     for name, pid in pairs(servers) do t[name] = cpu_ns(pid) end
     -- the floor's connection threads end with bench_paired, before the second look: it says its
     -- process's CPU itself (CLOCK_PROCESS_CPUTIME_ID counts ended threads)
-    local status, _, body = S.call("http://127.0.0.1:" .. floor_port, "/cpu", { method = "GET" })
-    t.floor = status == 200 and cjson.decode(body).cpu_ns or 0
+    for name, port in pairs{ floor = floor_port, relay = relay_port, relayjson = relayjson_port,
+      relaysplice = relaysplice_port } do
+      local status, _, body = S.call("http://127.0.0.1:" .. port, "/cpu", { method = "GET" })
+      t[name] = status == 200 and cjson.decode(body).cpu_ns or 0
+    end
     return t
   end
   -- each server's own CPU per request (µs) between two looks, over n requests
@@ -132,7 +145,8 @@ core.run(function()
   out.load_big = loadavg()
   local cpu_big = cpu_all()
   local big = client{ "seq", S.TOKEN, BIG, tostring(BIG_N), contenders[1], contenders[2], contenders[3],
-    contenders[4], "raw:cat:" .. BIG .. " > /dev/null", "raw:catpipe:" .. BIG }
+    contenders[4], "raw:cat:" .. BIG .. " > /dev/null", "raw:catpipe:" .. BIG, "rawwide:catwide:" .. BIG,
+    "http:relay:" .. relay_port, "http:relayjson:" .. relayjson_port, "http:relaysplice:" .. relaysplice_port }
   out.big = big
   out.big_server_cpu_us = cpu_per_request(cpu_big, BIG_N + 1)
   out.big_vs_cat = round(big.cat.median_us / big.sandboxd.median_us)
@@ -142,8 +156,12 @@ core.run(function()
   -- information beside the row, never the row: raw `cat` whose megabyte the client drains
   -- through a pipe (the same bytes delivered; no HTTP, no JSON, no walls) ÷ sandboxd
   out.big_catpipe_vs_sandboxd = round(big.catpipe.median_us / big.sandboxd.median_us)
+  -- the bound (information): cat ÷ what no server, or the least server, makes of the megabyte
+  for _, name in ipairs{ "catpipe", "catwide", "relay", "relayjson", "relaysplice" } do
+    out["big_vs_cat_" .. name] = round(big.cat.median_us / big[name].median_us)
+  end
 
-  for _, p in ipairs{ node, floor } do
+  for _, p in ipairs{ node, floor, relay, relayjson, relaysplice } do
     p:kill("TERM")
     p:wait()
   end

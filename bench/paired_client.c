@@ -4,6 +4,8 @@
  *                   connection (re-opened only when the server closes it; counted)
  *   raw:NAME:CMD    posix_spawn of `bash -c CMD` (own session, stdin /dev/null, stdout and
  *                   stderr on pipes drained to EOF, waitpid) — the reference
+ *   rawwide:NAME:CMD  the same with the stdout pipe widened to 1 MiB before the spawn (the 1 MB
+ *                   row's bound: the megabyte drained without the command waiting on 64 KiB)
  *
  *   bench_paired seq  TOKEN CMD N CONTENDER...           N rounds; per contender the median µs
  *   bench_paired rate TOKEN CMD SLICE_S CLIENTS PAIRS CONTENDER...
@@ -30,10 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MAX_CONTENDERS = 8, MAX_CLIENTS = 64 };
+enum { MAX_CONTENDERS = 12, MAX_CLIENTS = 64, WIDE_PIPE = 1 << 20 };
 
 typedef struct {
   int is_raw;
+  int wide; /* rawwide: the stdout pipe widened before the spawn */
   char name[32];
   int port;
   const char *cmd; /* raw: its own command */
@@ -50,10 +53,12 @@ static double now_us(void) {
 
 /* ---- raw spawn ----------------------------------------------------------------------------- */
 
-static int raw_once(const char *cmd) {
+static int raw_once(const char *cmd, int wide) {
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
     return -1;
+  if (wide)
+    (void)fcntl(out[0], F_SETPIPE_SZ, WIDE_PIPE);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -77,7 +82,7 @@ static int raw_once(const char *cmd) {
   }
   struct pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   int open_n = 2;
-  char buf[65536];
+  static __thread char buf[WIDE_PIPE]; /* a read takes what a widened pipe holds */
   while (open_n > 0) {
     if (poll(p, 2, -1) < 0 && errno != EINTR)
       break;
@@ -219,7 +224,8 @@ static int parse_contender(const char *s, contender *k) {
   if (!a || !b || (size_t)(b - a - 1) >= sizeof k->name)
     return -1;
   memcpy(k->name, a + 1, (size_t)(b - a - 1));
-  k->is_raw = strncmp(s, "raw:", 4) == 0;
+  k->wide = strncmp(s, "rawwide:", 8) == 0;
+  k->is_raw = strncmp(s, "raw:", 4) == 0 || k->wide;
   if (k->is_raw)
     k->cmd = b + 1;
   else
@@ -238,7 +244,7 @@ typedef struct {
 static void *work(void *arg) {
   worker *w = arg;
   while (now_us() < w->until) {
-    int rc = w->k->is_raw ? raw_once(w->k->cmd) : http_once(&w->c, w->thread);
+    int rc = w->k->is_raw ? raw_once(w->k->cmd, w->k->wide) : http_once(&w->c, w->thread);
     if (rc == 0)
       w->done++;
     else
@@ -270,13 +276,13 @@ int main(int argc, char **argv) {
       t[j] = calloc((size_t)rounds, sizeof(double));
       cs[j] = (conn){.fd = -1, .port = ks[j].port};
       /* warm up: the instance wakes, the connection opens */
-      if (ks[j].is_raw ? raw_once(ks[j].cmd) : http_once(&cs[j], "paired-seq"))
+      if (ks[j].is_raw ? raw_once(ks[j].cmd, ks[j].wide) : http_once(&cs[j], "paired-seq"))
         errors[j]++;
     }
     for (int r = 0; r < rounds; r++)
       for (int j = 0; j < nk; j++) {
         double t0 = now_us();
-        if (ks[j].is_raw ? raw_once(ks[j].cmd) : http_once(&cs[j], "paired-seq"))
+        if (ks[j].is_raw ? raw_once(ks[j].cmd, ks[j].wide) : http_once(&cs[j], "paired-seq"))
           errors[j]++;
         t[j][r] = now_us() - t0;
       }
@@ -302,7 +308,7 @@ int main(int argc, char **argv) {
         snprintf(ws[j][i].thread, sizeof ws[j][i].thread, "paired-%d", i);
         /* warm up: each client's instance wakes and its connection opens before the slices */
         worker *w = &ws[j][i];
-        if (w->k->is_raw ? raw_once(w->k->cmd) : http_once(&w->c, w->thread))
+        if (w->k->is_raw ? raw_once(w->k->cmd, w->k->wide) : http_once(&w->c, w->thread))
           w->errors++;
       }
     }

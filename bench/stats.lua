@@ -35,6 +35,16 @@ function M.cpu_ns(pid)
   return total
 end
 
+-- Times a process went to sleep waiting so far (its threads' voluntary_ctxt_switches summed):
+-- each one a wakeup to come, the figure that says how often a server is woken for its bytes.
+function M.voluntary_switches(pid)
+  local p = io.popen("cat /proc/" .. pid .. "/task/*/status 2>/dev/null")
+  local total = 0
+  for l in p:lines() do total = total + (tonumber(l:match("^voluntary_ctxt_switches:%s*(%d+)")) or 0) end
+  p:close()
+  return total
+end
+
 -- The benches' contenders from their arguments from `first` on, each `name=binary`; none given:
 -- {{name = "this", bin = default_bin}}.
 function M.contenders(args, first, default_bin)

@@ -64,6 +64,15 @@ describe("bench smoke", function()
         assert.equal(1, r[part][who].connections, part .. " " .. who .. ": " .. text)
       end
     end
+    -- the 1 MB row's bound beside it: the relays answered the megabyte on one connection each,
+    -- and cat ÷ each of the bound's contenders is reported
+    for _, who in ipairs{ "relay", "relayjson", "relaysplice" } do
+      assert.equal(0, r.big[who].errors, "big " .. who .. ": " .. text)
+      assert.equal(1, r.big[who].connections, "big " .. who .. ": " .. text)
+      assert.is_number(r["big_vs_cat_" .. who], text)
+    end
+    assert.is_number(r.big_vs_cat_catwide, text)
+    assert.equal(0, r.big.catwide.errors, text)
     for _, who in ipairs{ "sandboxd", "nowalls", "floor", "node" } do
       assert.equal(0, r.rate[who].errors, "rate " .. who .. ": " .. text)
       assert.is_true(r.server_cpu_us[who] > 0, text)
@@ -71,6 +80,7 @@ describe("bench smoke", function()
     assert.is_number(r.floor_cost_over_raw_ms, text)
     assert.matches("| Node's added cost ÷ sandboxd's | ≥ 8× |", out, 1, true)
     assert.matches("| — the floor's added cost (bench_floor_server, ms) |", out, 1, true)
+    assert.matches("| — information, the row's bound: `cat` ÷ catpipe / catwide (pipe widened) / relay / relayjson / relaysplice |", out, 1, true)
   end)
 
   it("ttfb: every scenario's asks reach the model stand-in and the bench reports them", function()
