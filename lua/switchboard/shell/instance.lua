@@ -542,7 +542,8 @@ local function close_loops(self)
   local removed, left = self.walls_dir:close()
   if not removed then
     self.log("warn", "walls.loops_recorded", { devices = table.concat(pending, " "), records = left,
-      dir = self.walls_dir.path, why = "not given back within timeouts walls.loops_ms: the next start gives them back" })
+      dir = self.walls_dir.path, why = (#pending > 0 and "not given back within timeouts walls.loops_ms"
+        or "its instances still had them") .. ": the next start gives them back" })
   end
 end
 
