@@ -951,7 +951,8 @@ function Instance:stop()
   -- every process reaped: the mount, the device's last user, is gone or going
   if self.loop then
     if self.host.devices[self.loop] == self then self.host.devices[self.loop] = nil end
-    self.host.loops:release(self.loop, self.snap.isolation.loop_devices_kept)
+    local image = (core.fs.realpath(self.dir) or self.dir) .. "/" .. DISK_IMAGE -- as the kernel names it
+    self.host.loops:release(self.loop, self.snap.isolation.loop_devices_kept, image)
   end
 end
 

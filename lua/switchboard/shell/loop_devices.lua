@@ -5,7 +5,8 @@
 -- every sysinfo() on the host (each `bash` calls it once) walks them all.
 --
 --   local keeper = loop_devices.new(log, records?, in_use?)
---   keeper:release(n, kept)   -- the instance that had device n is gone (its processes reaped)
+--   keeper:release(n, kept, image?) -- the instance that had device n is gone (its processes
+--                                reaped); image: the workspace image it was mounted from
 --   keeper:adopt(n, kept)     -- a dead server's recorded device: recorded as ours, then released
 --   keeper:close(bound_ms)    -- waits (in a task, at most bound_ms) for the removals queued,
 --                                AT_CLOSE at once → the numbers still queued at its end
@@ -30,8 +31,13 @@ local Keeper = {}
 Keeper.__index = Keeper
 
 -- The waits before each new try of a busy device: the kernel's teardown of the instance's
--- mount namespaces takes milliseconds; a device still bound after ~13 s is someone else's.
+-- mount namespaces takes milliseconds; a device still bound after ~13 s is someone else's —
+-- unless it is still backed by the image its instance had (/sys/block/loopN/loop/backing_file):
+-- then that instance's mount is still being released (a loaded host: one took over 13 s beside
+-- a 2,000-instance bench, load 17), and it is asked again every RETRY_MS's last for LINGER_MS
+-- since its release, then kept recorded for the next start.
 local RETRY_MS = { 100, 200, 400, 800, 1600, 3200, 6400 }
+local LINGER_MS = 120000
 -- Removals at once. Each waits ~45 ms on the kernel (the block layer's RCU grace periods), not
 -- on a CPU, and side by side they do not wait for each other (8 at once: 6 ms a device): two
 -- at once halve a fleet's teardown and leave libuv's pool (4 threads: the store, core.fs) room.
@@ -45,6 +51,14 @@ end
 -- Device n is no longer ours to give back: its record goes.
 local function forget(self, n)
   if self.records then os.remove(self.records .. "/" .. n) end
+end
+
+-- Whether the device is still backed by the image its instance was mounted from (a path that
+-- was removed since reads "… (deleted)").
+local function lingers(item)
+  if not item.image then return false end
+  local backing = core.fs.read_file(("/sys/block/loop%d/loop/backing_file"):format(item.n)) or ""
+  return backing:sub(1, #item.image) == item.image
 end
 
 -- One try of a queued device; true when it is settled (removed, gone already, left, or one of
@@ -61,6 +75,15 @@ local function try(self, item)
     item.tries = item.tries + 1
     item.due = core.now_ms() + RETRY_MS[item.tries]
     return false
+  end
+  if why == "busy" and lingers(item) then
+    if core.now_ms() - item.since < LINGER_MS then
+      item.due = core.now_ms() + RETRY_MS[#RETRY_MS]
+      return false
+    end
+    self.log("warn", "walls.loop_lingers", { device = item.n, error = ("still mounted from %s after %d s: "
+      .. "kept recorded for the next start"):format(item.image, LINGER_MS // 1000) })
+    return true, "ours"
   end
   -- gone already (ENODEV: someone removed it — another server that had the same number before
   -- us) is what we wanted, said all the same; anything else is a warning
@@ -109,11 +132,11 @@ local function work(self)
   end
 end
 
-function Keeper:release(n, kept)
+function Keeper:release(n, kept, image)
   if self.queued[n] then return end
   if n < kept then return forget(self, n) end -- the pool's: free for the next start, anyone's
   self.queued[n] = true
-  self.queue[#self.queue + 1] = { n = n, tries = 0, due = 0 }
+  self.queue[#self.queue + 1] = { n = n, tries = 0, due = 0, image = image, since = core.now_ms() }
   if self.workers < PARALLEL then
     self.workers = self.workers + 1
     core.go(work, self)
