@@ -80,12 +80,15 @@ describe_root("a released device still backed by its instance's image", function
     assert.is_true(sh(("truncate -s 1M '%s' '%s'"):format(img, other)))
     assert.is_true(sh(("losetup /dev/loop%d '%s'"):format(base, img)))
     assert.is_true(sh(("losetup /dev/loop%d '%s'"):format(base + 1, other)))
-    local said = {}
-    local keeper = loop_devices.new(function(_, event, fields) said[#said + 1] = event .. " " .. fields.device end)
+    local said, said_by_then = {}, nil
+    local keeper = loop_devices.new(function(_, event, fields)
+      said[#said + 1] = event .. " " .. fields.device .. (fields.error and (" (" .. fields.error .. ")") or "")
+    end)
     core.run(function()
       keeper:release(base, 0, img)      -- its instance's mount, still there
       keeper:release(base + 1, 0, img)  -- bound to another file: someone else's
       core.sleep(16000)                 -- past every try of RETRY_MS (~13 s)
+      said_by_then = table.concat(said, ", ")
       assert.is_true(exists(base), "a device still bound was removed")
       assert.is_true(sh(("losetup -d /dev/loop%d"):format(base)))
       keeper:close(30000)
@@ -93,7 +96,9 @@ describe_root("a released device still backed by its instance's image", function
     assert.is_true(not exists(base) or taken(base, img), "the lingering device was not removed once free: "
       .. table.concat(said, ", "))
     assert.truthy(table.concat(said, ","):find("walls.loop_left " .. (base + 1), 1, true), table.concat(said, ", "))
-    assert.is_nil(table.concat(said, ","):find("walls%.loop_left " .. base .. "%f[^%d]"), table.concat(said, ", "))
+    -- (once the spec lets go, a free device is anyone's: another server's GET_FREE may take it
+    -- before the next try, and then it is left, rightly — so what counts is what was said before)
+    assert.is_nil(said_by_then:find("walls%.loop_left " .. base .. "%f[^%d]"), said_by_then)
     assert.equal(other, (io.open(("/sys/block/loop%d/loop/backing_file"):format(base + 1)):read("l")))
   end)
 end)

@@ -90,20 +90,26 @@ describe_root("a dead server's walls directory, swept", function()
       assert.is_true(core.fs.exists(mounted_dir), "a directory with a mount under it was removed")
       -- the adopted records are ours now, until each device is settled
       assert.same({ n0, n0 + 1 }, mine:recorded())
-      local pending = keeper:close(300) -- n0+1 stays bound: still queued
-      assert.same({ n0 + 1 }, pending)
-      assert.same({ n0 + 1 }, mine:recorded())
+      -- n0 is free: removed at the first try — or, when the host has no other free device,
+      -- taken by another server's GET_FREE first (then still asked again, and left to it)
+      local function taken(n) return backing(n) ~= nil and backing(n) ~= img end
+      local t0 = core.now_ms()
+      while exists(n0) and not taken(n0) and core.now_ms() - t0 < 60000 do core.sleep(20) end
+      local pending = keeper:close(300) -- n0+1 stays bound: still queued, its record kept
+      local expect = taken(n0) and { n0, n0 + 1 } or { n0 + 1 }
+      assert.same(expect, pending)
+      assert.same(expect, mine:recorded())
       local removed, left = mine:close()
       assert.is_false(removed)
-      assert.equal(1, left)
+      assert.equal(#expect, left)
       assert.is_true(core.fs.exists(mine.path), "a walls directory with a record left was removed")
-      assert.is_false(exists(n0), "the adopted free device is still there: " .. table.concat(said, ", "))
+      assert.is_true(not exists(n0) or taken(n0), "the adopted free device is still there: " .. table.concat(said, ", "))
       assert.equal(img, backing(n0 + 1), "the bound one was touched")
       assert.is_true(exists(n0 + 2), "a number recorded nowhere but a live server's was removed")
       -- its binder lets go: the next try removes it, its record goes, and the directory with it
       assert.is_true(sh(("losetup -d /dev/loop%d"):format(n0 + 1)))
-      assert.same({}, keeper:close(30000))
-      assert.is_false(exists(n0 + 1), table.concat(said, ", "))
+      assert.same({}, keeper:close(60000)) -- (one taken meanwhile: left after its tries, ~13 s)
+      assert.is_true(not exists(n0 + 1) or taken(n0 + 1), table.concat(said, ", "))
       assert.is_true((mine:close()))
       assert.is_false(core.fs.exists(mine.path))
     end)
