@@ -53,12 +53,16 @@ local function forget(self, n)
   if self.records then os.remove(self.records .. "/" .. n) end
 end
 
--- Whether the device is still backed by the image its instance was mounted from (a path that
--- was removed since reads "… (deleted)").
+-- The file device n is bound to now ("… (deleted)" for one removed since), or nil: free.
+local function backing(n)
+  local text = core.fs.read_file(("/sys/block/loop%d/loop/backing_file"):format(n))
+  return text and (text:gsub("\n$", "")) or nil
+end
+
+-- Whether the device is still backed by the image its instance was mounted from.
 local function lingers(item)
-  if not item.image then return false end
-  local backing = core.fs.read_file(("/sys/block/loop%d/loop/backing_file"):format(item.n)) or ""
-  return backing:sub(1, #item.image) == item.image
+  local now = item.image and backing(item.n)
+  return now ~= nil and now:sub(1, #item.image) == item.image
 end
 
 -- One try of a queued device; true when it is settled (removed, gone already, left, or one of
@@ -91,8 +95,10 @@ local function try(self, item)
     self.log("info", "walls.loop_gone", { device = item.n })
     return true
   end
-  self.log("warn", "walls.loop_left", { device = item.n,
-    error = why == "busy" and "still bound or open after every try (someone else's now?)" or why })
+  local bound = why == "busy" and backing(item.n)
+  self.log("warn", "walls.loop_left", { device = item.n, error = why ~= "busy" and why
+    or bound and ("still bound after every try, to %s: someone else's now"):format(bound)
+    or "still open after every try, though bound to no file: someone else's now?" })
   return true
 end
 
