@@ -48,30 +48,6 @@ local function loops_under(root)
   return out
 end
 
--- The numbers of `set` not given back: the server did not say it removed the device (its
--- walls.loop_removed line — or walls.loop_gone, another server that had the number before
--- removed it first; on a busy host another server's GET_FREE may take a free number at
--- once, so /sys alone cannot tell "removed" from "someone else's now"), or the device exists and
--- is not someone else's (free, or bound to a file under `root`).
-local function left_behind(set, root, log)
-  local left = {}
-  for n in pairs(set) do
-    local backing = S.read(("/sys/block/loop%d/loop/backing_file"):format(n))
-    local theirs = backing and backing:sub(1, #root + 1) ~= root .. "/"
-    -- left to someone else is said too: beside a 2,000-thread bench, its server's GET_FREE took
-    -- a slept instance's number between our tries (loop1884: "still bound after every try, to
-    -- /tmp/sb.…/sandbox-3/c1910-…/.workspace.img")
-    local said = log:find(("walls%%.loop_removed device=%d%%f[^%%d]"):format(n)) ~= nil
-      or log:find(("walls%%.loop_gone device=%d%%f[^%%d]"):format(n)) ~= nil
-      or (theirs and log:find(("walls%%.loop_left device=%d%%f[^%%d]"):format(n)) ~= nil)
-    if not said or (core.fs.exists(("/sys/block/loop%d"):format(n)) and not theirs) then
-      left[#left + 1] = "loop" .. n
-    end
-  end
-  table.sort(left)
-  return left
-end
-
 -- What the servers (their logs: `log`) said of device n: the path it took.
 local function path_of(n, log)
   local function said(event) return log:find(("walls%%.%s device=%d%%f[^%%d]"):format(event, n)) ~= nil end
@@ -80,7 +56,7 @@ local function path_of(n, log)
   if said("loop_left") then
     return "left: " .. (log:match(("walls%%.loop_left device=%d%%f[^%%d][^\n]*error=\"([^\"]*)\""):format(n)) or "?")
   end
-  for devices in log:gmatch("walls%.loops_recorded devices=([%d ]*)") do
+  for devices in log:gmatch("walls%.loops_recorded devices=\"?([%d ]*)") do
     for d in devices:gmatch("%d+") do
       if tonumber(d) == n then return "still queued at the stop: recorded for the next start" end
     end
@@ -95,6 +71,27 @@ local function paths(left, log)
     out[#out + 1] = name .. ": " .. path_of(n, log)
   end
   return table.concat(out, "; ")
+end
+
+-- The numbers of `set` not given back: the servers said nothing of the device (removed, gone,
+-- left, or recorded at a stop for the next start), or it exists and is not someone else's (free,
+-- or bound to a file under `root`). On a busy host another server's GET_FREE may take a free
+-- number at once — beside a 2,000-thread bench its server took slept instances' numbers between
+-- our tries (loop1884: "still bound after every try, to /tmp/sb.…/sandbox-3/c1910-…/.workspace.img"),
+-- or while a stop's queue still held them — so /sys alone cannot tell "removed" from "someone
+-- else's now": what the server said is asked too.
+local function left_behind(set, root, log)
+  local left = {}
+  for n in pairs(set) do
+    local backing = S.read(("/sys/block/loop%d/loop/backing_file"):format(n))
+    local theirs = backing and backing:sub(1, #root + 1) ~= root .. "/"
+    local said = path_of(n, log) ~= "nothing said of it"
+    if not said or (core.fs.exists(("/sys/block/loop%d"):format(n)) and not theirs) then
+      left[#left + 1] = "loop" .. n
+    end
+  end
+  table.sort(left)
+  return left
 end
 
 -- The server's lines about its loop devices and its instances' ends (a failure's explanation).
