@@ -33,9 +33,9 @@ Keeper.__index = Keeper
 -- The waits before each new try of a busy device: the kernel's teardown of the instance's
 -- mount namespaces takes milliseconds; a device still bound after ~13 s is someone else's —
 -- unless it is still backed by the image its instance had (/sys/block/loopN/loop/backing_file):
--- then that instance's mount is still being released (a loaded host: one took over 13 s beside
--- a 2,000-instance bench, load 17), and it is asked again every RETRY_MS's last for LINGER_MS
--- since its release, then kept recorded for the next start.
+-- then that instance's mount is still being released (a loaded host's teardown: nothing bounds
+-- it), and it is asked again every RETRY_MS's last for LINGER_MS since its release, then kept
+-- recorded for the next start.
 local RETRY_MS = { 100, 200, 400, 800, 1600, 3200, 6400 }
 local LINGER_MS = 120000
 -- Removals at once. Each waits ~45 ms on the kernel (the block layer's RCU grace periods), not
