@@ -104,6 +104,9 @@ walls = {
   helper_ms = 30 * second,            -- one run of the helper itself (reaping cgroups) or of chmod on the root
   probe_ms = 15 * second,             -- the start-up proof's one command inside a test instance
   stop_ms = 5 * second,               -- a stopped instance's holder gone before its cgroups are reaped
+  loops_ms = 10 * second,             -- the server's stop: its instances' loop devices given back, each
+                                      -- asked again while the kernel releases its mount; what is left
+                                      -- is recorded, and the next start gives it back
 }
 
 -- The e2b backend (docs/e2b.md). A sandbox lives sandbox_timeout_ms after it was created or

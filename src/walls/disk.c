@@ -340,10 +340,22 @@ static int open_loop(int n, int dir_fd, const char *dir_path, char *why, size_t 
   return made;
 }
 
-/* A free loop device backed by img, released by the kernel when its last user (the mount) goes.
- * Returns its fd and its number in *number, or -1. */
-static int attach_loop(int img, int dir_fd, const char *dir_path, int *number, char *why,
-                       size_t size) {
+/* An empty file named `n` in the record directory: loop device n is this server's. */
+static int record_loop(int record_dir, int n) {
+  char name[16];
+  snprintf(name, sizeof name, "%d", n);
+  int fd = openat(record_dir, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return -1;
+  close(fd);
+  return 0;
+}
+
+/* A free loop device backed by img, released by the kernel when its last user (the mount) goes;
+ * recorded in record_dir (when >= 0) before anything else can fail. Returns its fd and its
+ * number in *number, or -1. */
+static int attach_loop(int img, int dir_fd, const char *dir_path, int record_dir, int *number,
+                       char *why, size_t size) {
   int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
   if (ctl < 0)
     return fail(why, size, errno, "/dev/loop-control (the workspace's file system is a loop "
@@ -367,6 +379,11 @@ static int attach_loop(int img, int dir_fd, const char *dir_path, int *number, c
     cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
     if (ioctl(dev, LOOP_CONFIGURE, &cfg) == 0) {
       close(ctl);
+      if (record_dir >= 0 && record_loop(record_dir, n) < 0) {
+        int err = errno;
+        close(dev); /* autoclear: the device is free again, as if never taken */
+        return fail(why, size, err, "cannot record loop device %d (--loop-record)", n);
+      }
       *number = n;
       return dev;
     }
@@ -382,7 +399,7 @@ static int attach_loop(int img, int dir_fd, const char *dir_path, int *number, c
 }
 
 int walls_disk_mount(int dir_fd, const char *path, const char *name, long long bytes,
-                     long long reserve, int nice, char *why, size_t why_size) {
+                     long long reserve, int nice, int record_dir, char *why, size_t why_size) {
   bool existing = false;
   int img = open_image(dir_fd, name, bytes, reserve, nice, &existing, why, why_size);
   if (img < 0)
@@ -406,7 +423,7 @@ int walls_disk_mount(int dir_fd, const char *path, const char *name, long long b
     }
   }
   int number = -1;
-  int dev = attach_loop(img, dir_fd, path, &number, why, why_size);
+  int dev = attach_loop(img, dir_fd, path, record_dir, &number, why, why_size);
   close(img); /* the loop device holds the file now */
   if (dev < 0)
     return -1;

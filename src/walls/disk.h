@@ -16,8 +16,11 @@
  * The image is reserved on the host's disk first, only while `reserve` bytes stay free beside
  * it; else refused, "the host's disk is full: …" in `why`. Returns the number of the loop device
  * it is mounted from (the server gives it back when the instance is gone: src/walls/loops.h),
- * or -1 with what failed and why written to `why` (errno not kept). */
+ * or -1 with what failed and why written to `why` (errno not kept). With `record_dir` (an open
+ * directory; -1: none) the device is recorded there, as an empty file named by its number, as
+ * soon as it is attached: should anything after fail, or the server be killed, the next server
+ * finds which devices were its (docs/isolation.md "Loop devices given back"). */
 int walls_disk_mount(int dir_fd, const char *path, const char *name, long long bytes,
-                     long long reserve, int nice, char *why, size_t why_size);
+                     long long reserve, int nice, int record_dir, char *why, size_t why_size);
 
 #endif

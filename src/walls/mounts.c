@@ -65,10 +65,16 @@ int mount_disk(const options *o, int ws, int *loop) {
     errno = 0;
     die("--disk-image takes a file name in the workspace and --disk-bytes at least 1 MiB");
   }
+  int record = -1;
+  if (o->loop_record != NULL &&
+      (record = open(o->loop_record, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+    die("cannot open --loop-record %s", o->loop_record);
   if (private_mounts() < 0)
     die("the workspace's own file system needs a mount namespace of the helper's own");
   *loop = walls_disk_mount(ws, o->workspace, o->disk_image, o->disk_bytes, o->disk_reserve,
-                           (int)(o->nice > 0 ? o->nice : 0), why, sizeof why);
+                           (int)(o->nice > 0 ? o->nice : 0), record, why, sizeof why);
+  if (record >= 0)
+    close(record);
   if (*loop < 0) {
     errno = 0;
     die("the workspace's own file system (%lld bytes, policies/isolation.lua workspace_max_bytes) "

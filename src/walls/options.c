@@ -94,6 +94,7 @@ void parse(int argc, char **argv, options *o) {
     else if (strcmp(f, "--bridge-port") == 0) o->bridge_port = v;
     else if (strcmp(f, "--cwd") == 0) o->cwd = v;
     else if (strcmp(f, "--socket") == 0) o->socket = v;
+    else if (strcmp(f, "--loop-record") == 0) o->loop_record = v;
     else die("unknown option %s", f);
   }
 }

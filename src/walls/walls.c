@@ -7,7 +7,8 @@
  *                           [--rootfs DIR] [--net host|none] [--outbound-if NAME] [--hostname NAME]
  *                           [--cg-write FILE=VALUE]... [--socket PATH --nofile N --fsize BYTES]
  *                           [--nice N] [--ro-bind PATH]... [--locale DIR] [--home /tmp/NAME]
- *                           [--disk-image NAME --disk-bytes N [--disk-reserve BYTES]]
+ *                           [--disk-image NAME --disk-bytes N [--disk-reserve BYTES]
+ *                            [--loop-record DIR]]
  *     Creates the instance: makes and joins its cgroups (--cgroup, created when missing, then
  *     the --cg-write limits), drops to the instance's host uid/gid, and runs bwrap with new
  *     user, PID, mount, IPC, UTS and network namespaces around `sleep infinity`. The network
@@ -28,7 +29,9 @@
  *     reserved on the host's disk while BYTES stay free beside it, else refused in words) is
  *     loop-mounted over that directory in the helper's private mount namespace, so the kernel
  *     refuses a write past N while the command writes, and the mount goes with the instance's
- *     last process (src/walls/disk.c).
+ *     last process (src/walls/disk.c). --loop-record DIR: the loop device is recorded in DIR (an
+ *     empty file named by its number) as soon as it is attached, so the server — or, after a
+ *     kill -9, the next one — gives it back even if nothing after succeeds.
  *
  *     With --socket it is also the instance's spawner ("serve"): it binds PATH (as the server's
  *     user, in a directory only the server reaches), then joins the instance's namespaces

@@ -33,6 +33,8 @@ typedef struct {
   long long disk_bytes;    /* its size; -1: none (the workspace is the host's directory) */
   long long disk_reserve;  /* bytes the host's disk keeps free beside it (0: none) */
   const char *socket;      /* hold: the spawner's socket path to bind; run: to connect to */
+  const char *loop_record; /* hold: a directory where the loop device attached is recorded (a file
+                              named by its number) before anything can fail: a later server finds it */
   const char *locale;      /* hold: a directory shown read-only at /usr/lib/locale (NULL: the host's) */
   const char *home;        /* hold: a directory made in the private /tmp for HOME (NULL: none) */
   const char *passwd, *group; /* hold: the text shown read-only at /etc/passwd, /etc/group (NULL: the host's) */

@@ -48,16 +48,44 @@ local function loops_under(root)
   return out
 end
 
--- The numbers of `set` not given back: the server did not say it removed the device (its
--- walls.loop_removed line; on a busy host another server's GET_FREE may take a free number at
--- once, so /sys alone cannot tell "removed" from "someone else's now"), or the device exists and
--- is not someone else's (free, or bound to a file under `root`).
+-- What the servers (their logs: `log`) said of device n: the path it took.
+local function path_of(n, log)
+  local function said(event) return log:find(("walls%%.%s device=%d%%f[^%%d]"):format(event, n)) ~= nil end
+  if said("loop_removed") then return "removed" end
+  if said("loop_gone") then return "gone already (someone else removed it)" end
+  if said("loop_left") then
+    return "left: " .. (log:match(("walls%%.loop_left device=%d%%f[^%%d][^\n]*error=\"([^\"]*)\""):format(n)) or "?")
+  end
+  for devices in log:gmatch("walls%.loops_recorded devices=\"?([%d ]*)") do
+    for d in devices:gmatch("%d+") do
+      if tonumber(d) == n then return "still queued at the stop: recorded for the next start" end
+    end
+  end
+  return "nothing said of it"
+end
+
+local function paths(left, log)
+  local out = {}
+  for _, name in ipairs(left) do
+    local n = tonumber(name:match("%d+"))
+    out[#out + 1] = name .. ": " .. path_of(n, log)
+  end
+  return table.concat(out, "; ")
+end
+
+-- The numbers of `set` not given back: the servers said nothing of the device (removed, gone,
+-- left, or recorded at a stop for the next start), or it exists and is not someone else's (free,
+-- or bound to a file under `root`). On a busy host another server's GET_FREE may take a free
+-- number at once — beside a 2,000-thread bench its server took slept instances' numbers between
+-- our tries (loop1884: "still bound after every try, to /tmp/sb.…/sandbox-3/c1910-…/.workspace.img"),
+-- or while a stop's queue still held them — so /sys alone cannot tell "removed" from "someone
+-- else's now": what the server said is asked too.
 local function left_behind(set, root, log)
   local left = {}
   for n in pairs(set) do
-    local said = log:find(("walls%%.loop_removed device=%d%%f[^%%d]"):format(n)) ~= nil
     local backing = S.read(("/sys/block/loop%d/loop/backing_file"):format(n))
     local theirs = backing and backing:sub(1, #root + 1) ~= root .. "/"
+    local said = path_of(n, log) ~= "nothing said of it"
     if not said or (core.fs.exists(("/sys/block/loop%d"):format(n)) and not theirs) then
       left[#left + 1] = "loop" .. n
     end
@@ -70,7 +98,8 @@ end
 local function loop_lines(log)
   local out = {}
   for line in log:gmatch("[^\n]+") do
-    if line:find("walls.loop", 1, true) or line:find("instance_slept", 1, true) or line:find("server.stop", 1, true) then
+    if line:find("walls.loop", 1, true) or line:find("walls.swept", 1, true) or line:find("instance_slept", 1, true)
+      or line:find("server.stop", 1, true) then
       out[#out + 1] = line
     end
   end
@@ -86,7 +115,11 @@ describe_walls("the walls' loop devices", function()
       local other = assert(sh(("losetup -f --show '%s/other.img'"):format(mine))):match("/dev/loop(%d+)")
       assert.truthy(other, "losetup gave no device")
       local ok, err = pcall(function()
-        local h = S.start_sandboxd{ policies = policy_dir() }
+        -- its walls directory (and the record of its devices) in a RUNTIME_DIRECTORY of this
+        -- spec's own: the next server below sweeps it, and no other
+        local env = { RUNTIME_DIRECTORY = S.tmpdir() }
+        local dir = policy_dir()
+        local h = S.start_sandboxd{ policies = dir, env = env }
         local root = core.fs.realpath(h.root)
         local attached = {}
         for i = 1, THREADS do
@@ -112,9 +145,18 @@ describe_walls("the walls' loop devices", function()
         end, 60000)
         -- the spare's goes at the server's stop
         h:stop(); h:wait()
-        assert.is_true(S.wait_for(function() return #left_behind(attached, root, h.log()) == 0 end, 30000),
-          "loop devices this server attached, not given back: " .. table.concat(left_behind(attached, root, h.log()), " ")
-            .. "\nits lines about them:\n" .. loop_lines(h.log()))
+        -- a device still bound when the stop's bound (timeouts walls.loops_ms) ran out — a busy
+        -- host's teardown of its instance's mounts — is recorded, and the next start gives it back
+        local logs = h.log()
+        if logs:find("walls.loops_recorded", 1, true) then
+          local h2 = S.start_sandboxd{ policies = dir, env = env, root = h.root }
+          S.wait_for(function() return h2.log():find("walls.swept", 1, true) end, 60000)
+          h2:stop(); h2:wait()
+          logs = logs .. h2.log()
+        end
+        assert.is_true(S.wait_for(function() return #left_behind(attached, root, logs) == 0 end, 30000),
+          "loop devices this server attached, not given back: " .. paths(left_behind(attached, root, logs), logs)
+            .. "\nthe lines about them:\n" .. loop_lines(logs))
         -- someone else's is still there, bound to its own file
         local backing = S.read(("/sys/block/loop%s/loop/backing_file"):format(other)) or ""
         assert.equal(mine .. "/other.img", (backing:gsub("\n$", "")))

@@ -429,6 +429,7 @@ M.files.timeouts = {
     helper_ms = ms(SECOND, 10 * MINUTE),
     probe_ms = ms(SECOND, 10 * MINUTE),
     stop_ms = ms(0, MINUTE),
+    loops_ms = ms(0, MINUTE),
   },
   e2b = S.record {
     sandbox_timeout_ms = ms(SECOND, 24 * HOUR),

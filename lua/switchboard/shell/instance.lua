@@ -32,6 +32,7 @@ local bridge = require("switchboard.shell.bridge")
 local locale_view = require("switchboard.shell.locale_view")
 local child_env = require("switchboard.shell.child_env")
 local loop_devices = require("switchboard.shell.loop_devices")
+local walls_dir = require("switchboard.shell.walls_dir")
 
 local M = {}
 
@@ -194,29 +195,17 @@ local function sweep(self)
   end
 end
 
--- The spawner sockets' directory of a walled server (M.host): /tmp/switchboard-walls-<pid>-<8 hex>.
-local SOCKET_DIR = "/tmp/switchboard-walls-%d-%s"
-local SOCKET_DIR_NAME = "^switchboard%-walls%-(%d+)%-%x%x%x%x%x%x%x%x$"
-
--- A server killed with SIGKILL leaves its sockets' directory behind (its close removes it): one
--- per killed server, ~1,900 of them on the development host. At start the directories of that
--- name whose server is gone are removed: only our own name (the pid, 8 hex digits), only real
--- directories of our uid (find -type d does not follow a symlink; remove_tree never does), and
--- never one whose pid is alive (a live server's, or a pid reused: left for a later start).
--- → how many were removed.
-local function sweep_socket_dirs(self, euid)
-  local r = run.tool{ argv = { "find", "/tmp", "-mindepth", "1", "-maxdepth", "1", "-type", "d",
-      "-name", "switchboard-walls-*", "-uid", tostring(euid), "-printf", "%f\n" },
-    env = { PATH = self.path }, deadline_ms = bounds(self).helper_ms }
-  if not r or r.exit ~= 0 then return 0 end -- find said why on its stderr; nothing is removed
-  local removed = 0
-  for name in (r.stdout or ""):gmatch("[^\n]+") do
-    local pid = tonumber(name:match(SOCKET_DIR_NAME))
-    if pid and pid ~= self.pid and not core.fs.exists("/proc/" .. pid) then
-      if core.fs.remove_tree("/tmp/" .. name) then removed = removed + 1 end
-    end
+-- A killed server's walls directory and loop devices (shell/walls_dir.lua): its recorded devices
+-- are handed to our keeper (recorded as ours first), given back by the same rules as our own
+-- (the pool, the kernel's EBUSY for one in use); its directory removed. One line says what went.
+local function sweep_dead_servers(self, euid)
+  local kept = self.snap.isolation.loop_devices_kept
+  local swept = walls_dir.sweep{ pid = self.pid, euid = euid, path = self.path,
+    deadline_ms = bounds(self).helper_ms, adopt = function(n) self.loops:adopt(n, kept) end }
+  if swept.dirs + swept.devices + swept.mounted > 0 then
+    self.log(swept.mounted > 0 and "warn" or "info", "walls.swept", { dirs = swept.dirs,
+      devices = swept.devices, mounted = swept.mounted > 0 and swept.mounted or nil })
   end
-  return removed
 end
 
 -- Checks what the walls need, then proves it with a real instance (namespaces, cgroups, enter).
@@ -267,7 +256,18 @@ function M.host(opts)
   if not claim then return nil, claim_why end
   self.uid_claim = claim
   self.uid_registry = opts.uid_registry
-  self.loops = loop_devices.new(self.log) -- the devices its instances' workspaces were attached to
+  -- The instances' spawner sockets and the record of its loop devices: a directory of the
+  -- server's own, 0700, outside every instance's view (instances get a private /tmp; /run is
+  -- not exposed); short, for sun_path's 108 bytes (shell/walls_dir.lua says where).
+  local wdir, wdir_why = walls_dir.open{ pid = self.pid }
+  if not wdir then
+    claim:release()
+    return nil, cannot(wdir_why)
+  end
+  self.walls_dir, self.socket_dir = wdir, wdir.path
+  self.devices = {} -- device number → the ready instance mounted from it
+  -- the devices its instances' workspaces were attached to
+  self.loops = loop_devices.new(self.log, wdir.records, function(n) return self.devices[n] ~= nil end)
   open_hosts[self] = true -- closed by M.close_all at the latest
   self.root = opts.scratch -- the server's --root
   self.server_dirs = {}
@@ -279,6 +279,7 @@ function M.host(opts)
   for _, c in ipairs(CONTROLLERS) do
     local ok, err = core.fs.mkdir_p(self.server_dirs[c], tonumber("755", 8))
     if not ok then
+      wdir:close()
       claim:release()
       return nil, cannot(("cannot create the cgroup %s: %s (sandboxd needs to be root, or cgroup_parent "
         .. "in policies/isolation.lua must name a cgroup delegated to it)"):format(
@@ -295,16 +296,7 @@ function M.host(opts)
         .. " (enable them in the parent's cgroup.subtree_control, or set cgroup_parent)")
     end
   end
-  -- The instances' spawner sockets: a directory of the server's own, 0700, outside every
-  -- instance's view (instances get a private /tmp); short, for sun_path's 108 bytes.
-  local swept = sweep_socket_dirs(self, euid or 0)
-  if swept > 0 then self.log("info", "walls.sockets_swept", { removed = swept }) end
-  self.socket_dir = SOCKET_DIR:format(self.pid, core.crypto.hex(core.crypto.random_bytes(4)))
-  local sok, serr = core.fs.mkdir_p(self.socket_dir, tonumber("700", 8))
-  if not sok then
-    self:close()
-    return nil, cannot("cannot create " .. self.socket_dir .. ": " .. tostring(serr and serr.message), { cause = serr })
-  end
+  sweep_dead_servers(self, euid or 0)
   if opts.scratch then
     -- bwrap, as the instance's uid, resolves its workspace's path: the root must be
     -- traversable (not listable); each workspace stays 0700 and its own uid's.
@@ -538,6 +530,23 @@ function Host:uid_range()
   return ("%d-%d"):format(c.base, c.base + c.count - 1)
 end
 
+-- The devices of the instances just stopped, and of holders that failed before saying theirs
+-- (recorded, never told): given back within timeouts walls.loops_ms. Whatever is still queued then (a
+-- mount the kernel has not released yet) stays recorded, with the directory, for the next start.
+local function close_loops(self)
+  local kept = self.snap.isolation.loop_devices_kept
+  for _, n in ipairs(self.walls_dir:recorded()) do
+    if not self.devices[n] then self.loops:release(n, kept) end
+  end
+  local pending = self.loops:close(bounds(self).loops_ms)
+  local removed, left = self.walls_dir:close()
+  if not removed then
+    self.log("warn", "walls.loops_recorded", { devices = table.concat(pending, " "), records = left,
+      dir = self.walls_dir.path, why = (#pending > 0 and "not given back within timeouts walls.loops_ms"
+        or "its instances still had them") .. ": the next start gives them back" })
+  end
+end
+
 function Host:close()
   if self.reaped then return end
   self.closed = true
@@ -552,8 +561,7 @@ function Host:close()
     core.fs.remove_tree(building.dir)
   end
   if self.bridge then self.bridge:close() end
-  self.loops:close(bounds(self).stop_ms) -- the devices of the instances just stopped
-  if self.socket_dir then core.fs.remove_tree(self.socket_dir) end
+  close_loops(self)
   if self.locale then locale_view.remove(self.locale) end
   -- every instance cgroup of the tree, not only those of instances it still knows: one whose
   -- stop's reap failed, or whose owner never stopped it (the local executor's, at exit)
@@ -752,6 +760,7 @@ function launch(self)
     argv[#argv + 1] = "--disk-image"; argv[#argv + 1] = DISK_IMAGE
     argv[#argv + 1] = "--disk-bytes"; argv[#argv + 1] = tostring(iso.workspace_max_bytes)
     argv[#argv + 1] = "--disk-reserve"; argv[#argv + 1] = tostring(iso.disk_reserve_bytes)
+    argv[#argv + 1] = "--loop-record"; argv[#argv + 1] = host.walls_dir.records
   end
   for _, a in ipairs(cgroup_args(self)) do argv[#argv + 1] = a end
   for _, a in ipairs(limit_writes(self)) do argv[#argv + 1] = a end
@@ -786,6 +795,7 @@ function launch(self)
         self.pid = tonumber(pid)
         local device = loop:match("^loop (%d+)$") -- given back at the stop (with --disk-image)
         self.loop = device and tonumber(device)
+        if self.loop then host.devices[self.loop] = self end
         self.starting:abort("ready")
       end
     end,
@@ -939,7 +949,11 @@ function Instance:stop()
   if self.socket then os.remove(self.socket) end
   if self.slot then self.host.slots[self.slot] = nil end
   -- every process reaped: the mount, the device's last user, is gone or going
-  if self.loop then self.host.loops:release(self.loop, self.snap.isolation.loop_devices_kept) end
+  if self.loop then
+    if self.host.devices[self.loop] == self then self.host.devices[self.loop] = nil end
+    local image = (core.fs.realpath(self.dir) or self.dir) .. "/" .. DISK_IMAGE -- as the kernel names it
+    self.host.loops:release(self.loop, self.snap.isolation.loop_devices_kept, image)
+  end
 end
 
 return M

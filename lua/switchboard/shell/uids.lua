@@ -12,6 +12,8 @@
 --                                read again only when the registry changed: Claim:roots below)
 --     claim:release()
 --   local pids = uids.live_pids(dir?)   set of the pids that hold a live claim (ours too)
+--   uids.started(pid) → text | nil      its start time (clock ticks since boot), which a reused
+--                                       pid does not share; nil when no such process
 --
 -- The block is the first of `blocks` consecutive ones from `base` (each `count` uids) that no
 -- live claim overlaps. Written first, then checked (no lock: two servers starting at once both
@@ -37,6 +39,7 @@ local function started(pid)
   for w in (after or ""):gmatch("%S+") do fields[#fields + 1] = w end
   return fields[20] -- field 22 of the line; the 3rd is the first after ") "
 end
+M.started = started -- (shell/walls_dir.lua tells a dead server's directory the same way)
 
 local function parse(text)
   local t = {}
