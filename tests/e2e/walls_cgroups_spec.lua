@@ -163,6 +163,34 @@ describe_walls("a walled server's cgroup tree", function()
     end)
   end)
 
+  it("of a dead server with more instances than the helper reaps in one run (70) goes whole at the next start", function()
+    core.run(function()
+      -- a pid that was just ended: the tree is named as a killed server's would be (a dead server
+      -- with 70 instance cgroups; the helper takes 64 --cgroup per run, and the sweep once asked
+      -- for all of them at once: "too many --cgroup (at most 64)", the tree kept for good)
+      local done = assert(core.spawn{ argv = { "true" }, env = { PATH = os.getenv("PATH") } })
+      local dead = done.pid
+      done:wait()
+      for _, parent in pairs(parents()) do
+        local dir = ("%s/switchboard-%d"):format(parent, dead)
+        assert(core.fs.mkdir_p(dir))
+        for i = 1, 70 do assert(core.fs.mkdir_p(("%s/i%d"):format(dir, i))) end
+      end
+      finally(function()
+        for _, parent in pairs(parents()) do
+          local dir = ("%s/switchboard-%d"):format(parent, dead)
+          for i = 1, 70 do os.remove(("%s/i%d"):format(dir, i)) end
+          os.remove(dir)
+        end
+      end)
+      local next_start = S.start_sandboxd{ policies = policy_dir() }
+      -- another spec's walled server starting on this host may sweep it first: gone either way
+      assert(S.wait_for(function() return gone(dead) end, 60000),
+        "the dead tree stayed: " .. #((tree(dead).pids or tree(dead).unified) or {}) .. " instance cgroups\n" .. next_start.log())
+      next_start:stop("TERM"); next_start:wait()
+    end)
+  end)
+
   it("of a TERM'd sandboxd with awake, asleep and busy instances, and of `switchboard exec`'s local walls, is gone when they end", function()
     core.run(function()
       local h = server_with(3)

@@ -127,27 +127,38 @@ local function run_helper(self, args)
   return proc:wait()
 end
 
+-- The helper takes at most 64 --cgroup per run (src/walls/walls.h MAX_LIST): a tree is reaped in
+-- runs of this many, so that a killed server with hundreds of instances is swept whole.
+local REAP_BATCH = 64
+
 -- One server's cgroup tree in one hierarchy, `base`/switchboard-<pid>: every instance cgroup
 -- (i<N>) emptied and removed, children first, then the server's directory (the helper's reap:
 -- whatever still runs in one is killed). → how many instance cgroups went, and the helper's
 -- words when something stayed.
 local function reap_tree(self, base, name)
   local dir = base .. "/" .. name
-  local args, instances = { "reap" }, {}
+  local instances = {}
   for _, inst in ipairs(core.fs.list(dir) or {}) do
     if type(inst) == "table" then inst = inst.name end
-    if type(inst) == "string" and inst:match("^i%d+$") then
-      instances[#instances + 1] = dir .. "/" .. inst
-      args[#args + 1] = "--cgroup"; args[#args + 1] = dir .. "/" .. inst
-    end
+    if type(inst) == "string" and inst:match("^i%d+$") then instances[#instances + 1] = dir .. "/" .. inst end
   end
-  args[#args + 1] = "--cgroup"; args[#args + 1] = dir
-  local r = run_helper(self, args)
+  local said
+  local function run(paths)
+    local args = { "reap" }
+    for _, path in ipairs(paths) do args[#args + 1] = "--cgroup"; args[#args + 1] = path end
+    local r = run_helper(self, args)
+    if r.exit ~= 0 and not said then said = (r.stderr or ""):match("[^\n]+") or ("status " .. tostring(r.exit)) end
+  end
+  -- the server's directory last, once its children are gone (runs go in order)
+  local paths = table.move(instances, 1, #instances, 1, {})
+  paths[#paths + 1] = dir
+  for first = 1, #paths, REAP_BATCH do
+    run(table.move(paths, first, math.min(first + REAP_BATCH - 1, #paths), 1, {}))
+  end
   local removed = 0
   for _, path in ipairs(instances) do
     if not core.fs.exists(path) then removed = removed + 1 end
   end
-  local said = r.exit ~= 0 and ((r.stderr or ""):match("[^\n]+") or ("status " .. tostring(r.exit))) or nil
   return removed, said
 end
 
