@@ -352,6 +352,8 @@ static void wake_drainer(res_ud *r, bool ok) {
 static void on_drained(sb_http_conn *c) { wake_drainer(c->exchange, true); }
 
 static void log_request(res_ud *r, const char *outcome) {
+  if (!sb_log_enabled("debug")) /* formatted for nothing otherwise, once per request */
+    return;
   char status[8], ms[32];
   snprintf(status, sizeof status, "%d", r->status);
   snprintf(ms, sizeof ms, "%.3f", sb_now_ms() - r->started_ms);
