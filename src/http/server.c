@@ -843,19 +843,42 @@ sb_http_res *sb_http_res_open(lua_State *L, sb_http_conn *c) {
   return r;
 }
 
-void sb_http_res_start_held(lua_State *L, sb_http_res *r, int status, int headers_idx) {
-  push_head(L, r, status, headers_idx, -1);
+char *sb_http_head_lines(lua_State *L, int idx, size_t *len) {
+  idx = lua_absindex(L, idx);
+  head_flags f = {false, false, 0};
+  head_out h = {NULL, 0};
+  header_pass(L, idx, &h, &f); /* raises on an invalid header, before anything is kept */
+  if (f.close || f.has_length)
+    luaL_error(L, "response headers: connection and content-length are the server's here");
+  char *lines = malloc(h.len > 0 ? h.len : 1);
+  if (lines == NULL)
+    return NULL;
+  h = (head_out){lines, 0};
+  header_pass(L, idx, &h, &f);
+  *len = h.len;
+  return lines;
+}
+
+void sb_http_res_start_held_lines(sb_http_res *r, int status, const char *lines, size_t len) {
+  r->frame = (sb_http_frame){.status = status, .head_request = r->head_request,
+                             .http10 = r->http10, .keep_alive = r->c != NULL && r->c->keep_alive};
+  char line[SB_HTTP_STATUS_LINE_MAX], date[SB_HTTP_DATE_LINE_MAX], fixed[SB_HTTP_FRAME_LINES_MAX];
+  uv_buf_t parts[4] = {uv_buf_init(line, (unsigned)sb_http_status_line(line, status)),
+                       uv_buf_init(date, (unsigned)sb_http_date_line(date)),
+                       uv_buf_init((char *)lines, (unsigned)len),
+                       uv_buf_init(fixed, (unsigned)sb_http_frame_head(&r->frame, fixed))};
+  if (r->c != NULL && !r->frame.keep_alive)
+    r->c->keep_alive = false;
+  r->status = status;
   r->phase = RES_STARTED;
-  size_t n;
-  const char *head = lua_tolstring(L, -1, &n);
+  size_t n = parts[0].len + parts[1].len + parts[2].len + parts[3].len;
   if (r->c != NULL && (r->held = malloc(n)) != NULL) {
-    memcpy(r->held, head, n);
+    for (size_t i = 0, at = 0; i < 4; at += parts[i].len, i++)
+      memcpy(r->held + at, parts[i].base, parts[i].len);
     r->held_len = n;
   } else {
-    uv_buf_t buf = uv_buf_init((char *)head, (unsigned)n);
-    send_bytes(r, &buf, 1);
+    send_bytes(r, parts, 4); /* out of memory: the head goes now, on its own */
   }
-  lua_pop(L, 1);
 }
 
 bool sb_http_res_write(sb_http_res *r, const char *data, size_t n) {

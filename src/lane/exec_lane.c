@@ -93,7 +93,9 @@ typedef struct sb_exec_lane {
   char **base_env; /* "NAME=value" */
   size_t *base_name_len;
   size_t n_base;
-  int headers_ref, back_ref, heard_ref;
+  int back_ref, heard_ref;
+  char *head_lines; /* the answer's headers as its head carries them, made at programming */
+  size_t head_lines_len;
   unsigned running;
   lane_entry *buckets[LANE_BUCKETS];
   /* The tally (entries armed with it): what the answered commands since the last report add to
@@ -234,10 +236,12 @@ static void program_clear(lua_State *L, sb_exec_lane *lane) {
   lane->base_name_len = NULL;
   lane->default_network = lane->bash = NULL;
   lane->n_base = 0;
-  luaL_unref(L, LUA_REGISTRYINDEX, lane->headers_ref);
+  free(lane->head_lines);
+  lane->head_lines = NULL;
+  lane->head_lines_len = 0;
   luaL_unref(L, LUA_REGISTRYINDEX, lane->back_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, lane->heard_ref);
-  lane->headers_ref = lane->back_ref = lane->heard_ref = LUA_NOREF;
+  lane->back_ref = lane->heard_ref = LUA_NOREF;
   lane->programmed = false;
   lane->tally = false;
 }
@@ -974,8 +978,7 @@ static bool lane_request(sb_http_conn *c) {
   sb_proc_watch_stdout(run->proc, stdout_came, run);
   run->res = sb_http_res_open(L, c);
   run->res_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, lane->headers_ref);
-  sb_http_res_start_held(L, run->res, 200, lua_gettop(L));
+  sb_http_res_start_held_lines(run->res, 200, lane->head_lines, lane->head_lines_len);
   uv_timer_init(sb_loop(), &run->beat);
   run->beat.data = run;
   run->last_beat = sb_now_ms();
@@ -1030,7 +1033,7 @@ static sb_exec_lane *lane_of(sb_http_server *s) {
     s->lane = calloc(1, sizeof *s->lane);
     if (s->lane == NULL)
       return NULL;
-    s->lane->headers_ref = s->lane->back_ref = s->lane->heard_ref = LUA_NOREF;
+    s->lane->back_ref = s->lane->heard_ref = LUA_NOREF;
     s->lane->report_ref = LUA_NOREF;
     s->lane->next_lane = lanes;
     if (lanes)
@@ -1120,7 +1123,13 @@ static int l_program(lua_State *L) {
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
-  lane->headers_ref = ref_field(L, 2, "headers", LUA_TTABLE);
+  lua_getfield(L, 2, "headers");
+  if (!lua_istable(L, -1))
+    return luaL_error(L, "lane program: headers has the wrong type");
+  lane->head_lines = sb_http_head_lines(L, -1, &lane->head_lines_len);
+  if (lane->head_lines == NULL)
+    return luaL_error(L, "lane program: out of memory");
+  lua_pop(L, 1);
   lane->back_ref = ref_field(L, 2, "back", LUA_TFUNCTION);
   lane->heard_ref = ref_field(L, 2, "heard", LUA_TFUNCTION);
   /* optional: the tally (report, every report_ms; the lines' events) instead of heard per command */
