@@ -176,7 +176,9 @@ static void init_response(res_ud *r, sb_http_conn *c) {
   r->started_ms = sb_now_ms();
   r->method = sb_http_request_method(&c->req);
   log_path(r->path, c->server, &c->req);
-  snprintf(r->remote, sizeof r->remote, "%s", c->remote_addr);
+  size_t n = strnlen(c->remote_addr, sizeof r->remote - 1); /* (an address: it fits) */
+  memcpy(r->remote, c->remote_addr, n);
+  r->remote[n] = '\0';
 }
 
 /* ---- the request, built once ----------------------------------------------------------- */

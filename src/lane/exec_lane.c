@@ -775,12 +775,22 @@ static bool put_end(text_buf *b, bool out_valid, const char *out, size_t out_len
 }
 
 /* wire_text.lua answer_parts of a success document, in one buffer. */
+/* The document's two numbers, `,"exitCode":E,"durationMs":D` without its first comma when
+ * `first`: written by hand (sb_log_int_text), not with snprintf, ~1 % of sandboxd's CPU per
+ * walled request. */
+static void put_numbers(text_buf *b, bool first, lua_Integer exit, lua_Integer duration) {
+  char digits[24];
+  put_s(b, first ? "\"exitCode\":" : ",\"exitCode\":");
+  put(b, digits, sb_log_int_text(digits, (long long)exit));
+  put_s(b, ",\"durationMs\":");
+  put(b, digits, sb_log_int_text(digits, (long long)duration));
+}
+
 static bool answer_text(text_buf *b, lua_Integer exit, lua_Integer duration, const char *out,
                         size_t out_len, const char *err, size_t err_len) {
-  char head[96];
-  snprintf(head, sizeof head, "{\"exitCode\":%lld,\"durationMs\":%lld,\"stdout\":", (long long)exit,
-           (long long)duration);
-  put_s(b, head);
+  put_s(b, "{");
+  put_numbers(b, true, exit, duration);
+  put_s(b, ",\"stdout\":");
   bool out_valid = sb_json_string(out, out_len, put, b);
   put_s(b, ",\"stderr\":");
   bool err_valid = sb_json_string(err, err_len, put, b);
@@ -793,10 +803,7 @@ static bool stream_tail(text_buf *b, lua_Integer exit, lua_Integer duration, boo
                         const char *out, size_t out_len, const char *err, size_t err_len) {
   put_s(b, ",\"stderr\":");
   bool err_valid = sb_json_string(err, err_len, put, b);
-  char nums[96];
-  snprintf(nums, sizeof nums, ",\"exitCode\":%lld,\"durationMs\":%lld", (long long)exit,
-           (long long)duration);
-  put_s(b, nums);
+  put_numbers(b, false, exit, duration);
   return put_end(b, out_valid, out, out_len, err_valid, err, err_len);
 }
 
