@@ -45,7 +45,8 @@ enum { LOG_PATH_MAX = 48 };         /* a client's path is logged cut to this, co
 
 typedef struct sb_http_res {
   sb_http_conn *c; /* NULL once detached */
-  int ref;         /* registry anchor while attached */
+  int ref;         /* registry anchor while attached (a Lua object's only) */
+  bool c_owned;    /* the exec lane's, malloc'd: no Lua object unless handed to Lua */
   uint8_t phase;
   bool closed;       /* the connection went away before the response finished */
   bool head_request; /* HEAD: the head is sent, the body never */
@@ -834,15 +835,42 @@ static int l_res_tostring(lua_State *L) {
 
 /* ---- the exec lane's face (lane_face.h) -------------------------------------------------- */
 
-sb_http_res *sb_http_res_open(lua_State *L, sb_http_conn *c) {
-  res_ud *r = lua_newuserdatauv(L, sizeof *r, 0);
+sb_http_res *sb_http_res_open(sb_http_conn *c) {
+  res_ud *r = malloc(sizeof *r);
+  if (r == NULL)
+    return NULL;
   init_response(r, c);
-  luaL_setmetatable(L, RES_MT);
-  lua_pushvalue(L, -1);
-  r->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  r->c_owned = true;
   r->c = c;
   c->exchange = r;
   return r;
+}
+
+sb_http_res *sb_http_res_push(lua_State *L, sb_http_res *r) {
+  res_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
+  *u = *r; /* the held head and the framing move with it */
+  free(r);
+  u->c_owned = false;
+  luaL_setmetatable(L, RES_MT);
+  if (u->c != NULL) { /* anchored while attached, as a handler's response is */
+    lua_pushvalue(L, -1);
+    u->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    u->c->exchange = u;
+  }
+  return u;
+}
+
+void sb_http_res_release(sb_http_res *r) {
+  if (r == NULL || !r->c_owned)
+    return;
+  if (r->c != NULL && r->phase == RES_FRESH) { /* never started: another may answer */
+    r->c->exchange = NULL;
+    r->c = NULL;
+  } else if (r->c != NULL) { /* dropped unfinished: only a close tells the peer (it detaches r) */
+    sb_http_conn_close(r->c);
+  }
+  free(r->held);
+  free(r);
 }
 
 char *sb_http_head_lines(lua_State *L, int idx, size_t *len) {

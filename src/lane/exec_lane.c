@@ -116,8 +116,7 @@ typedef struct lane_run {
   struct lane_run *prev, *next; /* every running command of the process */
   sb_exec_lane *lane;
   lane_entry *e;
-  sb_http_res *res;
-  int res_ref;
+  sb_http_res *res; /* the lane's until handed back (then Lua's, and NULL here) */
   struct sb_proc *proc;
   uv_timer_t beat;
   double last_beat;
@@ -637,8 +636,8 @@ static void run_end(lua_State *L, lane_run *run) {
     runs = run->next;
   if (run->next)
     run->next->prev = run->prev;
-  luaL_unref(L, LUA_REGISTRYINDEX, run->res_ref);
-  run->res_ref = LUA_NOREF;
+  sb_http_res_release(run->res);
+  run->res = NULL;
   lane_entry *e = run->e;
   e->running--;
   run->lane->running--;
@@ -843,7 +842,7 @@ static void hand_back(lua_State *L, lane_run *run, const sb_proc_result *r) {
   lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
   lua_getfield(L, -1, "go");
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->back_ref);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, run->res_ref);
+  run->res = sb_http_res_push(L, run->res);
   sb_proc_result_push(L, r); /* raw: proc:wait's table, made only for Lua's path */
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->record_ref);
   lua_pushinteger(L, run->limit_ms);
@@ -861,6 +860,7 @@ static void hand_back(lua_State *L, lane_run *run, const sb_proc_result *r) {
   if (!sb_pcall(L, 9, "exec lane hand-back")) /* the task could not start: the peer learns */
     sb_http_res_finish(run->res, NULL, 0);
   lua_settop(L, top);
+  run->res = NULL; /* Lua's now: the task's, or collected once finished */
 }
 
 /* A streamed stdout's last bytes: the rest of the capture encoded (final: an incomplete UTF-8
@@ -962,11 +962,10 @@ static bool lane_request(sb_http_conn *c) {
   if (!read_call(lane, e, &c->req, &call) || (envp = merged_env(lane, &call)) == NULL)
     goto done;
   run = calloc(1, sizeof *run);
-  if (run == NULL)
-    goto done;
+  if (run == NULL || (run->res = sb_http_res_open(c)) == NULL)
+    goto done; /* (a response never started leaves the request to the Lua path: done) */
   run->lane = lane;
   run->e = e;
-  run->res_ref = LUA_NOREF;
   run->limit_ms = call.limit_ms;
   memcpy(run->remote, c->remote_addr, sizeof run->remote);
   run->before_oom = counter(e->oom_fd, e->oom_path, "oom_kill");
@@ -983,8 +982,6 @@ static bool lane_request(sb_http_conn *c) {
   lane->running++;
   run->started_ms = sb_now_ms();
   sb_proc_watch_stdout(run->proc, stdout_came, run);
-  run->res = sb_http_res_open(L, c);
-  run->res_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   sb_http_res_start_held_lines(run->res, 200, lane->head_lines, lane->head_lines_len);
   uv_timer_init(sb_loop(), &run->beat);
   run->beat.data = run;
@@ -998,6 +995,8 @@ static bool lane_request(sb_http_conn *c) {
   run = NULL; /* the command's own now: freed when it ends */
   taken = true;
 done:
+  if (run != NULL)
+    sb_http_res_release(run->res);
   free(run);
   env_free(envp);
   call_free(&call);
