@@ -1,9 +1,12 @@
-/* sb_ct_equal: compare digests, not the inputs, so no length or content shortcut exists. */
+/* sb_ct_equal: compare digests, not the inputs, so no length or content shortcut exists.
+ * sb_ct_secret: a kept secret, zero-padded, compared over the candidate's own length. */
 #include "ct.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const EVP_MD *fetched_sha256;
 
@@ -30,4 +33,32 @@ int sb_ct_equal(const void *a, size_t alen, const void *b, size_t blen) {
   /* Equal digests of different lengths would be a SHA-256 collision; check anyway, without a
    * branch on the contents. */
   return (digests_differ == 0) & (alen == blen);
+}
+
+void sb_ct_secret_clear(sb_ct_secret *s) {
+  if (s->padded != NULL)
+    OPENSSL_cleanse(s->padded, s->cap);
+  free(s->padded);
+  *s = (sb_ct_secret){NULL, 0, 0};
+}
+
+int sb_ct_secret_set(sb_ct_secret *s, const void *secret, size_t len, size_t cap) {
+  sb_ct_secret_clear(s);
+  if (cap < len)
+    cap = len;
+  unsigned char *padded = calloc(1, cap > 0 ? cap : 1);
+  if (padded == NULL)
+    return -1;
+  memcpy(padded, secret, len);
+  *s = (sb_ct_secret){padded, len, cap};
+  return 0;
+}
+
+int sb_ct_secret_equal(const sb_ct_secret *s, const void *given, size_t n) {
+  /* A branch on the candidate's own length (and the public cap) only. */
+  if (s->padded == NULL || s->len == 0 || n > s->cap)
+    return 0;
+  /* Over the candidate's n bytes: the secret's, then its zero padding when n is longer. */
+  int bytes_differ = CRYPTO_memcmp(given, s->padded, n);
+  return (bytes_differ == 0) & (n == s->len);
 }

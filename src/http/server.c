@@ -45,7 +45,8 @@ enum { LOG_PATH_MAX = 48 };         /* a client's path is logged cut to this, co
 
 typedef struct sb_http_res {
   sb_http_conn *c; /* NULL once detached */
-  int ref;         /* registry anchor while attached */
+  int ref;         /* registry anchor while attached (a Lua object's only) */
+  bool c_owned;    /* the exec lane's, malloc'd: no Lua object unless handed to Lua */
   uint8_t phase;
   bool closed;       /* the connection went away before the response finished */
   bool head_request; /* HEAD: the head is sent, the body never */
@@ -176,7 +177,9 @@ static void init_response(res_ud *r, sb_http_conn *c) {
   r->started_ms = sb_now_ms();
   r->method = sb_http_request_method(&c->req);
   log_path(r->path, c->server, &c->req);
-  snprintf(r->remote, sizeof r->remote, "%s", c->remote_addr);
+  size_t n = strnlen(c->remote_addr, sizeof r->remote - 1); /* (an address: it fits) */
+  memcpy(r->remote, c->remote_addr, n);
+  r->remote[n] = '\0';
 }
 
 /* ---- the request, built once ----------------------------------------------------------- */
@@ -352,6 +355,8 @@ static void wake_drainer(res_ud *r, bool ok) {
 static void on_drained(sb_http_conn *c) { wake_drainer(c->exchange, true); }
 
 static void log_request(res_ud *r, const char *outcome) {
+  if (!sb_log_enabled("debug")) /* formatted for nothing otherwise, once per request */
+    return;
   char status[8], ms[32];
   snprintf(status, sizeof status, "%d", r->status);
   snprintf(ms, sizeof ms, "%.3f", sb_now_ms() - r->started_ms);
@@ -830,30 +835,80 @@ static int l_res_tostring(lua_State *L) {
 
 /* ---- the exec lane's face (lane_face.h) -------------------------------------------------- */
 
-sb_http_res *sb_http_res_open(lua_State *L, sb_http_conn *c) {
-  res_ud *r = lua_newuserdatauv(L, sizeof *r, 0);
+sb_http_res *sb_http_res_open(sb_http_conn *c) {
+  res_ud *r = malloc(sizeof *r);
+  if (r == NULL)
+    return NULL;
   init_response(r, c);
-  luaL_setmetatable(L, RES_MT);
-  lua_pushvalue(L, -1);
-  r->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  r->c_owned = true;
   r->c = c;
   c->exchange = r;
   return r;
 }
 
-void sb_http_res_start_held(lua_State *L, sb_http_res *r, int status, int headers_idx) {
-  push_head(L, r, status, headers_idx, -1);
+sb_http_res *sb_http_res_push(lua_State *L, sb_http_res *r) {
+  res_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
+  *u = *r; /* the held head and the framing move with it */
+  free(r);
+  u->c_owned = false;
+  luaL_setmetatable(L, RES_MT);
+  if (u->c != NULL) { /* anchored while attached, as a handler's response is */
+    lua_pushvalue(L, -1);
+    u->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    u->c->exchange = u;
+  }
+  return u;
+}
+
+void sb_http_res_release(sb_http_res *r) {
+  if (r == NULL || !r->c_owned)
+    return;
+  if (r->c != NULL && r->phase == RES_FRESH) { /* never started: another may answer */
+    r->c->exchange = NULL;
+    r->c = NULL;
+  } else if (r->c != NULL) { /* dropped unfinished: only a close tells the peer (it detaches r) */
+    sb_http_conn_close(r->c);
+  }
+  free(r->held);
+  free(r);
+}
+
+char *sb_http_head_lines(lua_State *L, int idx, size_t *len) {
+  idx = lua_absindex(L, idx);
+  head_flags f = {false, false, 0};
+  head_out h = {NULL, 0};
+  header_pass(L, idx, &h, &f); /* raises on an invalid header, before anything is kept */
+  if (f.close || f.has_length)
+    luaL_error(L, "response headers: connection and content-length are the server's here");
+  char *lines = malloc(h.len > 0 ? h.len : 1);
+  if (lines == NULL)
+    return NULL;
+  h = (head_out){lines, 0};
+  header_pass(L, idx, &h, &f);
+  *len = h.len;
+  return lines;
+}
+
+void sb_http_res_start_held_lines(sb_http_res *r, int status, const char *lines, size_t len) {
+  r->frame = (sb_http_frame){.status = status, .head_request = r->head_request,
+                             .http10 = r->http10, .keep_alive = r->c != NULL && r->c->keep_alive};
+  char line[SB_HTTP_STATUS_LINE_MAX], date[SB_HTTP_DATE_LINE_MAX], fixed[SB_HTTP_FRAME_LINES_MAX];
+  uv_buf_t parts[4] = {uv_buf_init(line, (unsigned)sb_http_status_line(line, status)),
+                       uv_buf_init(date, (unsigned)sb_http_date_line(date)),
+                       uv_buf_init((char *)lines, (unsigned)len),
+                       uv_buf_init(fixed, (unsigned)sb_http_frame_head(&r->frame, fixed))};
+  if (r->c != NULL && !r->frame.keep_alive)
+    r->c->keep_alive = false;
+  r->status = status;
   r->phase = RES_STARTED;
-  size_t n;
-  const char *head = lua_tolstring(L, -1, &n);
+  size_t n = parts[0].len + parts[1].len + parts[2].len + parts[3].len;
   if (r->c != NULL && (r->held = malloc(n)) != NULL) {
-    memcpy(r->held, head, n);
+    for (size_t i = 0, at = 0; i < 4; at += parts[i].len, i++)
+      memcpy(r->held + at, parts[i].base, parts[i].len);
     r->held_len = n;
   } else {
-    uv_buf_t buf = uv_buf_init((char *)head, (unsigned)n);
-    send_bytes(r, &buf, 1);
+    send_bytes(r, parts, 4); /* out of memory: the head goes now, on its own */
   }
-  lua_pop(L, 1);
 }
 
 bool sb_http_res_write(sb_http_res *r, const char *data, size_t n) {

@@ -604,6 +604,12 @@ void sb_http_conn_response_done(sb_http_conn *c) {
     return;
   }
   c->phase = SB_CONN_READING;
+  if (pending_size(c) == 0 && !c->reading_paused) {
+    /* nothing waits to be parsed: no handler runs from here, so the next request needs no turn
+     * of its own (a timer set and fired per keep-alive request); its bytes start it when read */
+    next_request(c);
+    return;
+  }
   arm(c, TIMER_NEXT, 0);
 }
 

@@ -1,5 +1,5 @@
 /* The /exec lane (exec_lane.h). What it decides is exactly what the Lua path would, and nothing
- * more: the bearer (SHA-256 digests compared in constant time, as sandboxd/auth.lua does), the
+ * more: the bearer (compared in constant time, its length hidden, as sandboxd/auth.lua does), the
  * thread key's rule (shell/protocol.lua check_thread_key), a body that is {command, timeoutMs?,
  * env?, network?} with values the Lua path takes as they are (routes.lua PARSE.exec,
  * sandboxd/env.lua), the budget clamp (shell/budget.lua), the kernel's argument limits
@@ -23,8 +23,6 @@
 #include <fcntl.h>
 #include <lauxlib.h>
 #include <math.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <strings.h>
@@ -78,10 +76,10 @@ typedef struct sb_exec_lane {
   bool tally; /* programmed with a report: entries armed now tally (lane_entry.tally) */
   size_t max_held, held; /* instances that may hold their counter files open; that do */
   bool orphaned; /* the server is gone: freed when the last command ends */
-  unsigned char digest[32];
-  /* the bearer's digest context, reused: EVP_Digest made and freed one (and looked its
-   * implementation up) per request, ~6 % of sandboxd's samples per walled `true` */
-  EVP_MD_CTX *bearer_ctx;
+  /* the bearer's token, compared in a time set by the credential's length only (ct.h): a
+   * digest per request, even with its context reused, was ~3.5 % of sandboxd's samples per
+   * walled `true` (OpenSSL 3's context setup) */
+  sb_ct_secret token;
   size_t max_key;
   int64_t floor_ms, max_ms, default_ms, grace_ms, heartbeat_ms, max_output;
   /* a long answer as it comes (answer_stream.h), the policy's sandbox.stream_*: stdout past
@@ -95,7 +93,9 @@ typedef struct sb_exec_lane {
   char **base_env; /* "NAME=value" */
   size_t *base_name_len;
   size_t n_base;
-  int headers_ref, back_ref, heard_ref;
+  int back_ref, heard_ref;
+  char *head_lines; /* the answer's headers as its head carries them, made at programming */
+  size_t head_lines_len;
   unsigned running;
   lane_entry *buckets[LANE_BUCKETS];
   /* The tally (entries armed with it): what the answered commands since the last report add to
@@ -116,8 +116,7 @@ typedef struct lane_run {
   struct lane_run *prev, *next; /* every running command of the process */
   sb_exec_lane *lane;
   lane_entry *e;
-  sb_http_res *res;
-  int res_ref;
+  sb_http_res *res; /* the lane's until handed back (then Lua's, and NULL here) */
   struct sb_proc *proc;
   uv_timer_t beat;
   double last_beat;
@@ -236,10 +235,12 @@ static void program_clear(lua_State *L, sb_exec_lane *lane) {
   lane->base_name_len = NULL;
   lane->default_network = lane->bash = NULL;
   lane->n_base = 0;
-  luaL_unref(L, LUA_REGISTRYINDEX, lane->headers_ref);
+  free(lane->head_lines);
+  lane->head_lines = NULL;
+  lane->head_lines_len = 0;
   luaL_unref(L, LUA_REGISTRYINDEX, lane->back_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, lane->heard_ref);
-  lane->headers_ref = lane->back_ref = lane->heard_ref = LUA_NOREF;
+  lane->back_ref = lane->heard_ref = LUA_NOREF;
   lane->programmed = false;
   lane->tally = false;
 }
@@ -270,15 +271,7 @@ static bool bearer_ok(sb_exec_lane *lane, const char *v, size_t n) {
     last--;
   if (first == last)
     return false;
-  unsigned char got[32];
-  unsigned int got_len = 0;
-  if (lane->bearer_ctx == NULL && (lane->bearer_ctx = EVP_MD_CTX_new()) == NULL)
-    return false;
-  if (EVP_DigestInit_ex2(lane->bearer_ctx, sb_sha256(), NULL) != 1 ||
-      EVP_DigestUpdate(lane->bearer_ctx, v + first, last - first) != 1 ||
-      EVP_DigestFinal_ex(lane->bearer_ctx, got, &got_len) != 1 || got_len != 32)
-    return false;
-  return CRYPTO_memcmp(got, lane->digest, 32) == 0;
+  return sb_ct_secret_equal(&lane->token, v + first, last - first) == 1;
 }
 
 /* protocol.lua check_thread_key. */
@@ -616,7 +609,7 @@ static void lane_free(lua_State *L, sb_exec_lane *lane) {
   free(lane->durations);
   free(lane->log_request);
   free(lane->log_command);
-  EVP_MD_CTX_free(lane->bearer_ctx);
+  sb_ct_secret_clear(&lane->token);
   if (lane->prev_lane)
     lane->prev_lane->next_lane = lane->next_lane;
   else if (lanes == lane)
@@ -643,8 +636,8 @@ static void run_end(lua_State *L, lane_run *run) {
     runs = run->next;
   if (run->next)
     run->next->prev = run->prev;
-  luaL_unref(L, LUA_REGISTRYINDEX, run->res_ref);
-  run->res_ref = LUA_NOREF;
+  sb_http_res_release(run->res);
+  run->res = NULL;
   lane_entry *e = run->e;
   e->running--;
   run->lane->running--;
@@ -781,12 +774,22 @@ static bool put_end(text_buf *b, bool out_valid, const char *out, size_t out_len
 }
 
 /* wire_text.lua answer_parts of a success document, in one buffer. */
+/* The document's two numbers, `,"exitCode":E,"durationMs":D` without its first comma when
+ * `first`: written by hand (sb_log_int_text), not with snprintf, ~1 % of sandboxd's CPU per
+ * walled request. */
+static void put_numbers(text_buf *b, bool first, lua_Integer exit, lua_Integer duration) {
+  char digits[24];
+  put_s(b, first ? "\"exitCode\":" : ",\"exitCode\":");
+  put(b, digits, sb_log_int_text(digits, (long long)exit));
+  put_s(b, ",\"durationMs\":");
+  put(b, digits, sb_log_int_text(digits, (long long)duration));
+}
+
 static bool answer_text(text_buf *b, lua_Integer exit, lua_Integer duration, const char *out,
                         size_t out_len, const char *err, size_t err_len) {
-  char head[96];
-  snprintf(head, sizeof head, "{\"exitCode\":%lld,\"durationMs\":%lld,\"stdout\":", (long long)exit,
-           (long long)duration);
-  put_s(b, head);
+  put_s(b, "{");
+  put_numbers(b, true, exit, duration);
+  put_s(b, ",\"stdout\":");
   bool out_valid = sb_json_string(out, out_len, put, b);
   put_s(b, ",\"stderr\":");
   bool err_valid = sb_json_string(err, err_len, put, b);
@@ -799,10 +802,7 @@ static bool stream_tail(text_buf *b, lua_Integer exit, lua_Integer duration, boo
                         const char *out, size_t out_len, const char *err, size_t err_len) {
   put_s(b, ",\"stderr\":");
   bool err_valid = sb_json_string(err, err_len, put, b);
-  char nums[96];
-  snprintf(nums, sizeof nums, ",\"exitCode\":%lld,\"durationMs\":%lld", (long long)exit,
-           (long long)duration);
-  put_s(b, nums);
+  put_numbers(b, false, exit, duration);
   return put_end(b, out_valid, out, out_len, err_valid, err, err_len);
 }
 
@@ -842,7 +842,7 @@ static void hand_back(lua_State *L, lane_run *run, const sb_proc_result *r) {
   lua_getfield(L, LUA_REGISTRYINDEX, "switchboard.core");
   lua_getfield(L, -1, "go");
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->back_ref);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, run->res_ref);
+  run->res = sb_http_res_push(L, run->res);
   sb_proc_result_push(L, r); /* raw: proc:wait's table, made only for Lua's path */
   lua_rawgeti(L, LUA_REGISTRYINDEX, run->e->record_ref);
   lua_pushinteger(L, run->limit_ms);
@@ -860,6 +860,7 @@ static void hand_back(lua_State *L, lane_run *run, const sb_proc_result *r) {
   if (!sb_pcall(L, 9, "exec lane hand-back")) /* the task could not start: the peer learns */
     sb_http_res_finish(run->res, NULL, 0);
   lua_settop(L, top);
+  run->res = NULL; /* Lua's now: the task's, or collected once finished */
 }
 
 /* A streamed stdout's last bytes: the rest of the capture encoded (final: an incomplete UTF-8
@@ -961,11 +962,10 @@ static bool lane_request(sb_http_conn *c) {
   if (!read_call(lane, e, &c->req, &call) || (envp = merged_env(lane, &call)) == NULL)
     goto done;
   run = calloc(1, sizeof *run);
-  if (run == NULL)
-    goto done;
+  if (run == NULL || (run->res = sb_http_res_open(c)) == NULL)
+    goto done; /* (a response never started leaves the request to the Lua path: done) */
   run->lane = lane;
   run->e = e;
-  run->res_ref = LUA_NOREF;
   run->limit_ms = call.limit_ms;
   memcpy(run->remote, c->remote_addr, sizeof run->remote);
   run->before_oom = counter(e->oom_fd, e->oom_path, "oom_kill");
@@ -982,10 +982,7 @@ static bool lane_request(sb_http_conn *c) {
   lane->running++;
   run->started_ms = sb_now_ms();
   sb_proc_watch_stdout(run->proc, stdout_came, run);
-  run->res = sb_http_res_open(L, c);
-  run->res_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, lane->headers_ref);
-  sb_http_res_start_held(L, run->res, 200, lua_gettop(L));
+  sb_http_res_start_held_lines(run->res, 200, lane->head_lines, lane->head_lines_len);
   uv_timer_init(sb_loop(), &run->beat);
   run->beat.data = run;
   run->last_beat = sb_now_ms();
@@ -998,6 +995,8 @@ static bool lane_request(sb_http_conn *c) {
   run = NULL; /* the command's own now: freed when it ends */
   taken = true;
 done:
+  if (run != NULL)
+    sb_http_res_release(run->res);
   free(run);
   env_free(envp);
   call_free(&call);
@@ -1040,7 +1039,7 @@ static sb_exec_lane *lane_of(sb_http_server *s) {
     s->lane = calloc(1, sizeof *s->lane);
     if (s->lane == NULL)
       return NULL;
-    s->lane->headers_ref = s->lane->back_ref = s->lane->heard_ref = LUA_NOREF;
+    s->lane->back_ref = s->lane->heard_ref = LUA_NOREF;
     s->lane->report_ref = LUA_NOREF;
     s->lane->next_lane = lanes;
     if (lanes)
@@ -1076,9 +1075,11 @@ static int l_program(lua_State *L) {
   lua_getfield(L, 2, "token");
   size_t tn;
   const char *token = lua_tolstring(L, -1, &tn);
-  unsigned int dn = 0;
-  if (token == NULL || tn == 0 || EVP_Digest(token, tn, lane->digest, &dn, sb_sha256(), NULL) != 1)
+  if (token == NULL || tn == 0)
     return luaL_error(L, "lane program: token must be a non-empty string");
+  /* no credential is longer than a request head may be: the padding's bound */
+  if (sb_ct_secret_set(&lane->token, token, tn, s->limits.max_header_bytes) != 0)
+    return luaL_error(L, "lane program: out of memory");
   lua_pop(L, 1);
   lane->max_key = (size_t)int_field(L, 2, "max_key_bytes");
   lane->floor_ms = int_field(L, 2, "floor_ms");
@@ -1128,7 +1129,13 @@ static int l_program(lua_State *L) {
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
-  lane->headers_ref = ref_field(L, 2, "headers", LUA_TTABLE);
+  lua_getfield(L, 2, "headers");
+  if (!lua_istable(L, -1))
+    return luaL_error(L, "lane program: headers has the wrong type");
+  lane->head_lines = sb_http_head_lines(L, -1, &lane->head_lines_len);
+  if (lane->head_lines == NULL)
+    return luaL_error(L, "lane program: out of memory");
+  lua_pop(L, 1);
   lane->back_ref = ref_field(L, 2, "back", LUA_TFUNCTION);
   lane->heard_ref = ref_field(L, 2, "heard", LUA_TFUNCTION);
   /* optional: the tally (report, every report_ms; the lines' events) instead of heard per command */

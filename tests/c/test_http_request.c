@@ -3,6 +3,7 @@
 #include "http/server_request.h"
 #include "http/server_response.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +281,51 @@ static void test_response_helpers(void) {
   CHECK(sb_http_engine_answer(answer, 10, 400, "x") == 9); /* cut, never overrun */
 }
 
+/* The status, chunk and length lines are written by hand: each against the snprintf format it
+ * replaced, over every status and lengths at each digit count's edges. */
+static void test_lines_as_printf_made_them(void) {
+  char line[SB_HTTP_STATUS_LINE_MAX], want[SB_HTTP_STATUS_LINE_MAX];
+  for (int status = 0; status <= 999; status++) {
+    size_t n = sb_http_status_line(line, status);
+    int w = snprintf(want, sizeof want, "HTTP/1.1 %03d %s\r\n", status, sb_http_reason(status));
+    if (n != (size_t)w || strcmp(line, want) != 0)
+      fprintf(stderr, "status line %d: \"%s\", printf made \"%s\"\n", status, line, want);
+    CHECK(n == (size_t)w && strcmp(line, want) == 0);
+  }
+  uint64_t edges[64 * 3 + 2]; /* each power of two, and either side of it */
+  size_t k = 0;
+  edges[k++] = 0;
+  edges[k++] = UINT64_MAX;
+  for (uint64_t p = 1; p != 0 && k + 3 <= sizeof edges / sizeof edges[0]; p *= 2) {
+    edges[k++] = p - 1;
+    edges[k++] = p;
+    edges[k++] = p + 1;
+  }
+  for (size_t i = 0; i < k; i++) {
+    char prefix[SB_HTTP_CHUNK_PREFIX_MAX], want_prefix[SB_HTTP_CHUNK_PREFIX_MAX];
+    size_t n = sb_http_chunk_prefix(prefix, (size_t)edges[i]);
+    int w = snprintf(want_prefix, sizeof want_prefix, "%zx\r\n", (size_t)edges[i]);
+    if (n != (size_t)w || memcmp(prefix, want_prefix, n) != 0)
+      fprintf(stderr, "chunk prefix of %zu: printf made %s", (size_t)edges[i], want_prefix);
+    CHECK(n == (size_t)w && memcmp(prefix, want_prefix, n) == 0);
+  }
+  for (uint64_t v = 1, i = 0; i < 20; i++, v *= 10) {
+    uint64_t values[] = {v - 1, v, v + 1, v * 9 + (v - 1), UINT64_MAX};
+    for (size_t j = 0; j < sizeof values / sizeof values[0]; j++) {
+      sb_http_frame f = {.status = 200, .keep_alive = true, .has_length = true,
+                         .length = values[j]};
+      char lines[SB_HTTP_FRAME_LINES_MAX], want_lines[SB_HTTP_FRAME_LINES_MAX];
+      size_t n = sb_http_frame_head(&f, lines);
+      int w = snprintf(want_lines, sizeof want_lines, "content-length: %llu\r\n\r\n",
+                       (unsigned long long)values[j]);
+      if (n != (size_t)w || memcmp(lines, want_lines, n) != 0)
+        fprintf(stderr, "length line of %llu: printf made %s", (unsigned long long)values[j],
+                want_lines);
+      CHECK(n == (size_t)w && memcmp(lines, want_lines, n) == 0);
+    }
+  }
+}
+
 
 static void expect_status(const char *text, size_t len, int status) {
   sb_http_request r;
@@ -401,6 +447,7 @@ int main(void) {
   test_flags();
   test_split_target();
   test_response_helpers();
+  test_lines_as_printf_made_them();
   if (failures > 0) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

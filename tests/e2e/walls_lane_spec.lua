@@ -28,13 +28,17 @@ local describe_walls = require("support.walls").probe(policy_dir(true),
 after_each(S.cleanup_servers)
 teardown(S.cleanup)
 
--- The answer's raw body (heartbeat spaces included) and its document without durationMs.
+-- The answer's raw body (heartbeat spaces included), its document without durationMs, and the
+-- head's headers the lane writes itself (its made-once lines, sb_http_head_lines) or frames.
+local HEAD = { "content-type", "cache-control", "transfer-encoding", "content-length", "connection" }
 local function exec(h, thread, body)
-  local status, _, raw = S.call(h.url, "/exec", { thread = thread, deadline_ms = 120000, body = body })
+  local status, headers, raw = S.call(h.url, "/exec", { thread = thread, deadline_ms = 120000, body = body })
   assert.equal(200, status, raw)
   local doc = cjson.decode(raw)
   doc.durationMs = nil
-  return doc, raw
+  local head = {}
+  for _, name in ipairs(HEAD) do head[name] = headers[name] or "(none)" end
+  return doc, raw, head
 end
 
 local function lane_count(h, outcome)
@@ -67,9 +71,10 @@ describe_walls("sandboxd's exec lane", function()
       end
       local answered, back = 0, 0
       for _, case in ipairs(CASES) do
-        local a, raw_a = exec(on, "lane", case.body)
-        local b, raw_b = exec(off, "lane", case.body)
+        local a, raw_a, head_a = exec(on, "lane", case.body)
+        local b, raw_b, head_b = exec(off, "lane", case.body)
         assert.same(b, a, case.name)
+        assert.same(head_b, head_a, case.name .. ": the head's headers")
         if case.beats then
           assert.truthy(raw_a:find("^ +{"), case.name .. ": no heartbeat from the lane: " .. raw_a:sub(1, 40))
           assert.truthy(raw_b:find("^ +{"), case.name .. ": no heartbeat from Lua")
