@@ -99,7 +99,7 @@ int run(const options *o) {
   sigaction(SIGHUP, &sa, NULL);
   unsigned char reply[WALLS_REPLY_LEN];
   uint32_t id = 0;
-  int code, signo;
+  int code = 0, signo = 0; /* set by the decode; clang cannot see that the kill below never returns */
   if (read_full(s, reply, sizeof reply) < 0 ||
       walls_reply_decode(reply, sizeof reply, &id, &code, &signo) != 1 || id != RUN_ID) {
     fputs("walls: the instance ended while the command ran\n", stderr);
