@@ -365,6 +365,8 @@ M.files.timeouts = {
     -- the exec lane (docs/sandboxd.md "The exec lane"); optional: on for a policy that predates it
     exec_lane = S.optional(S.bool),
     exec_lane_report_ms = S.optional(ms(10, 10 * SECOND)),
+    -- sandboxd's info lines written together (core.log_batch); optional: 0, each at once
+    log_batch_ms = S.optional(ms(0, SECOND)),
     -- the lane's long answer as it comes (docs/sandboxd.md); optional: sandboxd/lane.lua holds
     -- the defaults for a policy that predates them
     stream_at_bytes = S.optional(S.int { min = 4 * 1024, max = 256 * M.MIB, unit = "bytes" }),
