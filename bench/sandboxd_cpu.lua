@@ -13,7 +13,8 @@
 -- With no name=binary the contender is SWITCHBOARD_BIN (else ./build/switchboard) named "this".
 -- A binary followed by "@lane-off" runs with timeouts sandbox.exec_lane = false (docs/sandboxd.md
 -- "The exec lane"): `on=build/switchboard off=build/switchboard@lane-off` compares the two paths.
--- "@log-unbatched" runs with sandbox.log_batch_ms = 0 (every log line written at once).
+-- "@log-unbatched" runs with sandbox.log_batch_ms = 0 (every log line written at once);
+-- "@no-log-batch" without the field (a binary older than it refuses it).
 -- Another checkout's binary measures that checkout's Lua (its source directory is built in).
 -- One JSON line: per contender the CPU µs per request of each round, their median, and the
 -- client's median latency, with the load average beside each round; reader_*: this process's
@@ -94,9 +95,14 @@ core.run(function()
   for _, c in ipairs(contenders) do
     local bin, suffix = c.bin:match("^(.-)@([%w-]+)$")
     S.BIN = bin or c.bin
-    local edit = ({ ["lane-off"] = "sandbox.exec_lane = false", ["log-unbatched"] = "sandbox.log_batch_ms = 0" })[suffix]
+    local edit = ({
+      ["lane-off"] = function(src) return src .. "\nsandbox.exec_lane = false\n" end,
+      ["log-unbatched"] = function(src) return src .. "\nsandbox.log_batch_ms = 0\n" end,
+      -- a binary older than the field (its schema refuses it): the shipped file without it
+      ["no-log-batch"] = function(src) return (src:gsub("\n%s*log_batch_ms = [^\n]*", "\n")) end,
+    })[suffix]
     assert(suffix == nil or edit, "unknown contender suffix @" .. tostring(suffix))
-    local dir = edit and policies.dir{ timeouts = function(src) return src .. "\n" .. edit .. "\n" end } or nil
+    local dir = edit and policies.dir{ timeouts = edit } or nil
     c.h = S.start_sandboxd{ args = { "--max-instances", "8" }, policies = dir }
     seq(c.h.port, 20) -- the instance wakes, the code paths warm
     c.cpu, c.latency, c.load, c.reader = {}, {}, {}, {}
