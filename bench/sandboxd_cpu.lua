@@ -13,9 +13,12 @@
 -- With no name=binary the contender is SWITCHBOARD_BIN (else ./build/switchboard) named "this".
 -- A binary followed by "@lane-off" runs with timeouts sandbox.exec_lane = false (docs/sandboxd.md
 -- "The exec lane"): `on=build/switchboard off=build/switchboard@lane-off` compares the two paths.
+-- "@log-unbatched" runs with sandbox.log_batch_ms = 0 (every log line written at once);
+-- "@no-log-batch" without the field (a binary older than it refuses it).
 -- Another checkout's binary measures that checkout's Lua (its source directory is built in).
 -- One JSON line: per contender the CPU µs per request of each round, their median, and the
--- client's median latency, with the load average beside each round.
+-- client's median latency, with the load average beside each round; reader_*: this process's
+-- own CPU per request (it reads the servers' stderr: the log's reader, as journald is).
 local build = os.getenv("SB_BUILD_DIR") or "./build"
 package.path = "./lua/?.lua;./lua/?/init.lua;./tests/lua/?.lua;" .. package.path
 package.cpath = build .. "/lua/?.so;" .. package.cpath
@@ -68,6 +71,15 @@ local function cpu_us(pid)
   return total / 1000
 end
 
+-- This process's own time on a CPU (its loop's thread), in µs: it reads every sandboxd's stderr
+-- (support/sandbox.lua on_output), so a log line's wakeup of its reader is counted here.
+local function own_cpu_us()
+  local f = assert(io.open("/proc/self/schedstat"))
+  local ns = tonumber(f:read("a"):match("^(%d+)"))
+  f:close()
+  return ns / 1000
+end
+
 local function seq(port, n)
   local argv = { build .. "/bench/bench_paired", "seq", S.TOKEN, COMMAND, tostring(n),
     "http:s:" .. port }
@@ -81,24 +93,33 @@ end
 local out = { n = N, rounds = ROUNDS, command = COMMAND, load_start = loadavg() }
 core.run(function()
   for _, c in ipairs(contenders) do
-    local bin, off = c.bin:match("^(.-)(@lane%-off)$")
+    local bin, suffix = c.bin:match("^(.-)@([%w-]+)$")
     S.BIN = bin or c.bin
-    local dir = off and policies.dir{ timeouts = function(src) return src .. "\nsandbox.exec_lane = false\n" end } or nil
+    local edit = ({
+      ["lane-off"] = function(src) return src .. "\nsandbox.exec_lane = false\n" end,
+      ["log-unbatched"] = function(src) return src .. "\nsandbox.log_batch_ms = 0\n" end,
+      -- a binary older than the field (its schema refuses it): the shipped file without it
+      ["no-log-batch"] = function(src) return (src:gsub("\n%s*log_batch_ms = [^\n]*", "\n")) end,
+    })[suffix]
+    assert(suffix == nil or edit, "unknown contender suffix @" .. tostring(suffix))
+    local dir = edit and policies.dir{ timeouts = edit } or nil
     c.h = S.start_sandboxd{ args = { "--max-instances", "8" }, policies = dir }
     seq(c.h.port, 20) -- the instance wakes, the code paths warm
-    c.cpu, c.latency, c.load = {}, {}, {}
+    c.cpu, c.latency, c.load, c.reader = {}, {}, {}, {}
   end
   for _ = 1, ROUNDS do
     for _, c in ipairs(contenders) do
       c.load[#c.load + 1] = loadavg()
-      local before = cpu_us(c.h.pid)
+      local before, reader_before = cpu_us(c.h.pid), own_cpu_us()
       c.latency[#c.latency + 1] = seq(c.h.port, N)
       c.cpu[#c.cpu + 1] = math.floor((cpu_us(c.h.pid) - before) / (N + 1) + 0.5)
+      c.reader[#c.reader + 1] = math.floor((own_cpu_us() - reader_before) / (N + 1) * 10 + 0.5) / 10
     end
   end
   for _, c in ipairs(contenders) do
     out[c.name] = { cpu_us_per_request = c.cpu, cpu_median_us = stats.median(c.cpu),
-      latency_median_us = stats.median(c.latency), load = c.load }
+      latency_median_us = stats.median(c.latency), load = c.load,
+      reader_us_per_request = c.reader, reader_median_us = stats.median(c.reader) }
     c.h:stop("TERM")
     c.h:wait()
   end

@@ -51,6 +51,10 @@ sandbox = {
                                       -- (docs/sandboxd.md "The exec lane"); false: every one in Lua
   exec_lane_report_ms = 500,          -- its answered commands reach /metrics and the idle clock in batches
                                       -- at most this late (a scrape and the idle watch see them at once)
+  log_batch_ms = 10,                  -- sandboxd's info lines (one per request) are written together, each at
+                                      -- most this late (one write, one wakeup of the log's reader, for
+                                      -- many); a warn or error line goes at once with those held. 0: each
+                                      -- at once. Lines held when sandboxd dies of a signal are lost.
   -- the lane's long answer as it comes (docs/sandboxd.md "A long answer as it comes")
   stream_at_bytes = 64 * KiB,         -- stdout past this starts the document while the command runs
   stream_step_bytes = 32 * KiB,       -- stdout encoded and written at most this much at a time

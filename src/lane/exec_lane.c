@@ -375,17 +375,23 @@ static void call_free(lane_call *call) {
 /* ---- the environment ----------------------------------------------------------------------- */
 
 /* The base env (policies/execution.lua child_env) with the request's on top, as "NAME=value"
- * strings (malloc'd, NULL-terminated), or NULL when the kernel would refuse the command
- * (routes.lua client_mistake: the Lua path answers that) or memory ran out. */
+ * strings, NULL-terminated, in one allocation (env_free): the base's entries are the lane's
+ * own, lent for as long as the request is read and sent (the lane outlives lane_request), and
+ * the request's are copied behind the pointers — no allocation per variable (issue 43: a
+ * strdup and a free of each base entry per request). NULL when the kernel would refuse the
+ * command (routes.lua client_mistake: the Lua path answers that) or memory ran out. */
 static char **merged_env(const sb_exec_lane *lane, const lane_call *call) {
   const sb_exec_body *b = &call->body;
   if (b->command_len + 1 > MAX_ARG_STRLEN)
     return NULL;
-  size_t total = b->command_len + 1 + EXEC_OVERHEAD;
-  char **envp = calloc(lane->n_base + b->n_env + 1, sizeof *envp);
+  size_t slots = lane->n_base + b->n_env + 1, text = 0;
+  for (size_t i = 0; i < b->n_env; i++)
+    text += b->env[i].name_len + b->env[i].value_len + 2;
+  char **envp = malloc(slots * sizeof *envp + text);
   if (envp == NULL)
     return NULL;
-  size_t k = 0;
+  char *at = (char *)(envp + slots); /* the request's entries' text */
+  size_t total = b->command_len + 1 + EXEC_OVERHEAD, k = 0;
   for (size_t i = 0; i < lane->n_base; i++) {
     const char *entry = lane->base_env[i];
     if (sb_exec_body_env(b, entry, lane->base_name_len[i]) != NULL)
@@ -394,8 +400,7 @@ static char **merged_env(const sb_exec_lane *lane, const lane_call *call) {
     if (len + 1 > MAX_ARG_STRLEN)
       goto refused;
     total += len + 1 + 8;
-    if ((envp[k++] = strdup(entry)) == NULL)
-      goto refused;
+    envp[k++] = (char *)entry;
   }
   for (size_t i = 0; i < b->n_env; i++) {
     const sb_exec_env_pair *pair = &b->env[i];
@@ -403,30 +408,23 @@ static char **merged_env(const sb_exec_lane *lane, const lane_call *call) {
     if (kn + 1 + vn + 1 > MAX_ARG_STRLEN)
       goto refused;
     total += kn + 1 + vn + 1 + 8;
-    char *entry = malloc(kn + vn + 2);
-    if (entry == NULL)
-      goto refused;
-    memcpy(entry, pair->name, kn);
-    entry[kn] = '=';
-    memcpy(entry + kn + 1, pair->value, vn);
-    entry[kn + vn + 1] = '\0';
-    envp[k++] = entry;
+    memcpy(at, pair->name, kn);
+    at[kn] = '=';
+    memcpy(at + kn + 1, pair->value, vn);
+    at[kn + vn + 1] = '\0';
+    envp[k++] = at;
+    at += kn + vn + 2;
   }
+  envp[k] = NULL;
   if (total > ARG_MAX_BYTES)
     goto refused;
   return envp;
 refused:
-  for (size_t i = 0; i < k; i++)
-    free(envp[i]);
   free(envp);
   return NULL;
 }
 
-static void env_free(char **envp) {
-  for (char **p = envp; p != NULL && *p != NULL; p++)
-    free(*p);
-  free(envp);
-}
+static void env_free(char **envp) { free(envp); }
 
 /* ---- the instance's counters --------------------------------------------------------------- */
 
@@ -745,6 +743,12 @@ static void put(void *ctx, const char *bytes, size_t n) {
 
 static void put_s(text_buf *b, const char *s) { put(b, s, strlen(s)); }
 
+/* An integer's digits, without printf (one answer per request: issue 43). */
+static void put_int(text_buf *b, lua_Integer v) {
+  char digits[24];
+  put(b, digits, sb_log_int_text(digits, (long long)v));
+}
+
 static void put_base64(text_buf *b, const char *name, const char *s, size_t n) {
   size_t m = sb_base64_encoded_len(n, SB_B64_STD);
   char *out = m == SIZE_MAX ? NULL : malloc(m ? m : 1);
@@ -778,11 +782,10 @@ static bool put_end(text_buf *b, bool out_valid, const char *out, size_t out_len
  * `first`: written by hand (sb_log_int_text), not with snprintf, ~1 % of sandboxd's CPU per
  * walled request. */
 static void put_numbers(text_buf *b, bool first, lua_Integer exit, lua_Integer duration) {
-  char digits[24];
   put_s(b, first ? "\"exitCode\":" : ",\"exitCode\":");
-  put(b, digits, sb_log_int_text(digits, (long long)exit));
+  put_int(b, exit);
   put_s(b, ",\"durationMs\":");
-  put(b, digits, sb_log_int_text(digits, (long long)duration));
+  put_int(b, duration);
 }
 
 static bool answer_text(text_buf *b, lua_Integer exit, lua_Integer duration, const char *out,

@@ -24,6 +24,14 @@ bool sb_log_enabled(const char *level);
  * fields without printf. */
 size_t sb_log_int_text(char buf[24], long long v);
 void sb_log_write(const char *level, const char *event, const sb_log_field *fields, size_t n);
+/* Holding lines (log.c says why): from now, info and debug lines are kept, whole and in order,
+ * and written together — when `due`'s timer calls sb_log_flush (armed with `ms` by the first
+ * line held), when 4 KiB of them are kept, before a warn or error line, at exit(). ms 0 (or due
+ * NULL) writes what is held and every line from then at once. Lines held when the process dies
+ * of a signal are lost: at most ms of them. */
+typedef void (*sb_log_due_fn)(unsigned ms);
+void sb_log_hold(unsigned ms, sb_log_due_fn due);
+void sb_log_flush(void);
 /* An error with a location/traceback text, from the protected-call path. */
 void sb_log_error_text(const char *where, const char *text);
 

@@ -386,11 +386,19 @@ static capture *capture_of(sb_proc *p, uv_handle_t *h) {
 }
 
 /* A read lands in the capture itself while it is under its cap; past it (or out of memory) in
- * the scratch buffer, from which capture_append drops and counts it. */
+ * the scratch buffer, from which capture_append drops and counts it. A stream's first read
+ * lands in the scratch buffer too, FIRST_READ at most, and capture_append keeps what came: most
+ * commands' streams bring nothing but their end, and a 4 KiB buffer made (and freed) for each of
+ * them was two allocations of a walled `true`, each of which could consolidate the heap's fast
+ * bins (issue 43: malloc's share of sandboxd's CPU per request). */
+enum { FIRST_READ = 4096 };
+
 static void alloc_capture(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   capture *c = capture_of(h->data, h);
-  if (capture_room(c))
+  if (c->cap == 0 && c->len == 0)
+    *buf = uv_buf_init(read_scratch, FIRST_READ);
+  else if (capture_room(c))
     *buf = uv_buf_init(c->data + c->len, (unsigned)(c->cap - c->len));
   else
     *buf = uv_buf_init(read_scratch, sizeof read_scratch);

@@ -205,8 +205,11 @@ function M.run(argv, ctx)
     end
     mport = msrv.port
   end
+  -- its info lines (one per request) written together (policies/timeouts.lua sandbox.log_batch_ms)
+  core.log_batch(snap.timeouts.sandbox.log_batch_ms)
   -- a reload that changes the workspaces' size leaves the old size's template unused
   p.on_reloaded = function(new)
+    core.log_batch(new.timeouts.sandbox.log_batch_ms)
     runner.sweep_templates(root, new, core.log)
     if srv.lane then srv.lane:reprogram() end -- the exec lane: armed again under the new snapshot
   end

@@ -393,6 +393,9 @@ M.files.timeouts = {
     -- the exec lane (docs/sandboxd.md "The exec lane"); optional: on for a policy that predates it
     exec_lane = S.optional(S.bool, true),
     exec_lane_report_ms = S.optional(ms(10, 10 * SECOND), 500),
+    -- sandboxd's info lines written together (core.log_batch); optional: a policy that predates
+    -- it writes each at once
+    log_batch_ms = S.optional(ms(0, SECOND), 0),
     -- the lane's long answer as it comes (docs/sandboxd.md); optional, with the values a policy
     -- that predates them reads
     stream_at_bytes = S.optional(S.int { min = 4 * 1024, max = 256 * M.MIB, unit = "bytes" }, 64 * M.KIB),
