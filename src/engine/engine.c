@@ -538,10 +538,16 @@ static void mark_inherited_cloexec(void) {
 }
 
 /* The in-place resumes' share (sb_task_complete) is renewed twice a loop turn: once for the
- * I/O callbacks of a poll, once for the timers and callbacks between two polls. */
+ * I/O callbacks of a poll, once for the timers and callbacks between two polls.
+ *
+ * Before the poll the loop's clock is also read anew: libuv (1.44) reads it once at the turn's
+ * start and sizes the poll's timeout from that reading, so the turn's timers, pending callbacks
+ * and ready queue (up to ~20 ms of tasks by the budgets below) would be slept again on top of
+ * the next timer's due time — every heartbeat late by as much as the turn before it worked
+ * (issue 43: the 2,000-thread loop asleep in epoll_wait 16-20 ms past a due timer). */
 static void turn_share_renewed_before_poll(uv_prepare_t *h) {
-  (void)h;
   E.inline_spent_ns = 0;
+  uv_update_time(h->loop);
 }
 
 static void turn_share_renewed_after_poll(uv_check_t *h) {

@@ -39,7 +39,9 @@ typedef struct sb_link {
   out_frame *head, *tail;
   unsigned char in[WALLS_REPLY_LEN]; /* a reply's bytes so far */
   size_t in_len;
-  struct sb_link *next; /* every live link */
+  struct sb_link *next, *prev; /* every live link (both ways: a link leaves in O(1), not by a
+                                * walk of the fleet's links — 2,000 instances ending together
+                                * made that walk 5 % of the loop's CPU, issue 43) */
   struct sb_link *same_hash; /* the next live link in its bucket of by_path */
   uint32_t hash;             /* of path */
   char path[];
@@ -90,11 +92,13 @@ static void link_fail(sb_link *l) {
   if (l->dead)
     return;
   l->dead = true;
-  for (sb_link **at = &links; *at != NULL; at = &(*at)->next)
-    if (*at == l) {
-      *at = l->next;
-      break;
-    }
+  if (l->prev)
+    l->prev->next = l->next;
+  else
+    links = l->next;
+  if (l->next)
+    l->next->prev = l->prev;
+  l->next = l->prev = NULL;
   for (sb_link **at = &by_path[l->hash % LINK_BUCKETS]; *at != NULL; at = &(*at)->same_hash)
     if (*at == l) {
       *at = l->same_hash;
@@ -296,6 +300,9 @@ static int link_open(const char *path, sb_link **out) {
   }
   l->poll.data = l;
   l->next = links;
+  l->prev = NULL;
+  if (links)
+    links->prev = l;
   links = l;
   l->hash = path_hash(path);
   l->same_hash = by_path[l->hash % LINK_BUCKETS];

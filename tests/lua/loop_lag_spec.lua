@@ -75,4 +75,43 @@ describe("core.loop_lag", function()
       assert.truthy(done_at_wake < n / 2, ("the timer ran after %d of %d woken tasks"):format(done_at_wake, n))
     end)
   end)
+
+  it("a timer that fell due while the loop was held runs at the next poll, not a stale timeout later", function()
+    core.run(function()
+      local dir = require("support.tmp").dir("lag")
+      -- Six rounds: the engine's own 1 s timer (the collector's pace) may wake a stale poll
+      -- early by chance in one round (~50 %), not in all six.
+      for round = 1, 6 do
+        local mark = dir .. "/spoke" .. round
+        -- a child that leaves a file 2.3 s after it started: an event outside the loop at a
+        -- known time that wakes no poll (its start heard first: no event of its spawn wakes one)
+        local started = false
+        local child = assert(core.spawn{ argv = { "sh", "-c", "echo started; sleep 2.3; : > " .. mark },
+          on_output = function(stream, chunk) if stream == "stdout" and chunk:find("started") then started = true end end })
+        while not started do core.sleep(1) end
+        -- a timer due 1.7 s from now, which looks whether the child's file is there when it runs
+        local armed, file_when_timer_ran = false, nil
+        local me = core.current()
+        core.go(function()
+          armed = true
+          core.sleep(1700)
+          file_when_timer_ran = core.fs.exists(mark)
+          core.wake(me)
+        end)
+        while not armed do core.sleep(1) end
+        -- a ticker whose first tick (1 s from now) holds the loop for 0.8 s, touching no timer,
+        -- so that nothing else of the turn reads the clock: the timer is overdue when the hold
+        -- ends and the file comes ~500 ms later. The poll that follows must see the timer
+        -- overdue (timeout 0); one sized from the turn's first clock reading sleeps ~700 ms more.
+        -- (The hold blocks rather than spins: a thread that spun for 0.8 s is made to wait for
+        -- the CPU afterwards on a loaded host, past the child's file.)
+        local stop = core.signal()
+        core.every(1000, function() os.execute("sleep 0.8") end, stop)
+        core.suspend()
+        stop:abort("done")
+        child:wait()
+        assert.is_false(file_when_timer_ran, "round " .. round .. ": the timer ran after the child's file")
+      end
+    end)
+  end)
 end)
