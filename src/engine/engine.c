@@ -587,6 +587,7 @@ int sb_engine_open(lua_State *L) {
   static int (*const openers[])(lua_State *) = {
       sb_tasks_open,      sb_timer_open, sb_abort_open, sb_bounded_open,
       sb_os_signals_open, sb_error_open, sb_build_open, sb_loop_lag_open,
+      sb_log_batch_open,
   };
   for (size_t i = 0; i < sizeof openers / sizeof openers[0]; i++)
     openers[i](L);

@@ -14,6 +14,7 @@ int sb_os_signals_open(lua_State *L); /* os_signals.c: on_signal */
 int sb_error_open(lua_State *L);      /* error.c: error, is_error */
 int sb_build_open(lua_State *L);      /* build.c: build */
 int sb_loop_lag_open(lua_State *L);   /* loop_lag.c: loop_lag */
+int sb_log_batch_open(lua_State *L);  /* log_batch.c: log_batch */
 
 /* gc_pace.c: the collector's pause from the heap's size, re-read every second on an unreferenced
  * timer of `loop`. Called by sb_engine_init. sb_gc_pause_for: the pause for a heap of that size. */

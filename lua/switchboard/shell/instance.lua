@@ -273,7 +273,7 @@ function M.host(opts)
   local wdir, wdir_why = walls_dir.open{ pid = self.pid }
   if not wdir then
     claim:release()
-    return nil, cannot(wdir_why)
+    return nil, cannot(wdir_why.message)
   end
   self.walls_dir, self.socket_dir = wdir, wdir.path
   self.devices = {} -- device number → the ready instance mounted from it

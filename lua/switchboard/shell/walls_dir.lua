@@ -15,7 +15,7 @@
 -- under deploy/systemd/switchboard-sandboxd.service, kept across restarts by
 -- RuntimeDirectoryPreserve=yes and gone at reboot, like the loop devices it records — the unit's
 -- PrivateTmp= /tmp is removed when the unit stops, a crash too, taking the records with it),
--- else $TMPDIR, else /tmp. A base too long for a socket path (sun_path: 108 bytes) is /tmp.
+-- else /tmp. A base too long for a socket path (sun_path: 108 bytes) is /tmp.
 local core = require("switchboard.core")
 local run = require("switchboard.shell.run")
 local uids = require("switchboard.shell.uids")
@@ -30,12 +30,12 @@ local NAME_PATTERN = "^switchboard%-walls%-(%d+)%-%x%x%x%x%x%x%x%x$"
 -- its NUL): 40 bytes of name and socket, so a base of at most 60.
 local BASE_MAX = 60
 
+-- Not $TMPDIR: a private one (0700 somewhere on its path, as a spec's or a login's) cannot be
+-- passed by the instances' uids, and the walls' binds out of this directory then fail
+-- ("bwrap: Can't find source path /proc/self/fd/5: Permission denied").
 function M.base()
-  local runtime = (os.getenv("RUNTIME_DIRECTORY") or ""):match("^[^:]+")
-  for _, dir in ipairs({ runtime or "", os.getenv("TMPDIR") or "" }) do
-    dir = dir:gsub("/+$", "")
-    if dir:sub(1, 1) == "/" and #dir <= BASE_MAX and core.fs.exists(dir) then return dir end
-  end
+  local dir = ((os.getenv("RUNTIME_DIRECTORY") or ""):match("^[^:]+") or ""):gsub("/+$", "")
+  if dir:sub(1, 1) == "/" and #dir <= BASE_MAX and core.fs.exists(dir) then return dir end
   return "/tmp"
 end
 
@@ -56,12 +56,12 @@ function M.open(opts)
   local self = setmetatable({ path = path, records = path .. "/loops" }, Dir)
   for _, dir in ipairs({ path, self.records }) do
     local ok, err = core.fs.mkdir_p(dir, tonumber("700", 8))
-    if not ok then return nil, "cannot create " .. dir .. ": " .. tostring(err and err.message) end
+    if not ok then return nil, core.error("io", "cannot create " .. dir .. ": " .. tostring(err and err.message)) end
   end
   local f = io.open(path .. "/owner", "w")
   local ok = f and f:write(("pid=%d\nstarted=%s\n"):format(opts.pid, tostring(uids.started(opts.pid))))
   if f then ok = f:close() and ok end
-  if not ok then return nil, "cannot write " .. path .. "/owner" end
+  if not ok then return nil, core.error("io", "cannot write " .. path .. "/owner") end
   return self
 end
 
