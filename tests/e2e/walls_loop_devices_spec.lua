@@ -12,6 +12,7 @@ local core = require("switchboard.core")
 local cjson = require("cjson")
 local S = require("support.sandbox")
 local policies = require("support.policies")
+local loops = require("support.loops")
 
 local THREADS = 5
 
@@ -29,24 +30,6 @@ local describe_walls = require("support.walls").probe(policy_dir(),
 
 after_each(S.cleanup_servers)
 teardown(S.cleanup)
-
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("a")
-  local ok = p:close()
-  return ok and out or nil
-end
-
--- The loop devices bound to a file under `root` (a server's workspaces), by number.
-local function loops_under(root)
-  local out = {}
-  for _, name in ipairs(core.fs.list("/sys/block") or {}) do
-    local n = tonumber(name:match("^loop(%d+)$") or "")
-    local backing = n and S.read("/sys/block/" .. name .. "/loop/backing_file")
-    if backing and backing:sub(1, #root + 1) == root .. "/" then out[n] = true end
-  end
-  return out
-end
 
 -- What the servers (their logs: `log`) said of device n: the path it took.
 local function path_of(n, log)
@@ -94,25 +77,13 @@ local function left_behind(set, root, log)
   return left
 end
 
--- The server's lines about its loop devices and its instances' ends (a failure's explanation).
-local function loop_lines(log)
-  local out = {}
-  for line in log:gmatch("[^\n]+") do
-    if line:find("walls.loop", 1, true) or line:find("walls.swept", 1, true) or line:find("instance_slept", 1, true)
-      or line:find("server.stop", 1, true) then
-      out[#out + 1] = line
-    end
-  end
-  return table.concat(out, "\n")
-end
-
 describe_walls("the walls' loop devices", function()
   it("are removed when their instances sleep and when the server stops; someone else's bound device stays", function()
     core.run(function()
       -- someone else's device, bound before the server starts: the server must never remove it
       local mine = S.tmpdir()
       assert(os.execute(("truncate -s 1M '%s/other.img'"):format(mine)))
-      local other = assert(sh(("losetup -f --show '%s/other.img'"):format(mine))):match("/dev/loop(%d+)")
+      local other = assert(loops.sh(("losetup -f --show '%s/other.img'"):format(mine))):match("/dev/loop(%d+)")
       assert.truthy(other, "losetup gave no device")
       local ok, err = pcall(function()
         -- its walls directory (and the record of its devices) in a RUNTIME_DIRECTORY of this
@@ -127,7 +98,7 @@ describe_walls("the walls' loop devices", function()
             body = { command = "echo ok > f && cat f", timeoutMs = 120000 } })
           assert.equal(200, status, raw)
           assert.equal(0, cjson.decode(raw).exitCode, raw)
-          for n in pairs(loops_under(root)) do attached[n] = true end -- the thread's, the spare's
+          for n in pairs(loops.under(root)) do attached[n] = true end -- the thread's, the spare's
         end
         local count = 0
         for _ in pairs(attached) do count = count + 1 end
@@ -156,7 +127,7 @@ describe_walls("the walls' loop devices", function()
         end
         assert.is_true(S.wait_for(function() return #left_behind(attached, root, logs) == 0 end, 30000),
           "loop devices this server attached, not given back: " .. paths(left_behind(attached, root, logs), logs)
-            .. "\nthe lines about them:\n" .. loop_lines(logs))
+            .. "\nthe lines about them:\n" .. loops.lines(logs, { "instance_slept", "server.stop" }))
         -- someone else's is still there, bound to its own file
         local backing = S.read(("/sys/block/loop%s/loop/backing_file"):format(other)) or ""
         assert.equal(mine .. "/other.img", (backing:gsub("\n$", "")))

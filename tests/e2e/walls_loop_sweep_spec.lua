@@ -10,6 +10,7 @@ local core = require("switchboard.core")
 local cjson = require("cjson")
 local S = require("support.sandbox")
 local policies = require("support.policies")
+local loops = require("support.loops")
 
 local THREADS = 3
 
@@ -27,24 +28,6 @@ local describe_walls = require("support.walls").probe(policy_dir(),
 
 after_each(S.cleanup_servers)
 teardown(S.cleanup)
-
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("a")
-  local ok = p:close()
-  return ok and out or nil
-end
-
--- The loop devices bound to a file under `root` (a server's workspaces), by number.
-local function loops_under(root)
-  local out = {}
-  for _, name in ipairs(core.fs.list("/sys/block") or {}) do
-    local n = tonumber(name:match("^loop(%d+)$") or "")
-    local backing = n and S.read("/sys/block/" .. name .. "/loop/backing_file")
-    if backing and backing:sub(1, #root + 1) == root .. "/" then out[n] = true end
-  end
-  return out
-end
 
 -- The walls directories of server `pid` in `base` (its name: switchboard-walls-<pid>-<8 hex>).
 local function walls_dirs(base, pid)
@@ -72,20 +55,12 @@ local function left_behind(set, root)
   return left
 end
 
-local function loop_lines(log)
-  local out = {}
-  for line in log:gmatch("[^\n]+") do
-    if line:find("walls.loop", 1, true) or line:find("walls.swept", 1, true) then out[#out + 1] = line end
-  end
-  return table.concat(out, "\n")
-end
-
 describe_walls("a killed sandboxd's leftovers", function()
   it("its recorded loop devices are given back and its walls directory removed by the next server; someone else's device stays", function()
     core.run(function()
       local mine = S.tmpdir()
       assert(os.execute(("truncate -s 1M '%s/other.img'"):format(mine)))
-      local other = assert(sh(("losetup -f --show '%s/other.img'"):format(mine))):match("/dev/loop(%d+)")
+      local other = assert(loops.sh(("losetup -f --show '%s/other.img'"):format(mine))):match("/dev/loop(%d+)")
       assert.truthy(other, "losetup gave no device")
       local runtime = S.tmpdir()
       local env = { RUNTIME_DIRECTORY = runtime }
@@ -99,7 +74,7 @@ describe_walls("a killed sandboxd's leftovers", function()
             body = { command = "echo ok > f && cat f", timeoutMs = 120000 } })
           assert.equal(200, status, raw)
           assert.equal(0, cjson.decode(raw).exitCode, raw)
-          for n in pairs(loops_under(root)) do attached[n] = true end -- the thread's, the spare's
+          for n in pairs(loops.under(root)) do attached[n] = true end -- the thread's, the spare's
         end
         local count = 0
         for _ in pairs(attached) do count = count + 1 end
@@ -133,12 +108,12 @@ describe_walls("a killed sandboxd's leftovers", function()
         h2:stop(); h2:wait()
         -- a device still bound when its stop's bound (timeouts walls.loops_ms) ran out is recorded
         -- for the start after (walls.loops_recorded): that start gives it back
-        local lines = "the killed server's lines about its devices:\n" .. loop_lines(h.log())
-          .. "\nits record before the kill: " .. recorded .. "\nthe next server's:\n" .. loop_lines(h2.log())
+        local lines = "the killed server's lines about its devices:\n" .. loops.lines(h.log())
+          .. "\nits record before the kill: " .. recorded .. "\nthe next server's:\n" .. loops.lines(h2.log())
         if h2.log():find("walls.loops_recorded", 1, true) then
           local h3 = next_server()
           h3:stop(); h3:wait()
-          lines = lines .. "\nthe one after (the next had some left recorded):\n" .. loop_lines(h3.log())
+          lines = lines .. "\nthe one after (the next had some left recorded):\n" .. loops.lines(h3.log())
         end
         local left = left_behind(attached, root)
         assert.is_true(#left == 0, "the killed server's loop devices, not given back: " .. table.concat(left, " ")
