@@ -233,27 +233,42 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* Runs `bash -c cmd`, both pipes drained to EOF; the exit code (128+signal), -1 when no spawn. */
-static int run(const char *cmd, buf *out, buf *err) {
-  int po[2] = {-1, -1}, pe[2] = {-1, -1}, code = -1;
+/* Starts `bash -c cmd` with stdin /dev/null and stdout, stderr into two new pipes (po, pe: the
+ * reading ends stay open, the child's are closed here), stdout's pipe widened to `widen_to`
+ * bytes first when > 0 (before the command writes a byte). The pid, or -1 when no spawn. */
+static pid_t spawn_bash(const char *cmd, int po[2], int pe[2], int widen_to) {
   pid_t pid = -1;
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
-  if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0)
-    goto done;
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, po[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
-  char *argv[] = {"bash", "-c", (char *)cmd, NULL};
-  char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
-  if (posix_spawn(&pid, "/bin/bash", &fa, &attr, argv, envp) != 0)
-    pid = -1;
-  close(po[1]);
-  close(pe[1]);
+  if (pipe2(po, O_CLOEXEC) == 0 && pipe2(pe, O_CLOEXEC) == 0) {
+    if (widen_to > 0)
+      (void)fcntl(po[0], F_SETPIPE_SZ, widen_to);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+    char *argv[] = {"bash", "-c", (char *)cmd, NULL};
+    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
+    if (posix_spawn(&pid, "/bin/bash", &fa, &attr, argv, envp) != 0)
+      pid = -1;
+  }
+  /* the child's ends: EOF comes once it and its children have closed theirs */
+  if (po[1] >= 0)
+    close(po[1]);
+  if (pe[1] >= 0)
+    close(pe[1]);
   po[1] = pe[1] = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  return pid;
+}
+
+/* Runs `bash -c cmd`, both pipes drained to EOF; the exit code (128+signal), -1 when no spawn. */
+static int run(const char *cmd, buf *out, buf *err) {
+  int po[2] = {-1, -1}, pe[2] = {-1, -1}, code = -1;
+  pid_t pid = spawn_bash(cmd, po, pe, 0);
   if (pid < 0)
     goto done;
   struct pollfd p[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
@@ -288,8 +303,6 @@ done:
     if (pe[i] >= 0)
       close(pe[i]);
   }
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
   return code;
 }
 
@@ -422,29 +435,9 @@ static ssize_t relay_splice(int fd, int *head_sent, int pipe_fd) {
 static int relay(int fd, const char *cmd, relay_bufs *b, buf *err, buf *doc) {
   int po[2] = {-1, -1}, pe[2] = {-1, -1}, code = 127, rc = 0, head_sent = 0;
   double t0 = now_ms();
-  pid_t pid = -1;
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawnattr_init(&attr);
   b->carry = 0;
   b->valid = true;
-  if (pipe2(po, O_CLOEXEC) == 0 && pipe2(pe, O_CLOEXEC) == 0) {
-    (void)fcntl(po[0], F_SETPIPE_SZ, RELAY_READ); /* before the command writes a byte */
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, po[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
-    char *argv[] = {"bash", "-c", (char *)cmd, NULL};
-    char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
-    if (posix_spawn(&pid, "/bin/bash", &fa, &attr, argv, envp) != 0)
-      pid = -1;
-  }
-  /* the child's ends: EOF comes once it and its children have closed theirs */
-  if (po[1] >= 0)
-    close(po[1]);
-  if (pe[1] >= 0)
-    close(pe[1]);
+  pid_t pid = spawn_bash(cmd, po, pe, RELAY_READ);
   struct pollfd p[2] = {{pid > 0 ? po[0] : -1, POLLIN, 0}, {pid > 0 ? pe[0] : -1, POLLIN, 0}};
   err->len = 0;
   for (int open_n = pid > 0 ? 2 : 0; open_n > 0;) {
@@ -487,8 +480,6 @@ static int relay(int fd, const char *cmd, relay_bufs *b, buf *err, buf *doc) {
     close(po[0]);
   if (pe[0] >= 0)
     close(pe[0]);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
   /* the last chunk: a cut sequence left at stdout's end, stderr, the exit */
   doc->len = 0;
   if (!head_sent)
