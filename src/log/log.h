@@ -28,7 +28,9 @@ void sb_log_write(const char *level, const char *event, const sb_log_field *fiel
  * and written together — when `due`'s timer calls sb_log_flush (armed with `ms` by the first
  * line held), when 4 KiB of them are kept, before a warn or error line, at exit(). ms 0 (or due
  * NULL) writes what is held and every line from then at once. Lines held when the process dies
- * of a signal are lost: at most ms of them. */
+ * of a signal are lost: at most ms of them. The held lines are the loop thread's: while holding
+ * is on, no other thread may call sb_log_write (none does: the spawning thread and libuv's pool
+ * log nothing; a thread that must would need its lines written at once, not held). */
 typedef void (*sb_log_due_fn)(unsigned ms);
 void sb_log_hold(unsigned ms, sb_log_due_fn due);
 void sb_log_flush(void);
