@@ -31,59 +31,6 @@ local describe_walls = require("support.walls").probe(policy_dir(),
 after_each(S.cleanup_servers)
 teardown(S.cleanup)
 
--- What the servers (their logs: `log`) said of device n: the path it took.
-local function path_of(n, log)
-  local function said(event) return log:find(("walls%%.%s device=%d%%f[^%%d]"):format(event, n)) ~= nil end
-  if said("loop_removed") then return "removed" end
-  if said("loop_gone") then return "gone already (someone else removed it)" end
-  if said("loop_left") then
-    return "left: " .. (log:match(("walls%%.loop_left device=%d%%f[^%%d][^\n]*error=\"([^\"]*)\""):format(n)) or "?")
-  end
-  for devices in log:gmatch("walls%.loops_recorded devices=\"?([%d ]*)") do
-    for d in devices:gmatch("%d+") do
-      if tonumber(d) == n then return "still queued at the stop: recorded for the next start" end
-    end
-  end
-  return "nothing said of it"
-end
-
-local function paths(left, log)
-  local out = {}
-  for _, name in ipairs(left) do
-    local n = tonumber(name:match("%d+"))
-    local backing = S.read(("/sys/block/loop%d/loop/backing_file"):format(n))
-    local now = not core.fs.exists("/sys/block/" .. name) and "gone now"
-      or backing and ("bound now to " .. backing:gsub("\n$", "")) or "free now"
-    out[#out + 1] = name .. ": " .. path_of(n, log) .. " (" .. now .. ")"
-  end
-  return table.concat(out, "; ")
-end
-
--- The numbers of `set` not given back. A device the servers said they removed (or found gone)
--- was given back: if the number exists again, another server's GET_FREE made it anew — the
--- suite runs walled servers side by side, and the kernel hands out the lowest free number at
--- once (this spec once failed on "loop25: removed", a number removed twice by ours and made
--- again by someone else, free at the look). Any other device is given back only when it is
--- gone or someone else's now (bound to a file not under `root`): one the servers said nothing
--- of, or left recorded at their last stop, and still ours in /sys (free, or bound under `root`)
--- is not. /sys alone cannot tell "removed" from "someone else's now", so the servers' words are
--- asked first.
-local function left_behind(set, root, log)
-  local left = {}
-  for n in pairs(set) do
-    local path = path_of(n, log)
-    if path ~= "removed" and not path:find("^gone") then
-      local backing = S.read(("/sys/block/loop%d/loop/backing_file"):format(n))
-      local theirs = backing and backing:sub(1, #root + 1) ~= root .. "/"
-      if path == "nothing said of it" or (core.fs.exists(("/sys/block/loop%d"):format(n)) and not theirs) then
-        left[#left + 1] = "loop" .. n
-      end
-    end
-  end
-  table.sort(left)
-  return left
-end
-
 describe_walls("the walls' loop devices", function()
   it("are removed when their instances sleep and when the server stops; someone else's bound device stays", function()
     core.run(function()
@@ -151,8 +98,9 @@ describe_walls("the walls' loop devices", function()
           h2:stop(); h2:wait()
           logs = logs .. h2.log()
         end
-        assert.is_true(S.wait_for(function() return #left_behind(attached, root, logs) == 0 end, 30000),
-          "loop devices this server attached, not given back: " .. paths(left_behind(attached, root, logs), logs)
+        local base = env.RUNTIME_DIRECTORY
+        assert.is_true(S.wait_for(function() return #loops.left_behind(attached, root, logs, base) == 0 end, 30000),
+          "loop devices this server attached, lost: " .. loops.paths(loops.left_behind(attached, root, logs, base), logs)
             .. "\nthe lines about them:\n" .. loops.lines(logs, { "instance_slept", "server.stop" }))
         -- someone else's is still there, bound to its own file
         local backing = S.read(("/sys/block/loop%s/loop/backing_file"):format(other)) or ""
