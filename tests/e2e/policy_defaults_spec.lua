@@ -103,6 +103,8 @@ end
 describe("a reload (HUP) of a running sandboxd", function()
   it("takes a changed optional setting, and its default again once the setting is gone", async(function()
     local dir = overlay{ timeouts = S.FAST .. "\n" .. without{ "sandbox.max_processes" } }
+    -- --no-walls: the subject is the policy loader's defaults across a HUP, not the walls (which
+    -- the walls specs and the deploy tests run as shipped); no instance is built for 9 processes
     local h = S.start_sandboxd{ policies = dir, args = { "--no-walls" } }
     local function post(command)
       local status, _, raw = S.call(h.url, "/processes", { thread = "T-defaults", body = { command = command } })
