@@ -24,26 +24,24 @@ end
 -- The one-minute load average alone, as text.
 function M.load1() return (M.loadavg():match("^(%S+)")) end
 
--- CPU time (ns) a process has run so far, its threads summed (/proc/PID/task/*/schedstat, the
--- first field: time on a CPU): a figure the machine's load moves little, unlike wall time.
--- Threads that end inside a window are missed: measure processes whose threads outlive it.
-function M.cpu_ns(pid)
-  local p = io.popen("cat /proc/" .. pid .. "/task/*/schedstat 2>/dev/null")
+-- The sum over a process's threads of the number `pattern` captures in each line of their
+-- /proc/PID/task/*/FILE.
+local function threads_sum(pid, file, pattern)
+  local p = io.popen("cat /proc/" .. pid .. "/task/*/" .. file .. " 2>/dev/null")
   local total = 0
-  for l in p:lines() do total = total + (tonumber(l:match("^(%d+)")) or 0) end
+  for l in p:lines() do total = total + (tonumber(l:match(pattern)) or 0) end
   p:close()
   return total
 end
 
+-- CPU time (ns) a process has run so far, its threads summed (/proc/PID/task/*/schedstat, the
+-- first field: time on a CPU): a figure the machine's load moves little, unlike wall time.
+-- Threads that end inside a window are missed: measure processes whose threads outlive it.
+function M.cpu_ns(pid) return threads_sum(pid, "schedstat", "^(%d+)") end
+
 -- Times a process went to sleep waiting so far (its threads' voluntary_ctxt_switches summed):
 -- each one a wakeup to come, the figure that says how often a server is woken for its bytes.
-function M.voluntary_switches(pid)
-  local p = io.popen("cat /proc/" .. pid .. "/task/*/status 2>/dev/null")
-  local total = 0
-  for l in p:lines() do total = total + (tonumber(l:match("^voluntary_ctxt_switches:%s*(%d+)")) or 0) end
-  p:close()
-  return total
-end
+function M.voluntary_switches(pid) return threads_sum(pid, "status", "^voluntary_ctxt_switches:%s*(%d+)") end
 
 -- The benches' contenders from their arguments from `first` on, each `name=binary`; none given:
 -- {{name = "this", bin = default_bin}}.
